@@ -1,0 +1,134 @@
+"""The Live layer's policy as configuration: the ``[live]`` section of a scenario.
+
+These frozen objects are what a scenario file parses into and what both the
+simulator and the Locust users build their policy from.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sim.config import ConfigError, num, prob
+from sim.policy.codes import ALL_CODES
+
+BackoffStrategy = Literal[
+    "none", "exponential", "full_jitter", "equal_jitter", "decorrelated_jitter", "grpc"
+]
+
+
+@dataclass(frozen=True)
+class BackoffConfig:
+    """Delay before retry n (n = 1, 2, ...): expo = min(cap_s, base_s * multiplier**(n-1))."""
+
+    strategy: BackoffStrategy = "full_jitter"
+    base_s: float = num(0.1, ge=0.0, doc="first backoff step")
+    multiplier: float = num(2.0, ge=1.0, doc="growth factor per attempt")
+    cap_s: float = num(2.0, ge=0.0, doc="upper bound of one delay")
+    jitter: float = prob(0.2, doc="grpc strategy: delay * U(1-jitter, 1+jitter)")
+
+
+def _attempt_limits(d: dict[str, int] | None = None) -> types.MappingProxyType:
+    return types.MappingProxyType(dict(d or {"internal": 2}))
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    """Which failures are retried and how many times (attempts include the first send)."""
+
+    max_attempts: int = num(3, ge=1, doc="attempts per turn, first send included")
+    max_attempts_by_code: dict[str, int] = field(
+        default_factory=_attempt_limits, metadata={"keys": ALL_CODES, "ge": 1}
+    )
+    retry_on_timeout: bool = True  # a turn-response timeout counts as upstream-timeout
+    honour_retry_after: bool = True  # rate-limited: wait at least retryAfterMs
+    deadline_s: float = num(0.0, ge=0.0, doc="give up retrying after this long; 0 = no deadline")
+    new_request_guid: bool = True  # errors.md §3: a retry takes a new rta/requestGuid
+    new_turn_id: bool = False  # errors.md §4: a retry after FAILED takes a new taskId/turnId
+
+
+@dataclass(frozen=True)
+class TokenBucketConfig:
+    """gRPC retry throttling: tokens start full, -1 per failure, +token_ratio per success;
+    retries allowed only while tokens > max_tokens / 2."""
+
+    enabled: bool = False
+    max_tokens: float = num(10.0, gt=0.0)
+    token_ratio: float = num(0.1, gt=0.0)
+
+
+@dataclass(frozen=True)
+class FinagleBudgetConfig:
+    """Finagle RetryBudget: retries <= min_retries_per_s * ttl_s + percent * requests in ttl_s."""
+
+    enabled: bool = False
+    ttl_s: float = num(10.0, gt=0.0)
+    min_retries_per_s: float = num(10.0, ge=0.0)
+    percent_can_retry: float = num(0.2, ge=0.0)
+
+
+@dataclass(frozen=True)
+class AdaptiveThrottleConfig:
+    """SRE client-side throttling: P(reject) = max(0, (requests - k*accepts) / (requests + 1))
+    over a sliding window; applied to retries (and to first sends if ``apply_to_first``)."""
+
+    enabled: bool = False
+    k: float = num(2.0, gt=0.0)
+    window_s: float = num(120.0, gt=0.0)
+    apply_to_first: bool = False
+
+
+@dataclass(frozen=True)
+class CircuitBreakerConfig:
+    """Opens after ``failure_threshold`` consecutive failures; half-open after ``open_s``."""
+
+    enabled: bool = False
+    failure_threshold: int = num(5, ge=1)
+    open_s: float = num(5.0, gt=0.0)
+    half_open_probes: int = num(1, ge=1)
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """Retry budgets; any combination may be enabled, a retry needs all enabled ones to agree."""
+
+    token_bucket: TokenBucketConfig = TokenBucketConfig()
+    finagle: FinagleBudgetConfig = FinagleBudgetConfig()
+    adaptive: AdaptiveThrottleConfig = AdaptiveThrottleConfig()
+    circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()
+
+
+@dataclass(frozen=True)
+class TimeoutConfig:
+    """The three timeouts of errors.md §5 (0 disables one)."""
+
+    turn_response_s: float = num(2.0, ge=0.0, doc="accepted turn -> first chunk or progress")
+    handoff_s: float = num(30.0, ge=0.0, doc="INPUT_REQUIRED outstanding, awaiting the caller")
+    negotiation_s: float = num(1.0, ge=0.0, doc="wait for the A2A-Extensions echo")
+    turn_total_s: float = num(0.0, ge=0.0, doc="accepted turn -> terminal state; 0 = none")
+
+
+@dataclass(frozen=True)
+class EscalationConfig:
+    """Client-side escalation: end the session after this many failed turns in a row (0 = never)."""
+
+    end_session_after_failed_turns: int = num(2, ge=0)
+
+
+@dataclass(frozen=True)
+class LivePolicyConfig:
+    """``[live]``: everything the Live layer decides."""
+
+    client_context_id: bool = True  # first turn carries a client-minted contextId
+    instances: int = num(1, ge=1, doc="Live-layer processes; each keeps its own retry budget")
+    backoff: BackoffConfig = BackoffConfig()
+    retry: RetryConfig = RetryConfig()
+    budget: BudgetConfig = BudgetConfig()
+    timeouts: TimeoutConfig = TimeoutConfig()
+    escalation: EscalationConfig = EscalationConfig()
+
+    def __post_init__(self) -> None:
+        b = self.backoff
+        if b.strategy != "none" and b.cap_s < b.base_s:
+            raise ConfigError("backoff.cap_s", f"must be >= backoff.base_s ({b.base_s:g}), got {b.cap_s:g}")

@@ -1,0 +1,280 @@
+"""Scenario files: one TOML experiment that drives both the simulator and a load test.
+
+A scenario has five sections, each parsed into a frozen, validated object:
+``[workload]`` (calls and turns), ``[live]`` (the Live layer's policy, see
+:mod:`sim.policy.config`), ``[network]`` (per-direction fault model),
+``[reasoner]`` (capacity, latency, errors, dedup) and ``[run]`` (duration,
+warm-up, seed, replications).  Every field has a default, so an empty file is
+a valid scenario; units are in the names (``_s``, ``_ms``, ``_per_s``,
+``_bytes``).  Presets live in ``sim/scenarios/*.toml``.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+import types
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+
+from sim.config import ConfigError, build, num, prob, to_plain
+from sim.dist import Const, Dist, Exp
+from sim.policy.codes import ALL_CODES
+from sim.policy.config import LivePolicyConfig
+
+# --------------------------------------------------------------------------- workload
+
+
+@dataclass(frozen=True)
+class RatePhase:
+    """One piece of a piecewise-constant arrival schedule, from ``start_s`` on."""
+
+    start_s: float = num(0.0, ge=0.0)
+    calls_per_s: float = num(1.0, ge=0.0)
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """``[workload]``: the calls arriving and the turns inside them."""
+
+    arrival: Literal["poisson", "schedule"] = "poisson"
+    calls_per_s: float = num(1.0, ge=0.0, doc="Poisson call arrival rate")
+    schedule: tuple[RatePhase, ...] = ()  # arrival = "schedule": Poisson within each phase
+    turns_per_call: Dist = Const(4.0)  # rounded up, at least 1
+    think_time_s: Dist = Exp(2.0)  # caller speaking/listening between turns
+    side_effect_share: float = prob(0.3, doc="share of turns that call a side-effecting tool")
+    handoff_share: float = prob(0.0, doc="share of turns that go INPUT_REQUIRED")
+    caller_response_time_s: Dist = Exp(5.0)  # handoff turns: caller's structured answer
+    max_calls: int = num(0, ge=0, doc="stop arrivals after this many calls; 0 = no limit")
+
+    def __post_init__(self) -> None:
+        if self.arrival == "schedule":
+            if not self.schedule:
+                raise ConfigError("schedule", "arrival = 'schedule' needs at least one phase")
+            starts = [p.start_s for p in self.schedule]
+            if starts != sorted(starts) or len(set(starts)) != len(starts):
+                raise ConfigError("schedule", f"phases must have increasing start_s, got {starts}")
+
+    def rate_at(self, t_s: float) -> float:
+        """Call arrival rate in force at simulated time ``t_s``."""
+        if self.arrival == "poisson":
+            return self.calls_per_s
+        rate = 0.0
+        for p in self.schedule:
+            if p.start_s <= t_s:
+                rate = p.calls_per_s
+        return rate
+
+
+# --------------------------------------------------------------------------- network
+
+Direction = Literal["uplink", "downlink", "both"]
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """Faults applied to each application message on one direction of the path.
+
+    ``uplink`` is Live layer -> Reasoner (requests); ``downlink`` is Reasoner ->
+    Live layer (stream events).  Loss drops a message; duplication delivers a
+    second copy ``duplicate_delay_s`` later; reordering adds ``reorder_delay_s``
+    to a message so later ones overtake it.
+    """
+
+    latency_s: Dist = Const(0.02)
+    loss: float = prob(0.0)
+    duplication: float = prob(0.0)
+    duplicate_delay_s: Dist = Exp(0.05)
+    reorder: float = prob(0.0)
+    reorder_delay_s: Dist = Exp(0.1)
+
+
+@dataclass(frozen=True)
+class OutageConfig:
+    """A scheduled partition: every message on ``direction`` is dropped in [start_s, start_s+duration_s)."""
+
+    start_s: float = num(0.0, ge=0.0)
+    duration_s: float = num(10.0, gt=0.0)
+    direction: Direction = "both"
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """``[network]``: per-direction fault model plus scheduled outages."""
+
+    uplink: LinkConfig = LinkConfig()
+    downlink: LinkConfig = LinkConfig()
+    outages: tuple[OutageConfig, ...] = ()
+
+
+# --------------------------------------------------------------------------- reasoner
+
+DedupMode = Literal["request-guid", "turn", "none"]
+
+
+@dataclass(frozen=True)
+class CapacityDrop:
+    """Scheduled loss of Reasoner capacity: only ``workers`` workers in [start_s, start_s+duration_s)."""
+
+    start_s: float = num(0.0, ge=0.0)
+    duration_s: float = num(10.0, gt=0.0)
+    workers: int = num(0, ge=0)
+
+
+@dataclass(frozen=True)
+class ReasonerConfig:
+    """``[reasoner]``: the A2A server's capacity, latency, failures and dedup."""
+
+    workers: int = num(8, ge=1, doc="turns reasoned concurrently")
+    queue_limit: int = num(200, ge=0, doc="waiting turns beyond which a turn is refused")
+    queue_full_code: Literal["rate-limited", "internal"] = "rate-limited"
+    retry_after_ms: int = num(500, ge=0, doc="hint sent with rate-limited")
+    context_rate_per_s: float = num(0.0, ge=0.0, doc="per-contextId turn rate limit; 0 = off")
+    context_burst: int = num(5, ge=1)
+    reasoning_time_s: Dist = Exp(0.6)  # service time of one turn (a worker is busy)
+    load_latency_base_s: float = num(0.0, ge=0.0, doc="extra service time, fixed")
+    load_latency_k_s: float = num(0.0, ge=0.0, doc="extra service time per turn in flight")
+    first_chunk_s: Dist = Const(0.0)  # from end of reasoning to first chunk
+    chunks: int = num(3, ge=1, doc="spoken artifact chunks per turn")
+    chunk_interval_s: float = num(0.2, ge=0.0, doc="cadence of chunks after the first")
+    progress_directive: bool = True  # send a `progress` directive when work starts
+    tool_latency_s: Dist = Exp(0.3)  # side-effect turns: upstream tool call duration
+    upstream_timeout_s: float = num(2.0, ge=0.0, doc="give up on the tool; 0 = wait forever")
+    errors: dict[str, float] = field(
+        default_factory=lambda: types.MappingProxyType({}),
+        metadata={"keys": ALL_CODES, "ge": 0.0, "le": 1.0},
+    )  # injected failure probability per code, per execution
+    dedup: DedupMode = "request-guid"
+    dedup_window_s: float = num(300.0, ge=0.0, doc="how long a finished entry is kept")
+    dedup_entry_bytes: int = num(512, ge=0, doc="memory charged per dedup entry")
+    handoff_timeout_s: float = num(60.0, ge=0.0, doc="server bound on INPUT_REQUIRED; 0 = none")
+    capacity_drops: tuple[CapacityDrop, ...] = ()
+
+    def __post_init__(self) -> None:
+        total = sum(self.errors.values())
+        if total > 1.0:
+            raise ConfigError("errors", f"probabilities must sum to <= 1, got {total:g}")
+
+
+# --------------------------------------------------------------------------- run
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """``[run]``: how long, how many replications, which seed."""
+
+    duration_s: float = num(300.0, gt=0.0, doc="arrivals stop after this")
+    warmup_s: float = num(30.0, ge=0.0, doc="turns starting earlier are excluded from summaries")
+    drain_s: float = num(120.0, ge=0.0, doc="time after duration_s for open turns to finish")
+    seed: int = num(1, ge=0)
+    replications: int = num(1, ge=1)
+
+    def __post_init__(self) -> None:
+        if self.warmup_s >= self.duration_s:
+            raise ConfigError("warmup_s", f"must be < duration_s ({self.duration_s:g})")
+
+
+# --------------------------------------------------------------------------- scenario
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One experiment. ``name`` defaults to the file stem."""
+
+    name: str = "scenario"
+    description: str = ""
+    workload: WorkloadConfig = WorkloadConfig()
+    live: LivePolicyConfig = LivePolicyConfig()
+    network: NetworkConfig = NetworkConfig()
+    reasoner: ReasonerConfig = ReasonerConfig()
+    run: RunConfig = RunConfig()
+
+    def with_overrides(self, overrides: dict[str, Any] | list[str]) -> Scenario:
+        """A copy with dotted-key overrides applied (``{"run.seed": 7}`` or ``["run.seed=7"]``)."""
+        return from_dict(apply_overrides(to_plain(self), overrides))
+
+    def with_seed(self, seed: int) -> Scenario:
+        return replace(self, run=replace(self.run, seed=seed))
+
+
+def from_dict(data: dict[str, Any]) -> Scenario:
+    """Validate plain data into a :class:`Scenario` (raises :class:`ConfigError`)."""
+    return build(Scenario, data)
+
+
+def _parse_value(text: str) -> Any:
+    """Parse the right-hand side of ``--set key=value`` as a TOML value, else a bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any] | list[str]) -> dict[str, Any]:
+    """Set dotted keys in (a deep copy of) ``data``; ``overrides`` values may be TOML text."""
+    data = copy.deepcopy(data)
+    items = overrides.items() if isinstance(overrides, dict) else []
+    if isinstance(overrides, list):
+        parsed = []
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(item, "override must look like key.path=value")
+            k, v = item.split("=", 1)
+            parsed.append((k.strip(), _parse_value(v.strip())))
+        items = parsed
+    for key, value in items:
+        parts = key.split(".")
+        node = data
+        for i, p in enumerate(parts[:-1]):
+            nxt = node.get(p) if isinstance(node, dict) else None
+            if nxt is None:
+                nxt = node[p] = {}
+            if not isinstance(nxt, dict):
+                raise ConfigError(".".join(parts[: i + 1]), "is not a table; cannot set a sub-key")
+            node = nxt
+        node[parts[-1]] = value
+    return data
+
+
+PRESETS_PACKAGE = "sim.scenarios"
+
+
+def preset_names() -> list[str]:
+    """Names of the scenarios shipped in ``sim/scenarios/``."""
+    files = resources.files(PRESETS_PACKAGE).iterdir()
+    return sorted(f.name[:-5] for f in files if f.name.endswith(".toml"))
+
+
+def resolve_path(ref: str | Path) -> Path:
+    """A scenario reference is a file path or the name of a preset."""
+    p = Path(ref)
+    if p.exists():
+        return p
+    if p.suffix == "" and str(ref) in preset_names():
+        return Path(str(resources.files(PRESETS_PACKAGE).joinpath(f"{ref}.toml")))
+    raise ConfigError("", f"no scenario file or preset named {str(ref)!r} "
+                          f"(presets: {', '.join(preset_names())})")
+
+
+def load_scenario(ref: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
+    """Read, override and validate a scenario file or preset (raises :class:`ConfigError`)."""
+    path = resolve_path(ref)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("", f"{path}: not valid TOML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("", f"{path}: cannot read: {e}") from None
+    data.setdefault("name", path.stem)
+    if overrides:
+        data = apply_overrides(data, overrides)
+    return from_dict(data)
+
+
+def dumps(scenario: Scenario) -> str:
+    """The resolved scenario as TOML text (every default spelled out)."""
+    return tomli_w.dumps(to_plain(scenario))
