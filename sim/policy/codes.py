@@ -44,7 +44,8 @@ CODES: dict[ErrorCode, CodeInfo] = {
     for c in (
         CodeInfo(ErrorCode.SCHEMA_VALIDATION,
                  "A directive, metadata field, or DataPart failed schema/field validation",
-                 Retryability.NO, "Malformed fields, invalid directive type, missing handoff fields",
+                 Retryability.NO,
+                 "Malformed fields, invalid directive type, missing handoff fields",
                  "fix the request or fail the turn"),
         CodeInfo(ErrorCode.UNSUPPORTED_DIRECTIVE,
                  "Reasoner would need a directive type outside the negotiated effective set",

@@ -131,4 +131,6 @@ class LivePolicyConfig:
     def __post_init__(self) -> None:
         b = self.backoff
         if b.strategy != "none" and b.cap_s < b.base_s:
-            raise ConfigError("backoff.cap_s", f"must be >= backoff.base_s ({b.base_s:g}), got {b.cap_s:g}")
+            raise ConfigError(
+                "backoff.cap_s", f"must be >= backoff.base_s ({b.base_s:g}), got {b.cap_s:g}"
+            )

@@ -1,0 +1,427 @@
+"""Retry budgets: shared, stateful limits on how much a Live-layer instance retries.
+
+Four mechanisms, each usable alone or combined (a retry needs all enabled ones
+to agree):
+
+* :class:`TokenBucket` — gRPC retry throttling (gRFC A6): tokens start at
+  ``max_tokens``, -1 per failure, +``token_ratio`` per success (capped at
+  ``max_tokens``, floored at 0); retries only while ``tokens > max_tokens / 2``.
+  Kept in integer milli-tokens like gRPC, so counts are exact.
+* :class:`FinagleBudget` — Finagle ``RetryBudget``: every first send deposits,
+  every retry withdraws, deposits and withdrawals expire after ``ttl_s``; a
+  retry is allowed while the balance covers it.  Over any ``ttl_s`` window this
+  allows about ``min_retries_per_s * ttl_s + percent_can_retry * requests``
+  retries.
+* :class:`AdaptiveThrottle` — Google SRE client-side throttling:
+  ``P(reject) = max(0, (requests - k * accepts) / (requests + 1))`` over the
+  last ``window_s``; applied to retries, and to first sends if
+  ``apply_to_first``.  A locally rejected request counts as a request (SRE).
+* :class:`CircuitBreaker` — closed → open after ``failure_threshold``
+  consecutive failures; open rejects everything (first sends too) for
+  ``open_s``; then half-open lets ``half_open_probes`` trial requests through;
+  a success closes it, a failure re-opens it.
+
+Time comes only from the ``now_s`` arguments (simulated or wall clock, must not
+go backwards); randomness only from the ``rng`` arguments.  Windows are kept in
+at most ``ceil(window / slice)`` fixed slices of ``min(1 s, window / 10)``
+each, so memory is bounded and an event expires between ``window - slice`` and
+``window`` after it happened.
+
+How the caller drives a budget (one per Live-layer instance):
+
+1. before a first send: ``allow_first(now, rng)`` (False ⇒ fail the turn locally);
+2. for each attempt actually sent: ``on_attempt(now, is_retry)``;
+3. for each attempt's outcome: ``on_success(now)`` when the server answered
+   without a sign of ill health (COMPLETED, or a non-retryable code: the request
+   was bad, the server is fine) and ``on_failure(now)`` for a retryable code or
+   a turn-response timeout;
+4. before a retry: ``allow_retry(now, rng)`` — usually via
+   :meth:`sim.policy.decide.RetryPolicy.decide`.  A granted retry is charged
+   at once (Finagle withdrawal, breaker probe), not at ``on_attempt``.
+
+``allow_*`` is two-phase inside (``_permit_*`` checks, ``_take_*`` commits), so
+a combination charges nothing when one member vetoes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from sim.policy.config import (
+    AdaptiveThrottleConfig,
+    BudgetConfig,
+    CircuitBreakerConfig,
+    FinagleBudgetConfig,
+    TokenBucketConfig,
+)
+
+
+class _Window:
+    """Two integer counters summed over a sliding time window of fixed slices."""
+
+    __slots__ = ("_last", "_n", "_slice_s", "_slices", "a", "b")
+
+    def __init__(self, window_s: float) -> None:
+        target = min(1.0, window_s / 10.0)
+        self._n = max(1, math.ceil(window_s / target - 1e-9))
+        self._slice_s = window_s / self._n
+        self._slices: deque[list[int]] = deque()  # [slice index, a, b], oldest first
+        self._last = 0
+        self.a = 0
+        self.b = 0
+
+    def advance(self, now_s: float) -> int:
+        """Drop slices that left the window at ``now_s``; return the current slice index."""
+        idx = int(now_s / self._slice_s)
+        if idx < self._last:
+            idx = self._last  # clock went backwards: stay in the latest slice
+        self._last = idx
+        slices = self._slices
+        horizon = idx - self._n
+        while slices and slices[0][0] <= horizon:
+            _, a, b = slices.popleft()
+            self.a -= a
+            self.b -= b
+        return idx
+
+    def add(self, now_s: float, a: int, b: int) -> None:
+        """Add ``a`` and ``b`` to the counters at ``now_s``."""
+        idx = self.advance(now_s)
+        slices = self._slices
+        if slices and slices[-1][0] == idx:
+            s = slices[-1]
+            s[1] += a
+            s[2] += b
+        else:
+            slices.append([idx, a, b])
+        self.a += a
+        self.b += b
+
+    def __len__(self) -> int:
+        return len(self._slices)
+
+
+class RetryBudget:
+    """Base class and the null budget: allows everything, keeps no state."""
+
+    name: str = "none"
+
+    def allow_first(self, now_s: float, rng: np.random.Generator) -> bool:
+        """May a first send go out now? (charges it if so)"""
+        if self._permit_first(now_s, rng):
+            self._take_first(now_s)
+            return True
+        return False
+
+    def allow_retry(self, now_s: float, rng: np.random.Generator) -> bool:
+        """May a retry be scheduled now? (charges it if so)"""
+        if self._permit_retry(now_s, rng):
+            self._take_retry(now_s)
+            return True
+        return False
+
+    def on_attempt(self, now_s: float, is_retry: bool) -> None:
+        """An attempt (first send or retry) was actually sent."""
+
+    def on_success(self, now_s: float) -> None:
+        """An attempt ended well (or with a non-retryable code)."""
+
+    def on_failure(self, now_s: float) -> None:
+        """An attempt failed with a retryable code or timed out."""
+
+    def state(self, now_s: float | None = None) -> dict[str, Any]:
+        """Small flat dict for records / time series (advanced to ``now_s`` if given)."""
+        return {}
+
+    # hooks for subclasses: check without side effects, then commit
+    def _permit_first(self, now_s: float, rng: np.random.Generator) -> bool:
+        return True
+
+    def _take_first(self, now_s: float) -> None:
+        pass
+
+    def _permit_retry(self, now_s: float, rng: np.random.Generator) -> bool:
+        return True
+
+    def _take_retry(self, now_s: float) -> None:
+        pass
+
+
+class TokenBucket(RetryBudget):
+    """gRPC retry throttling: retries only while tokens > max_tokens / 2."""
+
+    name = "token_bucket"
+    MILLI = 1000
+
+    def __init__(self, cfg: TokenBucketConfig) -> None:
+        self._max = round(cfg.max_tokens * self.MILLI)
+        self._ratio = max(1, round(cfg.token_ratio * self.MILLI))
+        self._milli = self._max
+
+    @property
+    def tokens(self) -> float:
+        """Current token count."""
+        return self._milli / self.MILLI
+
+    def _permit_retry(self, now_s: float, rng: np.random.Generator) -> bool:
+        return 2 * self._milli > self._max
+
+    def on_success(self, now_s: float) -> None:
+        """+token_ratio, capped at max_tokens."""
+        m = self._milli + self._ratio
+        self._milli = m if m < self._max else self._max
+
+    def on_failure(self, now_s: float) -> None:
+        """-1 token, floored at 0."""
+        m = self._milli - self.MILLI
+        self._milli = m if m > 0 else 0
+
+    def state(self, now_s: float | None = None) -> dict[str, Any]:
+        """``{"tokens": float}``."""
+        return {"tokens": self.tokens}
+
+
+class FinagleBudget(RetryBudget):
+    """Finagle RetryBudget: ttl-expiring deposits per first send, withdrawals per retry.
+
+    As in Finagle, deposits and withdrawals expire independently, so the
+    balance can dip below zero for up to ``ttl_s`` after a burst of retries;
+    no retry is granted until it is back above one withdrawal.
+    """
+
+    name = "finagle"
+    SCALE = 1000
+
+    def __init__(self, cfg: FinagleBudgetConfig) -> None:
+        pct = cfg.percent_can_retry
+        # Finagle's integer arithmetic: a request deposits SCALE, a retry costs SCALE / percent
+        # (rounded); percent = 0 (or so small it rounds away) means the reserve alone, 1 per retry.
+        if pct > 0.0 and self.SCALE / pct < 2**53:
+            self._deposit, self._withdraw = self.SCALE, max(1, round(self.SCALE / pct))
+        else:
+            self._deposit, self._withdraw = 0, 1
+        self._reserve = cfg.min_retries_per_s * cfg.ttl_s * self._withdraw
+        self._win = _Window(cfg.ttl_s)
+
+    def balance(self, now_s: float) -> float:
+        """Balance at ``now_s`` in units of retries."""
+        self._win.advance(now_s)
+        return (self._reserve + self._win.a) / self._withdraw
+
+    def _permit_retry(self, now_s: float, rng: np.random.Generator) -> bool:
+        self._win.advance(now_s)
+        return self._reserve + self._win.a >= self._withdraw
+
+    def _take_retry(self, now_s: float) -> None:
+        self._win.add(now_s, -self._withdraw, 0)
+
+    def on_attempt(self, now_s: float, is_retry: bool) -> None:
+        """A first send deposits; a retry was already charged by allow_retry."""
+        if not is_retry and self._deposit:
+            self._win.add(now_s, self._deposit, 0)
+
+    def state(self, now_s: float | None = None) -> dict[str, Any]:
+        """``{"finagle_retries_left": int}``."""
+        if now_s is not None:
+            self._win.advance(now_s)
+        return {"finagle_retries_left": int((self._reserve + self._win.a) // self._withdraw)}
+
+
+class AdaptiveThrottle(RetryBudget):
+    """SRE client-side throttling: reject with P = max(0, (requests - k·accepts)/(requests + 1))."""
+
+    name = "adaptive"
+
+    def __init__(self, cfg: AdaptiveThrottleConfig) -> None:
+        self.k = cfg.k
+        self.apply_to_first = cfg.apply_to_first
+        self._win = _Window(cfg.window_s)
+
+    @property
+    def requests(self) -> int:
+        """Requests in the window as of the last call."""
+        return self._win.a
+
+    @property
+    def accepts(self) -> int:
+        """Accepts in the window as of the last call."""
+        return self._win.b
+
+    def reject_probability(self, now_s: float) -> float:
+        """P(reject) at ``now_s``."""
+        self._win.advance(now_s)
+        r = self._win.a
+        p = (r - self.k * self._win.b) / (r + 1)
+        return p if p > 0.0 else 0.0
+
+    def _permit(self, now_s: float, rng: np.random.Generator) -> bool:
+        p = self.reject_probability(now_s)
+        if p > 0.0 and rng.random() < p:
+            self._win.add(now_s, 1, 0)  # a locally rejected request still counts as a request
+            return False
+        return True
+
+    def _permit_first(self, now_s: float, rng: np.random.Generator) -> bool:
+        return self._permit(now_s, rng) if self.apply_to_first else True
+
+    def _permit_retry(self, now_s: float, rng: np.random.Generator) -> bool:
+        return self._permit(now_s, rng)
+
+    def on_attempt(self, now_s: float, is_retry: bool) -> None:
+        """Every attempt sent is a request."""
+        self._win.add(now_s, 1, 0)
+
+    def on_success(self, now_s: float) -> None:
+        """The server accepted the request."""
+        self._win.add(now_s, 0, 1)
+
+    def state(self, now_s: float | None = None) -> dict[str, Any]:
+        """Requests, accepts and the current rejection probability."""
+        if now_s is not None:
+            self._win.advance(now_s)
+        r, a = self._win.a, self._win.b
+        return {"adaptive_requests": r, "adaptive_accepts": a,
+                "adaptive_p_reject": max(0.0, (r - self.k * a) / (r + 1))}
+
+
+class CircuitBreaker(RetryBudget):
+    """Consecutive-failure circuit breaker: closed → open → half-open → closed | open."""
+
+    name = "circuit_breaker"
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half-open"
+
+    def __init__(self, cfg: CircuitBreakerConfig) -> None:
+        self.failure_threshold = cfg.failure_threshold
+        self.open_s = cfg.open_s
+        self.half_open_probes = cfg.half_open_probes
+        self.status = self.CLOSED
+        self.failures = 0  # consecutive failures while closed
+        self.opens = 0  # how many times it has opened
+        self.opened_at_s = -math.inf
+        self._probes_left = 0
+
+    def _open(self, now_s: float) -> None:
+        self.status = self.OPEN
+        self.opened_at_s = now_s
+        self.opens += 1
+        self.failures = 0
+
+    def _refresh(self, now_s: float) -> None:
+        if self.status == self.OPEN and now_s >= self.opened_at_s + self.open_s:
+            self.status = self.HALF_OPEN
+            self._probes_left = self.half_open_probes
+
+    def _permit(self, now_s: float, rng: np.random.Generator) -> bool:
+        self._refresh(now_s)
+        if self.status == self.CLOSED:
+            return True
+        return self.status == self.HALF_OPEN and self._probes_left > 0
+
+    def _take(self, now_s: float) -> None:
+        if self.status == self.HALF_OPEN:
+            self._probes_left -= 1
+
+    _permit_first = _permit_retry = _permit
+    _take_first = _take_retry = _take
+
+    def on_success(self, now_s: float) -> None:
+        """Closed: reset the failure run.  Half-open: close.  Open: ignored (a late reply)."""
+        if self.status == self.CLOSED:
+            self.failures = 0
+        elif self.status == self.HALF_OPEN:
+            self.status = self.CLOSED
+            self.failures = 0
+
+    def on_failure(self, now_s: float) -> None:
+        """Closed: count, open at the threshold.  Half-open: re-open.  Open: ignored."""
+        if self.status == self.CLOSED:
+            self.failures += 1
+            if self.failures >= self.failure_threshold:
+                self._open(now_s)
+        elif self.status == self.HALF_OPEN:
+            self._open(now_s)
+
+    def state(self, now_s: float | None = None) -> dict[str, Any]:
+        """Breaker status, current failure run and number of openings."""
+        if now_s is not None:
+            self._refresh(now_s)
+        return {"breaker": self.status, "breaker_failures": self.failures,
+                "breaker_opens": self.opens}
+
+
+class CompositeBudget(RetryBudget):
+    """All members must allow; nothing is charged when one vetoes.  Empty ⇒ always allows."""
+
+    name = "composite"
+
+    def __init__(self, parts: tuple[RetryBudget, ...] | list[RetryBudget] = ()) -> None:
+        self.parts: tuple[RetryBudget, ...] = tuple(parts)
+        self.vetoes: dict[str, int] = {p.name: 0 for p in self.parts}
+        self.vetoed_by = ""  # member that vetoed the last refused request
+
+    def _permit_first(self, now_s: float, rng: np.random.Generator) -> bool:
+        for p in self.parts:
+            if not p._permit_first(now_s, rng):
+                self.vetoes[p.name] += 1
+                self.vetoed_by = p.name
+                return False
+        return True
+
+    def _take_first(self, now_s: float) -> None:
+        for p in self.parts:
+            p._take_first(now_s)
+
+    def _permit_retry(self, now_s: float, rng: np.random.Generator) -> bool:
+        for p in self.parts:
+            if not p._permit_retry(now_s, rng):
+                self.vetoes[p.name] += 1
+                self.vetoed_by = p.name
+                return False
+        return True
+
+    def _take_retry(self, now_s: float) -> None:
+        for p in self.parts:
+            p._take_retry(now_s)
+
+    def on_attempt(self, now_s: float, is_retry: bool) -> None:
+        """Forward to every member."""
+        for p in self.parts:
+            p.on_attempt(now_s, is_retry)
+
+    def on_success(self, now_s: float) -> None:
+        """Forward to every member."""
+        for p in self.parts:
+            p.on_success(now_s)
+
+    def on_failure(self, now_s: float) -> None:
+        """Forward to every member."""
+        for p in self.parts:
+            p.on_failure(now_s)
+
+    def state(self, now_s: float | None = None) -> dict[str, Any]:
+        """Members' states merged, plus ``vetoes_<member>`` counts."""
+        out: dict[str, Any] = {}
+        for p in self.parts:
+            out.update(p.state(now_s))
+            out[f"vetoes_{p.name}"] = self.vetoes[p.name]
+        return out
+
+
+def make_budget(cfg: BudgetConfig) -> CompositeBudget:
+    """The composite of the enabled budgets (checked breaker, token bucket, Finagle, adaptive)."""
+    parts: list[RetryBudget] = []
+    if cfg.circuit_breaker.enabled:
+        parts.append(CircuitBreaker(cfg.circuit_breaker))
+    if cfg.token_bucket.enabled:
+        parts.append(TokenBucket(cfg.token_bucket))
+    if cfg.finagle.enabled:
+        parts.append(FinagleBudget(cfg.finagle))
+    if cfg.adaptive.enabled:
+        parts.append(AdaptiveThrottle(cfg.adaptive))  # last: draws rng only if the others allow
+    return CompositeBudget(parts)
