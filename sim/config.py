@@ -107,7 +107,8 @@ def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any]) -> 
         out = {}
         for k, v in value.items():
             if allowed_keys is not None and k not in allowed_keys:
-                raise ConfigError(_join(path, k), f"unknown key; expected one of {sorted(allowed_keys)}")
+                raise ConfigError(_join(path, k),
+                                  f"unknown key; expected one of {sorted(allowed_keys)}")
             out[k] = _convert(val_tp, v, _join(path, k), meta)
         return types.MappingProxyType(out)
     raise TypeError(f"unsupported config type {tp!r} at {path}")  # programming error

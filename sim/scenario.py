@@ -95,7 +95,7 @@ class LinkConfig:
 
 @dataclass(frozen=True)
 class OutageConfig:
-    """A scheduled partition: every message on ``direction`` is dropped in [start_s, start_s+duration_s)."""
+    """A scheduled partition: messages on ``direction`` are dropped during the window."""
 
     start_s: float = num(0.0, ge=0.0)
     duration_s: float = num(10.0, gt=0.0)
@@ -118,7 +118,7 @@ DedupMode = Literal["request-guid", "turn", "none"]
 
 @dataclass(frozen=True)
 class CapacityDrop:
-    """Scheduled loss of Reasoner capacity: only ``workers`` workers in [start_s, start_s+duration_s)."""
+    """Scheduled capacity loss: only ``workers`` workers in [start_s, start_s+duration_s)."""
 
     start_s: float = num(0.0, ge=0.0)
     duration_s: float = num(10.0, gt=0.0)

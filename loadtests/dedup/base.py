@@ -9,14 +9,38 @@ Protocol of use by the Reasoner, for one incoming request:
 
 1. ``claim = await store.claim(ctx, key, owner, now_s)``
    - ``claim.state == "new"``: this caller owns execution; it runs the turn,
-     then calls ``complete(ctx, key, outcome)`` (or ``abandon`` if it crashed
-     before any side effect and the entry should be retried from scratch).
+     then calls ``complete(ctx, key, outcome, now_s, owner=owner)`` (or
+     ``abandon(ctx, key, owner=owner)`` if it stopped before any side effect and
+     the entry should be retried from scratch).
    - ``"in_flight"``: another caller (possibly another worker process) owns it;
      ``await store.wait(ctx, key, timeout_s)`` returns the outcome when it is
-     stored (or ``None`` on timeout), and the caller replays it.
-   - ``"done"``: ``claim.outcome`` is the stored outcome; replay it, never re-execute.
-2. Entries are kept at least while in flight and ``window_s`` after completion;
-   ``purge(now_s)`` removes older finished entries (backends may also expire lazily).
+     stored, or ``None`` on timeout or when the owner abandoned the entry (then
+     claim again); the caller replays the outcome.
+   - ``"done"``: ``claim.outcome`` is the stored outcome; replay it, never
+     re-execute.  If ``claim.lost`` (see below) the outcome is the synthetic
+     :func:`lost_outcome`: answer FAILED with its ``errorCode`` (``internal``).
+2. Entries are kept at least while in flight and ``window_s`` after completion.
+   A claim with ``now_s > completed_at + window_s`` treats the entry as new
+   (logical expiry, identical in every backend); ``purge(now_s)`` physically
+   drops such entries (Redis does it by key TTL, so its ``purge`` returns 0).
+
+Times (``now_s``) are wall-clock epoch seconds (``time.time()``): entries are
+compared across worker processes, restarts and (Redis) hosts.
+
+Leases and crashed owners.  An in-flight entry whose ``claimed_at`` is older than
+``lease_s`` is *stale*: its owner probably died — but it may have run the side
+effect before dying, so the outcome is unknown.  ``on_stale`` picks the rule:
+
+- ``"fail"`` (default, at-most-once): the next claim or waiter turns the entry
+  into ``done`` with :func:`lost_outcome` and never re-executes under that key.
+  A requestGuid therefore never runs twice because of the store; the Live
+  layer's retry with a *new* requestGuid may (the turn re-execution hazard,
+  which the witness ledger counts separately).  If the original owner was only
+  slow and later completes, its real outcome replaces the lost marker.
+- ``"reclaim"`` (at-least-once): the next claim becomes the new owner
+  (``Claim.stale`` is true) and re-executes; the old owner's late ``complete``
+  is refused.  The witness ledger then shows a duplicate execution of one
+  requestGuid whenever the crashed owner had reached the side effect.
 
 Outcomes are JSON-serialisable dicts (the terminal state, artifacts' text and
 metadata, error code) so any worker can replay what another produced.
@@ -29,16 +53,44 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ClaimState = Literal["new", "in_flight", "done"]
+StalePolicy = Literal["fail", "reclaim"]
+STALE_POLICIES: tuple[str, ...] = ("fail", "reclaim")
+
+DEFAULT_LEASE_S = 120.0
+LOST_KEY = "rta.dedup.lost"  # marker key of the synthetic outcome of a crashed owner
+LOST_ERROR_CODE = "internal"
+
+
+def lost_outcome(owner: str, claimed_at_s: float, lost_at_s: float) -> dict[str, Any]:
+    """The outcome stored for an entry whose owner's lease expired (policy ``fail``)."""
+    return {LOST_KEY: True, "errorCode": LOST_ERROR_CODE, "owner": owner,
+            "claimedAtS": claimed_at_s, "lostAtS": lost_at_s}
+
+
+def is_lost_outcome(outcome: dict[str, Any] | None) -> bool:
+    """True for the synthetic outcome of :func:`lost_outcome`."""
+    return bool(outcome) and outcome.get(LOST_KEY) is True
 
 
 @dataclass(frozen=True)
 class Claim:
+    """Result of :meth:`DedupStore.claim`."""
+
     state: ClaimState
     outcome: dict[str, Any] | None = None
+    owner: str | None = None  # in_flight: the current owner; stale claims: the previous one
+    stale: bool = False  # this claim resolved an expired lease (lost or reclaimed)
+
+    @property
+    def lost(self) -> bool:
+        """The entry's owner crashed mid-execution; the outcome is unknown."""
+        return self.state == "done" and is_lost_outcome(self.outcome)
 
 
 @dataclass
 class StoreStats:
+    """Counts for /metrics and checkers; ``hits`` are claims answered in_flight or done."""
+
     entries: int = 0
     in_flight: int = 0
     hits: int = 0
@@ -49,11 +101,20 @@ class DedupStore(ABC):
     """Async idempotency store; one instance per Reasoner worker process."""
 
     name: str = "abstract"
-    durable: bool = False  # survives a SIGKILL of the process
+    durable: bool = False  # survives a SIGKILL of the Reasoner process
     shared: bool = False  # visible to other worker processes
 
-    def __init__(self, window_s: float = 300.0):
-        self.window_s = window_s
+    def __init__(self, window_s: float = 300.0, *, lease_s: float = DEFAULT_LEASE_S,
+                 on_stale: StalePolicy = "fail"):
+        if not window_s >= 0:
+            raise ValueError(f"window_s must be >= 0, got {window_s!r}")
+        if not lease_s > 0:
+            raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
+        if on_stale not in STALE_POLICIES:
+            raise ValueError(f"on_stale must be one of {STALE_POLICIES}, got {on_stale!r}")
+        self.window_s = float(window_s)
+        self.lease_s = float(lease_s)
+        self.on_stale: StalePolicy = on_stale
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Open connections, create schema (called in the app lifespan)."""
@@ -61,22 +122,31 @@ class DedupStore(ABC):
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
 
+    async def __aenter__(self) -> DedupStore:
+        """``async with open_store(...) as store`` starts and closes the store."""
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Close the store."""
+        await self.close()
+
     @abstractmethod
     async def claim(self, context_id: str, key: str, owner: str, now_s: float) -> Claim:
         """Atomically register ``key`` as in flight for ``owner`` unless already known."""
 
     @abstractmethod
     async def complete(self, context_id: str, key: str, outcome: dict[str, Any],
-                       now_s: float) -> None:
-        """Store the terminal outcome of an owned entry and wake its waiters."""
+                       now_s: float, owner: str | None = None) -> bool:
+        """Store the outcome and wake waiters; with ``owner``, only if still owned by it."""
 
     @abstractmethod
-    async def abandon(self, context_id: str, key: str) -> None:
-        """Forget an owned in-flight entry that did no side effect (next claim is ``new``)."""
+    async def abandon(self, context_id: str, key: str, owner: str | None = None) -> bool:
+        """Forget an in-flight entry that did no side effect (next claim is ``new``)."""
 
     @abstractmethod
     async def wait(self, context_id: str, key: str, timeout_s: float) -> dict[str, Any] | None:
-        """Wait for the outcome of an in-flight entry; ``None`` after ``timeout_s``."""
+        """Wait for the outcome of an in-flight entry; ``None`` on timeout or abandon."""
 
     @abstractmethod
     async def purge(self, now_s: float) -> int:

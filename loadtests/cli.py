@@ -1,0 +1,193 @@
+"""``rtalab serve reasoner|witness|bench``, registered through the ``rtalab.commands`` entry point.
+
+``register(subparsers)`` adds the ``serve`` command to the root parser of
+``sim.cli``.  The reasoner's options are also used by ``python -m
+loadtests.reasoner``.  Every user mistake (bad flag value, unreadable token
+file, broken scenario, bad store URL) exits 2 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+from urllib.parse import urlsplit
+
+EXIT_USAGE = 2
+REASONER_PROG = "rtalab serve reasoner"
+
+
+class FlagError(Exception):
+    """A flag value the user must fix (one line, exit 2)."""
+
+
+def _port(text: str) -> int:
+    """A TCP port number 1..65535."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 1..65535, got {v}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    """An integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _non_negative(text: str) -> float:
+    """A finite number >= 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return v
+
+
+def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``rtalab serve reasoner``."""
+    from loadtests.reasoner.idempotency import MODES
+    from loadtests.reasoner.wire import DEFAULT_EXT_URI
+
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--workers", type=_positive_int, default=1,
+                   help="uvicorn worker processes sharing the dedup store (default 1)")
+    p.add_argument("--dedup", metavar="URL", default="",
+                   help="dedup store: sqlite:///PATH, redis://HOST:PORT[/DB] or memory "
+                        "(default: a SQLite file per port in the temp directory)")
+    p.add_argument("--dedup-mode", choices=MODES, default=None,
+                   help="override [reasoner].dedup")
+    p.add_argument("--dedup-window-s", type=_non_negative, default=None,
+                   help="override [reasoner].dedup_window_s")
+    p.add_argument("--dedup-wait-s", type=_non_negative, default=30.0,
+                   help="how long a duplicate waits for the in-flight original (default 30)")
+    p.add_argument("--scenario", metavar="FILE|PRESET", default=None,
+                   help="scenario whose [reasoner] section drives the behaviour")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="scenario override, e.g. reasoner.chunks=5 (repeatable)")
+    p.add_argument("--witness", metavar="URL", default=None,
+                   help="witness service for side effects (POST <URL>/execute); "
+                        "default: simulated in process")
+    p.add_argument("--tokens", metavar="FILE", action="append", default=[],
+                   help="bearer tokens file: TOKEN=PRINCIPAL per line, or a JSON object")
+    p.add_argument("--token", metavar="TOKEN=PRINCIPAL", action="append", default=[],
+                   help="one bearer token (repeatable); env RTALAB_REASONER_TOKENS also read")
+    p.add_argument("--ext-uri", default=DEFAULT_EXT_URI, help="the profile's extension URI")
+    p.add_argument("--test-hooks", action="store_true",
+                   help="honour rta/test.forceError and rta/test.delayS (tests only)")
+    p.add_argument("--max-tasks", type=_positive_int, default=50_000,
+                   help="tasks kept in memory per worker (LRU, default 50000)")
+    p.add_argument("--log-level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug"))
+    p.add_argument("--access-log", action="store_true", help="uvicorn access log")
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    """Validate the flags into ServerSettings (raises FlagError or ConfigError)."""
+    from loadtests.dedup import parse_store_url
+    from loadtests.reasoner.auth import TokenError, collect_tokens
+    from loadtests.reasoner.runtime import load_config
+    from loadtests.reasoner.settings import ServerSettings
+
+    try:
+        tokens = collect_tokens(args.token, args.tokens)
+    except TokenError as e:
+        raise FlagError(str(e)) from None
+    if args.witness is not None:
+        parts = urlsplit(args.witness)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise FlagError(f"--witness must be an http(s) URL, got {args.witness!r}")
+    if not args.ext_uri.strip() or any(c.isspace() or c == "," for c in args.ext_uri):
+        raise FlagError(f"--ext-uri must be a URI without spaces or commas, got {args.ext_uri!r}")
+    settings = ServerSettings(
+        host=args.host, port=args.port, workers=args.workers, dedup_url=args.dedup,
+        dedup_mode=args.dedup_mode, dedup_window_s=args.dedup_window_s,
+        dedup_wait_s=args.dedup_wait_s, scenario=args.scenario, overrides=tuple(args.set),
+        witness=args.witness, tokens=tokens, ext_uri=args.ext_uri, test_hooks=args.test_hooks,
+        max_tasks=args.max_tasks, log_level=args.log_level, access_log=args.access_log)
+    try:
+        parse_store_url(settings.store_url)
+    except ValueError as e:
+        raise FlagError(str(e)) from None
+    load_config(settings)  # raises ConfigError on a broken scenario or override
+    return settings
+
+
+def cmd_reasoner(args: argparse.Namespace) -> int:
+    """``rtalab serve reasoner``."""
+    from loadtests.reasoner.server import run
+    from sim.config import ConfigError
+
+    try:
+        settings = settings_from_args(args)
+    except FlagError as e:
+        print(f"{REASONER_PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as e:
+        print(f"{REASONER_PROG}: error: scenario: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if settings.workers > 1 and settings.store_url.strip() == "memory":
+        print(f"{REASONER_PROG}: warning: --dedup memory is per worker; duplicates reaching "
+              "another worker are executed again (negative control)", file=sys.stderr)
+    if not settings.tokens:
+        print(f"{REASONER_PROG}: warning: no bearer tokens configured; authentication is off",
+              file=sys.stderr)
+    return run(settings)
+
+
+def _unavailable(name: str, reason: str) -> Any:
+    """A command function that explains why ``name`` cannot run."""
+
+    def func(args: argparse.Namespace) -> int:
+        """Explain and fail."""
+        print(f"rtalab serve {name}: {reason}", file=sys.stderr)
+        return 1
+
+    return func
+
+
+def _help_of(parser: argparse.ArgumentParser) -> Any:
+    """A command function printing ``parser``'s help."""
+
+    def func(args: argparse.Namespace) -> int:
+        """Print the help."""
+        parser.print_help()
+        return 0
+
+    return func
+
+
+def register(subparsers: Any) -> None:
+    """Add ``serve`` with ``reasoner``, ``witness`` and ``bench`` to the root parser."""
+    serve = subparsers.add_parser("serve", help="run the reference servers and benchmarks",
+                                  description="Run the reference Reasoner, the witness, "
+                                              "or the server benchmark.")
+    serve.set_defaults(func=_help_of(serve))
+    sub = serve.add_subparsers(title="commands", metavar="COMMAND")
+    reasoner = sub.add_parser("reasoner", help="the reference A2A Reasoner",
+                              description="Serve the reference Reasoner (A2A JSON-RPC/SSE, REST, "
+                                          "WebSocket /ws).")
+    add_reasoner_arguments(reasoner)
+    reasoner.set_defaults(func=cmd_reasoner)
+    try:
+        from loadtests.witness.cli import register_witness
+    except ImportError as e:
+        witness = sub.add_parser("witness", help="the side-effect witness (unavailable)")
+        witness.set_defaults(func=_unavailable("witness", f"not available ({e})"))
+    else:
+        register_witness(sub)
+    bench = sub.add_parser("bench", help="server benchmark (not implemented yet)",
+                           description="Turns/s of the Reasoner per dedup backend "
+                                       "(not implemented yet).")
+    bench.set_defaults(func=_unavailable("bench", "not implemented yet"))

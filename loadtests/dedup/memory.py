@@ -1,0 +1,159 @@
+"""Per-process in-memory dedup store: the negative control (not shared, not durable).
+
+Each Reasoner worker process has its own dict, so a duplicate that reaches another
+worker is executed again — exactly what the load tests must be able to show.
+Waiters are woken by asyncio futures; outcomes go through JSON like the other
+backends so a replay never shares mutable state with the original.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import time
+from collections import Counter
+from typing import Any
+
+from loadtests.dedup._common import (
+    EntryKey,
+    LocalWakeups,
+    PeekState,
+    Row,
+    count_claim,
+    judge,
+    make_stats,
+    poll_wait,
+)
+from loadtests.dedup.base import Claim, DedupStore, StoreStats, lost_outcome
+
+
+class MemoryStore(DedupStore):
+    """A dict of entries plus a completion-time heap for purging."""
+
+    name = "memory"
+    durable = False
+    shared = False
+
+    poll_max_s = 1.0  # only to notice an expired lease; completions wake waiters at once
+
+    def __init__(self, window_s: float = 300.0, **kwargs: Any):
+        super().__init__(window_s, **kwargs)
+        self._rows: dict[EntryKey, Row] = {}
+        self._in_flight: set[EntryKey] = set()
+        self._done_heap: list[tuple[float, EntryKey]] = []
+        self._wakeups = LocalWakeups()
+        self._counters: Counter[str] = Counter()
+
+    async def claim(self, context_id: str, key: str, owner: str, now_s: float) -> Claim:
+        """Register ``key`` as in flight for ``owner`` unless known (atomic: no await inside)."""
+        k = (context_id, key)
+        row = self._rows.get(k)
+        verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale)
+        claim: Claim
+        if verdict == "insert":
+            self._rows[k] = Row("in_flight", owner, now_s)
+            self._in_flight.add(k)
+            claim = Claim("new")
+        elif verdict == "done":
+            assert row is not None and row.outcome is not None
+            claim = Claim("done", json.loads(row.outcome), owner=row.owner)
+        elif verdict == "in_flight":
+            assert row is not None
+            claim = Claim("in_flight", owner=row.owner)
+        elif verdict == "reclaim":
+            assert row is not None
+            prev = row.owner
+            row.owner, row.claimed_at = owner, now_s
+            claim = Claim("new", owner=prev, stale=True)
+        else:  # lost
+            assert row is not None
+            outcome = self._mark_lost(k, row, now_s)
+            claim = Claim("done", outcome, owner=row.owner, stale=True)
+        count_claim(self._counters, claim.state, claim.stale)
+        return claim
+
+    def _mark_lost(self, k: EntryKey, row: Row, now_s: float) -> dict[str, Any]:
+        """Turn a stale in-flight row into done with the lost outcome."""
+        outcome = lost_outcome(row.owner, row.claimed_at, now_s)
+        self._finish(k, row, json.dumps(outcome), now_s)
+        return outcome
+
+    def _finish(self, k: EntryKey, row: Row, outcome_json: str, now_s: float) -> None:
+        """Mark ``row`` done, index it for purge and wake local waiters."""
+        row.state, row.completed_at, row.outcome = "done", now_s, outcome_json
+        self._in_flight.discard(k)
+        heapq.heappush(self._done_heap, (now_s, k))
+        self._wakeups.notify(k)
+
+    async def complete(self, context_id: str, key: str, outcome: dict[str, Any],
+                       now_s: float, owner: str | None = None) -> bool:
+        """Store the outcome; refused (False) if ``owner`` no longer owns the entry."""
+        k = (context_id, key)
+        text = json.dumps(outcome)
+        row = self._rows.get(k)
+        if owner is not None and (row is None or row.owner != owner):
+            self._counters["completes_refused"] += 1
+            return False
+        if row is None:
+            row = self._rows[k] = Row("done", "", now_s)
+        self._finish(k, row, text, now_s)
+        self._counters["completes"] += 1
+        return True
+
+    async def abandon(self, context_id: str, key: str, owner: str | None = None) -> bool:
+        """Drop an in-flight entry (owned by ``owner`` if given); waiters get ``None``."""
+        k = (context_id, key)
+        row = self._rows.get(k)
+        if row is None or row.state != "in_flight" or (owner is not None and row.owner != owner):
+            return False
+        del self._rows[k]
+        self._in_flight.discard(k)
+        self._wakeups.notify(k)
+        self._counters["abandons"] += 1
+        return True
+
+    async def _peek(self, context_id: str, key: str) -> tuple[PeekState, dict[str, Any] | None]:
+        """State of an entry for a waiter (a stale lease is resolved like a claim would)."""
+        k = (context_id, key)
+        row = self._rows.get(k)
+        now_s = time.time()
+        verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale)
+        if verdict in ("insert", "reclaim"):
+            return "gone", None
+        assert row is not None
+        if verdict == "done":
+            assert row.outcome is not None
+            return "done", json.loads(row.outcome)
+        if verdict == "lost":
+            return "done", self._mark_lost(k, row, now_s)
+        return "in_flight", None
+
+    async def wait(self, context_id: str, key: str, timeout_s: float) -> dict[str, Any] | None:
+        """Wait on the local future of the entry; ``None`` on timeout or abandon."""
+        return await poll_wait(self._peek, self._wakeups, context_id, key, timeout_s,
+                               self.poll_max_s, self.poll_max_s, self._counters)
+
+    async def purge(self, now_s: float) -> int:
+        """Drop done entries older than the window and in-flight ones past lease + window."""
+        cutoff = now_s - self.window_s
+        dropped = 0
+        heap = self._done_heap
+        while heap and heap[0][0] < cutoff:
+            t, k = heapq.heappop(heap)
+            row = self._rows.get(k)
+            if row is not None and row.state == "done" and row.completed_at == t:
+                del self._rows[k]
+                dropped += 1
+        orphan_cutoff = cutoff - self.lease_s
+        for k in [k for k in self._in_flight if self._rows[k].claimed_at < orphan_cutoff]:
+            del self._rows[k]
+            self._in_flight.discard(k)
+            self._wakeups.notify(k)
+            dropped += 1
+        self._counters["purged"] += dropped
+        return dropped
+
+    async def stats(self) -> StoreStats:
+        """Counts of this process's dict."""
+        return make_stats(len(self._rows), len(self._in_flight), self._counters,
+                          waiting_keys=len(self._wakeups))

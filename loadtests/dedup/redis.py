@@ -1,0 +1,292 @@
+"""Redis dedup store (``redis.asyncio``): shared by every worker on every host.
+
+One hash per entry at ``rta:dedup:{context}:{key}`` (``:``, ``%``, ``{`` and ``}``
+in the identifiers are percent-encoded, so two ``(context, key)`` pairs never
+share a Redis key).  Fields: ``s`` state (``i`` in flight / ``d`` done),
+``o`` owner, ``c`` claimed_at, ``t`` completed_at, ``r`` outcome JSON.
+
+Claim.  The claim is ``SET NX`` with a lease, done inside a Lua script so that
+"insert if absent", "replay if done", "past the window" and the stale-lease rule
+(:mod:`loadtests.dedup.base`) are one atomic round trip and use the same rule
+as the other backends (:func:`loadtests.dedup._common.judge`).  Key TTLs
+garbage-collect entries in real time: an in-flight key lives ``lease_s +
+window_s``, a finished one ``window_s``; ``purge`` therefore only trims the
+in-flight index (a sorted set used by ``stats``) of owners that vanished.
+
+Waiting.  A waiter in the completing process is woken by a local future; waiters
+in other processes poll the hash with exponential backoff (2 ms doubling to
+50 ms).  Polling was chosen over pub/sub: it needs no dedicated connection or
+subscriber task per worker, survives reconnects without lost notifications,
+and concurrent duplicates are rare enough that the extra latency is marginal.
+
+Connections.  A plain connection pool of ``max_connections`` behind an
+``asyncio.Semaphore`` of the same size: callers beyond it queue instead of
+failing, at a fraction of ``BlockingConnectionPool``'s cost per command.  A
+claim whose caller is cancelled is followed by an owner-checked ``abandon``
+(a no-op unless the script ran and made the caller the owner).
+
+Durability is Redis's: entries survive a SIGKILL of any Reasoner worker; they
+survive a Redis restart only with Redis persistence (AOF) configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from loadtests.dedup._common import LocalWakeups, PeekState, count_claim, make_stats, poll_wait
+from loadtests.dedup.base import Claim, DedupStore, StoreStats
+
+# KEYS: entry, in-flight index.  ARGV: mode (claim|peek), owner, now, lease_s, window_s,
+# on_stale, in-flight ttl ms, done ttl ms.  Returns {verdict, outcome-or-'', owner-or-''}.
+_CLAIM = """
+local e = redis.call('HMGET', KEYS[1], 's', 'o', 'c', 't', 'r')
+local now = tonumber(ARGV[3])
+local peek = ARGV[1] == 'peek'
+local function take()
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 's', 'i', 'o', ARGV[2], 'c', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  redis.call('ZADD', KEYS[2], ARGV[3], KEYS[1])
+end
+if not e[1] then
+  if peek then return {'gone', '', ''} end
+  take()
+  return {'new', '', ''}
+end
+if e[1] == 'd' then
+  if now > tonumber(e[4]) + tonumber(ARGV[5]) then
+    if peek then return {'gone', '', ''} end
+    take()
+    return {'new', '', ''}
+  end
+  return {'done', e[5], e[2]}
+end
+if now - tonumber(e[3]) > tonumber(ARGV[4]) then
+  if ARGV[6] == 'reclaim' then
+    if peek then return {'gone', '', ''} end
+    take()
+    return {'reclaimed', '', e[2]}
+  end
+  local lost = cjson.encode({['rta.dedup.lost'] = true, errorCode = 'internal', owner = e[2],
+                             claimedAtS = tonumber(e[3]), lostAtS = now})
+  redis.call('HSET', KEYS[1], 's', 'd', 't', ARGV[3], 'r', lost)
+  redis.call('PEXPIRE', KEYS[1], ARGV[8])
+  redis.call('ZREM', KEYS[2], KEYS[1])
+  return {'lost', lost, e[2]}
+end
+return {'in_flight', '', e[2]}
+"""
+
+# KEYS: entry, index.  ARGV: owner ('' = any), now, outcome JSON, done ttl ms.  Returns 1 / 0.
+_COMPLETE = """
+if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 's', 'd', 't', ARGV[2], 'r', ARGV[3])
+redis.call('HSETNX', KEYS[1], 'o', '')
+redis.call('HSETNX', KEYS[1], 'c', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('ZREM', KEYS[2], KEYS[1])
+return 1
+"""
+
+# KEYS: entry, index.  ARGV: owner ('' = any).  Returns 1 / 0.
+_ABANDON = """
+local e = redis.call('HMGET', KEYS[1], 's', 'o')
+if e[1] ~= 'i' then return 0 end
+if ARGV[1] ~= '' and e[2] ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], KEYS[1])
+return 1
+"""
+
+_ESCAPES = str.maketrans({"%": "%25", ":": "%3A", "{": "%7B", "}": "%7D"})
+_STATS_SCAN_LIMIT = 1_000_000  # stats() stops counting keys here and flags the count approximate
+
+
+def _esc(part: str) -> str:
+    """Percent-encode the characters that would make scoped keys ambiguous."""
+    return part.translate(_ESCAPES)
+
+
+class RedisStore(DedupStore):
+    """Entries as Redis hashes with TTLs; claim/complete/abandon are Lua scripts."""
+
+    name = "redis"
+    durable = True  # w.r.t. the Reasoner process (Redis itself: see module docstring)
+    shared = True
+
+    poll_min_s = 0.002
+    poll_max_s = 0.05
+
+    def __init__(self, url: str, window_s: float = 300.0, *, prefix: str = "rta:dedup",
+                 max_connections: int = 64, **kwargs: Any):
+        super().__init__(window_s, **kwargs)
+        self.url = url
+        self.max_connections = int(max_connections)
+        self.prefix = prefix
+        self._index = f"{prefix}:~in_flight"
+        self._client: aioredis.Redis | None = None
+        self._scripts: dict[str, Any] = {}
+        self._wakeups = LocalWakeups()
+        self._counters: Counter[str] = Counter()
+        self._background: set[asyncio.Future[Any]] = set()
+        self._slots = asyncio.Semaphore(self.max_connections)
+        self._inflight_ttl_ms = max(1, int((self.lease_s + self.window_s) * 1000))
+        self._done_ttl_ms = max(1, int(self.window_s * 1000))
+
+    def entry_key(self, context_id: str, key: str) -> str:
+        """The Redis key of one entry: ``rta:dedup:{context}:{key}``."""
+        return f"{self.prefix}:{_esc(context_id)}:{_esc(key)}"
+
+    async def start(self) -> None:
+        """Connect, check the server answers, register the scripts."""
+        if self._client is not None:
+            return
+        # A plain pool is ~30 µs/command cheaper than BlockingConnectionPool; the semaphore
+        # makes callers beyond max_connections queue instead of failing.
+        pool = aioredis.ConnectionPool.from_url(
+            self.url, max_connections=self.max_connections, decode_responses=False,
+            socket_connect_timeout=5, health_check_interval=30)
+        client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
+        try:
+            await client.ping()
+        except Exception:
+            await client.aclose()
+            raise
+        self._client = client
+        self._scripts = {name: client.register_script(src) for name, src in
+                         (("claim", _CLAIM), ("complete", _COMPLETE), ("abandon", _ABANDON))}
+
+    async def close(self) -> None:
+        """Finish background abandons, close the connection pool."""
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=5.0)
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    async def _call(self, script: str, context_id: str, key: str, *args: Any) -> Any:
+        """Run one of the Lua scripts on an entry."""
+        if self._client is None:
+            raise RuntimeError("RedisStore used before start() or after close()")
+        async with self._slots:
+            return await self._scripts[script](
+                keys=[self.entry_key(context_id, key), self._index], args=list(args))
+
+    async def _claim_or_peek(self, mode: str, context_id: str, key: str, owner: str,
+                             now_s: float) -> tuple[str, bytes, str]:
+        """Run the claim script in ``claim`` or ``peek`` mode."""
+        verdict, outcome, prev = await self._call(
+            "claim", context_id, key, mode, owner, repr(float(now_s)), repr(self.lease_s),
+            repr(self.window_s), self.on_stale, self._inflight_ttl_ms, self._done_ttl_ms)
+        return verdict.decode(), outcome, prev.decode()
+
+    async def claim(self, context_id: str, key: str, owner: str, now_s: float) -> Claim:
+        """Atomically register ``key`` as in flight for ``owner`` unless already known."""
+        try:
+            verdict, outcome, prev = await self._claim_or_peek("claim", context_id, key, owner,
+                                                               now_s)
+        except asyncio.CancelledError:
+            # The script may have run: abandon the entry if (and only if) it is ours.
+            self._abandon_orphan(context_id, key, owner)
+            raise
+        if verdict == "new":
+            claim = Claim("new")
+        elif verdict == "reclaimed":
+            claim = Claim("new", owner=prev, stale=True)
+        elif verdict == "in_flight":
+            claim = Claim("in_flight", owner=prev)
+        else:  # done / lost
+            claim = Claim("done", json.loads(outcome), owner=prev, stale=verdict == "lost")
+            if claim.stale:
+                self._wakeups.notify((context_id, key))
+        count_claim(self._counters, claim.state, claim.stale)
+        return claim
+
+    def _abandon_orphan(self, context_id: str, key: str, owner: str) -> None:
+        """After a cancelled claim: owner-checked abandon (a no-op unless the claim was won)."""
+
+        async def run() -> None:
+            if await self.abandon(context_id, key, owner=owner):
+                self._counters["orphan_claims_abandoned"] += 1
+
+        task = asyncio.ensure_future(run())
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Future[Any]) -> None:
+        """Forget a finished background task, counting its failure."""
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._counters["background_errors"] += 1
+
+    async def complete(self, context_id: str, key: str, outcome: dict[str, Any],
+                       now_s: float, owner: str | None = None) -> bool:
+        """Store the outcome for ``window_s``; refused (False) if ``owner`` lost the entry."""
+        ok = bool(await self._call("complete", context_id, key, owner or "",
+                                   repr(float(now_s)), json.dumps(outcome), self._done_ttl_ms))
+        self._counters["completes" if ok else "completes_refused"] += 1
+        if ok:
+            self._wakeups.notify((context_id, key))
+        return ok
+
+    async def abandon(self, context_id: str, key: str, owner: str | None = None) -> bool:
+        """Delete an in-flight entry (owned by ``owner`` if given); waiters get ``None``."""
+        ok = bool(await self._call("abandon", context_id, key, owner or ""))
+        if ok:
+            self._counters["abandons"] += 1
+            self._wakeups.notify((context_id, key))
+        return ok
+
+    async def _peek(self, context_id: str, key: str) -> tuple[PeekState, dict[str, Any] | None]:
+        """A waiter's view of the entry now; resolves a stale lease under policy ``fail``."""
+        verdict, outcome, _ = await self._claim_or_peek("peek", context_id, key, "", time.time())
+        if verdict in ("done", "lost"):
+            return "done", json.loads(outcome)
+        return ("in_flight", None) if verdict == "in_flight" else ("gone", None)
+
+    async def wait(self, context_id: str, key: str, timeout_s: float) -> dict[str, Any] | None:
+        """Wait for the outcome: local futures for this process, backoff polling for others."""
+        return await poll_wait(self._peek, self._wakeups, context_id, key, timeout_s,
+                               self.poll_min_s, self.poll_max_s, self._counters)
+
+    async def purge(self, now_s: float) -> int:
+        """Entries expire by TTL; drop index entries of owners gone past lease + window."""
+        if self._client is None:
+            raise RuntimeError("RedisStore used before start() or after close()")
+        cutoff = now_s - self.window_s - self.lease_s
+        async with self._slots:
+            n = int(await self._client.zremrangebyscore(self._index, "-inf", f"({cutoff!r}"))
+        self._counters["purged"] += n
+        return n
+
+    async def stats(self) -> StoreStats:
+        """Entries counted by SCAN (capped), in-flight from the index, server memory."""
+        if self._client is None:
+            raise RuntimeError("RedisStore used before start() or after close()")
+        entries = 0
+        approximate = False
+        async with self._slots:  # one connection for the whole scan
+            async for _ in self._client.scan_iter(match=f"{_esc_glob(self.prefix)}:*",
+                                                  count=1000):
+                entries += 1
+                if entries >= _STATS_SCAN_LIMIT:
+                    approximate = True
+                    break
+        async with self._slots:
+            in_flight = int(await self._client.zcard(self._index))
+            memory = await self._client.info("memory")
+        entries -= 1 if in_flight else 0  # the index itself matches the pattern
+        return make_stats(max(entries, 0), in_flight, self._counters,
+                          entries_approximate=approximate,
+                          redis_used_memory_bytes=int(memory.get("used_memory", 0)))
+
+
+def _esc_glob(text: str) -> str:
+    """Escape glob metacharacters for SCAN MATCH."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -1,0 +1,407 @@
+"""SQLite dedup store: one file shared by the worker processes of one host, survives SIGKILL.
+
+Durability.  The database runs in WAL mode with ``synchronous=NORMAL``: a commit
+appends the transaction to the ``-wal`` file with a ``write()`` before it
+returns, without ``fsync``.  The data then sits in the OS page cache, which a
+SIGKILL (or any crash) of the *process* does not lose, so a completed entry
+is seen by the next process that opens the file.  Only an OS crash or power
+loss can lose the last transactions (``?synchronous=full`` fsyncs every commit
+instead, at about a millisecond each on ordinary disks).  The WAL is fsynced
+at checkpoints, which run on the store's thread.
+
+Concurrency.  Every statement is its own autocommit transaction (or part of a
+group commit, below).  A claim is ``INSERT ... ON CONFLICT DO NOTHING`` (one
+statement, atomic across processes); when the row exists, the decision
+(:func:`loadtests.dedup._common.judge`) is applied with compare-and-set
+``UPDATE``\\ s naming the row's previous owner and time, so two processes
+resolving the same stale row cannot both win.
+
+Event loop.  Nothing that can block runs on the event loop.  Each operation is
+first tried *inline* on a loop-side connection with ``busy_timeout = 0`` and
+automatic checkpoints off: an uncontended statement costs ~20-30 µs (a
+``write()`` into the page cache, no fsync, no lock wait).  If the write lock
+is held by another process (``SQLITE_BUSY``), the operation is re-run from the
+start — safe, since a statement that failed changed nothing — on the store's
+dedicated thread (:class:`loadtests.dedup.dbthread.DbThread`), whose
+connection waits for locks (``busy_timeout``), group-commits whatever is
+queued, and also runs the WAL checkpoints.  With ``synchronous=full`` (an
+fsync per commit) or ``inline=False`` every operation goes to the thread.  A
+claim whose caller was cancelled while it ran on the thread is abandoned.
+
+Waiting.  A waiter in another process than the owner polls the row with
+exponential backoff (``poll_min_s`` doubling to ``poll_max_s``: bounded,
+server-side polling; duplicates that arrive concurrently on different workers
+are rare); a waiter in the owner's process is woken at once by a local future.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from loadtests.dedup._common import (
+    LocalWakeups,
+    PeekState,
+    Row,
+    count_claim,
+    judge,
+    make_stats,
+    poll_wait,
+)
+from loadtests.dedup.base import Claim, DedupStore, StoreStats, lost_outcome
+from loadtests.dedup.dbthread import DbThread
+
+T = TypeVar("T")
+Synchronous = Literal["normal", "full"]
+Db = sqlite3.Connection
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS dedup (
+    context_id   TEXT NOT NULL,
+    key          TEXT NOT NULL,
+    state        TEXT NOT NULL,   -- 'in_flight' | 'done'
+    owner        TEXT NOT NULL,
+    claimed_at   REAL NOT NULL,
+    completed_at REAL,
+    t            REAL NOT NULL,   -- claimed_at while in flight, completed_at when done
+    outcome      TEXT,            -- JSON
+    PRIMARY KEY (context_id, key)
+);
+CREATE INDEX IF NOT EXISTS dedup_state_t ON dedup (state, t);
+"""
+_INSERT = ("INSERT INTO dedup (context_id, key, state, owner, claimed_at, t) "
+           "VALUES (?, ?, 'in_flight', ?, ?, ?) ON CONFLICT DO NOTHING")
+_SELECT = ("SELECT state, owner, claimed_at, completed_at, outcome FROM dedup "
+           "WHERE context_id = ? AND key = ?")
+_RETAKE_DONE = ("UPDATE dedup SET state = 'in_flight', owner = ?, claimed_at = ?, t = ?, "
+                "completed_at = NULL, outcome = NULL WHERE context_id = ? AND key = ? "
+                "AND state = 'done' AND completed_at = ?")
+_RECLAIM = ("UPDATE dedup SET owner = ?, claimed_at = ?, t = ? WHERE context_id = ? AND key = ? "
+            "AND state = 'in_flight' AND owner = ? AND claimed_at = ?")
+_LOSE = ("UPDATE dedup SET state = 'done', completed_at = ?, t = ?, outcome = ? "
+         "WHERE context_id = ? AND key = ? AND state = 'in_flight' AND owner = ? "
+         "AND claimed_at = ?")
+_COMPLETE_OWNED = ("UPDATE dedup SET state = 'done', completed_at = ?, t = ?, outcome = ? "
+                   "WHERE context_id = ? AND key = ? AND owner = ?")
+_COMPLETE_ANY = ("INSERT INTO dedup (context_id, key, state, owner, claimed_at, completed_at, t, "
+                 "outcome) VALUES (?, ?, 'done', '', ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+                 "state = 'done', completed_at = excluded.completed_at, t = excluded.t, "
+                 "outcome = excluded.outcome")
+_ABANDON = "DELETE FROM dedup WHERE context_id = ? AND key = ? AND state = 'in_flight'"
+_MAX_ROUNDS = 16  # compare-and-set retries of one claim; each lost race means progress elsewhere
+_CHECKPOINT_EVERY = 500  # inline commits between two passive checkpoints on the thread
+
+
+class _Busy(Exception):
+    """The inline attempt met a lock: run the operation on the thread instead."""
+
+
+def _is_busy(e: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY / SQLITE_LOCKED: another connection holds a lock."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(e) or "busy" in str(e)
+
+
+def _select(db: Db, context_id: str, key: str) -> Row | None:
+    """Read one row."""
+    r = db.execute(_SELECT, (context_id, key)).fetchone()
+    return None if r is None else Row(*r)
+
+
+def _lose(db: Db, context_id: str, key: str, row: Row, now_s: float) -> dict[str, Any] | None:
+    """CAS a stale row to done with the lost outcome; ``None`` if the race is lost."""
+    outcome = lost_outcome(row.owner, row.claimed_at, now_s)
+    n = db.execute(_LOSE, (now_s, now_s, json.dumps(outcome), context_id, key, row.owner,
+                           row.claimed_at)).rowcount
+    return outcome if n == 1 else None
+
+
+class SqliteStore(DedupStore):
+    """WAL-mode SQLite file; statements inline when uncontended, else on a dedicated thread."""
+
+    name = "sqlite"
+    durable = True
+    shared = True  # by the processes of one host
+
+    poll_min_s = 0.002
+    poll_max_s = 0.05
+
+    def __init__(self, path: str | Path, window_s: float = 300.0, *,
+                 synchronous: Synchronous = "normal", busy_timeout_ms: int = 10_000,
+                 inline: bool = True, **kwargs: Any):
+        super().__init__(window_s, **kwargs)
+        if synchronous not in ("normal", "full"):
+            raise ValueError(f"synchronous must be 'normal' or 'full', got {synchronous!r}")
+        self.path = Path(path)
+        self.synchronous: Synchronous = synchronous
+        self.busy_timeout_ms = int(busy_timeout_ms)
+        self.inline = bool(inline) and synchronous == "normal"
+        self._conn: Db | None = None  # the thread's connection
+        self._inline_conn: Db | None = None  # the loop's connection (busy_timeout 0)
+        self._thread: DbThread | None = None
+        self._inline_commits = 0
+        self._wakeups = LocalWakeups()
+        self._counters: Counter[str] = Counter()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _connect(self, busy_timeout_ms: int, autocheckpoint: bool) -> Db:
+        """A connection in autocommit mode with this store's pragmas."""
+        conn = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+        conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+        if not autocheckpoint:
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+        return conn
+
+    def _open_sync(self) -> None:
+        """Open the thread's connection, switch to WAL and create the schema (on the thread)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = self._connect(self.busy_timeout_ms, autocheckpoint=True)
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        while True:  # switching to WAL needs a moment of exclusivity; retry while others open
+            try:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                conn.executescript(_SCHEMA)
+                break
+            except sqlite3.OperationalError as e:
+                if not _is_busy(e) or time.monotonic() > deadline:
+                    conn.close()
+                    raise
+                time.sleep(0.01)
+        if str(mode).lower() != "wal":
+            conn.close()
+            raise RuntimeError(f"{self.path}: cannot switch to WAL mode (got {mode!r})")
+        self._conn = conn
+
+    async def start(self) -> None:
+        """Start the thread, open the file (WAL, schema), then the loop-side connection."""
+        if self._thread is not None:
+            return
+        self._thread = DbThread(lambda: self._conn, name="dedup-sqlite")
+        try:
+            await self._thread.call(self._open_sync, alone=True)
+        except BaseException:
+            await self._thread.stop()
+            self._thread = None
+            raise
+        if self.inline:
+            self._inline_conn = self._connect(0, autocheckpoint=False)
+
+    async def close(self) -> None:
+        """Close both connections and stop the thread."""
+        if self._thread is None:
+            return
+        if self._inline_conn is not None:
+            self._inline_conn.close()
+            self._inline_conn = None
+        await self._thread.call(self._close_sync, alone=True)
+        await self._thread.stop()
+        self._thread = None
+
+    def _close_sync(self) -> None:
+        """Checkpoint and close the thread's connection (on the thread)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            conn.close()
+
+    def _on_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """Call ``fn(connection, *args)`` on the thread."""
+        if self._conn is None:
+            raise RuntimeError("SqliteStore is closed")
+        return fn(self._conn, *args)
+
+    async def _call(self, fn: Callable[..., T], *args: Any, write: bool = True,
+                    on_orphan: Callable[[T], None] | None = None) -> T:
+        """``fn(db, *args)`` inline if the database is free, else on the thread."""
+        conn = self._inline_conn
+        if conn is not None:
+            try:
+                result = fn(conn, *args)
+            except sqlite3.OperationalError as e:
+                if not _is_busy(e):
+                    raise
+                self._counters["inline_busy"] += 1
+            else:
+                self._counters["inline"] += 1
+                if write:
+                    self._inline_commits += 1
+                    if self._inline_commits >= _CHECKPOINT_EVERY:
+                        self._inline_commits = 0
+                        self._background(self._checkpoint_sync)
+                return result
+        if self._thread is None:
+            raise RuntimeError("SqliteStore used before start() or after close()")
+        self._counters["threaded"] += 1
+        result_t: T = await self._thread.call(self._on_thread, fn, *args, on_orphan=on_orphan)
+        return result_t
+
+    def _background(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Fire and forget ``fn(db, *args)`` on the thread (failures are counted)."""
+        if self._thread is None:
+            return
+        fut = self._thread.call(self._on_thread, fn, *args)
+
+        def done(f: Any) -> None:
+            if not f.cancelled() and f.exception() is not None:
+                self._counters["background_errors"] += 1
+
+        fut.add_done_callback(done)
+
+    @staticmethod
+    def _checkpoint_sync(db: Db) -> None:
+        """Copy the WAL back into the database without blocking anyone (PASSIVE)."""
+        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    # ------------------------------------------------------------------ operations (sync)
+
+    def _claim_sync(self, db: Db, context_id: str, key: str, owner: str, now_s: float) -> Claim:
+        """The claim algorithm."""
+        for _ in range(_MAX_ROUNDS):
+            if db.execute(_INSERT, (context_id, key, owner, now_s, now_s)).rowcount == 1:
+                return Claim("new")
+            row = _select(db, context_id, key)
+            if row is None:
+                continue  # abandoned or purged in between: insert again
+            verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale)
+            if verdict == "insert":  # finished and past the window
+                if db.execute(_RETAKE_DONE, (owner, now_s, now_s, context_id, key,
+                                             row.completed_at)).rowcount == 1:
+                    return Claim("new")
+            elif verdict == "done":
+                assert row.outcome is not None
+                return Claim("done", json.loads(row.outcome), owner=row.owner)
+            elif verdict == "in_flight":
+                return Claim("in_flight", owner=row.owner)
+            elif verdict == "reclaim":
+                if db.execute(_RECLAIM, (owner, now_s, now_s, context_id, key, row.owner,
+                                         row.claimed_at)).rowcount == 1:
+                    return Claim("new", owner=row.owner, stale=True)
+            else:
+                outcome = _lose(db, context_id, key, row, now_s)
+                if outcome is not None:
+                    return Claim("done", outcome, owner=row.owner, stale=True)
+        raise RuntimeError(f"dedup claim of {key!r} did not settle after {_MAX_ROUNDS} rounds")
+
+    @staticmethod
+    def _complete_sync(db: Db, context_id: str, key: str, outcome_json: str, now_s: float,
+                       owner: str | None) -> bool:
+        """Store an outcome (only for ``owner`` if given)."""
+        if owner is None:
+            db.execute(_COMPLETE_ANY, (context_id, key, now_s, now_s, now_s, outcome_json))
+            return True
+        return db.execute(_COMPLETE_OWNED, (now_s, now_s, outcome_json, context_id, key,
+                                            owner)).rowcount == 1
+
+    @staticmethod
+    def _abandon_sync(db: Db, context_id: str, key: str, owner: str | None) -> bool:
+        """Delete an in-flight row (only ``owner``'s if given)."""
+        if owner is None:
+            return db.execute(_ABANDON, (context_id, key)).rowcount == 1
+        return db.execute(_ABANDON + " AND owner = ?", (context_id, key, owner)).rowcount == 1
+
+    def _peek_sync(self, db: Db, context_id: str, key: str,
+                   now_s: float) -> tuple[PeekState, dict[str, Any] | None]:
+        """A waiter's view of a row; resolves a stale lease under policy ``fail``."""
+        for _ in range(_MAX_ROUNDS):
+            row = _select(db, context_id, key)
+            verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale)
+            if verdict in ("insert", "reclaim"):
+                return "gone", None
+            assert row is not None
+            if verdict == "done":
+                assert row.outcome is not None
+                return "done", json.loads(row.outcome)
+            if verdict == "in_flight":
+                return "in_flight", None
+            outcome = _lose(db, context_id, key, row, now_s)
+            if outcome is not None:
+                return "done", outcome
+        return "in_flight", None
+
+    def _purge_sync(self, db: Db, now_s: float) -> int:
+        """Delete done rows past the window and in-flight rows past lease + window."""
+        cutoff = now_s - self.window_s
+        n = db.execute("DELETE FROM dedup WHERE state = 'done' AND t < ?", (cutoff,)).rowcount
+        return n + db.execute("DELETE FROM dedup WHERE state = 'in_flight' AND t < ?",
+                              (cutoff - self.lease_s,)).rowcount
+
+    def _stats_sync(self, db: Db) -> tuple[dict[str, int], int]:
+        """Rows per state and the file sizes in bytes."""
+        by_state = dict(db.execute("SELECT state, count(*) FROM dedup GROUP BY state").fetchall())
+        page_count = db.execute("PRAGMA page_count").fetchone()[0]
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+        wal = Path(f"{self.path}-wal")
+        wal_bytes = wal.stat().st_size if wal.exists() else 0
+        return by_state, page_count * page_size + wal_bytes
+
+    # ------------------------------------------------------------------ async API
+
+    async def claim(self, context_id: str, key: str, owner: str, now_s: float) -> Claim:
+        """Atomically register ``key`` as in flight for ``owner`` unless already known."""
+
+        def orphan(claim: Claim) -> None:  # the caller was cancelled: nobody will complete
+            if claim.state == "new":
+                self._counters["orphan_claims_abandoned"] += 1
+                self._background(self._abandon_sync, context_id, key, owner)
+
+        claim = await self._call(self._claim_sync, context_id, key, owner, now_s,
+                                 on_orphan=orphan)
+        count_claim(self._counters, claim.state, claim.stale)
+        if claim.stale and claim.state == "done":
+            self._wakeups.notify((context_id, key))
+        return claim
+
+    async def complete(self, context_id: str, key: str, outcome: dict[str, Any],
+                       now_s: float, owner: str | None = None) -> bool:
+        """Store the outcome; refused (False) if ``owner`` no longer owns the entry."""
+        ok = await self._call(self._complete_sync, context_id, key, json.dumps(outcome), now_s,
+                              owner)
+        self._counters["completes" if ok else "completes_refused"] += 1
+        if ok:
+            self._wakeups.notify((context_id, key))
+        return ok
+
+    async def abandon(self, context_id: str, key: str, owner: str | None = None) -> bool:
+        """Delete an in-flight entry (owned by ``owner`` if given); waiters get ``None``."""
+        ok = await self._call(self._abandon_sync, context_id, key, owner)
+        if ok:
+            self._counters["abandons"] += 1
+            self._wakeups.notify((context_id, key))
+        return ok
+
+    async def _peek(self, context_id: str, key: str) -> tuple[PeekState, dict[str, Any] | None]:
+        """A waiter's view of the row at the current wall-clock time."""
+        return await self._call(self._peek_sync, context_id, key, time.time(), write=False)
+
+    async def wait(self, context_id: str, key: str, timeout_s: float) -> dict[str, Any] | None:
+        """Wait for the outcome: local futures for this process, backoff polling for others."""
+        return await poll_wait(self._peek, self._wakeups, context_id, key, timeout_s,
+                               self.poll_min_s, self.poll_max_s, self._counters)
+
+    async def purge(self, now_s: float) -> int:
+        """Delete done rows older than the window and in-flight rows past lease + window."""
+        if self._thread is None:
+            raise RuntimeError("SqliteStore used before start() or after close()")
+        n: int = await self._thread.call(self._on_thread, self._purge_sync, now_s)
+        self._counters["purged"] += n
+        return n
+
+    async def stats(self) -> StoreStats:
+        """Row counts of the shared file (all processes) and its size."""
+        if self._thread is None:
+            raise RuntimeError("SqliteStore used before start() or after close()")
+        by_state, size = await self._thread.call(self._on_thread, self._stats_sync)
+        return make_stats(sum(by_state.values()), by_state.get("in_flight", 0), self._counters,
+                          file_bytes=size, path=str(self.path))

@@ -1,0 +1,207 @@
+"""The Reasoner's agent logic: one turn = progress directive, reasoning, tool, spoken chunks.
+
+Timing and failures come from ``[reasoner]``.  Per execution: a capacity slot
+(``workers``/``queue_limit``; a full queue refuses with ``queue_full_code``), a
+``progress`` directive, ``reasoning_time_s`` (+ load latency), one injected
+error drawn from ``errors`` (or the ``rta/test.forceError`` hook), the tool call
+of a side-effect turn, then either a ``handoff`` directive at INPUT_REQUIRED or
+``first_chunk_s`` + ``chunks`` spoken chunks every ``chunk_interval_s`` and
+COMPLETED.  A continuation of an INPUT_REQUIRED task runs the same pipeline on
+the same task, unless the handoff expired (``session-not-found``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.types import Task, TaskState
+
+from loadtests.reasoner import metrics
+from loadtests.reasoner.intake import TurnRequest
+from loadtests.reasoner.runtime import Runtime
+from loadtests.reasoner.tools import ToolCall
+from loadtests.reasoner.wire import Event, EventFactory, Keys, is_stream_end
+from sim.policy.codes import ALL_CODES, ErrorCode
+
+PLAN_KEY = "rtalab.plan"
+log = logging.getLogger("rtalab.reasoner")
+
+
+@dataclass
+class TurnPlan:
+    """What the handler decided about one request; read by the executor via the call context."""
+
+    principal: str
+    request: TurnRequest
+    scope: str  # dedup scope (principal + contextId)
+    side_effect: bool
+    received_s: float = field(default_factory=time.monotonic)  # request arrival
+    refused: bool = False  # set when refused before any work (no dedup record)
+    factory: EventFactory | None = None
+
+
+def next_seq(task: Task | None, keys: Keys) -> int:
+    """The next ``rta/sequenceId`` of a task (status metadata is merged into task metadata)."""
+    if task is None:
+        return 0
+    v = task.metadata.fields.get(keys("sequenceId"))
+    return int(v.number_value) + 1 if v is not None else 0
+
+
+class _Emitter:
+    """Enqueues events, dropping any after the stream ended (e.g. after a cancel)."""
+
+    def __init__(self, queue: EventQueue, factory: EventFactory):
+        self.queue = queue
+        self.factory = factory
+        self.closed = False
+
+    async def __call__(self, ev: Event) -> None:
+        """Enqueue ``ev`` unless the stream already ended."""
+        if self.closed:
+            return
+        if is_stream_end(ev):
+            self.closed = True
+        await self.queue.enqueue_event(ev)
+
+
+class ReasonerExecutor(AgentExecutor):
+    """AgentExecutor of the reference Reasoner."""
+
+    def __init__(self, rt: Runtime):
+        self.rt = rt
+        self._emitters: dict[str, _Emitter] = {}
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Run one request of a turn (new turn or INPUT_REQUIRED continuation)."""
+        plan: TurnPlan = context.call_context.state[PLAN_KEY]
+        task = context.current_task
+        task_id, context_id = str(context.task_id), str(context.context_id)
+        continuation = task is not None and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        factory = EventFactory(self.rt.keys, task_id, context_id, plan.request.active,
+                               next_seq(task, self.rt.keys) if continuation else 0)
+        plan.factory = factory
+        emit = _Emitter(event_queue, factory)
+        self._emitters[task_id] = emit
+        self.rt.in_flight += 1
+        metrics.IN_FLIGHT.inc()
+        try:
+            if task is None:
+                await emit(factory.submitted())
+            if continuation and self._handoff_expired(task):
+                await emit(factory.failed(ErrorCode.SESSION_NOT_FOUND.value,
+                                          detail="The handoff expired."))
+                return
+            await self._turn(plan, task_id, context_id, emit)
+        except Exception:
+            log.exception("turn crashed task=%s ctx=%s", task_id, context_id)
+            await emit(factory.failed(ErrorCode.INTERNAL.value))
+        finally:
+            self.rt.in_flight -= 1
+            metrics.IN_FLIGHT.dec()
+            if self._emitters.get(task_id) is emit:
+                del self._emitters[task_id]
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Emit CANCELED for a running or parked task; the SDK then cancels ``execute``."""
+        task_id = str(context.task_id)
+        emit = self._emitters.pop(task_id, None)
+        if emit is None:
+            task = context.current_task
+            active = task is not None and self.rt.keys("sequenceId") in task.metadata.fields
+            factory = EventFactory(self.rt.keys, task_id, str(context.context_id), active,
+                                   next_seq(task, self.rt.keys))
+            emit = _Emitter(event_queue, factory)
+        await emit(emit.factory.canceled())
+
+    def _handoff_expired(self, task: Task | None) -> bool:
+        """True if an INPUT_REQUIRED task waited longer than ``handoff_timeout_s``."""
+        limit = self.rt.cfg.handoff_timeout_s
+        if task is None or limit <= 0 or not task.status.HasField("timestamp"):
+            return False
+        return time.time() - task.status.timestamp.ToNanoseconds() / 1e9 > limit
+
+    def _draw_error(self) -> str | None:
+        """One injected failure per execution, per ``[reasoner].errors``."""
+        errors = self.rt.cfg.errors
+        if not errors:
+            return None
+        u = self.rt.rng.random()
+        acc = 0.0
+        for code in ALL_CODES:
+            acc += errors.get(code, 0.0)
+            if u < acc:
+                return code
+        return None
+
+    def _failure(self, factory: EventFactory, code: str, detail: str = "") -> Event:
+        """A FAILED event, with the retry hint for ``rate-limited``."""
+        retry = self.rt.cfg.retry_after_ms if code == ErrorCode.RATE_LIMITED.value else None
+        return factory.failed(code, retry_after_ms=retry, detail=detail)
+
+    async def _turn(self, plan: TurnPlan, task_id: str, context_id: str, emit: _Emitter) -> None:
+        """Capacity, directive, reasoning, error injection, tool, handoff or speech."""
+        rt, cfg, req, f = self.rt, self.rt.cfg, plan.request, emit.factory
+        if rt.capacity.full():
+            plan.refused = True
+            await emit(self._failure(f, cfg.queue_full_code, "The Reasoner is at capacity."))
+            return
+        async with rt.capacity.slot():
+            if req.active and cfg.progress_directive and (req.directives is None
+                                                          or "progress" in req.directives):
+                await emit(f.directive("progress", TaskState.TASK_STATE_WORKING,
+                                       {"phase": "reasoning"}))
+            else:
+                await emit(f.working())
+            delay = req.delay_s if req.delay_s is not None else cfg.reasoning_time_s.sample(rt.rng)
+            await asyncio.sleep(delay + cfg.load_latency_base_s
+                                + cfg.load_latency_k_s * rt.in_flight)
+        code = req.force_error or self._draw_error()
+        if code:
+            await emit(self._failure(f, code))
+            return
+        if plan.side_effect:
+            result = await self._side_effect(plan, task_id, context_id)
+            if result != "ok":
+                code = ErrorCode.UPSTREAM_TIMEOUT if result == "timeout" else ErrorCode.INTERNAL
+                await emit(self._failure(f, code.value))
+                return
+        if req.handoff:
+            if req.directives is not None and "handoff" not in req.directives:
+                await emit(self._failure(f, ErrorCode.UNSUPPORTED_DIRECTIVE.value))
+                return
+            await emit(f.directive("handoff", TaskState.TASK_STATE_INPUT_REQUIRED,
+                                   {"fields": ["answer"], "timeoutS": cfg.handoff_timeout_s},
+                                   text="Please provide the requested details."))
+            return
+        await self._speak(emit)
+
+    async def _side_effect(self, plan: TurnPlan, task_id: str, context_id: str) -> str:
+        """Call the tool once per request (mode ``turn``: once per logical turn)."""
+        req = plan.request
+        guard = await self.rt.idem.guard_side_effect(plan.scope, req.turn_id)
+        if not guard.run:
+            metrics.SIDE_EFFECTS.labels("skipped").inc()
+            return "ok"
+        call = ToolCall(context_id=context_id, task_id=task_id, turn_id=req.turn_id,
+                        request_guid=req.request_guid, interaction_id=req.interaction_id,
+                        principal=plan.principal)
+        result = await self.rt.tool.call(call)
+        await guard.settle(maybe_executed=result != "error")
+        metrics.SIDE_EFFECTS.labels(result).inc()
+        return result
+
+    async def _speak(self, emit: _Emitter) -> None:
+        """First-chunk delay, the spoken chunks at their cadence, COMPLETED."""
+        cfg, f = self.rt.cfg, emit.factory
+        await asyncio.sleep(cfg.first_chunk_s.sample(self.rt.rng))
+        for i in range(cfg.chunks):
+            if i:
+                await asyncio.sleep(cfg.chunk_interval_s)
+            await emit(f.chunk(i, cfg.chunks, f"Spoken chunk {i + 1} of {cfg.chunks}."))
+        await emit(f.completed())

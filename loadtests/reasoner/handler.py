@@ -1,0 +1,386 @@
+"""The profile's request pipeline in front of the SDK's DefaultRequestHandler.
+
+For every ``SendStreamingMessage`` / ``SendMessage`` (JSON-RPC, REST and
+WebSocket all call this handler), in this order:
+
+1. required fields (else JSON-RPC -32602), negotiation (``extension-inactive``),
+   shape and size bounds (``schema-validation``);
+2. a message naming a ``taskId`` must name one of the principal's tasks, in the
+   same context (else ``session-not-found``);
+3. the contextId must belong to the principal (``session-not-found``); a first
+   message without one gets a fresh contextId;
+4. dedup (see :mod:`loadtests.reasoner.idempotency`): replay or join a known key;
+5. a named task that is not INPUT_REQUIRED is a retry of that turn: a finished
+   task answers with its stored snapshot, a running one is joined (no
+   re-execution); an INPUT_REQUIRED task is continued;
+6. the per-context rate limit (``rate-limited`` + ``retryAfterMs``; not charged
+   to replays);
+7. execution by :class:`ReasonerExecutor` through the SDK.  A background pump
+   drives the SDK stream, so the turn finishes and its outcome is stored even if
+   the client goes away; the outcome is stored *before* the final event is sent.
+
+Rejections (steps 1-6) are a fresh Task and its FAILED status, never recorded in
+the dedup store (nothing was executed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from a2a.server.agent_execution import AgentExecutor
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.tasks import TaskStore
+from a2a.server.tasks.task_manager import append_artifact_to_task
+from a2a.types import (
+    AgentCard,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.proto_utils import validate_proto_required_fields
+from google.protobuf.message import DecodeError
+
+from loadtests.reasoner import metrics
+from loadtests.reasoner.executor import PLAN_KEY, TurnPlan
+from loadtests.reasoner.idempotency import OUTCOME_VERSION, Replay, Ticket, scope_of
+from loadtests.reasoner.intake import Rejection, TurnRequest, parse_turn
+from loadtests.reasoner.runtime import Runtime
+from loadtests.reasoner.wire import (
+    TERMINAL_STATES,
+    Event,
+    EventFactory,
+    error_code_of,
+    is_stream_end,
+    pack_event,
+    unpack_event,
+)
+from sim.policy.codes import ErrorCode, is_retryable
+
+log = logging.getLogger("rtalab.reasoner")
+_DONE = object()
+_OUTCOME_NAMES = {
+    TaskState.TASK_STATE_COMPLETED: "completed", TaskState.TASK_STATE_FAILED: "failed",
+    TaskState.TASK_STATE_CANCELED: "canceled", TaskState.TASK_STATE_REJECTED: "rejected",
+    TaskState.TASK_STATE_INPUT_REQUIRED: "input_required",
+}
+
+
+def principal_of(context: ServerCallContext) -> str:
+    """The authenticated principal (``anonymous`` when auth is disabled)."""
+    user = context.user
+    return user.user_name if user.is_authenticated and user.user_name else "anonymous"
+
+
+def fold_event(task: Task | None, ev: Event) -> Task | None:
+    """Apply one stream event to a Task snapshot (for the non-streaming SendMessage)."""
+    if isinstance(ev, Task):
+        snapshot = Task()
+        snapshot.CopyFrom(ev)
+        return snapshot
+    if task is None:
+        return None
+    if isinstance(ev, TaskStatusUpdateEvent):
+        task.status.CopyFrom(ev.status)
+        task.metadata.MergeFrom(ev.metadata)
+    elif isinstance(ev, TaskArtifactUpdateEvent):
+        append_artifact_to_task(task, ev)
+    return task
+
+
+class ProfileRequestHandler(DefaultRequestHandler):
+    """DefaultRequestHandler with negotiation, validation, tenancy, dedup and rate limits."""
+
+    def __init__(self, rt: Runtime, executor: AgentExecutor, task_store: TaskStore,
+                 agent_card: AgentCard):
+        super().__init__(agent_executor=executor, task_store=task_store, agent_card=agent_card,
+                         interrupted_task_timeout=rt.cfg.handoff_timeout_s or None)
+        self.rt = rt
+        self._pumps: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ SDK entry points
+
+    async def on_message_send_stream(  # type: ignore[override]
+            self, params: SendMessageRequest, context: ServerCallContext,
+    ) -> AsyncGenerator[Event, None]:
+        """Streaming send: the events of the turn (or of its replay / rejection)."""
+        gen = self._gate(params, context)
+        try:
+            async for ev in gen:
+                yield ev
+        finally:
+            await gen.aclose()
+
+    async def on_message_send(  # type: ignore[override]
+            self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
+        """Non-streaming send: the Task as of the end of this request's stream."""
+        task: Task | None = None
+        async for ev in self._gate(params, context):
+            if task is None and not isinstance(ev, Task):  # a continuation: start from the store
+                task = await self.task_store.get(params.message.task_id, context)
+            task = fold_event(task, ev)
+        if task is None:
+            raise RuntimeError("turn produced no task")
+        return task
+
+    # ------------------------------------------------------------------ the pipeline
+
+    async def _gate(self, params: SendMessageRequest,
+                    context: ServerCallContext) -> AsyncIterator[Event]:
+        """Steps 1-7 of the module docstring."""
+        rt = self.rt
+        received_s = time.monotonic()
+        validate_proto_required_fields(params)
+        principal = principal_of(context)
+        active = rt.keys.uri in context.requested_extensions
+        msg = params.message
+        parsed = parse_turn(msg, keys=rt.keys, active=active, bounds=rt.bounds,
+                            test_hooks=rt.settings.test_hooks)
+        if isinstance(parsed, Rejection):
+            async for ev in self._reject(parsed, context, msg, active):
+                yield ev
+            return
+        if msg.task_id:
+            stored = await self.task_store.get(msg.task_id, context)
+            if stored is None or (msg.context_id and stored.context_id != msg.context_id):
+                async for ev in self._reject(Rejection(ErrorCode.SESSION_NOT_FOUND.value), context,
+                                             msg, active, task_id=msg.task_id):
+                    yield ev
+                return
+            if not msg.context_id:
+                msg.context_id = stored.context_id
+        client_context = msg.context_id
+        if client_context and not await rt.sessions.admit(principal, client_context):
+            async for ev in self._reject(Rejection(ErrorCode.SESSION_NOT_FOUND.value), context,
+                                         msg, active):
+                yield ev
+            return
+        scope = scope_of(principal, client_context)
+        ticket: Ticket | None = None
+        key = rt.idem.key_for(parsed.turn_id, parsed.request_guid, bool(msg.task_id))
+        if key is not None:
+            got = await rt.idem.enter(scope, *key)
+            if isinstance(got, Replay):
+                metrics.DEDUP.labels(got.kind).inc()
+                async for ev in self._replay(got, context, msg, parsed):
+                    yield ev
+                return
+            ticket = got
+        try:
+            async for ev in self._admit_and_run(params, context, parsed, principal, active,
+                                                scope, client_context, ticket, received_s):
+                yield ev
+        except BaseException:
+            if ticket is not None and not ticket.handed_over:
+                self._background(ticket.release())  # never leave a claim in flight
+            raise
+
+    async def _admit_and_run(self, params: SendMessageRequest, context: ServerCallContext,
+                             parsed: TurnRequest, principal: str, active: bool, scope: str,
+                             client_context: str, ticket: Ticket | None, received_s: float
+                             ) -> AsyncIterator[Event]:
+        """Steps 5-7, holding the dedup claim (if any) until the pump takes it over."""
+        rt, msg = self.rt, params.message
+        continuation = False
+        if msg.task_id:  # re-read after the claim: a duplicate may have just finished it
+            stored = await self.task_store.get(msg.task_id, context)
+            if stored is None or stored.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+                if ticket is not None:
+                    ticket.handed_over = True
+                    await ticket.release()
+                async for ev in self._known_task(stored, msg, context, active):
+                    yield ev
+                return
+            continuation = True
+        if ticket is not None:
+            metrics.DEDUP.labels("new").inc()
+        if not client_context:  # a new session: bind the context we open
+            msg.context_id = uuid.uuid4().hex
+            await rt.sessions.admit(principal, msg.context_id)
+        if rt.rate is not None:
+            wait_ms = rt.rate.take(scope_of(principal, msg.context_id), time.monotonic())
+            if wait_ms:
+                if ticket is not None:
+                    ticket.handed_over = True
+                    await ticket.release()
+                async for ev in self._reject(Rejection(ErrorCode.RATE_LIMITED.value,
+                                                       retry_after_ms=wait_ms),
+                                             context, msg, active):
+                    yield ev
+                return
+        side_effect = parsed.side_effect
+        if side_effect is None:
+            side_effect = not continuation and rt.rng.random() < rt.workload.side_effect_share
+        plan = TurnPlan(principal=principal, request=parsed, scope=scope, side_effect=side_effect,
+                        received_s=received_s)
+        context.state[PLAN_KEY] = plan
+        async for ev in self._run(params, context, plan, ticket):
+            yield ev
+
+    def _background(self, coro: Any) -> None:
+        """Run ``coro`` detached from the request (kept referenced until done)."""
+        task = asyncio.create_task(coro)
+        self._pumps.add(task)
+        task.add_done_callback(self._pumps.discard)
+
+    async def _reject(self, rejection: Rejection, context: ServerCallContext, msg: Message,
+                      active: bool, task_id: str | None = None) -> AsyncIterator[Event]:
+        """A new Task and its FAILED status (saved for GetTask unless it names a foreign task)."""
+        f = EventFactory(self.rt.keys, task_id or uuid.uuid4().hex,
+                         msg.context_id or uuid.uuid4().hex, active)
+        task = f.submitted()
+        failed = f.failed(rejection.code, retry_after_ms=rejection.retry_after_ms,
+                          detail=rejection.detail)
+        if task_id is None:
+            final = Task()
+            final.CopyFrom(task)
+            final.status.CopyFrom(failed.status)
+            await self.task_store.save(final, context)
+        metrics.TURNS.labels("failed", rejection.code).inc()
+        log.info("rejected code=%s ctx=%s task=%s principal=%s", rejection.code, f.context_id,
+                 f.task_id, principal_of(context))
+        yield task
+        yield failed
+
+    async def _known_task(self, stored: Task | None, msg: Message, context: ServerCallContext,
+                          active: bool) -> AsyncIterator[Event]:
+        """A message naming a finished or running task: its snapshot, or join its stream."""
+        if stored is None:  # evicted meanwhile
+            async for ev in self._reject(Rejection(ErrorCode.SESSION_NOT_FOUND.value), context,
+                                         msg, active, task_id=msg.task_id):
+                yield ev
+            return
+        metrics.DEDUP.labels("task").inc()
+        if stored.status.state in TERMINAL_STATES:
+            yield stored
+            return
+        request = SubscribeToTaskRequest(id=stored.id)
+        async for ev in DefaultRequestHandler.on_subscribe_to_task(self, request, context):
+            yield ev
+
+    async def _replay(self, got: Replay, context: ServerCallContext, msg: Message,
+                      parsed: TurnRequest) -> AsyncIterator[Event]:
+        """The stored events of the original request, or FAILED internal if unknown."""
+        events: list[Event] = []
+        if got.outcome is not None and got.kind in ("replay", "join"):
+            try:
+                events = [unpack_event(e) for e in got.outcome["events"]]
+            except (KeyError, TypeError, ValueError, DecodeError, binascii.Error):
+                log.error("unreadable stored outcome ctx=%s guid=%s", msg.context_id,
+                          parsed.request_guid)
+        if not events:
+            detail = ("A duplicate of this request is still in progress." if got.kind == "timeout"
+                      else "The outcome of the original request is unknown.")
+            async for ev in self._reject(Rejection(ErrorCode.INTERNAL.value, detail), context,
+                                         msg, parsed.active):
+                yield ev
+            return
+        log.debug("replay kind=%s ctx=%s guid=%s turn=%s", got.kind, msg.context_id,
+                  parsed.request_guid, parsed.turn_id)
+        for ev in events:
+            yield ev
+
+    # ------------------------------------------------------------------ execution
+
+    async def _run(self, params: SendMessageRequest, context: ServerCallContext, plan: TurnPlan,
+                   ticket: Ticket | None) -> AsyncIterator[Event]:
+        """Execute through the SDK in a background pump; relay its events to this client."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        if ticket is not None:
+            ticket.handed_over = True
+        self._background(self._pump(params, context, plan, ticket, queue))
+        while True:
+            item = await queue.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    async def _pump(self, params: SendMessageRequest, context: ServerCallContext, plan: TurnPlan,
+                    ticket: Ticket | None, queue: asyncio.Queue[Any]) -> None:
+        """Drive the SDK stream to its end, settle the dedup ticket, feed the client queue."""
+        events: list[Event] = []
+        ended = False
+        try:
+            stream = DefaultRequestHandler.on_message_send_stream(self, params, context)
+            async for ev in stream:
+                if len(events) == 1:
+                    metrics.FIRST_EVENT_SECONDS.observe(time.monotonic() - plan.received_s)
+                events.append(ev)
+                if is_stream_end(ev):
+                    ended = True
+                    await self._settle(plan, ticket, events)
+                queue.put_nowait(ev)
+            if not ended:
+                raise RuntimeError("the turn's stream closed without a final state")
+        except Exception as e:
+            if ended:
+                log.warning("error after the end of a turn: %r", e)
+            elif not events:
+                queue.put_nowait(e)
+                if ticket is not None:
+                    try:
+                        await ticket.release()
+                    except Exception:
+                        log.exception("could not release a claim guid=%s",
+                                      plan.request.request_guid)
+            else:
+                first = events[0]
+                factory = plan.factory or EventFactory(
+                    self.rt.keys, first.id if isinstance(first, Task) else first.task_id,
+                    first.context_id, plan.request.active)
+                log.error("turn stream broke (%s) task=%s ctx=%s", type(e).__name__,
+                          factory.task_id, factory.context_id)
+                ev = factory.failed(ErrorCode.INTERNAL.value)
+                events.append(ev)
+                await self._settle(plan, ticket, events)
+                queue.put_nowait(ev)
+        finally:
+            queue.put_nowait(_DONE)
+
+    async def _settle(self, plan: TurnPlan, ticket: Ticket | None, events: list[Event]) -> None:
+        """Count the turn and store its outcome (or release the claim if it was refused)."""
+        end = events[-1]
+        state = end.status.state  # type: ignore[union-attr]
+        code = error_code_of(end, self.rt.keys)
+        outcome = _OUTCOME_NAMES.get(state, "other")
+        metrics.TURNS.labels(outcome, code or "").inc()
+        metrics.TURN_SECONDS.labels(outcome).observe(time.monotonic() - plan.received_s)
+        req = plan.request
+        level = logging.INFO if code else logging.DEBUG
+        log.log(level, "turn outcome=%s code=%s task=%s turn=%s guid=%s interaction=%s "
+                "principal=%s", outcome, code or "-", plan.factory.task_id if plan.factory else "-",
+                req.turn_id, req.request_guid, req.interaction_id, plan.principal)
+        if ticket is None:
+            return
+        try:
+            if plan.refused:
+                await ticket.release()
+                return
+            record = {"v": OUTCOME_VERSION, "state": TaskState.Name(state), "errorCode": code,
+                      "events": [pack_event(e) for e in events]}
+            await ticket.complete(record, retryable_failure=code is not None
+                                  and is_retryable(code))
+        except Exception:
+            log.exception("could not record the outcome guid=%s turn=%s", req.request_guid,
+                          req.turn_id)
+
+    async def aclose(self) -> None:
+        """Drain the SDK's tasks, give the pumps a moment to settle their claims, stop them."""
+        await super().aclose()
+        pending = list(self._pumps)
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=2.0)
+            for task in late:
+                task.cancel()

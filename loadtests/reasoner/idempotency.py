@@ -1,0 +1,142 @@
+"""Replay semantics of errors.md §4 on top of a :class:`DedupStore`.
+
+Modes (``[reasoner].dedup``, overridable with ``--dedup-mode``):
+
+- ``request-guid`` (default): key ``g:<requestGuid>``.  Every outcome, failures
+  included, is stored and replayed to a repeat of the same requestGuid.
+- ``turn``: key ``t:<turnId>`` (an INPUT_REQUIRED continuation, or a message
+  without turnId, falls back to ``g:<requestGuid>``).  A repeat of the turn is
+  replayed; after a *retryable* failure the turn key is released so the retry
+  runs again, while its side effect is guarded by ``s:<turnId>`` and never runs
+  twice for one logical turn.
+- ``none``: no dedup at all (negative control).
+
+Scopes are ``<principal>\\x1f<contextId>``: replay detection never crosses a
+context, nor a tenant.  A first message without contextId is scoped to the
+principal's empty context, so a duplicated first message replays rather than
+opening a second session.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from loadtests.dedup.base import DedupStore, is_lost_outcome
+
+Mode = Literal["request-guid", "turn", "none"]
+MODES: tuple[str, ...] = ("request-guid", "turn", "none")
+OUTCOME_VERSION = 2  # {"v", "state", "errorCode", "events": [base64 StreamResponse, ...]}
+
+
+def scope_of(principal: str, context_id: str) -> str:
+    """The dedup scope of one principal's context."""
+    return f"{principal}\x1f{context_id}"
+
+
+def new_owner() -> str:
+    """A unique owner id for one execution."""
+    return f"{os.getpid()}:{uuid.uuid4().hex[:16]}"
+
+
+@dataclass
+class Ticket:
+    """Ownership of one dedup key: exactly one of ``complete`` / ``release`` must follow."""
+
+    store: DedupStore
+    scope: str
+    key: str
+    owner: str
+    turn_key: bool  # key is a turnId (released after retryable failures)
+    handed_over: bool = False  # someone took responsibility for settling it
+
+    async def complete(self, outcome: dict[str, Any], retryable_failure: bool) -> None:
+        """Store the outcome (turn keys: release instead after a retryable failure)."""
+        if self.turn_key and retryable_failure:
+            await self.store.abandon(self.scope, self.key, owner=self.owner)
+        else:
+            await self.store.complete(self.scope, self.key, outcome, time.time(), owner=self.owner)
+
+    async def release(self) -> None:
+        """Forget the claim: nothing was executed (refused before any work)."""
+        await self.store.abandon(self.scope, self.key, owner=self.owner)
+
+
+@dataclass
+class Replay:
+    """A previously produced outcome to send again (``outcome`` None: it never arrived)."""
+
+    kind: Literal["replay", "join", "lost", "timeout"]
+    outcome: dict[str, Any] | None = field(default=None)
+
+
+class Idempotency:
+    """Chooses the dedup key of a request and claims it (waiting for in-flight owners)."""
+
+    def __init__(self, store: DedupStore | None, mode: str, wait_s: float = 30.0):
+        if mode not in MODES:
+            raise ValueError(f"dedup mode must be one of {MODES}, got {mode!r}")
+        self.store = store
+        self.mode = mode
+        self.wait_s = wait_s
+
+    def key_for(self, turn_id: str | None, request_guid: str | None,
+                continuation: bool) -> tuple[str, bool] | None:
+        """``(key, is_turn_key)`` for a request, or None when it is not deduplicated."""
+        if self.store is None or self.mode == "none":
+            return None
+        if self.mode == "turn" and turn_id and not continuation:
+            return f"t:{turn_id}", True
+        if request_guid:
+            return f"g:{request_guid}", False
+        return None
+
+    async def enter(self, scope: str, key: str, turn_key: bool) -> Ticket | Replay:
+        """Claim ``key``: a Ticket to execute, or a Replay of the stored / joined outcome."""
+        assert self.store is not None
+        owner = new_owner()
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            claim = await self.store.claim(scope, key, owner, time.time())
+            if claim.state == "new":
+                return Ticket(self.store, scope, key, owner, turn_key)
+            if claim.state == "done":
+                return Replay("lost" if claim.lost else "replay", claim.outcome)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return Replay("timeout")
+            outcome = await self.store.wait(scope, key, remaining)
+            if outcome is not None:
+                return Replay("lost" if is_lost_outcome(outcome) else "join", outcome)
+            # abandoned by its owner, or timed out: claim again (the loop ends at the deadline)
+
+    async def guard_side_effect(self, scope: str, turn_id: str | None) -> SideEffectGuard:
+        """Mode ``turn``: run the side effect only if this logical turn has not run it yet."""
+        if self.store is None or self.mode != "turn" or not turn_id:
+            return SideEffectGuard(run=True)
+        owner = new_owner()
+        key = f"s:{turn_id}"
+        claim = await self.store.claim(scope, key, owner, time.time())
+        if claim.state != "new":
+            return SideEffectGuard(run=False)
+        return SideEffectGuard(run=True, ticket=Ticket(self.store, scope, key, owner, False))
+
+
+@dataclass
+class SideEffectGuard:
+    """Whether to run a side effect, and the claim to settle afterwards."""
+
+    run: bool
+    ticket: Ticket | None = None
+
+    async def settle(self, maybe_executed: bool) -> None:
+        """Record the side effect as done, or release the claim if it surely did not run."""
+        if self.ticket is None:
+            return
+        if maybe_executed:
+            await self.ticket.complete({"sideEffect": True}, retryable_failure=False)
+        else:
+            await self.ticket.release()

@@ -1,0 +1,77 @@
+"""Prometheus metrics of the Reasoner, served at ``/metrics``.
+
+With one worker the default registry is served.  With several uvicorn workers
+the CLI sets ``PROMETHEUS_MULTIPROC_DIR`` before the workers start, so
+prometheus_client keeps values in per-process files and ``/metrics`` (answered
+by whichever worker gets the scrape) aggregates every worker: counters and
+histograms are summed, the in-flight gauge is summed over live workers.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client import multiprocess as _mp
+from starlette.requests import Request
+from starlette.responses import Response
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0,
+                    7.5, 10.0, 20.0, 60.0)
+
+TURNS = Counter("rta_reasoner_turns_total",
+                "Requests answered, by outcome (final state) and error code ('' if none)",
+                ["outcome", "code"])
+DEDUP = Counter("rta_reasoner_dedup_total",
+                "Dedup decisions: new, replay (stored outcome), join (waited for in-flight), "
+                "lost (owner crashed), timeout (in-flight owner too slow), task (known taskId)",
+                ["result"])
+SIDE_EFFECTS = Counter("rta_reasoner_side_effects_total",
+                       "Tool calls by result: ok, timeout, error, skipped (already run)",
+                       ["result"])
+IN_FLIGHT = Gauge("rta_reasoner_in_flight", "Turns executing now", multiprocess_mode="livesum")
+TURN_SECONDS = Histogram("rta_reasoner_turn_seconds",
+                         "Request received to end of its stream (terminal or INPUT_REQUIRED)",
+                         ["outcome"], buckets=_LATENCY_BUCKETS)
+FIRST_EVENT_SECONDS = Histogram("rta_reasoner_first_output_seconds",
+                                "Request received to first progress directive or chunk",
+                                buckets=_LATENCY_BUCKETS)
+AUTH_FAILURES = Counter("rta_reasoner_auth_failures_total", "Rejected credentials", ["binding"])
+WS_CONNECTIONS = Gauge("rta_reasoner_ws_connections", "Open WebSocket connections",
+                       multiprocess_mode="livesum")
+BAD_REQUESTS = Counter("rta_reasoner_jsonrpc_errors_total",
+                       "Malformed requests answered with a JSON-RPC error", ["binding", "code"])
+
+
+def multiprocess() -> bool:
+    """True when metrics are aggregated over worker processes."""
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+def render() -> bytes:
+    """The exposition text of every metric (all workers in multiprocess mode)."""
+    if multiprocess():
+        registry = CollectorRegistry()
+        _mp.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    return generate_latest(REGISTRY)
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    """GET /metrics."""
+    return Response(render(), media_type=CONTENT_TYPE_LATEST)
+
+
+def worker_exit() -> None:
+    """Tell the multiprocess collector that this worker's live gauges are gone."""
+    if multiprocess():
+        _mp.mark_process_dead(os.getpid())

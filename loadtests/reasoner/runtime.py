@@ -1,0 +1,85 @@
+"""Per-worker state of the Reasoner, built from :class:`ServerSettings` and the scenario."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import httpx
+import numpy as np
+
+from loadtests.dedup import open_store
+from loadtests.dedup.base import DedupStore
+from loadtests.reasoner.capacity import Capacity
+from loadtests.reasoner.idempotency import Idempotency
+from loadtests.reasoner.intake import Bounds
+from loadtests.reasoner.ratelimit import KeyedTokenBucket
+from loadtests.reasoner.sessions import SessionRegistry
+from loadtests.reasoner.settings import ServerSettings
+from loadtests.reasoner.tools import Tool
+from loadtests.reasoner.wire import Keys
+from sim.scenario import ReasonerConfig, Scenario, WorkloadConfig, load_scenario
+
+
+def load_config(settings: ServerSettings) -> Scenario:
+    """The scenario with the CLI's overrides applied (raises ConfigError)."""
+    overrides = list(settings.overrides)
+    if settings.dedup_mode is not None:
+        overrides.append(f'reasoner.dedup="{settings.dedup_mode}"')
+    if settings.dedup_window_s is not None:
+        overrides.append(f"reasoner.dedup_window_s={settings.dedup_window_s!r}")
+    if settings.scenario is None:
+        return Scenario().with_overrides(overrides) if overrides else Scenario()
+    return load_scenario(settings.scenario, overrides or None)
+
+
+@dataclass
+class Runtime:
+    """Everything a request needs; one instance per worker process."""
+
+    settings: ServerSettings
+    cfg: ReasonerConfig
+    workload: WorkloadConfig
+    keys: Keys
+    bounds: Bounds
+    rng: np.random.Generator
+    store: DedupStore
+    idem: Idempotency
+    sessions: SessionRegistry
+    rate: KeyedTokenBucket | None
+    capacity: Capacity
+    tool: Tool
+    http: httpx.AsyncClient | None
+    in_flight: int = 0
+
+    async def start(self) -> None:
+        """Open the dedup store (app lifespan)."""
+        await self.store.start()
+
+    async def close(self) -> None:
+        """Close the store and the HTTP client."""
+        if self.http is not None:
+            await self.http.aclose()
+        await self.store.close()
+
+
+def build_runtime(settings: ServerSettings, scenario: Scenario | None = None) -> Runtime:
+    """Assemble the per-worker runtime (the store is opened later by :meth:`Runtime.start`)."""
+    scenario = scenario or load_config(settings)
+    cfg = scenario.reasoner
+    rng = np.random.default_rng(np.random.SeedSequence([scenario.run.seed, os.getpid()]))
+    store = open_store(settings.store_url, cfg.dedup_window_s)
+    http = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=512)) \
+        if settings.witness else None
+    rate = (KeyedTokenBucket(cfg.context_rate_per_s, cfg.context_burst)
+            if cfg.context_rate_per_s > 0 else None)
+    return Runtime(
+        settings=settings, cfg=cfg, workload=scenario.workload, keys=Keys(settings.ext_uri),
+        bounds=Bounds(), rng=rng, store=store,
+        idem=Idempotency(store, cfg.dedup, wait_s=settings.dedup_wait_s),
+        sessions=SessionRegistry(store, ttl_s=settings.session_ttl_s),
+        rate=rate, capacity=Capacity(cfg.workers, cfg.queue_limit),
+        tool=Tool(settings.witness, cfg.upstream_timeout_s, cfg.tool_latency_s, rng, http),
+        http=http,
+    )
+

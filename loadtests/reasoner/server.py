@@ -1,0 +1,62 @@
+"""Run the Reasoner under uvicorn (one or several worker processes)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import uvicorn
+
+from loadtests.reasoner.metrics import MULTIPROC_ENV
+from loadtests.reasoner.settings import SETTINGS_ENV, ServerSettings
+
+APP_FACTORY = "loadtests.reasoner.app:create_app"
+WS_HARD_MAX_BYTES = 4 * 1024 * 1024  # above this uvicorn closes the socket (1009)
+
+
+class DenialNoiseFilter(logging.Filter):
+    """Drop uvicorn's false alarm after a WebSocket upgrade refused with a 401 response.
+
+    uvicorn's websockets-sansio protocol logs "ASGI callable returned without
+    completing handshake" after a ``websocket.http.response`` denial although
+    the 401 was sent; the endpoint itself always accepts, so nothing is hidden.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for the false alarm."""
+        return "returned without completing handshake" not in record.getMessage()
+
+
+def log_config(level: str) -> dict[str, Any]:
+    """uvicorn's logging config plus the Reasoner's and the SDK's loggers."""
+    cfg = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    cfg.setdefault("filters", {})["denial"] = {"()": DenialNoiseFilter}
+    cfg["loggers"]["uvicorn.error"] = {**cfg["loggers"].get("uvicorn.error", {}),
+                                       "filters": ["denial"]}
+    cfg["loggers"]["rtalab"] = {"handlers": ["default"], "level": level.upper(),
+                                "propagate": False}
+    cfg["loggers"]["a2a"] = {"handlers": ["default"], "level": "ERROR", "propagate": False}
+    return cfg
+
+
+def run(settings: ServerSettings) -> int:
+    """Serve until SIGINT/SIGTERM; every worker builds its app from :data:`SETTINGS_ENV`."""
+    os.environ[SETTINGS_ENV] = settings.to_env()
+    prom_dir = None
+    if settings.workers > 1 and not os.environ.get(MULTIPROC_ENV):
+        prom_dir = tempfile.mkdtemp(prefix="rtalab-prom-")
+        os.environ[MULTIPROC_ENV] = prom_dir
+    try:
+        uvicorn.run(APP_FACTORY, factory=True, host=settings.host, port=settings.port,
+                    workers=settings.workers, log_level=settings.log_level,
+                    log_config=log_config(settings.log_level), access_log=settings.access_log,
+                    ws_max_size=WS_HARD_MAX_BYTES, timeout_graceful_shutdown=5,
+                    lifespan="on", server_header=False)
+    finally:
+        if prom_dir is not None:
+            shutil.rmtree(prom_dir, ignore_errors=True)
+    return 0

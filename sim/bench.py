@@ -1,0 +1,305 @@
+"""``rtalab sim bench``: simulator speed relative to bare SimPy, and its peak memory.
+
+pyperf style: every figure is printed with the host it was measured on, each
+measurement is repeated, and a spread above 10 % prints a warning with the
+remedy.  Four figures:
+
+(a) simulated turns/s on the ``baseline`` preset (arrival rate kept, duration
+    stretched to ``--turns`` turns, one replication);
+(b) customers/s of a bare SimPy M/M/c loop (Poisson arrivals, ``simpy.Resource``
+    with c servers, ``with res.request() as req: yield req; yield
+    env.timeout(service)``) in the same process;
+(c) the cost of one simulated turn ÷ the cost of one bare customer (target ≤ 3×);
+(d) with ``--memory``: peak RSS of a child process doing what ``rtalab sim run``
+    does (simulate, summarise, write the folder with plots) for ``--memory-turns``
+    turns (baseline with arrival rate and Reasoner capacity scaled ×10 and the
+    duration stretched, one replication), against the 2 GB target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+RATIO_TARGET = 3.0
+RSS_TARGET_BYTES = 2 * 1024**3
+UNSTABLE_SPREAD = 0.10
+MMC_SERVERS = 8
+MMC_RHO = 0.8
+MEMORY_SCALE = 10  # ×calls_per_s and ×workers for the memory run: same utilisation, shorter span
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Repeated rate measurements (items per second) of one benchmark."""
+
+    name: str
+    unit: str
+    rates: tuple[float, ...]
+    items: int
+
+    @property
+    def mean(self) -> float:
+        """Mean rate."""
+        return statistics.fmean(self.rates)
+
+    @property
+    def stdev(self) -> float:
+        """Sample standard deviation of the rate (0 for one repeat)."""
+        return statistics.stdev(self.rates) if len(self.rates) > 1 else 0.0
+
+    @property
+    def spread(self) -> float:
+        """(max − min) ÷ median of the rates: the instability pyperf warns about."""
+        return (max(self.rates) - min(self.rates)) / statistics.median(self.rates)
+
+    def line(self) -> str:
+        """``name: mean ± sd unit/s (k runs of n items; min..max)``."""
+        rel = self.stdev / self.mean if self.mean else 0.0
+        lo, hi = min(self.rates), max(self.rates)
+        return (f"{self.name}: {self.mean:,.0f} {self.unit}/s ± {rel:.1%} "
+                f"({len(self.rates)} runs of {self.items:,} {self.unit}; "
+                f"min {lo:,.0f}, max {hi:,.0f})")
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+def mmc_run(customers: int, servers: int = MMC_SERVERS, rho: float = MMC_RHO,
+            seed: int = 1) -> float:
+    """Simulate ``customers`` M/M/c customers in bare SimPy; return the wall time in seconds."""
+    import simpy
+
+    env = simpy.Environment()
+    res = simpy.Resource(env, capacity=servers)
+    rnd = random.Random(seed)
+    service_rate = 1.0
+    arrival_rate = rho * servers * service_rate
+
+    def customer(env: simpy.Environment, res: simpy.Resource) -> Any:
+        with res.request() as req:
+            yield req
+            yield env.timeout(rnd.expovariate(service_rate))
+
+    def source(env: simpy.Environment) -> Any:
+        for _ in range(customers):
+            yield env.timeout(rnd.expovariate(arrival_rate))
+            env.process(customer(env, res))
+
+    env.process(source(env))
+    t0 = time.perf_counter()
+    env.run()
+    return time.perf_counter() - t0
+
+
+def bench_scenario(turns: int, scale: int = 1) -> Any:
+    """The ``baseline`` preset stretched to about ``turns`` turns, one replication.
+
+    ``scale`` multiplies the arrival rate and the Reasoner's workers and queue
+    limit together, so utilisation stays that of the preset.
+    """
+    from sim.scenario import load_scenario
+
+    base = load_scenario("baseline")
+    calls_per_s = base.workload.calls_per_s * scale
+    turns_per_call = max(1.0, math.ceil(base.workload.turns_per_call.mean))
+    warmup_s = min(base.run.warmup_s, 10.0)
+    duration_s = max(warmup_s + 1.0, turns / (calls_per_s * turns_per_call))
+    return base.with_overrides({
+        "workload.calls_per_s": calls_per_s,
+        "reasoner.workers": base.reasoner.workers * scale,
+        "reasoner.queue_limit": base.reasoner.queue_limit * scale,
+        "run.duration_s": duration_s,
+        "run.warmup_s": warmup_s,
+        "run.replications": 1,
+    })
+
+
+def sim_run(scenario: Any, seed: int) -> tuple[int, float]:
+    """Run one replication; return (turns simulated, wall seconds)."""
+    from sim.runner import run_once
+
+    t0 = time.perf_counter()
+    out = run_once(scenario, seed)
+    wall = time.perf_counter() - t0
+    return len(out.turns), wall
+
+
+def measure_speed(turns: int, customers: int, repeats: int,
+                  seed: int) -> tuple[Measurement, Measurement]:
+    """Simulated turns/s and bare M/M/c customers/s, timed alternately (after small warm-ups).
+
+    Alternating the two keeps slow drifts of the machine's speed out of their ratio.
+    """
+    sim_run(bench_scenario(max(200, turns // 20)), seed)  # warm caches and imports
+    mmc_run(max(1000, customers // 20), seed=seed)
+    scenario = bench_scenario(turns)
+    sim_rates, mmc_rates, n_turns = [], [], 0
+    for _ in range(repeats):
+        n_turns, wall = sim_run(scenario, seed)
+        sim_rates.append(n_turns / wall)
+        mmc_rates.append(customers / mmc_run(customers, seed=seed))
+    sim = Measurement("baseline simulation", "turns", tuple(sim_rates), n_turns)
+    name = f"bare SimPy M/M/{MMC_SERVERS} (rho={MMC_RHO:g})"
+    return sim, Measurement(name, "customers", tuple(mmc_rates), customers)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def _child_memory_run(turns: int, seed: int) -> dict[str, Any]:
+    """In the child: what ``rtalab sim run`` does (simulate, summarise, write the folder with
+    plots) for ``turns`` turns, in a temporary folder; report counts and timings."""
+    import tempfile
+
+    from sim import results
+    from sim.runner import run_once
+    from sim.summary import summarize
+
+    scenario = bench_scenario(turns, scale=MEMORY_SCALE)
+    t0 = time.perf_counter()
+    out = run_once(scenario, seed)
+    sim_s = time.perf_counter() - t0
+    summary = summarize([out], scenario.run.warmup_s)
+    with tempfile.TemporaryDirectory(prefix="rtalab-bench-") as tmp:
+        run_dir = results.new_run_dir(tmp, "bench", scenario_name=scenario.name, seed=seed)
+        meta = results.collect_meta(kind="bench", scenario=scenario, seed=seed, replications=1)
+        results.start_run(run_dir, scenario, meta)
+        results.write_run(run_dir, scenario, [out], summary, meta)
+    return {"turns": len(out.turns), "attempts": len(out.attempts), "sim_s": sim_s,
+            "wall_s": time.perf_counter() - t0, "duration_s": scenario.run.duration_s}
+
+
+def _maxrss_bytes(ru_maxrss: int) -> int:
+    """``ru_maxrss`` in bytes (kilobytes on Linux, bytes on macOS)."""
+    return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024
+
+
+def measure_memory(turns: int, seed: int) -> tuple[dict[str, Any], int]:
+    """Simulate ``turns`` turns in a child process; return its report and its peak RSS in bytes."""
+    cmd = [sys.executable, "-m", "sim.bench", "--memory-child", str(turns), "--seed", str(seed)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"memory run failed (exit {proc.returncode}): {tail}")
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    peak = _maxrss_bytes(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    return report, peak
+
+
+# --------------------------------------------------------------------------- report
+
+
+def host_line() -> str:
+    """One line naming the machine and software the figures were measured on."""
+    from sim.results import host_info, package_versions
+
+    h, v = host_info(), package_versions()
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+    return (f"host: {h['hostname']} | {h['cpu_model'] or h['machine']} | "
+            f"{h['cpu_usable']}/{h['cpu_count']} CPUs | {platform.system()} {platform.release()} | "
+            f"Python {v['python']} | simpy {v['simpy']} | numpy {v['numpy']} | load avg {load}")
+
+
+def _warn_unstable(m: Measurement, out: Callable[[str], None]) -> bool:
+    """Print a pyperf-style warning when ``m`` varies by more than 10 %; return True if so."""
+    if len(m.rates) > 1 and m.spread > UNSTABLE_SPREAD:
+        out(f"WARNING: {m.name} is unstable: spread {m.spread:.0%} > {UNSTABLE_SPREAD:.0%} "
+            "between runs. Close other programs, use more --repeats or a larger size, "
+            "or pin the CPU (taskset -c 1 ...; python -m pyperf system tune).")
+        return True
+    return False
+
+
+def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
+    """Run the benchmark described by ``args``; print the report; 0 unless the run itself failed."""
+    out("rtalab sim bench")
+    out(host_line())
+    ncpu = os.cpu_count() or 1
+    if hasattr(os, "getloadavg") and os.getloadavg()[0] > 0.5 * ncpu:
+        out(f"WARNING: the system is busy (load avg {os.getloadavg()[0]:.2f} on {ncpu} CPUs); "
+            "figures will be low and noisy. Rerun on an idle machine.")
+
+    if not args.skip_speed:
+        sim, mmc = measure_speed(args.turns, args.customers, args.repeats, args.seed)
+        out(sim.line())
+        out(mmc.line())
+        for m in (sim, mmc):
+            _warn_unstable(m, out)
+        ratio = mmc.mean / sim.mean
+        per_turn_us, per_customer_us = 1e6 / sim.mean, 1e6 / mmc.mean
+        verdict = "PASS" if ratio <= RATIO_TARGET else "WARN"
+        out(f"cost ratio: {per_turn_us:,.1f} us per turn / {per_customer_us:,.1f} us per customer "
+            f"= {ratio:.2f}x (target <= {RATIO_TARGET:g}x): {verdict}")
+        if verdict == "WARN":
+            out("  remedy: profile a run (python -m cProfile -s tottime -m sim.cli sim run "
+                "baseline --set run.duration_s=3000 run.replications=1 --no-plots --quiet) "
+                "and remove per-chunk events, polling timers and per-event DataFrame/dict "
+                "work from the model's hot path.")
+
+    if args.memory:
+        report, peak = measure_memory(args.memory_turns, args.seed)
+        verdict = "PASS" if peak <= RSS_TARGET_BYTES else "WARN"
+        out(f"memory: {report['turns']:,} turns ({report['attempts']:,} attempts, "
+            f"{report['duration_s']:,.0f} simulated s at {MEMORY_SCALE}x baseline load), "
+            f"simulated in {report['sim_s']:.1f} s, summarised and written with plots in "
+            f"{report['wall_s']:.1f} s; peak RSS {peak / 1024**2:,.0f} MiB "
+            f"(target <= {RSS_TARGET_BYTES / 1024**3:g} GiB): {verdict}")
+        if verdict == "WARN":
+            out("  remedy: keep records as columnar arrays (not per-record objects), drop "
+                "finished dedup entries, and build DataFrames once at the end of a run.")
+    return 0
+
+
+def _count(text: str) -> int:
+    """argparse type: an integer >= 1 (underscores allowed, e.g. 1_000_000)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``rtalab sim bench``."""
+    p.add_argument("--turns", type=_count, default=100_000, metavar="N",
+                   help="simulated turns per timed run (default 100,000)")
+    p.add_argument("--customers", type=_count, default=300_000, metavar="N",
+                   help="bare M/M/c customers per timed run (default 300,000)")
+    p.add_argument("--repeats", type=_count, default=3, metavar="K",
+                   help="timed runs of each benchmark (default 3)")
+    p.add_argument("--seed", type=int, default=1, help="seed of every run (default 1)")
+    p.add_argument("--memory", action="store_true",
+                   help="also simulate --memory-turns turns in a child and report peak RSS")
+    p.add_argument("--memory-turns", type=_count, default=1_000_000, metavar="N",
+                   help="turns of the memory run (default 1,000,000)")
+    p.add_argument("--skip-speed", action="store_true",
+                   help="skip (a)-(c), e.g. with --memory for the memory figure alone")
+
+
+def _child_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sim.bench --memory-child N``: the memory run's child process."""
+    p = argparse.ArgumentParser(prog="python -m sim.bench")
+    p.add_argument("--memory-child", type=int, required=True, metavar="TURNS")
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args(argv)
+    print(json.dumps(_child_memory_run(a.memory_child, a.seed)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())

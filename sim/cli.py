@@ -1,0 +1,349 @@
+"""The ``rtalab`` command: ``rtalab sim run|presets|show|bench`` plus commands added by plugins.
+
+Other packages add top-level commands through the entry-point group
+``rtalab.commands``; each entry point is a ``register(subparsers)`` function
+that adds one sub-parser with ``set_defaults(func=callable(args) -> int)``.  A
+plugin that fails to import never breaks ``rtalab sim``: it is skipped, with a
+one-line warning only when the user asked for that command.
+
+Every mistake a user can make (a broken scenario, a missing file, a bad
+``--set``, an unwritable ``--out``, bad arguments) exits with status 2 and one
+line on stderr, never a traceback.  Ctrl-C exits with 130 and leaves the run
+folder marked ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, NoReturn
+
+from sim.config import ConfigError
+
+PROG = "rtalab"
+PLUGIN_GROUP = "rtalab.commands"
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A mistake the user can fix; printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line on stderr (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``prog: error: message`` and exit 2."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _err(message: str) -> None:
+    """Print one ``rtalab: ...`` line on stderr."""
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- sim commands
+
+
+def _load(ref: str, overrides: Sequence[str] | None) -> Any:
+    """Load a scenario file or preset with ``--set`` overrides (raises ConfigError)."""
+    from sim.scenario import load_scenario
+
+    return load_scenario(ref, list(overrides or []))
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    """``rtalab sim presets``: list the shipped scenarios with their descriptions."""
+    from sim.scenario import load_scenario, preset_names
+
+    names = preset_names()
+    width = max((len(n) for n in names), default=0)
+    for name in names:
+        s = load_scenario(name)
+        print(f"{name:<{width}}  {s.description}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """``rtalab sim show``: print the fully resolved scenario as TOML."""
+    from sim.scenario import dumps
+
+    scenario = _load(args.scenario, args.set)
+    sys.stdout.write(dumps(scenario))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``rtalab sim run``: simulate a scenario and write a new results folder."""
+    scenario = _load(args.scenario, args.set)
+    extra: dict[str, Any] = {}
+    if args.seed is not None:
+        extra["run.seed"] = args.seed
+    if args.replications is not None:
+        extra["run.replications"] = args.replications
+    if extra:
+        scenario = scenario.with_overrides(extra)
+
+    from sim import results
+    from sim.progress import progress_bar, should_show
+    from sim.runner import run_replications
+    from sim.summary import summarize
+
+    seed, reps = scenario.run.seed, scenario.run.replications
+    try:
+        run_dir = results.new_run_dir(args.out, "sim", scenario_name=scenario.name, seed=seed)
+        meta = results.collect_meta(
+            kind="sim", scenario=scenario, seed=seed, replications=reps,
+            argv=[PROG, *args.rtalab_argv],
+            extra={"scenario_ref": args.scenario, "overrides": list(args.set)},
+        )
+        results.start_run(run_dir, scenario, meta)
+    except OSError as e:
+        raise UsageError(f"cannot write results under {args.out}: {e.strerror or e}") from None
+
+    label = f"{scenario.name} s{seed} ×{reps}"
+    try:
+        with results.guard(run_dir, meta):
+            with progress_bar(label, enabled=should_show(args.quiet)) as progress:
+                outputs = run_replications(scenario, progress=progress)
+            summary = summarize(outputs, scenario.run.warmup_s)
+            try:
+                results.write_run(run_dir, scenario, outputs, summary, meta,
+                                  plots=not args.no_plots)
+            except OSError as e:
+                raise UsageError(f"cannot write results to {run_dir}: {e.strerror or e}") from None
+    except KeyboardInterrupt:
+        _err(f"interrupted; partial run left in {run_dir} (status: interrupted)")
+        return EXIT_INTERRUPTED
+
+    if args.quiet:
+        print(run_dir)
+    else:
+        print_summary(summary, run_dir, meta)
+    return 0
+
+
+# --------------------------------------------------------------------------- summary table
+
+# (metric key or prefix, label, format); "%" = share shown in percent, "s" = seconds,
+# "B" = bytes, "x" = ratio, "n" = count, "/1k" = per 1,000 turns, "/s" = per second
+KEY_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("turns", "turns after warm-up", "n"),
+    ("success_rate", "success rate", "%"),
+    ("failed_share", "failed", "%"),
+    ("abandoned_share", "abandoned", "%"),
+    ("failure_rate.", "  failed with ", "%"),
+    ("ttfc_s.p50", "time to first chunk p50", "s"),
+    ("ttfc_s.p95", "time to first chunk p95", "s"),
+    ("ttfc_s.p99", "time to first chunk p99", "s"),
+    ("completion_s.p50", "turn completion p50", "s"),
+    ("completion_s.p95", "turn completion p95", "s"),
+    ("completion_s.p99", "turn completion p99", "s"),
+    ("attempts_per_turn", "attempts per turn", "x"),
+    ("load_amplification", "load amplification", "x"),
+    ("goodput_turns_per_s", "goodput (turns/s)", "/s"),
+    ("worker_utilisation", "worker utilisation", "%"),
+    ("hazard.duplicate_request_executions_per_1k_turns", "dup. requestGuid executions /1k turns",
+     "/1k"),
+    ("hazard.reexecuted_turns_per_1k_turns", "re-executed turns /1k turns", "/1k"),
+    ("hazard.duplicated_sessions_per_1k_turns", "duplicated sessions /1k turns", "/1k"),
+    ("dedup.peak_bytes", "dedup store peak", "B"),
+)
+
+
+def _fmt(value: Any, kind: str) -> str:
+    """Format one number for the summary table."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    v = float(value)
+    if kind == "%":
+        return f"{round(v * 100, 2) + 0.0:.2f} %"  # + 0.0 turns -0.0 into 0.0
+    if kind == "s":
+        return f"{v * 1000:.0f} ms" if abs(v) < 1 else f"{v:.2f} s"
+    if kind == "B":
+        return f"{v / 2**20:.2f} MiB" if v >= 2**20 else f"{v / 1024:.1f} KiB"
+    if kind == "n":
+        return f"{v:,.0f}"
+    if kind in ("/1k", "/s"):
+        return f"{round(v, 2) + 0.0:.2f}"
+    return f"{v:.3f}"
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, mean, 95 % CI) rows of the key metrics present in a ``summary.json``."""
+    metrics: dict[str, Any] = summary.get("metrics", {})
+    rows = []
+    for key, label, kind in KEY_METRICS:
+        names = ([k for k in sorted(metrics) if k.startswith(key)] if key.endswith(".")
+                 else [key] if key in metrics else [])
+        for name in names:
+            m = metrics[name]
+            if not isinstance(m, dict):
+                continue
+            if key.endswith(".") and not m.get("mean"):
+                continue  # only the failure codes that occurred
+            lo, hi = m.get("ci_low"), m.get("ci_high")
+            ci = (f"[{_fmt(lo, kind)}, {_fmt(hi, kind)}]"
+                  if lo is not None and hi is not None else "–")
+            text = f"{label}{name[len(key):]}" if key.endswith(".") else label
+            rows.append((text, _fmt(m.get("mean"), kind), ci))
+    return rows
+
+
+def print_summary(summary: dict[str, Any], run_dir: Path, meta: dict[str, Any]) -> None:
+    """Print the key metrics with 95 % CIs and the run folder (rich table on stdout)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    reps = meta.get("replications", 1)
+    table = Table(title=f"{meta.get('scenario')}  seed {meta.get('seed')}  "
+                        f"{reps} replication{'s' * (reps != 1)}  "
+                        f"({meta.get('wall_time_s') or 0:.1f} s wall)",
+                  title_justify="left", box=None, pad_edge=False)
+    table.add_column("metric")
+    table.add_column("mean", justify="right")
+    table.add_column("95 % CI over replications", justify="right")
+    for row in summary_rows(summary):
+        table.add_row(*row)
+    console = Console(soft_wrap=True)
+    console.print(table)
+    console.print(f"results: {run_dir}", highlight=False)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``rtalab sim bench``: simulator speed versus bare SimPy, and peak memory."""
+    from sim.bench import run_bench
+
+    return run_bench(args)
+
+
+def _add_scenario_args(p: argparse.ArgumentParser) -> None:
+    """The SCENARIO positional and the repeatable ``--set key.path=value``."""
+    p.add_argument("scenario", metavar="SCENARIO",
+                   help="scenario file path or preset name (see 'rtalab sim presets')")
+    p.add_argument("--set", metavar="KEY.PATH=VALUE", nargs="+", action="extend", default=[],
+                   help="override a scenario value (TOML syntax, e.g. run.seed=7 "
+                        "network.uplink.loss=0.05); repeatable")
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_sim_parser(subparsers: Any) -> None:
+    """Register ``rtalab sim`` and its sub-commands."""
+    sim = subparsers.add_parser("sim", help="simulate scenarios (SimPy)",
+                                description="Simulate Live-layer clients and A2A Reasoners.")
+    sim.set_defaults(func=lambda a: _help(sim))
+    sub = sim.add_subparsers(title="commands", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a scenario and write a results folder",
+                         description="Simulate SCENARIO (replications with CIs) and write "
+                                     "<out>/<UTC time>-sim-<name>-s<seed>/.")
+    _add_scenario_args(run)
+    run.add_argument("--seed", type=int, help="root seed (default: the scenario's run.seed)")
+    run.add_argument("--replications", type=_positive_int, metavar="R",
+                     help="independent replications (default: run.replications)")
+    run.add_argument("--out", type=Path, default=Path("results"), metavar="DIR",
+                     help="folder under which the run folder is created (default: results)")
+    run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    run.add_argument("--quiet", "-q", action="store_true",
+                     help="no progress bar or table; print only the run folder")
+    run.set_defaults(func=cmd_run)
+
+    presets = sub.add_parser("presets", help="list the shipped scenarios")
+    presets.set_defaults(func=cmd_presets)
+
+    show = sub.add_parser("show", help="print the resolved scenario as TOML")
+    _add_scenario_args(show)
+    show.set_defaults(func=cmd_show)
+
+    bench = sub.add_parser("bench", help="simulator speed vs bare SimPy; --memory for peak RSS",
+                           description="pyperf-style benchmark of the simulator.")
+    from sim.bench import add_arguments
+
+    add_arguments(bench)
+    bench.set_defaults(func=cmd_bench)
+
+
+def _help(parser: argparse.ArgumentParser) -> int:
+    """Print a parser's help on stderr and return the usage exit status."""
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+# --------------------------------------------------------------------------- plugins
+
+
+def _first_command(argv: Sequence[str]) -> str | None:
+    """The top-level command word in ``argv`` (the first non-option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def load_plugins(subparsers: Any) -> dict[str, str]:
+    """Register every ``rtalab.commands`` entry point; return {name: reason} of failures."""
+    failed: dict[str, str] = {}
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            ep.load()(subparsers)
+        except Exception as e:  # an optional extra may be missing: skip the command
+            reason = f"{type(e).__name__}: {e}".splitlines()[0]
+            failed[ep.name] = reason
+    return failed
+
+
+def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dict[str, str]]:
+    """The root parser; plugins are loaded unless the command is ``sim``."""
+    parser = _Parser(prog=PROG, description="Simulate and load-test realtime-agent retry policies.")
+    parser.set_defaults(func=lambda a: _help(parser))
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    add_sim_parser(sub)
+    failed = {} if _first_command(argv) == "sim" else load_plugins(sub)
+    return parser, failed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rtalab`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser, failed = build_parser(argv)
+        command = _first_command(argv)
+        if command in failed:
+            _err(f"command {command!r} is unavailable ({failed[command]}); "
+                 "is its optional extra installed?")
+            return EXIT_USAGE
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as e:
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
+        args.rtalab_argv = argv
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        _err(f"scenario error: {e}")
+        return EXIT_USAGE
+    except UsageError as e:
+        _err(str(e))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `rtalab sim show baseline | head`
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,465 @@
+"""Dedup store semantics, identical for the memory, SQLite and Redis backends.
+
+Cross-process tests run real OS processes (this module, re-entered through
+``child_main``) on one SQLite file / one Redis; the memory backend is the
+negative control that must *not* deduplicate across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadtests.dedup import DedupStore, open_store
+from loadtests.dedup.base import LOST_KEY, is_lost_outcome
+from loadtests.dedup.bench import bench_store
+from loadtests.dedup.sqlite import SqliteStore
+
+BACKENDS = ["memory", "sqlite", "redis"]
+SHARED = ["sqlite", "redis"]
+OUTCOME = {"state": "TASK_STATE_COMPLETED", "chunks": ["Your balance", " is €12.50", ""],
+           "metadata": {"seq": 3.0, "nested": {"empty": [], "none": None}}}
+
+
+def _url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store URL of ``backend`` for this test."""
+    if backend == "memory":
+        return "memory"
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'dedup.db'}"
+    return str(request.getfixturevalue("redis_url"))
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every backend."""
+    return _url(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=SHARED)
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The backends shared across processes."""
+    return _url(request.param, request, tmp_path)
+
+
+def run_with(url: str, body: Callable[[DedupStore], Awaitable[None]], window_s: float = 300.0,
+             **kwargs: Any) -> None:
+    """Open, start and close a store around an async test body."""
+
+    async def main() -> None:
+        async with open_store(url, window_s, **kwargs) as store:
+            await body(store)
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------- semantics
+
+
+def test_new_in_flight_done_and_replay(store_url: str) -> None:
+    """First claim owns, a concurrent duplicate sees in_flight, after completion: replay."""
+    t0 = time.time()
+
+    async def body(s: DedupStore) -> None:
+        c = await s.claim("ctx", "g1", "A", t0)
+        assert (c.state, c.outcome, c.stale) == ("new", None, False)
+        c = await s.claim("ctx", "g1", "B", t0 + 0.1)
+        assert (c.state, c.owner) == ("in_flight", "A")
+        assert await s.complete("ctx", "g1", OUTCOME, t0 + 0.2, owner="A")
+        c = await s.claim("ctx", "g1", "C", t0 + 0.3)
+        assert (c.state, c.outcome, c.lost) == ("done", OUTCOME, False)
+        c.outcome["chunks"].append("mutated")  # type: ignore[index]
+        again = await s.claim("ctx", "g1", "D", t0 + 0.4)
+        assert again.outcome == OUTCOME  # a replay is a copy
+
+    run_with(store_url, body)
+
+
+def test_context_scoping(store_url: str) -> None:
+    """The same key in another context is a new request."""
+    t0 = time.time()
+
+    async def body(s: DedupStore) -> None:
+        assert (await s.claim("c1", "k", "A", t0)).state == "new"
+        await s.complete("c1", "k", {"n": 1}, t0, owner="A")
+        assert (await s.claim("c2", "k", "B", t0)).state == "new"
+        assert (await s.claim("c1:k", "", "C", t0)).state == "new"  # no key-join ambiguity
+        assert (await s.claim("c1", "k", "D", t0)).outcome == {"n": 1}
+
+    run_with(store_url, body)
+
+
+def test_concurrent_claims_exactly_one_new_and_waiters_get_outcome(store_url: str) -> None:
+    """200 concurrent claims: one owner; every waiter gets the owner's outcome."""
+    t0 = time.time()
+
+    async def body(s: DedupStore) -> None:
+        claims = await asyncio.gather(*(s.claim("ctx", "g", f"o{i}", t0) for i in range(200)))
+        states = [c.state for c in claims]
+        assert states.count("new") == 1 and states.count("in_flight") == 199
+        owner = f"o{states.index('new')}"
+        waiters = [asyncio.create_task(s.wait("ctx", "g", 10.0)) for _ in range(199)]
+        await asyncio.sleep(0)  # let the waiters register (not a synchronisation sleep)
+        assert await s.complete("ctx", "g", OUTCOME, t0 + 1, owner=owner)
+        started = time.monotonic()
+        assert await asyncio.gather(*waiters) == [OUTCOME] * 199
+        assert time.monotonic() - started < 1.0  # woken by the local future, not by timeout
+
+    run_with(store_url, body)
+
+
+def test_wait_times_out_with_none(store_url: str) -> None:
+    """A waiter gives up after its timeout when nobody completes."""
+    t0 = time.time()
+
+    async def body(s: DedupStore) -> None:
+        await s.claim("ctx", "g", "A", t0)
+        started = time.monotonic()
+        assert await s.wait("ctx", "g", 0.05) is None
+        assert time.monotonic() - started < 2.0
+        assert await s.wait("ctx", "unknown", 5.0) is None  # nothing to wait for: at once
+
+    run_with(store_url, body)
+
+
+def test_abandon(store_url: str) -> None:
+    """Abandon frees the key, wakes waiters with None, and needs the right owner."""
+    t0 = time.time()
+
+    async def body(s: DedupStore) -> None:
+        await s.claim("ctx", "g", "A", t0)
+        waiter = asyncio.create_task(s.wait("ctx", "g", 10.0))
+        await asyncio.sleep(0)
+        assert not await s.abandon("ctx", "g", owner="B")
+        assert await s.abandon("ctx", "g", owner="A")
+        assert await asyncio.wait_for(waiter, 5.0) is None
+        assert (await s.claim("ctx", "g", "B", t0)).state == "new"
+        await s.complete("ctx", "g", {"n": 1}, t0, owner="B")
+        assert not await s.abandon("ctx", "g")  # a finished entry is never abandoned
+        assert (await s.claim("ctx", "g", "C", t0)).state == "done"
+
+    run_with(store_url, body)
+
+
+def test_cancelled_claim_is_abandoned(tmp_path: Path) -> None:
+    """A claim cancelled while on the SQLite thread does not leave an orphan in-flight entry.
+
+    (Inline claims finish before anyone can cancel them; redis-py completes a command it
+    has sent even if the caller is cancelled, so neither can leave an orphan this way.)
+    """
+    t0 = time.time()
+    url = f"sqlite:///{tmp_path / 'd.db'}?inline=0"
+
+    async def body(s: DedupStore) -> None:
+        for attempt in range(50):  # until the cancel lands while the claim is in progress
+            key = f"g{attempt}"
+            task = asyncio.create_task(s.claim("ctx", key, "A", t0))
+            await asyncio.sleep(0)  # let it send the claim
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                break
+        else:
+            raise AssertionError("the claim always finished before the cancel")
+        deadline = time.monotonic() + 5.0
+        while (c := await s.claim("ctx", key, "B", t0)).state != "new":
+            assert c.state == "in_flight" and time.monotonic() < deadline
+            await asyncio.sleep(0.01)  # polling a condition with a bounded deadline
+        while (await s.stats()).extra.get("orphan_claims_abandoned") != 1:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+
+    run_with(url, body)
+
+
+def test_complete_refused_for_another_owner(store_url: str) -> None:
+    """complete(owner=...) only stores the outcome of the entry's owner."""
+    t0 = time.time()
+
+    async def body(s: DedupStore) -> None:
+        await s.claim("ctx", "g", "A", t0)
+        assert not await s.complete("ctx", "g", {"n": 2}, t0, owner="B")
+        assert (await s.claim("ctx", "g", "C", t0)).state == "in_flight"
+        assert await s.complete("ctx", "g", {"n": 1}, t0)  # no owner: unconditional
+        assert (await s.claim("ctx", "g", "C", t0)).outcome == {"n": 1}
+
+    run_with(store_url, body)
+
+
+def test_window_expiry_and_purge(store_url: str, request: pytest.FixtureRequest) -> None:
+    """Done entries replay within the window, are new after it, and purge drops them."""
+    t0 = time.time()
+    window = 60.0
+
+    async def body(s: DedupStore) -> None:
+        for key, t in (("old", t0), ("young", t0 + 40)):
+            await s.claim("ctx", key, "A", t)
+            await s.complete("ctx", key, {"k": key}, t, owner="A")
+        assert (await s.claim("ctx", "old", "B", t0 + window - 1)).state == "done"
+        dropped = await s.purge(t0 + window + 10)
+        assert (await s.claim("ctx", "young", "B", t0 + window + 10)).outcome == {"k": "young"}
+        assert (await s.claim("ctx", "old", "B", t0 + window + 10)).state == "new"
+        if s.name == "redis":  # expiry by key TTL, in real seconds
+            import redis.asyncio as aioredis
+
+            client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
+            ttl_ms = await client.pttl("rta:dedup:ctx:young")
+            await client.aclose()
+            assert 0 < ttl_ms <= window * 1000
+            assert dropped == 0
+        else:
+            assert dropped == 1
+            assert (await s.stats()).entries == 2  # young (done) + old (re-claimed)
+
+    run_with(store_url, body, window_s=window)
+
+
+def test_stale_lease_fail_never_reexecutes(store_url: str) -> None:
+    """Policy fail: an expired lease turns into a lost outcome; the late owner may still fill it."""
+    t0 = time.time()
+
+    async def body(s: DedupStore) -> None:
+        await s.claim("ctx", "g", "A", t0)
+        assert (await s.claim("ctx", "g", "B", t0 + 9)).state == "in_flight"
+        c = await s.claim("ctx", "g", "B", t0 + 11)
+        assert (c.state, c.stale, c.lost, c.owner) == ("done", True, True, "A")
+        assert c.outcome is not None and c.outcome[LOST_KEY] is True
+        assert c.outcome["errorCode"] == "internal" and c.outcome["owner"] == "A"
+        c = await s.claim("ctx", "g", "C", t0 + 12)
+        assert (c.state, c.stale, c.lost) == ("done", False, True)
+        assert await s.complete("ctx", "g", {"late": True}, t0 + 13, owner="A")
+        assert (await s.claim("ctx", "g", "D", t0 + 14)).outcome == {"late": True}
+        # a waiter notices an expired lease by itself (real clock)
+        await s.claim("ctx", "w", "A", t0 - 20)
+        assert is_lost_outcome(await asyncio.wait_for(s.wait("ctx", "w", 10.0), 5.0))
+
+    run_with(store_url, body, lease_s=10.0)
+
+
+def test_stale_lease_reclaim_reexecutes(store_url: str) -> None:
+    """Policy reclaim: the next claim takes the entry over; the old owner is refused."""
+    t0 = time.time()
+
+    async def body(s: DedupStore) -> None:
+        await s.claim("ctx", "g", "A", t0)
+        c = await s.claim("ctx", "g", "B", t0 + 11)
+        assert (c.state, c.stale, c.owner) == ("new", True, "A")
+        assert (await s.claim("ctx", "g", "C", t0 + 12)).state == "in_flight"
+        assert not await s.complete("ctx", "g", {"by": "A"}, t0 + 13, owner="A")
+        assert await s.complete("ctx", "g", {"by": "B"}, t0 + 14, owner="B")
+        assert (await s.claim("ctx", "g", "D", t0 + 15)).outcome == {"by": "B"}
+        await s.claim("ctx", "w", "A", t0 - 20)
+        assert await asyncio.wait_for(s.wait("ctx", "w", 10.0), 5.0) is None  # claim again
+
+    run_with(store_url, body, lease_s=10.0, on_stale="reclaim")
+
+
+def test_stats(store_url: str) -> None:
+    """Entries, in-flight entries and hits are counted."""
+    t0 = time.time()
+
+    async def body(s: DedupStore) -> None:
+        for i in range(5):
+            await s.claim("ctx", f"k{i}", "A", t0)
+        for i in range(3):
+            await s.complete("ctx", f"k{i}", {"i": i}, t0, owner="A")
+        await s.claim("ctx", "k0", "B", t0)
+        await s.claim("ctx", "k4", "B", t0)
+        st = await s.stats()
+        assert (st.entries, st.in_flight, st.hits) == (5, 2, 2)
+        assert st.extra["claims"] == 7 and st.extra["completes"] == 3
+
+    run_with(store_url, body)
+
+
+def test_open_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Good URLs pick the backend; bad ones raise a one-line ValueError."""
+    monkeypatch.chdir(tmp_path)
+    s = open_store("sqlite://sub/rel.db?lease_s=5&on_stale=reclaim", 30)
+    assert isinstance(s, SqliteStore) and s.path == tmp_path / "sub" / "rel.db"
+    assert (s.lease_s, s.on_stale, s.window_s) == (5.0, "reclaim", 30.0)
+    rel = open_store("sqlite:x.db", 1)
+    assert isinstance(rel, SqliteStore) and rel.path == tmp_path / "x.db"
+    assert open_store("memory", 1).name == "memory"
+    off = open_store("sqlite:///a.db?inline=0&synchronous=normal", 1)
+    assert isinstance(off, SqliteStore) and not off.inline
+    full = open_store("sqlite:///a.db?synchronous=full", 1)
+    assert isinstance(full, SqliteStore) and not full.inline  # no fsync on the event loop
+    assert open_store("redis://127.0.0.1:1/3", 1).name == "redis"
+    for bad in ["", "mem", "memory://x", "sqlite://", "sqlite:///", "redis://h:99999",
+                "redis://:1", "redis://h:1/x", "http://h", "sqlite:///a.db?fsync=1",
+                "memory?lease_s=0", "memory?on_stale=maybe", "sqlite:///a?synchronous=off",
+                "sqlite:///a?inline=maybe", "memory?inline=1"]:
+        with pytest.raises(ValueError) as e:
+            open_store(bad, 1)
+        assert "\n" not in str(e.value) and "bad dedup store URL" in str(e.value)
+
+
+def test_sqlite_file_is_wal(tmp_path: Path) -> None:
+    """The SQLite store switches the file to WAL and keeps its rows in one table."""
+    db = tmp_path / "d.db"
+
+    async def body(s: DedupStore) -> None:
+        await s.claim("c", "k", "A", time.time())
+
+    run_with(f"sqlite:///{db}", body)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("SELECT state, owner FROM dedup").fetchall() == [("in_flight", "A")]
+
+
+def test_bench_store_smoke(store_url: str) -> None:
+    """The micro-benchmark runs and reports a rate (not a timed test)."""
+    r = bench_store(store_url, 50)
+    assert r["n"] == 50 and r["ops_per_s"] > 0 and r["backend"] in BACKENDS
+
+
+# ---------------------------------------------------------------------------- cross-process
+
+
+def child_main() -> None:
+    """Entry of the child processes: ``argv = [mode, url, n]``; gated by a line on stdin."""
+    mode, url, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    owner = f"pid{os.getpid()}"
+
+    async def main() -> None:
+        async with open_store(url, 300.0) as s:
+            print("ready", flush=True)
+            if mode == "own":  # claim, complete when told to
+                await s.claim("ctx", "shared", owner, time.time())
+                print("claimed", flush=True)
+                await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+                await s.complete("ctx", "shared", OUTCOME, time.time(), owner=owner)
+                print("completed", flush=True)
+                return
+            if mode == "crash":
+                now = time.time()
+                await s.claim("ctx", "done", owner, now)
+                await s.complete("ctx", "done", OUTCOME, now, owner=owner)
+                await s.claim("ctx", "inflight", owner, now)
+                print("claimed", flush=True)
+                await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+                return
+            sys.stdin.readline()  # the start gate
+            won: list[str] = []
+
+            async def one(key: str) -> None:
+                c = await s.claim("ctx", key, owner, time.time())
+                if c.state == "new":
+                    won.append(key)
+                    await s.complete("ctx", key, {"owner": owner}, time.time(), owner=owner)
+
+            keys = [f"k{i}" for i in range(n)]
+            for i in range(0, n, 25):
+                await asyncio.gather(*(one(k) for k in keys[i:i + 25]))
+            print(json.dumps(won), flush=True)
+
+    asyncio.run(main())
+
+
+def _spawn(mode: str, url: str, n: int, cwd: Path) -> subprocess.Popen[str]:
+    """Start a child running :func:`child_main`."""
+    code = "from tests.serve.test_dedup_store import child_main; child_main()"
+    return subprocess.Popen([sys.executable, "-c", code, mode, url, str(n)], cwd=cwd, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _race(url: str, n: int, cwd: Path) -> list[set[str]]:
+    """Two processes claim the same ``n`` keys at once; the keys each one won."""
+    kids = [_spawn("claim", url, n, cwd) for _ in range(2)]
+    try:
+        for k in kids:
+            assert k.stdout is not None and k.stdout.readline().strip() == "ready", k.stderr
+        for k in kids:
+            assert k.stdin is not None
+            k.stdin.write("go\n")
+            k.stdin.flush()
+        won = []
+        for k in kids:
+            out, err = k.communicate(timeout=60)
+            assert k.returncode == 0, err
+            won.append(set(json.loads(out.strip().splitlines()[-1])))
+        return won
+    finally:
+        for k in kids:
+            if k.poll() is None:
+                os.killpg(k.pid, signal.SIGKILL)
+                k.wait()
+
+
+def test_two_processes_exactly_one_owner_per_key(shared_url: str, repo_root: Path) -> None:
+    """SQLite file / Redis shared by two processes: every key has exactly one owner."""
+    n = 400
+    a, b = _race(shared_url, n, repo_root)
+    assert not a & b
+    assert a | b == {f"k{i}" for i in range(n)}
+
+
+def test_memory_store_is_not_shared_negative_control(repo_root: Path) -> None:
+    """Two processes with the memory store both execute every key."""
+    a, b = _race("memory", 100, repo_root)
+    assert a == b == {f"k{i}" for i in range(100)}
+
+
+def test_completed_entry_survives_sigkill(shared_url: str, repo_root: Path) -> None:
+    """A child claims+completes, then is SIGKILLed: a new process replays; its in-flight is lost."""
+    kid = _spawn("crash", shared_url, 0, repo_root)
+    try:
+        assert kid.stdout is not None
+        assert kid.stdout.readline().strip() == "ready"
+        assert kid.stdout.readline().strip() == "claimed"
+    finally:
+        os.killpg(kid.pid, signal.SIGKILL)
+        kid.communicate(timeout=10)  # reaps it and closes the pipes
+    assert kid.returncode == -signal.SIGKILL
+    t = time.time()
+
+    async def body(s: DedupStore) -> None:
+        c = await s.claim("ctx", "done", "new-process", t)
+        assert (c.state, c.outcome) == ("done", OUTCOME)
+        c = await s.claim("ctx", "inflight", "new-process", t)
+        assert c.state == "in_flight" and c.owner == f"pid{kid.pid}"
+        c = await s.claim("ctx", "inflight", "new-process", t + 31)
+        assert c.lost and c.stale  # the crashed owner's outcome is unknown: never re-executed
+
+    run_with(shared_url, body, lease_s=30.0)
+
+
+def test_waiter_in_another_process_gets_the_outcome(shared_url: str, repo_root: Path) -> None:
+    """A duplicate on another worker joins the in-flight original and replays its outcome."""
+    kid = _spawn("own", shared_url, 0, repo_root)
+    try:
+        assert kid.stdout is not None and kid.stdin is not None
+        assert kid.stdout.readline().strip() == "ready"
+        assert kid.stdout.readline().strip() == "claimed"
+
+        async def body(s: DedupStore) -> None:
+            c = await s.claim("ctx", "shared", "me", time.time())
+            assert c.state == "in_flight" and c.owner == f"pid{kid.pid}"
+            waiter = asyncio.create_task(s.wait("ctx", "shared", 20.0))
+            await asyncio.sleep(0)
+            assert not waiter.done()
+            kid.stdin.write("go\n")  # type: ignore[union-attr]
+            kid.stdin.flush()  # type: ignore[union-attr]
+            assert await asyncio.wait_for(waiter, 20.0) == OUTCOME
+
+        run_with(shared_url, body)
+        out, _ = kid.communicate(timeout=30)
+        assert "completed" in out and kid.returncode == 0
+    finally:
+        if kid.poll() is None:
+            os.killpg(kid.pid, signal.SIGKILL)
+            kid.communicate(timeout=10)
