@@ -21,57 +21,24 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import random
 import resource
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from sim import benchutil
+from sim.benchutil import Measurement, warn_if_busy, warn_unstable
 
 RATIO_TARGET = 3.0
 RSS_TARGET_BYTES = 2 * 1024**3
-UNSTABLE_SPREAD = 0.10
+UNSTABLE_REMEDY = ("Close other programs, use more --repeats or a larger size, "
+                   "or pin the CPU (taskset -c 1 ...; python -m pyperf system tune).")
 MMC_SERVERS = 8
 MMC_RHO = 0.8
 MEMORY_SCALE = 10  # ×calls_per_s and ×workers for the memory run: same utilisation, shorter span
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """Repeated rate measurements (items per second) of one benchmark."""
-
-    name: str
-    unit: str
-    rates: tuple[float, ...]
-    items: int
-
-    @property
-    def mean(self) -> float:
-        """Mean rate."""
-        return statistics.fmean(self.rates)
-
-    @property
-    def stdev(self) -> float:
-        """Sample standard deviation of the rate (0 for one repeat)."""
-        return statistics.stdev(self.rates) if len(self.rates) > 1 else 0.0
-
-    @property
-    def spread(self) -> float:
-        """(max − min) ÷ median of the rates: the instability pyperf warns about."""
-        return (max(self.rates) - min(self.rates)) / statistics.median(self.rates)
-
-    def line(self) -> str:
-        """``name: mean ± sd unit/s (k runs of n items; min..max)``."""
-        rel = self.stdev / self.mean if self.mean else 0.0
-        lo, hi = min(self.rates), max(self.rates)
-        return (f"{self.name}: {self.mean:,.0f} {self.unit}/s ± {rel:.1%} "
-                f"({len(self.rates)} runs of {self.items:,} {self.unit}; "
-                f"min {lo:,.0f}, max {hi:,.0f})")
 
 
 # --------------------------------------------------------------------------- workloads
@@ -204,40 +171,25 @@ def measure_memory(turns: int, seed: int) -> tuple[dict[str, Any], int]:
 
 def host_line() -> str:
     """One line naming the machine and software the figures were measured on."""
-    from sim.results import host_info, package_versions
+    from sim.results import package_versions
 
-    h, v = host_info(), package_versions()
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
-    return (f"host: {h['hostname']} | {h['cpu_model'] or h['machine']} | "
-            f"{h['cpu_usable']}/{h['cpu_count']} CPUs | {platform.system()} {platform.release()} | "
-            f"Python {v['python']} | simpy {v['simpy']} | numpy {v['numpy']} | load avg {load}")
-
-
-def _warn_unstable(m: Measurement, out: Callable[[str], None]) -> bool:
-    """Print a pyperf-style warning when ``m`` varies by more than 10 %; return True if so."""
-    if len(m.rates) > 1 and m.spread > UNSTABLE_SPREAD:
-        out(f"WARNING: {m.name} is unstable: spread {m.spread:.0%} > {UNSTABLE_SPREAD:.0%} "
-            "between runs. Close other programs, use more --repeats or a larger size, "
-            "or pin the CPU (taskset -c 1 ...; python -m pyperf system tune).")
-        return True
-    return False
+    v = package_versions()
+    return benchutil.host_line({"Python": v["python"], "simpy": v["simpy"],
+                                "numpy": v["numpy"]})
 
 
 def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     """Run the benchmark described by ``args``; print the report; 0 unless the run itself failed."""
     out("rtalab sim bench")
     out(host_line())
-    ncpu = os.cpu_count() or 1
-    if hasattr(os, "getloadavg") and os.getloadavg()[0] > 0.5 * ncpu:
-        out(f"WARNING: the system is busy (load avg {os.getloadavg()[0]:.2f} on {ncpu} CPUs); "
-            "figures will be low and noisy. Rerun on an idle machine.")
+    warn_if_busy(out)
 
     if not args.skip_speed:
         sim, mmc = measure_speed(args.turns, args.customers, args.repeats, args.seed)
         out(sim.line())
         out(mmc.line())
         for m in (sim, mmc):
-            _warn_unstable(m, out)
+            warn_unstable(m, out, UNSTABLE_REMEDY)
         ratio = mmc.mean / sim.mean
         per_turn_us, per_customer_us = 1e6 / sim.mean, 1e6 / mmc.mean
         verdict = "PASS" if ratio <= RATIO_TARGET else "WARN"

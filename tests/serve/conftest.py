@@ -28,6 +28,7 @@ ALICE, BOB = "token-alice", "token-bob"
 END_STATES = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED",
               "TASK_STATE_REJECTED", "TASK_STATE_INPUT_REQUIRED"}
 TIMEOUT_S = 20.0
+WORKER_HEADER = "x-rta-worker"  # the pid of the uvicorn worker that served a connection
 
 FAST_SCENARIO = """
 [workload]
@@ -169,6 +170,11 @@ class Turn:
     def context_id(self) -> str:
         """The context id of the first event."""
         return str(self.events[0]["task"]["contextId"])
+
+    @property
+    def worker(self) -> str:
+        """``X-RTA-Worker`` of the response (or upgrade): the serving worker's pid, or ``""``."""
+        return self.headers.get(WORKER_HEADER, "")
 
     @property
     def error_code(self) -> str | None:

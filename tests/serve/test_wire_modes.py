@@ -1,18 +1,31 @@
-"""Dedup modes ``turn`` and ``none``, and two uvicorn workers sharing one SQLite store."""
+"""Dedup modes ``turn`` and ``none``, and two uvicorn workers sharing a store (or not: memory).
+
+Which worker accepts a connection is the kernel's choice, so the multi-worker
+tests read ``X-RTA-Worker`` off every response and keep sending on fresh
+connections until both workers have answered (bounded; see
+:func:`serve_on_both_workers`): a test that never reached the second worker
+would prove nothing.
+"""
 
 from __future__ import annotations
 
 import re
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from loadtests.procs import ManagedProcess
 from tests.serve.conftest import (
+    TIMEOUT_S,
+    WORKER_HEADER,
     Reasoner,
+    Turn,
     headers,
     k,
     ledger_summary,
@@ -61,6 +74,43 @@ def two_workers_redis(tmp_path_factory: pytest.TempPathFactory, witness_server: 
     with start_test_reasoner(base, witness=witness_server.url, workers=2,
                              dedup=redis_server.url) as proc:
         yield Reasoner(proc)
+
+
+@pytest.fixture(scope="module")
+def two_workers_memory(tmp_path_factory: pytest.TempPathFactory,
+                       witness_server: ManagedProcess) -> Iterator[Reasoner]:
+    """Two uvicorn workers with per-process memory stores (negative control)."""
+    base: Path = tmp_path_factory.mktemp("two-workers-memory")
+    with start_test_reasoner(base, witness=witness_server.url, workers=2,
+                             dedup="memory") as proc:
+        yield Reasoner(proc)
+
+
+SPREAD_ATTEMPTS = 200  # requests sent at most to reach both workers
+SPREAD_BATCH = 8  # sent concurrently: busy workers leave connections to the other one
+
+
+def serve_on_both_workers(r: Reasoner, body: Callable[[int], dict[str, Any]],
+                          attempts: int = SPREAD_ATTEMPTS) -> dict[str, list[Turn]]:
+    """Send ``body(i)`` on fresh connections until two workers answered; the turns by worker.
+
+    Requests go ``SPREAD_BATCH`` at a time, alternately over SSE and WebSocket;
+    the whole batch is kept (every request of it reached the server).  Fails
+    after ``attempts`` requests answered by one worker only.
+    """
+    by_worker: dict[str, list[Turn]] = {}
+    sent = 0
+    with ThreadPoolExecutor(SPREAD_BATCH) as pool:
+        while len(by_worker) < 2:
+            if sent >= attempts:
+                pytest.fail(f"all {sent} requests on fresh connections were served by worker(s) "
+                            f"{sorted(by_worker)}: the second worker was never reached")
+            batch = range(sent, min(sent + SPREAD_BATCH, attempts))
+            for turn in pool.map(lambda i: r.send("ws" if i % 2 else "sse", body(i)), batch):
+                assert turn.worker, f"no X-RTA-Worker header: {turn.headers}"
+                by_worker.setdefault(turn.worker, []).append(turn)
+            sent = batch.stop
+    return by_worker
 
 
 def test_turn_mode_replays_a_retry_with_a_new_guid(turn_mode: Reasoner, witness: str) -> None:
@@ -116,21 +166,36 @@ def _completed(metrics_text: str) -> float:
     return sum(float(m) for m in re.findall(pattern, metrics_text, re.MULTILINE))
 
 
+def _metrics_by_worker(r: Reasoner) -> dict[str, str]:
+    """One /metrics scrape from each of the two workers (fresh connections, bounded)."""
+    scrapes: dict[str, str] = {}
+    for _ in range(SPREAD_ATTEMPTS):
+        with httpx.Client(timeout=TIMEOUT_S) as c:
+            resp = c.get(r.url + "/metrics")
+        scrapes.setdefault(resp.headers[WORKER_HEADER], resp.text)
+        if len(scrapes) == 2:
+            return scrapes
+    pytest.fail(f"{SPREAD_ATTEMPTS} /metrics scrapes all served by worker(s) {sorted(scrapes)}")
+
+
 def test_two_workers_share_the_store_and_the_metrics(two_workers: Reasoner,
                                                      witness: str) -> None:
     ctx = uid("c")
     msg = message(ctx=ctx, meta={k("sideEffect"): True})
-    results = []
-    for i in range(8):  # fresh connections: the kernel spreads them over the workers
-        results.append(two_workers.send("sse" if i % 2 else "ws", stream(msg)))
-    assert len({r.task_id for r in results}) == 1
+    by_worker = serve_on_both_workers(two_workers, lambda i: stream(msg))
+    results = [t for turns in by_worker.values() for t in turns]
+    assert len(by_worker) == 2
+    assert len({r.task_id for r in results}) == 1  # both workers answered with one task
     assert all(r.without_ids() == results[0].without_ids() for r in results)
     assert ledger_summary(witness, ctx)["executions"] == 1
-    before = _completed(two_workers.metrics())
-    for _ in range(4):
-        assert two_workers.send("sse", stream(message(ctx=uid("c")))).final_state == (
-            "TASK_STATE_COMPLETED")
-    assert _completed(two_workers.metrics()) - before == 4  # aggregated over workers
+    before = {w: _completed(text) for w, text in _metrics_by_worker(two_workers).items()}
+    assert len(set(before.values())) == 1  # every worker's scrape aggregates all workers
+    new = serve_on_both_workers(two_workers, lambda i: stream(message(ctx=uid("c"))))
+    turns = [t for ts in new.values() for t in ts]
+    assert all(t.final_state == "TASK_STATE_COMPLETED" for t in turns)
+    after = _metrics_by_worker(two_workers)
+    assert {w: _completed(text) - before[w] for w, text in after.items()} == {
+        w: len(turns) for w in before}  # turns served by both workers, counted by each
 
 
 def test_two_workers_keep_contexts_bound(two_workers: Reasoner) -> None:
@@ -145,9 +210,29 @@ def test_two_workers_keep_contexts_bound(two_workers: Reasoner) -> None:
 def test_two_workers_share_a_redis_store(two_workers_redis: Reasoner, witness: str) -> None:
     ctx = uid("c")
     msg = message(ctx=ctx, meta={k("sideEffect"): True})
-    results = [two_workers_redis.send("ws" if i % 2 else "sse", stream(msg)) for i in range(6)]
+    by_worker = serve_on_both_workers(two_workers_redis, lambda i: stream(msg))
+    results = [t for turns in by_worker.values() for t in turns]
+    assert len(by_worker) == 2
+    assert results[0].final_state == "TASK_STATE_COMPLETED"
     assert all(r.without_ids() == results[0].without_ids() for r in results)
     assert ledger_summary(witness, ctx)["executions"] == 1
+
+
+def test_two_workers_with_memory_stores_execute_duplicates(two_workers_memory: Reasoner,
+                                                           witness: str) -> None:
+    ctx = uid("c")
+    msg = message(ctx=ctx, meta={k("sideEffect"): True})
+    by_worker = serve_on_both_workers(two_workers_memory, lambda i: stream(msg))
+    assert len(by_worker) == 2
+    task_by_worker = {}
+    for worker, turns in by_worker.items():
+        assert all(t.final_state == "TASK_STATE_COMPLETED" for t in turns)
+        assert all(t.without_ids() == turns[0].without_ids() for t in turns)  # replays per worker
+        task_by_worker[worker] = turns[0].task_id
+    assert len(set(task_by_worker.values())) == 2  # each worker ran the turn itself
+    summary = ledger_summary(witness, ctx)
+    assert summary["executions"] == len(by_worker) == 2  # one execution per worker, not per send
+    assert summary["requestGuidsExecutedMoreThanOnce"] == 1
 
 
 def test_sigkill_and_restart_on_the_same_sqlite_file(tmp_path: Path, witness_server: ManagedProcess,

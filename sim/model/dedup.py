@@ -1,0 +1,124 @@
+"""The Reasoner's dedup store: which requests count as repeats, for how long, at what memory cost.
+
+Modes (``[reasoner] dedup``):
+
+* ``request-guid`` — key ``(contextId, rta/requestGuid)`` (errors.md §4: a repeated
+  requestGuid is a no-op replay; scoped by contextId, never across it);
+* ``turn`` — key ``(contextId, taskId/rta/turnId, phase)``: any repeat of a turn's
+  message is a replay, whatever its requestGuid (the INPUT_REQUIRED continuation
+  is a different phase, so it is not a repeat);
+* ``none`` — no store: every copy executes.
+
+An entry is created when a request is admitted for execution, is *in flight*
+until the execution ends, then holds the stored outcome for ``dedup_window_s``
+and is purged (window 0: purged at once).  A repeat of an in-flight key joins
+the execution (gets its outcome when it ends); a repeat of a stored key gets
+the stored outcome replayed at once, without a worker.  Failed outcomes are
+stored and replayed too.  Requests refused before execution (rate limit, full
+queue, unknown session) create no entry.  Memory = entries x ``dedup_entry_bytes``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+from typing import Any
+
+from sim.model.messages import Request
+
+INF = float("inf")
+
+
+class Entry:
+    """One key's execution: in flight (with the requests that joined it) or its stored outcome."""
+
+    __slots__ = ("context_id", "done", "error_code", "expires_s", "started", "status", "waiters")
+
+    def __init__(self, context_id: int) -> None:
+        self.started = False  # a worker has taken the execution (its stream is WORKING)
+        self.done = False
+        self.status = -1
+        self.error_code: str | None = None
+        self.context_id = context_id
+        self.expires_s = INF
+        self.waiters: list[tuple[Request, bool]] | None = None  # (request, is network copy)
+
+
+class DedupStore:
+    """Keyed entries with a completion-time window, lazily purged in completion order."""
+
+    def __init__(self, mode: str, window_s: float, entry_bytes: int, peak_from_s: float) -> None:
+        if mode not in ("request-guid", "turn"):
+            raise ValueError(f"no dedup store for mode {mode!r}")
+        self.by_turn = mode == "turn"
+        self.window_s = window_s
+        self.entry_bytes = entry_bytes
+        self.peak_from_s = peak_from_s
+        self.entries: dict[Hashable, Entry] = {}
+        self._expiry: deque[tuple[float, Hashable, Entry]] = deque()
+        self.peak_entries = 0
+
+    def key(self, req: Request) -> Hashable:
+        """The idempotency key of ``req`` in this mode."""
+        if self.by_turn:
+            return (req.context_id, req.task_id, req.phase)
+        return (req.context_id, req.request_guid)
+
+    def lookup(self, key: Hashable, now_s: float) -> Entry | None:
+        """The live entry for ``key`` (in flight, or stored and inside its window), else None."""
+        e = self.entries.get(key)
+        if e is not None and e.expires_s <= now_s:
+            del self.entries[key]
+            return None
+        return e
+
+    def open(self, key: Hashable, now_s: float, context_id: int) -> Entry:
+        """Create the in-flight entry of an execution admitted at ``now_s`` in ``context_id``."""
+        q = self._expiry
+        if q and q[0][0] <= now_s:
+            self.purge(now_s)
+        e = Entry(context_id)
+        entries = self.entries
+        entries[key] = e
+        n = len(entries)
+        if n > self.peak_entries and now_s >= self.peak_from_s:
+            self.peak_entries = n
+        return e
+
+    def close(self, key: Hashable, e: Entry, now_s: float, status: int, error_code: str | None,
+              context_id: int) -> None:
+        """Store the outcome of ``e``'s execution, ended at ``now_s``; start its window."""
+        e.done = True
+        e.status = status
+        e.error_code = error_code
+        e.context_id = context_id
+        e.waiters = None
+        if self.window_s > 0.0:
+            e.expires_s = now_s + self.window_s
+            self._expiry.append((e.expires_s, key, e))
+        else:
+            e.expires_s = now_s
+            if self.entries.get(key) is e:
+                del self.entries[key]
+
+    def purge(self, now_s: float) -> None:
+        """Drop entries whose window has ended by ``now_s``."""
+        q = self._expiry
+        entries = self.entries
+        while q and q[0][0] <= now_s:
+            _, key, e = q.popleft()
+            if entries.get(key) is e:
+                del entries[key]
+
+    def size(self, now_s: float) -> int:
+        """Entries held at ``now_s`` (after purging)."""
+        self.purge(now_s)
+        n = len(self.entries)
+        if n > self.peak_entries and now_s >= self.peak_from_s:
+            self.peak_entries = n
+        return n
+
+    def state(self) -> dict[str, Any]:
+        """Counters for the run's ``counters`` dict."""
+        return {"dedup_peak_entries": self.peak_entries,
+                "dedup_peak_bytes": self.peak_entries * self.entry_bytes}

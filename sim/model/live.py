@@ -1,0 +1,437 @@
+"""The Live layer: calls (sessions), their turns, and each turn's attempts under the retry policy.
+
+A call is served by Live-layer instance ``call_id % live.instances`` (round
+robin); each instance owns one retry budget (:func:`sim.policy.make_budget`)
+and one :class:`sim.policy.RetryPolicy`; each call owns an
+:class:`sim.policy.Escalation`.  A call plays ``ceil(turns_per_call)`` turns
+(at least 1); the first starts when the call arrives, each next one
+``think_time_s`` after the previous turn ended.  A turn is a side-effect turn
+with probability ``side_effect_share`` and a handoff turn with probability
+``handoff_share``.
+
+**Attempts.**  Each attempt is one request message (:class:`Request`).  The
+first attempt of a phase asks the budget ``allow_first`` (refused: the turn
+fails with end reason ``budget``); every sent attempt is reported with
+``on_attempt``.  A retry takes a new requestGuid if ``retry.new_request_guid``
+(else repeats the previous one) and a new taskId/turnId if ``retry.new_turn_id``.
+The contextId is client-minted (= the call) if ``live.client_context_id``;
+otherwise the call has none until the Live layer *receives* a message of some
+attempt (progress, chunk or terminal), which carries the server's contextId —
+so a first message retried before any answer arrived opens a second session.
+
+**Timeouts.**  The turn-response timer (``timeouts.turn_response_s``, from send)
+is satisfied by the first message of any kind for the attempt; the optional
+total timer (``turn_total_s``, from send) needs the terminal state.  Timers are
+single events whose callback checks the attempt is still open (never polled,
+never cancelled).  A lost terminal event is noticed at the end of the stream
+(see :meth:`sim.model.network.Link.terminal`) and, like a timeout, is an
+outcome the Live layer cannot know: decided as ``upstream-timeout`` with
+``timeout=True``.  When an attempt ends the Live layer stops listening to it;
+the Reasoner is not told (no ``CancelTask``) and keeps working on it.
+
+**Reorder buffer.**  The Live layer reorders a stream by sequenceId: the
+attempt completes when the terminal state *and* every delivered chunk are
+present (``complete_s = max(terminal, last chunk)``); a chunk lost on the way
+is skipped (the caller hears a gap; counted in ``chunks_lost``) — the terminal
+state is authoritative (errors.md §6).  Time to first chunk is the arrival of
+the earliest delivered chunk.
+
+**Outcomes.**  ``completed`` — COMPLETED received; ``failed`` — the policy
+refused a retry (not retryable, attempts exhausted, deadline, budget);
+``abandoned`` — a handoff turn whose caller did not answer within
+``timeouts.handoff_s``; ``unfinished`` — still open when the run ended.  After
+each turn the call's escalation rule may end the session.
+
+**Handoffs.**  A handoff turn has two phases: the ``initial`` request is
+answered with INPUT_REQUIRED; the caller answers after ``caller_response_time_s``
+and the Live layer sends the ``continuation`` on the same taskId (new
+requestGuid); it is retried like any request, its attempts numbered from 1 (a
+retry with a new taskId, ``retry.new_turn_id``, is a new task carrying the
+caller's answer, not a continuation).  The side effect (if any) runs in the
+phase that completes the turn.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.model.clock import call_later
+from sim.model.messages import COMPLETED, INPUT_REQUIRED, NO_CONTEXT, Request
+from sim.model.network import Link
+from sim.model.rand import Streams
+from sim.model.reasoner import Reasoner
+from sim.model.recorder import Table, code_of
+from sim.policy import Escalation, RetryBudget, RetryPolicy, is_retryable, make_budget
+from sim.policy.codes import ErrorCode
+from sim.scenario import Scenario
+from sim.schema import (
+    ATTEMPT_OUTCOMES,
+    ATTEMPTS_TABLE,
+    CALL_END_REASONS,
+    CALLS_TABLE,
+    DECISIONS,
+    END_REASONS,
+    ERROR_CODES,
+    TURN_OUTCOMES,
+    TURNS_TABLE,
+)
+
+NAN = float("nan")
+INF = float("inf")
+UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
+_CODE = code_of(ERROR_CODES)
+_DECISION = code_of(DECISIONS)
+_AO = code_of(ATTEMPT_OUTCOMES)
+_TO = code_of(TURN_OUTCOMES)
+_ER = code_of(END_REASONS)
+_CE = code_of(CALL_END_REASONS)
+A_COMPLETED, A_INPUT, A_FAILED = _AO["completed"], _AO["input-required"], _AO["failed"]
+A_TIMEOUT, A_TOTAL, A_LOST, A_UNFINISHED = (_AO["timeout"], _AO["total-timeout"],
+                                            _AO["response-lost"], _AO["unfinished"])
+T_COMPLETED, T_FAILED, T_ABANDONED, T_UNFINISHED = (_TO["completed"], _TO["failed"],
+                                                    _TO["abandoned"], _TO["unfinished"])
+
+
+class Instance:
+    """One Live-layer process: its retry policy and its retry budget (None: no budget enabled)."""
+
+    __slots__ = ("budget", "index", "policy")
+
+    def __init__(self, index: int, scenario: Scenario) -> None:
+        self.index = index
+        budget = make_budget(scenario.live.budget)
+        self.budget: RetryBudget | None = budget if budget.parts else None
+        self.policy = RetryPolicy(scenario.live, self.budget)
+
+
+class Session:
+    """One call: a Live-layer session with a sequence of turns."""
+
+    __slots__ = ("arrival_s", "call_id", "context_id", "escalation", "instance", "turn",
+                 "turns_planned", "turns_started")
+
+    def __init__(self, call_id: int, instance: Instance, arrival_s: float, turns_planned: int,
+                 context_id: int, escalation: Escalation) -> None:
+        self.call_id = call_id
+        self.instance = instance
+        self.arrival_s = arrival_s
+        self.turns_planned = turns_planned
+        self.turns_started = 0
+        self.context_id = context_id
+        self.escalation = escalation
+        self.turn: Turn | None = None
+
+
+class Turn:
+    """One logical turn (one interactionId), across its phases and attempts."""
+
+    __slots__ = ("attempts", "first_chunk_s", "first_sends", "handoff", "handoff_wait_s", "index",
+                 "input_task_id", "next_delay_s", "phase", "phase_attempts", "phase_start_s", "req",
+                 "session", "side_effect", "start_s", "task_id", "uid")
+
+    def __init__(self, session: Session, index: int, uid: int, start_s: float, side_effect: bool,
+                 handoff: bool) -> None:
+        self.session = session
+        self.index = index
+        self.uid = uid
+        self.start_s = start_s
+        self.side_effect = side_effect
+        self.handoff = handoff
+        self.phase = 0
+        self.phase_start_s = start_s
+        self.phase_attempts = 0
+        self.attempts = 0
+        self.first_sends = 0
+        self.task_id = -1
+        self.input_task_id = -1  # the task that went INPUT_REQUIRED
+        self.req: Request | None = None
+        self.next_delay_s = 0.0
+        self.handoff_wait_s = 0.0
+        self.first_chunk_s = INF
+
+
+class LiveLayer:
+    """All Live-layer instances of the run and the calls they serve."""
+
+    def __init__(self, env: simpy.Environment, scenario: Scenario, streams: Streams,
+                 uplink: Link, reasoner: Reasoner) -> None:
+        self.env = env
+        live, wl = scenario.live, scenario.workload
+        self.uplink = uplink
+        self.reasoner = reasoner
+        self.instances = [Instance(i, scenario) for i in range(live.instances)]
+        self.escalation_cfg = live.escalation
+        self.t_response_s = live.timeouts.turn_response_s
+        self.t_total_s = live.timeouts.turn_total_s
+        self.t_handoff_s = live.timeouts.handoff_s
+        self.new_guid = live.retry.new_request_guid
+        self.new_task = live.retry.new_turn_id
+        self.client_context = live.client_context_id
+        self.turns_per_call = streams.sampler("turns_per_call", wl.turns_per_call)
+        self.think = streams.sampler("think_time", wl.think_time_s)
+        self.caller_response = streams.sampler("caller_response", wl.caller_response_time_s)
+        self.u_side = streams.uniform("side_effect")
+        self.u_handoff = streams.uniform("handoff")
+        self.side_share = wl.side_effect_share
+        self.handoff_share = wl.handoff_share
+        self.rng: np.random.Generator = streams.rng("policy")
+        self.attempts = Table(ATTEMPTS_TABLE)
+        self.turns = Table(TURNS_TABLE)
+        self.calls = Table(CALLS_TABLE)
+        self._attempt_row = self.attempts.add
+        self._turn_row = self.turns.add
+        self.sessions: dict[int, Session] = {}  # open calls
+        self.in_progress = 0
+        self._next_uid = 0
+        self._next_guid = 0
+        self._next_task = 0
+        # bound once: used per event
+        self.on_terminal = self._on_terminal
+        self._response_timer_cb = self._on_response_timer
+        self._total_timer_cb = self._on_total_timer
+        self._retry_cb = self._on_retry_due
+        self._answer_cb = self._on_caller_answer
+        self._next_turn_cb = self._on_next_turn
+
+    # ------------------------------------------------------------------ calls and turns
+
+    def on_call(self, call_id: int) -> None:
+        """A call arrives now: open its session and start its first turn."""
+        now = self.env._now
+        inst = self.instances[call_id % len(self.instances)]
+        n = max(1, math.ceil(self.turns_per_call()))
+        ctx = call_id if self.client_context else NO_CONTEXT
+        s = Session(call_id, inst, now, n, ctx, Escalation(self.escalation_cfg))
+        self.sessions[call_id] = s
+        self._start_turn(s, now)
+
+    def _on_next_turn(self, ev: Any) -> None:
+        self._start_turn(ev._value, self.env._now)
+
+    def _start_turn(self, s: Session, now: float) -> None:
+        uid = self._next_uid
+        self._next_uid = uid + 1
+        t = Turn(s, s.turns_started, uid, now, self.u_side() < self.side_share,
+                 self.u_handoff() < self.handoff_share)
+        s.turns_started += 1
+        s.turn = t
+        self.in_progress += 1
+        self._send(t, now, 0.0)
+
+    def _end_turn(self, t: Turn, now: float, end_s: float, outcome: int, reason: str,
+                  code: str | None) -> None:
+        s = t.session
+        ttfc = completion = NAN
+        if outcome == T_COMPLETED:
+            base = t.start_s + t.handoff_wait_s
+            completion = end_s - base
+            if t.first_chunk_s < INF:
+                ttfc = t.first_chunk_s - base
+        escalate = s.escalation.record_turn(outcome != T_COMPLETED)
+        self._turn_row((s.call_id, t.index, t.uid, s.instance.index, t.start_s, end_s, outcome,
+                        _ER[reason], _CODE[code], t.attempts, t.attempts - t.first_sends, ttfc,
+                        completion, t.side_effect, t.handoff, t.handoff_wait_s, escalate))
+        s.turn = None  # no reference cycles: finished turns are freed by refcounting alone
+        t.req = None
+        self.in_progress -= 1
+        if escalate:
+            self._end_call(s, end_s, "escalated")
+        elif s.turns_started >= s.turns_planned:
+            self._end_call(s, end_s, "all-turns-done")
+        else:
+            call_later(self.env, (end_s - now) + self.think(), self._next_turn_cb, s)
+
+    def _end_call(self, s: Session, end_s: float, reason: str) -> None:
+        del self.sessions[s.call_id]
+        self.calls.add((s.call_id, s.instance.index, s.arrival_s, end_s, s.turns_planned,
+                        s.turns_started, _CE[reason]))
+        if s.context_id != NO_CONTEXT:
+            self.reasoner.end_session(s.context_id)
+
+    # ------------------------------------------------------------------ attempts
+
+    def _send(self, t: Turn, now: float, delay_before_s: float) -> None:
+        s = t.session
+        first = t.phase_attempts == 0
+        budget = s.instance.budget
+        if budget is not None:
+            if first and not budget.allow_first(now, self.rng):
+                self._end_turn(t, now, now, T_FAILED, "budget", None)
+                return
+            budget.on_attempt(now, not first)
+        t.phase_attempts += 1
+        t.attempts += 1
+        if first:
+            t.first_sends += 1
+        if first or self.new_guid or t.req is None:
+            guid = self._next_guid
+            self._next_guid = guid + 1
+        else:
+            guid = t.req.request_guid
+        if t.task_id < 0 or (not first and self.new_task):
+            t.task_id = self._next_task
+            self._next_task += 1
+        wants_input = t.handoff and t.phase == 0
+        req = Request(t, s.call_id, t.uid, guid, t.task_id, s.context_id, t.phase,
+                      t.side_effect and not wants_input, wants_input, t.phase_attempts, now,
+                      delay_before_s)
+        if t.phase:
+            req.resumes_task = t.task_id == t.input_task_id
+        t.req = req
+        r = self.uplink.send(req, self.reasoner.on_request, self.reasoner.on_copy)
+        if r:
+            if r == 1:
+                req.lost = True
+            else:
+                req.duplicated = True
+        tr, tt = self.t_response_s, self.t_total_s
+        if tr > 0.0 and (tt <= 0.0 or tr < tt):
+            call_later(self.env, tr, self._response_timer_cb, req)
+        elif tt > 0.0:
+            call_later(self.env, tt, self._total_timer_cb, req)
+
+    def _on_response_timer(self, ev: Any) -> None:
+        req: Request = ev._value
+        if not req.open:
+            return
+        now = self.env._now
+        if req.first_response_s <= now:
+            if self.t_total_s > 0.0:
+                call_later(self.env, req.send_s + self.t_total_s - now, self._total_timer_cb, req)
+            return
+        self._attempt_failed(req, now, A_TIMEOUT, UPSTREAM_TIMEOUT, None, True)
+
+    def _on_total_timer(self, ev: Any) -> None:
+        req: Request = ev._value
+        if req.open:
+            self._attempt_failed(req, self.env._now, A_TOTAL, UPSTREAM_TIMEOUT, None, True)
+
+    def _on_terminal(self, ev: Any) -> None:
+        req: Request = ev._value
+        if not req.open:
+            return
+        now = self.env._now
+        if req.terminal_lost:
+            self._attempt_failed(req, now, A_LOST, UPSTREAM_TIMEOUT, None, True)
+        elif req.status == COMPLETED:
+            self._attempt_completed(req, now)
+        elif req.status == INPUT_REQUIRED:
+            self._input_required(req, now)
+        else:
+            self._attempt_failed(req, now, A_FAILED, req.error_code, req.retry_after_ms, False)
+
+    def _close(self, req: Request, now: float) -> None:
+        """Stop listening to ``req``; learn the server's contextId if a message of it arrived."""
+        req.open = False
+        if req.first_response_s <= now:
+            s = req.turn.session
+            if s.context_id == NO_CONTEXT:
+                s.context_id = req.server_context_id
+
+    def _record(self, req: Request, end_s: float, outcome: int, code: str | None,
+                decision: str | None) -> None:
+        t = req.turn
+        fr, fc = req.first_response_s, req.first_chunk_s
+        ra = req.retry_after_ms
+        self._attempt_row((req.call_id, t.index, req.interaction_id, t.session.instance.index,
+                           req.phase, req.attempt, req.request_guid, req.task_id, req.context_id,
+                           req.delay_before_s, req.send_s, fr if fr <= end_s else NAN,
+                           fc if fc <= end_s else NAN, end_s, outcome, _CODE[code],
+                           NAN if ra is None else ra, _DECISION[decision], req.replayed,
+                           req.duplicated, req.lost, req.chunks_lost))
+
+    def _attempt_failed(self, req: Request, now: float, outcome: int, code: str | None,
+                        retry_after_ms: float | None, timeout: bool) -> None:
+        self._close(req, now)
+        t = req.turn
+        inst = t.session.instance
+        code = code or UPSTREAM_TIMEOUT
+        if inst.budget is not None:
+            if timeout or is_retryable(code):
+                inst.budget.on_failure(now)
+            else:
+                inst.budget.on_success(now)
+        d = inst.policy.decide(code, t.phase_attempts, now - t.phase_start_s, now, self.rng,
+                               retry_after_ms, req.delay_before_s, timeout)
+        self._record(req, now, outcome, code, d.reason)
+        if d.retry:
+            if d.delay_s > 0.0:
+                t.next_delay_s = d.delay_s
+                call_later(self.env, d.delay_s, self._retry_cb, t)
+            else:
+                self._send(t, now, 0.0)
+        else:
+            self._end_turn(t, now, now, T_FAILED, d.reason, code)
+
+    def _on_retry_due(self, ev: Any) -> None:
+        t: Turn = ev._value
+        self._send(t, self.env._now, t.next_delay_s)
+
+    def _attempt_completed(self, req: Request, now: float) -> None:
+        self._close(req, now)
+        t = req.turn
+        budget = t.session.instance.budget
+        if budget is not None:
+            budget.on_success(now)
+        end_s = req.complete_s if req.complete_s > now else now
+        self._record(req, end_s, A_COMPLETED, None, None)
+        t.first_chunk_s = req.first_chunk_s
+        self._end_turn(t, now, end_s, T_COMPLETED, "completed", None)
+
+    def _input_required(self, req: Request, now: float) -> None:
+        self._close(req, now)
+        t = req.turn
+        budget = t.session.instance.budget
+        if budget is not None:
+            budget.on_success(now)
+        self._record(req, now, A_INPUT, None, None)
+        t.input_task_id = req.task_id
+        wait = self.caller_response()
+        if 0.0 < self.t_handoff_s < wait:
+            t.handoff_wait_s = self.t_handoff_s
+            self._end_turn(t, now, now + self.t_handoff_s, T_ABANDONED, "handoff-timeout", None)
+            return
+        t.handoff_wait_s = wait
+        call_later(self.env, wait, self._answer_cb, t)
+
+    def _on_caller_answer(self, ev: Any) -> None:
+        t: Turn = ev._value
+        now = self.env._now
+        t.phase = 1
+        t.phase_attempts = 0
+        t.phase_start_s = now
+        self._send(t, now, 0.0)
+
+    # ------------------------------------------------------------------ end of run
+
+    def flush(self) -> None:
+        """Record every turn, attempt and call still open when the run ends (``unfinished``)."""
+        for s in list(self.sessions.values()):
+            t = s.turn
+            if t is not None:
+                req = t.req
+                if req is not None and req.open:
+                    req.open = False
+                    self._record(req, NAN, A_UNFINISHED, None, None)
+                self._turn_row((s.call_id, t.index, t.uid, s.instance.index, t.start_s, NAN,
+                                T_UNFINISHED, _ER["end-of-run"], -1, t.attempts,
+                                t.attempts - t.first_sends, NAN, NAN, t.side_effect, t.handoff,
+                                t.handoff_wait_s, False))
+                s.turn = None
+                t.req = None
+                self.in_progress -= 1
+            self._end_call(s, NAN, "end-of-run")
+
+    def counters(self) -> dict[str, Any]:
+        """Totals for the run's ``counters`` dict."""
+        out: dict[str, Any] = {"calls": len(self.calls) + len(self.sessions),
+                               "turns": self._next_uid, "attempts": len(self.attempts)}
+        for inst in self.instances:
+            if inst.budget is not None:
+                for k, v in inst.budget.state(self.env._now).items():
+                    out[f"budget.{inst.index}.{k}"] = v
+        return out

@@ -1,0 +1,141 @@
+"""The network fault model: one :class:`Link` per direction, applied per application message.
+
+Per message, in this order: a message sent during a scheduled outage of its
+direction is dropped; otherwise it is lost with probability ``loss``; a
+surviving message takes ``latency_s`` (a fresh draw per message, so messages
+may overtake each other), plus ``reorder_delay_s`` with probability
+``reorder``; with probability ``duplication`` a second copy arrives
+``duplicate_delay_s`` after the first.  Every fault has its own random stream,
+and a link with no faults and a constant latency draws nothing at all.
+
+Uplink messages (requests) travel as SimPy events.  On the downlink only the
+messages the Live layer reacts to become events (the terminal state); the
+arrival times of the ``progress`` directive and of the spoken chunks are
+*computed* (see :meth:`Link.chunks`).  A duplicated downlink message is
+discarded by the Live layer's reorder buffer (same ``sequenceId``), so
+downlink duplication has no observable effect and is not drawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import simpy
+
+from sim.dist import Const
+from sim.model.clock import call_later
+from sim.model.rand import Streams
+from sim.scenario import LinkConfig, OutageConfig
+
+INF = float("inf")
+
+Callback = Callable[[Any], None]
+
+
+class Link:
+    """One direction of the Live <-> Reasoner path."""
+
+    def __init__(self, env: simpy.Environment, name: str, cfg: LinkConfig,
+                 outages: tuple[OutageConfig, ...], streams: Streams) -> None:
+        self.env = env
+        self.name = name
+        self.windows = tuple((o.start_s, o.start_s + o.duration_s) for o in outages
+                             if o.direction in (name, "both"))
+        self.loss = cfg.loss
+        self.duplication = cfg.duplication
+        self.reorder = cfg.reorder
+        self.const_latency = (float(cfg.latency_s.value) if isinstance(cfg.latency_s, Const)
+                              else None)
+        self.clean = not (self.loss or self.duplication or self.reorder or self.windows)
+        self.fast = self.clean and self.const_latency is not None
+        self.latency = streams.sampler(f"{name}.latency", cfg.latency_s)
+        self.u_loss = streams.uniform(f"{name}.loss")
+        self.u_dup = streams.uniform(f"{name}.duplication")
+        self.dup_delay = streams.sampler(f"{name}.duplicate_delay", cfg.duplicate_delay_s)
+        self.u_reorder = streams.uniform(f"{name}.reorder")
+        self.reorder_delay = streams.sampler(f"{name}.reorder_delay", cfg.reorder_delay_s)
+        self.sent = 0
+        self.dropped = 0
+        self.duplicated = 0
+
+    def in_outage(self, t_s: float) -> bool:
+        """True if a message sent at ``t_s`` falls in a scheduled outage of this direction."""
+        return any(a <= t_s < b for a, b in self.windows)
+
+    def transit(self, send_s: float) -> float:
+        """Transit time of one message sent at ``send_s``; -1.0 if it is dropped."""
+        if self.fast:
+            return self.const_latency  # type: ignore[return-value]
+        if self.windows and self.in_outage(send_s):
+            return -1.0
+        if self.loss and self.u_loss() < self.loss:
+            return -1.0
+        d = self.latency()
+        if self.reorder and self.u_reorder() < self.reorder:
+            d += self.reorder_delay()
+        return d
+
+    # ------------------------------------------------------------------ uplink: events
+
+    def send(self, msg: Any, deliver: Callback, deliver_copy: Callback) -> int:
+        """Send ``msg`` now; schedule ``deliver`` (and ``deliver_copy`` for a duplicate).
+
+        Both callbacks receive the SimPy event; the message is its ``value``.
+        Returns 0 = delivered once, 1 = dropped, 2 = delivered twice.
+        """
+        env = self.env
+        self.sent += 1
+        d = self.transit(env._now)
+        if d < 0.0:
+            self.dropped += 1
+            return 1
+        call_later(env, d, deliver, msg)
+        if self.duplication and self.u_dup() < self.duplication:
+            self.duplicated += 1
+            call_later(env, d + self.dup_delay(), deliver_copy, msg)
+            return 2
+        return 0
+
+    # ------------------------------------------------------------------ downlink: times
+
+    def arrival(self, send_s: float) -> float:
+        """Arrival time of one message sent at ``send_s`` (``inf`` if dropped)."""
+        d = self.transit(send_s)
+        return INF if d < 0.0 else send_s + d
+
+    def chunks(self, first_send_s: float, interval_s: float, n: int) -> tuple[float, float, int]:
+        """Chunks sent at ``first_send_s + k*interval_s``, k < n: (first, last arrival, lost).
+
+        First/last are over the chunks that arrive (``inf`` / ``-inf`` if none does).
+        """
+        if self.fast:
+            c = self.const_latency
+            return first_send_s + c, first_send_s + (n - 1) * interval_s + c, 0  # type: ignore[operator]
+        first, last, lost = INF, -INF, 0
+        for k in range(n):
+            t = first_send_s + k * interval_s
+            d = self.transit(t)
+            if d < 0.0:
+                lost += 1
+                continue
+            t += d
+            if t < first:
+                first = t
+            if t > last:
+                last = t
+        return first, last, lost
+
+    def terminal(self, send_s: float) -> tuple[float, bool]:
+        """(arrival, lost) of a stream's terminal event sent at ``send_s``.
+
+        A lost terminal event is noticed when the stream ends without one (the
+        JSON-RPC/SSE binding closes the response after the terminal state), at
+        the time the event would have arrived.
+        """
+        if self.fast:
+            return send_s + self.const_latency, False  # type: ignore[operator]
+        d = self.transit(send_s)
+        if d >= 0.0:
+            return send_s + d, False
+        return send_s + self.latency(), True

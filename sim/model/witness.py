@@ -1,0 +1,55 @@
+"""The side-effect witness: a ledger of every execution of a side-effecting tool call.
+
+It plays the part of the external system a side effect lands in (a payment, a
+booking): it sees each tool execution at the time the tool *finishes* — also
+when the Reasoner had already given up on it (``upstream-timeout``, the "slow
+success").  Counting its ledger per requestGuid, per logical turn and per
+session gives the three hazards of docs/ARCHITECTURE.md; the load tests' witness
+service writes the same ledger.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from sim.model.messages import Request
+from sim.model.recorder import Table
+from sim.schema import (
+    CALL_ID,
+    CONTEXT_ID,
+    INTERACTION_ID,
+    REQUEST_GUID,
+    SIDE_EFFECT_EXECUTIONS,
+    SIDE_EFFECT_REQUEST_GUIDS,
+    SIDE_EFFECTS_TABLE,
+)
+
+
+class Witness:
+    """Appends one ledger row per side-effect execution."""
+
+    def __init__(self) -> None:
+        self.ledger = Table(SIDE_EFFECTS_TABLE)
+        self._add = self.ledger.add
+        self.executions = 0
+
+    def record(self, executed_s: float, req: Request, context_id: int) -> None:
+        """The tool call of ``req`` (in session ``context_id``) finished at ``executed_s``."""
+        self.executions += 1
+        self._add((req.call_id, req.interaction_id, req.request_guid, context_id, executed_s))
+
+
+def per_request_guid(ledger: pd.DataFrame) -> pd.Series:
+    """Side-effect executions per requestGuid (index: replication, request_guid)."""
+    return ledger.groupby(["replication", REQUEST_GUID], sort=True).size()
+
+
+def per_turn(ledger: pd.DataFrame) -> pd.DataFrame:
+    """Executions and distinct requestGuids per logical turn (index: replication, turn)."""
+    g = ledger.groupby(["replication", INTERACTION_ID], sort=True)[REQUEST_GUID]
+    return pd.DataFrame({SIDE_EFFECT_EXECUTIONS: g.size(), SIDE_EFFECT_REQUEST_GUIDS: g.nunique()})
+
+
+def per_session(ledger: pd.DataFrame) -> pd.Series:
+    """Side-effect executions per server session (index: replication, call_id, context_id)."""
+    return ledger.groupby(["replication", CALL_ID, CONTEXT_ID], sort=True).size()

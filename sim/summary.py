@@ -1,0 +1,232 @@
+"""The one place metrics are computed: values per replication, then mean and 95 % CI over them.
+
+``summarize(outputs, warmup_s)`` returns the content of ``summary.json``::
+
+    {"schema_version": 1, "replications": R, "warmup_s": ..., "seeds": [...],
+     "metrics": {name: {"mean": m, "ci_low": lo, "ci_high": hi, "values": [v_1, ..., v_R]}}}
+
+CIs are Student-t intervals over the replications' values (``null`` with one
+replication, or when fewer than two values are defined); an undefined value
+(e.g. a percentile with no completed turn) is ``null`` and left out of the
+mean.  Which turns and seconds count (warm-up removal) and what each metric
+means is in ``docs/metrics.md``.  Inputs are the DataFrames of
+:class:`sim.runner.RunOutput` (or a load run's equivalent with the same columns).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from sim import schema as S
+
+# Student t 0.975 quantiles for 1..30 degrees of freedom (beyond: Cornish-Fisher, error < 1e-7)
+_T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
+         2.262157, 2.228139, 2.200985, 2.178813, 2.160369, 2.144787, 2.13145, 2.119905, 2.109816,
+         2.100922, 2.093024, 2.085963, 2.079614, 2.073873, 2.068658, 2.063899, 2.059539,
+         2.055529, 2.051831, 2.048407, 2.04523, 2.042272)
+_Z975 = 1.959963984540054
+
+
+class RunLike(Protocol):
+    """What :func:`summarize` reads from a run (``sim.runner.RunOutput`` has it)."""
+
+    attempts: pd.DataFrame
+    turns: pd.DataFrame
+    calls: pd.DataFrame
+    executions: pd.DataFrame
+    side_effects: pd.DataFrame
+    timeseries: pd.DataFrame
+    counters: dict[str, Any]
+    seed: int
+    replication: int
+    duration_s: float
+
+
+def t_quantile_975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom."""
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z, v = _Z975, float(df)
+    return (z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+            + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4))
+
+
+def mean_ci(values: Sequence[float | None]) -> dict[str, Any]:
+    """Mean and 95 % Student-t CI of the defined (non-null, finite) values."""
+    clean = [None if v is None or not math.isfinite(v) else float(v) for v in values]
+    x = np.array([v for v in clean if v is not None], dtype=float)
+    out: dict[str, Any] = {"mean": None, "ci_low": None, "ci_high": None, "values": clean}
+    if len(x) == 0:
+        return out
+    m = float(x.mean())
+    out["mean"] = m
+    if len(x) >= 2:
+        half = t_quantile_975(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
+        out["ci_low"], out["ci_high"] = m - half, m + half
+    return out
+
+
+def summarize(outputs: Sequence[RunLike], warmup_s: float) -> dict[str, Any]:
+    """Metrics of each replication and their mean/95 % CI (JSON-serialisable)."""
+    if not outputs:
+        raise ValueError("summarize needs at least one run output")
+    per_rep = [replication_metrics(o, warmup_s) for o in outputs]
+    names: list[str] = []
+    for m in per_rep:
+        names.extend(k for k in m if k not in names)
+    metrics = {k: mean_ci([m.get(k) for m in per_rep]) for k in names}
+    return {
+        "schema_version": S.SCHEMA_VERSION,
+        "replications": len(outputs),
+        "warmup_s": float(warmup_s),
+        "seeds": sorted({int(o.seed) for o in outputs}),
+        "replication_ids": [int(o.replication) for o in outputs],
+        "metrics": metrics,
+    }
+
+
+def metric(summary: dict[str, Any], name: str) -> dict[str, Any]:
+    """One metric's ``{"mean", "ci_low", "ci_high", "values"}`` from a summary."""
+    return summary["metrics"][name]
+
+
+# --------------------------------------------------------------------------- one replication
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return float(a) / float(b) if b else None
+
+
+def _pct(x: np.ndarray, q: float) -> float | None:
+    x = x[np.isfinite(x)]
+    return float(np.percentile(x, q)) if len(x) else None
+
+
+def _is(col: pd.Series, *values: str) -> np.ndarray:
+    """Boolean mask: ``col`` equals one of ``values`` (fast on categoricals, works on strings)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = list(col.cat.categories)
+        wanted = [cats.index(v) for v in values if v in cats]
+        return np.isin(col.cat.codes.to_numpy(), wanted)
+    return np.isin(col.to_numpy(dtype=object), values)
+
+
+def _col(df: pd.DataFrame, name: str, mask: np.ndarray) -> np.ndarray:
+    return df[name].to_numpy()[mask]
+
+
+def replication_metrics(out: RunLike, warmup_s: float) -> dict[str, float | None]:
+    """Every metric of one replication (None where undefined)."""
+    m: dict[str, float | None] = {}
+    t_all = out.turns
+    keep = t_all[S.START_S].to_numpy() >= warmup_s
+    n = int(keep.sum())
+    outcome = t_all[S.OUTCOME]
+    completed = _is(outcome, "completed")[keep]
+    failed = _is(outcome, "failed")[keep]
+    m[S.M_TURNS] = float(n)
+    calls_keep = out.calls[S.ARRIVAL_S].to_numpy() >= warmup_s
+    m[S.M_CALLS] = float(calls_keep.sum())
+    m[S.M_SUCCESS_RATE] = _ratio(completed.sum(), n)
+    m[S.M_FAILED_SHARE] = _ratio(failed.sum(), n)
+    m[S.M_ABANDONED_SHARE] = _ratio(_is(outcome, "abandoned")[keep].sum(), n)
+    m[S.M_UNFINISHED_SHARE] = _ratio(_is(outcome, "unfinished")[keep].sum(), n)
+    codes = t_all[S.ERROR_CODE]
+    for code in S.ERROR_CODES:
+        m[S.M_FAILURE_RATE_PREFIX + code] = _ratio((_is(codes, code)[keep] & failed).sum(), n)
+    m[S.M_FAILURE_RATE_PREFIX + "none"] = _ratio((codes.isna().to_numpy()[keep] & failed).sum(), n)
+
+    ttfc = _col(t_all, S.TTFC_S, keep)[completed]
+    comp = _col(t_all, S.COMPLETION_S, keep)[completed]
+    for q in S.PERCENTILES:
+        m[f"{S.M_TTFC_PREFIX}p{q}"] = _pct(ttfc, q)
+        m[f"{S.M_COMPLETION_PREFIX}p{q}"] = _pct(comp, q)
+    m[S.M_ATTEMPTS_PER_TURN] = float(_col(t_all, S.ATTEMPTS, keep).mean()) if n else None
+    m[S.M_RETRIES_PER_TURN] = float(_col(t_all, S.RETRIES, keep).mean()) if n else None
+
+    # server work attributable to the counted turns
+    ids = _col(t_all, S.INTERACTION_ID, keep)
+    ex = out.executions
+    ex_keep = np.isin(ex[S.INTERACTION_ID].to_numpy(), ids)
+    disp = ex[S.DISPOSITION]
+    executions = int((_is(disp, "executed") & ex_keep).sum())
+    rejections = int((_is(disp, "rate-limited", "queue-full", "session-not-found") & ex_keep).sum())
+    useful = int(completed.sum() + (completed & _col(t_all, S.HANDOFF, keep)).sum())
+    m[S.M_LOAD_AMPLIFICATION] = _ratio(executions, useful)
+    m[S.M_EXECUTIONS_PER_TURN] = _ratio(executions, n)
+    m[S.M_REJECTIONS_PER_TURN] = _ratio(rejections, n)
+
+    # hazards, from the witness ledger and the server's session count
+    se = out.side_effects
+    se_keep = np.isin(se[S.INTERACTION_ID].to_numpy(), ids)
+    guids = _col(se, S.REQUEST_GUID, se_keep)
+    turn_ids = _col(se, S.INTERACTION_ID, se_keep)
+    _, per_guid = np.unique(guids, return_counts=True)
+    extra = int((per_guid[per_guid > 1] - 1).sum())
+    pairs = pd.DataFrame({"t": turn_ids, "g": guids}).drop_duplicates()
+    _, guids_per_turn = np.unique(pairs["t"].to_numpy(), return_counts=True)
+    reexecuted = int((guids_per_turn > 1).sum())
+    dup_sessions = int((_col(out.calls, S.SESSIONS_OPENED, calls_keep) > 1).sum())
+    m[S.M_DUP_GUID_PER_1K] = _ratio(1000.0 * extra, n)
+    m[S.M_REEXEC_TURN_PER_1K] = _ratio(1000.0 * reexecuted, n)
+    m[S.M_DUP_SESSION_PER_1K] = _ratio(1000.0 * dup_sessions, n)
+    se_turns = int(_col(t_all, S.SIDE_EFFECT, keep).sum())
+    m[S.M_SIDE_EFFECTS_PER_SE_TURN] = _ratio(len(guids), se_turns)
+
+    # time series over the measurement window [warm-up, duration)
+    ts = out.timeseries
+    t_s = ts[S.T_S].to_numpy()
+    w = ts[(t_s >= warmup_s) & (t_s < out.duration_s)]
+    if len(w):
+        m[S.M_DEDUP_MEAN_BYTES] = float(w[S.DEDUP_BYTES].mean())
+        m[S.M_OFFERED_TURNS_PER_S] = float(w[S.OFFERED_TURNS_PER_S].mean())
+        m[S.M_GOODPUT] = float(w[S.COMPLETED_TURNS_PER_S].mean())
+        m[S.M_MEAN_IN_PROGRESS] = float(w[S.TURNS_IN_PROGRESS].mean())
+        m[S.M_UTILISATION] = _ratio(w[S.BUSY_WORKERS].sum(), w[S.WORKER_CAPACITY].sum())
+    c = out.counters
+    if "dedup_peak_entries" in c:
+        m[S.M_DEDUP_PEAK_ENTRIES] = float(c["dedup_peak_entries"])
+        m[S.M_DEDUP_PEAK_BYTES] = float(c["dedup_peak_bytes"])
+    m.update(queue_metrics(out.executions, warmup_s, out.duration_s,
+                           float(c.get("end_s", out.duration_s))))
+    return m
+
+
+def queue_metrics(executions: pd.DataFrame, start_s: float, end_s: float,
+                  run_end_s: float) -> dict[str, float | None]:
+    """Reasoner queue (waiting for a worker) over the window [start_s, end_s).
+
+    λ = admitted requests arriving in the window per second; W = their mean wait
+    (a request never served waits until ``run_end_s``); P(wait) = share with a
+    wait > 0; L = time-average number waiting in the window; throughput =
+    executions starting in the window per second.
+    """
+    span = end_s - start_s
+    admitted = _is(executions[S.DISPOSITION], "executed", "unserved")
+    arr = _col(executions, S.ARRIVAL_S, admitted)
+    start = _col(executions, S.SERVICE_START_S, admitted)
+    start = np.where(np.isnan(start), run_end_s, start)
+    inside = (arr >= start_s) & (arr < end_s)
+    wait = start[inside] - arr[inside]
+    lam = inside.sum() / span if span > 0 else None
+    mean_wait = float(wait.mean()) if len(wait) else None
+    overlap = np.clip(np.minimum(start, end_s) - np.maximum(arr, start_s), 0.0, None)
+    length = float(overlap.sum() / span) if span > 0 else None
+    served = (start >= start_s) & (start < end_s) & (start < run_end_s)
+    return {
+        S.M_QUEUE_ARRIVAL_RATE: lam,
+        S.M_QUEUE_THROUGHPUT: float(served.sum() / span) if span > 0 else None,
+        S.M_QUEUE_MEAN_WAIT: mean_wait,
+        S.M_QUEUE_P_WAIT: float((wait > 0).mean()) if len(wait) else None,
+        S.M_QUEUE_MEAN_LENGTH: length,
+        S.M_QUEUE_LITTLE_LAMBDA_W: (lam * mean_wait if lam is not None and mean_wait is not None
+                                    else None),
+    }

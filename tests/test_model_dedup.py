@@ -1,0 +1,163 @@
+"""Acceptance 7 and the three hazards: dedup by requestGuid, by turn, none, and its window."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from sim.runner import run_once, run_replications
+from sim.scenario import Scenario
+from sim.summary import metric, summarize
+
+P_DUP = 0.2
+REPS = 10
+DUP_GUID = "hazard.duplicate_request_executions_per_1k_turns"
+REEXEC = "hazard.reexecuted_turns_per_1k_turns"
+DUP_SESSION = "hazard.duplicated_sessions_per_1k_turns"
+
+
+def side_effect_turns(**overrides: Any) -> Scenario:
+    """Every turn has a side effect; one attempt per turn unless a test adds faults."""
+    base: dict[str, Any] = {
+        "workload.calls_per_s": 1.0,
+        "workload.turns_per_call": 4,
+        "workload.think_time_s": {"dist": "exp", "mean": 1.0},
+        "workload.side_effect_share": 1.0,
+        "workload.handoff_share": 0.0,
+        "live.timeouts.turn_response_s": 0.0,
+        "live.escalation.end_session_after_failed_turns": 0,
+        "reasoner.workers": 8,
+        "reasoner.reasoning_time_s": {"dist": "exp", "mean": 0.3},
+        "reasoner.tool_latency_s": {"dist": "exp", "mean": 0.2},
+        "reasoner.upstream_timeout_s": 0.0,
+        "network.uplink.duplication": P_DUP,
+        "run.duration_s": 300.0,
+        "run.warmup_s": 20.0,
+        "run.replications": REPS,
+    }
+    base.update(overrides)
+    return Scenario().with_overrides(base)
+
+
+def _summary(sc: Scenario, seed: int = 1) -> dict[str, Any]:
+    return summarize(run_replications(sc, seed=seed), sc.run.warmup_s)
+
+
+def _inside(m: dict[str, Any], value: float) -> bool:
+    return m["ci_low"] <= value <= m["ci_high"]
+
+
+def test_request_guid_dedup_with_long_window_never_duplicates() -> None:
+    sc = side_effect_turns(**{"reasoner.dedup": "request-guid", "reasoner.dedup_window_s": 300.0})
+    outs = run_replications(sc, seed=1)
+    s = summarize(outs, sc.run.warmup_s)
+    assert metric(s, DUP_GUID)["values"] == [0.0] * REPS
+    assert metric(s, REEXEC)["values"] == [0.0] * REPS
+    # the duplicates did reach the server: they were joined to the execution or replayed
+    disp = outs[0].executions["disposition"].astype(str)
+    copies = outs[0].executions["network_duplicate"].sum()
+    assert disp.isin(["joined", "replayed"]).sum() == copies > 0
+
+
+def test_no_dedup_duplicates_match_expectation() -> None:
+    """Dedup none: each delivered request is duplicated with probability p and the copy executes
+    its side effect, so extra executions per 1,000 turns = 1000 · p · requests per turn."""
+    s = _summary(side_effect_turns(**{"reasoner.dedup": "none"}))
+    attempts = metric(s, "attempts_per_turn")
+    assert attempts["values"] == [1.0] * REPS
+    dup = metric(s, DUP_GUID)
+    assert _inside(dup, 1000.0 * P_DUP), (dup["mean"], dup["ci_low"], dup["ci_high"])
+    assert not _inside(dup, 1000.0 * P_DUP * 1.25)  # the check has teeth
+    assert metric(s, REEXEC)["values"] == [0.0] * REPS  # one requestGuid per turn
+
+
+@pytest.mark.parametrize("window_s, expect_duplicates", [(0.0, True), (2.0, True), (300.0, False)])
+def test_window_shorter_than_duplicate_delay_shows_duplicates(window_s: float,
+                                                              expect_duplicates: bool) -> None:
+    """Copies arriving 5 s late find the entry purged unless the window covers that span."""
+    sc = side_effect_turns(**{"reasoner.dedup": "request-guid", "reasoner.dedup_window_s": window_s,
+                              "network.uplink.duplicate_delay_s": 5.0,
+                              "run.replications": 4, "run.duration_s": 200.0})
+    outs = run_replications(sc, seed=2)
+    s = summarize(outs, sc.run.warmup_s)
+    dup = metric(s, DUP_GUID)
+    if expect_duplicates:
+        assert dup["mean"] > 0.8 * 1000.0 * P_DUP  # nearly every late copy re-executes
+    else:
+        assert dup["values"] == [0.0] * 4
+        assert (outs[0].executions["disposition"] == "replayed").sum() > 0
+    peak = metric(s, "dedup.peak_bytes")["mean"]
+    assert (peak > 100 * 512) if window_s == 300.0 else (peak < 40 * 512)
+
+
+@pytest.mark.parametrize("window_s, expect_duplicates", [(0.0, True), (300.0, False)])
+def test_same_guid_retry_after_window_reexecutes(window_s: float, expect_duplicates: bool) -> None:
+    """Retries that keep their requestGuid are safe only while the window covers the retry span."""
+    sc = side_effect_turns(**{
+        "network.uplink.duplication": 0.0, "network.downlink.loss": 0.2,
+        "live.retry.new_request_guid": False, "live.retry.max_attempts": 4,
+        "reasoner.dedup": "request-guid", "reasoner.dedup_window_s": window_s,
+        "run.replications": 4, "run.duration_s": 200.0})
+    outs = run_replications(sc, seed=3)
+    s = summarize(outs, sc.run.warmup_s)
+    lost = outs[0].attempts["outcome"].eq("response-lost").sum()
+    assert lost > 0
+    if expect_duplicates:
+        assert metric(s, DUP_GUID)["mean"] > 0
+    else:
+        assert metric(s, DUP_GUID)["values"] == [0.0] * 4
+    assert metric(s, REEXEC)["values"] == [0.0] * 4  # one requestGuid per turn either way
+
+
+def test_slow_success_reexecutes_turn_under_new_guid() -> None:
+    """Tool slower than upstream_timeout: FAILED upstream-timeout, but the side effect happened;
+    the retry (new requestGuid) runs it again.  P(first tool call > timeout) = e^-1 for an
+    exponential tool latency with mean = timeout, so ≈ 368 re-executed turns per 1,000."""
+    sc = side_effect_turns(**{
+        "network.uplink.duplication": 0.0, "reasoner.tool_latency_s": {"dist": "exp", "mean": 0.5},
+        "reasoner.upstream_timeout_s": 0.5, "live.retry.max_attempts": 5,
+        "reasoner.dedup": "request-guid", "reasoner.dedup_window_s": 300.0})
+    s = _summary(sc)
+    assert metric(s, DUP_GUID)["values"] == [0.0] * REPS  # the MUST holds...
+    reexec = metric(s, REEXEC)
+    assert _inside(reexec, 1000.0 * math.exp(-1.0)), (reexec["mean"], reexec["ci_low"])
+
+
+def test_turn_dedup_prevents_reexecution_but_replays_the_failure() -> None:
+    """Dedup by turn (retries keep their taskId): no re-execution, but the stored FAILED is
+    replayed to every retry, so a slow success fails the turn."""
+    sc = side_effect_turns(**{
+        "network.uplink.duplication": 0.0, "reasoner.tool_latency_s": {"dist": "exp", "mean": 0.5},
+        "reasoner.upstream_timeout_s": 0.5, "live.retry.max_attempts": 3,
+        "reasoner.dedup": "turn", "reasoner.dedup_window_s": 300.0, "run.replications": 3})
+    outs = run_replications(sc, seed=4)
+    s = summarize(outs, sc.run.warmup_s)
+    assert metric(s, REEXEC)["values"] == [0.0] * 3
+    assert metric(s, DUP_GUID)["values"] == [0.0] * 3
+    assert _inside(metric(s, "failure_rate.upstream-timeout"), math.exp(-1.0))
+    replays = outs[0].attempts["replayed"] & outs[0].attempts["error_code"].eq("upstream-timeout")
+    assert replays.sum() > 0
+    # a new taskId per retry (errors.md §4) restores the retries, and the re-executions
+    s2 = summarize(run_replications(sc.with_overrides({"live.retry.new_turn_id": True}), seed=4),
+                   sc.run.warmup_s)
+    assert metric(s2, REEXEC)["mean"] > 200.0
+    assert _inside(metric(s2, "success_rate"), 1.0 - math.exp(-3.0))  # 1 - x^3, x = e^-1
+
+
+@pytest.mark.parametrize("client_context_id", [True, False])
+def test_duplicated_sessions_need_a_server_minted_context(client_context_id: bool) -> None:
+    """A first message retried before any answer arrived opens a second server session."""
+    sc = side_effect_turns(**{
+        "network.uplink.duplication": 0.0, "live.client_context_id": client_context_id,
+        "live.timeouts.turn_response_s": 0.4, "reasoner.progress_directive": False,
+        "reasoner.workers": 2, "run.duration_s": 200.0})
+    out = run_once(sc, seed=5)
+    s = summarize([out], sc.run.warmup_s)
+    dup = metric(s, DUP_SESSION)["mean"]
+    if client_context_id:
+        assert dup == 0.0 and (out.calls["sessions_opened"] == 1).all()
+    else:
+        assert dup > 0.0 and (out.calls["sessions_opened"] > 1).any()
+    assert out.attempts["outcome"].eq("timeout").any()

@@ -1,0 +1,192 @@
+"""The summary: CI arithmetic, warm-up removal, and every metric on hand-made records."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from sim import schema as S
+from sim.runner import RunOutput, empty_output
+from sim.scenario import Scenario
+from sim.summary import mean_ci, metric, queue_metrics, summarize, t_quantile_975
+
+# --------------------------------------------------------------------------- statistics
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 5, 9, 19, 29, 30, 31, 45, 100, 1000])
+def test_t_quantile_matches_scipy(df: int) -> None:
+    assert t_quantile_975(df) == pytest.approx(stats.t.ppf(0.975, df), abs=2e-6)
+
+
+def test_mean_ci_values_and_nulls() -> None:
+    one = mean_ci([2.0])
+    assert one == {"mean": 2.0, "ci_low": None, "ci_high": None, "values": [2.0]}
+    m = mean_ci([1.0, 2.0, 3.0, None, float("nan")])
+    half = t_quantile_975(2) * 1.0 / math.sqrt(3)
+    assert m["mean"] == 2.0
+    assert m["ci_low"] == pytest.approx(2.0 - half) and m["ci_high"] == pytest.approx(2.0 + half)
+    assert m["values"] == [1.0, 2.0, 3.0, None, None]
+    assert mean_ci([None, None])["mean"] is None
+
+
+def test_mean_ci_covers_95_percent() -> None:
+    rng = np.random.default_rng(0)
+    hits = 0
+    trials = 4000
+    for _ in range(trials):
+        m = mean_ci(list(rng.normal(10.0, 3.0, size=5)))
+        hits += m["ci_low"] <= 10.0 <= m["ci_high"]
+    assert hits / trials == pytest.approx(0.95, abs=0.012)
+
+
+# --------------------------------------------------------------------------- hand-made run
+
+
+def _frame(table: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """A DataFrame with the schema's columns and dtypes (missing cells: NaN / 0 / False)."""
+    spec = dict(S.TABLES[table])
+    data: dict[str, Any] = {S.REPLICATION: [0] * len(rows)}
+    for name, kind in spec.items():
+        vals = [r.get(name) for r in rows]
+        if isinstance(kind, tuple):
+            data[name] = pd.Categorical(vals, categories=list(kind))
+        elif kind == "f8":
+            data[name] = np.array([np.nan if v is None else v for v in vals], dtype=float)
+        elif kind == "bool":
+            data[name] = np.array([bool(v) for v in vals], dtype=bool)
+        else:
+            data[name] = np.array([-1 if v is None else v for v in vals], dtype=np.int64)
+    return pd.DataFrame(data, columns=list(S.columns(table)))
+
+
+def _turn(i: int, start: float, outcome: str, **kw: Any) -> dict[str, Any]:
+    row = {S.CALL_ID: i, S.INTERACTION_ID: i, S.START_S: start, S.OUTCOME: outcome,
+           S.END_REASON: "completed" if outcome == "completed" else "attempts-exhausted",
+           S.ATTEMPTS: 1, S.RETRIES: 0}
+    if outcome == "completed":
+        row.update({S.END_S: start + 1.0, S.TTFC_S: 0.5, S.COMPLETION_S: 1.0})
+    row.update(kw)
+    return row
+
+
+@pytest.fixture
+def run() -> RunOutput:
+    """Warm-up 10 s, duration 100 s.  Turn 0 is in the warm-up and must not count."""
+    turns = _frame("turns", [
+        _turn(0, 5.0, "completed", **{S.ATTEMPTS: 9, S.SIDE_EFFECT: True}),
+        _turn(1, 20.0, "completed", **{S.TTFC_S: 0.2, S.COMPLETION_S: 2.0}),
+        _turn(2, 30.0, "completed", **{S.SIDE_EFFECT: True, S.ATTEMPTS: 2, S.RETRIES: 1}),
+        _turn(3, 40.0, "failed", **{S.ERROR_CODE: "internal", S.ATTEMPTS: 3, S.RETRIES: 2,
+                                    S.SIDE_EFFECT: True}),
+        _turn(4, 50.0, "completed", **{S.HANDOFF: True, S.TTFC_S: 0.8, S.COMPLETION_S: 3.0}),
+    ])
+    calls = _frame("calls", [{S.CALL_ID: i, S.ARRIVAL_S: t, S.SESSIONS_OPENED: n}
+                             for i, t, n in ((0, 5.0, 3), (1, 20.0, 1), (2, 30.0, 2),
+                                             (3, 40.0, 1), (4, 50.0, 1))])
+    ex_rows = []
+    # turn 0 (warm-up): 9 executions — ignored
+    ex_rows += [{S.INTERACTION_ID: 0, S.REQUEST_GUID: 100 + k, S.ARRIVAL_S: 5.0,
+                 S.DISPOSITION: "executed", S.SERVICE_START_S: 5.0} for k in range(9)]
+    ex_rows += [{S.INTERACTION_ID: 1, S.REQUEST_GUID: 1, S.ARRIVAL_S: 20.0,
+                 S.DISPOSITION: "executed", S.SERVICE_START_S: 22.0}]
+    ex_rows += [{S.INTERACTION_ID: 2, S.REQUEST_GUID: g, S.ARRIVAL_S: 30.0,
+                 S.DISPOSITION: "executed", S.SERVICE_START_S: 30.0} for g in (2, 3)]
+    ex_rows += [{S.INTERACTION_ID: 2, S.REQUEST_GUID: 3, S.ARRIVAL_S: 30.1,
+                 S.DISPOSITION: "joined", S.NETWORK_DUPLICATE: True}]
+    ex_rows += [{S.INTERACTION_ID: 3, S.REQUEST_GUID: g, S.ARRIVAL_S: 40.0,
+                 S.DISPOSITION: d, S.SERVICE_START_S: s}
+                for g, d, s in ((4, "executed", 40.0), (5, "queue-full", None),
+                                (6, "executed", 44.0))]
+    ex_rows += [{S.INTERACTION_ID: 4, S.REQUEST_GUID: g, S.ARRIVAL_S: 50.0,
+                 S.DISPOSITION: "executed", S.SERVICE_START_S: 50.0} for g in (7, 8)]
+    ex_rows += [{S.INTERACTION_ID: 5, S.REQUEST_GUID: 9, S.ARRIVAL_S: 95.0,
+                 S.DISPOSITION: "unserved"}]  # arrived in the window, never served
+    # side effects: turn 0 (warm-up, ignored) 2x guid 100; turn 2: guid 2 twice + guid 3;
+    # turn 3: guid 4 once
+    se = _frame("side_effects", [
+        {S.INTERACTION_ID: i, S.REQUEST_GUID: g, S.EXECUTED_S: t}
+        for i, g, t in ((0, 100, 6.0), (0, 100, 6.5), (2, 2, 31.0), (2, 2, 31.5),
+                        (2, 3, 32.0), (3, 4, 41.0))])
+    ts = pd.DataFrame({
+        S.REPLICATION: 0, S.T_S: np.arange(120, dtype=float),
+        **{c: np.zeros(120, dtype=np.int64) for c in S.TIMESERIES_RATES},
+        **{c: np.zeros(120, dtype=np.int64) for c in S.TIMESERIES_GAUGES},
+    }, columns=list(S.TIMESERIES_COLUMNS))
+    ts[S.COMPLETED_TURNS_PER_S] = np.where(ts[S.T_S] < 10, 100, 2)
+    ts[S.BUSY_WORKERS] = 3
+    ts[S.WORKER_CAPACITY] = 4
+    ts[S.DEDUP_BYTES] = np.where(ts[S.T_S] < 10, 10_000, 512)
+    base = empty_output(Scenario())
+    return RunOutput(**{**base.__dict__, "turns": turns, "calls": calls,
+                        "executions": _frame("executions", ex_rows), "side_effects": se,
+                        "timeseries": ts, "warmup_s": 10.0, "duration_s": 100.0,
+                        "counters": {"end_s": 120.0, "dedup_peak_entries": 7,
+                                     "dedup_peak_bytes": 7 * 512}})
+
+
+def test_turn_metrics_exclude_warmup(run: RunOutput) -> None:
+    m = {k: v["mean"] for k, v in summarize([run], 10.0)["metrics"].items()}
+    assert m["turns"] == 4 and m["calls"] == 4
+    assert m["success_rate"] == 0.75 and m["failed_share"] == 0.25
+    assert m["failure_rate.internal"] == 0.25 and m["failure_rate.auth"] == 0.0
+    assert m["attempts_per_turn"] == (1 + 2 + 3 + 1) / 4
+    assert m["retries_per_turn"] == 3 / 4
+    assert m["ttfc_s.p50"] == 0.5 and m["completion_s.p50"] == 2.0
+    assert m["ttfc_s.p99"] == pytest.approx(np.percentile([0.2, 0.5, 0.8], 99))
+
+
+def test_load_amplification_and_hazards(run: RunOutput) -> None:
+    m = {k: v["mean"] for k, v in summarize([run], 10.0)["metrics"].items()}
+    # executions of counted turns: 1 + 2 + 2 + 2 = 7; useful: 3 completed, one a handoff (2)
+    assert m["load_amplification"] == 7 / 4
+    assert m["server_executions_per_turn"] == 7 / 4
+    assert m["server_rejections_per_turn"] == 1 / 4
+    # guid 2 ran twice: 1 extra; turn 2 ran under guids 2 and 3; call 2 opened 2 sessions
+    assert m["hazard.duplicate_request_executions_per_1k_turns"] == 1000 * 1 / 4
+    assert m["hazard.reexecuted_turns_per_1k_turns"] == 1000 * 1 / 4
+    assert m["hazard.duplicated_sessions_per_1k_turns"] == 1000 * 1 / 4
+    assert m["side_effect_executions_per_side_effect_turn"] == 4 / 2
+
+
+def test_timeseries_metrics_use_the_window(run: RunOutput) -> None:
+    m = {k: v["mean"] for k, v in summarize([run], 10.0)["metrics"].items()}
+    assert m["goodput_turns_per_s"] == 2.0
+    assert m["dedup.mean_bytes"] == 512.0
+    assert m["worker_utilisation"] == 0.75
+    assert m["dedup.peak_bytes"] == 7 * 512
+
+
+def test_queue_metrics_exact(run: RunOutput) -> None:
+    q = queue_metrics(run.executions, 10.0, 100.0, 120.0)
+    # admitted in [10, 100): guids 1,2,3,4,6,7,8 and the unserved 9 → 8 arrivals
+    assert q["queue.arrival_rate_per_s"] == pytest.approx(8 / 90)
+    waits = [2.0, 0, 0, 0, 4.0, 0, 0, 25.0]  # the unserved waits until the end of the run
+    assert q["queue.mean_wait_s"] == pytest.approx(np.mean(waits))
+    assert q["queue.p_wait"] == pytest.approx(3 / 8)
+    # time waiting inside the window: 2 + 4 + (100 - 95) = 11 request-seconds
+    assert q["queue.mean_length"] == pytest.approx(11 / 90)
+    assert q["queue.throughput_per_s"] == pytest.approx(7 / 90)
+
+
+def test_summary_shape_and_json(run: RunOutput) -> None:
+    s = summarize([run, run], 10.0)
+    assert s["replications"] == 2 and s["schema_version"] == S.SCHEMA_VERSION
+    m = metric(s, "success_rate")
+    assert m["values"] == [0.75, 0.75] and m["ci_low"] == m["ci_high"] == 0.75
+    json.dumps(s, allow_nan=False)
+    with pytest.raises(ValueError):
+        summarize([], 0.0)
+
+
+def test_summary_of_an_empty_run_is_all_nulls() -> None:
+    s = summarize([empty_output(Scenario())], 0.0)
+    assert metric(s, "turns")["mean"] == 0.0
+    assert metric(s, "success_rate")["mean"] is None
+    assert metric(s, "ttfc_s.p95")["mean"] is None
+    json.dumps(s, allow_nan=False)
