@@ -3,7 +3,8 @@
 Routes: ``POST /`` JSON-RPC (JSON or SSE), the SDK's REST routes
 (``/message:stream``, ``/tasks/{id}``, ...), ``/ws`` JSON-RPC over WebSocket,
 ``/.well-known/agent-card.json``, ``/metrics`` and ``/healthz`` (the last three
-public).  Middleware, outermost first: body limit, bearer auth, extension echo.
+public).  Middleware, outermost first: body limit, bearer auth, extension echo
+(which also stamps ``X-RTA-Worker``).
 ``create_app`` is the uvicorn factory: it reads :data:`SETTINGS_ENV`, so every
 worker process builds the same app.
 """

@@ -12,6 +12,7 @@ from tests.serve.conftest import (
     ALICE,
     BOB,
     EXT,
+    WORKER_HEADER,
     Reasoner,
     headers,
     k,
@@ -72,6 +73,17 @@ def test_extension_echo_on_ws_upgrade(reasoner: Reasoner) -> None:
         assert s.response_headers.get("a2a-extensions") == EXT
     with reasoner.ws(headers(ext=False, sse=False)) as s:
         assert "a2a-extensions" not in s.response_headers
+
+
+def test_worker_header_names_the_serving_process(reasoner: Reasoner, binding: str) -> None:
+    pid = str(reasoner.get_json("/healthz")["pid"])
+    for ext in (True, False):  # with or without negotiation
+        turn = reasoner.send(binding, stream(message(ctx=uid("c"), profile=ext)),
+                             headers(ext=ext, sse=binding == "sse"))
+        assert turn.worker == pid
+    denied = httpx.post(reasoner.url + "/", json=stream(message()), headers=_headers_with(None),
+                        timeout=10)
+    assert WORKER_HEADER not in denied.headers  # like the echo: not on a 401
 
 
 def test_extension_echo_with_several_requested(reasoner: Reasoner) -> None:
