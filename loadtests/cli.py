@@ -146,6 +146,20 @@ def cmd_reasoner(args: argparse.Namespace) -> int:
     return run(settings)
 
 
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``rtalab serve bench``."""
+    from loadtests.bench import add_arguments
+
+    add_arguments(p)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``rtalab serve bench``."""
+    from loadtests.bench import run_bench
+
+    return run_bench(args)
+
+
 def _unavailable(name: str, reason: str) -> Any:
     """A command function that explains why ``name`` cannot run."""
 
@@ -187,7 +201,9 @@ def register(subparsers: Any) -> None:
         witness.set_defaults(func=_unavailable("witness", f"not available ({e})"))
     else:
         register_witness(sub)
-    bench = sub.add_parser("bench", help="server benchmark (not implemented yet)",
-                           description="Turns/s of the Reasoner per dedup backend "
-                                       "(not implemented yet).")
-    bench.set_defaults(func=_unavailable("bench", "not implemented yet"))
+    bench = sub.add_parser("bench", help="Reasoner turns/s and CPU per turn per dedup store",
+                           description="Reasoner turns/s, server CPU per turn and turn latency "
+                                       "with dedup none, SQLite and Redis side by side (1 worker "
+                                       "each, interleaved rounds, load generator in process).")
+    add_bench_arguments(bench)
+    bench.set_defaults(func=cmd_bench)

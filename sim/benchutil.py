@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 UNSTABLE_SPREAD = 0.10
@@ -90,3 +90,12 @@ def warn_unstable(m: Measurement, out: Callable[[str], None], remedy: str) -> bo
             f"between runs. {remedy}")
         return True
     return False
+
+
+def warn_unstable_all(ms: Sequence[Measurement], out: Callable[[str], None], remedy: str) -> bool:
+    """One warning naming every measurement whose spread exceeds 10 %; True if any."""
+    bad = [m for m in ms if len(m.rates) > 1 and m.spread > UNSTABLE_SPREAD]
+    if bad:
+        names = ", ".join(f"{m.name} {m.spread:.0%}" for m in bad)
+        out(f"WARNING: unstable between runs (spread > {UNSTABLE_SPREAD:.0%}): {names}. {remedy}")
+    return bool(bad)
