@@ -13,6 +13,8 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
+from sim.argtypes import non_negative, port, positive_int
+
 EXIT_USAGE = 2
 REASONER_PROG = "rtalab serve reasoner"
 
@@ -21,37 +23,10 @@ class FlagError(Exception):
     """A flag value the user must fix (one line, exit 2)."""
 
 
-def _port(text: str) -> int:
-    """A TCP port number 1..65535."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 1 <= v <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 1..65535, got {v}")
-    return v
 
 
-def _positive_int(text: str) -> int:
-    """An integer >= 1."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
 
 
-def _non_negative(text: str) -> float:
-    """A finite number >= 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= v < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return v
 
 
 def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,17 +35,17 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
     from loadtests.reasoner.wire import DEFAULT_EXT_URI
 
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
-    p.add_argument("--workers", type=_positive_int, default=1,
+    p.add_argument("--port", type=port, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--workers", type=positive_int, default=1,
                    help="uvicorn worker processes sharing the dedup store (default 1)")
     p.add_argument("--dedup", metavar="URL", default="",
                    help="dedup store: sqlite:///PATH, redis://HOST:PORT[/DB] or memory "
                         "(default: a SQLite file per port in the temp directory)")
     p.add_argument("--dedup-mode", choices=MODES, default=None,
                    help="override [reasoner].dedup")
-    p.add_argument("--dedup-window-s", type=_non_negative, default=None,
+    p.add_argument("--dedup-window-s", type=non_negative, default=None,
                    help="override [reasoner].dedup_window_s")
-    p.add_argument("--dedup-wait-s", type=_non_negative, default=30.0,
+    p.add_argument("--dedup-wait-s", type=non_negative, default=30.0,
                    help="how long a duplicate waits for the in-flight original (default 30)")
     p.add_argument("--scenario", metavar="FILE|PRESET", default=None,
                    help="scenario whose [reasoner] section drives the behaviour")
@@ -86,7 +61,7 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ext-uri", default=DEFAULT_EXT_URI, help="the profile's extension URI")
     p.add_argument("--test-hooks", action="store_true",
                    help="honour rta/test.forceError and rta/test.delayS (tests only)")
-    p.add_argument("--max-tasks", type=_positive_int, default=50_000,
+    p.add_argument("--max-tasks", type=positive_int, default=50_000,
                    help="tasks kept in memory per worker (LRU, default 50000)")
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))

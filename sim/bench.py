@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sim import benchutil
+from sim.argtypes import positive_int
 from sim.benchutil import Measurement, warn_if_busy, warn_unstable
 
 RATIO_TARGET = 3.0
@@ -215,29 +216,20 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
     return 0
 
 
-def _count(text: str) -> int:
-    """argparse type: an integer >= 1 (underscores allowed, e.g. 1_000_000)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab sim bench``."""
-    p.add_argument("--turns", type=_count, default=100_000, metavar="N",
+    p.add_argument("--turns", type=positive_int, default=100_000, metavar="N",
                    help="simulated turns per timed run (default 100,000)")
-    p.add_argument("--customers", type=_count, default=300_000, metavar="N",
+    p.add_argument("--customers", type=positive_int, default=300_000, metavar="N",
                    help="bare M/M/c customers per timed run (default 300,000)")
-    p.add_argument("--repeats", type=_count, default=3, metavar="K",
+    p.add_argument("--repeats", type=positive_int, default=3, metavar="K",
                    help="timed runs of each benchmark (default 3)")
     p.add_argument("--seed", type=int, default=1, help="seed of every run (default 1)")
     p.add_argument("--memory", action="store_true",
                    help="also simulate --memory-turns turns in a child and report peak RSS")
-    p.add_argument("--memory-turns", type=_count, default=1_000_000, metavar="N",
+    p.add_argument("--memory-turns", type=positive_int, default=1_000_000, metavar="N",
                    help="turns of the memory run (default 1,000,000)")
     p.add_argument("--skip-speed", action="store_true",
                    help="skip (a)-(c), e.g. with --memory for the memory figure alone")

@@ -22,6 +22,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, NoReturn
 
+from sim.argtypes import positive_int
 from sim.config import ConfigError
 
 PROG = "rtalab"
@@ -231,15 +232,6 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
                         "network.uplink.loss=0.05); repeatable")
 
 
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def add_sim_parser(subparsers: Any) -> None:
@@ -254,7 +246,7 @@ def add_sim_parser(subparsers: Any) -> None:
                                      "<out>/<UTC time>-sim-<name>-s<seed>/.")
     _add_scenario_args(run)
     run.add_argument("--seed", type=int, help="root seed (default: the scenario's run.seed)")
-    run.add_argument("--replications", type=_positive_int, metavar="R",
+    run.add_argument("--replications", type=positive_int, metavar="R",
                      help="independent replications (default: run.replications)")
     run.add_argument("--out", type=Path, default=Path("results"), metavar="DIR",
                      help="folder under which the run folder is created (default: results)")

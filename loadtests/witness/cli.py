@@ -4,47 +4,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 from typing import Any
 
 from loadtests.witness.faults import ERROR_STATUSES, FaultError, Faults, parse_dist_text
+from sim.argtypes import non_negative, port, probability
 
 PROG = "rtalab serve witness"
 EXIT_USAGE = 2
 
 
-def _port(text: str) -> int:
-    """A TCP port number 1..65535."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 1 <= v <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 1..65535, got {v}")
-    return v
 
 
-def _prob(text: str) -> float:
-    """A probability in [0, 1]."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.0 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1], got {text}")
-    return v
 
 
-def _seconds(text: str) -> float:
-    """A finite number of seconds >= 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(v) and v >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return v
 
 
 def _statuses(text: str) -> tuple[int, ...]:
@@ -61,23 +34,23 @@ def _statuses(text: str) -> tuple[int, ...]:
 def add_witness_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab serve witness``."""
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=8090, help="TCP port (default 8090)")
+    p.add_argument("--port", type=port, default=8090, help="TCP port (default 8090)")
     p.add_argument("--db", default="witness.db", metavar="PATH",
                    help="SQLite ledger file, created if missing (default ./witness.db)")
     p.add_argument("--latency-s", default="0", metavar="SPEC",
                    help="execution latency: seconds, or a distribution as JSON or a TOML "
                         "inline table, e.g. '{dist = \"exp\", mean = 0.05}' (default 0)")
-    p.add_argument("--error-rate", type=_prob, default=0.0, metavar="P",
+    p.add_argument("--error-rate", type=probability, default=0.0, metavar="P",
                    help="probability of an injected 500/503 without side effect")
     p.add_argument("--error-status", type=_statuses, default=(500, 503), metavar="LIST",
                    help="statuses of injected errors, chosen uniformly (default 500,503)")
-    p.add_argument("--timeout-p", type=_prob, default=0.0, metavar="P",
+    p.add_argument("--timeout-p", type=probability, default=0.0, metavar="P",
                    help="probability of hanging --hang-s without side effect, then 504")
-    p.add_argument("--hang-s", type=_seconds, default=30.0, metavar="S",
+    p.add_argument("--hang-s", type=non_negative, default=30.0, metavar="S",
                    help="how long an injected hang lasts (default 30)")
-    p.add_argument("--slow-success-p", type=_prob, default=0.0, metavar="P",
+    p.add_argument("--slow-success-p", type=probability, default=0.0, metavar="P",
                    help="probability of a slow success: recorded after --slow-success-delay-s")
-    p.add_argument("--slow-success-delay-s", type=_seconds, default=5.0, metavar="S",
+    p.add_argument("--slow-success-delay-s", type=non_negative, default=5.0, metavar="S",
                    help="delay of a slow success; set it above the Reasoner's upstream "
                         "timeout (default 5)")
     p.add_argument("--seed", type=int, default=None, help="seed of the fault draws")

@@ -1,0 +1,50 @@
+"""argparse ``type=`` converters shared by every rtalab command (one clear message each)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def port(text: str) -> int:
+    """A TCP port number 1..65535."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 1..65535, got {v}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (underscores allowed, e.g. 1_000_000)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def non_negative(text: str) -> float:
+    """A finite number >= 0 (e.g. seconds)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return v
+
+
+def probability(text: str) -> float:
+    """A probability in [0, 1]."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1], got {text}")
+    return v
