@@ -108,12 +108,11 @@ class Uniform(Dist):
 
 
 @dataclass(frozen=True)
-class LogNormal(Dist):
-    """Log-normal given its mean and coefficient of variation (heavy right tail)."""
+class _MeanCv(Dist):
+    """A distribution given by its mean and coefficient of variation."""
 
     mean_: float
     cv: float
-    kind: ClassVar[str] = "lognormal"
 
     @property
     def mean(self) -> float:
@@ -122,6 +121,16 @@ class LogNormal(Dist):
     @property
     def variance(self) -> float:
         return (self.cv * self.mean_) ** 2
+
+    def to_toml(self) -> Any:
+        return {"dist": self.kind, "mean": self.mean_, "cv": self.cv}
+
+
+@dataclass(frozen=True)
+class LogNormal(_MeanCv):
+    """Log-normal given its mean and coefficient of variation (heavy right tail)."""
+
+    kind: ClassVar[str] = "lognormal"
 
     def sample(self, rng: np.random.Generator) -> float:
         if self.mean_ <= 0:
@@ -130,25 +139,12 @@ class LogNormal(Dist):
         mu = math.log(self.mean_) - s2 / 2
         return float(rng.lognormal(mu, math.sqrt(s2)))
 
-    def to_toml(self) -> Any:
-        return {"dist": "lognormal", "mean": self.mean_, "cv": self.cv}
-
 
 @dataclass(frozen=True)
-class Gamma(Dist):
+class Gamma(_MeanCv):
     """Gamma given its mean and coefficient of variation (cv=1 is exponential)."""
 
-    mean_: float
-    cv: float
     kind: ClassVar[str] = "gamma"
-
-    @property
-    def mean(self) -> float:
-        return self.mean_
-
-    @property
-    def variance(self) -> float:
-        return (self.cv * self.mean_) ** 2
 
     def sample(self, rng: np.random.Generator) -> float:
         if self.mean_ <= 0:
@@ -157,9 +153,6 @@ class Gamma(Dist):
             return self.mean_
         shape = 1.0 / self.cv**2
         return float(rng.gamma(shape, self.mean_ / shape))
-
-    def to_toml(self) -> Any:
-        return {"dist": "gamma", "mean": self.mean_, "cv": self.cv}
 
 
 @dataclass(frozen=True)
