@@ -87,6 +87,7 @@ ARRIVAL_S: Final = "arrival_s"
 TURNS_PLANNED: Final = "turns_planned"
 TURNS_STARTED: Final = "turns_started"
 SESSIONS_OPENED: Final = "sessions_opened"
+DEGRADED: Final = "degraded"  # no A2A-Extensions echo within the negotiation timeout
 
 NETWORK_DUPLICATE: Final = "network_duplicate"
 DISPOSITION: Final = "disposition"
@@ -143,6 +144,7 @@ TURNS_WITNESS_COLUMNS: Final[tuple[ColumnSpec, ...]] = (
 CALLS_TABLE: Final[tuple[ColumnSpec, ...]] = (
     (CALL_ID, "i8"), (LIVE_INSTANCE, "i8"), (ARRIVAL_S, "f8"), (END_S, "f8"),
     (TURNS_PLANNED, "i8"), (TURNS_STARTED, "i8"), (END_REASON, CALL_END_REASONS),
+    (DEGRADED, "bool"),
 )
 # appended to CALLS_TABLE from the Reasoner's session ledger when the run ends
 CALLS_SERVER_COLUMNS: Final[tuple[ColumnSpec, ...]] = ((SESSIONS_OPENED, "i8"),)
@@ -208,6 +210,7 @@ M_DUP_GUID_PER_1K: Final = "hazard.duplicate_request_executions_per_1k_turns"
 M_REEXEC_TURN_PER_1K: Final = "hazard.reexecuted_turns_per_1k_turns"
 M_DUP_SESSION_PER_1K: Final = "hazard.duplicated_sessions_per_1k_turns"
 M_SIDE_EFFECTS_PER_SE_TURN: Final = "side_effect_executions_per_side_effect_turn"
+M_DEGRADED_CALL_SHARE: Final = "degraded_call_share"
 M_DEDUP_PEAK_ENTRIES: Final = "dedup.peak_entries"
 M_DEDUP_PEAK_BYTES: Final = "dedup.peak_bytes"
 M_DEDUP_MEAN_BYTES: Final = "dedup.mean_bytes"

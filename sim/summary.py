@@ -135,6 +135,9 @@ def replication_metrics(out: RunLike, warmup_s: float) -> dict[str, float | None
     m[S.M_TURNS] = float(n)
     calls_keep = out.calls[S.ARRIVAL_S].to_numpy() >= warmup_s
     m[S.M_CALLS] = float(calls_keep.sum())
+    degraded = (out.calls[S.DEGRADED].to_numpy(dtype=bool) if S.DEGRADED in out.calls
+                else np.zeros(len(out.calls), dtype=bool))
+    m[S.M_DEGRADED_CALL_SHARE] = _ratio(degraded[calls_keep].sum(), calls_keep.sum())
     m[S.M_SUCCESS_RATE] = _ratio(completed.sum(), n)
     m[S.M_FAILED_SHARE] = _ratio(failed.sum(), n)
     m[S.M_ABANDONED_SHARE] = _ratio(_is(outcome, "abandoned")[keep].sum(), n)
@@ -169,7 +172,12 @@ def replication_metrics(out: RunLike, warmup_s: float) -> dict[str, float | None
     se_keep = np.isin(se[S.INTERACTION_ID].to_numpy(), ids)
     guids = _col(se, S.REQUEST_GUID, se_keep)
     turn_ids = _col(se, S.INTERACTION_ID, se_keep)
-    _, per_guid = np.unique(guids, return_counts=True)
+    # the requestGuid MUST binds only requests that carried one: not those of degraded calls
+    if degraded.any():
+        profile = ~np.isin(_col(se, S.CALL_ID, se_keep), out.calls[S.CALL_ID].to_numpy()[degraded])
+        _, per_guid = np.unique(guids[profile], return_counts=True)
+    else:
+        _, per_guid = np.unique(guids, return_counts=True)
     extra = int((per_guid[per_guid > 1] - 1).sum())
     pairs = pd.DataFrame({"t": turn_ids, "g": guids}).drop_duplicates()
     _, guids_per_turn = np.unique(pairs["t"].to_numpy(), return_counts=True)

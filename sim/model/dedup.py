@@ -6,16 +6,24 @@ Modes (``[reasoner] dedup``):
   requestGuid is a no-op replay; scoped by contextId, never across it);
 * ``turn`` — key ``(contextId, taskId/rta/turnId, phase)``: any repeat of a turn's
   message is a replay, whatever its requestGuid (the INPUT_REQUIRED continuation
-  is a different phase, so it is not a repeat);
+  is a different phase, so it is not a repeat).  As in the reference Reasoner
+  (``loadtests/reasoner/idempotency.py``), a *retryable* failure releases the
+  key instead of storing it — errors.md §3: a repeat attempt must be able to
+  succeed — and the side effect is guarded by its own entry ``("side-effect",
+  server contextId, taskId)``, claimed when the tool call starts and kept for
+  the window after the execution ends: a retry of the same turn skips the tool;
 * ``none`` — no store: every copy executes.
 
 An entry is created when a request is admitted for execution, is *in flight*
 until the execution ends, then holds the stored outcome for ``dedup_window_s``
 and is purged (window 0: purged at once).  A repeat of an in-flight key joins
-the execution (gets its outcome when it ends); a repeat of a stored key gets
-the stored outcome replayed at once, without a worker.  Failed outcomes are
-stored and replayed too.  Requests refused before execution (rate limit, full
-queue, unknown session) create no entry.  Memory = entries x ``dedup_entry_bytes``.
+the execution (gets its outcome when it ends, also a released failure); a
+repeat of a stored key gets the stored outcome replayed at once, without a
+worker.  Failed outcomes are stored and replayed too (mode ``turn``: the
+non-retryable ones).  Requests refused before execution (rate limit, full
+queue, unknown session) and requests of degraded sessions (no requestGuid /
+turnId on the wire) create no entry.  Memory = entries (side-effect guards
+included) x ``dedup_entry_bytes``.
 """
 
 from __future__ import annotations
@@ -100,6 +108,15 @@ class DedupStore:
             e.expires_s = now_s
             if self.entries.get(key) is e:
                 del self.entries[key]
+
+    def release(self, key: Hashable, e: Entry) -> None:
+        """Forget ``e``'s execution without storing an outcome (turn mode, retryable failure):
+        the next request with ``key`` executes again."""
+        e.done = True
+        e.waiters = None
+        e.expires_s = -INF
+        if self.entries.get(key) is e:
+            del self.entries[key]
 
     def purge(self, now_s: float) -> None:
         """Drop entries whose window has ended by ``now_s``."""

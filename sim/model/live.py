@@ -4,16 +4,29 @@ A call is served by Live-layer instance ``call_id % live.instances`` (round
 robin); each instance owns one retry budget (:func:`sim.policy.make_budget`)
 and one :class:`sim.policy.RetryPolicy`; each call owns an
 :class:`sim.policy.Escalation`.  A call plays ``ceil(turns_per_call)`` turns
-(at least 1); the first starts when the call arrives, each next one
-``think_time_s`` after the previous turn ended.  A turn is a side-effect turn
-with probability ``side_effect_share`` and a handoff turn with probability
-``handoff_share``.
+(at least 1); the first starts when the extension negotiation (below) is
+settled, each next one ``think_time_s`` after the previous turn ended.  A turn
+is a side-effect turn with probability ``side_effect_share`` and a handoff turn
+with probability ``handoff_share``.
+
+**Negotiation.**  When a call arrives the Live layer sends the upgrade with
+``A2A-Extensions`` (uplink) and the Reasoner echoes the activated extension
+(downlink); both messages meet the links' latency, loss and outages (drawn from
+their own random streams).  An echo within ``timeouts.negotiation_s`` activates
+the profile at its arrival; otherwise the session falls back to degraded core
+A2A at ``negotiation_s`` (errors.md §5): its requests carry no ``rta/*``
+metadata, so the Reasoner cannot deduplicate them (no requestGuid, no turnId)
+and sends no ``progress`` directive (only chunks or the terminal state satisfy
+the turn-response timeout); FAILED still carries its code.  ``negotiation_s =
+0`` leaves the negotiation out of the model: every session is active at once.
 
 **Attempts.**  Each attempt is one request message (:class:`Request`).  The
 first attempt of a phase asks the budget ``allow_first`` (refused: the turn
 fails with end reason ``budget``); every sent attempt is reported with
 ``on_attempt``.  A retry takes a new requestGuid if ``retry.new_request_guid``
-(else repeats the previous one) and a new taskId/turnId if ``retry.new_turn_id``.
+(else repeats the previous one), and a new taskId/turnId if ``retry.new_turn_id``
+and the failed attempt ended in a FAILED state (errors.md §4); a retry after a
+timeout or a lost response (no terminal state seen) keeps the taskId (§3).
 The contextId is client-minted (= the call) if ``live.client_context_id``;
 otherwise the call has none until the Live layer *receives* a message of some
 attempt (progress, chunk or terminal), which carries the server's contextId —
@@ -39,8 +52,11 @@ the earliest delivered chunk.
 **Outcomes.**  ``completed`` — COMPLETED received; ``failed`` — the policy
 refused a retry (not retryable, attempts exhausted, deadline, budget);
 ``abandoned`` — a handoff turn whose caller did not answer within
-``timeouts.handoff_s``; ``unfinished`` — still open when the run ended.  After
-each turn the call's escalation rule may end the session.
+``timeouts.handoff_s`` (the turn ends then); ``unfinished`` — still open when the
+run ended.  After each turn the call's escalation rule may end the session: it
+counts ``failed`` turns in a row (an ``abandoned`` or completed turn resets it).
+The retry ``deadline_s`` runs from the first send of the phase (a continuation's
+deadline does not include the caller's time to answer).
 
 **Handoffs.**  A handoff turn has two phases: the ``initial`` request is
 answered with INPUT_REQUIRED; the caller answers after ``caller_response_time_s``
@@ -111,12 +127,13 @@ class Instance:
 class Session:
     """One call: a Live-layer session with a sequence of turns."""
 
-    __slots__ = ("arrival_s", "call_id", "context_id", "escalation", "instance", "turn",
-                 "turns_planned", "turns_started")
+    __slots__ = ("arrival_s", "call_id", "context_id", "degraded", "escalation", "instance",
+                 "turn", "turns_planned", "turns_started")
 
     def __init__(self, call_id: int, instance: Instance, arrival_s: float, turns_planned: int,
                  context_id: int, escalation: Escalation) -> None:
         self.call_id = call_id
+        self.degraded = False  # no A2A-Extensions echo in time: core A2A, no rta/* metadata
         self.instance = instance
         self.arrival_s = arrival_s
         self.turns_planned = turns_planned
@@ -130,8 +147,8 @@ class Turn:
     """One logical turn (one interactionId), across its phases and attempts."""
 
     __slots__ = ("attempts", "first_chunk_s", "first_sends", "handoff", "handoff_wait_s", "index",
-                 "input_task_id", "next_delay_s", "phase", "phase_attempts", "phase_start_s", "req",
-                 "session", "side_effect", "start_s", "task_id", "uid")
+                 "input_task_id", "next_delay_s", "phase", "phase_attempts", "phase_start_s",
+                 "renew_task", "req", "session", "side_effect", "start_s", "task_id", "uid")
 
     def __init__(self, session: Session, index: int, uid: int, start_s: float, side_effect: bool,
                  handoff: bool) -> None:
@@ -147,6 +164,7 @@ class Turn:
         self.attempts = 0
         self.first_sends = 0
         self.task_id = -1
+        self.renew_task = False  # the last attempt ended in a FAILED state (errors.md §4)
         self.input_task_id = -1  # the task that went INPUT_REQUIRED
         self.req: Request | None = None
         self.next_delay_s = 0.0
@@ -158,7 +176,8 @@ class LiveLayer:
     """All Live-layer instances of the run and the calls they serve."""
 
     def __init__(self, env: simpy.Environment, scenario: Scenario, streams: Streams,
-                 uplink: Link, reasoner: Reasoner) -> None:
+                 uplink: Link, reasoner: Reasoner,
+                 negotiation: tuple[Link, Link] | None = None) -> None:
         self.env = env
         live, wl = scenario.live, scenario.workload
         self.uplink = uplink
@@ -168,6 +187,8 @@ class LiveLayer:
         self.t_response_s = live.timeouts.turn_response_s
         self.t_total_s = live.timeouts.turn_total_s
         self.t_handoff_s = live.timeouts.handoff_s
+        self.t_negotiation_s = live.timeouts.negotiation_s if negotiation is not None else 0.0
+        self.negotiation = negotiation
         self.new_guid = live.retry.new_request_guid
         self.new_task = live.retry.new_turn_id
         self.client_context = live.client_context_id
@@ -195,6 +216,7 @@ class LiveLayer:
         self._total_timer_cb = self._on_total_timer
         self._retry_cb = self._on_retry_due
         self._answer_cb = self._on_caller_answer
+        self._abandon_cb = self._on_handoff_timeout
         self._next_turn_cb = self._on_next_turn
 
     # ------------------------------------------------------------------ calls and turns
@@ -207,7 +229,30 @@ class LiveLayer:
         ctx = call_id if self.client_context else NO_CONTEXT
         s = Session(call_id, inst, now, n, ctx, Escalation(self.escalation_cfg))
         self.sessions[call_id] = s
+        if self.t_negotiation_s > 0.0:
+            wait = self._negotiate(s, now)
+            if wait > 0.0:
+                call_later(self.env, wait, self._next_turn_cb, s)
+                return
         self._start_turn(s, now)
+
+    def _negotiate(self, s: Session, now: float) -> float:
+        """Extension negotiation at the start of the call; returns the wait before turn 1.
+
+        The upgrade request crosses the uplink and the ``A2A-Extensions`` echo the downlink
+        (each subject to latency, loss and outages).  Echo within ``negotiation_s``: the
+        profile is active from its arrival.  Otherwise the Live layer falls back to degraded
+        core A2A at ``negotiation_s`` (errors.md §5, spec §9).
+        """
+        up, down = self.negotiation  # type: ignore[misc]
+        limit = self.t_negotiation_s
+        d_up = up.transit(now)
+        if d_up >= 0.0:
+            d_down = down.transit(now + d_up)
+            if d_down >= 0.0 and d_up + d_down <= limit:
+                return d_up + d_down
+        s.degraded = True
+        return limit
 
     def _on_next_turn(self, ev: Any) -> None:
         self._start_turn(ev._value, self.env._now)
@@ -231,7 +276,7 @@ class LiveLayer:
             completion = end_s - base
             if t.first_chunk_s < INF:
                 ttfc = t.first_chunk_s - base
-        escalate = s.escalation.record_turn(outcome != T_COMPLETED)
+        escalate = s.escalation.record_turn(outcome == T_FAILED)  # abandoned: not a failure
         self._turn_row((s.call_id, t.index, t.uid, s.instance.index, t.start_s, end_s, outcome,
                         _ER[reason], _CODE[code], t.attempts, t.attempts - t.first_sends, ttfc,
                         completion, t.side_effect, t.handoff, t.handoff_wait_s, escalate))
@@ -248,7 +293,7 @@ class LiveLayer:
     def _end_call(self, s: Session, end_s: float, reason: str) -> None:
         del self.sessions[s.call_id]
         self.calls.add((s.call_id, s.instance.index, s.arrival_s, end_s, s.turns_planned,
-                        s.turns_started, _CE[reason]))
+                        s.turns_started, _CE[reason], s.degraded))
         if s.context_id != NO_CONTEXT:
             self.reasoner.end_session(s.context_id)
 
@@ -272,13 +317,16 @@ class LiveLayer:
             self._next_guid = guid + 1
         else:
             guid = t.req.request_guid
-        if t.task_id < 0 or (not first and self.new_task):
+        if t.task_id < 0 or (not first and self.new_task and t.renew_task):
             t.task_id = self._next_task
             self._next_task += 1
+        t.renew_task = False
         wants_input = t.handoff and t.phase == 0
         req = Request(t, s.call_id, t.uid, guid, t.task_id, s.context_id, t.phase,
                       t.side_effect and not wants_input, wants_input, t.phase_attempts, now,
                       delay_before_s)
+        if s.degraded:
+            req.degraded = True
         if t.phase:
             req.resumes_task = t.task_id == t.input_task_id
         t.req = req
@@ -359,6 +407,7 @@ class LiveLayer:
                                retry_after_ms, req.delay_before_s, timeout)
         self._record(req, now, outcome, code, d.reason)
         if d.retry:
+            t.renew_task = outcome == A_FAILED
             if d.delay_s > 0.0:
                 t.next_delay_s = d.delay_s
                 call_later(self.env, d.delay_s, self._retry_cb, t)
@@ -393,10 +442,14 @@ class LiveLayer:
         wait = self.caller_response()
         if 0.0 < self.t_handoff_s < wait:
             t.handoff_wait_s = self.t_handoff_s
-            self._end_turn(t, now, now + self.t_handoff_s, T_ABANDONED, "handoff-timeout", None)
+            call_later(self.env, self.t_handoff_s, self._abandon_cb, t)
             return
         t.handoff_wait_s = wait
         call_later(self.env, wait, self._answer_cb, t)
+
+    def _on_handoff_timeout(self, ev: Any) -> None:
+        now = self.env._now
+        self._end_turn(ev._value, now, now, T_ABANDONED, "handoff-timeout", None)
 
     def _on_caller_answer(self, ev: Any) -> None:
         t: Turn = ev._value

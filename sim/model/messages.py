@@ -26,6 +26,7 @@ class Request:
         "chunks_lost",
         "complete_s",
         "context_id",
+        "degraded",
         "delay_before_s",
         "duplicated",
         "error_code",
@@ -65,6 +66,7 @@ class Request:
         self.attempt = attempt
         self.send_s = send_s
         self.delay_before_s = delay_before_s
+        self.degraded = False  # core A2A session: no rta/* metadata (no requestGuid, no turnId)
         self.open = True  # the Live layer still listens to this attempt's stream
         self.lost = False
         self.duplicated = False

@@ -37,7 +37,11 @@ class Link:
     """One direction of the Live <-> Reasoner path."""
 
     def __init__(self, env: simpy.Environment, name: str, cfg: LinkConfig,
-                 outages: tuple[OutageConfig, ...], streams: Streams) -> None:
+                 outages: tuple[OutageConfig, ...], streams: Streams,
+                 stream_prefix: str | None = None) -> None:
+        """``name`` is the direction (``uplink`` / ``downlink``); the random streams are named
+        ``<stream_prefix or name>.<fault>`` (a second view of a direction, e.g. the extension
+        negotiation, draws from its own streams and never shifts the messages' draws)."""
         self.env = env
         self.name = name
         self.windows = tuple((o.start_s, o.start_s + o.duration_s) for o in outages
@@ -49,12 +53,13 @@ class Link:
                               else None)
         self.clean = not (self.loss or self.duplication or self.reorder or self.windows)
         self.fast = self.clean and self.const_latency is not None
-        self.latency = streams.sampler(f"{name}.latency", cfg.latency_s)
-        self.u_loss = streams.uniform(f"{name}.loss")
-        self.u_dup = streams.uniform(f"{name}.duplication")
-        self.dup_delay = streams.sampler(f"{name}.duplicate_delay", cfg.duplicate_delay_s)
-        self.u_reorder = streams.uniform(f"{name}.reorder")
-        self.reorder_delay = streams.sampler(f"{name}.reorder_delay", cfg.reorder_delay_s)
+        prefix = stream_prefix or name
+        self.latency = streams.sampler(f"{prefix}.latency", cfg.latency_s)
+        self.u_loss = streams.uniform(f"{prefix}.loss")
+        self.u_dup = streams.uniform(f"{prefix}.duplication")
+        self.dup_delay = streams.sampler(f"{prefix}.duplicate_delay", cfg.duplicate_delay_s)
+        self.u_reorder = streams.uniform(f"{prefix}.reorder")
+        self.reorder_delay = streams.sampler(f"{prefix}.reorder_delay", cfg.reorder_delay_s)
         self.sent = 0
         self.dropped = 0
         self.duplicated = 0

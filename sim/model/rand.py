@@ -31,6 +31,13 @@ STREAMS: tuple[str, ...] = (
     "downlink.latency", "downlink.loss", "downlink.duplication", "downlink.duplicate_delay",
     "downlink.reorder", "downlink.reorder_delay",
     "policy",
+    # extension negotiation at the start of a call (upgrade request up, A2A-Extensions echo down)
+    "negotiation.uplink.latency", "negotiation.uplink.loss", "negotiation.uplink.duplication",
+    "negotiation.uplink.duplicate_delay", "negotiation.uplink.reorder",
+    "negotiation.uplink.reorder_delay",
+    "negotiation.downlink.latency", "negotiation.downlink.loss",
+    "negotiation.downlink.duplication", "negotiation.downlink.duplicate_delay",
+    "negotiation.downlink.reorder", "negotiation.downlink.reorder_delay",
 )
 
 Draw = Callable[[], float]

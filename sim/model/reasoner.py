@@ -3,11 +3,13 @@
 A request copy arriving from the uplink goes through, in order:
 
 1. the dedup store (:mod:`sim.model.dedup`): a repeat joins the in-flight
-   execution or gets the stored outcome replayed, and stops here;
+   execution or gets the stored outcome replayed, and stops here.  A request of
+   a degraded (core A2A) session carries no ``rta/requestGuid`` / ``rta/turnId``:
+   it is never deduplicated;
 2. the session: a message without a contextId opens a new server session (the
    server mints the contextId); a client-minted contextId opens one the first
-   time it is seen.  A continuation (after INPUT_REQUIRED) of a task that is not
-   awaiting input in this session — or has waited longer than
+   time it is seen.  A continuation (after INPUT_REQUIRED) of a task that never
+   went INPUT_REQUIRED in this session — or has waited longer than
    ``handoff_timeout_s`` — is refused with ``session-not-found``;
 3. the per-context rate limit (token bucket): refused with ``rate-limited`` and
    ``retryAfterMs`` = time until the next token;
@@ -15,18 +17,25 @@ A request copy arriving from the uplink goes through, in order:
    requests already wait: refused with ``queue_full_code``.
 
 An execution holds a worker for ``reasoning_time_s + load_latency_base_s +
-load_latency_k_s * busy workers`` (this one included), then — for the phase of a
-side-effect turn that completes it — for the tool call, at most
-``upstream_timeout_s``: a slower tool fails the attempt with
-``upstream-timeout`` at the timeout, but the tool still finishes and the witness
-records the side effect then.  Injected errors (``errors``, probability per
-execution) happen at the end of reasoning, before any tool call.  A worker sends
-a ``progress`` directive when it starts; after the work, the spoken chunks
-follow ``first_chunk_s`` later at ``chunk_interval_s`` and the terminal state
-right after the last chunk (the worker is free by then).  Refusals and replays
-answer at once with no worker.  Responses to a network duplicate of a request
-are never delivered to the Live layer.  Capacity drops lower the number of
-workers; running executions finish, waiting ones start when a worker frees up.
+load_latency_k_s * in flight`` (requests in service, this one included, plus
+those queued when it starts), then — for the phase of a side-effect turn that
+completes it — for the tool call, at most ``upstream_timeout_s``: a slower tool
+fails the attempt with ``upstream-timeout`` at the timeout, but the tool still
+finishes and the witness records the side effect then.  In dedup mode ``turn``
+the side effect is guarded per logical turn (taskId, server session): if it
+already ran (or is running) inside the dedup window the tool call is skipped
+and the execution completes without it (see :mod:`sim.model.dedup`).  Injected
+errors (``errors``, probability per execution) happen at the end of reasoning,
+before any tool call.  A worker sends a ``progress`` directive when it starts
+(a degraded session gets a plain WORKING status, which is no progress); after
+the work, the spoken chunks follow ``first_chunk_s`` later at
+``chunk_interval_s`` and the terminal state right after the last chunk (the
+worker is free by then).  Every ``rate-limited`` FAILED carries
+``rta/retryAfterMs``: the token bucket's wait for the per-context limit,
+``retry_after_ms`` otherwise (injected, queue full, replayed).  Refusals and
+replays answer at once with no worker.  Responses to a network duplicate of a
+request are never delivered to the Live layer.  Capacity drops lower the number
+of workers; running executions finish, waiting ones start when a worker frees up.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from sim.model.network import Link
 from sim.model.rand import Streams
 from sim.model.recorder import Table, code_of
 from sim.model.witness import Witness
-from sim.policy.codes import ErrorCode
+from sim.policy.codes import ErrorCode, is_retryable
 from sim.scenario import ReasonerConfig
 from sim.schema import DISPOSITIONS, ERROR_CODES, EXECUTIONS_TABLE
 
@@ -68,7 +77,8 @@ def _no_listener(ev: Any) -> None:
 class Job:
     """One request copy admitted for execution."""
 
-    __slots__ = ("arrival_s", "context_id", "dup", "entry", "error_code", "key", "req", "status")
+    __slots__ = ("arrival_s", "context_id", "dup", "entry", "error_code", "guard", "key", "req",
+                 "status")
 
     def __init__(self, req: Request, dup: bool, arrival_s: float, context_id: int, key: Any,
                  entry: Entry | None) -> None:
@@ -80,6 +90,7 @@ class Job:
         self.entry = entry
         self.status = -1
         self.error_code: str | None = None
+        self.guard: tuple[Any, Entry] | None = None  # turn mode: the side-effect claim it holds
 
 
 class Reasoner:
@@ -121,8 +132,12 @@ class Reasoner:
         self.burst = float(cfg.context_burst)
         self.handoff_timeout_s = cfg.handoff_timeout_s if cfg.handoff_timeout_s > 0 else INF
         self.queue_full_code = cfg.queue_full_code
-        self.queue_full_retry_ms = (float(cfg.retry_after_ms) if cfg.queue_full_code == RATE_LIMITED
+        self.retry_after_ms = float(cfg.retry_after_ms)  # hint of every other rate-limited
+        self.queue_full_retry_ms = (self.retry_after_ms if cfg.queue_full_code == RATE_LIMITED
                                     else None)
+        # turn mode: release the turn's key after a retryable failure (errors.md §3) and guard
+        # the side effect per turn instead, as the reference Reasoner does
+        self.by_turn = cfg.dedup == "turn"
         self.known_contexts: set[int] = set()
         self.sessions_opened: dict[int, int] = {}
         self._next_context = 0
@@ -150,7 +165,7 @@ class Reasoner:
         self.requests += 1
         store = self.store
         key = None
-        if store is not None:
+        if store is not None and not req.degraded:  # degraded: no requestGuid / turnId to key on
             key = store.key(req)
             e = store.lookup(key, now)
             if e is not None:
@@ -186,10 +201,10 @@ class Reasoner:
                 return
             b[0] = tokens - 1.0
         if self.busy < self.capacity:
-            entry = store.open(key, now, ctx) if store is not None else None
+            entry = store.open(key, now, ctx) if key is not None else None  # type: ignore[union-attr]
             self._start(Job(req, dup, now, ctx, key, entry), now)
         elif len(self.queue) < self.queue_limit:
-            entry = store.open(key, now, ctx) if store is not None else None
+            entry = store.open(key, now, ctx) if key is not None else None  # type: ignore[union-attr]
             self.queue.append(Job(req, dup, now, ctx, key, entry))
         else:
             self._refuse(req, dup, now, ctx, QUEUE_FULL_D, self.queue_full_code,
@@ -232,7 +247,8 @@ class Reasoner:
         self.busy += 1
         self.started += 1
         req = job.req
-        end = now + self.reasoning() + self.base_s + self.k_s * self.busy
+        # load latency: k x requests in flight at the Reasoner (in service incl. this one + queued)
+        end = now + self.reasoning() + self.base_s + self.k_s * (self.busy + len(self.queue))
         status, code = COMPLETED, None
         if self.p_error and (u := self.u_err()) < self.p_error:
             status = FAILED
@@ -244,7 +260,7 @@ class Reasoner:
                 code = self.error_table[-1][1]
         elif req.wants_input:
             status = INPUT_REQUIRED
-        elif req.side_effect:
+        elif req.side_effect and (not self.by_turn or req.degraded or self._claim(job, now)):
             tool_s = self.tool()
             self.witness.record(end + tool_s, req, job.context_id)
             if 0.0 < self.upstream_timeout_s < tool_s:
@@ -267,9 +283,21 @@ class Reasoner:
             self._progress(req, now)
         call_later(self.env, end - now, self._on_done_cb, job)
 
+    def _claim(self, job: Job, now: float) -> bool:
+        """Turn mode: claim the side effect of ``job``'s logical turn; False if it already ran
+        (or is running) within the dedup window — the tool call is then skipped."""
+        store = self.store
+        req = job.req
+        gkey = ("side-effect", job.context_id, req.task_id)  # scoped by the server session
+        if store.lookup(gkey, now) is not None:  # type: ignore[union-attr]
+            return False
+        job.guard = (gkey, store.open(gkey, now, job.context_id))  # type: ignore[union-attr]
+        return True
+
     def _progress(self, req: Request, now: float) -> None:
-        """The ``progress`` directive sent at ``now`` (if enabled) on ``req``'s stream."""
-        if self.progress and req.open:
+        """The ``progress`` directive sent at ``now`` (if enabled) on ``req``'s stream; a
+        degraded (core A2A) session gets a plain WORKING status instead, which is no progress."""
+        if self.progress and req.open and not req.degraded:
             t = self.downlink.arrival(now)
             if t < req.first_response_s:
                 req.first_response_s = t
@@ -285,10 +313,17 @@ class Reasoner:
                 tasks = self.awaiting_input[ctx] = {}
             tasks[job.req.task_id] = now + self.handoff_timeout_s
         t1 = now + self.first_chunk() if status == COMPLETED else 0.0
+        store = self.store
+        if job.guard is not None:  # settled when the tool call returned (or timed out)
+            gkey, g = job.guard
+            store.close(gkey, g, now, COMPLETED, None, ctx)  # type: ignore[union-attr]
         e = job.entry
         if e is not None:
             waiters = e.waiters
-            self.store.close(job.key, e, now, status, code, ctx)  # type: ignore[union-attr]
+            if self.by_turn and status == FAILED and is_retryable(code):  # type: ignore[arg-type]
+                store.release(job.key, e)  # type: ignore[union-attr]
+            else:
+                store.close(job.key, e, now, status, code, ctx)  # type: ignore[union-attr]
             if waiters:
                 for w, wdup in waiters:
                     if not wdup:
@@ -308,6 +343,8 @@ class Reasoner:
         dl = self.downlink
         req.status = status
         req.error_code = code
+        if retry_after_ms is None and code == RATE_LIMITED:
+            retry_after_ms = self.retry_after_ms  # injected, joined or replayed rate-limited
         req.retry_after_ms = retry_after_ms
         req.server_context_id = ctx
         if status == COMPLETED:

@@ -63,7 +63,13 @@ class World:
         self.end_s = scenario.run.duration_s + scenario.run.drain_s
         self.reasoner = Reasoner(env, scenario.reasoner, streams, self.downlink, self.witness,
                                  scenario.run.warmup_s)
-        self.live = LiveLayer(env, scenario, streams, self.uplink, self.reasoner)
+        negotiation = None
+        if scenario.live.timeouts.negotiation_s > 0.0:
+            negotiation = (
+                Link(env, "uplink", net.uplink, net.outages, streams, "negotiation.uplink"),
+                Link(env, "downlink", net.downlink, net.outages, streams, "negotiation.downlink"),
+            )
+        self.live = LiveLayer(env, scenario, streams, self.uplink, self.reasoner, negotiation)
         self.reasoner.deliver = self.live.on_terminal  # responses go to the Live layer
         self.arrivals = Arrivals(env, scenario.workload, scenario.run.duration_s, streams,
                                  self.live.on_call)
