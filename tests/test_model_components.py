@@ -88,7 +88,10 @@ def test_outage_drops_messages_sent_inside_the_window_on_its_direction() -> None
     assert down.arrival(10.0) == float("inf") and down.arrival(14.99) == float("inf")
     assert down.arrival(15.0) == pytest.approx(15.02)
     arrival, lost = down.terminal(12.0)
-    assert lost and arrival == pytest.approx(12.02)  # the end of the stream is still noticed
+    assert lost and arrival == float("inf")  # a partition: not even the end of the stream
+    noisy = _link(LinkConfig(loss=1.0), name="downlink")
+    arrival, lost = noisy.terminal(12.0)
+    assert lost and arrival == pytest.approx(12.02)  # random loss: the stream end is noticed
     assert down.chunks(14.5, 0.2, 4) == (pytest.approx(15.12), pytest.approx(15.12), 3)
 
 

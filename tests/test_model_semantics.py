@@ -259,3 +259,23 @@ def test_degraded_sessions_in_the_summary() -> None:
     assert (per_guid > 1).sum() > 10  # duplicates ran in degraded sessions...
     assert metric(s, "hazard.duplicate_request_executions_per_1k_turns")["mean"] == 0.0
     assert metric(s, "side_effect_executions_per_side_effect_turn")["mean"] > 1.05
+
+
+# --------------------------------------------------------------------------- partitions
+
+
+@pytest.mark.parametrize(("total_s", "outcome"), [(0.0, "unfinished"), (4.0, "total-timeout")])
+def test_a_partition_silences_the_stream_until_a_timer_fires(total_s: float,
+                                                            outcome: str) -> None:
+    """A terminal state sent during a downlink outage is never noticed (no end of stream
+    either): the progress directive satisfied the response timer, so only the total timer
+    (or nothing at all) ends the attempt."""
+    sc = tiny(**{"network.outages": [{"start_s": 0.3, "duration_s": 100.0,
+                                      "direction": "downlink"}],
+                 "live.timeouts.turn_response_s": 1.0, "live.timeouts.turn_total_s": total_s,
+                 "live.retry.max_attempts": 1, "run.drain_s": 20.0})
+    a = run_once(sc, seed=1).attempts
+    assert a["outcome"].astype(str).tolist()[0] == outcome  # not "timeout": progress got through
+    if total_s:
+        assert a["first_response_s"].iloc[0] < 0.3 + 0.05
+        assert a["end_s"].iloc[0] - a["send_s"].iloc[0] == pytest.approx(total_s)

@@ -36,8 +36,10 @@ so a first message retried before any answer arrived opens a second session.
 is satisfied by the first message of any kind for the attempt; the optional
 total timer (``turn_total_s``, from send) needs the terminal state.  Timers are
 single events whose callback checks the attempt is still open (never polled,
-never cancelled).  A lost terminal event is noticed at the end of the stream
-(see :meth:`sim.model.network.Link.terminal`) and, like a timeout, is an
+never cancelled).  A terminal event lost at random is noticed at the end of
+the stream; one lost in a partition (scheduled outage) is never noticed, so
+only the timers end the attempt (see :meth:`sim.model.network.Link.terminal`).
+Either way, like a timeout, it is an
 outcome the Live layer cannot know: decided as ``upstream-timeout`` with
 ``timeout=True``.  When an attempt ends the Live layer stops listening to it;
 the Reasoner is not told (no ``CancelTask``) and keeps working on it.

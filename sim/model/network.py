@@ -134,12 +134,17 @@ class Link:
     def terminal(self, send_s: float) -> tuple[float, bool]:
         """(arrival, lost) of a stream's terminal event sent at ``send_s``.
 
-        A lost terminal event is noticed when the stream ends without one (the
-        JSON-RPC/SSE binding closes the response after the terminal state), at
-        the time the event would have arrived.
+        A terminal event lost at random is noticed when the stream ends without
+        one (the JSON-RPC/SSE binding closes the response after the terminal
+        state), at the time the event would have arrived.  One sent during a
+        scheduled outage (a partition) is never noticed: nothing, not even the
+        end of the stream, gets through, so only the Live layer's timers end the
+        attempt (arrival ``inf``).
         """
         if self.fast:
             return send_s + self.const_latency, False  # type: ignore[operator]
+        if self.windows and self.in_outage(send_s):
+            return INF, True
         d = self.transit(send_s)
         if d >= 0.0:
             return send_s + d, False

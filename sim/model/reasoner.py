@@ -360,6 +360,8 @@ class Reasoner:
             arrival, tlost = dl.terminal(now)
         if tlost:
             req.terminal_lost = True
+            if arrival == INF:  # partitioned: silence; the Live layer's timers decide
+                return
         elif arrival < req.first_response_s:
             req.first_response_s = arrival
         call_later(self.env, arrival - now, self.deliver, req)
