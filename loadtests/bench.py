@@ -8,9 +8,13 @@ a free port of 127.0.0.1), all alive for the whole run:
 - ``sqlite``: ``--dedup sqlite:///<temp>/dedup.sqlite`` (mode ``request-guid``);
 - ``redis``: ``--dedup redis://127.0.0.1:P/0`` on a throw-away ``redis-server``.
 
-Every turn is a ``SendStreamingMessage`` with a fresh contextId, turnId and
-requestGuid (so a shared store also records one session binding per turn: the
-worst case), ``sideEffect: false`` and the profile negotiated; the server
+Every turn is a ``SendStreamingMessage`` with a fresh turnId and requestGuid,
+``sideEffect: false`` and the profile negotiated.  Turns come in calls: each
+connection sends ``--turns-per-context`` consecutive turns on one new
+contextId (default: the ``baseline`` preset's ``[workload].turns_per_call``,
+4), so a shared store records one session binding per call plus a dedup claim
+and completion per turn, as in the load tests; ``--turns-per-context 1`` opens
+a new context every turn (one binding per turn: the worst case).  The server
 answers SUBMITTED, the ``progress`` directive, 3 spoken chunks and COMPLETED,
 with no reasoning time, no chunk cadence and no tool call (``--set``), so what
 differs between the servers is the dedup store's work.  Anything else (a
@@ -23,10 +27,12 @@ streams (on uvloop when installed) so the client costs little CPU (~0.3 ms per
 turn against the server's ~4).  Only the steady state is timed: the
 ``--turns`` completions after the first ``--concurrency`` ones, while every
 connection is still busy.  Client and servers share the machine's CPUs, so
-the stores are interleaved in rounds (``none sqlite redis none sqlite redis
-...``) after a warm-up of each server; a figure is the median over rounds with
-its spread, and a ratio is the median of per-round ratios (each store against
-the ``none`` run of the same round), which cancels slow drifts of the machine.
+the stores are interleaved in rounds, in alternating order (``none sqlite
+redis``, ``redis sqlite none``, ...) after a warm-up of each server; a figure
+is the median over rounds with its spread, and a ratio is the median of
+per-round ratios (each store against the ``none`` run of the same round),
+which cancels slow drifts of the machine (and, with the alternation, the
+advantage of a fixed place in the round).
 
 Besides throughput, the CPU time of the server process (and ``redis-server``)
 per turn is read from ``/proc/<pid>/stat`` (10 ms ticks).  It does not depend
@@ -49,6 +55,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import statistics
 import sys
@@ -68,11 +75,17 @@ from sim.benchutil import Measurement, host_line, warn_if_busy, warn_unstable_al
 STORES: tuple[str, ...] = ("none", "sqlite", "redis")
 RATIO_TARGET = 0.9  # store throughput (and CPU-per-turn equivalent) >= 0.9 x none
 CHUNKS = 3
-DEFAULT_TURNS = 600  # per store and round: ~1 minute in all with the defaults (2 cores)
-DEFAULT_ROUNDS = 5
+# Per store and round: ~1 minute in all with the defaults (2 cores).  Many short rounds
+# rather than a few long ones: on a shared machine the per-round ratio scatters by
+# 10-15% (bursts of other programs) and rounds of 400 and 600 turns scattered alike,
+# so in the same time the median of 10 ratios has about half the variance of the
+# median of 5.
+DEFAULT_TURNS = 300
+DEFAULT_ROUNDS = 10
 DEFAULT_CONCURRENCY = 50
 DEFAULT_WARMUP = 300
-DEFAULT_PROBE_TURNS = 100
+DEFAULT_PROBE_TURNS = 50
+BASELINE_PRESET = "baseline"  # its [workload].turns_per_call is the default turns per context
 PROBE_SKIP = 5  # untimed turns before a probe
 TURN_TIMEOUT_S = 30.0
 MIN_CPU_S = 1.0  # CPU time below which a per-turn CPU figure is too coarse to print (10 ms ticks)
@@ -81,7 +94,7 @@ TOKEN, PRINCIPAL = "rtalab-bench-token", "bench"
 UNSTABLE_REMEDY = ("Close other programs, use more --rounds or a larger --turns, or run the "
                    "servers and the load generator on separate CPUs (taskset).")
 SLOW_REMEDY = ("remedy: time the store's calls inside the server with time.thread_time() "
-               "(SqliteStore.claim/complete, SessionRegistry._shared_owner, "
+               "(SqliteStore.claim/complete/bind, SessionRegistry.admit, "
                "ProfileRequestHandler._settle; cProfile cannot dump: uvicorn re-raises SIGTERM), "
                "check that the -wal file stays small, and count store transactions per turn.")
 _EVENT_KINDS = ("task", "statusUpdate", "artifactUpdate", "message")
@@ -246,14 +259,16 @@ def request_bytes(host: str, port: int, body: bytes) -> bytes:
     return head.encode("ascii") + body
 
 
-def turn_body(run_id: str, i: int) -> bytes:
-    """A SendStreamingMessage opening a new context (unique ids, no side effect)."""
+def turn_body(run_id: str, i: int, context: int | None = None) -> bytes:
+    """A SendStreamingMessage of turn ``i`` (unique ids, no side effect) on context number
+    ``context`` (default ``i``: a new context)."""
     ext = DEFAULT_EXT_URI
     ids = f"{run_id}-{i}"
+    ctx = f"{run_id}-{i if context is None else context}"
     return json.dumps({
         "jsonrpc": "2.0", "id": f"r-{ids}", "method": "SendStreamingMessage",
         "params": {"message": {
-            "messageId": f"m-{ids}", "role": "ROLE_USER", "contextId": f"c-{ids}",
+            "messageId": f"m-{ids}", "role": "ROLE_USER", "contextId": f"c-{ctx}",
             "parts": [{"text": "what is my balance"}],
             "metadata": {f"{ext}/turnId": f"t-{ids}", f"{ext}/requestGuid": f"g-{ids}",
                          f"{ext}/interactionId": f"i-{ids}", f"{ext}/sideEffect": False}}},
@@ -390,10 +405,31 @@ class Window:
                 self.end = self.snap()
 
 
+class Calls:
+    """The context of each turn of one connection: ``per_context`` consecutive turns of a
+    connection share a contextId (a call), the next one opens a new context."""
+
+    def __init__(self, per_context: int):
+        if per_context < 1:
+            raise ValueError(f"turns per context must be >= 1, got {per_context}")
+        self.per_context = per_context
+        self._context: int | None = None
+        self._left = 0
+
+    def context_of(self, i: int) -> int:
+        """The context number of turn ``i`` (the number of the call's first turn)."""
+        if self._left == 0:
+            self._context, self._left = i, self.per_context
+        self._left -= 1
+        assert self._context is not None
+        return self._context
+
+
 async def drive(host: str, port: int, turns: int, concurrency: int, *, chunks: int = CHUNKS,
-                window: Window | None = None,
+                window: Window | None = None, turns_per_context: int = 1,
                 turn_timeout_s: float = TURN_TIMEOUT_S) -> tuple[list[float], Counter[str]]:
-    """Run ``turns`` turns over ``concurrency`` closed-loop keep-alive connections.
+    """Run ``turns`` turns over ``concurrency`` closed-loop keep-alive connections, each
+    a sequence of calls of ``turns_per_context`` turns on one new contextId.
 
     Returns the latencies (s) of the completed turns and the errors by kind;
     each completion is also booked in ``window``.
@@ -405,9 +441,10 @@ async def drive(host: str, port: int, turns: int, concurrency: int, *, chunks: i
 
     async def user() -> None:
         conn: Connection | None = None
+        calls = Calls(turns_per_context)
         try:
             for i in numbers:
-                request = request_bytes(host, port, turn_body(run_id, i))
+                request = request_bytes(host, port, turn_body(run_id, i, calls.context_of(i)))
                 t0 = time.perf_counter()
                 try:
                     async with asyncio.timeout(turn_timeout_s):
@@ -499,7 +536,7 @@ def _delta(a: float | None, b: float | None) -> float | None:
 
 
 def measure(target: Target, rnd: int, turns: int, concurrency: int,
-            probe_turns: int = 0) -> Sample:
+            probe_turns: int = 0, turns_per_context: int = 1) -> Sample:
     """Time ``turns`` turns in steady state (``concurrency`` turns before and after untimed),
     then ``probe_turns`` turns at concurrency 1 (after :data:`PROBE_SKIP` untimed ones)."""
     port = target.reasoner.port
@@ -513,10 +550,10 @@ def measure(target: Target, rnd: int, turns: int, concurrency: int,
         try:
             async with asyncio.timeout(deadline_s):
                 _, errors = await drive(LOCALHOST, port, turns + 2 * concurrency, concurrency,
-                                        window=window)
+                                        window=window, turns_per_context=turns_per_context)
                 if probe_turns:
                     _, more = await drive(LOCALHOST, port, probe_turns + PROBE_SKIP, 1,
-                                          window=probe)
+                                          window=probe, turns_per_context=turns_per_context)
                     errors.update(more)
         except TimeoutError:
             raise RuntimeError(f"{target.store}: {total} turns not done within "
@@ -542,12 +579,14 @@ def measure(target: Target, rnd: int, turns: int, concurrency: int,
                   probe.latencies_s, probe_cpu, errors)
 
 
-def warm_up(target: Target, turns: int, concurrency: int) -> Counter[str]:
+def warm_up(target: Target, turns: int, concurrency: int,
+            turns_per_context: int = 1) -> Counter[str]:
     """Untimed turns (imports, caches, store pages); their errors."""
     port = target.reasoner.port
     assert port is not None
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        _, errors = runner.run(drive(LOCALHOST, port, turns, concurrency))
+        _, errors = runner.run(drive(LOCALHOST, port, turns, concurrency,
+                                     turns_per_context=turns_per_context))
     return errors
 
 
@@ -693,6 +732,14 @@ def _count(text: str, minimum: int = 1) -> int:
     return value
 
 
+def default_turns_per_context() -> int:
+    """Turns per call of the ``baseline`` preset (``[workload].turns_per_call``, its mean
+    rounded up, at least 1): the default number of turns per contextId."""
+    from sim.scenario import load_scenario
+
+    return max(1, math.ceil(load_scenario(BASELINE_PRESET).workload.turns_per_call.mean))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab serve bench``."""
     p.add_argument("--turns", type=_count, default=DEFAULT_TURNS, metavar="N",
@@ -708,6 +755,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe-turns", type=lambda t: _count(t, 0), default=DEFAULT_PROBE_TURNS,
                    metavar="N", help="turns per store and round at concurrency 1 for the "
                                      f"unloaded latency (default {DEFAULT_PROBE_TURNS}; 0: none)")
+    p.add_argument("--turns-per-context", type=_count, default=None, metavar="N",
+                   help="turns per contextId, in sequence on one connection like the turns of "
+                        "a call; the first binds the context (default: the "
+                        f"{BASELINE_PRESET} preset's [workload].turns_per_call; 1: every turn "
+                        "opens a new context, the worst case for a shared store)")
     p.add_argument("--stores", type=parse_stores, default=STORES, metavar="LIST",
                    help="comma-separated stores to compare (default none,sqlite,redis)")
     p.add_argument("--json", metavar="FILE", default=None, help="also save the figures as JSON")
@@ -719,6 +771,9 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
     out(versions_line())
     warn_if_busy(out)
     stores = list(args.stores)
+    if getattr(args, "turns_per_context", None) is None:
+        args.turns_per_context = default_turns_per_context()
+    per_context = args.turns_per_context
     started = time.perf_counter()
     samples: dict[str, list[Sample]] = {}
     with tempfile.TemporaryDirectory(prefix="rtalab-serve-bench-") as tmp_name, \
@@ -736,25 +791,29 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
             if not stores:
                 return 1
             probe = (f", then {args.probe_turns} at concurrency 1" if args.probe_turns else "")
+            calls = ("1 turn per contextId (every turn opens a new context: the worst case)"
+                     if per_context == 1 else
+                     f"{per_context} turns per contextId (a call; the first binds the context)")
             out(f"setup: 1 uvicorn worker per store ({', '.join(stores)}), started once; "
                 f"{args.warmup:,} warm-up turns each, then {args.rounds} interleaved round(s) "
+                "(alternating order) "
                 f"of {args.turns:,} timed turns per store at concurrency {args.concurrency}"
-                f"{probe}; a turn = new contextId, progress directive + {CHUNKS} chunks + "
+                f"{probe}; {calls}; a turn = progress directive + {CHUNKS} chunks + "
                 "COMPLETED, no reasoning time, no side effect; the load generator shares "
                 "the CPUs")
             targets = [stack.enter_context(_target(s, tmp, args.concurrency, redis))
                        for s in stores]
             errors: Counter[str] = Counter()
             for t in targets:
-                errors.update(warm_up(t, args.warmup, args.concurrency))
+                errors.update(warm_up(t, args.warmup, args.concurrency, per_context))
             if errors:
                 out(f"ERROR: warm-up turns failed: {dict(errors)}")
                 return 1
             samples = {s: [] for s in stores}
             for rnd in range(args.rounds):
-                for t in targets:
+                for t in (targets if rnd % 2 == 0 else targets[::-1]):  # ABBA: no order bias
                     samples[t.store].append(measure(t, rnd, args.turns, args.concurrency,
-                                                    args.probe_turns))
+                                                    args.probe_turns, per_context))
         except (ProcessError, RuntimeError) as e:
             out(f"ERROR: {str(e).splitlines()[0]}")
             return 1
@@ -812,6 +871,7 @@ def _save_json(path: Path, args: argparse.Namespace, summaries: Sequence[StoreSu
             "settings": {"turns": args.turns, "rounds": args.rounds,
                          "concurrency": args.concurrency, "warmup": args.warmup,
                          "probe_turns": args.probe_turns,
+                         "turns_per_context": args.turns_per_context,
                          "stores": [s.store for s in summaries], "chunks": CHUNKS,
                          "ratio_target": RATIO_TARGET},
             "host": host_info(), "host_line": versions_line(),

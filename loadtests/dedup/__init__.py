@@ -9,9 +9,9 @@ URLs::
 
 Optional query parameters (any backend): ``lease_s`` (in-flight lease, seconds)
 and ``on_stale`` (``fail`` | ``reclaim``, see :mod:`loadtests.dedup.base`);
-SQLite also ``synchronous`` (``normal`` | ``full``) and ``inline`` (``1`` | ``0``: try
-statements on the event loop first, see :mod:`loadtests.dedup.sqlite`), Redis
-also ``prefix``.
+SQLite also ``synchronous`` (``normal`` | ``full``) and ``inline`` (``1`` | ``0``: run
+statements on the event loop, or all on the store's thread; see
+:mod:`loadtests.dedup.sqlite`), Redis also ``prefix``.
 A value in the URL wins over the keyword argument of the same name.
 """
 

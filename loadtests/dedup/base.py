@@ -24,6 +24,15 @@ Protocol of use by the Reasoner, for one incoming request:
    (logical expiry, identical in every backend); ``purge(now_s)`` physically
    drops such entries (Redis does it by key TTL, so its ``purge`` returns 0).
 
+Context bindings.  ``owner = await store.bind(ctx, principal, now_s)`` binds a
+``contextId`` to the principal of its first turn in one atomic step (one write
+transaction, one statement or script) and returns the principal it is bound to:
+``principal`` when this call bound it (or it was already bound to it), the first
+principal otherwise.  A binding lasts ``window_s`` after it was made (then the
+context may be bound anew; ``purge`` drops it); bindings live apart from the
+dedup entries, so no ``(ctx, key)`` can collide with them.  The Reasoner's
+:mod:`loadtests.reasoner.sessions` uses it for tenant isolation across workers.
+
 Times (``now_s``) are wall-clock epoch seconds (``time.time()``): entries are
 compared across worker processes, restarts and (Redis) hosts.
 
@@ -145,12 +154,16 @@ class DedupStore(ABC):
         """Forget an in-flight entry that did no side effect (next claim is ``new``)."""
 
     @abstractmethod
+    async def bind(self, context_id: str, principal: str, now_s: float) -> str:
+        """Atomically bind ``context_id`` to ``principal`` unless bound; the bound principal."""
+
+    @abstractmethod
     async def wait(self, context_id: str, key: str, timeout_s: float) -> dict[str, Any] | None:
         """Wait for the outcome of an in-flight entry; ``None`` on timeout or abandon."""
 
     @abstractmethod
     async def purge(self, now_s: float) -> int:
-        """Drop finished entries older than ``window_s``; return how many were dropped."""
+        """Drop finished entries and bindings older than ``window_s``; how many were dropped."""
 
     @abstractmethod
     async def stats(self) -> StoreStats:

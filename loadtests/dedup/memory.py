@@ -41,6 +41,8 @@ class MemoryStore(DedupStore):
         self._rows: dict[EntryKey, Row] = {}
         self._in_flight: set[EntryKey] = set()
         self._done_heap: list[tuple[float, EntryKey]] = []
+        self._bindings: dict[str, tuple[str, float]] = {}  # contextId -> (principal, bound at)
+        self._bind_heap: list[tuple[float, str]] = []
         self._wakeups = LocalWakeups()
         self._counters: Counter[str] = Counter()
 
@@ -112,6 +114,17 @@ class MemoryStore(DedupStore):
         self._counters["abandons"] += 1
         return True
 
+    async def bind(self, context_id: str, principal: str, now_s: float) -> str:
+        """Bind ``context_id`` to ``principal`` unless bound (atomic: no await inside)."""
+        hit = self._bindings.get(context_id)
+        if hit is not None and now_s <= hit[1] + self.window_s:
+            self._counters["binds" if hit[0] == principal else "binds_foreign"] += 1
+            return hit[0]
+        self._bindings[context_id] = (principal, now_s)
+        heapq.heappush(self._bind_heap, (now_s, context_id))
+        self._counters["binds"] += 1
+        return principal
+
     async def _peek(self, context_id: str, key: str) -> tuple[PeekState, dict[str, Any] | None]:
         """State of an entry for a waiter (a stale lease is resolved like a claim would)."""
         k = (context_id, key)
@@ -134,7 +147,8 @@ class MemoryStore(DedupStore):
                                self.poll_max_s, self.poll_max_s, self._counters)
 
     async def purge(self, now_s: float) -> int:
-        """Drop done entries older than the window and in-flight ones past lease + window."""
+        """Drop done entries and bindings older than the window, in-flight ones past lease +
+        window."""
         cutoff = now_s - self.window_s
         dropped = 0
         heap = self._done_heap
@@ -143,6 +157,13 @@ class MemoryStore(DedupStore):
             row = self._rows.get(k)
             if row is not None and row.state == "done" and row.completed_at == t:
                 del self._rows[k]
+                dropped += 1
+        bheap = self._bind_heap
+        while bheap and bheap[0][0] < cutoff:
+            t, ctx = heapq.heappop(bheap)
+            hit = self._bindings.get(ctx)
+            if hit is not None and hit[1] == t:
+                del self._bindings[ctx]
                 dropped += 1
         orphan_cutoff = cutoff - self.lease_s
         for k in [k for k in self._in_flight if self._rows[k].claimed_at < orphan_cutoff]:
@@ -156,4 +177,4 @@ class MemoryStore(DedupStore):
     async def stats(self) -> StoreStats:
         """Counts of this process's dict."""
         return make_stats(len(self._rows), len(self._in_flight), self._counters,
-                          waiting_keys=len(self._wakeups))
+                          bindings=len(self._bindings), waiting_keys=len(self._wakeups))

@@ -13,6 +13,10 @@ garbage-collect entries in real time: an in-flight key lives ``lease_s +
 window_s``, a finished one ``window_s``; ``purge`` therefore only trims the
 in-flight index (a sorted set used by ``stats``) of owners that vanished.
 
+Bindings.  A context binding (:meth:`RedisStore.bind`) is a string key
+``rta:dedup~bind:{context}`` holding the principal, set with ``SET NX PX window``
+(else read) in one script; its TTL is the window.
+
 Waiting.  A waiter in the completing process is woken by a local future; waiters
 in other processes poll the hash with exponential backoff (2 ms doubling to
 50 ms).  Polling was chosen over pub/sub: it needs no dedicated connection or
@@ -104,6 +108,12 @@ redis.call('ZREM', KEYS[2], KEYS[1])
 return 1
 """
 
+# KEYS: binding.  ARGV: principal, ttl ms.  Returns the bound principal.
+_BIND = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return ARGV[1] end
+return redis.call('GET', KEYS[1])
+"""
+
 _ESCAPES = str.maketrans({"%": "%25", ":": "%3A", "{": "%7B", "}": "%7D"})
 _STATS_SCAN_LIMIT = 1_000_000  # stats() stops counting keys here and flags the count approximate
 
@@ -143,6 +153,11 @@ class RedisStore(DedupStore):
         """The Redis key of one entry: ``rta:dedup:{context}:{key}``."""
         return f"{self.prefix}:{_esc(context_id)}:{_esc(key)}"
 
+    def binding_key(self, context_id: str) -> str:
+        """The Redis key of a context binding: ``rta:dedup~bind:{context}`` (outside the
+        ``rta:dedup:`` entry namespace, so it neither collides with nor counts as an entry)."""
+        return f"{self.prefix}~bind:{_esc(context_id)}"
+
     async def start(self) -> None:
         """Connect, check the server answers, register the scripts."""
         if self._client is not None:
@@ -160,7 +175,8 @@ class RedisStore(DedupStore):
             raise
         self._client = client
         self._scripts = {name: client.register_script(src) for name, src in
-                         (("claim", _CLAIM), ("complete", _COMPLETE), ("abandon", _ABANDON))}
+                         (("claim", _CLAIM), ("complete", _COMPLETE), ("abandon", _ABANDON),
+                          ("bind", _BIND))}
 
     async def close(self) -> None:
         """Finish background abandons, close the connection pool."""
@@ -242,6 +258,23 @@ class RedisStore(DedupStore):
             self._counters["abandons"] += 1
             self._wakeups.notify((context_id, key))
         return ok
+
+    async def bind(self, context_id: str, principal: str, now_s: float) -> str:
+        """Bind ``context_id`` to ``principal`` unless bound (``SET NX`` with the window as
+        TTL, else ``GET``, in one script); the bound principal."""
+        if self._client is None:
+            raise RuntimeError("RedisStore used before start() or after close()")
+        for _ in range(3):
+            async with self._slots:
+                raw = await self._scripts["bind"](keys=[self.binding_key(context_id)],
+                                                  args=[principal, self._done_ttl_ms])
+            if raw is not None:  # (nil only if the key expired inside the script: never)
+                break
+        else:
+            raise RuntimeError(f"binding of {context_id!r} did not settle")
+        owner = raw.decode() if isinstance(raw, bytes) else str(raw)
+        self._counters["binds" if owner == principal else "binds_foreign"] += 1
+        return owner
 
     async def _peek(self, context_id: str, key: str) -> tuple[PeekState, dict[str, Any] | None]:
         """A waiter's view of the entry now; resolves a stale lease under policy ``fail``."""

@@ -11,37 +11,49 @@ at checkpoints, which run on the store's thread.
 
 Checkpoints.  Every :data:`_CHECKPOINT_EVERY` inline commits the thread runs a
 ``PASSIVE`` checkpoint, concurrent with the inline writes, which copies the bulk
-of the WAL into the database; then a ``RESTART`` checkpoint, and until that one
-is done this process's operations skip the inline path and queue behind it on
-the thread (they are group-committed right after).  With no writer of this
-process racing it, it copies the few frames left and the next write starts the
-WAL over from its beginning; other processes' writers are held off by
-``RESTART`` for its duration (it waits at most :data:`_CHECKPOINT_BUSY_MS` for
-them, else it checkpoints what it can).  The blocking step takes a few ms, up
-to ~40 ms when the event loop is CPU-bound (each GIL hand-off to the thread
-waits up to the 5 ms switch interval).  (``PASSIVE`` checkpoints alone never
-caught up under sustained load: the WAL grew by every commit, ~400 MB after
-6,500 Reasoner turns, and a restart after a crash would have had to replay it;
-one blocking checkpoint of the whole WAL stalled the store for ~70 ms.)
+of the WAL into the database, then a ``RESTART`` checkpoint: it takes the write
+lock (waiting at most :data:`_CHECKPOINT_BUSY_MS` for other processes'
+writers, else it checkpoints what it can), copies the few frames left and
+waits for the readers, so the next write starts the WAL over from its
+beginning.  While it runs (``_restarting``, set on the thread) this process's
+inline operations wait on the loop for its future instead of racing it for
+the lock — racing, back-to-back inline writes made it give up now and then and
+the WAL grew to ~75 MB — and other processes' writers meet ``SQLITE_BUSY`` and
+back off (below).  Nothing is queued behind it on the thread.
+(``PASSIVE`` checkpoints alone never caught up under sustained load: the WAL
+grew by every commit, ~400 MB after 6,500 Reasoner turns, and a restart after a
+crash would have had to replay it; one blocking checkpoint of the whole WAL
+stalled the store for ~70 ms.)
 
 Concurrency.  Every statement is its own autocommit transaction (or part of a
-group commit, below).  A claim is ``INSERT ... ON CONFLICT DO NOTHING`` (one
-statement, atomic across processes); when the row exists, the decision
-(:func:`loadtests.dedup._common.judge`) is applied with compare-and-set
-``UPDATE``\\ s naming the row's previous owner and time, so two processes
-resolving the same stale row cannot both win.
+group commit on the thread, below).  A claim is ``INSERT ... ON CONFLICT DO
+NOTHING`` (one statement, atomic across processes); when the row exists, the
+decision (:func:`loadtests.dedup._common.judge`) is applied with
+compare-and-set ``UPDATE``\\ s naming the row's previous owner and time, so two
+processes resolving the same stale row cannot both win.  A context binding
+(:meth:`SqliteStore.bind`) is one upsert into the ``bindings`` table that only
+overwrites an expired row, plus a read of the owner when it did not write.
 
-Event loop.  Nothing that can block runs on the event loop.  Each operation is
-first tried *inline* on a loop-side connection with ``busy_timeout = 0`` and
-automatic checkpoints off: an uncontended statement costs ~20-30 µs (a
-``write()`` into the page cache, no fsync, no lock wait).  If the write lock
-is held by another process (``SQLITE_BUSY``), the operation is re-run from the
-start — safe, since a statement that failed changed nothing — on the store's
-dedicated thread (:class:`loadtests.dedup.dbthread.DbThread`), whose
-connection waits for locks (``busy_timeout``), group-commits whatever is
-queued, and also runs the WAL checkpoints.  With ``synchronous=full`` (an
-fsync per commit) or ``inline=False`` every operation goes to the thread.  A
-claim whose caller was cancelled while it ran on the thread is abandoned.
+Event loop.  Nothing that can block runs on the event loop.  Each operation
+runs *inline* on a loop-side connection with ``busy_timeout = 0`` and automatic
+checkpoints off: an uncontended statement costs ~20-30 µs (a ``write()`` into
+the page cache, no fsync, no lock wait).  If the write lock is held (another
+process's statement, this store's checkpoint or purge: ``SQLITE_BUSY``), the
+operation is re-run from the start — safe, since a statement that failed
+changed nothing, and every operation is a sequence of such statements that
+returns at its first write — after an ``asyncio.sleep`` backing off from
+:data:`_BUSY_MIN_S` to :data:`_BUSY_MAX_S`, for at most ``busy_timeout``.
+Operations never move to the thread because of a lock: a thread's group commit
+holds the write lock across several GIL hand-offs (up to 5 ms each while the
+loop is busy), so the inline writes that meet it fail too, follow it to the
+thread and keep it busy — measured at 50 concurrent turns, half the operations
+took that path, each waiting ~40 ms and costing a thread hop plus GIL
+contention.  With ``synchronous=full`` (an fsync per commit) or
+``inline=False`` every operation goes to the store's dedicated thread
+(:class:`loadtests.dedup.dbthread.DbThread`), whose connection waits for locks
+(``busy_timeout``) and group-commits whatever is queued; a claim whose caller
+was cancelled while it ran there is abandoned.  The thread also runs the
+checkpoints, ``purge`` and ``stats``.
 
 Waiting.  A waiter in another process than the owner polls the row with
 exponential backoff (``poll_min_s`` doubling to ``poll_max_s``: bounded,
@@ -55,7 +67,6 @@ import asyncio
 import contextlib
 import json
 import sqlite3
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -91,6 +102,11 @@ CREATE TABLE IF NOT EXISTS dedup (
     PRIMARY KEY (context_id, key)
 );
 CREATE INDEX IF NOT EXISTS dedup_state_t ON dedup (state, t);
+CREATE TABLE IF NOT EXISTS bindings (  -- contextId -> principal (DedupStore.bind)
+    context_id TEXT NOT NULL PRIMARY KEY,
+    principal  TEXT NOT NULL,
+    t          REAL NOT NULL          -- bound at (purged after the window; no index: one
+) WITHOUT ROWID;                      -- b-tree written per bind, purge scans the table)
 """
 _INSERT = ("INSERT INTO dedup (context_id, key, state, owner, claimed_at, t) "
            "VALUES (?, ?, 'in_flight', ?, ?, ?) ON CONFLICT DO NOTHING")
@@ -111,13 +127,17 @@ _COMPLETE_ANY = ("INSERT INTO dedup (context_id, key, state, owner, claimed_at, 
                  "state = 'done', completed_at = excluded.completed_at, t = excluded.t, "
                  "outcome = excluded.outcome")
 _ABANDON = "DELETE FROM dedup WHERE context_id = ? AND key = ? AND state = 'in_flight'"
+# Bind unless bound: insert, or take over a binding past the window (last parameter:
+# now - window); changes nothing (rowcount 0) when a live binding exists.
+_BIND = ("INSERT INTO bindings (context_id, principal, t) VALUES (?, ?, ?) "
+         "ON CONFLICT (context_id) DO UPDATE SET principal = excluded.principal, t = excluded.t "
+         "WHERE bindings.t < ?")
+_BOUND = "SELECT principal FROM bindings WHERE context_id = ?"
 _MAX_ROUNDS = 16  # compare-and-set retries of one claim; each lost race means progress elsewhere
 _CHECKPOINT_EVERY = 500  # inline commits between two checkpoints on the thread
-_CHECKPOINT_BUSY_MS = 100  # how long a checkpoint waits for other processes' writers/readers
-
-
-class _Busy(Exception):
-    """The inline attempt met a lock: run the operation on the thread instead."""
+_CHECKPOINT_BUSY_MS = 100  # how long a checkpoint waits for other writers/readers
+_BUSY_MIN_S = 0.0005  # first back-off of an inline operation that met a lock
+_BUSY_MAX_S = 0.016  # longest back-off (the lock holders' statements take ~30 µs)
 
 
 def _is_busy(e: sqlite3.OperationalError) -> bool:
@@ -143,7 +163,8 @@ def _lose(db: Db, context_id: str, key: str, row: Row, now_s: float) -> dict[str
 
 
 class SqliteStore(DedupStore):
-    """WAL-mode SQLite file; statements inline when uncontended, else on a dedicated thread."""
+    """WAL-mode SQLite file; statements inline on the event loop (backing off while locked),
+    or on a dedicated thread with ``synchronous=full`` / ``inline=False``."""
 
     name = "sqlite"
     durable = True
@@ -167,9 +188,9 @@ class SqliteStore(DedupStore):
         self._checkpoint_conn: Db | None = None  # the thread's, for checkpoints (short timeout)
         self._thread: DbThread | None = None
         self._inline_commits = 0
-        self._checkpoint_pending = False  # a two-step checkpoint is under way
-        self._checkpointing = False  # its blocking step is queued or running: no inline statements
-        self._passive_done = threading.Event()  # its first step ended (set on the thread)
+        self._checkpoint_pending = False  # a checkpoint is queued or running on the thread
+        self._restarting = False  # its RESTART step runs (set on the thread): inline ops wait
+        self._restart: asyncio.Future[Any] | None = None  # ... for this, the RESTART's call
         self._wakeups = LocalWakeups()
         self._counters: Counter[str] = Counter()
 
@@ -251,30 +272,51 @@ class SqliteStore(DedupStore):
 
     async def _call(self, fn: Callable[..., T], *args: Any, write: bool = True,
                     on_orphan: Callable[[T], None] | None = None) -> T:
-        """``fn(db, *args)`` inline if the database is free, else on the thread."""
-        if self._passive_done.is_set():
-            self._restart_checkpoint()
+        """``fn(db, *args)`` inline (backing off while the database is locked), or on the
+        thread when this store has no inline connection."""
         conn = self._inline_conn
-        if conn is not None and not self._checkpointing:
-            try:
-                result = fn(conn, *args)
-            except sqlite3.OperationalError as e:
-                if not _is_busy(e):
-                    raise
-                self._counters["inline_busy"] += 1
+        if conn is None:
+            if self._thread is None:
+                raise RuntimeError("SqliteStore used before start() or after close()")
+            self._counters["threaded"] += 1
+            result_t: T = await self._thread.call(self._on_thread, fn, *args,
+                                                  on_orphan=on_orphan)
+            return result_t
+        delay = _BUSY_MIN_S
+        deadline: float | None = None
+        while True:
+            restart = self._restart
+            if self._restarting and restart is not None:
+                # This store's RESTART checkpoint runs: leave it the lock, resume when it
+                # is over (its future resolves on this loop; no polling).
+                self._counters["inline_checkpoint_waits"] += 1
+                await asyncio.wait((restart,))
             else:
-                self._counters["inline"] += 1
-                if write:
-                    self._inline_commits += 1
-                    if self._inline_commits >= _CHECKPOINT_EVERY:
-                        self._inline_commits = 0
-                        self._checkpoint()
-                return result
-        if self._thread is None:
-            raise RuntimeError("SqliteStore used before start() or after close()")
-        self._counters["threaded"] += 1
-        result_t: T = await self._thread.call(self._on_thread, fn, *args, on_orphan=on_orphan)
-        return result_t
+                try:
+                    result = fn(conn, *args)
+                    break
+                except sqlite3.OperationalError as e:
+                    if not _is_busy(e):
+                        raise
+                    # Nothing was written (see the module docstring): wait, run it again.
+                    self._counters["inline_busy"] += 1
+                    now = time.monotonic()
+                    if deadline is None:
+                        deadline = now + self.busy_timeout_ms / 1000
+                    elif now >= deadline:
+                        raise
+                    await asyncio.sleep(min(delay, deadline - now))
+                    delay = min(delay * 2, _BUSY_MAX_S)
+            conn = self._inline_conn
+            if conn is None:
+                raise RuntimeError("SqliteStore used after close()")
+        self._counters["inline"] += 1
+        if write:
+            self._inline_commits += 1
+            if self._inline_commits >= _CHECKPOINT_EVERY:
+                self._inline_commits = 0
+                self._checkpoint()
+        return result
 
     def _background(self, fn: Callable[..., Any], *args: Any) -> None:
         """Fire and forget ``fn(db, *args)`` on the thread (failures are counted)."""
@@ -289,29 +331,16 @@ class SqliteStore(DedupStore):
         fut.add_done_callback(done)
 
     def _checkpoint(self) -> None:
-        """Step 1 on the thread: a ``PASSIVE`` checkpoint while inline writes go on (it copies
-        the bulk of the WAL).  Step 2 starts at the next operation after it ended."""
+        """Queue a ``PASSIVE`` then a ``RESTART`` checkpoint on the thread (unless one is
+        already queued); inline operations go on during the first, wait for the second."""
         if self._thread is None or self._checkpoint_pending:
             return
         self._checkpoint_pending = True
         self._counters["checkpoints"] += 1
         self._thread.call(self._checkpoint_sync, "PASSIVE",
                           alone=True).add_done_callback(self._count_failure)
-
-    def _restart_checkpoint(self) -> None:
-        """Step 2: ``RESTART`` with this process's operations queued behind it on the thread
-        (it copies the few frames left, so the next write starts the WAL over)."""
-        self._passive_done.clear()
-        if self._thread is None:
-            self._checkpoint_pending = False
-            return
-        self._checkpointing = True
-
-        def finish(f: asyncio.Future[Any]) -> None:
-            self._checkpointing = self._checkpoint_pending = False
-            self._count_failure(f)
-
-        self._thread.call(self._checkpoint_sync, "RESTART", alone=True).add_done_callback(finish)
+        self._restart = self._thread.call(self._checkpoint_sync, "RESTART", alone=True)
+        self._restart.add_done_callback(self._count_failure)
 
     def _count_failure(self, f: asyncio.Future[Any]) -> None:
         """Done-callback of background work: count a failure."""
@@ -320,15 +349,21 @@ class SqliteStore(DedupStore):
 
     def _checkpoint_sync(self, mode: Literal["PASSIVE", "RESTART"]) -> None:
         """``PRAGMA wal_checkpoint(mode)`` on the checkpoint connection (on the thread); its
-        busy timeout bounds RESTART's wait for other processes to ``_CHECKPOINT_BUSY_MS``.
-        (One statement: each extra one costs a GIL hand-off, up to 5 ms on a busy loop.)"""
+        busy timeout bounds the wait for other connections to ``_CHECKPOINT_BUSY_MS``.
+
+        ``PASSIVE`` copies the bulk of the WAL while writers go on; ``RESTART`` takes the
+        write lock for the few frames left and waits for the readers, so the next write
+        starts the WAL over.  During ``RESTART`` this process's inline operations wait for
+        it (``_restarting``): racing it, they would often make it give up."""
         try:
             if self._checkpoint_conn is None:
                 raise RuntimeError("SqliteStore is closed")
+            if mode == "RESTART":
+                self._restarting = True
             self._checkpoint_conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
-        finally:
-            if mode == "PASSIVE":
-                self._passive_done.set()  # read by _call: works even if the loop never yields
+        finally:  # cleared here, not on the loop: works even if the loop never yields
+            if mode == "RESTART":
+                self._restarting = self._checkpoint_pending = False
 
     # ------------------------------------------------------------------ operations (sync)
 
@@ -377,6 +412,18 @@ class SqliteStore(DedupStore):
             return db.execute(_ABANDON, (context_id, key)).rowcount == 1
         return db.execute(_ABANDON + " AND owner = ?", (context_id, key, owner)).rowcount == 1
 
+    def _bind_sync(self, db: Db, context_id: str, principal: str, now_s: float) -> str:
+        """Bind ``context_id`` to ``principal`` unless bound (and not expired); the owner."""
+        for _ in range(_MAX_ROUNDS):
+            if db.execute(_BIND, (context_id, principal, now_s,
+                                  now_s - self.window_s)).rowcount == 1:
+                return principal
+            r = db.execute(_BOUND, (context_id,)).fetchone()
+            if r is not None:
+                return str(r[0])
+            # purged in between: bind again
+        raise RuntimeError(f"binding of {context_id!r} did not settle after {_MAX_ROUNDS} rounds")
+
     def _peek_sync(self, db: Db, context_id: str, key: str,
                    now_s: float) -> tuple[PeekState, dict[str, Any] | None]:
         """A waiter's view of a row; resolves a stale lease under policy ``fail``."""
@@ -397,20 +444,22 @@ class SqliteStore(DedupStore):
         return "in_flight", None
 
     def _purge_sync(self, db: Db, now_s: float) -> int:
-        """Delete done rows past the window and in-flight rows past lease + window."""
+        """Delete done rows and bindings past the window, in-flight rows past lease + window."""
         cutoff = now_s - self.window_s
         n = db.execute("DELETE FROM dedup WHERE state = 'done' AND t < ?", (cutoff,)).rowcount
-        return n + db.execute("DELETE FROM dedup WHERE state = 'in_flight' AND t < ?",
-                              (cutoff - self.lease_s,)).rowcount
+        n += db.execute("DELETE FROM dedup WHERE state = 'in_flight' AND t < ?",
+                        (cutoff - self.lease_s,)).rowcount
+        return n + db.execute("DELETE FROM bindings WHERE t < ?", (cutoff,)).rowcount
 
-    def _stats_sync(self, db: Db) -> tuple[dict[str, int], int]:
-        """Rows per state and the file sizes in bytes."""
+    def _stats_sync(self, db: Db) -> tuple[dict[str, int], int, int]:
+        """Rows per state, bindings and the file sizes in bytes."""
         by_state = dict(db.execute("SELECT state, count(*) FROM dedup GROUP BY state").fetchall())
+        bindings = db.execute("SELECT count(*) FROM bindings").fetchone()[0]
         page_count = db.execute("PRAGMA page_count").fetchone()[0]
         page_size = db.execute("PRAGMA page_size").fetchone()[0]
         wal = Path(f"{self.path}-wal")
         wal_bytes = wal.stat().st_size if wal.exists() else 0
-        return by_state, page_count * page_size + wal_bytes
+        return by_state, bindings, page_count * page_size + wal_bytes
 
     # ------------------------------------------------------------------ async API
 
@@ -447,6 +496,12 @@ class SqliteStore(DedupStore):
             self._wakeups.notify((context_id, key))
         return ok
 
+    async def bind(self, context_id: str, principal: str, now_s: float) -> str:
+        """Bind ``context_id`` to ``principal`` unless already bound; the bound principal."""
+        owner = await self._call(self._bind_sync, context_id, principal, now_s)
+        self._counters["binds" if owner == principal else "binds_foreign"] += 1
+        return owner
+
     async def _peek(self, context_id: str, key: str) -> tuple[PeekState, dict[str, Any] | None]:
         """A waiter's view of the row at the current wall-clock time."""
         return await self._call(self._peek_sync, context_id, key, time.time(), write=False)
@@ -468,6 +523,6 @@ class SqliteStore(DedupStore):
         """Row counts of the shared file (all processes) and its size."""
         if self._thread is None:
             raise RuntimeError("SqliteStore used before start() or after close()")
-        by_state, size = await self._thread.call(self._on_thread, self._stats_sync)
+        by_state, bindings, size = await self._thread.call(self._on_thread, self._stats_sync)
         return make_stats(sum(by_state.values()), by_state.get("in_flight", 0), self._counters,
-                          file_bytes=size, path=str(self.path))
+                          bindings=bindings, file_bytes=size, path=str(self.path))

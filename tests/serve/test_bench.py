@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.bench import TurnChecker, TurnError, parse_stores
+from loadtests.bench import Calls, TurnChecker, TurnError, default_turns_per_context, parse_stores
 from loadtests.dedup import open_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,6 +44,8 @@ def test_bench_prints_a_row_per_store_without_errors(tmp_path: Path) -> None:
     lines = r.stdout.splitlines()
     assert lines[0] == "rtalab serve bench"
     assert lines[1].startswith("host: ") and "a2a-sdk" in lines[1]
+    (setup,) = [x for x in lines if x.startswith("setup: ")]
+    assert f"; {default_turns_per_context()} turns per contextId (a call;" in setup
     rows = {m.group(1): m for line in lines if (m := ROW.match(line))}
     assert set(rows) == {"none", "sqlite", "redis"}, r.stdout
     for store, m in rows.items():
@@ -65,6 +67,24 @@ def test_bench_prints_a_row_per_store_without_errors(tmp_path: Path) -> None:
                for s in data["summary"].values())
     assert len(data["samples"]) == 3 and all(len(s["latencies_ms"]) == 60
                                              for s in data["samples"])
+    assert data["settings"]["turns_per_context"] == default_turns_per_context()
+
+
+def test_turns_per_context_default_is_the_baseline_calls() -> None:
+    from sim.scenario import load_scenario
+
+    per_call = load_scenario("baseline").workload.turns_per_call.mean
+    assert default_turns_per_context() == max(1, math.ceil(per_call)) == 4
+
+
+def test_calls_group_a_connections_turns_by_context() -> None:
+    calls = Calls(3)
+    turns = [0, 2, 5, 6, 9, 11, 12]  # the turn numbers one connection drew
+    assert [calls.context_of(i) for i in turns] == [0, 0, 0, 6, 6, 6, 12]
+    one = Calls(1)
+    assert [one.context_of(i) for i in turns] == turns
+    with pytest.raises(ValueError):
+        Calls(0)
 
 
 def test_checker_accepts_a_complete_turn_split_anywhere() -> None:

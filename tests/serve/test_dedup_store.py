@@ -26,7 +26,7 @@ from loadtests.dedup.base import LOST_KEY, is_lost_outcome
 from loadtests.dedup.bench import bench_store
 from loadtests.dedup.sqlite import SqliteStore
 
-BACKENDS = ["memory", "sqlite", "redis"]
+BACKENDS = ["memory", "sqlite", "sqlite-thread", "redis"]  # sqlite-thread: inline=0
 SHARED = ["sqlite", "redis"]
 OUTCOME = {"state": "TASK_STATE_COMPLETED", "chunks": ["Your balance", " is €12.50", ""],
            "metadata": {"seq": 3.0, "nested": {"empty": [], "none": None}}}
@@ -38,6 +38,8 @@ def _url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return "memory"
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'dedup.db'}"
+    if backend == "sqlite-thread":  # every operation on the store's thread
+        return f"sqlite:///{tmp_path / 'dedup.db'}?inline=0"
     return str(request.getfixturevalue("redis_url"))
 
 
@@ -284,6 +286,117 @@ def test_stats(store_url: str) -> None:
     run_with(store_url, body)
 
 
+def test_bind_first_principal_wins(store_url: str) -> None:
+    """bind() records the first principal of a context and answers it to everyone after."""
+    t0 = time.time()
+
+    async def body(s: DedupStore) -> None:
+        assert await s.bind("c1", "alice", t0) == "alice"
+        assert await s.bind("c1", "bob", t0 + 1) == "alice"
+        assert await s.bind("c1", "alice", t0 + 2) == "alice"
+        assert await s.bind("c2", "bob", t0) == "bob"  # contexts are independent
+        assert await s.bind("c1:x", "carol", t0) == "carol"
+        # bindings live apart from dedup entries: no collision, not counted as entries
+        assert (await s.claim("c1", "alice", "A", t0)).state == "new"
+        assert (await s.claim("\x1fbind", "c1", "A", t0)).state == "new"
+        st = await s.stats()
+        assert (st.entries, st.in_flight) == (2, 2)
+        assert st.extra["binds"] == 4 and st.extra["binds_foreign"] == 1
+
+    run_with(store_url, body)
+
+
+def test_concurrent_binds_have_one_winner(store_url: str) -> None:
+    """100 concurrent binds of one context by different principals: all see the same one."""
+    t0 = time.time()
+
+    async def body(s: DedupStore) -> None:
+        owners = await asyncio.gather(*(s.bind("ctx", f"p{i}", t0) for i in range(100)))
+        assert len(set(owners)) == 1 and owners[0] in {f"p{i}" for i in range(100)}
+
+    run_with(store_url, body)
+
+
+def test_bind_expires_after_the_window(store_url: str, request: pytest.FixtureRequest) -> None:
+    """A binding lasts the window after it was made; then the context can be bound anew."""
+    t0 = time.time()
+    window = 60.0
+
+    async def body(s: DedupStore) -> None:
+        assert await s.bind("old", "alice", t0) == "alice"
+        assert await s.bind("young", "alice", t0 + 40) == "alice"
+        assert await s.bind("old", "bob", t0 + window - 1) == "alice"
+        if s.name == "redis":  # expiry by key TTL, in real seconds
+            import redis.asyncio as aioredis
+
+            client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
+            ttl_ms = await client.pttl("rta:dedup~bind:old")
+            await client.aclose()
+            assert 0 < ttl_ms <= window * 1000
+            return
+        assert await s.purge(t0 + window + 10) == 1  # "old"
+        assert await s.bind("young", "bob", t0 + window + 10) == "alice"
+        assert await s.bind("old", "bob", t0 + window + 10) == "bob"
+        assert await s.bind("young", "bob", t0 + 40 + window + 1) == "bob"  # expired, unpurged
+        assert (await s.stats()).extra["bindings"] == 2
+
+    run_with(store_url, body, window_s=window)
+
+
+def test_sqlite_waits_out_a_lock_on_the_loop(tmp_path: Path) -> None:
+    """A write lock held elsewhere: operations back off on the event loop (never the thread),
+    finish once it is released, and one cancelled while waiting leaves nothing behind."""
+    db = tmp_path / "d.db"
+
+    async def body(s: DedupStore) -> None:
+        assert isinstance(s, SqliteStore)
+        t0 = time.time()
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process's writer, as far as SQLite knows
+        try:
+            claim = asyncio.create_task(s.claim("ctx", "g", "A", t0))
+            bind = asyncio.create_task(s.bind("ctx", "alice", t0))
+            cancelled = asyncio.create_task(s.claim("ctx", "gone", "A", t0))
+            await asyncio.sleep(0.1)
+            assert not claim.done() and not bind.done()
+            cancelled.cancel()
+            other.execute("INSERT INTO bindings VALUES ('ctx2', 'bob', ?)", (t0,))
+        finally:
+            other.execute("COMMIT")
+            other.close()
+        assert (await asyncio.wait_for(claim, 5.0)).state == "new"
+        assert await asyncio.wait_for(bind, 5.0) == "alice"
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert await s.bind("ctx2", "alice", t0) == "bob"
+        assert (await s.claim("ctx", "gone", "B", t0)).state == "new"  # no orphan entry
+        extra = (await s.stats()).extra
+        assert extra["inline_busy"] >= 3 and "threaded" not in extra
+
+    run_with(f"sqlite:///{db}", body)
+
+
+def test_sqlite_operations_stay_inline_through_checkpoints(tmp_path: Path) -> None:
+    """Sustained concurrent writes: every operation runs inline, checkpoints happen."""
+
+    async def body(s: DedupStore) -> None:
+        keys = iter(range(3_000))
+
+        async def worker() -> None:
+            for i in keys:
+                await s.bind(f"c{i}", "p", time.time())
+                await s.claim(f"c{i}", "g", "o", time.time())
+                await asyncio.sleep(0)
+                await s.complete(f"c{i}", "g", OUTCOME, time.time(), owner="o")
+
+        await asyncio.gather(*(worker() for _ in range(20)))
+        extra = (await s.stats()).extra
+        assert extra["checkpoints"] >= 10 and extra["inline"] == 9_000
+        assert "threaded" not in extra and not extra.get("background_errors")
+
+    run_with(f"sqlite:///{tmp_path / 'd.db'}", body)
+
+
 def test_open_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Good URLs pick the backend; bad ones raise a one-line ValueError."""
     monkeypatch.chdir(tmp_path)
@@ -344,6 +457,20 @@ def child_main() -> None:
                 await s.complete("ctx", "shared", OUTCOME, time.time(), owner=owner)
                 print("completed", flush=True)
                 return
+            if mode == "bind-crash":  # bind, then wait to be killed
+                await s.bind("ctx-bound", owner, time.time())
+                print("bound", flush=True)
+                await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+                return
+            if mode == "bind":  # bind n contexts at once with the other process
+                sys.stdin.readline()  # the start gate
+                ctxs = [f"c{i}" for i in range(n)]
+                owners: list[str] = []
+                for i in range(0, n, 25):
+                    owners += await asyncio.gather(*(s.bind(c, owner, time.time())
+                                                     for c in ctxs[i:i + 25]))
+                print(json.dumps(dict(zip(ctxs, owners, strict=True))), flush=True)
+                return
             if mode == "crash":
                 now = time.time()
                 await s.claim("ctx", "done", owner, now)
@@ -377,9 +504,10 @@ def _spawn(mode: str, url: str, n: int, cwd: Path) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, start_new_session=True)
 
 
-def _race(url: str, n: int, cwd: Path) -> list[set[str]]:
-    """Two processes claim the same ``n`` keys at once; the keys each one won."""
-    kids = [_spawn("claim", url, n, cwd) for _ in range(2)]
+def _race(url: str, n: int, cwd: Path, mode: str = "claim") -> list[Any]:
+    """Two processes claim (bind) the same ``n`` keys at once; the keys each one won (the
+    owner each one was told, per context)."""
+    kids = [_spawn(mode, url, n, cwd) for _ in range(2)]
     try:
         for k in kids:
             assert k.stdout is not None and k.stdout.readline().strip() == "ready", k.stderr
@@ -391,7 +519,8 @@ def _race(url: str, n: int, cwd: Path) -> list[set[str]]:
         for k in kids:
             out, err = k.communicate(timeout=60)
             assert k.returncode == 0, err
-            won.append(set(json.loads(out.strip().splitlines()[-1])))
+            last = json.loads(out.strip().splitlines()[-1])
+            won.append(last if mode == "bind" else set(last))
         return won
     finally:
         for k in kids:
@@ -406,6 +535,32 @@ def test_two_processes_exactly_one_owner_per_key(shared_url: str, repo_root: Pat
     a, b = _race(shared_url, n, repo_root)
     assert not a & b
     assert a | b == {f"k{i}" for i in range(n)}
+
+
+def test_two_processes_agree_on_every_binding(shared_url: str, repo_root: Path) -> None:
+    """Two processes bind the same contexts at once: one owner per context, told to both."""
+    n = 400
+    a, b = _race(shared_url, n, repo_root, mode="bind")
+    assert a == b and set(a) == {f"c{i}" for i in range(n)}
+    assert len(set(a.values())) in (1, 2) and all(v.startswith("pid") for v in a.values())
+
+
+def test_binding_survives_sigkill(shared_url: str, repo_root: Path) -> None:
+    """A child binds a context, then is SIGKILLed: a new process sees the child's binding."""
+    kid = _spawn("bind-crash", shared_url, 0, repo_root)
+    try:
+        assert kid.stdout is not None
+        assert kid.stdout.readline().strip() == "ready"
+        assert kid.stdout.readline().strip() == "bound"
+    finally:
+        os.killpg(kid.pid, signal.SIGKILL)
+        kid.communicate(timeout=10)
+    assert kid.returncode == -signal.SIGKILL
+
+    async def body(s: DedupStore) -> None:
+        assert await s.bind("ctx-bound", "new-process", time.time()) == f"pid{kid.pid}"
+
+    run_with(shared_url, body)
 
 
 def test_memory_store_is_not_shared_negative_control(repo_root: Path) -> None:
