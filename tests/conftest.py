@@ -8,8 +8,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from loadtests.procs import ManagedProcess, start_redis, start_witness
+
+# Property tests are derandomized so a CI run is reproducible; explore new examples with
+# `pytest --hypothesis-profile=explore`.
+settings.register_profile("ci", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")

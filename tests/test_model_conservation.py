@@ -92,7 +92,9 @@ def check_conservation(out: RunOutput, drained: bool = False) -> None:
     delivered = int((~att[S.REQUEST_LOST]).sum())
     assert originals <= delivered
     assert int(ex[S.NETWORK_DUPLICATE].sum()) <= int(att[S.REQUEST_DUPLICATED].sum())
-    if (o == "unfinished").sum() == 0:  # no request still on its way at the end
+    # no request still on its way at the end: no open turn, and the last send long before the
+    # end (a turn can end by a Live-side timeout while its request is still in transit)
+    if (o == "unfinished").sum() == 0 and (att[S.SEND_S] < c["end_s"] - 5.0).all():
         assert originals == delivered
     if drained:
         assert int(ex[S.NETWORK_DUPLICATE].sum()) == int(att[S.REQUEST_DUPLICATED].sum())
@@ -246,7 +248,8 @@ def _random_scenario(draw: st.DrawFn) -> Scenario:
     })
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
 def test_conservation_random_scenarios(data: st.DataObject, seed: int) -> None:
     sc = data.draw(st.composite(_random_scenario)())
