@@ -91,8 +91,8 @@ TURN_TIMEOUT_S = 30.0
 MIN_CPU_S = 1.0  # CPU time below which a per-turn CPU figure is too coarse to print (10 ms ticks)
 MIN_RATE_PER_S = 5.0  # a measurement slower than this is aborted (bounds the run's duration)
 TOKEN, PRINCIPAL = "rtalab-bench-token", "bench"
-UNSTABLE_REMEDY = ("Close other programs, use more --rounds or a larger --turns, or run the "
-                   "servers and the load generator on separate CPUs (taskset).")
+UNSTABLE_REMEDY = ("Close other programs (other VMs on the host count too), or use more "
+                   "--rounds or a larger --turns.")
 SLOW_REMEDY = ("remedy: time the store's calls inside the server with time.thread_time() "
                "(SqliteStore.claim/complete/bind, SessionRegistry.admit, "
                "ProfileRequestHandler._settle; cProfile cannot dump: uvicorn re-raises SIGTERM), "
@@ -508,9 +508,30 @@ def reasoner_args(concurrency: int) -> list[str]:
     return args
 
 
+def pin_process(pid: int, cpus: set[int]) -> bool:
+    """Pin every thread of ``pid`` (threads made later inherit it) to ``cpus``; False if not."""
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            os.sched_setaffinity(int(tid), cpus)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def cpu_split() -> tuple[set[int], set[int]] | None:
+    """(load generator CPUs, server CPUs) when this process may use >= 2 CPUs, else None."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return None
+    if len(cpus) < 2:
+        return None
+    return {cpus[0]}, set(cpus[1:])
+
+
 def start_target(store: str, tmp: Path, concurrency: int,
-                 redis: ManagedProcess | None) -> Target:
-    """Start the Reasoner of ``store`` on a free port."""
+                 redis: ManagedProcess | None, server_cpus: set[int] | None = None) -> Target:
+    """Start the Reasoner of ``store`` on a free port (pinned to ``server_cpus`` if given)."""
     if store == "none":
         dedup, extra = "memory", ["--dedup-mode", "none"]
     elif store == "sqlite":
@@ -520,6 +541,8 @@ def start_target(store: str, tmp: Path, concurrency: int,
         dedup, extra = redis.url, ["--dedup-mode", "request-guid"]
     proc = start_reasoner(dedup=dedup, extra_args=reasoner_args(concurrency) + extra,
                           log_path=tmp / f"reasoner-{store}.log")
+    if server_cpus is not None:
+        pin_process(proc.pid, server_cpus)
     return Target(store, proc, redis if store == "redis" else None)
 
 
@@ -763,6 +786,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stores", type=parse_stores, default=STORES, metavar="LIST",
                    help="comma-separated stores to compare (default none,sqlite,redis)")
     p.add_argument("--json", metavar="FILE", default=None, help="also save the figures as JSON")
+    p.add_argument("--no-pin", dest="pin", action="store_false",
+                   help="do not pin the servers and the load generator to separate CPUs")
 
 
 def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
@@ -774,16 +799,24 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
     if getattr(args, "turns_per_context", None) is None:
         args.turns_per_context = default_turns_per_context()
     per_context = args.turns_per_context
+    prior_cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
     started = time.perf_counter()
     samples: dict[str, list[Sample]] = {}
     with tempfile.TemporaryDirectory(prefix="rtalab-serve-bench-") as tmp_name, \
             contextlib.ExitStack() as stack:
         tmp = Path(tmp_name)
         try:
+            split = cpu_split() if getattr(args, "pin", True) else None
+            server_cpus = split[1] if split else None
+            if split:
+                pin_process(os.getpid(), split[0])
+                stack.callback(pin_process, os.getpid(), prior_cpus)
             redis: ManagedProcess | None = None
             if "redis" in stores:
                 try:
                     redis = stack.enter_context(start_redis(log_path=tmp / "redis.log"))
+                    if server_cpus is not None:
+                        pin_process(redis.pid, server_cpus)
                 except FileNotFoundError:
                     stores.remove("redis")
                     out("redis-server not found (install the Debian package redis-server): "
@@ -799,9 +832,12 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
                 "(alternating order) "
                 f"of {args.turns:,} timed turns per store at concurrency {args.concurrency}"
                 f"{probe}; {calls}; a turn = progress directive + {CHUNKS} chunks + "
-                "COMPLETED, no reasoning time, no side effect; the load generator shares "
-                "the CPUs")
-            targets = [stack.enter_context(_target(s, tmp, args.concurrency, redis))
+                "COMPLETED, no reasoning time, no side effect; "
+                + (f"servers pinned to CPU {sorted(server_cpus)}, load generator to CPU "
+                   f"{sorted(split[0])}" if split and server_cpus else
+                   "the load generator shares the CPUs"))
+            targets = [stack.enter_context(_target(s, tmp, args.concurrency, redis,
+                                                   server_cpus))
                        for s in stores]
             errors: Counter[str] = Counter()
             for t in targets:
@@ -828,7 +864,7 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
             + (f" ({base / s.probe_cpu_ms:.2f}x)" if base and s.store != "none" else "")
             for s in summaries if s.probe_cpu_ms))
     client = statistics.median(s.client_cpu_ms for s in summaries)
-    out(f"load generator CPU: {client:.2f} ms/turn (same CPUs as the servers); "
+    out(f"load generator CPU: {client:.2f} ms/turn; "
         f"run took {time.perf_counter() - started:.0f} s")
     figures: dict[str, dict[str, Any]] = {}
     if "none" in by_name and len(summaries) > 1:
@@ -852,10 +888,10 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
 
 
 @contextlib.contextmanager
-def _target(store: str, tmp: Path, concurrency: int,
-            redis: ManagedProcess | None) -> Iterator[Target]:
+def _target(store: str, tmp: Path, concurrency: int, redis: ManagedProcess | None,
+            server_cpus: set[int] | None) -> Iterator[Target]:
     """A started :class:`Target`, stopped on exit."""
-    t = start_target(store, tmp, concurrency, redis)
+    t = start_target(store, tmp, concurrency, redis, server_cpus)
     try:
         yield t
     finally:
