@@ -790,6 +790,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="do not pin the servers and the load generator to separate CPUs")
 
 
+def progress(line: str) -> None:
+    """A progress line on stderr (the figures go to stdout)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     """Run the benchmark; 0 on a clean run (WARN included), 1 on errors or a failed server."""
     out("rtalab serve bench")
@@ -850,6 +855,9 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
                 for t in (targets if rnd % 2 == 0 else targets[::-1]):  # ABBA: no order bias
                     samples[t.store].append(measure(t, rnd, args.turns, args.concurrency,
                                                     args.probe_turns, per_context))
+                progress(f"round {rnd + 1}/{args.rounds}: " + ", ".join(
+                    f"{st} {samples[st][-1].turns / samples[st][-1].wall_s:,.0f} turns/s"
+                    for st in stores))
         except (ProcessError, RuntimeError) as e:
             out(f"ERROR: {str(e).splitlines()[0]}")
             return 1
