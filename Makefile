@@ -36,7 +36,7 @@ lint: $(STAMP)
 bench: bench-sim bench-server
 
 bench-sim: $(STAMP)
-	$(BIN)/rtalab sim bench
+	$(BIN)/rtalab sim bench --memory
 
 bench-server: $(STAMP) system-deps
 	$(BIN)/rtalab serve bench
