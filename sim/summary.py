@@ -59,8 +59,20 @@ def t_quantile_975(df: int) -> float:
             + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4))
 
 
-def mean_ci(values: Sequence[float | None]) -> dict[str, Any]:
-    """Mean and 95 % Student-t CI of the defined (non-null, finite) values."""
+_UNIT_INTERVAL = ("success_rate", "worker_utilisation", "queue.p_wait")
+
+
+def domain(name: str) -> tuple[float, float]:
+    """The range a metric can take: [0, 1] for shares and probabilities, else [0, inf)."""
+    if name in _UNIT_INTERVAL or name.endswith("_share") or name.startswith("failure_rate."):
+        return 0.0, 1.0
+    return 0.0, math.inf
+
+
+def mean_ci(values: Sequence[float | None],
+            bounds: tuple[float, float] = (-math.inf, math.inf)) -> dict[str, Any]:
+    """Mean and 95 % Student-t CI of the defined (non-null, finite) values, the CI clipped
+    to ``bounds`` (the metric's possible range: the true value lies inside it)."""
     clean = [None if v is None or not math.isfinite(v) else float(v) for v in values]
     x = np.array([v for v in clean if v is not None], dtype=float)
     out: dict[str, Any] = {"mean": None, "ci_low": None, "ci_high": None, "values": clean}
@@ -70,7 +82,7 @@ def mean_ci(values: Sequence[float | None]) -> dict[str, Any]:
     out["mean"] = m
     if len(x) >= 2:
         half = t_quantile_975(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
-        out["ci_low"], out["ci_high"] = m - half, m + half
+        out["ci_low"], out["ci_high"] = max(m - half, bounds[0]), min(m + half, bounds[1])
     return out
 
 
@@ -82,7 +94,7 @@ def summarize(outputs: Sequence[RunLike], warmup_s: float) -> dict[str, Any]:
     names: list[str] = []
     for m in per_rep:
         names.extend(k for k in m if k not in names)
-    metrics = {k: mean_ci([m.get(k) for m in per_rep]) for k in names}
+    metrics = {k: mean_ci([m.get(k) for m in per_rep], domain(k)) for k in names}
     return {
         "schema_version": S.SCHEMA_VERSION,
         "replications": len(outputs),

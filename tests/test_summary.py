@@ -190,3 +190,17 @@ def test_summary_of_an_empty_run_is_all_nulls() -> None:
     assert metric(s, "success_rate")["mean"] is None
     assert metric(s, "ttfc_s.p95")["mean"] is None
     json.dumps(s, allow_nan=False)
+
+
+def test_ci_is_clipped_to_the_metric_domain() -> None:
+    """A rare non-negative rate gets no negative lower bound; a share never exceeds 1."""
+    from sim.summary import domain, mean_ci
+
+    rare = mean_ci([0.0, 0.0, 9.0], domain("hazard.reexecuted_turns_per_1k_turns"))
+    assert rare["ci_low"] == 0.0 and rare["ci_high"] > 9.0
+    share = mean_ci([1.0, 0.7, 1.0], domain("success_rate"))
+    assert share["ci_high"] == 1.0 and 0.0 <= share["ci_low"] < 0.9
+    assert domain("failure_rate.internal") == (0.0, 1.0)
+    assert domain("ttfc_s.p99") == (0.0, float("inf"))
+    free = mean_ci([0.0, 0.0, 9.0])  # no domain given: the plain t interval
+    assert free["ci_low"] < 0.0
