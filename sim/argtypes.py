@@ -4,6 +4,17 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import NoReturn
+
+EXIT_USAGE = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line on stderr (no usage dump), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``prog: error: message`` and exit 2."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 def port(text: str) -> int:

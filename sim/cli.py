@@ -20,27 +20,18 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from sim.argtypes import positive_int
+from sim.argtypes import EXIT_USAGE, OneLineParser, positive_int
 from sim.config import ConfigError
 
 PROG = "rtalab"
 PLUGIN_GROUP = "rtalab.commands"
-EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
 class UsageError(Exception):
     """A mistake the user can fix; printed as one line, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one line on stderr (no usage dump)."""
-
-    def error(self, message: str) -> NoReturn:
-        """Print ``prog: error: message`` and exit 2."""
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 def _err(message: str) -> None:
@@ -298,7 +289,8 @@ def load_plugins(subparsers: Any) -> dict[str, str]:
 
 def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dict[str, str]]:
     """The root parser; plugins are loaded unless the command is ``sim``."""
-    parser = _Parser(prog=PROG, description="Simulate and load-test realtime-agent retry policies.")
+    parser = OneLineParser(prog=PROG,
+                           description="Simulate and load-test realtime-agent retry policies.")
     parser.set_defaults(func=lambda a: _help(parser))
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_sim_parser(sub)

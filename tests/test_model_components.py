@@ -14,6 +14,7 @@ from sim.model.rand import STREAMS, Streams, replication_seed, sampler
 from sim.model.workload import Arrivals
 from sim.runner import run_once
 from sim.scenario import LinkConfig, OutageConfig, Scenario, WorkloadConfig, from_dict
+from tests.scenarios import one_turn
 
 # --------------------------------------------------------------------------- random streams
 
@@ -163,16 +164,7 @@ def test_turn_mode_keys_on_task_and_phase_not_guid() -> None:
 
 
 def _one_turn(**overrides: object) -> Scenario:
-    base = {
-        "workload.max_calls": 1, "workload.calls_per_s": 1000.0, "workload.turns_per_call": 1,
-        "workload.side_effect_share": 0.0, "workload.handoff_share": 0.0,
-        "network.uplink.latency_s": 0.01, "network.downlink.latency_s": 0.01,
-        "reasoner.reasoning_time_s": 0.5, "reasoner.first_chunk_s": 0.1, "reasoner.chunks": 3,
-        "reasoner.chunk_interval_s": 0.2, "run.duration_s": 10.0, "run.warmup_s": 0.0,
-        "run.drain_s": 10.0,
-    }
-    base.update(overrides)
-    return Scenario().with_overrides(base)
+    return one_turn(**{"run.drain_s": 10.0, **overrides})
 
 
 def test_exact_timing_of_one_turn() -> None:

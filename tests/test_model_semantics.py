@@ -18,21 +18,7 @@ import pytest
 from sim.runner import run_once
 from sim.scenario import Scenario
 from sim.summary import metric, summarize
-
-
-def tiny(**overrides: Any) -> Scenario:
-    """One call of one plain turn, constant 10 ms each way, 0.5 s of reasoning."""
-    base: dict[str, Any] = {
-        "workload.max_calls": 1, "workload.calls_per_s": 1000.0, "workload.turns_per_call": 1,
-        "workload.side_effect_share": 0.0, "workload.handoff_share": 0.0,
-        "network.uplink.latency_s": 0.01, "network.downlink.latency_s": 0.01,
-        "reasoner.reasoning_time_s": 0.5, "reasoner.first_chunk_s": 0.1, "reasoner.chunks": 3,
-        "reasoner.chunk_interval_s": 0.2, "run.duration_s": 10.0, "run.warmup_s": 0.0,
-        "run.drain_s": 30.0,
-    }
-    base.update(overrides)
-    return Scenario().with_overrides(base)
-
+from tests.scenarios import one_turn
 
 # --------------------------------------------------------------------------- taskId renewal
 
@@ -40,7 +26,7 @@ def tiny(**overrides: Any) -> Scenario:
 def test_new_turn_id_is_taken_after_a_failed_state_only() -> None:
     """errors.md §4: a retry after FAILED takes a new taskId; a retry after a timeout (no
     terminal state seen) is the same turn and keeps it (§3)."""
-    timeouts = run_once(tiny(**{
+    timeouts = run_once(one_turn(**{
         "reasoner.reasoning_time_s": 3.0, "reasoner.progress_directive": False,
         "live.timeouts.turn_response_s": 1.0, "live.retry.max_attempts": 3,
         "live.retry.new_turn_id": True}), seed=1).attempts
@@ -48,13 +34,13 @@ def test_new_turn_id_is_taken_after_a_failed_state_only() -> None:
     assert timeouts["task_id"].nunique() == 1
     assert timeouts["request_guid"].nunique() == 3  # new requestGuid per retry (§3)
 
-    failed = run_once(tiny(**{
+    failed = run_once(one_turn(**{
         "reasoner.errors": {"internal": 1.0}, "live.retry.max_attempts": 3,
         "live.retry.max_attempts_by_code": {}, "live.retry.new_turn_id": True}), seed=1).attempts
     assert failed["outcome"].astype(str).tolist() == ["failed"] * 3
     assert failed["task_id"].nunique() == 3
 
-    kept = run_once(tiny(**{
+    kept = run_once(one_turn(**{
         "reasoner.errors": {"internal": 1.0}, "live.retry.max_attempts": 3,
         "live.retry.max_attempts_by_code": {}, "live.retry.new_turn_id": False}), seed=1).attempts
     assert kept["task_id"].nunique() == 1
@@ -67,7 +53,7 @@ def test_new_turn_id_is_taken_after_a_failed_state_only() -> None:
 def test_injected_rate_limited_carries_the_retry_after_hint(new_guid: bool) -> None:
     """Every rate-limited FAILED carries rta/retryAfterMs ([reasoner] retry_after_ms for
     injected ones, as the reference Reasoner does) — also when replayed from the dedup store."""
-    a = run_once(tiny(**{
+    a = run_once(one_turn(**{
         "reasoner.errors": {"rate-limited": 1.0}, "reasoner.retry_after_ms": 1500,
         "live.retry.max_attempts": 3, "live.backoff.strategy": "none",
         "live.retry.new_request_guid": new_guid}), seed=1).attempts
@@ -85,7 +71,7 @@ def test_injected_rate_limited_carries_the_retry_after_hint(new_guid: bool) -> N
 def test_turn_dedup_lets_a_retryable_failure_be_retried() -> None:
     """errors.md §3: after a retryable code the Reasoner must be able to succeed on a repeat
     attempt; dedup by turn releases the turn's key instead of replaying the failure."""
-    out = run_once(tiny(**{
+    out = run_once(one_turn(**{
         "reasoner.errors": {"internal": 1.0}, "reasoner.dedup": "turn",
         "live.retry.max_attempts": 3, "live.retry.max_attempts_by_code": {}}), seed=1)
     assert out.attempts["task_id"].nunique() == 1
@@ -93,7 +79,7 @@ def test_turn_dedup_lets_a_retryable_failure_be_retried() -> None:
     assert (out.executions["disposition"].astype(str) == "executed").sum() == 3
     # a non-retryable outcome is still stored: a retry keeping the requestGuid... is never sent,
     # but a network copy arriving later gets it replayed
-    dup = run_once(tiny(**{
+    dup = run_once(one_turn(**{
         "reasoner.errors": {"auth": 1.0}, "reasoner.dedup": "turn",
         "network.uplink.duplication": 1.0, "network.uplink.duplicate_delay_s": 2.0}), seed=1)
     assert dup.executions["disposition"].astype(str).tolist() == ["executed", "replayed"]
@@ -103,7 +89,7 @@ def test_turn_dedup_runs_the_side_effect_once_per_turn() -> None:
     """A slow tool (1 s > upstream timeout 0.5 s) fails every attempt with upstream-timeout,
     but the side effect happened.  Dedup by turn guards it: the retry (same turn) skips the
     tool and completes.  A new taskId per retry (§4) defeats the guard."""
-    sc = tiny(**{
+    sc = one_turn(**{
         "workload.side_effect_share": 1.0, "reasoner.tool_latency_s": 1.0,
         "reasoner.upstream_timeout_s": 0.5, "reasoner.dedup": "turn",
         "live.retry.max_attempts": 3})
@@ -132,7 +118,7 @@ def test_turn_dedup_runs_the_side_effect_once_per_turn() -> None:
 
 def _abandoning(**overrides: Any) -> Scenario:
     """Every turn is a handoff the caller answers after 10 s; the Live layer waits 5 s."""
-    return tiny(**{"workload.turns_per_call": 4, "workload.think_time_s": 1.0,
+    return one_turn(**{"workload.turns_per_call": 4, "workload.think_time_s": 1.0,
                    "workload.handoff_share": 1.0, "workload.caller_response_time_s": 10.0,
                    "live.timeouts.handoff_s": 5.0, **overrides})
 
@@ -147,7 +133,7 @@ def test_abandoned_turns_do_not_escalate() -> None:
 
 
 def test_failed_turns_escalate_and_end_the_session() -> None:
-    out = run_once(tiny(**{"workload.turns_per_call": 5, "workload.think_time_s": 1.0,
+    out = run_once(one_turn(**{"workload.turns_per_call": 5, "workload.think_time_s": 1.0,
                            "reasoner.errors": {"auth": 1.0},
                            "live.escalation.end_session_after_failed_turns": 2}), seed=1)
     assert out.turns["escalated"].tolist() == [False, True]
@@ -188,7 +174,7 @@ def test_load_latency_counts_every_request_in_flight() -> None:
 
 
 def test_negotiation_delays_the_first_turn_by_the_round_trip() -> None:
-    out = run_once(tiny(**{"workload.turns_per_call": 2, "workload.think_time_s": 1.0}), seed=1)
+    out = run_once(one_turn(**{"workload.turns_per_call": 2, "workload.think_time_s": 1.0}), seed=1)
     c, t = out.calls.iloc[0], out.turns
     assert not c["degraded"]
     assert t["start_s"].iloc[0] - c["arrival_s"] == pytest.approx(0.02)  # upgrade + echo
@@ -197,7 +183,7 @@ def test_negotiation_delays_the_first_turn_by_the_round_trip() -> None:
 
 
 def test_negotiation_timeout_zero_means_not_modelled() -> None:
-    out = run_once(tiny(**{"live.timeouts.negotiation_s": 0.0,
+    out = run_once(one_turn(**{"live.timeouts.negotiation_s": 0.0,
                            "network.uplink.latency_s": 5.0}), seed=1)
     assert out.turns["start_s"].iloc[0] == out.calls["arrival_s"].iloc[0]
     assert not out.calls["degraded"].iloc[0]
@@ -219,7 +205,7 @@ def test_negotiation_timeout_falls_back_to_degraded_core_a2a(cause: str) -> None
         over["network.downlink.loss"] = 1.0
         over["live.timeouts.turn_response_s"] = 0.0
         over["workload.max_calls"] = 1
-    out = run_once(tiny(**over), seed=1)
+    out = run_once(one_turn(**over), seed=1)
     c = out.calls.iloc[0]
     assert c["degraded"]
     assert out.turns["start_s"].iloc[0] - c["arrival_s"] == pytest.approx(0.3)
@@ -238,7 +224,7 @@ def test_negotiation_timeout_falls_back_to_degraded_core_a2a(cause: str) -> None
 def test_degraded_sessions_in_the_summary() -> None:
     """Degraded calls are counted; their duplicates are no requestGuid MUST violation (no
     requestGuid was sent) but still show as side-effect executions per side-effect turn."""
-    sc = tiny(**{"workload.max_calls": 0, "workload.calls_per_s": 2.0,
+    sc = one_turn(**{"workload.max_calls": 0, "workload.calls_per_s": 2.0,
                  "workload.side_effect_share": 1.0, "reasoner.upstream_timeout_s": 0.0,
                  "live.timeouts.negotiation_s": 0.5,
                  "network.uplink.duplication": 0.5, "network.uplink.duplicate_delay_s": 0.05,
@@ -270,7 +256,7 @@ def test_a_partition_silences_the_stream_until_a_timer_fires(total_s: float,
     """A terminal state sent during a downlink outage is never noticed (no end of stream
     either): the progress directive satisfied the response timer, so only the total timer
     (or nothing at all) ends the attempt."""
-    sc = tiny(**{"network.outages": [{"start_s": 0.3, "duration_s": 100.0,
+    sc = one_turn(**{"network.outages": [{"start_s": 0.3, "duration_s": 100.0,
                                       "direction": "downlink"}],
                  "live.timeouts.turn_response_s": 1.0, "live.timeouts.turn_total_s": total_s,
                  "live.retry.max_attempts": 1, "run.drain_s": 20.0})
