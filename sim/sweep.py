@@ -296,9 +296,9 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
 
         def finished(i: int, summary: dict[str, Any]) -> None:
             nonlocal done
-            summaries[i] = summary
             if dirs[i] is not None:
                 _complete_point(dirs[i], summary, plans[i])
+            summaries[i] = summary
             done += 1
             bar(done / len(points))
 
@@ -426,9 +426,12 @@ def _complete_point(point_dir: Path, summary: dict[str, Any],
 
 
 def _mark(point_dir: Path, meta: dict[str, Any], status: str, e: BaseException) -> None:
+    """Stamp an unfinished point ``interrupted``/``failed`` (never a complete one)."""
     from sim import results
 
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads((point_dir / "meta.json").read_text("utf-8")).get("status") == "complete":
+            return
         results.finish_run(point_dir, meta, status, type(e).__name__)
 
 
