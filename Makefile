@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint bench bench-sim bench-server clean system-deps
+.PHONY: venv demo test lint bench bench-sim bench-server bench-sweep clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,10 +33,13 @@ test: $(STAMP) system-deps
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-bench: bench-sim bench-server
+bench: bench-sim bench-server bench-sweep
 
 bench-sim: $(STAMP)
 	$(BIN)/rtalab sim bench --memory
+
+bench-sweep: $(STAMP)
+	nice -n 10 $(BIN)/rtalab sim sweep-bench
 
 bench-server: $(STAMP) system-deps
 	$(BIN)/rtalab serve bench

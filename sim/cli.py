@@ -440,6 +440,15 @@ def add_sim_parser(subparsers: Any) -> None:
     _add_scenario_args(show)
     show.set_defaults(func=cmd_show)
 
+    sbench = sub.add_parser("sweep-bench", help="sweep engine figures: speed-ups, RSS",
+                            description="Speed-up 1 -> 2 processes, Dask vs processes, "
+                                        "coordinator RSS of a 200-point sweep, RSS of a "
+                                        "60- vs 3-replication run.")
+    from sim import sweepbench
+
+    sweepbench.add_arguments(sbench)
+    sbench.set_defaults(func=lambda a: sweepbench.run_bench(a))
+
     bench = sub.add_parser("bench", help="simulator speed vs bare SimPy; --memory for peak RSS",
                            description="pyperf-style benchmark of the simulator.")
     from sim.bench import add_arguments

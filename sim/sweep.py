@@ -304,10 +304,17 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
 
         tasks = {}
         metas: dict[int, dict[str, Any]] = {}
+        base_meta = None
         for i in todo:
             if dirs[i] is not None:
+                if base_meta is None:  # host, versions, git: once per sweep, not per point
+                    from sim import results
+
+                    base_meta = results.collect_meta(kind="sim", scenario=scenario,
+                                                     seed=int(root_seed),
+                                                     replications=replications, argv=argv)
                 metas[i] = _start_point(dirs[i], resolved[i], points[i], identities[i],
-                                        root_seed, replications, i, argv)
+                                        base_meta, i)
             tasks[i] = PointTask(i, to_plain(resolved[i]), tuple(plans[i]),
                                  None if dirs[i] is None else str(dirs[i]), plots)
         try:
@@ -397,18 +404,23 @@ def _claim_sweep_dir(out_dir: Path, scenario: Scenario, points: list[dict[str, A
 
 
 def _start_point(point_dir: Path, scenario: Scenario, ov: Point, identity: dict[str, Any],
-                 root_seed: int, replications: int, index: int,
-                 argv: Sequence[str] | None) -> dict[str, Any]:
+                 base_meta: dict[str, Any], index: int) -> dict[str, Any]:
     """Empty a stale point folder and write its scenario and ``meta.json`` (running)."""
+    import copy
+    import datetime as dt
+    import time
+
     from sim import results
 
     if point_dir.exists():
         shutil.rmtree(point_dir)
     point_dir.mkdir(parents=True)
-    meta = results.collect_meta(
-        kind="sim", scenario=scenario, seed=int(root_seed), replications=replications,
-        argv=argv, extra={"sweep_point": {"index": index, "overrides": json.loads(canonical(ov)),
-                                          "identity_sha256": _sha(identity)}})
+    meta = copy.deepcopy(base_meta)
+    meta.update(scenario=scenario.name, _t0=time.perf_counter(),
+                started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+                .replace("+00:00", "Z"),
+                sweep_point={"index": index, "overrides": json.loads(canonical(ov)),
+                             "identity_sha256": _sha(identity)})
     results.start_run(point_dir, scenario, meta)
     return meta
 
@@ -520,7 +532,8 @@ def make_executor(processes: int | None = None, dask: str | None = None) -> Iter
     * default: a local ``ProcessPoolExecutor`` with ``processes`` workers (default: every
       usable CPU), started through a fork server that has the simulator preloaded;
     * ``dask="local"`` or ``"local:N"``: a Dask ``LocalCluster(n_workers=N,
-      threads_per_worker=1, processes=True)`` (N default: every usable CPU);
+      threads_per_worker=1, processes=True)`` (N default: every usable CPU), the simulator
+      preloaded in each worker;
     * ``dask="tcp://host:8786"``: a client of that existing scheduler (its workers
       must have rtalab installed, see README).
     """
@@ -551,7 +564,7 @@ def make_executor(processes: int | None = None, dask: str | None = None) -> Iter
             if kind == "local":
                 cluster = stack.enter_context(LocalCluster(
                     n_workers=n or usable_cpus(), threads_per_worker=1, processes=True,
-                    dashboard_address=None, silence_logs=40))
+                    dashboard_address=None, silence_logs=40, preload=_PRELOAD))
                 client = stack.enter_context(Client(cluster))
             else:
                 client = stack.enter_context(Client(dask, timeout="10s"))
