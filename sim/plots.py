@@ -32,6 +32,9 @@ DPI = 110
 SMOOTH_S = 5  # rolling window of the bold line over per-second rates
 CDF_POINTS = 600  # quantiles drawn per line (keeps plots of 1M turns light)
 PERCENTILE_STYLE = {50: ":", 95: "--", 99: "-."}
+# replications drawn as individual faint lines (pooled lines and means use every one), so
+# a plot's memory and ink do not grow with the number of replications
+MAX_REPLICATION_LINES = 10
 
 COLORS = {
     S.OFFERED_TURNS_PER_S: "tab:blue", S.ATTEMPTS_PER_S: "tab:orange",
@@ -106,7 +109,7 @@ def plot_latency_cdf(turns: pd.DataFrame, scenario: Scenario, path: Path) -> Pat
                     transform=ax.transAxes)
             ax.set_xlim(1e-2, 10)
             continue
-        for i, rep in enumerate(reps):
+        for i, rep in enumerate(reps[:MAX_REPLICATION_LINES]):
             v = done.loc[done[S.REPLICATION] == rep, col].to_numpy(dtype=float)
             v = v[np.isfinite(v) & (v > 0)]
             if len(v):
@@ -127,8 +130,11 @@ def plot_latency_cdf(turns: pd.DataFrame, scenario: Scenario, path: Path) -> Pat
         ax.set_xlim(max(lo / 1.5, 1e-4), hi * 1.5)
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8,
                   frameon=False)
+    shown = (f"; lines of the first {MAX_REPLICATION_LINES}"
+             if len(reps) > MAX_REPLICATION_LINES else "")
     fig.suptitle(f"{scenario.name}: latency CDFs ({n_all:,} turns after the "
-                 f"{warmup_s:g} s warm-up, {len(reps)} replication{'s' * (len(reps) != 1)})")
+                 f"{warmup_s:g} s warm-up, {len(reps)} replication{'s' * (len(reps) != 1)}"
+                 f"{shown})")
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
@@ -181,7 +187,7 @@ def _series(ax: Axes, ts: pd.DataFrame, col: str, label: str, color: Any,
     # rates count events in [t_s, t_s + 1): drawn at the bin centre; gauges are sampled at t_s + 1
     x = wide.index.to_numpy(dtype=float) + (0.5 if col in S.TIMESERIES_RATES else 1.0)
     if wide.shape[1] > 1:
-        for rep in wide.columns:
+        for rep in list(wide.columns)[:MAX_REPLICATION_LINES]:
             ax.plot(x, wide[rep].to_numpy(dtype=float), color=color, lw=0.5, alpha=0.25)
     mean = wide.mean(axis=1)
     if smooth:

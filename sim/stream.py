@@ -5,8 +5,10 @@ Each replication is simulated (:func:`sim.runner.run_once`), its metrics are com
 once (:func:`sim.summary.replication_metrics`), its records are appended to the run
 folder's Parquet tables (:class:`sim.results.RecordWriter`) and its DataFrames are
 dropped; the summary is built from the per-replication metric values
-(:func:`sim.summary.summarize_metrics`) and the plots read back from disk only the
-columns they draw.  Used by ``rtalab sim run`` and by every point of a sweep.
+(:func:`sim.summary.summarize_metrics`).  The plots keep only what they draw: the
+plotted columns of the turns after the warm-up (~33 bytes a turn) and the per-second
+time series — reading them back from Parquet costs more memory than holding them.
+Used by ``rtalab sim run`` and by every point of a sweep.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
     warmup_s = scenario.run.warmup_s
     writer = RecordWriter(run_dir) if run_dir is not None else None
     per_rep: list[dict[str, float | None]] = []
+    plot_turns: list[Any] = []
+    plot_ts: list[Any] = []
+    plots = plots and run_dir is not None
     try:
         for k, (seed, rep) in enumerate(plan):
             sub = None if progress is None else _scaled(progress, k, len(plan))
@@ -58,6 +63,10 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
             per_rep.append(replication_metrics(out, warmup_s))
             if writer is not None:
                 writer.append(out)
+            if plots:
+                t, ts = plot_columns(out, warmup_s)
+                plot_turns.append(t)
+                plot_ts.append(ts)
             del out
             gc.collect()
         if writer is not None:
@@ -66,20 +75,29 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
         if writer is not None:
             writer.abort()
         raise
-    if run_dir is not None and plots:
-        plot_from_disk(Path(run_dir), scenario)
+    if plots:
+        _plot(Path(run_dir), scenario, plot_turns, plot_ts)
     return summarize_metrics(per_rep, warmup_s, [s for s, _ in plan], [r for _, r in plan])
 
 
-def plot_from_disk(run_dir: Path, scenario: Scenario) -> list[Path]:
-    """Draw a run folder's PNGs from its Parquet tables, reading only the plotted columns."""
+def plot_columns(out: Any, warmup_s: float) -> tuple[Any, Any]:
+    """What the plots need of one replication: its turns after the warm-up (the plotted
+    columns only, ~33 bytes a turn) and its time series (one row a second)."""
+    turns = out.turns
+    keep = turns["start_s"].to_numpy() >= warmup_s
+    cols = [c for c in PLOT_TURN_COLUMNS if c != "replication"]
+    small = turns.loc[keep, cols].reset_index(drop=True)
+    small.insert(0, "replication", out.replication)
+    return small, out.timeseries
+
+
+def _plot(run_dir: Path, scenario: Scenario, turns: list[Any], timeseries: list[Any]) -> None:
     import pandas as pd
 
     from sim.plots import plot_run
 
-    turns = pd.read_parquet(run_dir / "turns.parquet", columns=list(PLOT_TURN_COLUMNS))
-    timeseries = pd.read_parquet(run_dir / "timeseries.parquet")
-    return plot_run(run_dir, scenario, turns, timeseries)
+    plot_run(run_dir, scenario, pd.concat(turns, ignore_index=True),
+             pd.concat(timeseries, ignore_index=True))
 
 
 def seeds_meta(plan: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
