@@ -18,6 +18,7 @@ import pandas as pd
 from sim.policy import is_retryable
 from sim.runner import RunOutput, run_once
 from sim.scenario import Scenario
+from tests.stats import seed
 
 TIMED_OUT = {"timeout", "total-timeout", "response-lost"}
 
@@ -73,7 +74,7 @@ def _key(r: Any) -> tuple[int, str, int]:
 
 
 def test_envoy_budget_decisions_follow_active_concurrency() -> None:
-    out = run_once(stormy(**{"live.budget.envoy.enabled": True}), seed=3)
+    out = run_once(stormy(**{"live.budget.envoy.enabled": True}), seed=seed(3))
     a = out.attempts
     send = a["send_s"].to_numpy()
     end = np.where(np.isfinite(a["end_s"]), a["end_s"], np.inf)
@@ -100,7 +101,7 @@ def test_envoy_budget_decisions_follow_active_concurrency() -> None:
 def test_aws_quota_replays_from_the_records() -> None:
     sc = stormy(**{"live.budget.aws_quota.enabled": True,
                    "live.budget.aws_quota.initial_tokens": 60})
-    out = run_once(sc, seed=4)
+    out = run_once(sc, seed=seed(4))
     ev = _events(out)
     tokens, cap = 60, 60
     cost_of: dict[tuple[int, str, int], int] = {}  # retry attempt -> what its grant cost
@@ -127,7 +128,7 @@ def test_call_bucket_and_retry_breaker_replay_from_the_records() -> None:
         sc = stormy(**{f"live.budget.{name}.enabled": True,
                        "live.budget.retry_breaker.max_failure_ratio": 0.6,
                        "live.budget.retry_breaker.window_s": 0.0})
-        out = run_once(sc, seed=5)
+        out = run_once(sc, seed=seed(5))
         a = out.attempts
         firsts = np.sort(a.loc[a["attempt"] == 1, "send_s"].to_numpy())
         ev = _events(out)
