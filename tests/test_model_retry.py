@@ -35,7 +35,7 @@ def independent_failures(x: float, attempts: int, code: str = "upstream-timeout"
         "reasoner.workers": 16,
         "reasoner.reasoning_time_s": {"dist": "exp", "mean": 0.3},
         "reasoner.errors": {code: x},
-        "run.duration_s": 400.0,
+        "run.duration_s": 1200.0,  # one retry more/fewer ≥ 8 SE apart in attempts/turn
         "run.warmup_s": 20.0,
         "run.replications": REPS,
     })

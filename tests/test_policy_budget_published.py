@@ -305,3 +305,23 @@ def test_new_budgets_combine_and_a_veto_charges_nothing() -> None:
     b.on_success(0.0, retried=True)
     s = b.state(0.0)
     assert s["aws_tokens"] == 485 and s["envoy_active_retries"] == 3
+
+
+def test_new_budget_sections_parse_and_validate_in_scenarios() -> None:
+    from sim.config import ConfigError
+    from sim.scenario import Scenario
+
+    sc = Scenario().with_overrides({
+        "live.budget.aws_quota.enabled": True, "live.budget.aws_quota.initial_tokens": 50,
+        "live.budget.envoy.enabled": True, "live.budget.envoy.budget_percent": 25.0,
+        "live.budget.call_bucket.enabled": True, "live.budget.retry_breaker.window_s": 0.0})
+    b = sc.live.budget
+    assert (b.aws_quota.initial_tokens, b.envoy.budget_percent, b.retry_breaker.window_s) == \
+        (50, 25.0, 0.0)
+    assert [p.name for p in make_budget(b).parts] == ["call_bucket", "aws_quota", "envoy"]
+    for key, bad in (("live.budget.envoy.budget_percent", 120.0),
+                     ("live.budget.aws_quota.initial_tokens", 0),
+                     ("live.budget.call_bucket.max_tokens", 0.0),
+                     ("live.budget.retry_breaker.window_s", -1.0)):
+        with pytest.raises(ConfigError, match=key.rsplit(".", 1)[1]):
+            Scenario().with_overrides({key: bad})
