@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint bench bench-sim bench-server clean system-deps
+.PHONY: venv demo test lint bench bench-sim bench-server bench-check clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,13 +33,16 @@ test: $(STAMP) system-deps
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-bench: bench-sim bench-server
+bench: bench-sim bench-server bench-check
 
 bench-sim: $(STAMP)
 	$(BIN)/rtalab sim bench --memory
 
 bench-server: $(STAMP) system-deps
 	$(BIN)/rtalab serve bench
+
+bench-check: $(STAMP)
+	$(BIN)/rtalab check --bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info

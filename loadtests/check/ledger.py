@@ -1,0 +1,164 @@
+"""Read a load run's raw ledgers (``ledger/*.jsonl``, see LEDGER.md) into pandas DataFrames.
+
+Fast path: ``pyarrow.json`` with an explicit schema per ledger (multi-threaded C++
+parsing; unknown fields ignored, absent fields null).  When a writer used other
+types than the contract's (an id written as a number, an integer column holding
+``1.0``) the file is re-read line by line with :mod:`json` and coerced, so a wire
+detail the contract leaves open never breaks the checker.  ``sequence_id`` is
+read as a float whatever its JSON type (0- or 1-based, int or float).
+
+A missing or unreadable file, a line that is not a JSON object, or an attempts
+ledger without its key columns raises :class:`LedgerError` (one line naming the
+file and line): the checker's "unusable input".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.json as pajson
+
+STR, F64, I64, BOOL = pa.string(), pa.float64(), pa.int64(), pa.bool_()
+
+SCHEMAS: dict[str, dict[str, pa.DataType]] = {
+    # only the fields the rules read (the JSON reader skips the others: LEDGER.md has them all)
+    "attempts": {
+        "call_id": STR, "turn_index": I64, "interaction_id": STR, "phase": STR,
+        "request_guid": STR, "context_id": STR, "context_id_learned": STR, "injected": STR,
+        "side_effect": BOOL, "send_s": F64, "outcome": STR, "error_code": STR,
+        "decision": STR, "echo": BOOL, "events": I64, "events_without_seq": I64,
+        "order_violations": I64,
+    },
+    "events": {
+        "request_guid": STR, "attempt_key": STR, "recv_s": F64, "kind": STR,
+        "sequence_id": F64, "played_index": F64,
+    },
+    "turns": {
+        "call_id": STR, "turn_index": I64, "interaction_id": STR, "side_effect": BOOL,
+        "outcome": STR, "told_caller": STR,
+    },
+    "witness": {
+        "id": I64, "contextId": STR, "requestGuid": STR, "interactionId": STR,
+    },
+    "chaos": {"kind": STR, "request_guid": STR},
+}
+# columns without which the attempts ledger cannot be judged at all
+ATTEMPT_KEYS = ("call_id", "turn_index", "request_guid")
+
+
+class LedgerError(Exception):
+    """A ledger the checker cannot use (one line, names the file)."""
+
+
+@dataclass
+class Ledgers:
+    """The raw ledgers of one run; ``None`` where the file does not exist."""
+
+    attempts: pd.DataFrame
+    events: pd.DataFrame | None
+    turns: pd.DataFrame | None
+    witness: pd.DataFrame | None
+    chaos: pd.DataFrame | None
+
+    @property
+    def rows(self) -> int:
+        """Rows read over all ledgers."""
+        return sum(len(df) for df in (self.attempts, self.events, self.turns, self.witness,
+                                      self.chaos) if df is not None)
+
+
+def _empty(name: str) -> pd.DataFrame:
+    """An empty frame with the columns of ledger ``name``."""
+    return pa.schema(list(SCHEMAS[name].items())).empty_table().to_pandas()
+
+
+def _coerce(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    """Bring a line-by-line parsed frame to the contract's column types (ids as strings)."""
+    out = {}
+    for col, typ in SCHEMAS[name].items():
+        if col not in df.columns:
+            out[col] = pd.Series([None] * len(df), dtype="object" if typ in (STR, BOOL)
+                                 else "float64")
+            continue
+        s = df[col]
+        if typ == STR:
+            out[col] = s.map(lambda v: None if v is None or (isinstance(v, float) and v != v)
+                             else (v if isinstance(v, str) else json.dumps(v)
+                                   if isinstance(v, (dict, list)) else str(v)))
+        elif typ == BOOL:
+            out[col] = s.map(lambda v: None if v is None else bool(v))
+        else:
+            out[col] = pd.to_numeric(s, errors="coerce").astype("float64")
+    return pd.DataFrame(out, index=df.index)
+
+
+def _read_slow(path: Path, name: str) -> pd.DataFrame:
+    """Line-by-line fallback; raises LedgerError on the first line that is not a JSON object."""
+    rows = []
+    with path.open("rb") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                raise LedgerError(f"{path}: line {n} is not valid JSON") from None
+            if not isinstance(row, dict):
+                raise LedgerError(f"{path}: line {n} is not a JSON object")
+            rows.append(row)
+    if not rows:
+        return _empty(name)
+    return _coerce(pd.DataFrame.from_records(rows), name)
+
+
+def read_jsonl(path: Path, name: str) -> pd.DataFrame:
+    """One JSONL ledger as a DataFrame with (at least) the contract's columns."""
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise LedgerError(f"{path}: cannot read ({e.strerror or e})") from None
+    if size == 0:
+        return _empty(name)
+    schema = pa.schema(list(SCHEMAS[name].items()))
+    try:
+        table = pajson.read_json(
+            path, read_options=pajson.ReadOptions(block_size=16 << 20),
+            parse_options=pajson.ParseOptions(explicit_schema=schema,
+                                              unexpected_field_behavior="ignore",
+                                              newlines_in_values=False))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return _read_slow(path, name)
+    except OSError as e:
+        raise LedgerError(f"{path}: cannot read ({e})") from None
+    return table.to_pandas()
+
+
+def _optional(folder: Path, name: str) -> pd.DataFrame | None:
+    """``folder/<name>.jsonl`` or None when absent."""
+    path = folder / f"{name}.jsonl"
+    return read_jsonl(path, name) if path.exists() else None
+
+
+def read_ledgers(run_dir: str | Path) -> Ledgers:
+    """All ledgers of ``run_dir`` (``ledger/`` inside it, or the folder itself)."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise LedgerError(f"{run}: no such run folder")
+    folder = run / "ledger" if (run / "ledger").is_dir() else run
+    attempts_path = folder / "attempts.jsonl"
+    if not attempts_path.exists():
+        raise LedgerError(f"{run}: no ledger/attempts.jsonl (not a load run folder?)")
+    attempts = read_jsonl(attempts_path, "attempts")
+    missing = [c for c in ATTEMPT_KEYS if len(attempts) and attempts[c].isna().all()]
+    if missing:
+        raise LedgerError(f"{attempts_path}: no values for {', '.join(missing)}")
+    chaos = _optional(folder, "chaos")
+    if chaos is None and (run / "chaos.jsonl").exists():
+        chaos = read_jsonl(run / "chaos.jsonl", "chaos")
+    return Ledgers(attempts=attempts, events=_optional(folder, "events"),
+                   turns=_optional(folder, "turns"), witness=_optional(folder, "witness"),
+                   chaos=chaos)

@@ -1,0 +1,94 @@
+"""``check_run(run_dir) -> Verdict``: the Jepsen-style delivery verdict of one load run.
+
+Reads ``RUN_DIR/ledger/*.jsonl`` (LEDGER.md) and ``RUN_DIR/scenario.toml`` (the
+Live policy whose attempt limits ``retry-limit`` applies), evaluates every rule of
+:mod:`loadtests.check.rules` and writes ``verdict.json`` + ``verdict.txt`` into
+the run folder.  Raises :class:`~loadtests.check.ledger.LedgerError` on unusable
+input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from loadtests.check import rules as R
+from loadtests.check.ledger import Ledgers, read_ledgers
+from loadtests.check.verdict import Verdict
+
+
+def load_policy(run_dir: Path) -> Any | None:
+    """The run's ``RetryPolicy`` from ``scenario.toml``, or None if absent / unreadable."""
+    path = Path(run_dir) / "scenario.toml"
+    if not path.exists():
+        return None
+    from sim.config import ConfigError
+    from sim.policy.decide import RetryPolicy
+    from sim.scenario import load_scenario
+
+    try:
+        return RetryPolicy(load_scenario(path).live)
+    except (ConfigError, OSError, ValueError):
+        return None
+
+
+def _stats(led: Ledgers, p: R.Prepared) -> dict[str, Any]:
+    """Counts that explain the verdict (what was injected, what was absorbed)."""
+    a = p.a
+    stats: dict[str, Any] = {
+        "turns": p.n_turns, "attempts": len(a), "rows": led.rows,
+        "client_injected_copies": int(a["inj"].sum()),
+        "events": None if led.events is None else len(led.events),
+        "witness_executions": None if p.w is None else len(p.w),
+    }
+    dup_guids = [a.loc[a["inj"], "request_guid"]]
+    if led.chaos is not None:
+        kinds = led.chaos["kind"].value_counts()
+        stats["proxy_injections"] = {str(k): int(v) for k, v in kinds.items()}
+        dup_guids.append(led.chaos.loc[led.chaos["kind"].eq("duplicate"), "request_guid"])
+    if led.events is not None and len(led.events):
+        back = R.stream_order(led.events, played=False)
+        stats["streams_received_out_of_order"] = int(back["attempt_key"].nunique())
+    if p.w is not None:
+        copies = pd.concat(dup_guids, ignore_index=True).dropna()
+        runs = p.w["requestGuid"].dropna().value_counts()
+        executed = copies.map(runs).fillna(0).to_numpy()
+        se_guids = set(a.loc[R._truthy(a["side_effect"]), "request_guid"].dropna())
+        is_se = copies.isin(se_guids).to_numpy()
+        stats["duplicates_of_side_effect_requests"] = int(is_se.sum())
+        stats["duplicates_absorbed"] = int((is_se & (executed == 1)).sum())
+    return stats
+
+
+def evaluate(led: Ledgers, policy: Any | None,
+             hazard_limits: Mapping[str, float] | None = None) -> Verdict:
+    """Every rule over already-read ledgers."""
+    limits = dict(hazard_limits or {})
+    p = R.prepare(led)
+    seq = R._attempt_sequence(p)
+    results = [
+        R.rule_lost(p), R.rule_duplicated(p), R.rule_ghost(p, limits),
+        R.rule_reexecuted(p, limits), R.rule_sessions(p, limits), R.rule_unexpected(p),
+        R.rule_incomplete(p), R.rule_ordering(p, led.events),
+        R.rule_non_retryable(p, seq), R.rule_retry_limit(p, seq, policy),
+        R.rule_echo(p), R.rule_sequence_id(p, led.events),
+    ]
+    return Verdict(rules=results, stats=_stats(led, p))
+
+
+def check_run(run_dir: str | Path, hazard_limits: Mapping[str, float] | None = None, *,
+              write: bool = True) -> Verdict:
+    """The verdict of ``run_dir`` (written to verdict.json / verdict.txt unless ``write=False``)."""
+    run = Path(run_dir)
+    led = read_ledgers(run)
+    verdict = evaluate(led, load_policy(run), hazard_limits)
+    verdict.run_dir = str(run)
+    if write:
+        verdict.write(run)
+    return verdict
+
+
+__all__ = ["check_run", "evaluate", "load_policy"]
