@@ -309,7 +309,8 @@ class ChaosProxy:
                         timing.events += 1
                         await deliver(event)
                     else:
-                        releaser.put(timing.release(loop.time(), ev.terminal), event)
+                        releaser.put(timing.release(loop.time(), ev.terminal,
+                                                    ev.sequence_id is not None), event)
             if releaser is not None:
                 await releaser.drain()
         finally:
@@ -525,6 +526,7 @@ class _WsRelay:
                         timing.events += 1
                         await self.deliver(frame)
                     else:
-                        self.releaser.put(timing.release(loop.time(), ev.terminal), frame)
+                        self.releaser.put(timing.release(loop.time(), ev.terminal,
+                                                    ev.sequence_id is not None), frame)
                 if ev.terminal:
                     p._stream_done("ws", info, timing, swallowed[0])

@@ -3,10 +3,10 @@
 A :class:`Releaser` delivers items at their release times in release-time order
 (FIFO among equal times).  :class:`StreamTiming` computes those times for the
 events of one stream from the ``[network].downlink`` draws: every event gets
-``latency`` (FIFO kept: never released before its predecessor), an event chosen
-for reordering gets an extra ``reorder_delay`` on top, so later events overtake
-it; the terminal event is released after every earlier event unless
-``reorder_terminal``.
+``latency`` (FIFO kept: never released before its predecessor), an event that
+carries ``rta/sequenceId`` and is chosen for reordering gets an extra
+``reorder_delay`` on top, so later events overtake it; the terminal event is
+released after every earlier event unless ``reorder_terminal``.
 """
 
 from __future__ import annotations
@@ -98,12 +98,16 @@ class StreamTiming:
         """Whether the connection is cut at this event (``downlink.loss``)."""
         return bool(self.link.loss > 0 and self.rng.random() < self.link.loss)
 
-    def release(self, now: float, terminal: bool) -> float:
-        """The release time of the next event, received at ``now``."""
+    def release(self, now: float, terminal: bool, reorderable: bool = True) -> float:
+        """The release time of the next event, received at ``now``.
+
+        Only ``reorderable`` events (those carrying ``rta/sequenceId``, which a
+        consumer can put back in order) are ever held back; others stay FIFO.
+        """
         self.events += 1
         base = max(now + sample(self.link.latency_s, self.rng), self.last + EPS)
         when = base
-        if self.link.reorder > 0 and self.rng.random() < self.link.reorder:
+        if reorderable and self.link.reorder > 0 and self.rng.random() < self.link.reorder:
             when = base + sample(self.link.reorder_delay_s, self.rng)
             self.delayed += 1
         else:
