@@ -476,14 +476,21 @@ class _WsRelay:
                 continue
             self.streams[_id_key(info.rpc_id)] = (info, StreamTiming(
                 p.down, rng, p.cfg.reorder_terminal), [0])
-            if f.delay_s > 0:
-                await asyncio.sleep(f.delay_s)
-            await self.up.send(data)
+            if f.delay_s > 0:  # later frames with shorter delays overtake this one
+                p.spawn(self._send_later(data, f.delay_s))
+            else:
+                await self.up.send(data)
             if f.duplicate and isinstance(obj, dict):
                 p._dups += 1
                 copy = dict(obj, id=f"chaos-dup-{p._dups}")
                 self.discard[_id_key(copy["id"])] = (info, f.duplicate_delay_s)
-                p.spawn(self._send_copy(copy, f.duplicate_delay_s))
+                p.spawn(self._send_copy(copy, f.delay_s + f.duplicate_delay_s))
+
+    async def _send_later(self, data: str | bytes, delay_s: float) -> None:
+        """Forward a frame after its uplink delay."""
+        await asyncio.sleep(delay_s)
+        with contextlib.suppress(ConnectionClosed):
+            await self.up.send(data)
 
     async def _send_copy(self, copy: dict[str, Any], delay_s: float) -> None:
         """The duplicate of a request frame, sent later (its frames are discarded)."""
