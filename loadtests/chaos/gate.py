@@ -159,11 +159,13 @@ class Gate:
             if end <= self.now_s():
                 continue
             await asyncio.sleep(max(0.0, start - self.now_s()))
-            self.ledger.record("outage-start", binding="tcp", mode=self.cfg.outage_mode,
-                               direction=o.direction, start_s=start, duration_s=o.duration_s)
-            if self.cfg.outage_mode == "refuse":
+            n = None
+            if self.cfg.outage_mode == "refuse":  # act first: a reader of the line sees it in force
                 self.stop_listening()
                 n = self.reset_all()
+            self.ledger.record("outage-start", binding="tcp", mode=self.cfg.outage_mode,
+                               direction=o.direction, start_s=start, duration_s=o.duration_s)
+            if n is not None:
                 self.ledger.record("refused", binding="tcp", connections=n)
             await asyncio.sleep(max(0.0, end - self.now_s()))
             if self.cfg.outage_mode == "refuse":

@@ -153,6 +153,8 @@ def read_ledgers(run_dir: str | Path) -> Ledgers:
     if not attempts_path.exists():
         raise LedgerError(f"{run}: no ledger/attempts.jsonl (not a load run folder?)")
     attempts = read_jsonl(attempts_path, "attempts")
+    if attempts.empty:
+        raise LedgerError(f"{attempts_path}: no attempts recorded (nothing to judge)")
     missing = [c for c in ATTEMPT_KEYS if len(attempts) and attempts[c].isna().all()]
     if missing:
         raise LedgerError(f"{attempts_path}: no values for {', '.join(missing)}")

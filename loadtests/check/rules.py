@@ -326,7 +326,7 @@ def rule_ordering(p: Prepared, events: pd.DataFrame | None) -> RuleResult:
 def _attempt_sequence(p: Prepared) -> pd.DataFrame:
     """Non-injected attempts ordered per (turn, phase) with ordinal and has_next."""
     a = p.a.loc[~p.a["inj"], ["tkey", "phase", "send_s", "request_guid", "error_code",
-                               "outcome", "decision"]]
+                               "outcome", "decision", "context_id"]]
     phase = pd.factorize(a["phase"].fillna(""))[0]
     send = a["send_s"].to_numpy(dtype=np.float64)
     order = np.lexsort((np.nan_to_num(send, nan=np.inf), phase, a["tkey"].to_numpy()))
@@ -334,16 +334,23 @@ def _attempt_sequence(p: Prepared) -> pd.DataFrame:
     g = a["tkey"].to_numpy() * 8 + phase[order]
     same_next = np.zeros(len(a), dtype=bool)
     same_next[:-1] = g[1:] == g[:-1]
-    out = a.assign(has_next=same_next)
+    ctx = a["context_id"].fillna("").to_numpy()
+    same_ctx = np.zeros(len(a), dtype=bool)
+    same_ctx[:-1] = ctx[1:] == ctx[:-1]
+    out = a.assign(has_next=same_next, next_same_context=same_next & same_ctx)
     out["ordinal"] = out.groupby(g, sort=False).cumcount().to_numpy() + 1
     return out
 
 
 def rule_non_retryable(p: Prepared, seq: pd.DataFrame) -> RuleResult:
-    """Attempts failed with a non-retryable code that the Live layer retried."""
+    """Attempts failed with a non-retryable code that the Live layer retried unmodified.
+
+    A resend in another session (a new contextId: "start a new session" after
+    ``session-not-found``) is a modified request and allowed.
+    """
     code = seq["error_code"]
     nonretry = code.notna() & ~code.isin(RETRYABLE_CODES)
-    bad = seq[nonretry & (seq["has_next"] | seq["decision"].eq("retry"))]
+    bad = seq[nonretry & (seq["next_same_context"] | seq["decision"].eq("retry"))]
     codes = bad["error_code"].value_counts()
     detail = (f"{len(bad)} of {int(nonretry.sum())} non-retryable failures were retried"
               + (f" ({', '.join(f'{c}: {n}' for c, n in codes.items())})" if len(codes) else ""))

@@ -64,6 +64,16 @@ def test_outage_windows_by_direction() -> None:
     assert cfg.outage_at(12, "uplink") is not None and cfg.outage_at(12, "downlink") is None
 
 
+def test_start_at_shifts_the_outage_clock() -> None:
+    import time
+
+    from loadtests.chaos.server import _clock_start
+
+    t0 = _clock_start(time.time() - 10.0)  # the schedule began 10 s ago
+    assert time.monotonic() - t0 == pytest.approx(10.0, abs=0.5)
+    assert _clock_start(None) == pytest.approx(time.monotonic(), abs=0.5)
+
+
 # ------------------------------------------------------------------------------ release timing
 
 

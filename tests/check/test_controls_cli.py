@@ -86,6 +86,23 @@ def test_retrying_a_non_retryable_code_fails_its_rule_only(tmp_path: Path) -> No
     assert v.rule("retried-non-retryable").count == int((a["outcome"] == "failed").sum())
 
 
+def test_resend_in_a_new_session_is_a_modified_request(tmp_path: Path) -> None:
+    """session-not-found, then the turn is sent again in a new session: allowed (errors.md §3)."""
+    led = _led()
+    a = led["attempts"]
+    failed = a.index[a["outcome"] == "failed"]
+    a.loc[failed, "error_code"] = "session-not-found"
+    a.loc[failed, "decision"] = "not-retryable"
+    for i in failed:  # the next attempt of the same turn goes to a new session
+        nxt = a.index[(a["call_id"] == a.loc[i, "call_id"]) & (a["turn_index"] == a.loc[
+            i, "turn_index"]) & (a["attempt"] == 2)]
+        a.loc[nxt, ["context_id", "context_id_learned"]] = "ctx-new-session"
+    write_ledger(tmp_path, led)
+    v = check_run(tmp_path)
+    assert v.rule("retried-non-retryable").status == "pass"
+    assert v.rule("duplicate-session").count > 0  # the new session is visible as a hazard
+
+
 # ------------------------------------------------------------------------------ CLI
 
 
@@ -121,6 +138,9 @@ def test_cli_unusable_input_exits_2_with_one_line(tmp_path: Path,
     assert main(["check", str(run)]) == 2
     err = _one_line_error(capsys)
     assert "attempts.jsonl" in err and "line" in err
+    (run / "ledger" / "attempts.jsonl").write_text("")
+    assert main(["check", str(run)]) == 2
+    assert "no attempts recorded" in _one_line_error(capsys)
     (run / "ledger" / "attempts.jsonl").write_text('["not", "an object"]\n')
     assert main(["check", str(run)]) == 2
     assert "not a JSON object" in _one_line_error(capsys)
