@@ -18,8 +18,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 STR, F64, I64, BOOL = pa.string(), pa.float64(), pa.int64(), pa.bool_()
@@ -55,11 +57,29 @@ class LedgerError(Exception):
 
 
 @dataclass
+class Events:
+    """The events ledger, compact: one stream code per row instead of its id strings.
+
+    ``frame`` has ``stream`` (int64 code of ``attempt_key``, else ``request_guid``;
+    -1 if both are missing), ``task`` (bool: a Task event, which carries no
+    sequenceId), ``sequence_id``, ``played_index``, ``recv_s`` (floats, NaN if
+    absent); ``names[code]`` is the stream's id.
+    """
+
+    frame: pd.DataFrame
+    names: np.ndarray
+
+    def __len__(self) -> int:
+        """Rows."""
+        return len(self.frame)
+
+
+@dataclass
 class Ledgers:
     """The raw ledgers of one run; ``None`` where the file does not exist."""
 
     attempts: pd.DataFrame
-    events: pd.DataFrame | None
+    events: Events | None
     turns: pd.DataFrame | None
     witness: pd.DataFrame | None
     chaos: pd.DataFrame | None
@@ -115,26 +135,57 @@ def _read_slow(path: Path, name: str) -> pd.DataFrame:
     return _coerce(pd.DataFrame.from_records(rows), name)
 
 
-def read_jsonl(path: Path, name: str) -> pd.DataFrame:
-    """One JSONL ledger as a DataFrame with (at least) the contract's columns."""
-    try:
-        size = path.stat().st_size
-    except OSError as e:
-        raise LedgerError(f"{path}: cannot read ({e.strerror or e})") from None
-    if size == 0:
-        return _empty(name)
+def _read_table(path: Path, name: str) -> pa.Table | None:
+    """The fast path: a pyarrow Table, or None when the file needs the line-by-line path."""
     schema = pa.schema(list(SCHEMAS[name].items()))
     try:
-        table = pajson.read_json(
+        return pajson.read_json(
             path, read_options=pajson.ReadOptions(block_size=16 << 20),
             parse_options=pajson.ParseOptions(explicit_schema=schema,
                                               unexpected_field_behavior="ignore",
                                               newlines_in_values=False))
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        return _read_slow(path, name)
+        return None
     except OSError as e:
         raise LedgerError(f"{path}: cannot read ({e})") from None
-    return table.to_pandas()
+
+
+def _size(path: Path) -> int:
+    """File size (LedgerError if unreadable)."""
+    try:
+        return path.stat().st_size
+    except OSError as e:
+        raise LedgerError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def read_events(path: Path) -> Events:
+    """The events ledger as :class:`Events` (stream ids dictionary-encoded in Arrow)."""
+    table = _read_table(path, "events") if _size(path) else None
+    if table is None:
+        df = _read_slow(path, "events") if _size(path) else _empty("events")
+        codes, names = pd.factorize(df["attempt_key"].fillna(df["request_guid"]))
+        task = df["kind"].eq("task").to_numpy()
+        num = {c: pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64)
+               for c in ("sequence_id", "played_index", "recv_s")}
+        return Events(pd.DataFrame({"stream": codes.astype(np.int64), "task": task, **num}),
+                      np.asarray(names, dtype=object))
+    key = pc.coalesce(table["attempt_key"], table["request_guid"]).combine_chunks()
+    enc = pc.dictionary_encode(key)
+    codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    task = pc.fill_null(pc.equal(table["kind"], "task"), False).to_numpy()
+    num = {c: table[c].to_numpy() if table[c].null_count == 0 else
+           table[c].to_pandas().to_numpy(dtype=np.float64)
+           for c in ("sequence_id", "played_index", "recv_s")}
+    return Events(pd.DataFrame({"stream": codes, "task": task, **num}),
+                  enc.dictionary.to_numpy(zero_copy_only=False))
+
+
+def read_jsonl(path: Path, name: str) -> pd.DataFrame:
+    """One JSONL ledger as a DataFrame with (at least) the contract's columns."""
+    if _size(path) == 0:
+        return _empty(name)
+    table = _read_table(path, name)
+    return _read_slow(path, name) if table is None else table.to_pandas()
 
 
 def _optional(folder: Path, name: str) -> pd.DataFrame | None:
@@ -161,6 +212,7 @@ def read_ledgers(run_dir: str | Path) -> Ledgers:
     chaos = _optional(folder, "chaos")
     if chaos is None and (run / "chaos.jsonl").exists():
         chaos = read_jsonl(run / "chaos.jsonl", "chaos")
-    return Ledgers(attempts=attempts, events=_optional(folder, "events"),
+    events = folder / "events.jsonl"
+    return Ledgers(attempts=attempts, events=read_events(events) if events.exists() else None,
                    turns=_optional(folder, "turns"), witness=_optional(folder, "witness"),
                    chaos=chaos)

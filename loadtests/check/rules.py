@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from loadtests.check.ledger import Ledgers
+from loadtests.check.ledger import Events, Ledgers
 from loadtests.check.verdict import (
     FAIL,
     NOT_CHECKED,
@@ -93,17 +93,16 @@ class Prepared:
     turns: pd.DataFrame        # one row per logical turn (index tkey): side_effect, told, outcome
     w: pd.DataFrame | None     # witness, + tkey (NaN: unmatched)
     n_turns: int
-    turn_label: np.ndarray     # tkey -> "call_id#turn_index"
+    keys: pd.DataFrame         # (call_id, turn_index) rows the turn codes were made from
+    first: np.ndarray          # tkey -> a row of ``keys``
 
 
-def _turn_labels(keys: pd.DataFrame, codes: np.ndarray, n: int) -> np.ndarray:
-    """Lazy label lookup table: first (call_id, turn_index) seen per code."""
-    first = pd.Series(np.arange(len(codes))).groupby(codes).first().to_numpy()
-    labels = np.empty(n, dtype=object)
-    sub = keys.iloc[first]
-    labels[:] = [f"{c}#{'' if t != t else int(t)}" for c, t in
-                 zip(sub["call_id"], sub["turn_index"], strict=True)]
-    return labels
+def _first_rows(codes: np.ndarray, n: int) -> np.ndarray:
+    """Index of the first row of each turn code (labels are built only for examples)."""
+    first = np.full(n, -1, dtype=np.int64)
+    uniq, idx = np.unique(codes, return_index=True)  # idx: first occurrence of each code
+    first[uniq] = idx
+    return first
 
 
 def prepare(led: Ledgers) -> Prepared:
@@ -121,7 +120,6 @@ def prepare(led: Ledgers) -> Prepared:
     codes = keys.groupby(TURN_COLS, sort=False, dropna=False).ngroup().to_numpy()
     n = int(codes.max()) + 1 if len(codes) else 0
     a["tkey"] = codes[:len(a)]
-    labels = _turn_labels(keys, codes, n) if n else np.empty(0, dtype=object)
 
     # per-turn facts: side effect (any attempt or the turn row says so), what the caller was told
     se = np.zeros(n, dtype=bool)
@@ -160,12 +158,15 @@ def prepare(led: Ledgers) -> Prepared:
         if missing.any():
             tk[missing] = w.loc[missing, "interactionId"].map(i2k)
         w["tkey"] = tk
-    return Prepared(a=a, turns=turns, w=w, n_turns=n_turns, turn_label=labels)
+    return Prepared(a=a, turns=turns, w=w, n_turns=n_turns, keys=keys,
+                    first=_first_rows(codes, n))
 
 
 def _labels(p: Prepared, tkeys: np.ndarray | pd.Index) -> tuple[str, ...]:
     """Example turn labels for some turn keys."""
-    return examples_of(p.turn_label[np.asarray(tkeys[:5], dtype=np.int64)])
+    rows = p.keys.iloc[p.first[np.asarray(tkeys[:5], dtype=np.int64)]]
+    return examples_of(f"{c}#{'' if t != t else int(t)}"
+                       for c, t in zip(rows["call_id"], rows["turn_index"], strict=True))
 
 
 def _executions(p: Prepared) -> np.ndarray:
@@ -289,26 +290,26 @@ def _decreasing(keys: np.ndarray, order_by: np.ndarray, seq: np.ndarray) -> np.n
     return bad
 
 
-def stream_order(events: pd.DataFrame, played: bool) -> pd.DataFrame:
-    """Events of streams that went backwards in sequenceId: in play order or in receive order."""
-    col = "played_index" if played else "recv_s"
-    e = events[events["sequence_id"].notna() & events[col].notna()]
-    if e.empty:
-        return e
-    keys = pd.factorize(e["attempt_key"].fillna(e["request_guid"]))[0]
-    bad = _decreasing(keys, e[col].to_numpy(dtype=np.float64),
-                      e["sequence_id"].to_numpy(dtype=np.float64))
-    return e[bad]
+def stream_order(events: Events, played: bool) -> np.ndarray:
+    """Codes of the streams whose events went backwards in sequenceId (play or receive order)."""
+    f = events.frame
+    order = f["played_index" if played else "recv_s"].to_numpy()
+    seq = f["sequence_id"].to_numpy()
+    stream = f["stream"].to_numpy()
+    keep = ~np.isnan(seq) & ~np.isnan(order) & (stream >= 0)
+    if not keep.any():
+        return np.empty(0, dtype=np.int64)
+    bad = _decreasing(stream[keep], order[keep], seq[keep])
+    return np.unique(stream[keep][bad])
 
 
-def rule_ordering(p: Prepared, events: pd.DataFrame | None) -> RuleResult:
+def rule_ordering(p: Prepared, events: Events | None) -> RuleResult:
     """Streams whose chunks were handed to playback out of rta/sequenceId order."""
     guids: set[str] = set()
     source = []
-    if events is not None and events["played_index"].notna().any():
+    if events is not None and events.frame["played_index"].notna().any():
         bad = stream_order(events, played=True)
-        guid = bad["request_guid"].fillna(bad["attempt_key"].str.split("#").str[0])
-        guids |= set(guid.dropna().astype(str))
+        guids |= {str(n).split("#")[0] for n in events.names[bad]}
         source.append("events.played_index")
     ov = p.a["order_violations"]
     if ov.notna().any():
@@ -386,19 +387,20 @@ def rule_echo(p: Prepared) -> RuleResult:
                       f"{len(bad)} of {int(answered.sum())} answered attempts lacked the echo")
 
 
-def rule_sequence_id(p: Prepared, events: pd.DataFrame | None) -> RuleResult:
+def rule_sequence_id(p: Prepared, events: Events | None) -> RuleResult:
     """Stream events after the Task that carry no rta/sequenceId."""
     if events is not None and len(events):
-        kind = events["kind"].fillna("")
-        counted = kind.ne("task")
-        bad = events[counted & events["sequence_id"].isna()]
-        return _violation("sequence-id", len(bad),
-                          examples_of(bad["attempt_key"].fillna(bad["request_guid"])[:5]),
-                          f"{len(bad)} of {int(counted.sum())} events without sequenceId")
+        f = events.frame
+        counted = ~f["task"].to_numpy()
+        bad = counted & np.isnan(f["sequence_id"].to_numpy())
+        codes = f["stream"].to_numpy()[bad][:50]
+        return _violation("sequence-id", int(bad.sum()),
+                          examples_of(events.names[codes[codes >= 0]]),
+                          f"{int(bad.sum())} of {int(counted.sum())} events without sequenceId")
     col = p.a["events_without_seq"]
     if col.notna().any():
-        bad = p.a[col.fillna(0).to_numpy() > 0]
+        flagged = p.a[col.fillna(0).to_numpy() > 0]
         n = int(col.fillna(0).sum())
-        return _violation("sequence-id", n, examples_of(bad["request_guid"][:5]),
+        return _violation("sequence-id", n, examples_of(flagged["request_guid"][:5]),
                           f"{n} events without sequenceId (attempts.events_without_seq)")
     return _not_checked("sequence-id", "no events ledger and no events_without_seq")

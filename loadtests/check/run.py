@@ -50,8 +50,7 @@ def _stats(led: Ledgers, p: R.Prepared) -> dict[str, Any]:
         stats["proxy_injections"] = {str(k): int(v) for k, v in kinds.items()}
         dup_guids.append(led.chaos.loc[led.chaos["kind"].eq("duplicate"), "request_guid"])
     if led.events is not None and len(led.events):
-        back = R.stream_order(led.events, played=False)
-        stats["streams_received_out_of_order"] = int(back["attempt_key"].nunique())
+        stats["streams_received_out_of_order"] = len(R.stream_order(led.events, played=False))
     if p.w is not None:
         copies = pd.concat(dup_guids, ignore_index=True).dropna()
         runs = p.w["requestGuid"].dropna().value_counts()
