@@ -15,6 +15,7 @@ file and line): the checker's "unusable input".
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,14 +189,12 @@ def read_jsonl(path: Path, name: str) -> pd.DataFrame:
     return _read_slow(path, name) if table is None else table.to_pandas()
 
 
-def _optional(folder: Path, name: str) -> pd.DataFrame | None:
-    """``folder/<name>.jsonl`` or None when absent."""
-    path = folder / f"{name}.jsonl"
-    return read_jsonl(path, name) if path.exists() else None
-
-
 def read_ledgers(run_dir: str | Path) -> Ledgers:
-    """All ledgers of ``run_dir`` (``ledger/`` inside it, or the folder itself)."""
+    """All ledgers of ``run_dir`` (``ledger/`` inside it, or the folder itself).
+
+    The files are read concurrently (pyarrow parses without the GIL), so one
+    file's conversion to pandas overlaps another's parsing.
+    """
     run = Path(run_dir)
     if not run.is_dir():
         raise LedgerError(f"{run}: no such run folder")
@@ -203,16 +202,19 @@ def read_ledgers(run_dir: str | Path) -> Ledgers:
     attempts_path = folder / "attempts.jsonl"
     if not attempts_path.exists():
         raise LedgerError(f"{run}: no ledger/attempts.jsonl (not a load run folder?)")
-    attempts = read_jsonl(attempts_path, "attempts")
+    paths = {name: folder / f"{name}.jsonl" for name in ("events", "turns", "witness", "chaos")}
+    if not paths["chaos"].exists():
+        paths["chaos"] = run / "chaos.jsonl"
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {name: pool.submit(read_events if name == "events" else read_jsonl, path,
+                                     *(() if name == "events" else (name,)))
+                   for name, path in paths.items() if path.exists()}
+        attempts = read_jsonl(attempts_path, "attempts")
+        got = {name: f.result() for name, f in futures.items()}
     if attempts.empty:
         raise LedgerError(f"{attempts_path}: no attempts recorded (nothing to judge)")
-    missing = [c for c in ATTEMPT_KEYS if len(attempts) and attempts[c].isna().all()]
+    missing = [c for c in ATTEMPT_KEYS if attempts[c].isna().all()]
     if missing:
         raise LedgerError(f"{attempts_path}: no values for {', '.join(missing)}")
-    chaos = _optional(folder, "chaos")
-    if chaos is None and (run / "chaos.jsonl").exists():
-        chaos = read_jsonl(run / "chaos.jsonl", "chaos")
-    events = folder / "events.jsonl"
-    return Ledgers(attempts=attempts, events=read_events(events) if events.exists() else None,
-                   turns=_optional(folder, "turns"), witness=_optional(folder, "witness"),
-                   chaos=chaos)
+    return Ledgers(attempts=attempts, events=got.get("events"), turns=got.get("turns"),
+                   witness=got.get("witness"), chaos=got.get("chaos"))
