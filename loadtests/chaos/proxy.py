@@ -254,7 +254,14 @@ class ChaosProxy:
             done, _ = await asyncio.wait({watcher, work}, return_when=asyncio.FIRST_COMPLETED)
             watcher.cancel()
             if work in done:
-                work.result()  # re-raise DropConnection
+                try:
+                    work.result()  # DropConnection propagates: uvicorn closes the transport
+                except httpx.HTTPError:  # the upstream died mid-answer: so does the caller's
+                    if self.gate is not None:
+                        self.gate.abort(scope.get("client"))
+                    raise DropConnection() from None
+                except OSError:  # the caller went away while we were writing
+                    return
             else:
                 work.cancel()
                 with contextlib.suppress(asyncio.CancelledError, DropConnection, OSError):

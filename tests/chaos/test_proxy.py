@@ -19,9 +19,10 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from loadtests.chaos.procs import start_chaos
-from loadtests.procs import ManagedProcess, free_port
+from loadtests.procs import ManagedProcess, free_port, start_reasoner
 from tests.serve.conftest import (
     BOB,
+    TOKENS,
     Reasoner,
     headers,
     k,
@@ -308,3 +309,43 @@ def test_dead_upstream_gets_502(proxy_factory: Callable[..., Proxy]) -> None:
     with pytest.raises(InvalidStatus) as e:
         px.r.ws()
     assert e.value.response.status_code == 502
+
+
+def reasoner_on(port: int, base: Path, witness: str, store: str) -> ManagedProcess:
+    """A test Reasoner on a fixed port (to restart it where the proxy points)."""
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "scenario.toml").write_text(CHUNKY)
+    args = ["--test-hooks", "--log-level", "warning"]
+    for token, principal in TOKENS.items():
+        args += ["--token", f"{token}={principal}"]
+    return start_reasoner(port=port, dedup=store, scenario=base / "scenario.toml",
+                          witness=witness, extra_args=args, log_path=base / "reasoner.log")
+
+
+def test_upstream_killed_mid_stream_then_restarted(tmp_path: Path, witness: str,
+                                                   proxy_factory: Callable[..., Proxy]) -> None:
+    """The caller's stream dies with the Reasoner; the proxy survives and serves the restart."""
+    port = free_port()
+    store = f"sqlite:///{tmp_path / 'dedup.sqlite'}"
+    upstream = f"http://127.0.0.1:{port}"
+    first = reasoner_on(port, tmp_path / "a", witness, store)
+    try:
+        px = proxy_factory(upstream, *QUIET)
+        slow = stream(message(ctx=uid("ctx"), meta={k("test.delayS"): 10}))
+        with httpx.Client(timeout=20) as c, c.stream("POST", px.r.url + "/", json=slow,
+                                                     headers=headers()) as r:
+            lines = r.iter_lines()
+            assert next(line for line in lines if line.startswith("data:"))  # the Task arrived
+            first.kill()
+            with pytest.raises(httpx.TransportError):
+                for _ in lines:
+                    pass
+        assert _probe(px.r.url, 5.0) == "http 502"  # nobody upstream: a clean 502
+    finally:
+        first.stop()
+    with reasoner_on(port, tmp_path / "b", witness, store):
+        assert px.r.send("sse", stream(message(ctx=uid("ctx")))).final_state == (
+            "TASK_STATE_COMPLETED")
+        with px.r.ws() as s:
+            assert s.request(stream(message(ctx=uid("ctx")))).final_state == (
+                "TASK_STATE_COMPLETED")
