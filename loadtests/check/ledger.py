@@ -32,7 +32,8 @@ SCHEMAS: dict[str, dict[str, pa.DataType]] = {
     "attempts": {
         "call_id": STR, "turn_index": I64, "interaction_id": STR, "phase": STR,
         "request_guid": STR, "context_id": STR, "context_id_learned": STR, "injected": STR,
-        "side_effect": BOOL, "send_s": F64, "outcome": STR, "error_code": STR,
+        "side_effect": BOOL, "send_s": F64, "end_s": F64, "outcome": STR, "error_code": STR,
+        "retry_after_ms": F64,
         "decision": STR, "echo": BOOL, "events": I64, "events_without_seq": I64,
         "order_violations": I64,
     },

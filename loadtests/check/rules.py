@@ -51,6 +51,7 @@ SECTIONS = {
     "ordering": "errors.md §6 (consumers MUST reorder by rta/sequenceId)",
     "retried-non-retryable": "errors.md §2, §3 (MUST NOT be retried unmodified)",
     "retry-limit": "errors.md §3 (bounded attempts: RetryPolicy.max_attempts_for)",
+    "retry-after": "errors.md §3 (rate-limited: back off at least retryAfterMs)",
     "extension-echo": "errors.md §2 extension-inactive, §5 (A2A-Extensions echo)",
     "sequence-id": "errors.md §6 (ordering only via rta/sequenceId)",
 }
@@ -326,8 +327,9 @@ def rule_ordering(p: Prepared, events: Events | None) -> RuleResult:
 
 def _attempt_sequence(p: Prepared) -> pd.DataFrame:
     """Non-injected attempts ordered per (turn, phase) with ordinal and has_next."""
-    a = p.a.loc[~p.a["inj"], ["tkey", "phase", "send_s", "request_guid", "error_code",
-                               "outcome", "decision", "context_id"]]
+    a = p.a.loc[~p.a["inj"], ["tkey", "phase", "send_s", "end_s", "request_guid",
+                               "error_code", "retry_after_ms", "outcome", "decision",
+                               "context_id"]]
     phase = pd.factorize(a["phase"].fillna(""))[0]
     send = a["send_s"].to_numpy(dtype=np.float64)
     order = np.lexsort((np.nan_to_num(send, nan=np.inf), phase, a["tkey"].to_numpy()))
@@ -338,7 +340,11 @@ def _attempt_sequence(p: Prepared) -> pd.DataFrame:
     ctx = a["context_id"].fillna("").to_numpy()
     same_ctx = np.zeros(len(a), dtype=bool)
     same_ctx[:-1] = ctx[1:] == ctx[:-1]
-    out = a.assign(has_next=same_next, next_same_context=same_next & same_ctx)
+    next_send = np.full(len(a), np.nan)
+    next_send[:-1] = a["send_s"].to_numpy(dtype=np.float64)[1:]
+    next_send[~same_next] = np.nan
+    out = a.assign(has_next=same_next, next_same_context=same_next & same_ctx,
+                   next_send_s=next_send)
     out["ordinal"] = out.groupby(g, sort=False).cumcount().to_numpy() + 1
     return out
 
@@ -374,6 +380,25 @@ def rule_retry_limit(p: Prepared, seq: pd.DataFrame, policy: object | None) -> R
     return _violation("retry-limit", len(bad), examples_of(bad["request_guid"][:5]),
                       f"{len(bad)} retries beyond the policy's attempt limit "
                       f"({int(judged.sum())} retries judged)")
+
+
+RETRY_AFTER_SLACK_S = 0.001  # clock granularity of the ledger's unix times
+
+
+def rule_retry_after(seq: pd.DataFrame, policy: object | None) -> RuleResult:
+    """Retries of a ``rate-limited`` failure sent before its ``retryAfterMs`` hint elapsed."""
+    if policy is None:
+        return _not_checked("retry-after", "no readable scenario.toml: retry policy unknown")
+    if not policy.cfg.retry.honour_retry_after:  # type: ignore[attr-defined]
+        return _not_checked("retry-after", "the run's policy does not honour retryAfterMs "
+                                           "(live.retry.honour_retry_after = false)")
+    hinted = (seq["error_code"].eq("rate-limited") & seq["retry_after_ms"].notna()
+              & seq["end_s"].notna() & seq["has_next"])
+    wait = seq["next_send_s"] - seq["end_s"]
+    bad = seq[hinted & (wait < seq["retry_after_ms"] / 1000.0 - RETRY_AFTER_SLACK_S)]
+    return _violation("retry-after", len(bad), examples_of(bad["request_guid"][:5]),
+                      f"{len(bad)} of {int(hinted.sum())} retries after rate-limited came "
+                      "before retryAfterMs")
 
 
 def rule_echo(p: Prepared) -> RuleResult:

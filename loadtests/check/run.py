@@ -73,6 +73,7 @@ def evaluate(led: Ledgers, policy: Any | None,
         R.rule_reexecuted(p, limits), R.rule_sessions(p, limits), R.rule_unexpected(p),
         R.rule_incomplete(p), R.rule_ordering(p, led.events),
         R.rule_non_retryable(p, seq), R.rule_retry_limit(p, seq, policy),
+        R.rule_retry_after(seq, policy),
         R.rule_echo(p), R.rule_sequence_id(p, led.events),
     ]
     return Verdict(rules=results, stats=_stats(led, p))

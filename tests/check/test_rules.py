@@ -135,10 +135,17 @@ def plant_sequence_id(led: Ledger) -> None:
     e.loc[e.index[e["kind"] == "artifact"][3], "sequence_id"] = np.nan
 
 
+def plant_retry_after(led: Ledger) -> None:
+    a = led["attempts"]
+    i = a.index[a["outcome"] == "failed"][0]  # its retry follows 0.5 s later
+    a.loc[i, ["error_code", "retry_after_ms"]] = ["rate-limited", 800.0]
+
+
 PLANTS: dict[str, Callable[[Ledger], None]] = {
     "lost": plant_lost, "duplicated": plant_duplicated, "unexpected": plant_unexpected,
     "incomplete": plant_incomplete, "ordering": plant_ordering,
     "retried-non-retryable": plant_non_retryable, "retry-limit": plant_retry_limit,
+    "retry-after": plant_retry_after,
     "extension-echo": plant_echo, "sequence-id": plant_sequence_id,
 }
 
@@ -284,3 +291,15 @@ def test_turns_ledger_optional(tmp_path: Path, led: Ledger) -> None:
     assert v.ok and v.stats["turns"] == N_TURNS
     plant_lost(led)
     assert failed(judge(tmp_path, led)) == {"lost"}
+
+
+def test_retry_after_respected_passes(tmp_path: Path, led: Ledger) -> None:
+    a = led["attempts"]
+    failed = a.index[a["outcome"] == "failed"]
+    a.loc[failed, "error_code"] = "rate-limited"
+    a.loc[failed, "retry_after_ms"] = 150.0  # the retry came 0.5 s - 0.3 s = 0.2 s after the end
+    v = judge(tmp_path, led)
+    assert v.ok and v.rule("retry-after").status == "pass"
+    assert "0 of " + str(len(failed)) in v.rule("retry-after").detail
+    write_ledger(tmp_path, led, scenario="[live.retry]\nhonour_retry_after = false\n")
+    assert check_run(tmp_path).rule("retry-after").status == "not-checked"
