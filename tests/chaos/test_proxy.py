@@ -349,3 +349,28 @@ def test_upstream_killed_mid_stream_then_restarted(tmp_path: Path, witness: str,
         with px.r.ws() as s:
             assert s.request(stream(message(ctx=uid("ctx")))).final_state == (
                 "TASK_STATE_COMPLETED")
+
+
+def test_scenario_network_section_drives_the_proxy(tmp_path: Path, sqlite_reasoner: Reasoner,
+                                                   proxy_factory: Callable[..., Proxy]) -> None:
+    """No fault flags: the scenario's [network] rates and outages are what is injected."""
+    scenario = tmp_path / "net.toml"
+    scenario.write_text("""
+[network.uplink]
+latency_s = 0.0
+duplication = 1.0
+duplicate_delay_s = 0.0
+[network.downlink]
+latency_s = 0.0
+reorder = 1.0
+reorder_delay_s = 0.02
+[[network.outages]]
+start_s = 3600
+duration_s = 10
+""")
+    px = proxy_factory(sqlite_reasoner.url, "--scenario", str(scenario))
+    t = px.r.sse(stream(message(ctx=uid("ctx"), guid="g-scenario")))
+    assert t.final_state == "TASK_STATE_COMPLETED"
+    assert px.wait_lines("duplicate", 1)[0]["request_guid"] == "g-scenario"
+    assert px.lines("reorder")[0]["delayed"] >= 1
+    assert not px.lines("outage-start")  # an hour away
