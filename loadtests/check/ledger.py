@@ -43,13 +43,15 @@ SCHEMAS: dict[str, dict[str, pa.DataType]] = {
     },
     "turns": {
         "call_id": STR, "turn_index": I64, "interaction_id": STR, "side_effect": BOOL,
-        "outcome": STR, "told_caller": STR,
+        "outcome": STR, "end_reason": STR, "told_caller": STR,
     },
     "witness": {
         "id": I64, "contextId": STR, "requestGuid": STR, "interactionId": STR,
     },
     "chaos": {"kind": STR, "request_guid": STR},
 }
+# event kinds that carry no rta/sequenceId by design: the Task, and a JSON-RPC error frame
+UNSEQUENCED_KINDS = ("task", "error")
 # columns without which the attempts ledger cannot be judged at all
 ATTEMPT_KEYS = ("call_id", "turn_index", "request_guid")
 
@@ -63,8 +65,8 @@ class Events:
     """The events ledger, compact: one stream code per row instead of its id strings.
 
     ``frame`` has ``stream`` (int64 code of ``attempt_key``, else ``request_guid``;
-    -1 if both are missing), ``task`` (bool: a Task event, which carries no
-    sequenceId), ``sequence_id``, ``played_index``, ``recv_s`` (floats, NaN if
+    -1 if both are missing), ``task`` (bool: a Task event or a JSON-RPC error frame,
+    which carry no sequenceId by design), ``sequence_id``, ``played_index``, ``recv_s`` (NaN if
     absent); ``names[code]`` is the stream's id.
     """
 
@@ -166,7 +168,7 @@ def read_events(path: Path) -> Events:
     if table is None:
         df = _read_slow(path, "events") if _size(path) else _empty("events")
         codes, names = pd.factorize(df["attempt_key"].fillna(df["request_guid"]))
-        task = df["kind"].eq("task").to_numpy()
+        task = df["kind"].isin(UNSEQUENCED_KINDS).to_numpy()
         num = {c: pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64)
                for c in ("sequence_id", "played_index", "recv_s")}
         return Events(pd.DataFrame({"stream": codes.astype(np.int64), "task": task, **num}),
@@ -174,7 +176,7 @@ def read_events(path: Path) -> Events:
     key = pc.coalesce(table["attempt_key"], table["request_guid"]).combine_chunks()
     enc = pc.dictionary_encode(key)
     codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-    task = pc.fill_null(pc.equal(table["kind"], "task"), False).to_numpy()
+    task = pc.fill_null(pc.is_in(table["kind"], pa.array(UNSEQUENCED_KINDS)), False).to_numpy()
     num = {c: table[c].to_numpy() if table[c].null_count == 0 else
            table[c].to_pandas().to_numpy(dtype=np.float64)
            for c in ("sequence_id", "played_index", "recv_s")}

@@ -303,3 +303,25 @@ def test_retry_after_respected_passes(tmp_path: Path, led: Ledger) -> None:
     assert "0 of " + str(len(failed)) in v.rule("retry-after").detail
     write_ledger(tmp_path, led, scenario="[live.retry]\nhonour_retry_after = false\n")
     assert check_run(tmp_path).rule("retry-after").status == "not-checked"
+
+
+def test_turns_cut_by_the_end_of_the_run_are_indeterminate(tmp_path: Path, led: Ledger) -> None:
+    t = led["turns"]
+    t.loc[[3, 4], ["outcome", "end_reason", "told_caller"]] = ["unfinished", "end-of-run", "none"]
+    r = judge(tmp_path, led).rule("incomplete")
+    assert r.status == "pass" and "2 in flight when the run stopped" in r.detail
+    t.loc[5, ["outcome", "end_reason"]] = ["unfinished", "stream-hung"]
+    assert judge(tmp_path, led).rule("incomplete").count == 1
+
+
+def test_a_turn_missing_from_the_turns_ledger_is_incomplete(tmp_path: Path, led: Ledger) -> None:
+    led["turns"] = led["turns"].drop(index=[10])  # e.g. a Locust process lost its last rows
+    v = judge(tmp_path, led)
+    assert "incomplete" in v.failed and v.rule("incomplete").count == 1
+
+
+def test_error_frames_need_no_sequence_id(tmp_path: Path, led: Ledger) -> None:
+    e = led["events"]
+    err = e.iloc[[0]].assign(kind="error", sequence_id=np.nan, state=None)
+    led["events"] = pd.concat([e, err], ignore_index=True)
+    assert judge(tmp_path, led).rule("sequence-id").status == "pass"
