@@ -34,7 +34,7 @@ def run_bench(rows: int = 1_000_000, repeat: int = 3, seed: int = 1) -> dict[str
     with tempfile.TemporaryDirectory(prefix="rtalab-check-bench-") as tmp:
         run = write_ledger(Path(tmp), clean_ledger(rows_for(rows), seed=seed))
         lines = count_lines(run / "ledger")
-        policy = load_policy(run)
+        policy, _ = load_policy(run)
         best: tuple[float, float, float] | None = None
         ok = True
         read_rows = 0

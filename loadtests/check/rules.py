@@ -380,10 +380,11 @@ def rule_non_retryable(p: Prepared, seq: pd.DataFrame) -> RuleResult:
                       detail)
 
 
-def rule_retry_limit(p: Prepared, seq: pd.DataFrame, policy: object | None) -> RuleResult:
+def rule_retry_limit(p: Prepared, seq: pd.DataFrame, policy: object | None,
+                     why: str = "") -> RuleResult:
     """Retries beyond ``RetryPolicy.max_attempts_for`` of the code that failed."""
     if policy is None:
-        return _not_checked("retry-limit", "no readable scenario.toml: retry policy unknown")
+        return _not_checked("retry-limit", why or "retry policy unknown")
     limit_of = {c: policy.max_attempts_for(c) for c in RETRYABLE_CODES}  # type: ignore[attr-defined]
     timeout_limit = policy.max_attempts_for("upstream-timeout", timeout=True)  # type: ignore[attr-defined]
     code = seq["error_code"]
@@ -400,10 +401,10 @@ def rule_retry_limit(p: Prepared, seq: pd.DataFrame, policy: object | None) -> R
 RETRY_AFTER_SLACK_S = 0.001  # clock granularity of the ledger's unix times
 
 
-def rule_retry_after(seq: pd.DataFrame, policy: object | None) -> RuleResult:
+def rule_retry_after(seq: pd.DataFrame, policy: object | None, why: str = "") -> RuleResult:
     """Retries of a ``rate-limited`` failure sent before its ``retryAfterMs`` hint elapsed."""
     if policy is None:
-        return _not_checked("retry-after", "no readable scenario.toml: retry policy unknown")
+        return _not_checked("retry-after", why or "retry policy unknown")
     if not policy.cfg.retry.honour_retry_after:  # type: ignore[attr-defined]
         return _not_checked("retry-after", "the run's policy does not honour retryAfterMs "
                                            "(live.retry.honour_retry_after = false)")

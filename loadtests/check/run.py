@@ -20,19 +20,26 @@ from loadtests.check.ledger import Ledgers, read_ledgers
 from loadtests.check.verdict import Verdict
 
 
-def load_policy(run_dir: Path) -> Any | None:
-    """The run's ``RetryPolicy`` from ``scenario.toml``, or None if absent / unreadable."""
-    path = Path(run_dir) / "scenario.toml"
-    if not path.exists():
-        return None
-    from sim.config import ConfigError
-    from sim.policy.decide import RetryPolicy
-    from sim.scenario import load_scenario
+def load_policy(run_dir: Path) -> tuple[Any | None, str]:
+    """The run's ``RetryPolicy`` from the ``[live]`` table of ``scenario.toml``, or why not.
 
+    Only ``[live]`` is read, so sections this build does not know (added by
+    other tools) never hide the policy.
+    """
+    import tomllib
+
+    from sim.config import ConfigError, build
+    from sim.policy.config import LivePolicyConfig
+    from sim.policy.decide import RetryPolicy
+
+    path = Path(run_dir) / "scenario.toml"
     try:
-        return RetryPolicy(load_scenario(path).live)
-    except (ConfigError, OSError, ValueError):
-        return None
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return RetryPolicy(build(LivePolicyConfig, data.get("live", {}), "live")), ""
+    except FileNotFoundError:
+        return None, "no scenario.toml: retry policy unknown"
+    except (ConfigError, OSError, ValueError) as e:  # TOMLDecodeError is a ValueError
+        return None, f"scenario.toml unusable ({e}): retry policy unknown"
 
 
 def _stats(led: Ledgers, p: R.Prepared) -> dict[str, Any]:
@@ -63,7 +70,8 @@ def _stats(led: Ledgers, p: R.Prepared) -> dict[str, Any]:
 
 
 def evaluate(led: Ledgers, policy: Any | None,
-             hazard_limits: Mapping[str, float] | None = None) -> Verdict:
+             hazard_limits: Mapping[str, float] | None = None,
+             policy_problem: str = "no retry policy given") -> Verdict:
     """Every rule over already-read ledgers."""
     limits = dict(hazard_limits or {})
     p = R.prepare(led)
@@ -72,8 +80,8 @@ def evaluate(led: Ledgers, policy: Any | None,
         R.rule_lost(p), R.rule_duplicated(p), R.rule_ghost(p, limits),
         R.rule_reexecuted(p, limits), R.rule_sessions(p, limits), R.rule_unexpected(p),
         R.rule_incomplete(p), R.rule_ordering(p, led.events),
-        R.rule_non_retryable(p, seq), R.rule_retry_limit(p, seq, policy),
-        R.rule_retry_after(seq, policy),
+        R.rule_non_retryable(p, seq), R.rule_retry_limit(p, seq, policy, policy_problem),
+        R.rule_retry_after(seq, policy, policy_problem),
         R.rule_echo(p), R.rule_sequence_id(p, led.events),
     ]
     return Verdict(rules=results, stats=_stats(led, p))
@@ -84,7 +92,8 @@ def check_run(run_dir: str | Path, hazard_limits: Mapping[str, float] | None = N
     """The verdict of ``run_dir`` (written to verdict.json / verdict.txt unless ``write=False``)."""
     run = Path(run_dir)
     led = read_ledgers(run)
-    verdict = evaluate(led, load_policy(run), hazard_limits)
+    policy, problem = load_policy(run)
+    verdict = evaluate(led, policy, hazard_limits, problem)
     verdict.run_dir = str(run)
     if write:
         verdict.write(run)

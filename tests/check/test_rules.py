@@ -325,3 +325,11 @@ def test_error_frames_need_no_sequence_id(tmp_path: Path, led: Ledger) -> None:
     err = e.iloc[[0]].assign(kind="error", sequence_id=np.nan, state=None)
     led["events"] = pd.concat([e, err], ignore_index=True)
     assert judge(tmp_path, led).rule("sequence-id").status == "pass"
+
+
+def test_policy_read_from_the_live_table_only(tmp_path: Path, led: Ledger) -> None:
+    write_ledger(tmp_path, led, scenario="[load]\nprocesses = 2\n[live.retry]\nmax_attempts = 1\n")
+    assert check_run(tmp_path).rule("retry-limit").status == "fail"  # [load] does not hide it
+    write_ledger(tmp_path, led, scenario="[live.retry]\nmax_attempts = 0\n")
+    r = check_run(tmp_path).rule("retry-limit")
+    assert r.status == "not-checked" and "live.retry.max_attempts" in r.detail
