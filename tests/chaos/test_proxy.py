@@ -267,7 +267,7 @@ def test_outage_window(sqlite_reasoner: Reasoner, witness: str,
 
 def test_refuse_resets_streams_in_flight(sqlite_reasoner: Reasoner,
                                          proxy_factory: Callable[..., Proxy]) -> None:
-    px = proxy_factory(sqlite_reasoner.url, *QUIET, "--outage", "2:1", "--outage-mode",
+    px = proxy_factory(sqlite_reasoner.url, *QUIET, "--outage", "3:1", "--outage-mode",
                        "refuse")
     slow = message(ctx=uid("ctx"), meta={k("test.delayS"): 6})
     with pytest.raises(httpx.TransportError):
