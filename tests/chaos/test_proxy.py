@@ -374,3 +374,41 @@ duration_s = 10
     assert px.wait_lines("duplicate", 1)[0]["request_guid"] == "g-scenario"
     assert px.lines("reorder")[0]["delayed"] >= 1
     assert not px.lines("outage-start")  # an hour away
+
+
+def test_concurrent_turns_under_faults_all_complete(sqlite_reasoner: Reasoner, witness: str,
+                                                    proxy_factory: Callable[..., Proxy]) -> None:
+    """Many turns in flight at once (SSE in threads, WS interleaved on one socket); the proxy
+    duplicates exactly the requests its seeded per-request draws say, whatever the interleaving.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from loadtests.chaos.config import ChaosConfig, rng_for, uplink_faults, with_overrides
+
+    px = proxy_factory(sqlite_reasoner.url, *QUIET, "--duplicate", "0.5", "--reorder", "0.5",
+                       "--reorder-delay-s", "0.03", "--seed", "5")
+    link = with_overrides(ChaosConfig(), duplicate=0.5, delay_s=0.0).network.uplink
+    run = uid("run")
+    sse_guids = [f"g-sse-{run}-{i}" for i in range(16)]
+    ws_guids = [f"g-ws-{run}-{i}" for i in range(12)]
+    expected = {g for g in sse_guids + ws_guids
+                if uplink_faults(link, rng_for(5, f"{g}#0"), True).duplicate}
+    assert 0 < len(expected) < 28
+
+    def answered(r: dict[str, Any]) -> bool:
+        return r["copy_status"] in (200, "answered")
+
+    ctx = uid("ctx")
+    with ThreadPoolExecutor(8) as pool:
+        sse = list(pool.map(lambda g: px.r.sse(stream(side_effect_msg(ctx, g))), sse_guids))
+    with px.r.ws() as s:
+        reqs = [stream(side_effect_msg(ctx, g), rid=f"r-{i}") for i, g in enumerate(ws_guids)]
+        for body in reqs:
+            s.send(body)
+        ws = [s.until_end(body["id"]) for body in reqs]
+        dups = px.wait_lines("duplicate", len(expected), answered)  # copies answered upstream
+    assert {d["request_guid"] for d in dups} == expected
+    for t in sse + ws:
+        assert t.final_state == "TASK_STATE_COMPLETED"
+        assert sorted(t.seqs) == [float(i) for i in range(10)]
+    assert executions(witness, ctx) == {g: 1 for g in sse_guids + ws_guids}  # dedup absorbed
