@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint seed-check bench bench-sim bench-server bench-sweep clean system-deps
+.PHONY: venv demo test lint seed-check bench bench-sim bench-server bench-sweep clean system-deps bench-check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,7 +37,7 @@ lint: $(STAMP)
 seed-check: $(STAMP)
 	nice -n 10 $(BIN)/python tests/oneoff/seeds.py --rounds 20
 
-bench: bench-sim bench-server bench-sweep
+bench: bench-sim bench-server bench-sweep bench-check
 
 bench-sim: $(STAMP)
 	$(BIN)/rtalab sim bench --memory
@@ -47,6 +47,9 @@ bench-sweep: $(STAMP)
 
 bench-server: $(STAMP) system-deps
 	$(BIN)/rtalab serve bench
+
+bench-check: $(STAMP)
+	$(BIN)/rtalab check --bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info

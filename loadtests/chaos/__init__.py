@@ -1,0 +1,1 @@
+"""The chaos proxy: message-level faults between the Live layer and a Reasoner (docs/chaos.md)."""

@@ -1,0 +1,19 @@
+"""``python -m loadtests.chaos`` = ``rtalab chaos``."""
+
+from __future__ import annotations
+
+import sys
+
+from loadtests.chaos.cli import PROG, add_arguments, cmd_chaos
+from sim.argtypes import OneLineParser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse and run."""
+    p = OneLineParser(prog=PROG, description="The chaos proxy (see docs/chaos.md).")
+    add_arguments(p)
+    return cmd_chaos(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""``rtalab chaos --listen ADDR --upstream URL [--scenario FILE] ...``: the chaos proxy.
+
+Flags override the scenario's ``[network]`` rates (docs/chaos.md has the
+mapping).  Every mistake (bad address, URL, probability, outage spec, broken
+scenario) exits 2 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from sim.argtypes import EXIT_USAGE, non_negative, probability
+
+PROG = "rtalab chaos"
+
+
+def listen_addr(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` or ``PORT`` (host 127.0.0.1; port 0 = any free port)."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]") if sep else ""
+    try:
+        p = int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}") from None
+    if not 0 <= p <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {p}")
+    return host or "127.0.0.1", p
+
+
+def upstream_url(text: str) -> str:
+    """An ``http(s)://host[:port]`` URL."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"expected an http(s)://HOST:PORT URL, got {text!r}")
+    try:
+        parts.port  # noqa: B018 - validates the port
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad port in {text!r}") from None
+    return text.rstrip("/")
+
+
+def outage_spec(text: str) -> Any:
+    """``START_S:DURATION_S[:uplink|downlink|both]``."""
+    from sim.scenario import OutageConfig
+
+    bits = text.split(":")
+    if len(bits) not in (2, 3):
+        raise argparse.ArgumentTypeError(f"expected START:DURATION[:DIRECTION], got {text!r}")
+    try:
+        start, dur = float(bits[0]), float(bits[1])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers in {text!r}") from None
+    direction = bits[2] if len(bits) == 3 else "both"
+    if not (start >= 0 and dur > 0) or direction not in ("uplink", "downlink", "both"):
+        raise argparse.ArgumentTypeError(
+            f"need START >= 0, DURATION > 0, DIRECTION uplink|downlink|both; got {text!r}")
+    return OutageConfig(start_s=start, duration_s=dur, direction=direction)  # type: ignore[arg-type]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``rtalab chaos``."""
+    p.add_argument("--listen", type=listen_addr, required=True, metavar="HOST:PORT",
+                   help="address to listen on (port 0: any free port, printed)")
+    p.add_argument("--upstream", type=upstream_url, required=True, metavar="URL",
+                   help="the Reasoner, e.g. http://127.0.0.1:8000")
+    p.add_argument("--scenario", metavar="FILE|PRESET", default=None,
+                   help="scenario whose [network] section gives the rates and outages")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="scenario override, e.g. network.downlink.reorder=0.3 (repeatable)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default [run].seed)")
+    p.add_argument("--ledger", metavar="FILE", default="chaos.jsonl",
+                   help="injection ledger (JSONL, appended; '' = none; default chaos.jsonl)")
+    p.add_argument("--duplicate", type=probability, default=None, metavar="P",
+                   help="override uplink.duplication")
+    p.add_argument("--reorder", type=probability, default=None, metavar="P",
+                   help="override downlink.reorder")
+    p.add_argument("--reorder-delay-s", type=non_negative, default=None, metavar="S",
+                   help="override downlink.reorder_delay_s (constant)")
+    p.add_argument("--drop", type=probability, default=None, metavar="P",
+                   help="override downlink.loss (P of a mid-stream cut at each event)")
+    p.add_argument("--delay-s", type=non_negative, default=None, metavar="S",
+                   help="override latency_s of both directions (constant)")
+    p.add_argument("--outage", type=outage_spec, action="append", default=[],
+                   metavar="START:DURATION[:DIR]", help="add an outage window (repeatable)")
+    p.add_argument("--no-scenario-outages", action="store_true",
+                   help="ignore the scenario's [[network.outages]]")
+    p.add_argument("--outage-mode", choices=("blackhole", "refuse"), default="blackhole",
+                   help="what an outage does (default blackhole)")
+    p.add_argument("--reorder-terminal", action="store_true",
+                   help="let reordering move events past the terminal status")
+    p.add_argument("--start-at", type=float, default=None, metavar="UNIX_TIME",
+                   help="second 0 of the outage schedule (default: proxy start)")
+    p.add_argument("--log-level", default="warning",
+                   choices=("critical", "error", "warning", "info", "debug"))
+
+
+class FlagError(Exception):
+    """A flag combination the user must fix."""
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    """Validate into ChaosSettings (raises ConfigError or FlagError)."""
+    from loadtests.chaos.config import ChaosConfig, with_overrides
+    from loadtests.chaos.server import ChaosSettings
+    from sim.scenario import Scenario, load_scenario
+
+    scenario = load_scenario(args.scenario, list(args.set)) if args.scenario else None
+    if scenario is None and args.set:
+        from sim.scenario import apply_overrides, from_dict
+
+        scenario = from_dict(apply_overrides({}, list(args.set)))
+    scenario = scenario or Scenario()
+    network = scenario.network
+    if args.no_scenario_outages:
+        network = replace(network, outages=())
+    cfg = ChaosConfig(network=network, outage_mode=args.outage_mode,
+                      reorder_terminal=args.reorder_terminal,
+                      seed=scenario.run.seed if args.seed is None else args.seed,
+                      extra_outages=tuple(args.outage))
+    cfg = with_overrides(cfg, duplicate=args.duplicate, reorder=args.reorder, drop=args.drop,
+                         delay_s=args.delay_s, reorder_delay_s=args.reorder_delay_s)
+    host, port = args.listen
+    up = urlsplit(args.upstream)
+    if port and (up.hostname, up.port) == (host, port):
+        raise FlagError("--listen and --upstream are the same address")
+    return ChaosSettings(host=host, port=port, upstream=args.upstream, cfg=cfg,
+                         ledger=Path(args.ledger) if args.ledger else None,
+                         start_at_unix=args.start_at, log_level=args.log_level)
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    """``rtalab chaos``."""
+    from loadtests.chaos.server import run
+    from sim.config import ConfigError
+
+    try:
+        settings = settings_from_args(args)
+    except FlagError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as e:
+        print(f"{PROG}: error: scenario: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if settings.ledger is not None:
+        try:
+            settings.ledger.parent.mkdir(parents=True, exist_ok=True)
+            settings.ledger.open("a").close()
+        except OSError as e:
+            print(f"{PROG}: error: cannot write --ledger {settings.ledger}: {e.strerror or e}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+    try:
+        return run(settings)
+    except KeyboardInterrupt:
+        return 130
+
+
+def register(subparsers: Any) -> None:
+    """Add ``chaos`` to the root parser."""
+    p = subparsers.add_parser(
+        "chaos", help="L7 chaos proxy for JSON-RPC HTTP/SSE and WebSocket",
+        description="Proxy a Reasoner, injecting the scenario's [network] faults at the "
+                    "message level: duplicated requests, reordered and delayed stream events, "
+                    "mid-stream drops, refuse / black-hole outages. See docs/chaos.md.")
+    add_arguments(p)
+    p.set_defaults(func=cmd_chaos)

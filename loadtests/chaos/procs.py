@@ -1,0 +1,34 @@
+"""Start the chaos proxy as a managed subprocess (tests, ``rtalab load run``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from loadtests.procs import LOCALHOST, ManagedProcess, _start_on_port, start_process
+
+
+def chaos_command(*, port: int, upstream: str, ledger: str | Path | None = None,
+                  scenario: str | Path | None = None, host: str = LOCALHOST,
+                  extra_args: Sequence[str] = ()) -> list[str]:
+    """The command line of ``python -m loadtests.chaos`` for these options."""
+    cmd = [sys.executable, "-m", "loadtests.chaos", "--listen", f"{host}:{port}",
+           "--upstream", upstream, "--ledger", "" if ledger is None else str(ledger)]
+    if scenario is not None:
+        cmd += ["--scenario", str(scenario)]
+    return cmd + [str(a) for a in extra_args]
+
+
+def start_chaos(upstream: str, *, port: int | None = None, ledger: str | Path | None = None,
+                scenario: str | Path | None = None, extra_args: Sequence[str] = (),
+                log_path: str | Path | None = None, timeout_s: float = 30.0) -> ManagedProcess:
+    """The proxy in front of ``upstream``; ready when its port accepts connections."""
+
+    def start(p: int) -> ManagedProcess:
+        cmd = chaos_command(port=p, upstream=upstream, ledger=ledger, scenario=scenario,
+                            extra_args=extra_args)
+        return start_process(cmd, ready_port=p, port=p, timeout_s=timeout_s, name="chaos",
+                             log_path=log_path)
+
+    return _start_on_port(port, start)

@@ -1,0 +1,546 @@
+"""The chaos proxy's L7 app (raw ASGI): JSON-RPC over HTTP/SSE and WebSocket with faults.
+
+Requests and frames are passed through byte for byte, headers included
+(``Authorization``, ``A2A-Version``, ``A2A-Extensions`` and, back, the echo and
+``X-RTA-Worker``); only hop-by-hop headers are dropped.  Faults (see
+:mod:`loadtests.chaos.config` for the mapping from ``[network]``):
+
+- uplink, per JSON-RPC request (POST or WebSocket frame), from the request's own
+  random stream (seed, requestGuid and how often that guid was seen): latency,
+  loss (black-holed), duplication (a copy sent upstream later; its answer is
+  read and discarded; on WebSocket it carries the id ``chaos-dup-N``, whose
+  frames are swallowed);
+- downlink, per stream event: latency, reordering within the window, a
+  connection cut at an event (SSE: the caller's TCP connection is reset; WS: the
+  socket is reset, every request on it is cut);
+- black-hole outages: requests arriving in an uplink window are never forwarded
+  (held until the caller gives up), stream events in a downlink window are
+  swallowed.  Refuse outages are the gate's (:mod:`loadtests.chaos.gate`).
+
+Anything malformed is forwarded unchanged (the upstream answers it); an
+unreachable upstream gets HTTP 502 with a JSON-RPC error (WebSocket: the upgrade
+is refused with 502).  Every injection is a line of ``chaos.jsonl``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import numpy as np
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from .config import ChaosConfig, rng_for, uplink_faults
+from .gate import Gate
+from .ledger import ChaosLedger
+from .release import Releaser, StreamTiming
+from .wire import RpcInfo, SseSplitter, parse_frame, parse_request, sse_data
+
+log = logging.getLogger("rtalab.chaos")
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+                        "te", "trailer", "trailers", "transfer-encoding", "upgrade", "host",
+                        "content-length"})
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_WS_FRAME = 8 * 1024 * 1024
+GUID_MEMORY = 200_000
+UPSTREAM_ERROR = -32099
+
+
+class DropConnection(Exception):
+    """Raised inside the app after the caller's connection was reset on purpose."""
+
+
+def _jsonrpc_error(rpc_id: Any, code: int, message: str) -> bytes:
+    """A JSON-RPC error body."""
+    return json.dumps({"jsonrpc": "2.0", "id": rpc_id,
+                       "error": {"code": code, "message": message}}).encode()
+
+
+def _forward_headers(raw: list[tuple[bytes, bytes]], drop_ws: bool = False
+                     ) -> list[tuple[str, str]]:
+    """Request headers to send upstream (hop-by-hop and, for WS, handshake headers removed)."""
+    out = []
+    for k, v in raw:
+        name = k.decode("latin-1").lower()
+        if name in HOP_BY_HOP or (drop_ws and name.startswith("sec-websocket-")):
+            continue
+        out.append((name, v.decode("latin-1")))
+    return out
+
+
+def _response_headers(items: Any, drop_ws: bool = False) -> list[tuple[bytes, bytes]]:
+    """Upstream response headers to pass back."""
+    out = []
+    for k, v in items:
+        name = k.lower() if isinstance(k, str) else k.decode("latin-1").lower()
+        if name in HOP_BY_HOP or (drop_ws and name.startswith("sec-websocket-")):
+            continue
+        out.append((name.encode("latin-1"), v.encode("latin-1") if isinstance(v, str) else v))
+    return out
+
+
+class ChaosProxy:
+    """ASGI app: forward to ``upstream`` with the faults of ``cfg``; log them to ``ledger``."""
+
+    def __init__(self, cfg: ChaosConfig, upstream: str, ledger: ChaosLedger,
+                 gate: Gate | None = None, t0: float | None = None):
+        self.cfg = cfg
+        self.upstream = upstream.rstrip("/")
+        self.ws_upstream = "ws" + self.upstream[4:] if self.upstream.startswith("http") else (
+            self.upstream)
+        self.ledger = ledger
+        self.gate = gate
+        self.t0 = t0 if t0 is not None else time.monotonic()
+        self.client: httpx.AsyncClient | None = None
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self._seen: OrderedDict[str, int] = OrderedDict()
+        self._dups = 0
+        self.up, self.down = cfg.network.uplink, cfg.network.downlink
+
+    # ------------------------------------------------------------------ helpers
+
+    def now_s(self) -> float:
+        """Seconds since the proxy's clock start."""
+        return time.monotonic() - self.t0
+
+    def blackholed(self, direction: str) -> bool:
+        """True inside a black-hole outage window on ``direction``."""
+        return (self.cfg.outage_mode == "blackhole"
+                and self.cfg.outage_at(self.now_s(), direction) is not None)
+
+    def rng(self, info: RpcInfo) -> np.random.Generator:
+        """The random stream of this request: seed, its key and its repeat count."""
+        key = info.key
+        n = self._seen.pop(key, 0)
+        self._seen[key] = n + 1
+        if len(self._seen) > GUID_MEMORY:
+            self._seen.popitem(last=False)
+        return rng_for(self.cfg.seed, f"{key}#{n}")
+
+    def spawn(self, coro: Awaitable[Any]) -> None:
+        """A background task kept alive until done."""
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def drop(self, scope: dict[str, Any]) -> None:
+        """Reset the caller's connection (via the gate) and abort this handler."""
+        if self.gate is not None:
+            self.gate.abort(scope.get("client"))
+        raise DropConnection()
+
+    # ------------------------------------------------------------------ ASGI
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any],
+                       send: Callable[..., Any]) -> None:
+        """Dispatch lifespan, HTTP and WebSocket."""
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await self._ws(scope, receive, send)
+
+    async def _lifespan(self, receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        """Open / close the upstream HTTP client."""
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                self.client = httpx.AsyncClient(
+                    timeout=httpx.Timeout(connect=10.0, read=None, write=30.0, pool=None),
+                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                for t in list(self.tasks):
+                    t.cancel()
+                if self.client is not None:
+                    await self.client.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # ------------------------------------------------------------------ HTTP / SSE
+
+    async def _read_body(self, receive: Callable[..., Any]) -> bytes | None:
+        """The request body; None if the caller left or it is too large (b"" if empty)."""
+        chunks, size = [], 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return None
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise ValueError("body too large")
+            chunks.append(chunk)
+            if not msg.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _answer(self, send: Callable[..., Any], status: int, body: bytes) -> None:
+        """A small JSON answer from the proxy itself."""
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _hold(self, receive: Callable[..., Any], send: Callable[..., Any],
+                    info: RpcInfo) -> None:
+        """Black-hole: never answer until the caller gives up (504 after ``max_hold_s``)."""
+        try:
+            async with asyncio.timeout(self.cfg.max_hold_s):
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+        except TimeoutError:
+            await self._answer(send, 504, _jsonrpc_error(info.rpc_id, UPSTREAM_ERROR,
+                                                         "chaos: request black-holed"))
+
+    def _url(self, scope: dict[str, Any], ws: bool = False) -> str:
+        """The upstream URL of this request."""
+        qs = scope.get("query_string", b"")
+        base = self.ws_upstream if ws else self.upstream
+        return base + scope.get("raw_path", scope["path"].encode()).decode("latin-1").split(
+            "?")[0] + (f"?{qs.decode('latin-1')}" if qs else "")
+
+    async def _http(self, scope: dict[str, Any], receive: Callable[..., Any],
+                    send: Callable[..., Any]) -> None:
+        """One HTTP request through the faults."""
+        try:
+            body = await self._read_body(receive)
+        except ValueError:
+            await self._answer(send, 413, _jsonrpc_error(None, -32600, "request body too large"))
+            return
+        if body is None:
+            return
+        method = scope["method"]
+        _, info = parse_request(body) if method == "POST" and body else (None, RpcInfo())
+        faulty = bool(info.method)
+        rng = self.rng(info) if faulty else None
+        if self.blackholed("uplink"):
+            self.ledger.record("blackhole", binding="sse", request_guid=info.request_guid,
+                               rpc_id=info.rpc_id, what="request")
+            await self._hold(receive, send, info)
+            return
+        if rng is not None:
+            f = uplink_faults(self.up, rng, info.method in self.cfg.methods)
+            if f.lost:
+                self.ledger.record("lost", binding="sse", request_guid=info.request_guid,
+                                   rpc_id=info.rpc_id)
+                await self._hold(receive, send, info)
+                return
+            if f.delay_s > 0:
+                await asyncio.sleep(f.delay_s)
+            if f.duplicate:
+                self.spawn(self._duplicate_http(scope, body, info, f.duplicate_delay_s))
+        assert self.client is not None
+        req = self.client.build_request(method, self._url(scope),
+                                        headers=_forward_headers(scope["headers"]), content=body)
+        try:
+            resp = await self.client.send(req, stream=True)
+        except httpx.HTTPError as e:
+            await self._answer(send, 502, _jsonrpc_error(
+                info.rpc_id, UPSTREAM_ERROR, f"chaos: upstream unreachable ({type(e).__name__})"))
+            return
+        try:
+            relay = self._relay(scope, resp, send, info, rng)
+            watcher = asyncio.ensure_future(self._until_disconnect(receive))
+            work = asyncio.ensure_future(relay)
+            done, _ = await asyncio.wait({watcher, work}, return_when=asyncio.FIRST_COMPLETED)
+            watcher.cancel()
+            if work in done:
+                try:
+                    work.result()  # DropConnection propagates: uvicorn closes the transport
+                except httpx.HTTPError:  # the upstream died mid-answer: so does the caller's
+                    if self.gate is not None:
+                        self.gate.abort(scope.get("client"))
+                    raise DropConnection() from None
+                except OSError:  # the caller went away while we were writing
+                    return
+            else:
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError, DropConnection, OSError):
+                    await work
+        finally:
+            await resp.aclose()
+
+    @staticmethod
+    async def _until_disconnect(receive: Callable[..., Any]) -> None:
+        """Return when the caller disconnects."""
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    async def _relay(self, scope: dict[str, Any], resp: httpx.Response,
+                     send: Callable[..., Any], info: RpcInfo,
+                     rng: np.random.Generator | None) -> None:
+        """Pass the upstream response back; SSE events go through the downlink faults."""
+        headers = _response_headers(resp.headers.raw)
+        sse = (resp.headers.get("content-type", "").startswith("text/event-stream")
+               and not resp.headers.get("content-encoding") and rng is not None)
+        await send({"type": "http.response.start", "status": resp.status_code,
+                    "headers": headers})
+        if not sse:
+            async for chunk in resp.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        assert rng is not None
+
+        async def deliver(event: bytes) -> None:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+
+        timing = StreamTiming(self.down, rng, self.cfg.reorder_terminal)
+        releaser = Releaser(deliver) if timing.active else None
+        loop = asyncio.get_running_loop()
+        splitter = SseSplitter()
+        swallowed = 0
+        try:
+            async for chunk in resp.aiter_raw():
+                for event in splitter.feed(chunk):
+                    ev = parse_frame(sse_data(event))
+                    if self.blackholed("downlink"):
+                        swallowed += 1
+                        continue
+                    if timing.draw_drop():
+                        self.ledger.record("drop", binding="sse", request_guid=info.request_guid,
+                                           rpc_id=info.rpc_id, events=timing.events)
+                        if releaser is not None:
+                            releaser.cancel()
+                        self.drop(scope)
+                    if releaser is None:
+                        timing.events += 1
+                        await deliver(event)
+                    else:
+                        releaser.put(timing.release(loop.time(), ev.terminal,
+                                                    ev.sequence_id is not None), event)
+            if releaser is not None:
+                await releaser.drain()
+        finally:
+            if releaser is not None:
+                releaser.cancel()
+            self._stream_done("sse", info, timing, swallowed)
+        await send({"type": "http.response.body", "body": splitter.rest()})
+
+    def _stream_done(self, binding: str, info: RpcInfo, timing: StreamTiming,
+                     swallowed: int) -> None:
+        """Ledger lines of a finished stream."""
+        if timing.delayed:
+            self.ledger.record("reorder", binding=binding, request_guid=info.request_guid,
+                               rpc_id=info.rpc_id, events=timing.events, delayed=timing.delayed,
+                               overtaken=timing.overtaken, out_of_order=timing.overtaken > 0)
+        if swallowed:
+            self.ledger.record("swallowed", binding=binding, request_guid=info.request_guid,
+                               rpc_id=info.rpc_id, events=swallowed)
+
+    async def _duplicate_http(self, scope: dict[str, Any], body: bytes, info: RpcInfo,
+                              delay_s: float) -> None:
+        """The extra copy of a request: sent later, its answer read and discarded."""
+        await asyncio.sleep(delay_s)
+        assert self.client is not None
+        status: int | str = "unanswered"
+        try:
+            async with self.client.stream(scope["method"], self._url(scope), content=body,
+                                          headers=_forward_headers(scope["headers"])) as r:
+                async for _ in r.aiter_raw():
+                    pass
+                status = r.status_code
+        except httpx.HTTPError as e:
+            status = f"error: {type(e).__name__}"
+        finally:  # recorded once the copy's answer is in (or on shutdown)
+            self.ledger.record("duplicate", binding="sse", request_guid=info.request_guid,
+                               rpc_id=info.rpc_id, delay_s=round(delay_s, 6),
+                               copy_status=status)
+
+    # ------------------------------------------------------------------ WebSocket
+
+    async def _ws(self, scope: dict[str, Any], receive: Callable[..., Any],
+                  send: Callable[..., Any]) -> None:
+        """One WebSocket: upgrade upstream first (denials are passed back), then relay."""
+        if (await receive())["type"] != "websocket.connect":
+            return
+        if self.blackholed("uplink"):
+            self.ledger.record("blackhole", binding="ws", what="upgrade")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.cfg.max_hold_s):
+                    while (await receive())["type"] != "websocket.disconnect":
+                        pass
+            return
+        try:
+            up = await connect(self._url(scope, ws=True),
+                               additional_headers=_forward_headers(scope["headers"], True),
+                               open_timeout=10, max_size=MAX_WS_FRAME, ping_interval=None,
+                               compression=None, close_timeout=2)
+        except InvalidStatus as e:
+            r = e.response
+            await self._deny(scope, send, r.status_code, bytes(r.body or b""),
+                             _response_headers(r.headers.raw_items(), True))
+            return
+        except (OSError, TimeoutError, InvalidHandshake) as e:
+            await self._deny(scope, send, 502, _jsonrpc_error(
+                None, UPSTREAM_ERROR, f"chaos: upstream unreachable ({type(e).__name__})"),
+                [(b"content-type", b"application/json")])
+            return
+        try:
+            assert up.response is not None
+            await send({"type": "websocket.accept",
+                        "headers": _response_headers(up.response.headers.raw_items(), True)})
+            await _WsRelay(self, scope, receive, send, up).run()
+        finally:
+            await up.close()
+
+    async def _deny(self, scope: dict[str, Any], send: Callable[..., Any], status: int,
+                    body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        """Refuse the upgrade with ``status`` (or close 1011 if denials are unsupported)."""
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": 1011})
+            return
+        headers = [h for h in headers if h[0] != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "websocket.http.response.start", "status": status,
+                    "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+
+
+def _id_key(rpc_id: Any) -> str:
+    """A hashable key for any JSON-RPC id."""
+    return json.dumps(rpc_id, sort_keys=True)
+
+
+class _WsRelay:
+    """Both directions of one proxied WebSocket."""
+
+    def __init__(self, proxy: ChaosProxy, scope: dict[str, Any], receive: Callable[..., Any],
+                 send: Callable[..., Any], up: ClientConnection):
+        self.p, self.scope, self.receive, self.send, self.up = proxy, scope, receive, send, up
+        self.discard: dict[str, tuple[RpcInfo, float]] = {}
+        self.streams: dict[str, tuple[RpcInfo, StreamTiming, list[int]]] = {}
+        self.releaser: Releaser | None = None
+        self.conn_rng = proxy.rng(RpcInfo(method="ws", rpc_id=id(self)))
+        self.sent_lock = asyncio.Lock()
+
+    async def deliver(self, frame: str | bytes) -> None:
+        """Send one frame to the caller."""
+        key = "text" if isinstance(frame, str) else "bytes"
+        await self.send({"type": "websocket.send", key: frame})
+
+    async def run(self) -> None:
+        """Relay until either side closes; a drop resets the caller."""
+        timing = StreamTiming(self.p.down, self.conn_rng, self.p.cfg.reorder_terminal)
+        if timing.active:
+            self.releaser = Releaser(self.deliver)
+        tasks = [asyncio.ensure_future(self.client_to_upstream()),
+                 asyncio.ensure_future(self.upstream_to_client())]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                exc = t.exception()
+                if isinstance(exc, DropConnection):
+                    raise exc
+            up_closed = tasks[1] in done
+            if up_closed and self.releaser is not None:
+                await self.releaser.drain()
+            if up_closed:
+                code = self.up.close_code or 1000
+                with contextlib.suppress(Exception):
+                    await self.send({"type": "websocket.close",
+                                     "code": code if code not in (1005, 1006, 1015) else 1011})
+        finally:
+            for t in tasks:
+                t.cancel()
+            if self.releaser is not None:
+                self.releaser.cancel()
+            for key in list(self.discard):
+                self.copy_done(key, "unanswered")
+
+    async def client_to_upstream(self) -> None:
+        """Caller frames -> upstream, through the uplink faults."""
+        p = self.p
+        while True:
+            msg = await self.receive()
+            if msg["type"] == "websocket.disconnect":
+                return
+            data = msg.get("text")
+            if data is None:
+                data = msg.get("bytes") or b""
+            obj, info = parse_request(data)
+            if not info.method:
+                await self.up.send(data)
+                continue
+            rng = p.rng(info)
+            if p.blackholed("uplink"):
+                p.ledger.record("blackhole", binding="ws", request_guid=info.request_guid,
+                                rpc_id=info.rpc_id, what="request")
+                continue
+            f = uplink_faults(p.up, rng, info.method in p.cfg.methods)
+            if f.lost:
+                p.ledger.record("lost", binding="ws", request_guid=info.request_guid,
+                                rpc_id=info.rpc_id)
+                continue
+            self.streams[_id_key(info.rpc_id)] = (info, StreamTiming(
+                p.down, rng, p.cfg.reorder_terminal), [0])
+            if f.delay_s > 0:  # later frames with shorter delays overtake this one
+                p.spawn(self._send_later(data, f.delay_s))
+            else:
+                await self.up.send(data)
+            if f.duplicate and isinstance(obj, dict):
+                p._dups += 1
+                copy = dict(obj, id=f"chaos-dup-{p._dups}")
+                self.discard[_id_key(copy["id"])] = (info, f.duplicate_delay_s)
+                p.spawn(self._send_copy(copy, f.delay_s + f.duplicate_delay_s))
+
+    async def _send_later(self, data: str | bytes, delay_s: float) -> None:
+        """Forward a frame after its uplink delay."""
+        await asyncio.sleep(delay_s)
+        with contextlib.suppress(ConnectionClosed):
+            await self.up.send(data)
+
+    async def _send_copy(self, copy: dict[str, Any], delay_s: float) -> None:
+        """The duplicate of a request frame, sent later (its frames are discarded)."""
+        await asyncio.sleep(delay_s)
+        with contextlib.suppress(ConnectionClosed):
+            await self.up.send(json.dumps(copy))
+
+    def copy_done(self, key: str, status: str) -> None:
+        """Ledger line of a duplicate, once its answer ended (or its socket closed)."""
+        info, delay_s = self.discard.pop(key)
+        self.p.ledger.record("duplicate", binding="ws", request_guid=info.request_guid,
+                             rpc_id=info.rpc_id, delay_s=round(delay_s, 6), copy_status=status)
+
+    async def upstream_to_client(self) -> None:
+        """Upstream frames -> caller, through the downlink faults."""
+        p = self.p
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(ConnectionClosed):
+            async for frame in self.up:
+                ev = parse_frame(frame)
+                key = _id_key(ev.rpc_id)
+                if key in self.discard:
+                    if ev.terminal:
+                        self.copy_done(key, "answered")
+                    continue
+                info, timing, swallowed = self.streams.get(key) or (
+                    RpcInfo(rpc_id=ev.rpc_id), StreamTiming(p.down, self.conn_rng,
+                                                             p.cfg.reorder_terminal), [0])
+                if ev.terminal:
+                    self.streams.pop(key, None)
+                if p.blackholed("downlink"):
+                    swallowed[0] += 1
+                else:
+                    if timing.draw_drop():
+                        p.ledger.record("drop", binding="ws", request_guid=info.request_guid,
+                                        rpc_id=info.rpc_id, events=timing.events,
+                                        in_flight=len(self.streams))
+                        p.drop(self.scope)
+                    if self.releaser is None:
+                        timing.events += 1
+                        await self.deliver(frame)
+                    else:
+                        self.releaser.put(timing.release(loop.time(), ev.terminal,
+                                                    ev.sequence_id is not None), frame)
+                if ev.terminal:
+                    p._stream_done("ws", info, timing, swallowed[0])

@@ -1,0 +1,116 @@
+"""Run the chaos proxy: the L7 app under uvicorn on a private port behind the TCP gate.
+
+``serve(settings)`` runs until SIGINT/SIGTERM, then closes the listener, resets
+what is still open and closes ``chaos.jsonl``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from .config import ChaosConfig
+from .gate import Gate
+from .ledger import ChaosLedger
+from .proxy import MAX_WS_FRAME, ChaosProxy, DropConnection
+
+
+@dataclass(frozen=True)
+class ChaosSettings:
+    """Validated command-line settings of one proxy."""
+
+    host: str
+    port: int
+    upstream: str
+    cfg: ChaosConfig
+    ledger: Path | None
+    start_at_unix: float | None = None
+    log_level: str = "warning"
+
+
+class NoiseFilter(logging.Filter):
+    """Drop uvicorn's reports of connections the proxy cut on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for a deliberate drop."""
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, DropConnection):
+            return False
+        text = record.getMessage()
+        return not ("returned without completing" in text or "without sending" in text)
+
+
+def log_config(level: str) -> dict[str, Any]:
+    """uvicorn's logging config with the noise filter and the proxy's logger."""
+    cfg = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    cfg.setdefault("filters", {})["chaos"] = {"()": NoiseFilter}
+    cfg["loggers"]["uvicorn.error"] = {**cfg["loggers"].get("uvicorn.error", {}),
+                                       "filters": ["chaos"]}
+    cfg["loggers"]["rtalab"] = {"handlers": ["default"], "level": level.upper(),
+                                "propagate": False}
+    return cfg
+
+
+def _clock_start(start_at_unix: float | None) -> float:
+    """The monotonic time that counts as second 0 of the outage schedule."""
+    now = time.monotonic()
+    return now if start_at_unix is None else now - (time.time() - start_at_unix)
+
+
+async def serve(s: ChaosSettings) -> int:
+    """Serve until stopped; 0 on a clean stop."""
+    t0 = _clock_start(s.start_at_unix)
+    ledger = ChaosLedger(s.ledger)
+    app_sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    app_sock.bind(("127.0.0.1", 0))
+    app_port = app_sock.getsockname()[1]
+    gate = Gate(s.host, s.port, "127.0.0.1", app_port, s.cfg, ledger, t0)
+    proxy = ChaosProxy(s.cfg, s.upstream, ledger, gate, t0)
+    config = uvicorn.Config(proxy, lifespan="on", log_level=s.log_level,
+                            log_config=log_config(s.log_level), access_log=False,
+                            ws_max_size=MAX_WS_FRAME, ws_ping_interval=None,
+                            timeout_graceful_shutdown=2, server_header=False, date_header=False)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[app_sock]))
+    while not server.started:
+        if task.done():
+            return 1
+        await asyncio.sleep(0.01)
+    try:
+        await gate.start()
+    except OSError as e:
+        print(f"rtalab chaos: error: cannot listen on {s.host}:{s.port}: {e.strerror or e}",
+              file=sys.stderr, flush=True)
+        server.should_exit = True
+        await task
+        return 2
+    print(f"chaos proxy on http://{s.host}:{gate.port} -> {s.upstream} "
+          f"(ledger {s.ledger or 'off'})", flush=True)
+    outages = asyncio.create_task(gate.run_outages())
+    try:
+        await task
+    finally:
+        outages.cancel()
+        gate.stop_listening()
+        gate.reset_all()
+        ledger.close()
+    return 0
+
+
+def run(s: ChaosSettings) -> int:
+    """Blocking entry point (uvloop when installed)."""
+    try:
+        import uvloop
+
+        return uvloop.run(serve(s))
+    except ImportError:
+        return asyncio.run(serve(s))

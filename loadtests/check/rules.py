@@ -1,0 +1,447 @@
+"""The rules of the delivery verdict, vectorised over the ledgers (pandas / numpy).
+
+Keys (LEDGER.md): a *logical turn* is ``(call_id, turn_index)`` of the attempts /
+turns ledgers; an *attempt* is one request the Live layer sent (``request_guid``;
+client-injected copies have ``injected != ""``); a witness row is one side-effect
+execution.  A witness row belongs to the turn whose attempt carried its
+``requestGuid``, else to the turn with its ``interactionId``; a row matching
+neither was never sent (rule ``unexpected``).
+
+Every rule returns a :class:`RuleResult`.  Side-effect rules need the witness
+ledger: without it they are ``not-checked``, never ``pass``.  Hazards (ghost
+successes, re-executions under new requestGuids, duplicate sessions) are rates
+per 1,000 logical turns; they fail only above a limit given in ``hazard_limits``.
+The definitions are in docs/check.md, one section per rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from loadtests.check.ledger import Events, Ledgers
+from loadtests.check.verdict import (
+    FAIL,
+    NOT_CHECKED,
+    PASS,
+    RuleResult,
+    examples_of,
+    per_1k,
+)
+from sim.policy.codes import RETRYABLE_CODES
+
+TURN_COLS = ["call_id", "turn_index"]
+SUCCESS_OUTCOMES = ("completed",)
+END_OF_RUN = "end-of-run"  # turns.end_reason of a turn cut by the end of the load run
+# attempt outcomes that end without a terminal state from the server: judged as timeouts
+NO_ANSWER = ("timeout", "response-lost", "unfinished", "total-timeout")
+FAILURE_OUTCOMES = ("failed", "timeout", "total-timeout", "response-lost")
+NOT_FAILED = ("completed", "input-required", "cancelled")
+
+SECTIONS = {
+    "lost": "errors.md §6 (at-least-once delivery)",
+    "duplicated": "errors.md §4 (requestGuid replay MUST NOT re-execute), §6",
+    "ghost-success": "errors.md §3, §6 (hazard)",
+    "turn-re-executed": "errors.md §3, §4 (retry = new requestGuid; hazard)",
+    "duplicate-session": "errors.md §4 (contextId scopes a session; hazard)",
+    "unexpected": "errors.md §6 (executed but never sent)",
+    "incomplete": "errors.md §6 (a terminal state ends every turn)",
+    "ordering": "errors.md §6 (consumers MUST reorder by rta/sequenceId)",
+    "retried-non-retryable": "errors.md §2, §3 (MUST NOT be retried unmodified)",
+    "retry-limit": "errors.md §3 (bounded attempts: RetryPolicy.max_attempts_for)",
+    "retry-after": "errors.md §3 (rate-limited: back off at least retryAfterMs)",
+    "extension-echo": "errors.md §2 extension-inactive, §5 (A2A-Extensions echo)",
+    "sequence-id": "errors.md §6 (ordering only via rta/sequenceId)",
+}
+HAZARDS = ("ghost-success", "turn-re-executed", "duplicate-session")
+RULE_NAMES = tuple(SECTIONS)
+
+
+def _result(name: str, status: str, count: int = 0, examples: tuple[str, ...] = (),
+            detail: str = "", rate: float | None = None) -> RuleResult:
+    """A RuleResult with the rule's section and kind."""
+    kind = "hazard" if name in HAZARDS else "violation"
+    return RuleResult(name=name, section=SECTIONS[name], kind=kind, status=status,  # type: ignore[arg-type]
+                      count=int(count), examples=examples, detail=detail,
+                      rate_per_1k_turns=rate)
+
+
+def _violation(name: str, count: int, examples: tuple[str, ...], detail: str,
+               rate: float | None = None) -> RuleResult:
+    """pass when ``count`` is 0, else fail."""
+    return _result(name, FAIL if count else PASS, count, examples, detail, rate)
+
+
+def _not_checked(name: str, why: str) -> RuleResult:
+    """A rule that could not be judged, and why."""
+    return _result(name, NOT_CHECKED, detail=why)
+
+
+def _truthy(s: pd.Series) -> pd.Series:
+    """True where a nullable bool column is True (null = False)."""
+    if s.dtype == bool:
+        return s
+    return s.fillna(False).astype(bool)
+
+
+@dataclass
+class Prepared:
+    """The ledgers with the join keys the rules share."""
+
+    a: pd.DataFrame            # attempts, + tkey, inj
+    turns: pd.DataFrame        # one row per logical turn (index tkey): side_effect, told, outcome
+    w: pd.DataFrame | None     # witness, + tkey (NaN: unmatched)
+    n_turns: int
+    keys: pd.DataFrame         # (call_id, turn_index) rows the turn codes were made from
+    first: np.ndarray          # tkey -> a row of ``keys``
+
+
+def _first_rows(codes: np.ndarray, n: int) -> np.ndarray:
+    """Index of the first row of each turn code (labels are built only for examples)."""
+    first = np.full(n, -1, dtype=np.int64)
+    uniq, idx = np.unique(codes, return_index=True)  # idx: first occurrence of each code
+    first[uniq] = idx
+    return first
+
+
+def prepare(led: Ledgers) -> Prepared:
+    """Join keys: logical turn of every attempt, turn row and witness row."""
+    a = led.attempts.copy()
+    a["turn_index"] = pd.to_numeric(a["turn_index"], errors="coerce").astype("float64")
+    a["inj"] = a["injected"].fillna("").astype(str).ne("").to_numpy()
+    t = led.turns
+    frames = [a[TURN_COLS]]
+    if t is not None:
+        t = t.copy()
+        t["turn_index"] = pd.to_numeric(t["turn_index"], errors="coerce").astype("float64")
+        frames.append(t[TURN_COLS])
+    keys = pd.concat(frames, ignore_index=True)
+    codes = keys.groupby(TURN_COLS, sort=False, dropna=False).ngroup().to_numpy()
+    n = int(codes.max()) + 1 if len(codes) else 0
+    a["tkey"] = codes[:len(a)]
+
+    # per-turn facts: side effect (any attempt or the turn row says so), what the caller was told
+    se = np.zeros(n, dtype=bool)
+    np.logical_or.at(se, a["tkey"].to_numpy(), _truthy(a["side_effect"]).to_numpy())
+    told = np.full(n, "none", dtype=object)
+    outcome = np.full(n, None, dtype=object)
+    end_of_run = np.zeros(n, dtype=bool)
+    real = a[~a["inj"]]
+    if t is not None:
+        tk = codes[len(a):]
+        t["tkey"] = tk
+        np.logical_or.at(se, tk, _truthy(t["side_effect"]).to_numpy())
+        told[tk] = t["told_caller"].fillna("none").to_numpy()
+        outcome[tk] = t["outcome"].to_numpy()
+        cut = t["outcome"].eq("unfinished") & t["end_reason"].eq(END_OF_RUN)
+        end_of_run[tk[cut.to_numpy()]] = True
+    else:
+        ok = real.loc[real["outcome"].isin(SUCCESS_OUTCOMES), "tkey"].unique()
+        last = real.sort_values("send_s", kind="stable").groupby("tkey")["outcome"].last()
+        told[last.index[last.isin(FAILURE_OUTCOMES).to_numpy()]] = "failure"
+        outcome[last.index] = last.to_numpy()
+        told[ok] = "success"
+        outcome[ok] = "completed"
+    turns = pd.DataFrame({"side_effect": se, "told": told, "outcome": outcome,
+                          "end_of_run": end_of_run})
+    n_turns = n
+
+    w = None
+    if led.witness is not None:
+        w = led.witness.copy()
+        g2k = a.drop_duplicates("request_guid").set_index("request_guid")["tkey"]
+        g2k = g2k[g2k.index.notna()]
+        tk = w["requestGuid"].map(g2k)
+        inter = [a[["interaction_id", "tkey"]]]
+        if t is not None:
+            inter.append(t[["interaction_id", "tkey"]])
+        i2k = (pd.concat(inter).dropna(subset=["interaction_id"])
+               .drop_duplicates("interaction_id").set_index("interaction_id")["tkey"])
+        missing = tk.isna()
+        if missing.any():
+            tk[missing] = w.loc[missing, "interactionId"].map(i2k)
+        w["tkey"] = tk
+    return Prepared(a=a, turns=turns, w=w, n_turns=n_turns, keys=keys,
+                    first=_first_rows(codes, n))
+
+
+def _labels(p: Prepared, tkeys: np.ndarray | pd.Index) -> tuple[str, ...]:
+    """Example turn labels for some turn keys."""
+    rows = p.keys.iloc[p.first[np.asarray(tkeys[:5], dtype=np.int64)]]
+    return examples_of(f"{c}#{'' if t != t else int(t)}"
+                       for c, t in zip(rows["call_id"], rows["turn_index"], strict=True))
+
+
+def _executions(p: Prepared) -> np.ndarray:
+    """Side-effect executions per turn key (witness rows matched to a turn)."""
+    assert p.w is not None
+    ex = np.zeros(p.n_turns, dtype=np.int64)
+    k = p.w["tkey"].dropna().to_numpy(dtype=np.int64)
+    np.add.at(ex, k, 1)
+    return ex
+
+
+NO_WITNESS = "no witness ledger (ledger/witness.jsonl): side effects not observable"
+
+
+def rule_lost(p: Prepared) -> RuleResult:
+    """Side-effect turns the caller was told COMPLETED whose side effect never executed."""
+    if p.w is None:
+        return _not_checked("lost", NO_WITNESS)
+    acked = (p.turns["told"].to_numpy() == "success") & p.turns["side_effect"].to_numpy()
+    lost = np.flatnonzero(acked & (_executions(p) == 0))
+    return _violation("lost", len(lost), _labels(p, lost),
+                      f"{int(acked.sum())} side-effect turns acknowledged COMPLETED, "
+                      f"{len(lost)} with no execution in the witness ledger",
+                      per_1k(len(lost), p.n_turns))
+
+
+def rule_duplicated(p: Prepared) -> RuleResult:
+    """One requestGuid whose side effect executed more than once."""
+    if p.w is None:
+        return _not_checked("duplicated", NO_WITNESS)
+    vc = p.w["requestGuid"].dropna().value_counts()
+    dup = vc[vc > 1]
+    extra = int((dup - 1).sum())
+    return _violation("duplicated", extra, examples_of(dup.index[:5]),
+                      f"{len(dup)} requestGuids executed more than once ({extra} extra "
+                      f"executions of {int(vc.sum())})", per_1k(extra, p.n_turns))
+
+
+def _hazard(name: str, count: int, examples: tuple[str, ...], detail: str, n_turns: int,
+            limits: Mapping[str, float]) -> RuleResult:
+    """A hazard rate: fails only above its limit (if any)."""
+    rate = per_1k(count, n_turns)
+    limit = limits.get(name)
+    if limit is None:
+        return _result(name, PASS, count, examples, detail + " (hazard: no limit set)", rate)
+    over = rate is not None and rate > limit
+    return _result(name, FAIL if over else PASS, count, examples,
+                   detail + f" (limit {limit:g}/1k turns)", rate)
+
+
+def rule_ghost(p: Prepared, limits: Mapping[str, float]) -> RuleResult:
+    """Turns whose side effect executed while the caller was told the turn failed."""
+    if p.w is None:
+        return _not_checked("ghost-success", NO_WITNESS)
+    ghost = np.flatnonzero((p.turns["told"].to_numpy() == "failure") & (_executions(p) > 0))
+    return _hazard("ghost-success", len(ghost), _labels(p, ghost),
+                   f"{len(ghost)} turns executed but told failed", p.n_turns, limits)
+
+
+def rule_reexecuted(p: Prepared, limits: Mapping[str, float]) -> RuleResult:
+    """Logical turns whose side effect executed under more than one requestGuid."""
+    if p.w is None:
+        return _not_checked("turn-re-executed", NO_WITNESS)
+    w = p.w.dropna(subset=["tkey", "requestGuid"])
+    nu = w.groupby("tkey")["requestGuid"].nunique()
+    multi = nu.index[nu.to_numpy() > 1].to_numpy(dtype=np.int64)
+    return _hazard("turn-re-executed", len(multi), _labels(p, multi),
+                   f"{len(multi)} turns executed under several requestGuids", p.n_turns, limits)
+
+
+def rule_sessions(p: Prepared, limits: Mapping[str, float]) -> RuleResult:
+    """Calls that opened more than one server-side session (contextId)."""
+    a = p.a
+    ctx = a["context_id_learned"].fillna(a["context_id"])
+    pairs = [pd.DataFrame({"call": a["call_id"].to_numpy(), "ctx": ctx.to_numpy()})]
+    if p.w is not None:
+        w = p.w.dropna(subset=["tkey"])
+        call_of_turn = p.a.drop_duplicates("tkey").set_index("tkey")["call_id"]
+        pairs.append(pd.DataFrame({"call": w["tkey"].map(call_of_turn).to_numpy(),
+                                   "ctx": w["contextId"].to_numpy()}))
+    both = pd.concat(pairs, ignore_index=True).dropna()
+    nu = both.groupby("call")["ctx"].nunique()
+    multi = nu.index[nu.to_numpy() > 1]
+    return _hazard("duplicate-session", len(multi), examples_of(multi[:5]),
+                   f"{len(multi)} calls with more than one contextId", p.n_turns, limits)
+
+
+def rule_unexpected(p: Prepared) -> RuleResult:
+    """Witness executions no attempt of the ledger ever asked for."""
+    if p.w is None:
+        return _not_checked("unexpected", NO_WITNESS)
+    un = p.w[p.w["tkey"].isna()]
+    ids = un["requestGuid"].fillna(un["id"].astype(str))
+    return _violation("unexpected", len(un), examples_of(ids[:5]),
+                      f"{len(un)} of {len(p.w)} executions match no sent requestGuid or "
+                      "interactionId")
+
+
+def rule_incomplete(p: Prepared) -> RuleResult:
+    """Logical turns without a terminal outcome.
+
+    A turn still in flight when the load run stopped (turn row ``outcome``
+    ``unfinished`` with ``end_reason`` ``end-of-run``) is indeterminate, as in
+    Jepsen: reported, not counted.  Every other turn without a terminal outcome
+    — ``unfinished`` for another reason, or attempts without any turn row (a
+    lost ledger row) — fails.
+    """
+    out = p.turns["outcome"].to_numpy()
+    open_ = pd.isna(out) | (out == "unfinished")
+    cut = p.turns["end_of_run"].to_numpy()
+    bad = np.flatnonzero(open_ & ~cut)
+    return _violation("incomplete", len(bad), _labels(p, bad),
+                      f"{len(bad)} of {p.n_turns} turns never reached a terminal state; "
+                      f"{int(cut.sum())} in flight when the run stopped (indeterminate, "
+                      "not counted)", per_1k(len(bad), p.n_turns))
+
+
+def _decreasing(keys: np.ndarray, order_by: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Rows (in the given order) whose seq is below the max seen before in the same key."""
+    idx = np.lexsort((order_by, keys))
+    k, s = keys[idx], seq[idx]
+    cm = pd.Series(s).groupby(k).cummax().to_numpy()
+    prev = np.empty_like(cm)
+    prev[0:1] = np.inf
+    prev[1:] = cm[:-1]
+    new_group = np.ones(len(k), dtype=bool)
+    new_group[1:] = k[1:] != k[:-1]
+    prev[new_group] = -np.inf
+    bad = np.zeros(len(k), dtype=bool)
+    bad[idx] = s < prev
+    return bad
+
+
+def stream_order(events: Events, played: bool) -> np.ndarray:
+    """Codes of the streams whose events went backwards in sequenceId (play or receive order)."""
+    f = events.frame
+    order = f["played_index" if played else "recv_s"].to_numpy()
+    seq = f["sequence_id"].to_numpy()
+    stream = f["stream"].to_numpy()
+    keep = ~np.isnan(seq) & ~np.isnan(order) & (stream >= 0)
+    if not keep.any():
+        return np.empty(0, dtype=np.int64)
+    bad = _decreasing(stream[keep], order[keep], seq[keep])
+    return np.unique(stream[keep][bad])
+
+
+def rule_ordering(p: Prepared, events: Events | None) -> RuleResult:
+    """Streams whose chunks were handed to playback out of rta/sequenceId order."""
+    guids: set[str] = set()
+    source = []
+    if events is not None and events.frame["played_index"].notna().any():
+        bad = stream_order(events, played=True)
+        guids |= {str(n).split("#")[0] for n in events.names[bad]}
+        source.append("events.played_index")
+    ov = p.a["order_violations"]
+    if ov.notna().any():
+        flagged = p.a.loc[ov.fillna(0).to_numpy() > 0, "request_guid"]
+        guids |= set(flagged.dropna().astype(str))
+        source.append("attempts.order_violations")
+    if not source:
+        return _not_checked("ordering", "no played_index in events and no order_violations")
+    ex = examples_of(sorted(guids)[:5])
+    return _violation("ordering", len(guids), ex,
+                      f"{len(guids)} streams played out of sequenceId order "
+                      f"(from {', '.join(source)})")
+
+
+def _attempt_sequence(p: Prepared) -> pd.DataFrame:
+    """Non-injected attempts ordered per (turn, phase) with ordinal and has_next."""
+    a = p.a.loc[~p.a["inj"], ["tkey", "phase", "send_s", "end_s", "request_guid",
+                               "error_code", "retry_after_ms", "outcome", "decision",
+                               "context_id"]]
+    phase = pd.factorize(a["phase"].fillna(""))[0]
+    send = a["send_s"].to_numpy(dtype=np.float64)
+    order = np.lexsort((np.nan_to_num(send, nan=np.inf), phase, a["tkey"].to_numpy()))
+    a = a.iloc[order]
+    g = a["tkey"].to_numpy() * 8 + phase[order]
+    same_next = np.zeros(len(a), dtype=bool)
+    same_next[:-1] = g[1:] == g[:-1]
+    ctx = a["context_id"].fillna("").to_numpy()
+    same_ctx = np.zeros(len(a), dtype=bool)
+    same_ctx[:-1] = ctx[1:] == ctx[:-1]
+    next_send = np.full(len(a), np.nan)
+    next_send[:-1] = a["send_s"].to_numpy(dtype=np.float64)[1:]
+    next_send[~same_next] = np.nan
+    out = a.assign(has_next=same_next, next_same_context=same_next & same_ctx,
+                   next_send_s=next_send)
+    out["ordinal"] = out.groupby(g, sort=False).cumcount().to_numpy() + 1
+    return out
+
+
+def rule_non_retryable(p: Prepared, seq: pd.DataFrame) -> RuleResult:
+    """Attempts failed with a non-retryable code that the Live layer retried unmodified.
+
+    A resend in another session (a new contextId: "start a new session" after
+    ``session-not-found``) is a modified request and allowed.
+    """
+    code = seq["error_code"]
+    nonretry = code.notna() & ~code.isin(RETRYABLE_CODES)
+    bad = seq[nonretry & (seq["next_same_context"] | seq["decision"].eq("retry"))]
+    codes = bad["error_code"].value_counts()
+    detail = (f"{len(bad)} of {int(nonretry.sum())} non-retryable failures were retried"
+              + (f" ({', '.join(f'{c}: {n}' for c, n in codes.items())})" if len(codes) else ""))
+    return _violation("retried-non-retryable", len(bad), examples_of(bad["request_guid"][:5]),
+                      detail)
+
+
+def rule_retry_limit(p: Prepared, seq: pd.DataFrame, policy: object | None,
+                     why: str = "") -> RuleResult:
+    """Retries beyond ``RetryPolicy.max_attempts_for`` of the code that failed."""
+    if policy is None:
+        return _not_checked("retry-limit", why or "retry policy unknown")
+    limit_of = {c: policy.max_attempts_for(c) for c in RETRYABLE_CODES}  # type: ignore[attr-defined]
+    timeout_limit = policy.max_attempts_for("upstream-timeout", timeout=True)  # type: ignore[attr-defined]
+    code = seq["error_code"]
+    timeout_like = code.isna() & ~seq["outcome"].isin(NOT_FAILED)
+    limit = code.map(limit_of).astype("float64")
+    limit = limit.where(~timeout_like, float(timeout_limit))
+    judged = seq["has_next"] & limit.notna()
+    bad = seq[judged & (seq["ordinal"] >= limit)]
+    return _violation("retry-limit", len(bad), examples_of(bad["request_guid"][:5]),
+                      f"{len(bad)} retries beyond the policy's attempt limit "
+                      f"({int(judged.sum())} retries judged)")
+
+
+RETRY_AFTER_SLACK_S = 0.001  # clock granularity of the ledger's unix times
+
+
+def rule_retry_after(seq: pd.DataFrame, policy: object | None, why: str = "") -> RuleResult:
+    """Retries of a ``rate-limited`` failure sent before its ``retryAfterMs`` hint elapsed."""
+    if policy is None:
+        return _not_checked("retry-after", why or "retry policy unknown")
+    if not policy.cfg.retry.honour_retry_after:  # type: ignore[attr-defined]
+        return _not_checked("retry-after", "the run's policy does not honour retryAfterMs "
+                                           "(live.retry.honour_retry_after = false)")
+    hinted = (seq["error_code"].eq("rate-limited") & seq["retry_after_ms"].notna()
+              & seq["end_s"].notna() & seq["has_next"])
+    wait = seq["next_send_s"] - seq["end_s"]
+    bad = seq[hinted & (wait < seq["retry_after_ms"] / 1000.0 - RETRY_AFTER_SLACK_S)]
+    return _violation("retry-after", len(bad), examples_of(bad["request_guid"][:5]),
+                      f"{len(bad)} of {int(hinted.sum())} retries after rate-limited came "
+                      "before retryAfterMs")
+
+
+def rule_echo(p: Prepared) -> RuleResult:
+    """Attempts answered with stream events but without the A2A-Extensions echo."""
+    echo = p.a["echo"]
+    if echo.isna().all():
+        return _not_checked("extension-echo", "no echo column in the attempts ledger")
+    answered = p.a["events"].fillna(0).to_numpy() > 0
+    bad = p.a[answered & echo.eq(False).to_numpy()]
+    return _violation("extension-echo", len(bad), examples_of(bad["request_guid"][:5]),
+                      f"{len(bad)} of {int(answered.sum())} answered attempts lacked the echo")
+
+
+def rule_sequence_id(p: Prepared, events: Events | None) -> RuleResult:
+    """Stream events after the Task that carry no rta/sequenceId."""
+    if events is not None and len(events):
+        f = events.frame
+        counted = ~f["task"].to_numpy()
+        bad = counted & np.isnan(f["sequence_id"].to_numpy())
+        codes = f["stream"].to_numpy()[bad][:50]
+        return _violation("sequence-id", int(bad.sum()),
+                          examples_of(events.names[codes[codes >= 0]]),
+                          f"{int(bad.sum())} of {int(counted.sum())} events without sequenceId")
+    col = p.a["events_without_seq"]
+    if col.notna().any():
+        flagged = p.a[col.fillna(0).to_numpy() > 0]
+        n = int(col.fillna(0).sum())
+        return _violation("sequence-id", n, examples_of(flagged["request_guid"][:5]),
+                          f"{n} events without sequenceId (attempts.events_without_seq)")
+    return _not_checked("sequence-id", "no events ledger and no events_without_seq")
