@@ -208,6 +208,7 @@ class Call:
         self.escalation = Escalation(live.escalation)
         self.active = True
         self.degraded = False
+        self.negotiated = False
         self.turns_started = 0
         self.copies: list[gevent.Greenlet] = []
         self._guid_copies: dict[str, int] = {}
@@ -253,6 +254,8 @@ class Call:
             ok = self.ch.open(limit)
         except StreamBroken:
             ok = None  # the first request will reconnect and tell
+        if ok is not None:
+            self.negotiated = True
         if ok is False:
             self._degrade()
 
@@ -496,9 +499,10 @@ class Call:
                     timer.close()
                 row["http_status"], row["server_worker"] = ex.http_status, ex.worker
                 row["echo"] = ex.echo
-                if main and self.active and not ex.echo and self.ch.binding == "sse" and (
-                        not self.degraded and t.attempts == 1 and t.index == 0):
-                    self._degrade()  # no echo on the first request: core A2A from now on
+                if main and self.active and not self.negotiated and ex.http_status == 200:
+                    self.negotiated = True  # the first real answer settles the negotiation
+                    if not ex.echo:
+                        self._degrade()  # no A2A-Extensions echo: core A2A from now on
                 while True:
                     limit = min(total_deadline, hard_deadline, barge_at,
                                 math.inf if got_output else resp_deadline)

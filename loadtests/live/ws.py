@@ -80,8 +80,7 @@ class WsChannel:
     def open(self, negotiation_s: float) -> bool | None:
         """Upgrade; True if the extension was echoed within ``negotiation_s`` (0: no limit)."""
         self._connect(True)
-        ok = self.echo
-        return ok
+        return self.echo and (negotiation_s <= 0 or self.connect_s <= negotiation_s)
 
     def _connect(self, active: bool) -> None:
         from websockets.sync.client import connect

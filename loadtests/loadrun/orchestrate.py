@@ -37,7 +37,6 @@ from loadtests.procs import (
     LOCALHOST,
     ManagedProcess,
     free_port,
-    start_process,
     start_reasoner,
     start_witness,
 )
@@ -128,14 +127,13 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
                             log_path=logs / "reasoner.log")
     st.reasoner = start_reasoner(**st.reasoner_args)
     target = st.reasoner.url
-    if opts.chaos:  # started as `rtalab chaos --listen ADDR --upstream URL --scenario FILE`
+    if opts.chaos:  # `rtalab chaos --listen ADDR --upstream URL --scenario FILE` (issue 10)
         if not _chaos_available():
             raise RunError("--chaos needs the chaos proxy (loadtests.chaos), not in this build")
-        port = free_port()
-        proxy = start_process([sys.executable, "-m", "sim.cli", "chaos", "--listen",
-                               f"{LOCALHOST}:{port}", "--upstream", target, "--scenario",
-                               str(scenario_path)], ready_port=port, port=port, name="chaos",
-                              log_path=logs / "chaos.log")
+        from loadtests.chaos.procs import start_chaos
+
+        proxy = start_chaos(target, ledger=run_dir / "ledger" / "chaos.jsonl",
+                            scenario=scenario_path, log_path=logs / "chaos.log")
         st.procs.append(proxy)
         target = proxy.url
     return st, target, st.witness.url
