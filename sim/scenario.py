@@ -192,6 +192,7 @@ class LoadConfig:
     """
 
     resend_share: float = prob(0.0, doc="attempt re-sent byte-identical after it ended")
+    resend_delay_s: Dist = Const(0.0)  # from the end of the attempt to its re-sent copy
     concurrent_duplicate_share: float = prob(0.0, doc="attempt sent twice at once")
     continuation_duplicate_share: float = prob(
         0.0, doc="INPUT_REQUIRED continuation sent twice at once")

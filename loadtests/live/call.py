@@ -25,8 +25,8 @@ Wire-level choices (docs/load.md):
 * **barge-in** — with ``load.barge_in_share`` a turn is interrupted
   ``load.barge_in_after_s`` after its first playable chunk (or when it would
   have had one): ``CancelTask`` is sent, the turn ends ``cancelled``.
-* **injected copies** (``[load]``) — ``resend`` (byte-identical, after the
-  attempt ended), ``concurrent`` (byte-identical, at the same time) and
+* **injected copies** (``[load]``) — ``resend`` (byte-identical,
+  ``resend_delay_s`` after the attempt ended), ``concurrent`` (byte-identical, at the same time) and
   ``continuation-dup`` (a second continuation of the INPUT_REQUIRED task, new
   requestGuid: DECISIONS D2's atomic claim).  Copies are read to their end in
   their own greenlet and recorded with ``injected`` set; they never change the
@@ -39,6 +39,7 @@ Locust stats rows (``TTFC`` and ``TURN``).
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 import uuid
@@ -142,8 +143,13 @@ class Instance:
         return time.time() - self.t0
 
 
+_BASE = uuid.uuid4().hex[:12]  # unique per process; ids are this plus a counter (cheap)
+_COUNTER = itertools.count()
+
+
 def _id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+    """A fresh identifier, unique across processes and runs."""
+    return f"{prefix}-{_BASE}{next(_COUNTER):x}"
 
 
 @dataclass
@@ -203,6 +209,7 @@ class Call:
         self.think = sampler(wl.think_time_s, rng)
         self.caller_response = sampler(wl.caller_response_time_s, rng)
         self.barge_after = sampler(scenario.load.barge_in_after_s, rng)
+        self.resend_delay = sampler(scenario.load.resend_delay_s, rng)
         self.context_id: str | None = _id("ctx") if live.client_context_id else None
         self.contexts_seen: set[str] = set()
         self.escalation = Escalation(live.escalation)
@@ -235,6 +242,7 @@ class Call:
         except gevent.GreenletExit:
             self._flush_unfinished()
             end_reason = "end-of-run"
+            raise
         finally:
             gevent.joinall(self.copies, timeout=self.opts.hard_timeout_s)
             self.ch.close()
@@ -309,8 +317,10 @@ class Call:
             "turn_id": t.turn_id, "live_instance": self.inst.index,
             "side_effect": t.side_effect, "handoff": t.handoff, "start_s": t.start_s,
             "end_s": end_s, "outcome": outcome, "end_reason": reason, "error_code": code,
-            "attempts": t.attempts, "retries": t.attempts - t.first_sends, "ttfc_s": ttfc,
-            "completion_s": completion, "handoff_wait_s": t.handoff_wait_s,
+            "attempts": t.attempts, "retries": t.attempts - t.first_sends,
+            "ttfc_s": None if math.isnan(ttfc) else ttfc,
+            "completion_s": None if math.isnan(completion) else completion,
+            "handoff_wait_s": t.handoff_wait_s,
             "told_caller": told, "forced_error": t.force_error})
         self._turn = None
 
@@ -330,8 +340,8 @@ class Call:
                 "live_instance": self.inst.index, "side_effect": t.side_effect,
                 "handoff": t.handoff, "start_s": t.start_s, "end_s": None,
                 "outcome": "unfinished", "end_reason": "end-of-run", "error_code": None,
-                "attempts": t.attempts, "retries": t.attempts - t.first_sends, "ttfc_s": NAN,
-                "completion_s": NAN, "handoff_wait_s": t.handoff_wait_s, "told_caller": "none",
+                "attempts": t.attempts, "retries": t.attempts - t.first_sends, "ttfc_s": None,
+                "completion_s": None, "handoff_wait_s": t.handoff_wait_s, "told_caller": "none",
                 "forced_error": t.force_error})
             self._turn = None
 
@@ -459,8 +469,12 @@ class Call:
             body = body.replace(body[body.index(b'"id":"') + 6:body.index(b'","method"')],
                                 rpc_id.encode(), 1)
 
+        delay = self.resend_delay() if injected == "resend" else 0.0
+
         def run_copy() -> None:
             try:
+                if delay > 0:
+                    gevent.sleep(delay)
                 self._exchange(t, ids, rpc_id, body, row, main=False)
             except gevent.GreenletExit:
                 row["outcome"] = "unfinished"
@@ -487,16 +501,15 @@ class Call:
         failure: str | None = None
         outcome = "response-lost"
         ex: Exchange | None = None
+        timer: gevent.Timeout | None = None
         ev_rows: list[dict[str, Any]] = []
         seq_rows: list[dict[str, Any]] = []  # sequenced events, in arrival order
         try:
             try:
                 timer = gevent.Timeout.start_new(max(0.001, min(
                     resp_deadline, total_deadline, hard_deadline) - send_s), _Expired)
-                try:
-                    ex = self.ch.send(rpc_id, body, self.active)
-                finally:
-                    timer.close()
+                ex = self.ch.send(rpc_id, body, self.active)
+                armed = min(resp_deadline, total_deadline, hard_deadline)
                 row["http_status"], row["server_worker"] = ex.http_status, ex.worker
                 row["echo"] = ex.echo
                 if main and self.active and not self.negotiated and ex.http_status == 200:
@@ -506,14 +519,14 @@ class Call:
                 while True:
                     limit = min(total_deadline, hard_deadline, barge_at,
                                 math.inf if got_output else resp_deadline)
-                    remaining = limit - time.time()
-                    if remaining <= 0:
-                        raise _Expired
-                    timer = gevent.Timeout.start_new(remaining, _Expired)
-                    try:
-                        frame = ex.next_frame()
-                    finally:
+                    if limit != armed:  # (re)arm the attempt's timer when its deadline moves
                         timer.close()
+                        remaining = limit - time.time()
+                        if remaining <= 0:
+                            raise _Expired
+                        timer = gevent.Timeout.start_new(remaining, _Expired)
+                        armed = limit
+                    frame = ex.next_frame()
                     now = time.time()
                     if frame is None:
                         outcome = "response-lost"
@@ -568,6 +581,8 @@ class Call:
             except StreamBroken as e:
                 outcome, failure = "response-lost", str(e)
         finally:
+            if timer is not None:
+                timer.close()
             if ex is not None:
                 ex.close(failure)
         end_s = time.time()

@@ -64,7 +64,7 @@ class Ledger:
         batch: dict[str, Any] = {"process": self.process, "batch": self.batches}
         for t in TABLES:
             rows = self.rows[t]
-            batch[t] = [{k: _clean(v) for k, v in r.items()} for r in rows]
+            batch[t] = rows
             self.sent[t] += len(rows)
             self.rows[t] = []
         self.batches += 1
@@ -98,7 +98,12 @@ class Gatherer:
             counts[t] += len(rows)
             f = self.files[t]
             for r in rows:
-                f.write(json.dumps(r, separators=(",", ":")) + "\n")
+                try:
+                    line = json.dumps(r, separators=(",", ":"), allow_nan=False)
+                except ValueError:  # a NaN slipped in: strict JSON wants null
+                    line = json.dumps({k: _clean(v) for k, v in r.items()},
+                                      separators=(",", ":"))
+                f.write(line + "\n")
             f.flush()
 
     def on_done(self, msg: dict[str, Any]) -> None:
