@@ -66,8 +66,9 @@ class StreamBroken(Exception):
     """The connection or stream of a request failed before its end state."""
 
 
-class _Expired(Exception):
-    """A Live-layer timer fired (internal)."""
+class _Expired(BaseException):
+    """A Live-layer timer fired (internal; a BaseException so that no transport's error
+    handling mistakes it for a broken stream)."""
 
 
 class Exchange(Protocol):

@@ -28,9 +28,10 @@ _BROKEN = object()
 class WsExchange:
     """One request on the call's socket: its frames come from the reader greenlet."""
 
-    def __init__(self, channel: WsChannel, rpc_id: str) -> None:
+    def __init__(self, channel: WsChannel, rpc_id: str, name: str = REQUEST_NAME) -> None:
         self.channel = channel
         self.rpc_id = rpc_id
+        self.name = name
         self.queue: Queue = Queue()
         self.http_status: int | None = 101
         self.worker = channel.worker
@@ -53,7 +54,7 @@ class WsExchange:
         self._done = True
         self.channel.routes.pop(self.rpc_id, None)
         self.channel.events.request.fire(
-            request_type="WS", name=REQUEST_NAME, start_time=self._start,
+            request_type="WS", name=self.name, start_time=self._start,
             response_time=(time.perf_counter() - self._t0) * 1000.0, response_length=0,
             exception=RuntimeError(failure) if failure else None, context={})
 
@@ -129,13 +130,21 @@ class WsChannel:
             raise StreamBroken(f"send failed: {e}") from None
         return ex
 
-    def cancel(self, rpc_id: str, task_id: str, active: bool) -> None:
-        """``CancelTask`` on the socket (its answer is not awaited)."""
+    def cancel(self, rpc_id: str, task_id: str, active: bool, timeout_s: float = 2.0) -> None:
+        """``CancelTask`` on the socket; its answer is awaited (at most ``timeout_s``) so a
+        call that ends right after a barge-in does not close the socket under it."""
+        if self.ws is None:
+            return
+        ex = WsExchange(self, rpc_id, "CancelTask")
+        self.routes[rpc_id] = ex
+        failure = None
         try:
-            if self.ws is not None:
-                self.ws.send(cancel_request(rpc_id, task_id).decode())
-        except Exception:  # a cancel is advisory
-            pass
+            self.ws.send(cancel_request(rpc_id, task_id).decode())
+            if ex.queue.get(timeout=timeout_s) is _BROKEN:
+                failure = "socket closed"
+        except Exception as e:  # a cancel is advisory: record, never raise
+            failure = str(e) or type(e).__name__
+        ex.close(failure)
 
     def close(self) -> None:
         """Close the socket and stop the reader."""

@@ -280,11 +280,13 @@ def server_turns_answered(metrics: dict[str, float]) -> float:
 
 
 def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: int | None,
-                comparable: bool) -> dict[str, Any]:
+                comparable: bool, side_effects_comparable: bool = True) -> dict[str, Any]:
     """Ledger counts against the server's /metrics and the witness (``ledger/counts.json``).
 
     ``comparable`` is False when chaos or crashes make the server see other requests
-    than the clients sent (duplicates upstream, counters reset by a restart).
+    than the clients sent (duplicates upstream, counters reset by a restart);
+    ``side_effects_comparable`` is False with barge-in (a cancelled turn's tool call
+    may or may not have run).
     """
     from loadtests.loadrun.tables import read_jsonl
 
@@ -303,7 +305,8 @@ def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: i
             else None
     if witness_rows is not None:
         out["witness_rows"] = witness_rows
-        out["witness_matches"] = (witness_rows == len(se_guids)) if comparable else None
+        out["witness_matches"] = (witness_rows == len(se_guids)) if (
+            comparable and side_effects_comparable) else None
     return out
 
 
@@ -360,7 +363,8 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
         gather = json.loads((led / "gather.json").read_text(encoding="utf-8")) if (
             led / "gather.json").exists() else {"complete": False}
         counts = count_check(run_dir, metrics, witness_rows,
-                             comparable=not opts.chaos and not opts.crash_at)
+                             comparable=not opts.chaos and not opts.crash_at,
+                             side_effects_comparable=sc.load.barge_in_share == 0)
         counts["ledger_complete"] = bool(gather.get("complete"))
         counts["locust_exit_code"] = rc
         write_json(led / "counts.json", counts)
@@ -369,8 +373,7 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
         from sim.results import write_records
 
         write_records(run_dir, [out])
-        write_json(run_dir / "summary.json", summary)
-        _write_summary_csv(run_dir, summary)
+        _write_summary(run_dir, summary)
         _plots(run_dir, sc, out)
     except BaseException as e:
         if st is not None:
@@ -397,20 +400,21 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
     return run_dir, 0 if ok else EXIT_RULE_FAILED
 
 
-def _write_summary_csv(run_dir: Path, summary: dict[str, Any]) -> None:
-    """``summary.csv`` via the sweeps helper's writer if present, else a plain metric table."""
+def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    """``summary.json`` + ``summary.csv`` with the sweeps branch's writer when present."""
     try:
-        from sim.summary import write_summary_csv  # type: ignore[attr-defined]
-    except ImportError:
+        from sim.results import write_summary  # type: ignore[attr-defined]
+    except ImportError:  # until the sweeps branch is merged: a plain metric table
         import csv
 
+        write_json(run_dir / "summary.json", summary)
         with open(run_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
             w = csv.writer(f)
             w.writerow(["metric", "mean", "ci_low", "ci_high"])
             for name, m in summary["metrics"].items():
                 w.writerow([name, m["mean"], m["ci_low"], m["ci_high"]])
         return
-    write_summary_csv(run_dir / "summary.csv", summary)
+    write_summary(run_dir, summary)
 
 
 def _plots(run_dir: Path, sc: Scenario, out: Any) -> None:

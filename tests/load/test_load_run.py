@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
+import subprocess
+import sys
 
 import pandas as pd
+import pytest
 
 from sim import schema as S
-from tests.load.conftest import jsonl, load_run
+from tests.load.conftest import FAST, jsonl, load_run
 
 
-def test_sse_run_ledger_matches_server_and_witness(tmp_path, read_json):
-    p, run = load_run(tmp_path, "--binding", "sse")
+@pytest.fixture(scope="module")
+def sse_run(tmp_path_factory):
+    """One SSE load run of the FAST scenario, shared by the tests of this module."""
+    tmp = tmp_path_factory.mktemp("sse")
+    p, run = load_run(tmp, "--binding", "sse")
     assert p.returncode == 0, p.stderr
+    return run
+
+
+def test_sse_run_ledger_matches_server_and_witness(sse_run, read_json):
+    run = sse_run
     led = run / "ledger"
     counts = read_json(led / "counts.json")
     assert counts["ledger_complete"] and counts["attempts"] > 20
@@ -69,3 +81,62 @@ def test_bad_input_one_line_exit_2(tmp_path):
     assert p.returncode == 2 and "does not answer" in p.stderr
     p, _ = load_run(tmp_path, "--unsafe-test-retry-code", "internal")
     assert p.returncode == 2 and "already retryable" in p.stderr
+
+
+def test_same_schema_as_the_simulator(sse_run, tmp_path, read_json):
+    """A sim run and a load run of the same scenario share their metrics (and compare)."""
+    sc = tmp_path / "scenario.toml"
+    sc.write_text(FAST, encoding="utf-8")
+    p = subprocess.run([sys.executable, "-m", "sim.cli", "sim", "run", str(sc), "--out",
+                        str(tmp_path / "sim"), "--set", "run.duration_s=30",
+                        "--set", "run.replications=2", "--quiet", "--no-plots"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    sim_run = next((tmp_path / "sim").glob("*-sim-*"))
+    sim_metrics = read_json(sim_run / "summary.json")["metrics"]
+    load_metrics = read_json(sse_run / "summary.json")["metrics"]
+    measured = {k for k, v in load_metrics.items() if v["mean"] is not None}
+    assert measured <= set(sim_metrics)  # every measured metric has a predicted twin
+    for name in ("success_rate", "ttfc_s.p50", "completion_s.p99", "attempts_per_turn",
+                 "hazard.duplicate_request_executions_per_1k_turns", "goodput_turns_per_s"):
+        assert name in measured
+    for name in ("success_rate", "ttfc_s.p50", "completion_s.p50"):
+        assert sim_metrics[name]["mean"] is not None
+    if importlib.util.find_spec("sim.compare") is None:
+        pytest.skip("rtalab compare comes with the sweeps branch: enable on merge")
+    p = subprocess.run([sys.executable, "-m", "sim.cli", "compare", str(sim_run), str(sse_run),
+                        "--csv", "--no-plot"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    for name in measured:
+        assert name in p.stdout, name
+
+
+BARGE = FAST.replace("chunk_interval_s = 0.02", "chunk_interval_s = 0.3").replace(
+    "duration_s = 4", "duration_s = 2").replace("handoff_share = 0.2", "handoff_share = 0.0") + """
+[load]
+barge_in_share = 1.0
+barge_in_after_s = 0.05
+"""
+
+
+def test_barge_in_cancels_the_turn(tmp_path, read_json):
+    p, run = load_run(tmp_path, "--binding", "both", scenario=BARGE)
+    assert p.returncode == 0, p.stderr
+    turns = jsonl(run / "ledger" / "turns.jsonl")
+    assert turns and {(t["outcome"], t["end_reason"]) for t in turns} == {
+        ("cancelled", "barge-in")}
+    attempts = jsonl(run / "ledger" / "attempts.jsonl")
+    assert {a["outcome"] for a in attempts} == {"cancelled"}
+    # cancelled 0.05 s after the first playable chunk, well before the 3rd chunk (0.6 s later)
+    for a in attempts:
+        assert 0.04 < a["end_s"] - a["first_chunk_s"] < 0.3
+    with open(run / "locust" / "locust_stats.csv", encoding="utf-8") as f:
+        rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(f)}
+    for binding, kind in (("sse", "POST"), ("ws", "WS")):
+        n = sum(1 for a in attempts if a["binding"] == binding)
+        assert n and int(rows[(kind, "CancelTask")]["Request Count"]) == n
+    metrics = read_json(run / "ledger" / "server_metrics.json")
+    canceled = sum(v for k, v in metrics.items()
+                   if k.startswith("rta_reasoner_turns_total{") and "cancel" in k.lower())
+    assert canceled == len(turns)  # the Reasoner saw every CancelTask (both bindings)
