@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo   -- run the simulator on the embedded baseline scenario
+#   make demo   -- simulate the baseline scenario, then load-test the embedded Reasoner with it
 #   make test   -- run the whole test suite
 PY ?= python3
 VENV ?= .venv
@@ -23,8 +23,11 @@ system-deps:
 	    apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
 	  else echo "warning: redis-server not found and cannot install it; Redis tests will fail" >&2; fi; }
 
-demo: $(STAMP)
+demo: $(STAMP) system-deps
 	$(BIN)/rtalab sim run baseline
+	$(BIN)/rtalab load run baseline --duration 15 --drain 15 --binding both
+	@echo "simulation: $$(ls -td results/*-sim-baseline-* | head -1)  (summary.json, PNGs)"
+	@echo "load run:   $$(ls -td results/*-load-baseline-* | head -1)  (verdict.txt, locust/locust.html)"
 
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .

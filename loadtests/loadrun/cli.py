@@ -123,6 +123,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     return rc
 
 
+def cmd_summarize(args: argparse.Namespace) -> int:
+    """``rtalab load summarize RUN_DIR``."""
+    from loadtests.loadrun.orchestrate import summarize_run
+
+    run = Path(args.run_dir)
+    if not (run / "ledger" / "attempts.jsonl").exists() or not (
+            run / "ledger" / "clock.json").exists():
+        print(f"rtalab: {run}: not a load run folder with a gathered ledger", file=sys.stderr)
+        return EXIT_USAGE
+    rc = summarize_run(run)
+    print(f"results: {run}")
+    return rc
+
+
 def _help_of(parser: argparse.ArgumentParser) -> Any:
     def func(args: argparse.Namespace) -> int:
         parser.print_help()
@@ -143,6 +157,12 @@ def register(subparsers: Any) -> None:
                                      "ledgers, tables, summary and verdict in results/.")
     add_run_arguments(run)
     run.set_defaults(func=cmd_run)
+    summ = sub.add_parser("summarize", help="tables, summary and verdict of a gathered ledger",
+                          description="Rebuild the tables, summary.json and the verdict of a "
+                                      "load run folder (e.g. gathered by a Locust master "
+                                      "on another host).")
+    summ.add_argument("run_dir", metavar="RUN_DIR")
+    summ.set_defaults(func=cmd_summarize)
     try:
         from loadtests.loadrun.bench import add_arguments, run_bench
     except ImportError:

@@ -321,8 +321,6 @@ def _checker() -> Any:
 
 def run_load(opts: RunOptions) -> tuple[Path, int]:
     """Carry out a load run; return its folder and exit code (0 ok, 1 a rule failed)."""
-    from loadtests.loadrun.tables import build_output, load_summary
-
     sc = opts.scenario
     duration = opts.duration_s if opts.duration_s is not None else sc.run.duration_s
     drain = opts.drain_s if opts.drain_s is not None else sc.run.drain_s
@@ -368,13 +366,7 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
         counts["ledger_complete"] = bool(gather.get("complete"))
         counts["locust_exit_code"] = rc
         write_json(led / "counts.json", counts)
-        out = build_output(run_dir, duration, sc.run.seed)
-        summary = load_summary(out, warmup)
-        from sim.results import write_records
-
-        write_records(run_dir, [out])
-        _write_summary(run_dir, summary)
-        _plots(run_dir, sc, out)
+        write_results(run_dir, sc, duration, warmup)
     except BaseException as e:
         if st is not None:
             st.stop()
@@ -383,21 +375,54 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
         raise
     if st is not None:
         st.stop()
-    ok = counts["ledger_complete"] and counts.get("server_matches") is not False and counts.get(
-        "witness_matches") is not False
-    check_run = _checker()
-    if check_run is not None:  # the checker (issue 10, "chaos" helper) decides the verdict
-        verdict = check_run(run_dir)
-        ok = ok and bool(getattr(verdict, "ok", False))
-    else:
-        # CALL SITE: loadtests.check.check_run(run_dir) -> Verdict writes verdict.json/.txt.
-        # Until the checker lands only the ledger's completeness is judged here.
-        write_json(run_dir / "verdict.json", {
-            "ok": None, "rules": [], "detail": "checker (loadtests.check) not in this build; "
-                                               "ledger completeness only", "ledger_ok": ok})
+    ok = judge(run_dir, counts)
     meta["verdict_ok"] = ok
     finish_run(run_dir, meta, "complete")
     return run_dir, 0 if ok else EXIT_RULE_FAILED
+
+
+def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: float) -> None:
+    """Tables, ``summary.json``/``summary.csv`` and plots from the gathered ledgers."""
+    from loadtests.loadrun.tables import build_output, load_summary
+    from sim.results import write_records
+
+    out = build_output(run_dir, duration_s, sc.run.seed)
+    write_records(run_dir, [out])
+    _write_summary(run_dir, load_summary(out, warmup_s))
+    _plots(run_dir, sc, out)
+
+
+def judge(run_dir: Path, counts: dict[str, Any]) -> bool:
+    """The run's verdict: ledger complete, counts consistent, and every checker rule passed."""
+    ok = bool(counts.get("ledger_complete")) and counts.get("server_matches") is not False \
+        and counts.get("witness_matches") is not False
+    check_run = _checker()
+    if check_run is not None:  # the checker (issue 10, "chaos" helper) decides the verdict
+        verdict = check_run(run_dir)
+        return ok and bool(getattr(verdict, "ok", False))
+    # CALL SITE: loadtests.check.check_run(run_dir) -> Verdict writes verdict.json/.txt.
+    # Until the checker lands only the ledger's completeness is judged here.
+    write_json(run_dir / "verdict.json", {
+        "ok": None, "rules": [], "detail": "checker (loadtests.check) not in this build; "
+                                           "ledger completeness only", "ledger_ok": ok})
+    return ok
+
+
+def summarize_run(run_dir: Path) -> int:
+    """``rtalab load summarize``: tables, summary and verdict of a gathered ledger (e.g. a
+    master on another host); 0 ok, 1 a rule failed."""
+    from sim.scenario import load_scenario
+
+    settings = LoadSettings.read(run_dir / "ledger" / "settings.json")
+    sc = load_scenario(run_dir / "scenario.toml") if (run_dir / "scenario.toml").exists() \
+        else load_scenario(settings.scenario_path)
+    write_results(run_dir, sc, settings.duration_s, min(sc.run.warmup_s,
+                                                         settings.duration_s / 2))
+    led = run_dir / "ledger"
+    gather = json.loads((led / "gather.json").read_text(encoding="utf-8")) if (
+        led / "gather.json").exists() else {}
+    counts = {"ledger_complete": bool(gather.get("complete"))}
+    return 0 if judge(run_dir, counts) else EXIT_RULE_FAILED
 
 
 def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:

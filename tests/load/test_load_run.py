@@ -140,3 +140,22 @@ def test_barge_in_cancels_the_turn(tmp_path, read_json):
     canceled = sum(v for k, v in metrics.items()
                    if k.startswith("rta_reasoner_turns_total{") and "cancel" in k.lower())
     assert canceled == len(turns)  # the Reasoner saw every CancelTask (both bindings)
+
+
+def test_summarize_rebuilds_tables_and_summary_from_the_ledger(sse_run, tmp_path, read_json):
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(sse_run, copy)
+    for f in ("summary.json", "turns.parquet", "attempts.parquet"):
+        (copy / f).unlink()
+    p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "summarize", str(copy)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert read_json(copy / "summary.json")["metrics"] == read_json(
+        sse_run / "summary.json")["metrics"]
+    assert len(pd.read_parquet(copy / "turns.parquet")) == len(
+        pd.read_parquet(sse_run / "turns.parquet"))
+    p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "summarize", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.startswith("rtalab: ")
