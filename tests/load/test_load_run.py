@@ -159,3 +159,24 @@ def test_summarize_rebuilds_tables_and_summary_from_the_ledger(sse_run, tmp_path
     p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "summarize", str(tmp_path)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.startswith("rtalab: ")
+
+
+def test_target_any_deployment_with_its_witness(tmp_path, read_json):
+    """--target: the run starts nothing; the deployment's tool calls reach --witness."""
+    from loadtests.procs import start_reasoner, start_witness
+
+    sc = tmp_path / "server.toml"
+    sc.write_text(FAST, encoding="utf-8")
+    with start_witness(tmp_path / "w.sqlite") as witness, start_reasoner(
+            scenario=sc, witness=witness.url, dedup=f"sqlite:///{tmp_path / 'd.sqlite'}",
+            extra_args=["--token", "tok=carol"]) as reasoner:
+        p, run = load_run(tmp_path, "--target", reasoner.url, "--token", "tok", "--witness",
+                          witness.url, "--duration", "2")
+        assert p.returncode == 0, p.stderr
+        assert reasoner.alive() and witness.alive()  # not ours to stop
+    counts = read_json(run / "ledger" / "counts.json")
+    assert counts["ledger_complete"] and counts["attempts"] > 0
+    assert counts["server_turns_answered"] == counts["attempts"]
+    assert counts["witness_rows"] == counts["completed_side_effect_request_guids"] > 0
+    assert {w["principal"] for w in jsonl(run / "ledger" / "witness.jsonl")} == {"carol"}
+    assert not (run / "logs" / "reasoner.log").exists()
