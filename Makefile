@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint bench bench-sim bench-server clean system-deps
+.PHONY: venv demo test lint bench bench-sim bench-server bench-load clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -36,13 +36,16 @@ test: $(STAMP) system-deps
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-bench: bench-sim bench-server
+bench: bench-sim bench-server bench-load
 
 bench-sim: $(STAMP)
 	$(BIN)/rtalab sim bench --memory
 
 bench-server: $(STAMP) system-deps
 	$(BIN)/rtalab serve bench
+
+bench-load: $(STAMP)
+	$(BIN)/rtalab load bench --seconds 5 --rounds 3 --users 50
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -541,7 +541,7 @@ class Call:
                         self.contexts_seen.add(ev.context_id)
                         if main and self.context_id is None:
                             self.context_id = ev.context_id
-                    if ev.task_id and main and ev.kind == "task" and t.task_id is None:
+                    if ev.task_id and main and t.task_id is None:  # Task event or any later
                         t.task_id = ev.task_id
                         row["task_id_learned"] = ev.task_id
                     if ev.is_output and not got_output:

@@ -63,6 +63,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="override [reasoner].dedup")
     p.add_argument("--out", default="results", metavar="DIR", help="results root")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     test = p.add_argument_group("test-only switches (negative controls and conformance)")
     test.add_argument("--no-reorder", action="store_true",
                       help="TEST ONLY: Live users play events in arrival order")
@@ -101,7 +102,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         dedup_mode=args.dedup_mode, results=Path(args.out), token=args.token,
         no_reorder=args.no_reorder, unsafe_test_retry_codes=tuple(args.unsafe_test_retry_code),
         force_error_codes=tuple(args.test_force_error), witness_url=args.witness,
-        argv=["rtalab", *getattr(args, "rtalab_argv", [])], quiet=args.quiet)
+        argv=["rtalab", *getattr(args, "rtalab_argv", [])], quiet=args.quiet,
+        plots=not args.no_plots)
     if args.target:
         from loadtests.procs import url_ready
 

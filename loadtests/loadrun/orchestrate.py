@@ -76,6 +76,7 @@ class RunOptions:
     witness_url: str | None = None
     argv: list[str] = field(default_factory=list)
     quiet: bool = False
+    plots: bool = True
 
 
 @dataclass
@@ -366,7 +367,7 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
         counts["ledger_complete"] = bool(gather.get("complete"))
         counts["locust_exit_code"] = rc
         write_json(led / "counts.json", counts)
-        write_results(run_dir, sc, duration, warmup)
+        write_results(run_dir, sc, duration, warmup, opts.plots)
     except BaseException as e:
         if st is not None:
             st.stop()
@@ -381,7 +382,8 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
     return run_dir, 0 if ok else EXIT_RULE_FAILED
 
 
-def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: float) -> None:
+def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: float,
+                  plots: bool = True) -> None:
     """Tables, ``summary.json``/``summary.csv`` and plots from the gathered ledgers."""
     from loadtests.loadrun.tables import build_output, load_summary
     from sim.results import write_records
@@ -389,7 +391,8 @@ def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: floa
     out = build_output(run_dir, duration_s, sc.run.seed)
     write_records(run_dir, [out])
     _write_summary(run_dir, load_summary(out, warmup_s))
-    _plots(run_dir, sc, out)
+    if plots:
+        _plots(run_dir, sc, out)
 
 
 def judge(run_dir: Path, counts: dict[str, Any]) -> bool:

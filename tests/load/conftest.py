@@ -41,7 +41,7 @@ def load_run(tmp: Path, *args: str, scenario: str = FAST, timeout_s: float = 150
     sc.write_text(scenario, encoding="utf-8")
     out = tmp / "results"
     p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "run", str(sc), "--out",
-                        str(out), "--quiet", *args], capture_output=True, text=True,
+                        str(out), "--quiet", "--no-plots", *args], capture_output=True, text=True,
                        timeout=timeout_s)
     runs = sorted(out.glob("*-load-*")) if out.exists() else []
     return p, (runs[-1] if runs else None)
