@@ -354,6 +354,10 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
                    f"{duration:g} s + drain ≤ {drain:g} s against {target}")
         rc = run_locust(opts, settings, target, run_dir, st, duration + drain + 180.0)
         led = run_dir / "ledger"
+        if not (led / "clock.json").exists():
+            tail = (run_dir / "logs" / "locust-master.log").read_text(
+                encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            raise RunError(f"Locust did not start (exit {rc}; {run_dir / 'logs'}): {tail[0]}")
         server_url = st.reasoner.url if st is not None and st.reasoner else target
         metrics = save_server_metrics(server_url, led / "server_metrics.json")
         witness_rows = None
