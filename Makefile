@@ -1,12 +1,12 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo   -- run the simulator on the embedded baseline scenario
+#   make demo   -- simulate the baseline scenario, then load-test the embedded Reasoner with it
 #   make test   -- run the whole test suite
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint seed-check bench bench-sim bench-server bench-sweep clean system-deps bench-check
+.PHONY: venv demo test lint seed-check bench bench-sim bench-server bench-sweep clean system-deps bench-check bench-load
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,8 +23,11 @@ system-deps:
 	    apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
 	  else echo "warning: redis-server not found and cannot install it; Redis tests will fail" >&2; fi; }
 
-demo: $(STAMP)
+demo: $(STAMP) system-deps
 	$(BIN)/rtalab sim run baseline
+	$(BIN)/rtalab load run baseline --duration 15 --drain 15 --binding both
+	@echo "simulation: $$(ls -td results/*-sim-baseline-* | head -1)  (summary.json, PNGs)"
+	@echo "load run:   $$(ls -td results/*-load-baseline-* | head -1)  (verdict.txt, locust/locust.html)"
 
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .
@@ -37,7 +40,7 @@ lint: $(STAMP)
 seed-check: $(STAMP)
 	nice -n 10 $(BIN)/python tests/oneoff/seeds.py --rounds 20
 
-bench: bench-sim bench-server bench-sweep bench-check
+bench: bench-sim bench-server bench-sweep bench-check bench-load
 
 bench-sim: $(STAMP)
 	$(BIN)/rtalab sim bench --memory
@@ -50,6 +53,9 @@ bench-server: $(STAMP) system-deps
 
 bench-check: $(STAMP)
 	$(BIN)/rtalab check --bench
+
+bench-load: $(STAMP)
+	$(BIN)/rtalab load bench --seconds 5 --rounds 3 --users 50
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,10 +1,12 @@
 """Scenario files: one TOML experiment that drives both the simulator and a load test.
 
-A scenario has five sections, each parsed into a frozen, validated object:
+A scenario has six sections, each parsed into a frozen, validated object:
 ``[workload]`` (calls and turns), ``[live]`` (the Live layer's policy, see
 :mod:`sim.policy.config`), ``[network]`` (per-direction fault model),
-``[reasoner]`` (capacity, latency, errors, dedup) and ``[run]`` (duration,
-warm-up, seed, replications).  Every field has a default, so an empty file is
+``[reasoner]`` (capacity, latency, errors, dedup), ``[run]`` (duration,
+warm-up, seed, replications) and ``[load]`` (client-side behaviour only the
+Locust Live users have: injected duplicate requests and barge-in; the
+simulator ignores it).  Every field has a default, so an empty file is
 a valid scenario; units are in the names (``_s``, ``_ms``, ``_per_s``,
 ``_bytes``).  Presets live in ``sim/scenarios/*.toml``.
 """
@@ -178,6 +180,26 @@ class RunConfig:
             raise ConfigError("warmup_s", f"must be < duration_s ({self.duration_s:g})")
 
 
+# --------------------------------------------------------------------------- load
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """``[load]``: client-side faults and caller behaviour of the Locust Live users.
+
+    The simulator does not model these (its defaults of 0 keep both sides
+    comparable).  Each share is a probability per request (attempt) or per turn.
+    """
+
+    resend_share: float = prob(0.0, doc="attempt re-sent byte-identical after it ended")
+    resend_delay_s: Dist = Const(0.0)  # from the end of the attempt to its re-sent copy
+    concurrent_duplicate_share: float = prob(0.0, doc="attempt sent twice at once")
+    continuation_duplicate_share: float = prob(
+        0.0, doc="INPUT_REQUIRED continuation sent twice at once")
+    barge_in_share: float = prob(0.0, doc="turn interrupted by the caller (CancelTask)")
+    barge_in_after_s: Dist = Exp(0.3)  # from the first playable chunk to the interruption
+
+
 # --------------------------------------------------------------------------- scenario
 
 
@@ -192,6 +214,7 @@ class Scenario:
     network: NetworkConfig = NetworkConfig()
     reasoner: ReasonerConfig = ReasonerConfig()
     run: RunConfig = RunConfig()
+    load: LoadConfig = LoadConfig()
 
     def with_overrides(self, overrides: dict[str, Any] | list[str]) -> Scenario:
         """A copy with dotted-key overrides applied (``{"run.seed": 7}`` or ``["run.seed=7"]``)."""

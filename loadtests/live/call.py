@@ -1,0 +1,620 @@
+"""One call of the Live layer: its turns, each turn's attempts, retries and injected faults.
+
+This is the Locust counterpart of :mod:`sim.model.live` and follows its rules
+(read its docstring): the same :class:`sim.policy.RetryPolicy`, retry budget
+(:func:`sim.policy.make_budget`, one per Live instance = Locust process) and
+:class:`sim.policy.Escalation` (one per call) make every decision; turn counts,
+think times, side-effect and handoff draws, caller answers and handoff
+abandonment use the scenario's ``[workload]`` and ``[live]`` values.
+
+Wire-level choices (docs/load.md):
+
+* **contextId** — client-minted (``live.client_context_id``) or learned from the
+  first event that carries the server's one (a first message retried before any
+  answer opens a second session: the measured hazard).
+* **ids** — every attempt has a fresh ``messageId``; ``requestGuid`` is new per
+  attempt if ``retry.new_request_guid``; ``turnId`` is new after a FAILED state
+  if ``retry.new_turn_id``; ``taskId`` is sent for a continuation and for a
+  retry after a timeout or a lost response once the task is known (errors.md §3;
+  DECISIONS D2: the Reasoner joins it), never after a FAILED state (a new task).
+* **timeouts** — turn-response (first directive, chunk or end state),
+  total (end state), handoff (caller answer), negotiation (WebSocket upgrade;
+  on HTTP/SSE the first request's ``A2A-Extensions`` echo).  A broken stream or
+  one that ends without an end state is ``response-lost``; both are decided as
+  ``upstream-timeout`` with ``timeout=True``, as in the simulator.
+* **barge-in** — with ``load.barge_in_share`` a turn is interrupted
+  ``load.barge_in_after_s`` after its first playable chunk (or when it would
+  have had one): ``CancelTask`` is sent, the turn ends ``cancelled``.
+* **injected copies** (``[load]``) — ``resend`` (byte-identical,
+  ``resend_delay_s`` after the attempt ended), ``concurrent`` (byte-identical, at the same time) and
+  ``continuation-dup`` (a second continuation of the INPUT_REQUIRED task, new
+  requestGuid: DECISIONS D2's atomic claim).  Copies are read to their end in
+  their own greenlet and recorded with ``injected`` set; they never change the
+  turn's outcome.
+
+Every attempt, received event, turn and call is written to the :class:`Ledger`
+(see /work/wt/LEDGER.md); time to first chunk and turn completion are also
+Locust stats rows (``TTFC`` and ``TURN``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import gevent
+import numpy as np
+
+from loadtests.live.playback import Playback
+from loadtests.live.wire import Event, Ids, parse_event, streaming_request
+from sim.model.rand import sampler
+from sim.policy import Escalation, RetryBudget, RetryPolicy, make_budget
+from sim.policy.codes import ErrorCode, is_retryable
+from sim.scenario import Scenario
+
+UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
+NAN = float("nan")
+TEXT = "what is my balance"
+
+
+class StreamBroken(Exception):
+    """The connection or stream of a request failed before its end state."""
+
+
+class _Expired(BaseException):
+    """A Live-layer timer fired (internal; a BaseException so that no transport's error
+    handling mistakes it for a broken stream)."""
+
+
+class Exchange(Protocol):
+    """One request in flight on a binding."""
+
+    http_status: int | None
+    worker: str | None
+    echo: bool
+
+    def next_frame(self) -> dict[str, Any] | None: ...
+    def close(self, failure: str | None = None) -> None: ...
+
+
+class Channel(Protocol):
+    """A call's binding (HTTP/SSE or WebSocket)."""
+
+    binding: str
+
+    def open(self, negotiation_s: float) -> bool | None: ...
+    def send(self, rpc_id: str, body: bytes, active: bool) -> Exchange: ...
+    def cancel(self, rpc_id: str, task_id: str, active: bool) -> None: ...
+    def close(self) -> None: ...
+
+
+class Sink(Protocol):
+    """Where rows go (:class:`loadtests.live.ledger.Ledger`)."""
+
+    def attempt(self, row: dict[str, Any]) -> None: ...
+    def event(self, row: dict[str, Any]) -> None: ...
+    def turn(self, row: dict[str, Any]) -> None: ...
+    def call(self, row: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    """Per-run options of the Live users that are not in the scenario."""
+
+    ext_uri: str
+    token: str | None = None
+    reorder: bool = True  # False: test-only negative control (play in arrival order)
+    hold_s: float = 0.25  # reorder buffer: how long a gap is waited for
+    unsafe_test_retry_codes: tuple[str, ...] = ()  # test-only: retry these non-retryable codes
+    force_error_codes: tuple[str, ...] = ()  # --test-hooks runs: turn i forces code i % n
+    hard_timeout_s: float = 120.0  # safety bound of one attempt when no Live timer applies
+
+
+class UnsafeTestRetryPolicy(RetryPolicy):
+    """TEST ONLY (negative control): a RetryPolicy that also retries the given non-retryable
+    codes with the default attempt limit, violating errors.md §2-3 on purpose."""
+
+    def __init__(self, cfg: Any, budget: RetryBudget | None, codes: tuple[str, ...]) -> None:
+        super().__init__(cfg, budget)
+        for c in codes:
+            self._limits[c] = cfg.retry.max_attempts
+
+
+class Instance:
+    """One Live-layer instance (a Locust process): its retry policy and budget."""
+
+    def __init__(self, index: int, scenario: Scenario, opts: LiveOptions, t0: float) -> None:
+        self.index = index
+        budget = make_budget(scenario.live.budget)
+        self.budget: RetryBudget | None = budget if budget.parts else None
+        if opts.unsafe_test_retry_codes:
+            self.policy: RetryPolicy = UnsafeTestRetryPolicy(scenario.live, self.budget,
+                                                             opts.unsafe_test_retry_codes)
+        else:
+            self.policy = RetryPolicy(scenario.live, self.budget)
+        self.t0 = t0
+
+    def now(self) -> float:
+        """Seconds since the run started (the budget's clock)."""
+        return time.time() - self.t0
+
+
+_BASE = uuid.uuid4().hex[:12]  # unique per process; ids are this plus a counter (cheap)
+_COUNTER = itertools.count()
+
+
+def _id(prefix: str) -> str:
+    """A fresh identifier, unique across processes and runs."""
+    return f"{prefix}-{_BASE}{next(_COUNTER):x}"
+
+
+@dataclass
+class _Turn:
+    index: int
+    interaction_id: str
+    turn_id: str
+    side_effect: bool
+    handoff: bool
+    start_s: float
+    force_error: str | None
+    phase: str = "initial"
+    phase_start_s: float = 0.0
+    phase_attempts: int = 0
+    attempts: int = 0
+    first_sends: int = 0
+    task_id: str | None = None
+    input_task_id: str | None = None
+    handoff_wait_s: float = 0.0
+    guid: str | None = None
+    barge_in_s: float | None = None
+    next_seq: float | None = None  # where the task's sequenceIds go on (continuation)
+    events: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Result:
+    outcome: str
+    end_s: float
+    state: str | None = None
+    code: str | None = None
+    retry_after_ms: float | None = None
+    first_chunk_s: float = NAN
+    timeout: bool = False
+
+
+class Call:
+    """One call (a Live session), played from arrival to its end by :meth:`run`."""
+
+    def __init__(self, call_id: str, scenario: Scenario, instance: Instance, channel: Channel,
+                 sink: Sink, opts: LiveOptions, rng: np.random.Generator, process: str,
+                 run_id: str, stats: Callable[[str, str, float, bool], None] | None = None,
+                 spawn: Callable[..., gevent.Greenlet] = gevent.spawn) -> None:
+        self.call_id = call_id
+        self.sc = scenario
+        self.inst = instance
+        self.ch = channel
+        self.sink = sink
+        self.opts = opts
+        self.rng = rng
+        self.process = process
+        self.run_id = run_id
+        self.stats = stats or (lambda kind, name, ms, ok: None)
+        self.spawn = spawn
+        wl, live = scenario.workload, scenario.live
+        self.turns_planned = max(1, math.ceil(sampler(wl.turns_per_call, rng)()))
+        self.think = sampler(wl.think_time_s, rng)
+        self.caller_response = sampler(wl.caller_response_time_s, rng)
+        self.barge_after = sampler(scenario.load.barge_in_after_s, rng)
+        self.resend_delay = sampler(scenario.load.resend_delay_s, rng)
+        self.context_id: str | None = _id("ctx") if live.client_context_id else None
+        self.contexts_seen: set[str] = set()
+        self.escalation = Escalation(live.escalation)
+        self.active = True
+        self.degraded = False
+        self.negotiated = False
+        self.turns_started = 0
+        self.copies: list[gevent.Greenlet] = []
+        self._guid_copies: dict[str, int] = {}
+        self._open_attempt: dict[str, Any] | None = None
+        self._turn: _Turn | None = None
+        self.arrival_s = time.time()
+
+    # ------------------------------------------------------------------ call and turns
+
+    def run(self) -> None:
+        """Play the whole call; a kill (end of run) records what was open as ``unfinished``."""
+        end_reason = "end-of-run"
+        try:
+            self._negotiate()
+            while self.turns_started < self.turns_planned:
+                outcome = self._play_turn()
+                if self.escalation.record_turn(outcome == "failed"):
+                    end_reason = "escalated"
+                    break
+                if self.turns_started < self.turns_planned:
+                    gevent.sleep(self.think())
+            else:
+                end_reason = "all-turns-done"
+        except gevent.GreenletExit:
+            self._flush_unfinished()
+            end_reason = "end-of-run"
+            raise
+        finally:
+            gevent.joinall(self.copies, timeout=self.opts.hard_timeout_s)
+            self.ch.close()
+            self.sink.call({
+                "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
+                "call_id": self.call_id, "live_instance": self.inst.index,
+                "arrival_s": self.arrival_s,
+                "end_s": time.time() if end_reason != "end-of-run" else None,
+                "turns_planned": self.turns_planned, "turns_started": self.turns_started,
+                "end_reason": end_reason, "degraded": self.degraded,
+                "context_ids": sorted(self.contexts_seen)})
+
+    def _negotiate(self) -> None:
+        """Extension negotiation: the WebSocket upgrade's echo (SSE: first request's echo)."""
+        limit = self.sc.live.timeouts.negotiation_s
+        try:
+            ok = self.ch.open(limit)
+        except StreamBroken:
+            ok = None  # the first request will reconnect and tell
+        if ok is not None:
+            self.negotiated = True
+        if ok is False:
+            self._degrade()
+
+    def _degrade(self) -> None:
+        self.active = False
+        self.degraded = True
+
+    def _play_turn(self) -> str:
+        wl = self.sc.workload
+        i = self.turns_started
+        self.turns_started += 1
+        codes = self.opts.force_error_codes
+        t = _Turn(i, f"{self.call_id}.{i}", _id("turn"),
+                  bool(self.rng.random() < wl.side_effect_share),
+                  bool(self.rng.random() < wl.handoff_share), time.time(),
+                  codes[i % len(codes)] if codes else None)
+        if self.sc.load.barge_in_share > 0 and self.rng.random() < self.sc.load.barge_in_share:
+            t.barge_in_s = self.barge_after()
+        self._turn = t
+        t.phase_start_s = t.start_s
+        outcome, reason, code, end_s, first_chunk_s = self._run_phase(t)
+        if outcome == "input-required":
+            wait = self.caller_response()
+            limit = self.sc.live.timeouts.handoff_s
+            if 0.0 < limit < wait:
+                t.handoff_wait_s = limit
+                gevent.sleep(limit)
+                outcome, reason, code, end_s = "abandoned", "handoff-timeout", None, time.time()
+            else:
+                t.handoff_wait_s = wait
+                gevent.sleep(wait)
+                t.phase, t.phase_attempts, t.phase_start_s = "continuation", 0, time.time()
+                outcome, reason, code, end_s, first_chunk_s = self._run_phase(t)
+        self._end_turn(t, outcome, reason, code, end_s, first_chunk_s)
+        return outcome
+
+    def _end_turn(self, t: _Turn, outcome: str, reason: str, code: str | None, end_s: float,
+                  first_chunk_s: float) -> None:
+        base = t.start_s + t.handoff_wait_s
+        ttfc = completion = NAN
+        if outcome == "completed":
+            completion = end_s - base
+            if not math.isnan(first_chunk_s):
+                ttfc = first_chunk_s - base
+                self.stats("TTFC", self.ch.binding, ttfc * 1000.0, True)
+        self.stats("TURN", self.ch.binding, (end_s - t.start_s) * 1000.0, outcome == "completed")
+        told = {"completed": "success", "failed": "failure"}.get(outcome, "none")
+        self.sink.turn({
+            "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
+            "call_id": self.call_id, "turn_index": t.index, "interaction_id": t.interaction_id,
+            "turn_id": t.turn_id, "live_instance": self.inst.index,
+            "side_effect": t.side_effect, "handoff": t.handoff, "start_s": t.start_s,
+            "end_s": end_s, "outcome": outcome, "end_reason": reason, "error_code": code,
+            "attempts": t.attempts, "retries": t.attempts - t.first_sends,
+            "ttfc_s": None if math.isnan(ttfc) else ttfc,
+            "completion_s": None if math.isnan(completion) else completion,
+            "handoff_wait_s": t.handoff_wait_s,
+            "told_caller": told, "forced_error": t.force_error})
+        self._turn = None
+
+    def _flush_unfinished(self) -> None:
+        """Record the attempt and turn still open when the run was stopped."""
+        row = self._open_attempt
+        if row is not None:
+            row["outcome"] = "unfinished"
+            self.sink.attempt(row)
+            self._open_attempt = None
+        t = self._turn
+        if t is not None:
+            self.sink.turn({
+                "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
+                "call_id": self.call_id, "turn_index": t.index,
+                "interaction_id": t.interaction_id, "turn_id": t.turn_id,
+                "live_instance": self.inst.index, "side_effect": t.side_effect,
+                "handoff": t.handoff, "start_s": t.start_s, "end_s": None,
+                "outcome": "unfinished", "end_reason": "end-of-run", "error_code": None,
+                "attempts": t.attempts, "retries": t.attempts - t.first_sends, "ttfc_s": None,
+                "completion_s": None, "handoff_wait_s": t.handoff_wait_s, "told_caller": "none",
+                "forced_error": t.force_error})
+            self._turn = None
+
+    # ------------------------------------------------------------------ one phase
+
+    def _run_phase(self, t: _Turn) -> tuple[str, str, str | None, float, float]:
+        """Attempts of one phase until an end: (outcome, end reason, code, end_s, first chunk)."""
+        inst = self.inst
+        retry = self.sc.live.retry
+        delay_before = 0.0
+        renew = False
+        while True:
+            first = t.phase_attempts == 0
+            now = time.time()
+            if inst.budget is not None:
+                if first and not inst.budget.allow_first(inst.now(), self.rng):
+                    return "failed", "budget", None, now, NAN
+                inst.budget.on_attempt(inst.now(), not first)
+            t.phase_attempts += 1
+            t.attempts += 1
+            if first:
+                t.first_sends += 1
+            if first or retry.new_request_guid or t.guid is None:
+                t.guid = _id("g")
+            if not first and renew:
+                t.task_id = None  # errors.md §4: a retry after FAILED is a new task
+                if retry.new_turn_id:
+                    t.turn_id = _id("turn")
+            if t.phase == "continuation" and first:
+                t.task_id = t.input_task_id
+            res = self._attempt(t, delay_before)
+            if res.outcome == "completed":
+                if inst.budget is not None:
+                    inst.budget.on_success(inst.now())
+                return "completed", "completed", None, res.end_s, res.first_chunk_s
+            if res.outcome == "cancelled":
+                return "cancelled", "barge-in", None, res.end_s, res.first_chunk_s
+            if res.outcome == "input-required":
+                if inst.budget is not None:
+                    inst.budget.on_success(inst.now())
+                t.input_task_id = t.task_id
+                return "input-required", "", None, res.end_s, NAN
+            code = res.code or UPSTREAM_TIMEOUT
+            if inst.budget is not None:
+                if res.timeout or is_retryable(code) or code in self.opts.unsafe_test_retry_codes:
+                    inst.budget.on_failure(inst.now())
+                else:
+                    inst.budget.on_success(inst.now())
+            d = inst.policy.decide(code, t.phase_attempts, res.end_s - t.phase_start_s,
+                                   inst.now(), self.rng, res.retry_after_ms, delay_before,
+                                   res.timeout)
+            self._last_row["decision"] = d.reason
+            self._commit_attempt()
+            if not d.retry:
+                return "failed", d.reason, code, res.end_s, NAN
+            renew = res.outcome == "failed"
+            delay_before = d.delay_s
+            if d.delay_s > 0:
+                gevent.sleep(d.delay_s)
+
+    # ------------------------------------------------------------------ one attempt
+
+    def _attempt(self, t: _Turn, delay_before: float) -> _Result:
+        """Send one request of turn ``t``, read it to its end (or a timer), record it."""
+        ids = Ids(_id("m"), t.guid or _id("g"), t.turn_id, t.interaction_id, self.context_id,
+                  t.task_id)
+        extra: dict[str, Any] = {}
+        if t.force_error:
+            extra["test.forceError"] = t.force_error
+        wants_input = t.handoff and t.phase == "initial"
+        side = t.side_effect and not wants_input
+        rpc_id = _id("r")
+        body = streaming_request(rpc_id, ids, self.opts.ext_uri, self.active, text=TEXT,
+                                 side_effect=side, handoff=wants_input, extra_meta=extra)
+        row = self._attempt_row(t, ids, "", side, delay_before)
+        self._open_attempt = row
+        load = self.sc.load
+        if load.concurrent_duplicate_share > 0 and self.rng.random() < (
+                load.concurrent_duplicate_share):
+            self._spawn_copy(t, ids, body, "concurrent", side)
+        if t.phase == "continuation" and load.continuation_duplicate_share > 0 and (
+                self.rng.random() < load.continuation_duplicate_share):
+            dup_ids = Ids(_id("m"), _id("g"), ids.turn_id, ids.interaction_id, ids.context_id,
+                          ids.task_id)
+            dup_rpc = _id("r")
+            dup_body = streaming_request(dup_rpc, dup_ids, self.opts.ext_uri, self.active,
+                                         text=TEXT, side_effect=side, handoff=False,
+                                         extra_meta=extra)
+            self._spawn_copy(t, dup_ids, dup_body, "continuation-dup", side, dup_rpc)
+        res = self._exchange(t, ids, rpc_id, body, row, main=True)
+        self._last_row = row
+        if res.outcome in ("completed", "input-required", "cancelled"):
+            self._commit_attempt()
+        if load.resend_share > 0 and self.rng.random() < load.resend_share:
+            self._spawn_copy(t, ids, body, "resend", side)
+        return res
+
+    def _commit_attempt(self) -> None:
+        row = self._open_attempt
+        if row is not None:
+            self.sink.attempt(row)
+            self._open_attempt = None
+
+    def _attempt_row(self, t: _Turn, ids: Ids, injected: str, side: bool,
+                     delay_before: float) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
+            "call_id": self.call_id, "turn_index": t.index, "interaction_id": t.interaction_id,
+            "turn_id": ids.turn_id, "task_id": ids.task_id, "phase": t.phase,
+            "attempt": t.phase_attempts, "request_guid": ids.request_guid,
+            "context_id": ids.context_id, "context_id_learned": None, "injected": injected,
+            "side_effect": side, "handoff": t.handoff, "live_instance": self.inst.index,
+            "delay_before_s": delay_before, "send_s": time.time(), "first_response_s": None,
+            "first_chunk_s": None, "end_s": None, "outcome": "unfinished", "state": None,
+            "error_code": None, "retry_after_ms": None, "decision": None,
+            "echo": False, "events": 0, "events_without_seq": 0, "order_violations": 0,
+            "http_status": None, "server_worker": None, "active": self.active,
+            "forced_error": t.force_error}
+
+    def _spawn_copy(self, t: _Turn, ids: Ids, body: bytes, injected: str, side: bool,
+                    rpc_id: str | None = None) -> None:
+        row = self._attempt_row(t, ids, injected, side, 0.0)
+        if rpc_id is None:  # byte-identical body; a fresh JSON-RPC id on a shared socket
+            rpc_id = _id("r")
+            body = body.replace(body[body.index(b'"id":"') + 6:body.index(b'","method"')],
+                                rpc_id.encode(), 1)
+
+        delay = self.resend_delay() if injected == "resend" else 0.0
+
+        def run_copy() -> None:
+            try:
+                if delay > 0:
+                    gevent.sleep(delay)
+                self._exchange(t, ids, rpc_id, body, row, main=False)
+            except gevent.GreenletExit:
+                row["outcome"] = "unfinished"
+            self.sink.attempt(row)
+
+        self.copies.append(self.spawn(run_copy))
+
+    def _exchange(self, t: _Turn, ids: Ids, rpc_id: str, body: bytes, row: dict[str, Any],
+                  main: bool) -> _Result:
+        """Send ``body`` and read its stream into ``row`` and the events ledger."""
+        to = self.sc.live.timeouts
+        send_s = row["send_s"] = time.time()
+        resp_deadline = send_s + to.turn_response_s if to.turn_response_s > 0 else math.inf
+        total_deadline = send_s + to.turn_total_s if to.turn_total_s > 0 else math.inf
+        hard_deadline = send_s + self.opts.hard_timeout_s
+        pb = Playback(self.opts.reorder, self.opts.hold_s,
+                      t.next_seq if t.phase == "continuation" else None)
+        copy_no = self._guid_copies.get(ids.request_guid, 0)
+        self._guid_copies[ids.request_guid] = copy_no + 1
+        key = f"{ids.request_guid}#{copy_no}"
+        got_output = False
+        barge_at = math.inf
+        end_ev: Event | None = None
+        failure: str | None = None
+        outcome = "response-lost"
+        ex: Exchange | None = None
+        timer: gevent.Timeout | None = None
+        ev_rows: list[dict[str, Any]] = []
+        seq_rows: list[dict[str, Any]] = []  # sequenced events, in arrival order
+        try:
+            try:
+                timer = gevent.Timeout.start_new(max(0.001, min(
+                    resp_deadline, total_deadline, hard_deadline) - send_s), _Expired)
+                ex = self.ch.send(rpc_id, body, self.active)
+                armed = min(resp_deadline, total_deadline, hard_deadline)
+                row["http_status"], row["server_worker"] = ex.http_status, ex.worker
+                row["echo"] = ex.echo
+                if main and self.active and not self.negotiated and ex.http_status == 200:
+                    self.negotiated = True  # the first real answer settles the negotiation
+                    if not ex.echo:
+                        self._degrade()  # no A2A-Extensions echo: core A2A from now on
+                while True:
+                    limit = min(total_deadline, hard_deadline, barge_at,
+                                math.inf if got_output else resp_deadline)
+                    if limit != armed:  # (re)arm the attempt's timer when its deadline moves
+                        timer.close()
+                        remaining = limit - time.time()
+                        if remaining <= 0:
+                            raise _Expired
+                        timer = gevent.Timeout.start_new(remaining, _Expired)
+                        armed = limit
+                    frame = ex.next_frame()
+                    now = time.time()
+                    if frame is None:
+                        outcome = "response-lost"
+                        failure = "stream ended without an end state"
+                        break
+                    ev = parse_event(frame, self.opts.ext_uri)
+                    row["events"] += 1
+                    if ev.context_id:
+                        if row["context_id_learned"] is None:
+                            row["context_id_learned"] = ev.context_id
+                        self.contexts_seen.add(ev.context_id)
+                        if main and self.context_id is None:
+                            self.context_id = ev.context_id
+                    if ev.task_id and main and t.task_id is None:  # Task event or any later
+                        t.task_id = ev.task_id
+                        row["task_id_learned"] = ev.task_id
+                    if ev.is_output and not got_output:
+                        got_output = True
+                        row["first_response_s"] = now
+                    evrow = {"request_guid": ids.request_guid, "attempt_key": key,
+                             "call_id": self.call_id, "recv_s": now, "kind": ev.kind,
+                             "state": ev.state, "sequence_id": ev.sequence_id,
+                             "played_index": None}
+                    ev_rows.append(evrow)
+                    if ev.sequence_id is None:
+                        if ev.kind != "task" and ev.kind != "error":
+                            row["events_without_seq"] += 1
+                        if ev.kind == "artifact" and math.isnan(pb.first_chunk_s):
+                            pb.first_chunk_s = now
+                    else:
+                        seq_rows.append(evrow)
+                        for n, idx in pb.push(ev.sequence_id, ev.kind == "artifact", now):
+                            seq_rows[n]["played_index"] = idx
+                    if (main and t.barge_in_s is not None and barge_at == math.inf
+                            and not math.isnan(pb.first_chunk_s)):
+                        barge_at = pb.first_chunk_s + t.barge_in_s
+                    if ev.ends_stream:
+                        end_ev = ev
+                        break
+            except _Expired:
+                now = time.time()
+                if barge_at <= now:
+                    outcome = "cancelled"
+                    if t.task_id:
+                        self.ch.cancel(_id("r"), t.task_id, self.active)
+                elif not got_output and resp_deadline <= now:
+                    outcome, failure = "timeout", "turn-response timeout"
+                elif total_deadline <= now:
+                    outcome, failure = "total-timeout", "turn total timeout"
+                else:
+                    outcome, failure = "timeout", "hard timeout"
+            except StreamBroken as e:
+                outcome, failure = "response-lost", str(e)
+        finally:
+            if timer is not None:
+                timer.close()
+            if ex is not None:
+                ex.close(failure)
+        end_s = time.time()
+        for n, idx in pb.finish(end_s):
+            seq_rows[n]["played_index"] = idx
+        if main and t.phase == "initial" and math.isfinite(pb.last_played):
+            t.next_seq = pb.last_played + 1
+        res = _Result(outcome, end_s, first_chunk_s=pb.first_chunk_s,
+                      timeout=outcome in ("timeout", "total-timeout", "response-lost"))
+        if end_ev is not None:
+            res.state = end_ev.state
+            st = end_ev.state
+            if st == "TASK_STATE_COMPLETED":
+                res.outcome = "completed"
+            elif st == "TASK_STATE_INPUT_REQUIRED":
+                res.outcome = "input-required"
+            elif st == "TASK_STATE_CANCELED":
+                res.outcome = "cancelled"
+            else:
+                res.outcome = "failed"
+                res.code = end_ev.error_code or "internal"
+                res.retry_after_ms = end_ev.retry_after_ms
+            res.timeout = False
+        if res.timeout:
+            res.code = UPSTREAM_TIMEOUT
+        row.update({"end_s": end_s, "outcome": res.outcome, "state": res.state,
+                    "error_code": res.code if res.outcome == "failed" or res.timeout else None,
+                    "retry_after_ms": res.retry_after_ms,
+                    "first_chunk_s": None if math.isnan(pb.first_chunk_s) else pb.first_chunk_s,
+                    "order_violations": pb.order_violations})
+        for evrow in ev_rows:
+            self.sink.event(evrow)
+        return res
+

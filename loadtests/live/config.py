@@ -1,0 +1,63 @@
+"""The settings of one load run, shared by every Locust process through a JSON file.
+
+``rtalab load run`` writes ``<run dir>/ledger/settings.json`` and points the
+``RTALAB_LOAD_SETTINGS`` environment variable at it; the locustfile of every
+process (master, workers, or the single local process) reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from loadtests.live.wire import DEFAULT_EXT_URI
+
+ENV = "RTALAB_LOAD_SETTINGS"
+BINDINGS = ("sse", "ws", "both")
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """Everything a Locust process needs besides the scenario file."""
+
+    run_dir: str
+    run_id: str
+    scenario_path: str
+    binding: str = "sse"
+    duration_s: float = 30.0
+    drain_s: float = 10.0
+    processes: int = 1
+    seed: int = 1
+    ext_uri: str = DEFAULT_EXT_URI
+    token: str | None = None
+    reorder: bool = True
+    hold_s: float = 0.25
+    unsafe_test_retry_codes: tuple[str, ...] = field(default_factory=tuple)
+    force_error_codes: tuple[str, ...] = field(default_factory=tuple)
+    hard_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.binding not in BINDINGS:
+            raise ValueError(f"binding must be one of {BINDINGS}, got {self.binding!r}")
+
+    def write(self, path: Path) -> None:
+        """Write as JSON."""
+        Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def read(cls, path: str | Path) -> LoadSettings:
+        """Read the JSON written by :meth:`write`."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        for k in ("unsafe_test_retry_codes", "force_error_codes"):
+            data[k] = tuple(data.get(k) or ())
+        return cls(**data)
+
+    @classmethod
+    def from_env(cls) -> LoadSettings:
+        """The settings named by ``$RTALAB_LOAD_SETTINGS``."""
+        path = os.environ.get(ENV)
+        if not path:
+            raise RuntimeError(f"{ENV} is not set: start Locust through 'rtalab load run'")
+        return cls.read(path)

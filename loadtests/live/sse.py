@@ -1,0 +1,120 @@
+"""Binding 1: JSON-RPC over HTTP with SSE, read without buffering through Locust's FastHttpUser.
+
+``FastHttpSession.iter_lines`` buffers 1 KB blocks (events arrive late); this
+reader takes lines straight from the geventhttpclient response
+(``readline(b"\\n")``), so each event is handed over as soon as its line is
+complete.  Each request is one Locust stats row (``SendStreamingMessage``)
+whose response time is set to the whole stream, and failures are reported
+(NOTES.md, Locust).  An abandoned stream (timeout, barge-in) releases its
+socket instead of returning it to the pool.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from loadtests.live.call import StreamBroken
+from loadtests.live.wire import cancel_request, headers
+
+REQUEST_NAME = "SendStreamingMessage"
+WORKER_HEADER = "x-rta-worker"
+
+
+class SseExchange:
+    """One streaming request in flight: events are read line by line as they arrive."""
+
+    def __init__(self, client: Any, body: bytes, hdrs: dict[str, str], ext_uri: str) -> None:
+        self._t0 = time.perf_counter()
+        self._cm = client.post("/", data=body, headers=hdrs, stream=True, catch_response=True,
+                               name=REQUEST_NAME)
+        self._r = self._cm.__enter__()
+        self._done = False
+        self._failed: str | None = None
+        r = self._r
+        self.http_status: int | None = r.status_code or None
+        h = r.headers or {}
+        self.worker: str | None = h.get(WORKER_HEADER)
+        self.echo = ext_uri in (h.get("a2a-extensions") or "")
+        self._raw = getattr(r, "_response", None)
+        err = getattr(r, "error", None)
+        if self._raw is None or not self.http_status:
+            self.close(f"connection failed: {err}")
+            raise StreamBroken(f"connection failed: {err}")
+        self._json = self.http_status != 200 or "event-stream" not in (
+            h.get("content-type") or "")
+
+    def next_frame(self) -> dict[str, Any] | None:
+        """The next JSON-RPC object of the stream, or None at its end (raises StreamBroken)."""
+        raw = self._raw
+        if self._json:  # a plain JSON answer (401, JSON-RPC error): one frame
+            self._json = False
+            try:
+                body = raw.read()
+                return json.loads(body) if body else None
+            except Exception as e:
+                raise StreamBroken(f"unreadable answer: {e}") from None
+        while True:
+            try:
+                line = raw.readline(b"\n")
+            except Exception as e:
+                raise StreamBroken(f"stream broken: {e}") from None
+            if not line:
+                return None
+            if line.startswith(b"data:"):
+                try:
+                    return json.loads(line[5:])
+                except ValueError as e:
+                    raise StreamBroken(f"bad event: {e}") from None
+
+    def close(self, failure: str | None = None) -> None:
+        """Report the request (failure text if any) and release its connection."""
+        if self._done:
+            return
+        self._done = True
+        raw = getattr(self._r, "_response", None)
+        if raw is not None and (failure or not raw.message_complete):
+            pool, sock = getattr(raw, "_pool", None), getattr(raw, "_sock", None)
+            if pool is not None and sock is not None:
+                pool.release_socket(sock)  # never reuse a half-read connection
+            raw._sock = raw._pool = None
+        self._r.request_meta["response_time"] = (time.perf_counter() - self._t0) * 1000.0
+        if failure:
+            self._r.failure(failure)
+        else:
+            self._r.success()
+        self._cm.__exit__(None, None, None)
+
+
+class SseChannel:
+    """A call's binding over HTTP/SSE: every request is its own POST on the user's pool."""
+
+    binding = "sse"
+
+    def __init__(self, client: Any, ext_uri: str, token: str | None) -> None:
+        self.client = client
+        self.ext_uri = ext_uri
+        self.token = token
+
+    def open(self, negotiation_s: float) -> bool | None:
+        """No upgrade on this binding: the first request's echo decides (None = not yet)."""
+        return None
+
+    def send(self, rpc_id: str, body: bytes, active: bool) -> SseExchange:
+        """Start one streaming request."""
+        return SseExchange(self.client, body, headers(self.ext_uri, self.token, active),
+                           self.ext_uri)
+
+    def cancel(self, rpc_id: str, task_id: str, active: bool) -> None:
+        """``CancelTask`` (best effort: its answer is not needed)."""
+        try:
+            with self.client.post("/", data=cancel_request(rpc_id, task_id),
+                                  headers=headers(self.ext_uri, self.token, active, sse=False),
+                                  catch_response=True, name="CancelTask") as r:
+                r.success()
+        except Exception:  # a cancel is advisory
+            pass
+
+    def close(self) -> None:
+        """Nothing per call: connections belong to the user's pool."""

@@ -1,0 +1,146 @@
+"""One benchmark client process: ``python -m loadtests.loadrun.benchclient VARIANT URL S USERS``.
+
+Runs Locust users of one variant in process (local runner) for a warm-up second
+plus ``S`` seconds and prints ``{"turns": n, "seconds": s, "cpu_s": c}`` for the
+measuring window.  Variants: ``bare-sse`` (a FastHttpUser that POSTs and reads
+the stream's lines, nothing else), ``live-sse`` (the Live user: whole
+:class:`~loadtests.live.call.Call` logic, parsing, reorder buffer, policy,
+ledger rows), ``bare-ws`` (one socket, send, read frames to COMPLETED),
+``live-ws`` (the Live user on a WebSocket call).  A call is one long session
+of back-to-back turns, so connections persist in every variant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import uuid
+from typing import Any
+
+import gevent
+import locust  # noqa: F401  (gevent monkey patching first)
+import numpy as np
+from locust import FastHttpUser, User, constant, task
+from locust.env import Environment
+
+from loadtests.live.call import Call, Instance, LiveOptions
+from loadtests.live.ledger import Ledger
+from loadtests.live.sse import SseChannel
+from loadtests.live.wire import DEFAULT_EXT_URI, Ids, headers, streaming_request
+from loadtests.live.ws import WsChannel
+from sim.scenario import from_dict
+
+TURNS = [0]
+SCENARIO = from_dict({"workload": {"turns_per_call": 1_000_000, "think_time_s": 0.0,
+                                   "side_effect_share": 0.0, "handoff_share": 0.0},
+                      "live": {"timeouts": {"negotiation_s": 0.0}}})
+OPTS = LiveOptions(ext_uri=DEFAULT_EXT_URI)
+INSTANCE = Instance(0, SCENARIO, OPTS, time.time())
+LEDGER = Ledger("bench")
+
+
+def _body() -> bytes:
+    ids = Ids(uuid.uuid4().hex, uuid.uuid4().hex, "t", "i", "ctx-1", None)
+    return streaming_request(uuid.uuid4().hex, ids, DEFAULT_EXT_URI, True, text="hi",
+                             side_effect=False, handoff=False)
+
+
+def _stat(kind: str, name: str, ms: float, ok: bool) -> None:
+    if kind == "TURN":
+        TURNS[0] += 1
+        if LEDGER.pending() > 20_000:
+            LEDGER.take_batch()  # what shipping costs in a real run
+
+
+class BareSse(FastHttpUser):
+    """POST and read the stream's lines; nothing else."""
+
+    wait_time = constant(0)
+    concurrency = 4
+
+    @task
+    def turn(self) -> None:
+        body = _body()
+        h = headers(DEFAULT_EXT_URI, None, True)
+        with self.client.post("/", data=body, headers=h, stream=True,
+                              catch_response=True, name="bare") as r:
+            raw = r._response
+            while raw.readline(b"\n"):
+                pass
+            r.success()
+        TURNS[0] += 1
+
+
+class LiveSse(FastHttpUser):
+    """The Live user over HTTP/SSE."""
+
+    wait_time = constant(0)
+    concurrency = 4
+
+    @task
+    def call(self) -> None:
+        rng = np.random.default_rng(1)
+        Call("bench", SCENARIO, INSTANCE, SseChannel(self.client, DEFAULT_EXT_URI, None),
+             LEDGER, OPTS, rng, "w0", "bench", _stat).run()
+
+
+class BareWs(User):
+    """One socket: send a request frame, read frames to COMPLETED."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        from websockets.sync.client import connect
+
+        self.ws = connect(self.host.replace("http://", "ws://") + "/ws", compression=None,
+                          additional_headers=headers(DEFAULT_EXT_URI, None, True, sse=False))
+
+    @task
+    def turn(self) -> None:
+        self.ws.send(_body().decode())
+        while "TASK_STATE_COMPLETED" not in self.ws.recv():
+            pass
+        TURNS[0] += 1
+
+
+class LiveWs(User):
+    """The Live user on a WebSocket call."""
+
+    wait_time = constant(0)
+
+    @task
+    def call(self) -> None:
+        rng = np.random.default_rng(1)
+        ch = WsChannel(self.host, DEFAULT_EXT_URI, None, self.environment.events)
+        Call("bench", SCENARIO, INSTANCE, ch, LEDGER, OPTS, rng, "w0", "bench", _stat).run()
+
+
+VARIANTS: dict[str, Any] = {"bare-sse": BareSse, "live-sse": LiveSse, "bare-ws": BareWs,
+                            "live-ws": LiveWs}
+
+
+def main(argv: list[str]) -> int:
+    """Run one variant; print its measurement as JSON."""
+    variant, url, seconds, users = argv[0], argv[1], float(argv[2]), int(argv[3])
+    cpu = os.environ.get("RTALAB_BENCH_CPU")
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {int(cpu)})
+    env = Environment(user_classes=[VARIANTS[variant]], host=url)
+    runner = env.create_local_runner()
+    runner.start(users, spawn_rate=users)
+    gevent.sleep(1.0)  # warm-up: connections open, users running
+    n0, t0, c0 = TURNS[0], time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    gevent.sleep(seconds)
+    n1, t1, c1 = TURNS[0], time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    runner.quit()
+    cpu_s = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
+    print(json.dumps({"variant": variant, "turns": n1 - n0, "seconds": t1 - t0,
+                      "cpu_s": cpu_s}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,459 @@
+"""``rtalab load run``: servers, Locust, crash schedule, ledgers, tables, verdict, results folder.
+
+Without ``--target`` the run starts, on free ports of 127.0.0.1 and with
+:mod:`loadtests.procs`: the witness (its ledger in the run folder), the
+reference Reasoner (workers and dedup store from the flags, else the
+scenario's ``[reasoner]``; ``--witness`` pointing at the witness), and with
+``--chaos`` the L7 proxy (``rtalab chaos``) in front of it.  ``--crash-at S``
+SIGKILLs the Reasoner's process group S seconds after the load started and
+restarts it on the same port and the same dedup store.
+
+Locust runs headless as subprocesses (one local process, or a master and N
+workers), with :mod:`loadtests.live.locustfile`; its CSV/JSON/HTML land in
+``locust/``.  Afterwards the witness ledger and the Reasoner's ``/metrics``
+are saved next to the Live users' ledgers, the ledgers become the simulator's
+tables and ``summary.json`` (:mod:`loadtests.loadrun.tables`), the counts are
+cross-checked (``ledger/counts.json``), and the checker writes ``verdict.json``.
+Everything started is stopped on success, failure and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadtests.live.config import ENV, LoadSettings
+from loadtests.procs import (
+    LOCALHOST,
+    ManagedProcess,
+    free_port,
+    start_reasoner,
+    start_witness,
+)
+from sim.results import collect_meta, finish_run, new_run_dir, start_run, write_json
+from sim.scenario import Scenario
+
+LOCUSTFILE = Path(__file__).resolve().parents[1] / "live" / "locustfile.py"
+TOKEN = "rtalab-load-token"
+PRINCIPAL = "load"
+EXIT_RULE_FAILED = 1
+
+
+class RunError(Exception):
+    """A load run could not be carried out (one line for the user)."""
+
+
+@dataclass
+class RunOptions:
+    """The flags of ``rtalab load run``."""
+
+    scenario: Scenario
+    target: str | None = None
+    binding: str = "sse"
+    processes: int = 1
+    duration_s: float | None = None
+    drain_s: float | None = None
+    chaos: bool = False
+    crash_at: tuple[float, ...] = ()
+    workers: int | None = None
+    dedup: str | None = None
+    dedup_mode: str | None = None
+    results: Path = Path("results")
+    token: str | None = None
+    no_reorder: bool = False
+    unsafe_test_retry_codes: tuple[str, ...] = ()
+    force_error_codes: tuple[str, ...] = ()
+    witness_url: str | None = None
+    argv: list[str] = field(default_factory=list)
+    quiet: bool = False
+    plots: bool = True
+
+
+@dataclass
+class Stack:
+    """The processes a run started (stopped in reverse order)."""
+
+    procs: list[ManagedProcess] = field(default_factory=list)
+    reasoner: ManagedProcess | None = None
+    witness: ManagedProcess | None = None
+    reasoner_args: dict[str, Any] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        """Stop everything still running."""
+        for p in reversed(self.procs):
+            p.stop(timeout_s=5.0)
+        if self.reasoner is not None:
+            self.reasoner.stop(timeout_s=5.0)
+        self.procs.clear()
+
+
+def _say(opts: RunOptions, text: str) -> None:
+    if not opts.quiet:
+        print(text, file=sys.stderr, flush=True)
+
+
+def _chaos_available() -> bool:
+    try:
+        import loadtests.chaos  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[Stack, str, str]:
+    """Start witness, Reasoner (and chaos proxy); return the stack, the target and witness URL."""
+    st = Stack()
+    logs = run_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    st.witness = start_witness(run_dir / "witness.sqlite", log_path=logs / "witness.log")
+    st.procs.append(st.witness)
+    dedup = opts.dedup or f"sqlite:///{run_dir / 'dedup.sqlite'}"
+    extra = ["--token", f"{TOKEN}={PRINCIPAL}", "--log-level", "warning"]
+    if opts.dedup_mode:
+        extra += ["--dedup-mode", opts.dedup_mode]
+    if opts.force_error_codes:
+        extra.append("--test-hooks")
+    st.reasoner_args = dict(workers=opts.workers or 1, dedup=dedup, scenario=scenario_path,
+                            witness=st.witness.url, extra_args=extra,
+                            log_path=logs / "reasoner.log")
+    st.reasoner = start_reasoner(**st.reasoner_args)
+    target = st.reasoner.url
+    if opts.chaos:  # `rtalab chaos --listen ADDR --upstream URL --scenario FILE` (issue 10)
+        if not _chaos_available():
+            raise RunError("--chaos needs the chaos proxy (loadtests.chaos), not in this build")
+        from loadtests.chaos.procs import start_chaos
+
+        proxy = start_chaos(target, ledger=run_dir / "ledger" / "chaos.jsonl",
+                            scenario=scenario_path, log_path=logs / "chaos.log")
+        st.procs.append(proxy)
+        target = proxy.url
+    return st, target, st.witness.url
+
+
+def crash_restart(st: Stack) -> None:
+    """SIGKILL the Reasoner's process group and start it again on the same port and store."""
+    assert st.reasoner is not None
+    port = st.reasoner.port
+    st.reasoner.kill(signal.SIGKILL)
+    st.reasoner = start_reasoner(port=port, **st.reasoner_args)
+
+
+def _locust_cmd(opts: RunOptions, target: str, locust_dir: Path, role: str,
+                master_port: int) -> list[str]:
+    cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", target,
+           "--loglevel", "WARNING"]
+    if role == "worker":
+        return [*cmd, "--worker", "--master-host", LOCALHOST, "--master-port", str(master_port)]
+    n = opts.processes
+    cmd += ["--headless", "-u", str(n), "-r", str(n), "--csv", str(locust_dir / "locust"),
+            "--json-file", str(locust_dir / "locust"), "--html", str(locust_dir / "locust.html"),
+            "--only-summary", "--stop-timeout", "5"]
+    if role == "master":
+        cmd += ["--master", "--master-bind-host", LOCALHOST, "--master-bind-port",
+                str(master_port), "--expect-workers", str(n)]
+    return cmd
+
+
+def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: Path,
+               st: Stack | None, t_limit_s: float) -> int:
+    """Run Locust (local, or master + workers) to its end; crash the Reasoner on schedule."""
+    locust_dir = run_dir / "locust"
+    locust_dir.mkdir(exist_ok=True)
+    settings_path = run_dir / "ledger" / "settings.json"
+    settings.write(settings_path)
+    env = dict(os.environ, **{ENV: str(settings_path)})
+    env.pop("PYTEST_CURRENT_TEST", None)
+    logs = run_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    children: list[subprocess.Popen[bytes]] = []
+    files = []
+    try:
+        master_port = free_port()
+        role = "master" if opts.processes > 1 else "local"
+        log = open(logs / "locust-master.log", "wb")  # noqa: SIM115 - closed in finally
+        files.append(log)
+        main = subprocess.Popen(_locust_cmd(opts, target, locust_dir, role, master_port),
+                                env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        children.append(main)
+        for i in range(opts.processes if role == "master" else 0):
+            wlog = open(logs / f"locust-worker{i}.log", "wb")  # noqa: SIM115 - closed below
+            files.append(wlog)
+            children.append(subprocess.Popen(
+                _locust_cmd(opts, target, locust_dir, "worker", master_port), env=env,
+                stdout=wlog, stderr=subprocess.STDOUT, start_new_session=True))
+        clock = run_dir / "ledger" / "clock.json"
+        crashes = sorted(opts.crash_at)
+        t_start = time.time()
+        while main.poll() is None:
+            if time.time() - t_start > t_limit_s:
+                raise RunError(f"Locust did not finish within {t_limit_s:.0f} s "
+                               f"(see {logs / 'locust-master.log'})")
+            if crashes and clock.exists() and st is not None:
+                t0 = json.loads(clock.read_text(encoding="utf-8"))["t0"]
+                if time.time() - t0 >= crashes[0]:
+                    crashes.pop(0)
+                    crash_restart(st)
+                    _say(opts, f"rtalab load: crashed and restarted the Reasoner at "
+                               f"{time.time() - t0:.1f} s")
+            time.sleep(0.05)  # polling the child with a bounded deadline
+        main_exit_s = time.time()
+        reap_by = time.time() + 2.0  # the master told them to quit; their ledger is gathered
+        for c in children[1:]:
+            try:
+                c.wait(timeout=max(0.01, reap_by - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(c.pid, signal.SIGTERM)
+        _say(opts, f"rtalab load: Locust finished ({time.time() - main_exit_s:.1f} s to reap "
+                   "workers)")
+        return int(main.returncode)
+    finally:
+        for c in children:
+            if c.poll() is None:
+                try:
+                    os.killpg(c.pid, signal.SIGTERM)
+                    c.wait(timeout=5)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(c.pid, signal.SIGKILL)
+        for f in files:
+            f.close()
+
+
+def fetch_json(url: str, timeout_s: float = 10.0) -> Any:
+    """GET a JSON document."""
+    with urllib.request.urlopen(url, timeout=timeout_s) as r:
+        return json.loads(r.read())
+
+
+def save_witness(witness_url: str, path: Path) -> int:
+    """Page through the witness's ``/ledger`` into ``path`` (JSON lines); rows written."""
+    since, n = 0, 0
+    with open(path, "w", encoding="utf-8") as f:
+        while True:
+            page = fetch_json(f"{witness_url}/ledger?since={since}&limit=10000")
+            for row in page["rows"]:
+                f.write(json.dumps(row, separators=(",", ":")) + "\n")
+                n += 1
+            since = page["nextSince"]
+            if not page["more"]:
+                return n
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """``name{labels} value`` lines of a Prometheus scrape as a flat dict."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def save_server_metrics(target: str, path: Path) -> dict[str, float] | None:
+    """Scrape ``/metrics`` into ``path``; None if unreachable."""
+    try:
+        with urllib.request.urlopen(f"{target}/metrics", timeout=10) as r:
+            metrics = parse_prometheus(r.read().decode("utf-8", "replace"))
+    except OSError:
+        return None
+    write_json(path, metrics)
+    return metrics
+
+
+def server_turns_answered(metrics: dict[str, float]) -> float:
+    """Requests the Reasoner answered (``rta_reasoner_turns_total`` over all labels)."""
+    return sum(v for k, v in metrics.items() if k.startswith("rta_reasoner_turns_total{"))
+
+
+def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: int | None,
+                comparable: bool, side_effects_comparable: bool = True) -> dict[str, Any]:
+    """Ledger counts against the server's /metrics and the witness (``ledger/counts.json``).
+
+    ``comparable`` is False when chaos or crashes make the server see other requests
+    than the clients sent (duplicates upstream, counters reset by a restart);
+    ``side_effects_comparable`` is False with barge-in (a cancelled turn's tool call
+    may or may not have run).
+    """
+    from loadtests.loadrun.tables import read_jsonl
+
+    led = run_dir / "ledger"
+    attempts = read_jsonl(led / "attempts.jsonl")
+    ended = [a for a in attempts if a.get("outcome") in ("completed", "failed", "input-required",
+                                                          "cancelled")]
+    se_guids = {a["request_guid"] for a in attempts
+                if a.get("side_effect") and a.get("outcome") == "completed"}
+    out: dict[str, Any] = {"comparable": comparable, "attempts": len(attempts),
+                           "attempts_answered": len(ended),
+                           "completed_side_effect_request_guids": len(se_guids)}
+    if metrics is not None:
+        out["server_turns_answered"] = server_turns_answered(metrics)
+        out["server_matches"] = (out["server_turns_answered"] == len(ended)) if comparable \
+            else None
+    if witness_rows is not None:
+        out["witness_rows"] = witness_rows
+        out["witness_matches"] = (witness_rows == len(se_guids)) if (
+            comparable and side_effects_comparable) else None
+    return out
+
+
+def _checker() -> Any:
+    """``loadtests.check.check_run`` if the checker is in this build, else None."""
+    try:
+        from loadtests.check import check_run
+    except ImportError:
+        return None
+    return check_run
+
+
+def run_load(opts: RunOptions) -> tuple[Path, int]:
+    """Carry out a load run; return its folder and exit code (0 ok, 1 a rule failed)."""
+    sc = opts.scenario
+    duration = opts.duration_s if opts.duration_s is not None else sc.run.duration_s
+    drain = opts.drain_s if opts.drain_s is not None else sc.run.drain_s
+    warmup = min(sc.run.warmup_s, duration / 2)
+    run_dir = new_run_dir(opts.results, kind="load", scenario_name=sc.name, seed=sc.run.seed)
+    meta = collect_meta(kind="load", scenario=sc, seed=sc.run.seed, replications=1,
+                        argv=opts.argv or None,
+                        extra={"target": opts.target, "binding": opts.binding,
+                               "processes": opts.processes, "chaos": opts.chaos,
+                               "crash_at": list(opts.crash_at), "duration_s": duration})
+    start_run(run_dir, sc, meta)
+    (run_dir / "ledger").mkdir()
+    scenario_path = run_dir / "scenario.toml"
+    st: Stack | None = None
+    try:
+        witness_url = opts.witness_url
+        if opts.target is None:
+            _say(opts, "rtalab load: starting witness and Reasoner ...")
+            st, target, witness_url = start_stack(opts, run_dir, scenario_path)
+            token = TOKEN
+        else:
+            target, token = opts.target.rstrip("/"), opts.token
+        settings = LoadSettings(
+            run_dir=str(run_dir), run_id=uuid.uuid4().hex[:8], scenario_path=str(scenario_path),
+            binding=opts.binding, duration_s=duration, drain_s=drain, processes=opts.processes,
+            seed=sc.run.seed, token=token, reorder=not opts.no_reorder,
+            unsafe_test_retry_codes=opts.unsafe_test_retry_codes,
+            force_error_codes=opts.force_error_codes)
+        _say(opts, f"rtalab load: {opts.binding} Live users, {opts.processes} process(es), "
+                   f"{duration:g} s + drain ≤ {drain:g} s against {target}")
+        rc = run_locust(opts, settings, target, run_dir, st, duration + drain + 180.0)
+        led = run_dir / "ledger"
+        if not (led / "clock.json").exists():
+            tail = (run_dir / "logs" / "locust-master.log").read_text(
+                encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            raise RunError(f"Locust did not start (exit {rc}; {run_dir / 'logs'}): {tail[0]}")
+        server_url = st.reasoner.url if st is not None and st.reasoner else target
+        metrics = save_server_metrics(server_url, led / "server_metrics.json")
+        witness_rows = None
+        if witness_url:
+            witness_rows = save_witness(witness_url, led / "witness.jsonl")
+        gather = json.loads((led / "gather.json").read_text(encoding="utf-8")) if (
+            led / "gather.json").exists() else {"complete": False}
+        counts = count_check(run_dir, metrics, witness_rows,
+                             comparable=not opts.chaos and not opts.crash_at,
+                             side_effects_comparable=sc.load.barge_in_share == 0)
+        counts["ledger_complete"] = bool(gather.get("complete"))
+        counts["locust_exit_code"] = rc
+        write_json(led / "counts.json", counts)
+        write_results(run_dir, sc, duration, warmup, opts.plots)
+    except BaseException as e:
+        if st is not None:
+            st.stop()
+        status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        finish_run(run_dir, meta, status, f"{type(e).__name__}: {e}".splitlines()[0])
+        raise
+    if st is not None:
+        st.stop()
+    ok = judge(run_dir, counts)
+    meta["verdict_ok"] = ok
+    finish_run(run_dir, meta, "complete")
+    return run_dir, 0 if ok else EXIT_RULE_FAILED
+
+
+def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: float,
+                  plots: bool = True) -> None:
+    """Tables, ``summary.json``/``summary.csv`` and plots from the gathered ledgers."""
+    from loadtests.loadrun.tables import build_output, load_summary
+    from sim.results import write_records
+
+    out = build_output(run_dir, duration_s, sc.run.seed)
+    write_records(run_dir, [out])
+    _write_summary(run_dir, load_summary(out, warmup_s))
+    if plots:
+        _plots(run_dir, sc, out)
+
+
+def judge(run_dir: Path, counts: dict[str, Any]) -> bool:
+    """The run's verdict: ledger complete, counts consistent, and every checker rule passed."""
+    ok = bool(counts.get("ledger_complete")) and counts.get("server_matches") is not False \
+        and counts.get("witness_matches") is not False
+    check_run = _checker()
+    if check_run is not None:  # the checker (issue 10, "chaos" helper) decides the verdict
+        verdict = check_run(run_dir)
+        return ok and bool(getattr(verdict, "ok", False))
+    # CALL SITE: loadtests.check.check_run(run_dir) -> Verdict writes verdict.json/.txt.
+    # Until the checker lands only the ledger's completeness is judged here.
+    write_json(run_dir / "verdict.json", {
+        "ok": None, "rules": [], "detail": "checker (loadtests.check) not in this build; "
+                                           "ledger completeness only", "ledger_ok": ok})
+    return ok
+
+
+def summarize_run(run_dir: Path) -> int:
+    """``rtalab load summarize``: tables, summary and verdict of a gathered ledger (e.g. a
+    master on another host); 0 ok, 1 a rule failed."""
+    from sim.scenario import load_scenario
+
+    settings = LoadSettings.read(run_dir / "ledger" / "settings.json")
+    sc = load_scenario(run_dir / "scenario.toml") if (run_dir / "scenario.toml").exists() \
+        else load_scenario(settings.scenario_path)
+    write_results(run_dir, sc, settings.duration_s, min(sc.run.warmup_s,
+                                                         settings.duration_s / 2))
+    led = run_dir / "ledger"
+    gather = json.loads((led / "gather.json").read_text(encoding="utf-8")) if (
+        led / "gather.json").exists() else {}
+    counts = {"ledger_complete": bool(gather.get("complete"))}
+    return 0 if judge(run_dir, counts) else EXIT_RULE_FAILED
+
+
+def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    """``summary.json`` + ``summary.csv`` with the sweeps branch's writer when present."""
+    try:
+        from sim.results import write_summary  # type: ignore[attr-defined]
+    except ImportError:  # until the sweeps branch is merged: a plain metric table
+        import csv
+
+        write_json(run_dir / "summary.json", summary)
+        with open(run_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["metric", "mean", "ci_low", "ci_high"])
+            for name, m in summary["metrics"].items():
+                w.writerow([name, m["mean"], m["ci_low"], m["ci_high"]])
+        return
+    write_summary(run_dir, summary)
+
+
+def _plots(run_dir: Path, sc: Scenario, out: Any) -> None:
+    """The simulator's run plots, from the load run's tables."""
+    try:
+        from sim.plots import plot_run
+
+        plot_run(run_dir, sc, out.turns, out.timeseries)
+    except Exception as e:  # a plot must never lose the run
+        print(f"rtalab load: warning: plots not written: {e}", file=sys.stderr)

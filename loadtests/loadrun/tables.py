@@ -1,0 +1,201 @@
+"""A load run's ledgers as the simulator's tables (``sim/schema.py``), then ``summarize``.
+
+Ids are strings; times are seconds since the run's start (``ledger/clock.json``);
+missing measurements are NaN.  What a client cannot see is left undefined,
+never invented: the ``executions`` table (the Reasoner's per-request ledger)
+is empty, so the server-side metrics (``load_amplification``, ``queue.*``,
+``server_*_per_turn``, ``worker_utilisation``) are ``null`` in a load run's
+summary.  Categorical columns keep the schema's categories and add what only
+a load run has (``cancelled`` outcomes, ``barge-in`` end reason).
+
+* ``attempts`` — the Live users' own attempts (injected copies excluded; an
+  attempt with a copy has ``request_duplicated``);
+* ``turns`` — plus ``side_effect_executions`` / ``side_effect_request_guids``
+  from the witness ledger (by interactionId);
+* ``calls`` — ``sessions_opened`` = distinct server contextIds the call saw;
+* ``side_effects`` — the witness ledger; ``timeseries`` — 1-s bins of the client's records.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim import schema as S
+from sim.summary import summarize
+
+EXTRA_CATEGORIES = {S.OUTCOME: ("cancelled",), S.END_REASON: ("barge-in",)}
+SERVER_ONLY_METRICS = (S.M_LOAD_AMPLIFICATION, S.M_EXECUTIONS_PER_TURN, S.M_REJECTIONS_PER_TURN,
+                       S.M_UTILISATION, S.M_DEDUP_MEAN_BYTES)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSON-lines file ([] if absent)."""
+    if not path.exists():
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _rel(v: Any, t0: float) -> float:
+    return float(v) - t0 if isinstance(v, int | float) and math.isfinite(v) else math.nan
+
+
+def _frame(rows: list[dict[str, Any]], spec: tuple[S.ColumnSpec, ...]) -> pd.DataFrame:
+    """A DataFrame with the spec's columns and dtypes (strings for ids)."""
+    data: dict[str, Any] = {S.REPLICATION: np.zeros(len(rows), dtype=np.int64)}
+    for name, kind in spec:
+        col = [r.get(name) for r in rows]
+        if isinstance(kind, tuple):
+            cats = list(kind) + [c for c in EXTRA_CATEGORIES.get(name, ()) if c not in kind]
+            data[name] = pd.Categorical([c if c in cats else None for c in col],
+                                        categories=cats)
+        elif kind == "bool":
+            data[name] = np.array([bool(v) for v in col], dtype=bool)
+        elif kind == "f8":
+            data[name] = np.array([math.nan if v is None else float(v) for v in col], dtype=float)
+        elif name in (S.CALL_ID, S.INTERACTION_ID, S.REQUEST_GUID, S.TASK_ID, S.CONTEXT_ID):
+            data[name] = pd.array([None if v is None else str(v) for v in col], dtype=object)
+        else:
+            data[name] = np.array([-1 if v is None else int(v) for v in col], dtype=np.int64)
+    return pd.DataFrame(data)
+
+
+@dataclass
+class LoadOutput:
+    """A load run's records in the shape of ``sim.runner.RunOutput`` (one replication)."""
+
+    attempts: pd.DataFrame
+    turns: pd.DataFrame
+    calls: pd.DataFrame
+    executions: pd.DataFrame
+    side_effects: pd.DataFrame
+    timeseries: pd.DataFrame
+    counters: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    replication: int = 0
+    duration_s: float = 0.0
+
+
+def build_output(run_dir: Path, duration_s: float, seed: int) -> LoadOutput:
+    """Read ``ledger/*.jsonl`` of ``run_dir`` into schema tables."""
+    led = Path(run_dir) / "ledger"
+    t0 = json.loads((led / "clock.json").read_text(encoding="utf-8"))["t0"]
+    raw_attempts = read_jsonl(led / "attempts.jsonl")
+    raw_turns = read_jsonl(led / "turns.jsonl")
+    raw_calls = read_jsonl(led / "calls.jsonl")
+    witness = read_jsonl(led / "witness.jsonl")
+
+    copied = {a["request_guid"] for a in raw_attempts if a.get("injected")}
+    attempts = []
+    for a in raw_attempts:
+        if a.get("injected"):
+            continue
+        r = dict(a)
+        for k in (S.SEND_S, S.FIRST_RESPONSE_S, S.FIRST_CHUNK_S, S.END_S):
+            r[k] = _rel(a.get(k), t0)
+        r[S.CONTEXT_ID] = a.get("context_id") or a.get("context_id_learned")
+        r[S.REQUEST_DUPLICATED] = a["request_guid"] in copied
+        r[S.REPLAYED] = False
+        r[S.REQUEST_LOST] = False
+        r[S.CHUNKS_LOST] = None
+        attempts.append(r)
+    attempts.sort(key=lambda r: r[S.SEND_S])
+
+    se_by_turn: dict[str, list[str]] = {}
+    for w in witness:
+        se_by_turn.setdefault(str(w.get("interactionId")), []).append(str(w.get("requestGuid")))
+    escalated_calls = {c["call_id"] for c in raw_calls if c.get("end_reason") == "escalated"}
+    last_turn: dict[str, int] = {}
+    for t in raw_turns:
+        last_turn[t["call_id"]] = max(last_turn.get(t["call_id"], -1), int(t["turn_index"]))
+    turns = []
+    for t in raw_turns:
+        r = dict(t)
+        r[S.START_S] = _rel(t.get("start_s"), t0)
+        r[S.END_S] = _rel(t.get("end_s"), t0)
+        r[S.ESCALATED] = (t["call_id"] in escalated_calls
+                          and int(t["turn_index"]) == last_turn[t["call_id"]])
+        guids = se_by_turn.get(str(t["interaction_id"]), [])
+        r[S.SIDE_EFFECT_EXECUTIONS] = len(guids)
+        r[S.SIDE_EFFECT_REQUEST_GUIDS] = len(set(guids))
+        turns.append(r)
+    turns.sort(key=lambda r: r[S.START_S])
+
+    calls = []
+    for c in raw_calls:
+        r = dict(c)
+        r[S.ARRIVAL_S] = _rel(c.get("arrival_s"), t0)
+        r[S.END_S] = _rel(c.get("end_s"), t0)
+        r[S.SESSIONS_OPENED] = len(c.get("context_ids") or ())
+        calls.append(r)
+    calls.sort(key=lambda r: r[S.ARRIVAL_S])
+
+    side = []
+    for w in witness:
+        iid = str(w.get("interactionId"))
+        side.append({S.CALL_ID: iid.rsplit(".", 1)[0], S.INTERACTION_ID: iid,
+                     S.REQUEST_GUID: w.get("requestGuid"), S.CONTEXT_ID: w.get("contextId"),
+                     S.EXECUTED_S: _rel(w.get("tEnd"), t0)})
+
+    out = LoadOutput(
+        attempts=_frame(attempts, S.ATTEMPTS_TABLE),
+        turns=_frame(turns, S.TURNS_TABLE + S.TURNS_WITNESS_COLUMNS),
+        calls=_frame(calls, S.CALLS_TABLE + S.CALLS_SERVER_COLUMNS),
+        executions=_frame([], S.EXECUTIONS_TABLE),
+        side_effects=_frame(side, S.SIDE_EFFECTS_TABLE),
+        timeseries=pd.DataFrame(),
+        seed=seed, duration_s=duration_s)
+    end = max([duration_s, *[x for x in out.turns[S.END_S].to_numpy() if math.isfinite(x)]])
+    out.timeseries = timeseries(out, end)
+    out.counters = {"end_s": end, "calls": len(calls), "turns": len(turns),
+                    "attempts": len(attempts), "injected_copies": len(raw_attempts) - len(
+                        attempts), "witness_rows": len(witness)}
+    return out
+
+
+def timeseries(out: LoadOutput, end_s: float) -> pd.DataFrame:
+    """1-s bins of the client's records; server gauges are NaN (not visible to a client)."""
+    n = max(1, math.ceil(end_s))
+    edges = np.arange(n + 1, dtype=float)
+
+    def rate(x: np.ndarray) -> np.ndarray:
+        x = x[np.isfinite(x)]
+        return np.histogram(x, bins=edges)[0].astype(float)
+
+    t, a = out.turns, out.attempts
+    start, end = t[S.START_S].to_numpy(), t[S.END_S].to_numpy()
+    outcome = t[S.OUTCOME].astype(object).to_numpy()
+    ts = pd.DataFrame({S.REPLICATION: np.zeros(n, dtype=np.int64), S.T_S: edges[:-1]})
+    ts[S.OFFERED_TURNS_PER_S] = rate(start)
+    ts[S.ATTEMPTS_PER_S] = rate(a[S.SEND_S].to_numpy())
+    ts[S.RETRIES_PER_S] = rate(a[S.SEND_S].to_numpy()[a[S.ATTEMPT].to_numpy() > 1])
+    ts[S.COMPLETED_TURNS_PER_S] = rate(end[outcome == "completed"])
+    ts[S.FAILED_TURNS_PER_S] = rate(end[outcome == "failed"])
+    ts[S.SERVER_REQUESTS_PER_S] = math.nan
+    ts[S.SERVER_EXECUTIONS_PER_S] = math.nan
+    open_end = np.where(np.isfinite(end), end, np.inf)
+    ts[S.TURNS_IN_PROGRESS] = [float(((start < b) & (open_end >= b)).sum()) for b in edges[1:]]
+    for g in (S.SERVER_IN_FLIGHT, S.QUEUE_LENGTH, S.BUSY_WORKERS, S.WORKER_CAPACITY,
+              S.DEDUP_ENTRIES, S.DEDUP_BYTES):
+        ts[g] = math.nan
+    return ts[list(S.TIMESERIES_COLUMNS)]
+
+
+def load_summary(out: LoadOutput, warmup_s: float) -> dict[str, Any]:
+    """``sim.summary.summarize`` of the load run, server-only metrics set undefined."""
+    summary = summarize([out], warmup_s)
+    for name in list(summary["metrics"]):
+        if name in SERVER_ONLY_METRICS or name.startswith("queue."):
+            summary["metrics"][name] = {"mean": None, "ci_low": None, "ci_high": None,
+                                        "values": [None]}
+    summary["kind"] = "load"
+    summary["not_measured"] = sorted(n for n in summary["metrics"]
+                                     if n in SERVER_ONLY_METRICS or n.startswith("queue."))
+    return summary
