@@ -219,9 +219,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         points = sweep.expand_grid(sweep.parse_axes(args.grid), sweep.parse_axes(args.zip))
         sweep.resolve_points(scenario, points, reps)  # every point valid before anything runs
-        if args.dask is None:
-            sweep.usable_cpus()
-        else:
+        if args.dask is not None:
             sweep.parse_dask(args.dask)
     except sweep.SweepError as e:
         raise UsageError(str(e)) from None
@@ -245,13 +243,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except sweep.SweepError as e:
         raise UsageError(str(e)) from None
     except sweep.PointFailed as e:
+        results.finish_run(out, meta, "failed", str(e))
         _err(f"{e}; finished points are kept in {out}: rerun the same command to retry")
         return 1
     except KeyboardInterrupt:
+        results.finish_run(out, meta, "interrupted", "KeyboardInterrupt")
         _err(f"interrupted; finished points are kept in {out}: rerun the same command "
              "to finish the sweep")
         return EXIT_INTERRUPTED
-    results.write_meta(out, meta)
     results.finish_run(out, meta, "complete")
     print(f"{len(summaries)} points × {reps} replications: {out / sweep.SWEEP_CSV}")
     return 0

@@ -374,9 +374,14 @@ def _stop(executor: cf.Executor | None) -> None:
         for p in procs:
             with contextlib.suppress(Exception):
                 p.join(5)
-    else:
-        with contextlib.suppress(Exception):
+    else:  # a Dask ClientExecutor knows no cancel_futures; closing the client cancels
+        try:
             executor.shutdown(wait=False, cancel_futures=True)
+        except TypeError:
+            with contextlib.suppress(Exception):
+                executor.shutdown(wait=False)
+        except Exception:
+            pass
 
 
 def _claim_sweep_dir(out_dir: Path, scenario: Scenario, points: list[dict[str, Any]],
