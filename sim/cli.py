@@ -252,8 +252,35 @@ def cmd_sweep(args: argparse.Namespace) -> int:
              "to finish the sweep")
         return EXIT_INTERRUPTED
     results.finish_run(out, meta, "complete")
+    if not args.quiet:
+        print_sweep(points, summaries)
     print(f"{len(summaries)} points × {reps} replications: {out / sweep.SWEEP_CSV}")
     return 0
+
+
+SWEEP_COLUMNS = (("success_rate", "success", "%"), ("completion_s.p99", "completion p99", "s"),
+                 ("load_amplification", "load ampl.", "x"),
+                 ("goodput_turns_per_s", "goodput/s", "/s"))
+
+
+def print_sweep(points: Sequence[dict[str, Any]], summaries: Sequence[dict[str, Any]],
+                limit: int = 40) -> None:
+    """A few key metrics (mean) per point, the first ``limit`` points."""
+    from rich.console import Console
+    from rich.table import Table
+
+    keys = list(points[0]) if points else []
+    table = Table(box=None, pad_edge=False, title="key metrics per point (means; CIs in "
+                                                   "sweep.csv)", title_justify="left")
+    for name in ("point", *keys, *(label for _, label, _ in SWEEP_COLUMNS)):
+        table.add_column(name, justify="right")
+    for i, (p, s) in enumerate(zip(points[:limit], summaries[:limit], strict=True)):
+        ms = s.get("metrics", {})
+        table.add_row(str(i), *(str(p.get(k)) for k in keys),
+                      *(_fmt((ms.get(m) or {}).get("mean"), kind) for m, _, kind in SWEEP_COLUMNS))
+    Console(soft_wrap=True).print(table)
+    if len(points) > limit:
+        print(f"... and {len(points) - limit} more points")
 
 
 def _num(v: Any) -> str:

@@ -93,8 +93,11 @@ def sweep_figures(table: Any, grid_keys: Sequence[str]) -> list[dict[str, str]]:
     varying = [k for k in grid_keys if table[k].nunique(dropna=False) > 1]
     xkey = varying[0] if varying else "point"
     others = [k for k in varying[1:]]
-    xs = sorted(table[xkey].dropna().unique(), key=lambda v: (isinstance(v, str), v))
-    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in xs)
+    import pandas as pd
+
+    col = table[xkey]
+    numeric = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+    xs = sorted(col.dropna().unique(), key=lambda v: v if numeric else str(v))
     pos = {v: (float(v) if numeric else i) for i, v in enumerate(xs)}
     cmap = plt.get_cmap("tab10")
     figures = []
