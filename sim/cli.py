@@ -242,15 +242,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                                          plots=not args.no_plots, argv=argv)
     except sweep.SweepError as e:
         raise UsageError(str(e)) from None
-    except sweep.PointFailed as e:
-        results.finish_run(out, meta, "failed", str(e))
-        _err(f"{e}; finished points are kept in {out}: rerun the same command to retry")
-        return 1
-    except KeyboardInterrupt:
-        results.finish_run(out, meta, "interrupted", "KeyboardInterrupt")
-        _err(f"interrupted; finished points are kept in {out}: rerun the same command "
-             "to finish the sweep")
-        return EXIT_INTERRUPTED
+    except (sweep.PointFailed, KeyboardInterrupt) as e:
+        interrupted = isinstance(e, KeyboardInterrupt)
+        results.finish_run(out, meta, "interrupted" if interrupted else "failed",
+                           "KeyboardInterrupt" if interrupted else str(e))
+        again = ("rerun the same command" if args.out is not None
+                 else f"rerun the same command with --out {out}")
+        _err(f"{'interrupted' if interrupted else e}; finished points are kept in {out}: "
+             f"{again} to {'finish the sweep' if interrupted else 'retry'}")
+        return EXIT_INTERRUPTED if interrupted else 1
     results.finish_run(out, meta, "complete")
     if not args.quiet:
         print_sweep(points, summaries)
