@@ -319,13 +319,7 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
                                  None if dirs[i] is None else str(dirs[i]), plots)
         try:
             if executor is None:
-                for i in todo:
-                    try:
-                        summary = run_point(tasks[i])
-                    except Exception as e:
-                        first = f"{type(e).__name__}: {e}".splitlines()[0]
-                        raise PointFailed(f"point {i} failed: {first}") from e
-                    finished(i, summary)
+                _run_here(tasks, finished)
             else:
                 _run_on(executor, tasks, finished)
         except BaseException as e:
@@ -341,6 +335,20 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
     return result
 
 
+def _run_here(tasks: dict[int, PointTask],
+              finished: Callable[[int, dict[str, Any]], None]) -> None:
+    """Run every task in this process, in order; failures are raised after the others ran."""
+    failures = []
+    for i, task in tasks.items():
+        try:
+            summary = run_point(task)
+        except Exception as e:
+            failures.append((i, e))
+            continue
+        finished(i, summary)
+    _raise_failures(failures)
+
+
 def _run_on(executor: cf.Executor, tasks: dict[int, PointTask],
             finished: Callable[[int, dict[str, Any]], None]) -> None:
     """Submit every task and hand each result to ``finished`` as it arrives."""
@@ -354,11 +362,17 @@ def _run_on(executor: cf.Executor, tasks: dict[int, PointTask],
             failures.append((i, e))
             continue
         finished(i, summary)
-    if failures:
-        i, e = failures[0]
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        first = f"{type(e).__name__}: {e}".splitlines()[0]
-        raise PointFailed(f"point {i} failed: {first}{more}") from failures[0][1]
+    _raise_failures(failures)
+
+
+def _raise_failures(failures: list[tuple[int, Exception]]) -> None:
+    """:class:`PointFailed` naming the first failed point (by index) and how many more."""
+    if not failures:
+        return
+    i, e = min(failures, key=lambda f: f[0])
+    more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+    first = f"{type(e).__name__}: {e}".splitlines()[0]
+    raise PointFailed(f"point {i} failed: {first}{more}") from e
 
 
 def _stop(executor: cf.Executor | None) -> None:
