@@ -485,7 +485,7 @@ def tidy_table(points: Sequence[Point], summaries: Sequence[Mapping[str, Any]]) 
     ``ci_low``, ``ci_high``, ``n`` (defined replication values) and ``unit``."""
     import pandas as pd
 
-    from sim.summary import summary_rows
+    from sim.summary import metric_rows
 
     if len(points) != len(summaries):
         raise ValueError("one summary per point is needed")
@@ -495,7 +495,7 @@ def tidy_table(points: Sequence[Point], summaries: Sequence[Mapping[str, Any]]) 
     rows: list[dict[str, Any]] = []
     grid_cols = {k: _column([p.get(k) for p in points]) for k in keys}
     for i, summary in enumerate(summaries):
-        for row in summary_rows(dict(summary)):
+        for row in metric_rows(dict(summary)):
             rows.append({"point": i, **{k: grid_cols[k][i] for k in keys}, **row})
     columns = ["point", *keys, *TABLE_COLUMNS[1:]]
     df = pd.DataFrame(rows, columns=columns)
