@@ -219,9 +219,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         points = sweep.expand_grid(sweep.parse_axes(args.grid), sweep.parse_axes(args.zip))
         sweep.resolve_points(scenario, points, reps)  # every point valid before anything runs
-        if args.dask is None:
-            sweep.usable_cpus()
-        else:
+        if args.dask is not None:
             sweep.parse_dask(args.dask)
     except sweep.SweepError as e:
         raise UsageError(str(e)) from None
@@ -244,17 +242,45 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                                          plots=not args.no_plots, argv=argv)
     except sweep.SweepError as e:
         raise UsageError(str(e)) from None
-    except sweep.PointFailed as e:
-        _err(f"{e}; finished points are kept in {out}: rerun the same command to retry")
-        return 1
-    except KeyboardInterrupt:
-        _err(f"interrupted; finished points are kept in {out}: rerun the same command "
-             "to finish the sweep")
-        return EXIT_INTERRUPTED
-    results.write_meta(out, meta)
+    except (sweep.PointFailed, KeyboardInterrupt) as e:
+        interrupted = isinstance(e, KeyboardInterrupt)
+        results.finish_run(out, meta, "interrupted" if interrupted else "failed",
+                           "KeyboardInterrupt" if interrupted else str(e))
+        again = ("rerun the same command" if args.out is not None
+                 else f"rerun the same command with --out {out}")
+        _err(f"{'interrupted' if interrupted else e}; finished points are kept in {out}: "
+             f"{again} to {'finish the sweep' if interrupted else 'retry'}")
+        return EXIT_INTERRUPTED if interrupted else 1
     results.finish_run(out, meta, "complete")
+    if not args.quiet:
+        print_sweep(points, summaries)
     print(f"{len(summaries)} points × {reps} replications: {out / sweep.SWEEP_CSV}")
     return 0
+
+
+SWEEP_COLUMNS = (("success_rate", "success", "%"), ("completion_s.p99", "completion p99", "s"),
+                 ("load_amplification", "load ampl.", "x"),
+                 ("goodput_turns_per_s", "goodput/s", "/s"))
+
+
+def print_sweep(points: Sequence[dict[str, Any]], summaries: Sequence[dict[str, Any]],
+                limit: int = 40) -> None:
+    """A few key metrics (mean) per point, the first ``limit`` points."""
+    from rich.console import Console
+    from rich.table import Table
+
+    keys = list(points[0]) if points else []
+    table = Table(box=None, pad_edge=False, title="key metrics per point (means; CIs in "
+                                                   "sweep.csv)", title_justify="left")
+    for name in ("point", *keys, *(label for _, label, _ in SWEEP_COLUMNS)):
+        table.add_column(name, justify="right")
+    for i, (p, s) in enumerate(zip(points[:limit], summaries[:limit], strict=True)):
+        ms = s.get("metrics", {})
+        table.add_row(str(i), *(str(p.get(k)) for k in keys),
+                      *(_fmt((ms.get(m) or {}).get("mean"), kind) for m, _, kind in SWEEP_COLUMNS))
+    Console(soft_wrap=True).print(table)
+    if len(points) > limit:
+        print(f"... and {len(points) - limit} more points")
 
 
 def _num(v: Any) -> str:

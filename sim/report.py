@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.compare import RunFolder, RunFolderError, compare_table, is_sweep, load_run
-from sim.summary import summary_rows, unit
+from sim.summary import metric_rows, unit
 
 TEMPLATE = "report.html.j2"
 
@@ -64,7 +64,7 @@ def _run_section(run: RunFolder) -> dict[str, Any]:
         facts.insert(1, ("sweep point", json.dumps(point.get("overrides"))))
     figures = [{"caption": p.name, "data": _b64_file(p)} for p in sorted(run.path.glob("*.png"))]
     rows = [{k: _fmt(v) if k != "metric" and k != "unit" else v for k, v in r.items()}
-            for r in summary_rows(run.summary)]
+            for r in metric_rows(run.summary)]
     return {"kind": "run", "label": run.label, "facts": [(k, v) for k, v in facts
                                                          if v is not None],
             "verdict": _verdict(run.path), "key_rows": key_rows(run.summary),
@@ -93,8 +93,11 @@ def sweep_figures(table: Any, grid_keys: Sequence[str]) -> list[dict[str, str]]:
     varying = [k for k in grid_keys if table[k].nunique(dropna=False) > 1]
     xkey = varying[0] if varying else "point"
     others = [k for k in varying[1:]]
-    xs = sorted(table[xkey].dropna().unique(), key=lambda v: (isinstance(v, str), v))
-    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in xs)
+    import pandas as pd
+
+    col = table[xkey]
+    numeric = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+    xs = sorted(col.dropna().unique(), key=lambda v: v if numeric else str(v))
     pos = {v: (float(v) if numeric else i) for i, v in enumerate(xs)}
     cmap = plt.get_cmap("tab10")
     figures = []

@@ -349,14 +349,14 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     import csv
     import io
 
-    from sim.summary import SUMMARY_CSV_COLUMNS, summary_rows
+    from sim.summary import SUMMARY_CSV_COLUMNS, metric_rows
 
     run_dir = Path(run_dir)
     write_json(run_dir / "summary.json", summary)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=SUMMARY_CSV_COLUMNS, lineterminator="\n")
     w.writeheader()
-    for row in summary_rows(summary):
+    for row in metric_rows(summary):
         w.writerow({k: _csv_cell(v) for k, v in row.items()})
     _atomic_write(run_dir / "summary.csv", buf.getvalue())
 

@@ -294,7 +294,7 @@ def unit(name: str) -> str:
 SUMMARY_CSV_COLUMNS = ("metric", "mean", "ci_low", "ci_high", "n", "unit")
 
 
-def summary_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def metric_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per metric of ``summary.json``: metric, mean, ci_low, ci_high, n (defined
     replication values) and unit — the content of ``summary.csv``."""
     rows = []

@@ -319,13 +319,7 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
                                  None if dirs[i] is None else str(dirs[i]), plots)
         try:
             if executor is None:
-                for i in todo:
-                    try:
-                        summary = run_point(tasks[i])
-                    except Exception as e:
-                        first = f"{type(e).__name__}: {e}".splitlines()[0]
-                        raise PointFailed(f"point {i} failed: {first}") from e
-                    finished(i, summary)
+                _run_here(tasks, finished)
             else:
                 _run_on(executor, tasks, finished)
         except BaseException as e:
@@ -341,6 +335,20 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
     return result
 
 
+def _run_here(tasks: dict[int, PointTask],
+              finished: Callable[[int, dict[str, Any]], None]) -> None:
+    """Run every task in this process, in order; failures are raised after the others ran."""
+    failures = []
+    for i, task in tasks.items():
+        try:
+            summary = run_point(task)
+        except Exception as e:
+            failures.append((i, e))
+            continue
+        finished(i, summary)
+    _raise_failures(failures)
+
+
 def _run_on(executor: cf.Executor, tasks: dict[int, PointTask],
             finished: Callable[[int, dict[str, Any]], None]) -> None:
     """Submit every task and hand each result to ``finished`` as it arrives."""
@@ -354,11 +362,17 @@ def _run_on(executor: cf.Executor, tasks: dict[int, PointTask],
             failures.append((i, e))
             continue
         finished(i, summary)
-    if failures:
-        i, e = failures[0]
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        first = f"{type(e).__name__}: {e}".splitlines()[0]
-        raise PointFailed(f"point {i} failed: {first}{more}") from failures[0][1]
+    _raise_failures(failures)
+
+
+def _raise_failures(failures: list[tuple[int, Exception]]) -> None:
+    """:class:`PointFailed` naming the first failed point (by index) and how many more."""
+    if not failures:
+        return
+    i, e = min(failures, key=lambda f: f[0])
+    more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+    first = f"{type(e).__name__}: {e}".splitlines()[0]
+    raise PointFailed(f"point {i} failed: {first}{more}") from e
 
 
 def _stop(executor: cf.Executor | None) -> None:
@@ -374,9 +388,14 @@ def _stop(executor: cf.Executor | None) -> None:
         for p in procs:
             with contextlib.suppress(Exception):
                 p.join(5)
-    else:
-        with contextlib.suppress(Exception):
+    else:  # a Dask ClientExecutor knows no cancel_futures; closing the client cancels
+        try:
             executor.shutdown(wait=False, cancel_futures=True)
+        except TypeError:
+            with contextlib.suppress(Exception):
+                executor.shutdown(wait=False)
+        except Exception:
+            pass
 
 
 def _claim_sweep_dir(out_dir: Path, scenario: Scenario, points: list[dict[str, Any]],
@@ -466,7 +485,7 @@ def tidy_table(points: Sequence[Point], summaries: Sequence[Mapping[str, Any]]) 
     ``ci_low``, ``ci_high``, ``n`` (defined replication values) and ``unit``."""
     import pandas as pd
 
-    from sim.summary import summary_rows
+    from sim.summary import metric_rows
 
     if len(points) != len(summaries):
         raise ValueError("one summary per point is needed")
@@ -476,7 +495,7 @@ def tidy_table(points: Sequence[Point], summaries: Sequence[Mapping[str, Any]]) 
     rows: list[dict[str, Any]] = []
     grid_cols = {k: _column([p.get(k) for p in points]) for k in keys}
     for i, summary in enumerate(summaries):
-        for row in summary_rows(dict(summary)):
+        for row in metric_rows(dict(summary)):
             rows.append({"point": i, **{k: grid_cols[k][i] for k in keys}, **row})
     columns = ["point", *keys, *TABLE_COLUMNS[1:]]
     df = pd.DataFrame(rows, columns=columns)

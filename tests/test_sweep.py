@@ -283,3 +283,27 @@ def test_tidy_table_has_one_row_per_point_and_metric() -> None:
     buf = io.StringIO()
     df.to_csv(buf, index=False)
     assert len(pd.read_csv(io.StringIO(buf.getvalue()))) == 2
+
+
+def test_a_failing_point_is_reported_and_the_others_are_kept(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    real = sweep.run_point
+
+    def flaky(task: sweep.PointTask) -> dict:
+        if task.index == 1:
+            raise RuntimeError("worker lost")
+        return real(task)
+
+    monkeypatch.setattr(sweep, "run_point", flaky)
+    pts = [{"reasoner.workers": w} for w in (2, 3, 4)]
+    with pytest.raises(sweep.PointFailed, match="point 1 failed: RuntimeError: worker lost"):
+        sweep.run_points(tiny(), pts, replications=1, root_seed=1, out_dir=tmp_path,
+                         progress=False, plots=False)
+    status = {d.name: results.read_meta(d)["status"] for d in (tmp_path / "points").iterdir()}
+    assert status == {"p0000": "complete", "p0001": "failed", "p0002": "complete"}
+    monkeypatch.setattr(sweep, "run_point", real)
+    sweep.run_points(tiny(), pts, replications=1, root_seed=1, out_dir=tmp_path,
+                     progress=False, plots=False)
+    assert {results.read_meta(d)["status"] for d in (tmp_path / "points").iterdir()} == {
+        "complete"}
