@@ -103,12 +103,12 @@ def sampled_queue_length(outs: list[RunOutput], start_s: float, end_s: float) ->
 
 
 def _little(outs: list[RunOutput], sc: Scenario, s: dict[str, Any], mean_service_s: float) -> None:
-    """L from the sampled gauge (not from the records) = λ·W from the records, per replication
-    and on average; and the check tells the queue from the whole system (L + λ·E[S])."""
+    """L from the sampled gauge (not from the records) = λ·W from the records: their paired
+    difference is 0 within 4 SE (one replication's sampled mean is off by up to ~10 % on a
+    bursty queue: 1-s samples); and the check tells the queue from the system (L + λ·E[S])."""
     sampled = np.array(sampled_queue_length(outs, sc.run.warmup_s, sc.run.duration_s))
     lam_w = np.array(_values(s, "queue.little_lambda_w"), dtype=float)
     assert_close(sampled - lam_w, 0.0, "sampled L - λW")
-    np.testing.assert_allclose(sampled, lam_w, rtol=0.05, atol=0.05)
     lam = float(np.mean(_values(s, "queue.arrival_rate_per_s")))
     assert_rejects(sampled - lam_w, 0.0, lam * mean_service_s, "queue vs system")
 
@@ -124,7 +124,7 @@ def test_littles_law_with_faults_and_retries() -> None:
     """Little's law needs no Poisson/exponential assumptions: check it on a faulty, retrying run."""
     sc = load_scenario("lossy_network", {
         "run.duration_s": 600.0,
-        "run.warmup_s": 60.0, "run.replications": 8})
+        "run.warmup_s": 60.0, "run.replications": 16})
     outs = run_replications(sc, seed=seed(3))
     s = summarize(outs, sc.run.warmup_s)
     assert metric(s, "queue.mean_length")["mean"] > 0.2  # a queue worth testing
