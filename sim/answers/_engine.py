@@ -19,8 +19,9 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from sim.config import to_plain
 from sim.runner import RunOutput, run_once
-from sim.scenario import Scenario
+from sim.scenario import Scenario, from_dict
 from sim.summary import summarize
 
 try:  # the sweep engine (issue 8), when merged
@@ -74,8 +75,9 @@ def _make_executor(processes: int | None = None, dask: str | None = None) -> Ite
         yield pool
 
 
-def _replicate(scenario: Scenario, seed: int, replication: int) -> RunOutput:
-    return run_once(scenario, seed, replication)
+def _replicate(scenario: dict[str, Any], seed: int, replication: int) -> RunOutput:
+    """One replication of a scenario given as plain data (config objects do not pickle)."""
+    return run_once(from_dict(scenario), seed, replication)
 
 
 def _run_points(scenario: Scenario, points: Sequence[Mapping[str, Any]], *, replications: int,
@@ -86,7 +88,7 @@ def _run_points(scenario: Scenario, points: Sequence[Mapping[str, Any]], *, repl
     futures = []
     for pt in points:
         sc = scenario.with_overrides(dict(pt))
-        futures.append([ex.submit(_replicate, sc, _point_seed(root_seed, pt, i), i)
+        futures.append([ex.submit(_replicate, to_plain(sc), _point_seed(root_seed, pt, i), i)
                         for i in range(replications)])
     return [summarize([f.result() for f in fs], scenario.run.warmup_s) for fs in futures]
 
@@ -95,30 +97,43 @@ if run_points is None:
     make_executor, point_seed, run_points = _make_executor, _point_seed, _run_points
 
 
-def run_case(scenario: Scenario, run_dir: Path, *, seed: int, replications: int,
-             executor: Executor | None = None, argv: Sequence[str] = (),
-             plots: bool = False) -> dict[str, Any]:
-    """Run ``scenario`` as a normal run folder at ``run_dir`` and return its summary.
+def _complete(run_dir: Path) -> bool:
+    from sim import results
 
-    Replication ``i`` is ``run_once(scenario, seed, i)``, as in ``rtalab sim run``: the
-    folder is the one that command writes for the same scenario, seed and replications.
-    A folder whose ``meta.json`` says ``complete`` is not recomputed (its summary is read).
+    return (run_dir / "summary.json").exists() and \
+        results.read_meta(run_dir).get("status") == "complete"
+
+
+def run_cases(cases: Mapping[str, tuple[Scenario, Path]], *, seed: int, replications: int,
+              executor: Executor | None = None, plots: bool = False) -> dict[str, Path]:
+    """Run each case ``name -> (scenario, run_dir)`` as a normal run folder; return the folders.
+
+    Replication ``i`` of a case is ``run_once(scenario, seed, i)``, as in ``rtalab sim run``:
+    a folder is the one that command writes for the same scenario (``--set`` overrides),
+    seed and replications.  Every replication of every case is submitted to ``executor``
+    before any folder is written; a folder already marked ``complete`` is not recomputed.
     """
     from sim import results
 
-    run_dir = Path(run_dir)
-    summary_path = run_dir / "summary.json"
-    if summary_path.exists() and results.read_meta(run_dir).get("status") == "complete":
-        return json.loads(summary_path.read_text(encoding="utf-8"))
-    scenario = scenario.with_overrides({"run.seed": seed, "run.replications": replications})
-    run_dir.mkdir(parents=True, exist_ok=True)
-    meta = results.collect_meta(kind="sim", scenario=scenario, seed=seed,
-                                replications=replications, argv=list(argv))
-    results.start_run(run_dir, scenario, meta)
-    with results.guard(run_dir, meta):
-        ex = executor or SerialExecutor()
-        futures = [ex.submit(_replicate, scenario, seed, i) for i in range(replications)]
-        outputs = [f.result() for f in futures]
-        summary = summarize(outputs, scenario.run.warmup_s)
-        results.write_run(run_dir, scenario, outputs, summary, meta, plots=plots)
-    return summary
+    ex = executor or SerialExecutor()
+    pending = {}
+    for name, (scenario, run_dir) in cases.items():
+        run_dir = Path(run_dir)
+        if _complete(run_dir):
+            continue
+        sc = scenario.with_overrides({"run.seed": seed, "run.replications": replications})
+        futures = [ex.submit(_replicate, to_plain(sc), seed, i) for i in range(replications)]
+        pending[name] = (sc, run_dir, futures)
+    for _name, (sc, run_dir, futures) in pending.items():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        meta = results.collect_meta(kind="sim", scenario=sc, seed=seed,
+                                    replications=replications,
+                                    argv=["rtalab", "sim", "run", str(run_dir / "scenario.toml"),
+                                          "--seed", str(seed), "--replications",
+                                          str(replications)])
+        results.start_run(run_dir, sc, meta)
+        with results.guard(run_dir, meta):
+            outputs = [f.result() for f in futures]
+            summary = summarize(outputs, sc.run.warmup_s)
+            results.write_run(run_dir, sc, outputs, summary, meta, plots=plots)
+    return {name: Path(run_dir) for name, (_, run_dir) in cases.items()}

@@ -1,0 +1,332 @@
+"""Retry-storm analysis: every retry strategy through one trigger, and whether each recovers.
+
+A *trigger* is the scenario's disturbance: a network outage, a capacity drop or a
+load spike (a ``schedule`` phase above the first phase's rate); :func:`trigger_window`
+finds it.  A *strategy* is data: a named set of scenario overrides in
+:data:`STRATEGIES` (validated before anything runs; a strategy whose keys this
+build of the simulator does not have yet is skipped with a note).  Each strategy
+runs as a normal run folder (``rtalab sim run SCENARIO --set ... --seed S`` writes
+the same one) and is judged from its folder's per-second time series:
+
+- **peak load amplification**: max over the run (after warm-up) of server
+  executions ÷ offered turns, both summed over a sliding ``window_s`` window;
+- **goodput dip**: 1 − (lowest windowed goodput from the trigger's start to
+  ``hold_s`` after its end) ÷ (mean goodput between warm-up and the trigger);
+- **time to recover**: seconds from the trigger's end until windowed goodput is
+  back to ``fraction`` of windowed offered load (None if it never is);
+- **metastable** (:func:`detect_metastable`): goodput stays below ``fraction`` of
+  offered load for ``hold_s`` seconds after the trigger ends;
+- hazards: ghost successes per 1,000 turns (``summary.json``, when the simulator
+  has the metric) and duplicate side effects per 1,000 turns (side-effect
+  executions beyond the first of each turn, from ``turns.parquet``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim import schema as S
+from sim.answers import _engine
+from sim.config import ConfigError
+from sim.scenario import Scenario
+from sim.summary import mean_ci
+
+# name -> (what it is, overrides).  One line per strategy; keys that do not exist in this
+# build are skipped with a note (see validate_strategies).
+STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "no_backoff": ("retry at once", {"live.backoff.strategy": "none"}),
+    "exponential": ("exponential backoff, no jitter", {"live.backoff.strategy": "exponential"}),
+    "full_jitter": ("exponential backoff, full jitter",
+                    {"live.backoff.strategy": "full_jitter"}),
+    "decorrelated": ("decorrelated jitter", {"live.backoff.strategy": "decorrelated_jitter"}),
+    "grpc_throttling": ("gRPC retry throttling (token bucket)",
+                        {"live.budget.token_bucket.enabled": True}),
+    "finagle": ("Finagle retry budget", {"live.budget.finagle.enabled": True}),
+    "adaptive": ("SRE adaptive throttling", {"live.budget.adaptive.enabled": True}),
+    "breaker": ("consecutive-failure circuit breaker",
+                {"live.budget.circuit_breaker.enabled": True}),
+    "aws_quota": ("AWS SDK standard retry quota", {"live.budget.aws_quota.enabled": True}),
+    "envoy": ("Envoy retry budget", {"live.budget.envoy.enabled": True}),
+    "retry_bucket": ("token bucket per call started, charged per retry",
+                     {"live.budget.retry_bucket.enabled": True}),
+    "retry_breaker": ("breaker on retries only (failure ratio)",
+                      {"live.budget.retry_breaker.enabled": True}),
+    "cancel_on_timeout": ("CancelTask for abandoned attempts", {"live.cancel_on_timeout": True}),
+    "queue_deadline": ("Reasoner refuses work queued > 2 s", {"reasoner.queue_timeout_s": 2.0}),
+    "lifo": ("Reasoner serves the newest request first", {"reasoner.queue_discipline": "lifo"}),
+}
+
+
+class StormError(ValueError):
+    """Bad storm input: unknown strategy, no trigger, a run too short to judge recovery."""
+
+
+@dataclass(frozen=True)
+class Detector:
+    """Parameters of the recovery judgement (see :func:`detect_metastable`)."""
+
+    fraction: float = 0.9  # goodput must get back to this share of offered load
+    hold_s: float = 60.0  # ... within this long after the trigger ends, else metastable
+    window_s: float = 10.0  # sliding window of the rates
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+def validate_strategies(scenario: Scenario, names: Sequence[str] | None = None,
+                        table: Mapping[str, tuple[str, dict[str, Any]]] | None = None,
+                        ) -> tuple[dict[str, Scenario], dict[str, str]]:
+    """(runnable {name: scenario with the strategy applied}, skipped {name: reason}).
+
+    Unknown names raise :class:`StormError`; a bad value raises :class:`ConfigError`; a
+    strategy using a key this build does not know is skipped with the reason.
+    """
+    table = STRATEGIES if table is None else table
+    names = list(table) if not names else list(names)
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise StormError(f"unknown strategy {unknown[0]!r} (known: {', '.join(table)})")
+    runnable, skipped = {}, {}
+    for name in names:
+        try:
+            runnable[name] = scenario.with_overrides(dict(table[name][1]))
+        except ConfigError as e:
+            if "unknown key" not in e.problem:
+                raise
+            skipped[name] = f"not in this build ({e.key}: unknown key)"
+    return runnable, skipped
+
+
+def trigger_window(scenario: Scenario) -> tuple[float, float]:
+    """(start_s, end_s) spanning the scenario's outages, capacity drops and load spikes."""
+    spans = [(o.start_s, o.start_s + o.duration_s) for o in scenario.network.outages]
+    spans += [(d.start_s, d.start_s + d.duration_s) for d in scenario.reasoner.capacity_drops]
+    w = scenario.workload
+    if w.arrival == "schedule" and len(w.schedule) > 1:
+        base = w.schedule[0].calls_per_s
+        phases = list(w.schedule)
+        for i, p in enumerate(phases):
+            if p.calls_per_s > base:
+                end = phases[i + 1].start_s if i + 1 < len(phases) else scenario.run.duration_s
+                spans.append((p.start_s, end))
+    if not spans:
+        raise StormError(f"scenario {scenario.name!r} has no trigger (outage, capacity drop or "
+                         "load spike in workload.schedule)")
+    return min(s for s, _ in spans), max(e for _, e in spans)
+
+
+# --------------------------------------------------------------------------- detector
+
+
+def _windowed(x: np.ndarray, window_s: float) -> np.ndarray:
+    """Trailing sums over ``window_s`` one-second bins (shorter at the start)."""
+    k = max(round(window_s), 1)
+    c = np.concatenate([[0.0], np.cumsum(x, dtype=float)])
+    idx = np.arange(1, len(x) + 1)
+    return c[idx] - c[np.maximum(idx - k, 0)]
+
+
+def recovery_ratio(ts: pd.DataFrame, window_s: float = 10.0) -> pd.Series:
+    """Windowed goodput ÷ windowed offered load per second of one replication's time series
+    (indexed by ``t_s``, NaN where nothing was offered in the window)."""
+    good = _windowed(ts[S.COMPLETED_TURNS_PER_S].to_numpy(), window_s)
+    offered = _windowed(ts[S.OFFERED_TURNS_PER_S].to_numpy(), window_s)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(offered > 0, good / np.where(offered > 0, offered, 1), np.nan)
+    return pd.Series(ratio, index=ts[S.T_S].to_numpy())
+
+
+def recovery_time(ts: pd.DataFrame, trigger_end_s: float, det: Detector = Detector(),
+                  ) -> float | None:
+    """Seconds after ``trigger_end_s`` until windowed goodput ≥ ``fraction`` × windowed offered
+    load (the first such second, measured at the window's end); None if never in the run."""
+    r = recovery_ratio(ts, det.window_s)
+    after = r[(r.index >= trigger_end_s) & (r.to_numpy() >= det.fraction)]
+    return None if after.empty else float(after.index[0] + 1.0 - trigger_end_s)
+
+
+def detect_metastable(ts: pd.DataFrame, trigger_end_s: float, det: Detector = Detector(),
+                      ) -> bool:
+    """True when the system did not recover: over the ``hold_s`` seconds after the trigger
+    ends, windowed goodput stays below ``fraction`` × windowed offered load at every second.
+
+    ``ts`` is one replication's per-second time series (``timeseries.parquet`` rows of one
+    replication); it must extend ``hold_s`` past ``trigger_end_s`` (else StormError).
+    """
+    t = ts[S.T_S].to_numpy()
+    if len(t) == 0 or t.max() + 1.0 < trigger_end_s + det.hold_s:
+        raise StormError(f"time series ends before trigger end + hold "
+                         f"({trigger_end_s:g} + {det.hold_s:g} s)")
+    t_rec = recovery_time(ts, trigger_end_s, det)
+    return t_rec is None or t_rec > det.hold_s
+
+
+# --------------------------------------------------------------------------- one case
+
+
+def _amplification(ts: pd.DataFrame, start_s: float, end_s: float, window_s: float) -> float:
+    ex = _windowed(ts[S.SERVER_EXECUTIONS_PER_S].to_numpy(), window_s)
+    off = _windowed(ts[S.OFFERED_TURNS_PER_S].to_numpy(), window_s)
+    t = ts[S.T_S].to_numpy()
+    keep = (t >= start_s) & (t < end_s) & (off > 0)
+    return float((ex[keep] / off[keep]).max()) if keep.any() else math.nan
+
+
+def case_figures(run_dir: Path, trigger: tuple[float, float], det: Detector = Detector(),
+                 ) -> list[dict[str, Any]]:
+    """Per replication: the storm figures of one run folder (see the module docstring)."""
+    from sim.results import read_meta
+
+    run_dir = Path(run_dir)
+    meta = read_meta(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    warmup = float(summary["warmup_s"])
+    all_ts = pd.read_parquet(run_dir / "timeseries.parquet")
+    turns = pd.read_parquet(run_dir / "turns.parquet",
+                            columns=[S.REPLICATION, S.START_S, S.SIDE_EFFECT_EXECUTIONS])
+    ghost = (summary["metrics"].get("hazard.ghost_successes_per_1k_turns") or {}).get("values")
+    start, end = trigger
+    duration = float(all_ts[S.T_S].max()) + 1.0
+    rows = []
+    for i, rep in enumerate(sorted(all_ts[S.REPLICATION].unique())):
+        ts = all_ts[all_ts[S.REPLICATION] == rep].sort_values(S.T_S)
+        t = ts[S.T_S].to_numpy()
+        good = _windowed(ts[S.COMPLETED_TURNS_PER_S].to_numpy(), det.window_s) / det.window_s
+        pre = ts[S.COMPLETED_TURNS_PER_S].to_numpy()[(t >= warmup) & (t < start)]
+        dip_span = (t >= start) & (t < end + det.hold_s)
+        pre_mean = float(pre.mean()) if len(pre) else math.nan
+        dip = (1.0 - float(good[dip_span].min()) / pre_mean
+               if pre_mean > 0 and dip_span.any() else math.nan)
+        tr = turns[(turns[S.REPLICATION] == rep) & (turns[S.START_S] >= warmup)]
+        extra = np.clip(tr[S.SIDE_EFFECT_EXECUTIONS].to_numpy() - 1, 0, None).sum()
+        rows.append({
+            "replication": int(rep),
+            "peak_amplification": _amplification(ts, warmup, min(duration, end + det.hold_s),
+                                                 det.window_s),
+            "goodput_dip": dip,
+            "recover_s": recovery_time(ts, end, det),
+            "metastable": detect_metastable(ts, end, det),
+            "ghost_per_1k": None if ghost is None else ghost[i],
+            "duplicate_side_effects_per_1k": 1000.0 * extra / len(tr) if len(tr) else None,
+            "seed": meta.get("seed"),
+        })
+    return rows
+
+
+# --------------------------------------------------------------------------- the storm
+
+
+@dataclass
+class StormResult:
+    """Per strategy: its run folder and per-replication figures; ``skipped``: name -> reason."""
+
+    scenario: str
+    trigger: tuple[float, float]
+    detector: Detector
+    duration_s: float = math.inf  # arrivals stop here (the plots end here)
+    runs: dict[str, Path] = field(default_factory=dict)
+    figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def verdict(self, name: str) -> str:
+        """``recovered`` (every replication), ``metastable`` (every one) or ``mixed k/R``."""
+        flags = [r["metastable"] for r in self.figures[name]]
+        k = sum(flags)
+        return "recovered" if k == 0 else "metastable" if k == len(flags) else \
+            f"mixed {k}/{len(flags)} metastable"
+
+    def table(self) -> pd.DataFrame:
+        """One row per strategy: each figure's mean over replications and its 95 % CI."""
+        rows = []
+        for name, reps in self.figures.items():
+            row: dict[str, Any] = {"strategy": name, "description": STRATEGIES.get(
+                name, ("", {}))[0]}
+            for col in ("peak_amplification", "goodput_dip", "recover_s", "ghost_per_1k",
+                        "duplicate_side_effects_per_1k"):
+                vals = [r[col] for r in reps]
+                stats = mean_ci([math.nan if v is None else float(v) for v in vals])
+                row[col] = stats["mean"]
+                row[f"{col}.ci_low"], row[f"{col}.ci_high"] = stats["ci_low"], stats["ci_high"]
+            row["verdict"] = self.verdict(name)
+            row["run"] = str(self.runs[name])
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def run_storm(scenario: Scenario, out_dir: Path, *, strategies: Sequence[str] | None = None,
+              replications: int | None = None, seed: int | None = None,
+              detector: Detector = Detector(), executor: Executor | None = None,
+              table: Mapping[str, tuple[str, dict[str, Any]]] | None = None) -> StormResult:
+    """Run each strategy (validated first) through the trigger; one run folder per strategy
+    under ``out_dir/<strategy>/`` (finished folders are reused on rerun)."""
+    runnable, skipped = validate_strategies(scenario, strategies, table)
+    trigger = trigger_window(scenario)
+    if scenario.run.duration_s < trigger[1] + detector.hold_s:
+        raise StormError(f"run.duration_s ({scenario.run.duration_s:g}) must reach "
+                         f"{detector.hold_s:g} s past the trigger's end ({trigger[1]:g})")
+    seed = scenario.run.seed if seed is None else seed
+    reps = scenario.run.replications if replications is None else replications
+    res = StormResult(scenario.name, trigger, detector, scenario.run.duration_s, skipped=skipped)
+    out_dir = Path(out_dir)
+    res.runs = _engine.run_cases({n: (s, out_dir / n) for n, s in runnable.items()},
+                                 seed=seed, replications=reps, executor=executor)
+    for name, run_dir in res.runs.items():
+        res.figures[name] = case_figures(run_dir, trigger, detector)
+    return res
+
+
+def plot_storm(result: StormResult, path: Path) -> Path:
+    """Small multiples, one panel per strategy: goodput and offered load (turns/s, left) and
+    load amplification (right) over time, mean over replications; the trigger shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(result.runs)
+    cols = min(4, max(1, len(names)))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), dpi=90,
+                             sharex=True, squeeze=False)
+    w = result.detector.window_s
+    for ax, name in zip(axes.flat, names, strict=False):
+        ts = pd.read_parquet(result.runs[name] / "timeseries.parquet")
+        g = ts.groupby(S.T_S)[[S.COMPLETED_TURNS_PER_S, S.OFFERED_TURNS_PER_S,
+                               S.SERVER_EXECUTIONS_PER_S]].mean()
+        g = g[g.index < result.duration_s]
+        t = g.index.to_numpy()
+        good = _windowed(g[S.COMPLETED_TURNS_PER_S].to_numpy(), w) / w
+        off = _windowed(g[S.OFFERED_TURNS_PER_S].to_numpy(), w) / w
+        ex = _windowed(g[S.SERVER_EXECUTIONS_PER_S].to_numpy(), w) / w
+        ax.axvspan(*result.trigger, color="0.85")
+        ax.plot(t, off, color="0.4", lw=0.8, label="offered")
+        ax.plot(t, good, color="tab:green", lw=1.2, label="goodput")
+        ax2 = ax.twinx()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ax2.plot(t, np.where(off > 0, ex / np.where(off > 0, off, 1), np.nan),
+                     color="tab:red", lw=0.8, label="amplification")
+        ax2.tick_params(labelsize=7, colors="tab:red")
+        ax.tick_params(labelsize=7)
+        ax.set_title(f"{name}: {result.verdict(name)}", fontsize=8)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    handles = [plt.Line2D([], [], color=c, label=lab) for c, lab in
+               (("0.4", "offered turns/s"), ("tab:green", "goodput turns/s"),
+                ("tab:red", "amplification (right)"))]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8)
+    fig.suptitle(f"{result.scenario}: trigger {result.trigger[0]:g}–{result.trigger[1]:g} s "
+                 f"(shaded), {w:g} s windows", fontsize=9)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
