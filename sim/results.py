@@ -343,6 +343,86 @@ def write_records(run_dir: Path, outputs: Sequence[Records]) -> dict[str, pd.Dat
     return tables
 
 
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    """Write ``summary.json`` and its tidy twin ``summary.csv`` (one row per metric: metric,
+    mean, ci_low, ci_high, n, unit; empty cells where undefined)."""
+    import csv
+    import io
+
+    from sim.summary import SUMMARY_CSV_COLUMNS, summary_rows
+
+    run_dir = Path(run_dir)
+    write_json(run_dir / "summary.json", summary)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=SUMMARY_CSV_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for row in summary_rows(summary):
+        w.writerow({k: _csv_cell(v) for k, v in row.items()})
+    _atomic_write(run_dir / "summary.csv", buf.getvalue())
+
+
+def _csv_cell(value: Any) -> Any:
+    """A CSV cell: floats in shortest round-trip form, undefined (None, NaN) empty."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(float(value)) if math.isfinite(value) else ""
+    return value
+
+
+class RecordWriter:
+    """Append one replication's record tables at a time to ``<table>.parquet`` (one Parquet
+    row group per replication), so a run never holds more than one replication in memory.
+
+    Files are written as hidden temporaries and renamed into place by :meth:`close`; an
+    interrupted run leaves no half-written table under its final name.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self._writers: dict[str, Any] = {}
+        self._tables: list[str] | None = None
+
+    def append(self, out: Records) -> None:
+        """Write the tables of one replication's output."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if self._tables is None:
+            self._tables = [*RECORD_TABLES,
+                            *(t for t in EXTRA_TABLES if getattr(out, t, None) is not None)]
+        for table in self._tables:
+            df = concat_records([out], table)
+            writer = self._writers.get(table)
+            if writer is None:
+                arrow = pa.Table.from_pandas(df, preserve_index=False)
+                tmp = self.run_dir / f".{table}.parquet.tmp"
+                writer = self._writers[table] = pq.ParquetWriter(tmp, arrow.schema)
+            else:
+                arrow = pa.Table.from_pandas(df, schema=writer.schema, preserve_index=False)
+            writer.write_table(arrow)
+
+    def close(self) -> list[Path]:
+        """Finish every file and move it into place; return the final paths."""
+        paths = []
+        for table, writer in self._writers.items():
+            writer.close()
+            path = self.run_dir / f"{table}.parquet"
+            os.replace(self.run_dir / f".{table}.parquet.tmp", path)
+            paths.append(path)
+        self._writers.clear()
+        return paths
+
+    def abort(self) -> None:
+        """Close and delete the temporary files (after an error or interruption)."""
+        for table, writer in self._writers.items():
+            with contextlib.suppress(Exception):
+                writer.close()
+            with contextlib.suppress(OSError):
+                (self.run_dir / f".{table}.parquet.tmp").unlink()
+        self._writers.clear()
+
+
 def write_run(
     run_dir: Path,
     scenario: Scenario,
@@ -363,7 +443,7 @@ def write_run(
     meta["replication_seeds"] = replication_seeds(outputs)
     write_meta(run_dir, meta)
     tables = write_records(run_dir, outputs)
-    write_json(run_dir / "summary.json", summary)
+    write_summary(run_dir, summary)
     if plots:
         from sim.plots import plot_run
 

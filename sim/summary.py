@@ -91,16 +91,26 @@ def summarize(outputs: Sequence[RunLike], warmup_s: float) -> dict[str, Any]:
     if not outputs:
         raise ValueError("summarize needs at least one run output")
     per_rep = [replication_metrics(o, warmup_s) for o in outputs]
+    return summarize_metrics(per_rep, warmup_s, [int(o.seed) for o in outputs],
+                             [int(o.replication) for o in outputs])
+
+
+def summarize_metrics(per_rep: Sequence[dict[str, float | None]], warmup_s: float,
+                      seeds: Sequence[int], replication_ids: Sequence[int]) -> dict[str, Any]:
+    """``summary.json`` from each replication's :func:`replication_metrics` (in replication
+    order), so a run can drop a replication's records as soon as its metrics are known."""
+    if not per_rep:
+        raise ValueError("summarize needs at least one replication")
     names: list[str] = []
     for m in per_rep:
         names.extend(k for k in m if k not in names)
     metrics = {k: mean_ci([m.get(k) for m in per_rep], domain(k)) for k in names}
     return {
         "schema_version": S.SCHEMA_VERSION,
-        "replications": len(outputs),
+        "replications": len(per_rep),
         "warmup_s": float(warmup_s),
-        "seeds": sorted({int(o.seed) for o in outputs}),
-        "replication_ids": [int(o.replication) for o in outputs],
+        "seeds": sorted({int(s) for s in seeds}),
+        "replication_ids": [int(r) for r in replication_ids],
         "metrics": metrics,
     }
 
@@ -250,3 +260,47 @@ def queue_metrics(executions: pd.DataFrame, start_s: float, end_s: float,
         S.M_QUEUE_LITTLE_LAMBDA_W: (lam * mean_wait if lam is not None and mean_wait is not None
                                     else None),
     }
+
+
+# --------------------------------------------------------------------------- units
+
+# (name suffix or prefix, unit) checked in order; the first match wins (see docs/metrics.md)
+_UNIT_RULES: tuple[tuple[str, str], ...] = (
+    ("suffix:_per_1k_turns", "per 1k turns"), ("suffix:_per_s", "1/s"),
+    ("suffix:_bytes", "bytes"), ("suffix:_s", "s"), ("suffix:_share", "share"),
+    ("prefix:ttfc_s.", "s"), ("prefix:completion_s.", "s"), ("prefix:failure_rate.", "share"),
+    ("suffix:_per_turn", "per turn"), ("suffix:_per_side_effect_turn", "per turn"),
+)
+_UNITS: dict[str, str] = {
+    "turns": "turns", "calls": "calls", "success_rate": "share", "worker_utilisation": "share",
+    "queue.p_wait": "probability", "load_amplification": "ratio",
+    "dedup.peak_entries": "entries", "queue.mean_length": "requests",
+    "queue.little_lambda_w": "requests", "mean_turns_in_progress": "turns",
+}
+
+
+def unit(name: str) -> str:
+    """The unit of metric ``name`` (``summary.csv``, compare, reports): from its name's suffix
+    (``_s`` seconds, ``_per_s``, ``_bytes``, ``_share`` ...), else the table above, else ""."""
+    if name in _UNITS:
+        return _UNITS[name]
+    for rule, u in _UNIT_RULES:
+        kind, text = rule.split(":", 1)
+        if (name.endswith(text) if kind == "suffix" else name.startswith(text)):
+            return u
+    return ""
+
+
+SUMMARY_CSV_COLUMNS = ("metric", "mean", "ci_low", "ci_high", "n", "unit")
+
+
+def summary_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per metric of ``summary.json``: metric, mean, ci_low, ci_high, n (defined
+    replication values) and unit — the content of ``summary.csv``."""
+    rows = []
+    for name, m in summary.get("metrics", {}).items():
+        values = m.get("values") or []
+        rows.append({"metric": name, "mean": m.get("mean"), "ci_low": m.get("ci_low"),
+                     "ci_high": m.get("ci_high"),
+                     "n": sum(v is not None for v in values), "unit": unit(name)})
+    return rows

@@ -143,8 +143,8 @@ def test_write_run_writes_every_file_and_marks_complete(tmp_path: Path) -> None:
     summary = {"metrics": {"x": {"mean": float("nan"), "ci_low": np.float64(1.5)}}}
     results.write_run(run_dir, scenario, outputs, summary, meta, plots=False)
     names = {p.name for p in run_dir.iterdir()}
-    assert names == {"scenario.toml", "meta.json", "summary.json", "attempts.parquet",
-                     "turns.parquet", "timeseries.parquet"}
+    assert names == {"scenario.toml", "meta.json", "summary.json", "summary.csv",
+                     "attempts.parquet", "turns.parquet", "timeseries.parquet"}
     meta = results.read_meta(run_dir)
     assert meta["status"] == "complete"
     assert meta["replication_seeds"] == [{"replication": 0, "seed": 100, "spawn_key": [0]},

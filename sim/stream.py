@@ -1,0 +1,92 @@
+"""Run replications one at a time, keeping only their metrics: a run's memory does not grow
+with its number of replications.
+
+Each replication is simulated (:func:`sim.runner.run_once`), its metrics are computed at
+once (:func:`sim.summary.replication_metrics`), its records are appended to the run
+folder's Parquet tables (:class:`sim.results.RecordWriter`) and its DataFrames are
+dropped; the summary is built from the per-replication metric values
+(:func:`sim.summary.summarize_metrics`) and the plots read back from disk only the
+columns they draw.  Used by ``rtalab sim run`` and by every point of a sweep.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sim.scenario import Scenario
+
+Progress = Callable[[float], None]
+
+# columns the plots read back from a run folder (see sim.plots)
+PLOT_TURN_COLUMNS = ("replication", "start_s", "outcome", "ttfc_s", "completion_s")
+
+
+def replication_plan(seed: int, replications: int) -> list[tuple[int, int]]:
+    """(seed, replication) of each replication of a plain run: one root seed, replication
+    ``i`` drawing from ``SeedSequence(seed).spawn(i + 1)[i]`` (see :mod:`sim.model.rand`)."""
+    if replications < 1:
+        raise ValueError(f"replications must be >= 1, got {replications}")
+    return [(seed, i) for i in range(replications)]
+
+
+def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
+                  run_dir: Path | None = None, *, plots: bool = True,
+                  progress: Progress | None = None) -> dict[str, Any]:
+    """Simulate every (seed, replication) of ``plan`` in order and return ``summary.json``.
+
+    With ``run_dir``, each replication's records are appended to ``<table>.parquet``
+    there and, with ``plots``, the PNGs are drawn from the written tables; the caller
+    owns ``meta.json`` and ``summary.json`` (see :func:`sim.results.write_summary`).
+    Without ``run_dir`` nothing is written (metrics only, e.g. for an optimiser).
+    """
+    from sim.results import RecordWriter
+    from sim.runner import run_once
+    from sim.summary import replication_metrics, summarize_metrics
+
+    if not plan:
+        raise ValueError("a run needs at least one replication")
+    warmup_s = scenario.run.warmup_s
+    writer = RecordWriter(run_dir) if run_dir is not None else None
+    per_rep: list[dict[str, float | None]] = []
+    try:
+        for k, (seed, rep) in enumerate(plan):
+            sub = None if progress is None else _scaled(progress, k, len(plan))
+            out = run_once(scenario, seed, rep, sub)
+            per_rep.append(replication_metrics(out, warmup_s))
+            if writer is not None:
+                writer.append(out)
+            del out
+            gc.collect()
+        if writer is not None:
+            writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    if run_dir is not None and plots:
+        plot_from_disk(Path(run_dir), scenario)
+    return summarize_metrics(per_rep, warmup_s, [s for s, _ in plan], [r for _, r in plan])
+
+
+def plot_from_disk(run_dir: Path, scenario: Scenario) -> list[Path]:
+    """Draw a run folder's PNGs from its Parquet tables, reading only the plotted columns."""
+    import pandas as pd
+
+    from sim.plots import plot_run
+
+    turns = pd.read_parquet(run_dir / "turns.parquet", columns=list(PLOT_TURN_COLUMNS))
+    timeseries = pd.read_parquet(run_dir / "timeseries.parquet")
+    return plot_run(run_dir, scenario, turns, timeseries)
+
+
+def seeds_meta(plan: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
+    """``meta.json``'s ``replication_seeds``: replication ``i`` of seed ``s`` draws from
+    ``SeedSequence(entropy=s, spawn_key=(i,))``."""
+    return [{"replication": rep, "seed": seed, "spawn_key": [rep]} for seed, rep in plan]
+
+
+def _scaled(progress: Progress, i: int, n: int) -> Progress:
+    return lambda f: progress((i + f) / n)

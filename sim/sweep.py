@@ -1,0 +1,518 @@
+"""Sweeps: run many scenario variants ("points") on any ``concurrent.futures.Executor``.
+
+The engine is pure Python data in, pure data out, so the same code path runs in
+one process, on local worker processes or on a Dask cluster, and the tables come
+out identical bit for bit:
+
+* :func:`expand_grid` turns factorial axes (and zipped axes, which vary together)
+  into a list of points, each a ``{dotted.key: value}`` override mapping;
+* :func:`point_seed` derives the seed of replication ``r`` of a point from the root
+  seed and the point's canonical override text only — never from its position in
+  the sweep, the executor or the other points;
+* :func:`run_points` validates every point up front (:class:`SweepError`, nothing
+  runs), skips points already complete in ``out_dir``, runs the rest (each a normal
+  run folder ``out_dir/points/pNNNN``, written by the worker, marked ``complete``
+  by the coordinator) and returns one ``summary.json`` dict per point, in order;
+* :func:`tidy_table` makes the long table (one row per point × metric, grid values
+  as columns) written as ``sweep.csv`` / ``sweep.parquet`` by :func:`write_tables`;
+* :func:`make_executor` opens a local process pool, a Dask ``LocalCluster`` or a
+  client of an existing Dask scheduler.
+
+Nothing that crosses a process boundary holds SimPy objects: a task is the resolved
+scenario as plain data, the overrides, the (seed, replication) plan and a folder path.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import hashlib
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sim.config import ConfigError, to_plain
+from sim.scenario import Scenario, from_dict
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SWEEP_JSON = "sweep.json"
+SWEEP_CSV = "sweep.csv"
+SWEEP_PARQUET = "sweep.parquet"
+POINTS_DIR = "points"
+TABLE_COLUMNS = ("point", "metric", "mean", "ci_low", "ci_high", "n", "unit")
+_SEED_DOMAIN = "rtalab-sweep-v1"
+_PRELOAD = ["sim.sweep", "sim.stream", "sim.runner", "sim.summary", "sim.results", "sim.plots"]
+
+Point = Mapping[str, Any]
+ProgressFn = Callable[[float], None]
+
+
+class SweepError(ValueError):
+    """A sweep that cannot run as asked (bad grid, foreign folder, dead cluster); one line."""
+
+
+# --------------------------------------------------------------------------- grid
+
+
+def expand_grid(grid: Mapping[str, Sequence[Any]],
+                zipped: Mapping[str, Sequence[Any]] | None = None) -> list[dict[str, Any]]:
+    """Every combination of the ``grid`` axes (the last axis varying fastest), each crossed
+    with the rows of ``zipped`` (axes of equal length that vary together, innermost).
+
+    ``expand_grid({"a": [1, 2]}, {"b": [3, 4], "c": [5, 6]})`` gives
+    ``[{a:1,b:3,c:5}, {a:1,b:4,c:6}, {a:2,b:3,c:5}, {a:2,b:4,c:6}]``.  No axes: one
+    point with no overrides (the scenario itself).
+    """
+    zipped = dict(zipped or {})
+    for key, values in (*grid.items(), *zipped.items()):
+        if len(values) == 0:
+            raise SweepError(f"grid axis {key!r} has no values")
+    dup = set(grid) & set(zipped)
+    if dup:
+        raise SweepError(f"key {sorted(dup)[0]!r} is both a grid and a zip axis")
+    lengths = {k: len(v) for k, v in zipped.items()}
+    if len(set(lengths.values())) > 1:
+        text = ", ".join(f"{k} has {n}" for k, n in lengths.items())
+        raise SweepError(f"zipped axes must have the same number of values ({text})")
+    zrows: list[dict[str, Any]] = (
+        [dict(zip(zipped, row, strict=True)) for row in zip(*zipped.values(), strict=True)]
+        if zipped else [{}])
+    points = []
+    for combo in itertools.product(*grid.values()):
+        base = dict(zip(grid, combo, strict=True))
+        points.extend({**base, **z} for z in zrows)
+    return points
+
+
+def _normal(value: Any) -> Any:
+    """Canonical plain form of an override value: integral floats as ints, tuples as lists."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return repr(value)
+        return int(value) if value.is_integer() else value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _normal(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normal(v) for v in value]
+    return str(value)
+
+
+def canonical(overrides: Point) -> str:
+    """The canonical text of a point: sorted keys, compact JSON, ``4.0`` written ``4``."""
+    return json.dumps({str(k): _normal(v) for k, v in overrides.items()}, sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=True)
+
+
+def point_seed(root_seed: int, overrides: Point, replication: int) -> int:
+    """The seed of replication ``replication`` of the point ``overrides`` (a 63-bit int).
+
+    SHA-256 of (root seed, :func:`canonical` overrides, replication): stable whatever
+    executes it and whatever other points the sweep holds.
+    """
+    text = f"{_SEED_DOMAIN}|{int(root_seed)}|{canonical(overrides)}|{int(replication)}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
+
+
+def point_plan(root_seed: int, overrides: Point, replications: int) -> list[tuple[int, int]]:
+    """(seed, replication) of each replication of a point."""
+    if replications < 1:
+        raise SweepError(f"replications must be >= 1, got {replications}")
+    return [(point_seed(root_seed, overrides, r), r) for r in range(replications)]
+
+
+def label(overrides: Point) -> str:
+    """``key=value key=value`` (canonical values), or ``(scenario as is)``."""
+    if not overrides:
+        return "(scenario as is)"
+    return " ".join(f"{k}={json.dumps(_normal(v), sort_keys=True)}" for k, v in overrides.items())
+
+
+def resolve_points(scenario: Scenario, points: Sequence[Point],
+                   replications: int) -> list[Scenario]:
+    """Each point's scenario (with ``run.replications``), validated before anything runs.
+
+    Raises :class:`SweepError` naming the first bad point, key and problem.
+    """
+    if replications < 1:
+        raise SweepError(f"replications must be >= 1, got {replications}")
+    resolved = []
+    for i, ov in enumerate(points):
+        try:
+            resolved.append(scenario.with_overrides({**ov, "run.replications": replications}))
+        except ConfigError as e:
+            raise SweepError(f"grid point {i} ({label(ov)}): {e}") from None
+    return resolved
+
+
+# --------------------------------------------------------------------------- one point
+
+
+@dataclass(frozen=True)
+class PointTask:
+    """What a worker needs to run one point (plain, picklable data)."""
+
+    index: int
+    scenario: dict[str, Any]  # resolved scenario as plain data (to_plain)
+    plan: tuple[tuple[int, int], ...]
+    point_dir: str | None
+    plots: bool = True
+
+
+def run_point(task: PointTask) -> dict[str, Any]:
+    """Worker side: simulate one point; with a folder, stream its records and plots there.
+
+    Returns the point's ``summary.json`` content.  ``meta.json`` and the summary files
+    are written by the coordinator once this returns, so a point whose worker died or
+    was interrupted is never ``complete``.
+    """
+    from sim.stream import run_streaming
+
+    scenario = from_dict(task.scenario)
+    run_dir = None
+    if task.point_dir is not None:
+        run_dir = Path(task.point_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    return run_streaming(scenario, task.plan, run_dir, plots=task.plots)
+
+
+def point_dir_name(index: int) -> str:
+    """``pNNNN``: the folder of point ``index`` below ``<sweep>/points``."""
+    return f"p{index:04d}"
+
+
+def _point_identity(ov: Point, root_seed: int, replications: int,
+                    scenario: Scenario) -> dict[str, Any]:
+    return {"overrides": canonical(ov), "root_seed": int(root_seed),
+            "replications": int(replications), "scenario": to_plain(scenario)}
+
+
+def _finished(point_dir: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+    """The summary of a point folder that is complete and holds this very point, else None."""
+    try:
+        meta = json.loads((point_dir / "meta.json").read_text(encoding="utf-8"))
+        if meta.get("status") != "complete":
+            return None
+        if meta.get("sweep_point", {}).get("identity_sha256") != _sha(identity):
+            return None
+        return json.loads((point_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _sha(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------- many points
+
+
+def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int,
+               root_seed: int, executor: cf.Executor | None = None,
+               out_dir: Path | None = None, progress: bool | ProgressFn = True,
+               plots: bool = True, argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Run every point (``replications`` replications each) and return their summaries in order.
+
+    ``executor`` None runs in this process.  With ``out_dir`` each point is a run folder
+    ``out_dir/points/pNNNN`` (kind ``sim``, ``meta.json`` naming the point), points already
+    complete there are read back instead of rerun, ``sweep.json`` records the sweep
+    (a folder holding a different sweep is refused) and ``sweep.csv`` / ``sweep.parquet``
+    are written at the end.  ``progress`` True shows a bar with
+    ETA on an interactive stderr; a callable receives the finished fraction instead.
+    Ctrl-C stops the workers; finished points stay complete on disk.
+    """
+    points = [dict(p) for p in points]
+    resolved = resolve_points(scenario, points, replications)
+    plans = [point_plan(root_seed, ov, replications) for ov in points]
+    identities = [_point_identity(ov, root_seed, replications, sc)
+                  for ov, sc in zip(points, resolved, strict=True)]
+    summaries: list[dict[str, Any] | None] = [None] * len(points)
+    dirs: list[Path | None] = [None] * len(points)
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        _claim_sweep_dir(out_dir, scenario, points, root_seed, replications)
+        for i in range(len(points)):
+            d = dirs[i] = out_dir / POINTS_DIR / point_dir_name(i)
+            summaries[i] = _finished(d, identities[i])
+    todo = [i for i, s in enumerate(summaries) if s is None]
+
+    from sim.progress import progress_bar, should_show
+
+    desc = f"sweep {scenario.name}: {len(points)} points × {replications}"
+    if callable(progress):
+        ctx: contextlib.AbstractContextManager[ProgressFn] = contextlib.nullcontext(progress)
+    else:
+        ctx = progress_bar(desc, enabled=bool(progress) and should_show(False), delay_s=0.5)
+    with ctx as bar:
+        done = len(points) - len(todo)
+        bar(done / max(1, len(points)))
+
+        def finished(i: int, summary: dict[str, Any]) -> None:
+            nonlocal done
+            summaries[i] = summary
+            if dirs[i] is not None:
+                _complete_point(dirs[i], summary, plans[i])
+            done += 1
+            bar(done / len(points))
+
+        tasks = {}
+        metas: dict[int, dict[str, Any]] = {}
+        for i in todo:
+            if dirs[i] is not None:
+                metas[i] = _start_point(dirs[i], resolved[i], points[i], identities[i],
+                                        root_seed, replications, i, argv)
+            tasks[i] = PointTask(i, to_plain(resolved[i]), tuple(plans[i]),
+                                 None if dirs[i] is None else str(dirs[i]), plots)
+        try:
+            if executor is None:
+                for i in todo:
+                    finished(i, run_point(tasks[i]))
+            else:
+                _run_on(executor, tasks, finished)
+        except BaseException as e:
+            _stop(executor)
+            status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+            for i, meta in metas.items():
+                if summaries[i] is None and dirs[i] is not None:
+                    _mark(dirs[i], meta, status, e)
+            raise
+    result = [s for s in summaries if s is not None]
+    if out_dir is not None:
+        write_tables(out_dir, points, result)
+    return result
+
+
+def _run_on(executor: cf.Executor, tasks: dict[int, PointTask],
+            finished: Callable[[int, dict[str, Any]], None]) -> None:
+    """Submit every task and hand each result to ``finished`` as it arrives."""
+    futures = {executor.submit(run_point, t): i for i, t in tasks.items()}
+    failures = []
+    for fut in cf.as_completed(futures):
+        i = futures[fut]
+        try:
+            summary = fut.result()
+        except Exception as e:
+            failures.append((i, e))
+            continue
+        finished(i, summary)
+    if failures:
+        i, e = failures[0]
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        first = f"{type(e).__name__}: {e}".splitlines()[0]
+        raise SweepError(f"point {i} failed: {first}{more}") from failures[0][1]
+
+
+def _stop(executor: cf.Executor | None) -> None:
+    """Cancel queued points and end running ones (local pools: terminate the workers)."""
+    if executor is None:
+        return
+    if isinstance(executor, cf.ProcessPoolExecutor):
+        procs = list((getattr(executor, "_processes", None) or {}).values())
+        executor.shutdown(wait=False, cancel_futures=True)
+        for p in procs:
+            with contextlib.suppress(Exception):
+                p.terminate()
+        for p in procs:
+            with contextlib.suppress(Exception):
+                p.join(5)
+    else:
+        with contextlib.suppress(Exception):
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _claim_sweep_dir(out_dir: Path, scenario: Scenario, points: list[dict[str, Any]],
+                     root_seed: int, replications: int) -> None:
+    """Create ``out_dir`` with ``sweep.json``, or check that the one there is this sweep."""
+    from sim.results import write_json, write_scenario
+
+    spec = {"scenario": to_plain(scenario), "root_seed": int(root_seed),
+            "replications": int(replications),
+            "points": [{"point": i, "dir": f"{POINTS_DIR}/{point_dir_name(i)}",
+                        "overrides": json.loads(canonical(p))} for i, p in enumerate(points)]}
+    path = out_dir / SWEEP_JSON
+    try:
+        if path.exists():
+            old = json.loads(path.read_text(encoding="utf-8"))
+            if _sha(old) != _sha(json.loads(json.dumps(spec))):
+                raise SweepError(f"{out_dir} holds a different sweep (other scenario, grid, "
+                                 "seed or replications); choose another --out")
+            return
+        (out_dir / POINTS_DIR).mkdir(parents=True, exist_ok=True)
+        write_scenario(out_dir, scenario)
+        write_json(path, spec)
+    except OSError as e:
+        raise SweepError(f"cannot write the sweep folder {out_dir}: {e.strerror or e}") from None
+
+
+def _start_point(point_dir: Path, scenario: Scenario, ov: Point, identity: dict[str, Any],
+                 root_seed: int, replications: int, index: int,
+                 argv: Sequence[str] | None) -> dict[str, Any]:
+    """Empty a stale point folder and write its scenario and ``meta.json`` (running)."""
+    from sim import results
+
+    if point_dir.exists():
+        shutil.rmtree(point_dir)
+    point_dir.mkdir(parents=True)
+    meta = results.collect_meta(
+        kind="sim", scenario=scenario, seed=int(root_seed), replications=replications,
+        argv=argv, extra={"sweep_point": {"index": index, "overrides": json.loads(canonical(ov)),
+                                          "identity_sha256": _sha(identity)}})
+    results.start_run(point_dir, scenario, meta)
+    return meta
+
+
+def _complete_point(point_dir: Path, summary: dict[str, Any],
+                    plan: Sequence[tuple[int, int]]) -> None:
+    """Write the point's summary files and mark its ``meta.json`` complete."""
+    from sim import results
+    from sim.stream import seeds_meta
+
+    meta = json.loads((point_dir / "meta.json").read_text(encoding="utf-8"))
+    meta["replication_seeds"] = seeds_meta(plan)
+    results.write_summary(point_dir, summary)
+    results.finish_run(point_dir, meta, "complete")
+
+
+def _mark(point_dir: Path, meta: dict[str, Any], status: str, e: BaseException) -> None:
+    from sim import results
+
+    with contextlib.suppress(OSError):
+        results.finish_run(point_dir, meta, status, type(e).__name__)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _column(values: list[Any]) -> list[Any]:
+    """Grid values of one key as a table column: scalars kept, anything else as JSON text."""
+    norm = [_normal(v) for v in values]
+    kinds = {type(v) for v in norm if v is not None}
+    if kinds <= {int, float} or kinds <= {bool} or kinds <= {str}:
+        if kinds == {int, float}:
+            return [None if v is None else float(v) for v in norm]
+        return norm
+    return [json.dumps(v, sort_keys=True) for v in norm]
+
+
+def tidy_table(points: Sequence[Point], summaries: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per point × metric: ``point``, one column per grid key, ``metric``, ``mean``,
+    ``ci_low``, ``ci_high``, ``n`` (defined replication values) and ``unit``."""
+    import pandas as pd
+
+    from sim.summary import summary_rows
+
+    if len(points) != len(summaries):
+        raise ValueError("one summary per point is needed")
+    keys: list[str] = []
+    for p in points:
+        keys.extend(k for k in p if k not in keys)
+    rows: list[dict[str, Any]] = []
+    grid_cols = {k: _column([p.get(k) for p in points]) for k in keys}
+    for i, summary in enumerate(summaries):
+        for row in summary_rows(dict(summary)):
+            rows.append({"point": i, **{k: grid_cols[k][i] for k in keys}, **row})
+    columns = ["point", *keys, *TABLE_COLUMNS[1:]]
+    df = pd.DataFrame(rows, columns=columns)
+    for c in ("mean", "ci_low", "ci_high"):
+        df[c] = df[c].astype("float64")
+    df["n"] = df["n"].astype("int64")
+    return df
+
+
+def write_tables(out_dir: Path, points: Sequence[Point],
+                 summaries: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Write ``sweep.csv`` and ``sweep.parquet`` (the :func:`tidy_table`) atomically."""
+    df = tidy_table(points, summaries)
+    out_dir = Path(out_dir)
+    for name, write in ((SWEEP_CSV, lambda p: df.to_csv(p, index=False, lineterminator="\n")),
+                        (SWEEP_PARQUET, lambda p: df.to_parquet(p, engine="pyarrow",
+                                                                index=False))):
+        tmp = out_dir / f".{name}.tmp"
+        write(tmp)
+        os.replace(tmp, out_dir / name)
+    return df
+
+
+# --------------------------------------------------------------------------- executors
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def parse_dask(address: str) -> tuple[str, int | None]:
+    """``"local"``/``"local:N"`` → ("local", N or None); otherwise ("remote", None)."""
+    if address == "local" or address.startswith("local:"):
+        n_text = address.partition(":")[2]
+        if n_text == "":
+            return "local", None
+        if not n_text.isdigit() or int(n_text) < 1:
+            raise SweepError(f"--dask local:N needs a worker count >= 1, got {address!r}")
+        return "local", int(n_text)
+    if "://" not in address and ":" not in address:
+        raise SweepError(f"--dask expects tcp://HOST:PORT or local[:N], got {address!r}")
+    return "remote", None
+
+
+@contextlib.contextmanager
+def make_executor(processes: int | None = None, dask: str | None = None) -> Iterator[cf.Executor]:
+    """An executor for :func:`run_points`, closed on exit.
+
+    * default: a local ``ProcessPoolExecutor`` with ``processes`` workers (default: every
+      usable CPU), started through a fork server that has the simulator preloaded;
+    * ``dask="local"`` or ``"local:N"``: a Dask ``LocalCluster(n_workers=N,
+      threads_per_worker=1, processes=True)`` (N default: every usable CPU);
+    * ``dask="tcp://host:8786"``: a client of that existing scheduler (its workers
+      must have rtalab installed, see README).
+    """
+    if dask is not None and processes is not None:
+        raise SweepError("choose either processes or a Dask cluster, not both")
+    if dask is None:
+        n = usable_cpus() if processes is None else processes
+        if n < 1:
+            raise SweepError(f"processes must be >= 1, got {n}")
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(_PRELOAD)
+        ex = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+        try:
+            yield ex
+        except BaseException:
+            _stop(ex)
+            raise
+        else:
+            ex.shutdown(wait=True)
+        return
+    kind, n = parse_dask(dask)
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise SweepError("--dask needs the sweep extra: pip install -e '.[sweep]'") from None
+    with contextlib.ExitStack() as stack:
+        try:
+            if kind == "local":
+                cluster = stack.enter_context(LocalCluster(
+                    n_workers=n or usable_cpus(), threads_per_worker=1, processes=True,
+                    dashboard_address=None, silence_logs=40))
+                client = stack.enter_context(Client(cluster))
+            else:
+                client = stack.enter_context(Client(dask, timeout="10s"))
+        except (OSError, TimeoutError) as e:
+            raise SweepError(f"cannot reach the Dask scheduler at {dask}: "
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        yield client.get_executor(pure=False)
