@@ -9,6 +9,7 @@ from sim.answers.capacity import find_capacity, make_knob
 from sim.answers.slo import SloError, parse_slo
 from sim.config import ConfigError
 from sim.scenario import Scenario, load_scenario
+from sim.sweep import run_points
 
 # M/M/c: Poisson calls of one turn, exponential 1 s reasoning, no retries, no faults,
 # no timeouts, an effectively unbounded queue.  queue.p_wait estimates Erlang C.
@@ -70,12 +71,10 @@ def test_baseline_answer_holds_on_fresh_seeds():
     res = find_capacity(sc, load_key="workload.calls_per_s", loads=[1.0, 3.0],
                         knob=make_knob(sc, "reasoner.workers", 1, 64), slos=slos,
                         replications=3, root_seed=5)
-    from sim.answers import _engine
-
     for load, req in res.required.items():
         assert req is not None
         for fresh in (1001, 1002):
-            [summary] = _engine.run_points(
+            [summary] = run_points(
                 sc, [{"workload.calls_per_s": load, "reasoner.workers": req}], replications=3,
                 root_seed=fresh, progress=False)
             for s in slos:

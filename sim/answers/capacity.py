@@ -16,8 +16,9 @@ Search (assumes the SLOs get easier as the knob grows and harder as load grows):
    are one ``step`` apart (integers: adjacent).
 
 Every probe is one sweep point (``replications`` replications with seeds from
-``point_seed(root_seed, point, i)``) run on the sweep engine, so results do not depend
-on which executor ran them.  The answer at each level is therefore a value that
+``sim.sweep.point_seed(root_seed, point, i)``) run by ``sim.sweep.run_points``, so results
+do not depend on which executor ran them; with ``out_dir`` probe ``k`` is the one-point
+sweep folder ``out_dir/probes/probeNNN``.  The answer at each level is therefore a value that
 passes with the value one step below it failing ("headroom to the next value down").
 """
 
@@ -32,10 +33,10 @@ from typing import Any
 
 import pandas as pd
 
-from sim.answers import _engine
 from sim.answers.slo import Slo
 from sim.config import ConfigError, to_plain
 from sim.scenario import Scenario
+from sim.sweep import run_points
 
 
 @dataclass(frozen=True)
@@ -197,11 +198,11 @@ def find_capacity(scenario: Scenario, *, load_key: str, loads: Sequence[float], 
 
     def evaluate(load: float, value: float) -> bool:
         point = {load_key: load, knob.key: value}
-        kw: dict[str, Any] = {"replications": replications, "root_seed": root_seed,
-                              "executor": executor, "progress": progress}
-        if out_dir is not None:
-            kw["out_dir"] = Path(out_dir)
-        [summary] = _engine.run_points(scenario, [point], **kw)
+        probe_dir = (None if out_dir is None
+                     else Path(out_dir) / "probes" / f"probe{len(res.probes):03d}")
+        [summary] = run_points(scenario, [point], replications=replications,
+                               root_seed=root_seed, executor=executor, out_dir=probe_dir,
+                               progress=progress, plots=False)
         failing = _failing(slos, summary)
         res.probes.append(Probe(load, value, summary, not failing, failing))
         return not failing

@@ -4,9 +4,10 @@ A *trigger* is the scenario's disturbance: a network outage, a capacity drop or 
 load spike (a ``schedule`` phase above the first phase's rate); :func:`trigger_window`
 finds it.  A *strategy* is data: a named set of scenario overrides in
 :data:`STRATEGIES` (validated before anything runs; a strategy whose keys this
-build of the simulator does not have yet is skipped with a note).  Each strategy
-runs as a normal run folder (``rtalab sim run SCENARIO --set ... --seed S`` writes
-the same one) and is judged from its folder's per-second time series:
+build of the simulator does not have yet is skipped with a note).  The strategies
+run as the points of one sweep (:func:`sim.sweep.run_points`: every point a normal run
+folder, seeds from the root seed and the point's overrides, so ``rtalab sim sweep``
+reproduces them) and each is judged from its folder's per-second time series:
 
 - **peak load amplification**: max over the run (after warm-up) of server
   executions ÷ offered turns, both summed over a sliding ``window_s`` window;
@@ -35,10 +36,10 @@ import numpy as np
 import pandas as pd
 
 from sim import schema as S
-from sim.answers import _engine
 from sim.config import ConfigError
 from sim.scenario import Scenario
 from sim.summary import mean_ci
+from sim.sweep import POINTS_DIR, point_dir_name, run_points
 
 # name -> (what it is, overrides).  One line per strategy; keys that do not exist in this
 # build are skipped with a note (see validate_strategies).
@@ -188,6 +189,7 @@ def case_figures(run_dir: Path, trigger: tuple[float, float], det: Detector = De
 
     run_dir = Path(run_dir)
     meta = read_meta(run_dir)
+    seeds = {int(r["replication"]): r["seed"] for r in meta.get("replication_seeds") or []}
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     warmup = float(summary["warmup_s"])
     all_ts = pd.read_parquet(run_dir / "timeseries.parquet")
@@ -217,7 +219,7 @@ def case_figures(run_dir: Path, trigger: tuple[float, float], det: Detector = De
             "metastable": detect_metastable(ts, end, det),
             "ghost_per_1k": None if ghost is None else ghost[i],
             "duplicate_side_effects_per_1k": 1000.0 * extra / len(tr) if len(tr) else None,
-            "seed": meta.get("seed"),
+            "seed": seeds.get(int(rep)),
         })
     return rows
 
@@ -265,10 +267,13 @@ class StormResult:
 def run_storm(scenario: Scenario, out_dir: Path, *, strategies: Sequence[str] | None = None,
               replications: int | None = None, seed: int | None = None,
               detector: Detector = Detector(), executor: Executor | None = None,
-              table: Mapping[str, tuple[str, dict[str, Any]]] | None = None) -> StormResult:
-    """Run each strategy (validated first) through the trigger; one run folder per strategy
-    under ``out_dir/<strategy>/`` (finished folders are reused on rerun)."""
-    runnable, skipped = validate_strategies(scenario, strategies, table)
+              table: Mapping[str, tuple[str, dict[str, Any]]] | None = None,
+              progress: bool = False) -> StormResult:
+    """Run each strategy (validated first) through the trigger as one point of a sweep in
+    ``out_dir`` (``sim.sweep.run_points``: strategy ``k`` of those runnable is the run folder
+    ``out_dir/points/pNNNN``, finished ones are reused on rerun); then judge each folder."""
+    table_ = STRATEGIES if table is None else table
+    runnable, skipped = validate_strategies(scenario, strategies, table_)
     trigger = trigger_window(scenario)
     if scenario.run.duration_s < trigger[1] + detector.hold_s:
         raise StormError(f"run.duration_s ({scenario.run.duration_s:g}) must reach "
@@ -277,8 +282,11 @@ def run_storm(scenario: Scenario, out_dir: Path, *, strategies: Sequence[str] | 
     reps = scenario.run.replications if replications is None else replications
     res = StormResult(scenario.name, trigger, detector, scenario.run.duration_s, skipped=skipped)
     out_dir = Path(out_dir)
-    res.runs = _engine.run_cases({n: (s, out_dir / n) for n, s in runnable.items()},
-                                 seed=seed, replications=reps, executor=executor)
+    names = list(runnable)
+    run_points(scenario, [dict(table_[n][1]) for n in names], replications=reps,
+               root_seed=seed, executor=executor, out_dir=out_dir, progress=progress,
+               plots=False)
+    res.runs = {n: out_dir / POINTS_DIR / point_dir_name(i) for i, n in enumerate(names)}
     for name, run_dir in res.runs.items():
         res.figures[name] = case_figures(run_dir, trigger, detector)
     return res
