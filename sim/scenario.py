@@ -270,6 +270,7 @@ def load_scenario(ref: str | Path, overrides: list[str] | dict[str, Any] | None 
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("", f"{path}: cannot read: {e}") from None
     data.setdefault("name", path.stem)
+    data.pop("tune", None)  # search ranges of `rtalab sim tune` (sim/answers/tune.py); not a run
     if overrides:
         data = apply_overrides(data, overrides)
     return from_dict(data)
