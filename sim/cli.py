@@ -15,6 +15,7 @@ folder marked ``interrupted``.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -83,8 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from sim import results
     from sim.progress import progress_bar, should_show
-    from sim.runner import run_replications
-    from sim.summary import summarize
+    from sim.stream import replication_plan, run_streaming, seeds_meta
 
     seed, reps = scenario.run.seed, scenario.run.replications
     try:
@@ -101,12 +101,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     label = f"{scenario.name} s{seed} ×{reps}"
     try:
         with results.guard(run_dir, meta):
-            with progress_bar(label, enabled=should_show(args.quiet)) as progress:
-                outputs = run_replications(scenario, progress=progress)
-            summary = summarize(outputs, scenario.run.warmup_s)
+            plan = replication_plan(seed, reps)
+            meta["replication_seeds"] = seeds_meta(plan)
             try:
-                results.write_run(run_dir, scenario, outputs, summary, meta,
-                                  plots=not args.no_plots)
+                with progress_bar(label, enabled=should_show(args.quiet)) as progress:
+                    summary = run_streaming(scenario, plan, run_dir, plots=not args.no_plots,
+                                            progress=progress)
+                results.write_summary(run_dir, summary)
+                results.finish_run(run_dir, meta, "complete")
             except OSError as e:
                 raise UsageError(f"cannot write results to {run_dir}: {e.strerror or e}") from None
     except KeyboardInterrupt:
@@ -207,6 +209,166 @@ def print_summary(summary: dict[str, Any], run_dir: Path, meta: dict[str, Any]) 
     console.print(f"results: {run_dir}", highlight=False)
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """``rtalab sim sweep``: run a grid of scenario variants; one run folder per point."""
+    from sim import results, sweep
+
+    scenario = _load(args.scenario, args.set)
+    reps = args.replications or scenario.run.replications
+    seed = scenario.run.seed if args.seed is None else args.seed
+    try:
+        points = sweep.expand_grid(sweep.parse_axes(args.grid), sweep.parse_axes(args.zip))
+        sweep.resolve_points(scenario, points, reps)  # every point valid before anything runs
+        if args.dask is None:
+            sweep.usable_cpus()
+        else:
+            sweep.parse_dask(args.dask)
+    except sweep.SweepError as e:
+        raise UsageError(str(e)) from None
+    try:
+        out = args.out or results.new_run_dir("results", "sweep", scenario_name=scenario.name,
+                                              seed=seed)
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot write the sweep folder {args.out}: {e.strerror or e}") from None
+    argv = [PROG, *args.rtalab_argv]
+    meta = results.collect_meta(kind="sweep", scenario=scenario, seed=seed, replications=reps,
+                                argv=argv, extra={"scenario_ref": args.scenario,
+                                                  "overrides": list(args.set),
+                                                  "grid": args.grid, "zip": args.zip,
+                                                  "points": len(points)})
+    try:
+        with sweep.make_executor(args.processes, args.dask) as ex:
+            summaries = sweep.run_points(scenario, points, replications=reps, root_seed=seed,
+                                         executor=ex, out_dir=out, progress=not args.quiet,
+                                         plots=not args.no_plots, argv=argv)
+    except sweep.SweepError as e:
+        raise UsageError(str(e)) from None
+    except sweep.PointFailed as e:
+        _err(f"{e}; finished points are kept in {out}: rerun the same command to retry")
+        return 1
+    except KeyboardInterrupt:
+        _err(f"interrupted; finished points are kept in {out}: rerun the same command "
+             "to finish the sweep")
+        return EXIT_INTERRUPTED
+    results.write_meta(out, meta)
+    results.finish_run(out, meta, "complete")
+    print(f"{len(summaries)} points × {reps} replications: {out / sweep.SWEEP_CSV}")
+    return 0
+
+
+def _num(v: Any) -> str:
+    """A number in 4 significant digits ("–" if undefined)."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "–"
+    return f"{float(v):.4g}"
+
+
+def _load_runs(paths: Sequence[Path]) -> list[Any]:
+    from sim.compare import RunFolderError, load_run
+
+    try:
+        return [load_run(p) for p in paths]
+    except RunFolderError as e:
+        raise UsageError(str(e)) from None
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``rtalab compare``: metrics of several run folders side by side, differences with CIs."""
+    import datetime as dt
+
+    from sim.compare import compare_table, differing, plot_compare
+
+    if len(args.runs) < 2:
+        raise UsageError("compare needs at least two run folders")
+    runs = _load_runs(args.runs)
+    table = compare_table(runs)
+    if not args.no_plot:
+        png = args.png or Path("results") / (
+            dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-compare.png")
+        try:
+            plot_compare(runs, png)
+        except OSError as e:
+            raise UsageError(f"cannot write {png}: {e.strerror or e}") from None
+        print(f"plot: {png}", file=sys.stderr)
+    if args.csv:
+        sys.stdout.write(table.to_csv(index=False, lineterminator="\n"))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Table(title="compare (differences vs run 0, Welch 95 % CI; "
+                      "≠ = significant after Holm over all metrics)",
+                title_justify="left", box=None, pad_edge=False)
+    out.add_column("metric")
+    for k, run in enumerate(runs):
+        out.add_column(f"[{k}] {run.label}", justify="right")
+        if k:
+            out.add_column(f"[{k}]−[0]", justify="right")
+    for name, rows in table.groupby("metric", sort=False):
+        if rows["mean"].isna().all():
+            continue
+        cells = [name]
+        for _, r in rows.iterrows():
+            cells.append(f"{_num(r['mean'])} [{_num(r['ci_low'])}, {_num(r['ci_high'])}]")
+            if r["run"]:
+                mark = " ≠" if r["differs"] is True else (" ·" if r["ci_excludes_0"] else "")
+                cells.append(f"{_num(r['diff'])} [{_num(r['diff_ci_low'])}, "
+                             f"{_num(r['diff_ci_high'])}]{mark}")
+        out.add_row(*cells)
+    Console(soft_wrap=True).print(out)
+    for k in range(1, len(runs)):
+        flagged = differing(table, k)
+        print(f"[{k}] vs [0]: {len(flagged)} metric(s) differ: {', '.join(flagged) or 'none'}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``rtalab report``: one self-contained HTML page of runs and sweeps."""
+    import datetime as dt
+
+    from sim.compare import RunFolderError
+    from sim.report import render_report
+
+    out = args.out or Path("results") / (
+        dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-report.html")
+    try:
+        html = render_report(args.paths)
+    except RunFolderError as e:
+        raise UsageError(str(e)) from None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(html, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+    print(out)
+    return 0
+
+
+def add_results_parsers(subparsers: Any) -> None:
+    """Register the top-level ``rtalab compare`` and ``rtalab report`` (any results folder)."""
+    cmp = subparsers.add_parser(
+        "compare", help="compare results folders (runs, sweep points, load runs)",
+        description="Metrics of RUN_A RUN_B [RUN...] side by side with 95 %% CIs; each run "
+                    "after the first is compared with the first (Welch CI of the difference "
+                    "over replications; ≠ marks differences significant after Holm).")
+    cmp.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folders (>= 2)")
+    cmp.add_argument("--csv", action="store_true", help="print the table as CSV on stdout")
+    cmp.add_argument("--png", type=Path, metavar="FILE",
+                     help="the overlay plot (default: results/<UTC time>-compare.png)")
+    cmp.add_argument("--no-plot", action="store_true", help="no PNG")
+    cmp.set_defaults(func=cmd_compare)
+    rep = subparsers.add_parser(
+        "report", help="one self-contained HTML report of runs and sweeps",
+        description="Render run folders and sweep folders into one offline HTML file "
+                    "(every figure embedded).")
+    rep.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                     help="run folders and/or sweep folders")
+    rep.add_argument("--out", type=Path, metavar="FILE.html",
+                     help="output file (default: results/<UTC time>-report.html)")
+    rep.set_defaults(func=cmd_report)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """``rtalab sim bench``: simulator speed versus bare SimPy, and peak memory."""
     from sim.bench import run_bench
@@ -245,6 +407,31 @@ def add_sim_parser(subparsers: Any) -> None:
     run.add_argument("--quiet", "-q", action="store_true",
                      help="no progress bar or table; print only the run folder")
     run.set_defaults(func=cmd_run)
+
+    sw = sub.add_parser("sweep", help="run a grid of scenario variants (local cores or Dask)",
+                        description="Run every point of a factorial (and zipped) grid over "
+                                    "scenario keys; each point is a run folder under "
+                                    "DIR/points/, the tidy table is DIR/sweep.csv + .parquet. "
+                                    "Rerunning into the same DIR skips finished points.")
+    _add_scenario_args(sw)
+    sw.add_argument("--grid", metavar="KEY.PATH=V1,V2,...", action="append", default=[],
+                    help="a factorial axis (values are TOML); repeatable, axes are crossed")
+    sw.add_argument("--zip", metavar="KEY.PATH=V1,V2,...", action="append", default=[],
+                    help="axes of equal length that vary together; repeatable")
+    sw.add_argument("--replications", type=positive_int, metavar="R",
+                    help="replications per point (default: run.replications)")
+    sw.add_argument("--seed", type=int, help="root seed (default: the scenario's run.seed)")
+    where = sw.add_mutually_exclusive_group()
+    where.add_argument("--processes", type=positive_int, metavar="N",
+                       help="local worker processes (default: every usable CPU)")
+    where.add_argument("--dask", metavar="ADDRESS",
+                       help="tcp://HOST:8786 (an existing Dask scheduler) or local[:N] "
+                            "(start a LocalCluster of N single-threaded worker processes)")
+    sw.add_argument("--out", type=Path, metavar="DIR",
+                    help="the sweep folder (default: a new results/<time>-sweep-<name>-s<seed>)")
+    sw.add_argument("--no-plots", action="store_true", help="skip the PNG plots of each point")
+    sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    sw.set_defaults(func=cmd_sweep)
 
     presets = sub.add_parser("presets", help="list the shipped scenarios")
     presets.set_defaults(func=cmd_presets)
@@ -294,6 +481,7 @@ def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dic
     parser.set_defaults(func=lambda a: _help(parser))
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_sim_parser(sub)
+    add_results_parsers(sub)
     failed = {} if _first_command(argv) == "sim" else load_plugins(sub)
     return parser, failed
 

@@ -60,6 +60,41 @@ class SweepError(ValueError):
     """A sweep that cannot run as asked (bad grid, foreign folder, dead cluster); one line."""
 
 
+class PointFailed(RuntimeError):
+    """A point raised while running (the other points still ran; rerun to retry it)."""
+
+
+def parse_axis(text: str) -> tuple[str, list[Any]]:
+    """``key.path=v1,v2,...`` → (key, values); values are TOML (``4``, ``0.5``, ``true``,
+    ``"x"``, inline tables ``{dist = "exp", mean = 1}``) or bare words (``none``)."""
+    import tomllib
+
+    from sim.scenario import _parse_value
+
+    key, sep, rhs = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not rhs.strip():
+        raise SweepError(f"grid axis must look like key.path=v1,v2,... got {text!r}")
+    try:
+        values = tomllib.loads(f"v = [{rhs}]")["v"]
+    except tomllib.TOMLDecodeError:
+        values = [_parse_value(v.strip()) for v in rhs.split(",")]
+    if any(v == "" for v in values):
+        raise SweepError(f"grid axis {key!r} has an empty value in {rhs!r}")
+    return key, list(values)
+
+
+def parse_axes(texts: Sequence[str]) -> dict[str, list[Any]]:
+    """Several ``--grid``/``--zip`` arguments → {key: values} (a key given twice is an error)."""
+    axes: dict[str, list[Any]] = {}
+    for text in texts:
+        key, values = parse_axis(text)
+        if key in axes:
+            raise SweepError(f"grid key {key!r} given twice")
+        axes[key] = values
+    return axes
+
+
 # --------------------------------------------------------------------------- grid
 
 
@@ -261,9 +296,9 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
 
         def finished(i: int, summary: dict[str, Any]) -> None:
             nonlocal done
-            summaries[i] = summary
             if dirs[i] is not None:
                 _complete_point(dirs[i], summary, plans[i])
+            summaries[i] = summary
             done += 1
             bar(done / len(points))
 
@@ -278,7 +313,12 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
         try:
             if executor is None:
                 for i in todo:
-                    finished(i, run_point(tasks[i]))
+                    try:
+                        summary = run_point(tasks[i])
+                    except Exception as e:
+                        first = f"{type(e).__name__}: {e}".splitlines()[0]
+                        raise PointFailed(f"point {i} failed: {first}") from e
+                    finished(i, summary)
             else:
                 _run_on(executor, tasks, finished)
         except BaseException as e:
@@ -311,7 +351,7 @@ def _run_on(executor: cf.Executor, tasks: dict[int, PointTask],
         i, e = failures[0]
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         first = f"{type(e).__name__}: {e}".splitlines()[0]
-        raise SweepError(f"point {i} failed: {first}{more}") from failures[0][1]
+        raise PointFailed(f"point {i} failed: {first}{more}") from failures[0][1]
 
 
 def _stop(executor: cf.Executor | None) -> None:
@@ -386,9 +426,12 @@ def _complete_point(point_dir: Path, summary: dict[str, Any],
 
 
 def _mark(point_dir: Path, meta: dict[str, Any], status: str, e: BaseException) -> None:
+    """Stamp an unfinished point ``interrupted``/``failed`` (never a complete one)."""
     from sim import results
 
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads((point_dir / "meta.json").read_text("utf-8")).get("status") == "complete":
+            return
         results.finish_run(point_dir, meta, status, type(e).__name__)
 
 

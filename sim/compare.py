@@ -1,0 +1,210 @@
+"""Put results folders side by side: any run folder (sim run, sweep point, load run).
+
+A run folder is read through its ``summary.json`` (metric values per replication),
+``scenario.toml`` and ``meta.json``; the plots read ``turns.parquet`` and
+``timeseries.parquet`` when present.  Every run after the first is compared with
+the first (the reference): the difference of means with Welch's 95 % CI on the
+replication values (:func:`sim.stats.welch`), whether that CI excludes 0, and
+``differs`` — the difference is significant after Holm's correction over all the
+metrics of that pair (family-wise error ≤ 5 %), so comparing ~60 metrics of two
+runs of the same scenario does not raise a few false alarms by chance.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sim.stats import holm, welch
+from sim.summary import unit
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+COMPARE_COLUMNS = ("metric", "unit", "run", "label", "mean", "ci_low", "ci_high", "n",
+                   "diff", "diff_ci_low", "diff_ci_high", "p_value", "ci_excludes_0", "differs")
+
+
+class RunFolderError(ValueError):
+    """A path that is not a usable results folder (one line for the CLI)."""
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """What compare and report read from one run folder."""
+
+    path: Path
+    label: str
+    summary: dict[str, Any]
+    meta: dict[str, Any] = field(default_factory=dict)
+    scenario_toml: str = ""
+
+    @property
+    def warmup_s(self) -> float:
+        """The warm-up the summary removed (0 if unknown)."""
+        return float(self.summary.get("warmup_s") or 0.0)
+
+    def metric_values(self, name: str) -> list[float | None]:
+        """Per-replication values of metric ``name`` ([] if absent)."""
+        m = self.summary.get("metrics", {}).get(name)
+        return list(m.get("values") or []) if isinstance(m, dict) else []
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise RunFolderError(f"{path}: cannot read: {e.strerror or e}") from None
+    except ValueError as e:
+        raise RunFolderError(f"{path}: not valid JSON: {e}") from None
+
+
+def is_sweep(path: Path) -> bool:
+    """True for a sweep folder (it holds ``sweep.json``)."""
+    return (Path(path) / "sweep.json").is_file()
+
+
+def load_run(path: str | Path) -> RunFolder:
+    """Read a run folder; raise :class:`RunFolderError` if it is not one."""
+    p = Path(path)
+    if not p.is_dir():
+        raise RunFolderError(f"{p}: no such folder")
+    if is_sweep(p):
+        raise RunFolderError(f"{p} is a sweep; compare its points, e.g. {p}/points/p0000 "
+                             f"{p}/points/p0001")
+    if not (p / "summary.json").is_file():
+        raise RunFolderError(f"{p}: not a finished run folder (no summary.json)")
+    summary = _read_json(p / "summary.json")
+    if not isinstance(summary.get("metrics"), dict):
+        raise RunFolderError(f"{p}/summary.json: no metrics")
+    meta = _read_json(p / "meta.json") if (p / "meta.json").is_file() else {}
+    toml = (p / "scenario.toml").read_text(encoding="utf-8") if (p / "scenario.toml").is_file() \
+        else ""
+    name = p.name
+    point = meta.get("sweep_point")
+    if isinstance(point, dict):
+        ov = " ".join(f"{k}={json.dumps(v)}" for k, v in (point.get("overrides") or {}).items())
+        name = f"{p.parent.parent.name}/{p.name}" + (f" ({ov})" if ov else "")
+    return RunFolder(p, name, summary, meta, toml)
+
+
+def _metric_names(runs: Sequence[RunFolder]) -> list[str]:
+    names: list[str] = []
+    for r in runs:
+        names.extend(k for k in r.summary["metrics"] if k not in names)
+    return names
+
+
+def compare_table(runs: Sequence[RunFolder]) -> pd.DataFrame:
+    """The long comparison table: one row per metric × run (columns :data:`COMPARE_COLUMNS`);
+    the ``diff*``/``p_value``/``differs`` cells of run ``k > 0`` compare it with run 0."""
+    import pandas as pd
+
+    if len(runs) < 2:
+        raise RunFolderError("compare needs at least two run folders")
+    names = _metric_names(runs)
+    rows: list[dict[str, Any]] = []
+    flags: dict[int, dict[str, bool]] = {}
+    diffs: dict[tuple[int, str], Any] = {}
+    for k in range(1, len(runs)):
+        tested = []
+        for name in names:
+            d = welch(runs[0].metric_values(name), runs[k].metric_values(name))
+            diffs[(k, name)] = d
+            if d is not None and not math.isnan(d.p_value):
+                tested.append((name, d.p_value))
+        rejected = holm([p for _, p in tested])
+        flags[k] = {name: r for (name, _), r in zip(tested, rejected, strict=True)}
+    for name in names:
+        for k, run in enumerate(runs):
+            m = run.summary["metrics"].get(name) or {}
+            values = m.get("values") or []
+            row: dict[str, Any] = {
+                "metric": name, "unit": unit(name), "run": k, "label": run.label,
+                "mean": m.get("mean"), "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high"),
+                "n": sum(v is not None for v in values),
+                "diff": None, "diff_ci_low": None, "diff_ci_high": None, "p_value": None,
+                "ci_excludes_0": None, "differs": None}
+            d = diffs.get((k, name))
+            if d is not None:
+                row.update(diff=d.diff, diff_ci_low=d.ci_low, diff_ci_high=d.ci_high,
+                           p_value=d.p_value, ci_excludes_0=d.excludes_zero,
+                           differs=flags[k].get(name, False))
+            rows.append(row)
+    df = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
+    for c in ("mean", "ci_low", "ci_high", "diff", "diff_ci_low", "diff_ci_high", "p_value"):
+        df[c] = df[c].astype("float64")
+    return df
+
+
+def differing(table: pd.DataFrame, run: int = 1) -> list[str]:
+    """Metrics whose difference (run ``run`` vs run 0) is flagged ``differs``."""
+    rows = table[(table["run"] == run) & (table["differs"] == True)]  # noqa: E712
+    return list(rows["metric"])
+
+
+# --------------------------------------------------------------------------- plot
+
+TS_PANELS = (("offered_turns_per_s", "offered turns/s"),
+             ("completed_turns_per_s", "completed turns/s (goodput)"),
+             ("attempts_per_s", "attempts sent/s"), ("queue_length", "Reasoner queue length"))
+
+
+def plot_compare(runs: Sequence[RunFolder], path: Path) -> Path:
+    """One PNG: overlaid latency CDFs (time to first chunk, completion; completed turns after
+    warm-up, all replications pooled) and time series (mean over replications, 5-s smoothed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+
+    from sim.plots import DPI, SMOOTH_S, _ax_seconds_log, _quantile_curve
+
+    fig, axes = plt.subplots(3, 2, figsize=(13, 12), constrained_layout=True)
+    cmap = plt.get_cmap("tab10")
+    cdf_axes = {"ttfc_s": axes[0][0], "completion_s": axes[0][1]}
+    _ax_seconds_log(axes[0][0], "Time to first chunk (completed turns)")
+    _ax_seconds_log(axes[0][1], "Turn completion time (completed turns)")
+    ts_axes = [axes[1][0], axes[1][1], axes[2][0], axes[2][1]]
+    for ax, (_, title) in zip(ts_axes, TS_PANELS, strict=True):
+        ax.set_title(title)
+        ax.set_xlabel("time (s)")
+        ax.grid(True, alpha=0.3)
+    for i, run in enumerate(runs):
+        color = cmap(i % 10)
+        turns_path, ts_path = run.path / "turns.parquet", run.path / "timeseries.parquet"
+        if turns_path.is_file():
+            t = pd.read_parquet(turns_path, columns=["start_s", "outcome", "ttfc_s",
+                                                     "completion_s"])
+            done = t[(t["start_s"] >= run.warmup_s)
+                     & (t["outcome"].astype(str).to_numpy() == "completed")]
+            for col, ax in cdf_axes.items():
+                v = done[col].to_numpy(dtype=float)
+                v = v[np.isfinite(v) & (v > 0)]
+                if len(v):
+                    x, p = _quantile_curve(v)
+                    ax.step(x, p, where="post", color=color, lw=1.4,
+                            label=f"{run.label} (n={len(v):,})")
+        if ts_path.is_file():
+            ts = pd.read_parquet(ts_path)
+            mean = ts.groupby("t_s").mean(numeric_only=True)
+            for ax, (col, _) in zip(ts_axes, TS_PANELS, strict=True):
+                if col in mean:
+                    y = mean[col].rolling(SMOOTH_S, center=True, min_periods=1).mean()
+                    ax.plot(mean.index.to_numpy(dtype=float), y.to_numpy(), color=color,
+                            lw=1.3, label=run.label)
+    for ax in (*cdf_axes.values(), *ts_axes):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="best")
+    fig.suptitle("compare: " + "  vs  ".join(r.label for r in runs), fontsize=10)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
