@@ -433,6 +433,10 @@ def add_sim_parser(subparsers: Any) -> None:
     sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     sw.set_defaults(func=cmd_sweep)
 
+    from sim.answers.cli import add_parsers as add_answer_parsers  # capacity, tune, storm
+
+    add_answer_parsers(sub, _add_scenario_args)
+
     presets = sub.add_parser("presets", help="list the shipped scenarios")
     presets.set_defaults(func=cmd_presets)
 

@@ -101,7 +101,7 @@ class Probe:
     value: float
     summary: dict[str, Any]
     holds: bool
-    failing: tuple[str, ...] = ()
+    failing: tuple[str, ...] = ()  # "metric (CI bound)" of each SLO that does not hold
 
 
 @dataclass
@@ -149,7 +149,7 @@ class CapacityResult:
             down = None if req is None else self.knob.snap(req - self.knob.step)
             below = None if down is None or down == req else self.probe(load, down)
             row["next_down"] = down if below else None
-            row["next_down_fails"] = "; ".join(below.failing) if below else ""
+            row["next_down_fails"] = ", ".join(below.failing) if below else ""
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -178,7 +178,7 @@ def _failing(slos: Sequence[Slo], summary: dict[str, Any]) -> tuple[str, ...]:
     for s in slos:
         if not s.holds(summary):
             b = s.bound(summary)
-            out.append(f"{s} (CI bound {'undefined' if b is None else f'{b:.4g}'})")
+            out.append(f"{s.metric} ({'undefined' if b is None else f'{b:.4g}'})")
     return tuple(out)
 
 

@@ -255,7 +255,8 @@ class StormResult:
             for col in ("peak_amplification", "goodput_dip", "recover_s", "ghost_per_1k",
                         "duplicate_side_effects_per_1k"):
                 vals = [r[col] for r in reps]
-                stats = mean_ci([math.nan if v is None else float(v) for v in vals])
+                stats = mean_ci([math.nan if v is None else float(v) for v in vals],
+                                (-math.inf, 1.0) if col == "goodput_dip" else (0.0, math.inf))
                 row[col] = stats["mean"]
                 row[f"{col}.ci_low"], row[f"{col}.ci_high"] = stats["ci_low"], stats["ci_high"]
             row["verdict"] = self.verdict(name)
