@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint bench bench-sim bench-server clean system-deps
+.PHONY: venv demo test lint seed-check bench bench-sim bench-server clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +32,10 @@ test: $(STAMP) system-deps
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# One-off, not in `make test`: the statistical tests on 20 seeds, with each test's pass count.
+seed-check: $(STAMP)
+	nice -n 10 $(BIN)/python tests/oneoff/seeds.py --rounds 20
 
 bench: bench-sim bench-server
 

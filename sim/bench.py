@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sim import benchutil
@@ -170,6 +171,39 @@ def measure_memory(turns: int, seed: int) -> tuple[dict[str, Any], int]:
 # --------------------------------------------------------------------------- report
 
 
+@dataclass(frozen=True)
+class CostRatio:
+    """Figure (c): the cost of one simulated turn ÷ the cost of one bare M/M/c customer."""
+
+    per_turn_us: float
+    per_customer_us: float
+    target: float
+
+    @property
+    def ratio(self) -> float:
+        """Microseconds per turn ÷ microseconds per customer (> 1: a turn costs more)."""
+        return self.per_turn_us / self.per_customer_us
+
+    @property
+    def verdict(self) -> str:
+        """``PASS`` at or under the target, else ``WARN``."""
+        return "PASS" if self.ratio <= self.target else "WARN"
+
+    def line(self) -> str:
+        """The report line."""
+        return (f"cost ratio: {self.per_turn_us:,.1f} us per turn / {self.per_customer_us:,.1f} us "
+                f"per customer = {self.ratio:.2f}x (target <= {self.target:g}x): {self.verdict}")
+
+
+def cost_ratio(sim: Measurement, mmc: Measurement, target: float = RATIO_TARGET) -> CostRatio:
+    """Cost per simulated turn (1 / turns per s) over cost per bare customer (1 / customers
+    per s), from the mean rates of the two measurements."""
+    if sim.mean <= 0.0 or mmc.mean <= 0.0:
+        raise ValueError("rates must be positive")
+    return CostRatio(1e6 / sim.mean, 1e6 / mmc.mean, target)
+
+
+
 def host_line() -> str:
     """One line naming the machine and software the figures were measured on."""
     from sim.results import package_versions
@@ -191,12 +225,9 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
         out(mmc.line())
         for m in (sim, mmc):
             warn_unstable(m, out, UNSTABLE_REMEDY)
-        ratio = mmc.mean / sim.mean
-        per_turn_us, per_customer_us = 1e6 / sim.mean, 1e6 / mmc.mean
-        verdict = "PASS" if ratio <= RATIO_TARGET else "WARN"
-        out(f"cost ratio: {per_turn_us:,.1f} us per turn / {per_customer_us:,.1f} us per customer "
-            f"= {ratio:.2f}x (target <= {RATIO_TARGET:g}x): {verdict}")
-        if verdict == "WARN":
+        cost = cost_ratio(sim, mmc)
+        out(cost.line())
+        if cost.verdict == "WARN":
             out("  remedy: profile a run (python -m cProfile -s tottime -m sim.cli sim run "
                 "baseline --set run.duration_s=3000 run.replications=1 --no-plots --quiet) "
                 "and remove per-chunk events, polling timers and per-event DataFrame/dict "

@@ -351,5 +351,33 @@ def test_bench_runs_with_tiny_sizes(capsys: pytest.CaptureFixture[str]) -> None:
     assert any(line.startswith("bare SimPy M/M/8") and "customers/s" in line for line in lines)
     (ratio,) = [line for line in lines if line.startswith("cost ratio: ")]
     assert ratio.endswith(("PASS", "WARN"))
+
+    def rate(prefix: str) -> float:
+        (line,) = [x for x in lines if x.startswith(prefix)]
+        return float(line.split(": ", 1)[1].split(" ", 1)[0].replace(",", ""))
+
+    printed = float(ratio.split(" = ", 1)[1].split("x", 1)[0])
+    expected = rate("bare SimPy M/M/8") / rate("baseline simulation")  # customers/s ÷ turns/s
+    assert printed == pytest.approx(expected, rel=0.01, abs=0.006)
     (memory,) = [line for line in lines if line.startswith("memory: ")]
     assert "peak RSS" in memory and memory.endswith(("PASS", "WARN"))
+
+
+def test_bench_cost_ratio_arithmetic() -> None:
+    """A turn at 50,000 turns/s costs 20 us, a customer at 200,000/s 5 us: 4x, over a 3x target.
+    An inverted ratio (turns/s ÷ customers/s = 0.25) would PASS; this fails it."""
+    from sim.bench import cost_ratio
+    from sim.benchutil import Measurement
+
+    sim = Measurement("baseline simulation", "turns", (40_000.0, 60_000.0), 1000)
+    mmc = Measurement("bare", "customers", (200_000.0,), 1000)
+    c = cost_ratio(sim, mmc, target=3.0)
+    assert (c.per_turn_us, c.per_customer_us) == pytest.approx((20.0, 5.0))
+    assert c.ratio == pytest.approx(4.0) and c.verdict == "WARN"
+    assert c.line() == ("cost ratio: 20.0 us per turn / 5.0 us per customer = 4.00x "
+                        "(target <= 3x): WARN")
+    fast = cost_ratio(Measurement("s", "turns", (400_000.0,), 1), mmc, target=3.0)
+    assert fast.ratio == pytest.approx(0.5) and fast.verdict == "PASS"
+    assert cost_ratio(sim, mmc, target=4.0).verdict == "PASS"  # at the target: PASS
+    with pytest.raises(ValueError):
+        cost_ratio(Measurement("s", "turns", (0.0,), 1), mmc)

@@ -10,6 +10,7 @@ import pytest
 from sim.runner import run_once, run_replications
 from sim.scenario import Scenario
 from sim.summary import metric, summarize
+from tests.stats import assert_close, assert_rejects, seed
 
 P_DUP = 0.2
 REPS = 10
@@ -41,17 +42,13 @@ def side_effect_turns(**overrides: Any) -> Scenario:
     return Scenario().with_overrides(base)
 
 
-def _summary(sc: Scenario, seed: int = 1) -> dict[str, Any]:
-    return summarize(run_replications(sc, seed=seed), sc.run.warmup_s)
-
-
-def _inside(m: dict[str, Any], value: float) -> bool:
-    return m["ci_low"] <= value <= m["ci_high"]
+def _summary(sc: Scenario, base_seed: int = 1) -> dict[str, Any]:
+    return summarize(run_replications(sc, seed=seed(base_seed)), sc.run.warmup_s)
 
 
 def test_request_guid_dedup_with_long_window_never_duplicates() -> None:
     sc = side_effect_turns(**{"reasoner.dedup": "request-guid", "reasoner.dedup_window_s": 300.0})
-    outs = run_replications(sc, seed=1)
+    outs = run_replications(sc, seed=seed(1))
     s = summarize(outs, sc.run.warmup_s)
     assert metric(s, DUP_GUID)["values"] == [0.0] * REPS
     assert metric(s, REEXEC)["values"] == [0.0] * REPS
@@ -68,8 +65,8 @@ def test_no_dedup_duplicates_match_expectation() -> None:
     attempts = metric(s, "attempts_per_turn")
     assert attempts["values"] == [1.0] * REPS
     dup = metric(s, DUP_GUID)
-    assert _inside(dup, 1000.0 * P_DUP), (dup["mean"], dup["ci_low"], dup["ci_high"])
-    assert not _inside(dup, 1000.0 * P_DUP * 1.25)  # the check has teeth
+    assert_close(dup["values"], 1000.0 * P_DUP, DUP_GUID)
+    assert_rejects(dup["values"], 1000.0 * P_DUP, 1000.0 * P_DUP * 1.25, DUP_GUID)  # has teeth
     assert metric(s, REEXEC)["values"] == [0.0] * REPS  # one requestGuid per turn
 
 
@@ -80,7 +77,7 @@ def test_window_shorter_than_duplicate_delay_shows_duplicates(window_s: float,
     sc = side_effect_turns(**{"reasoner.dedup": "request-guid", "reasoner.dedup_window_s": window_s,
                               "network.uplink.duplicate_delay_s": 5.0,
                               "run.replications": 4, "run.duration_s": 200.0})
-    outs = run_replications(sc, seed=2)
+    outs = run_replications(sc, seed=seed(2))
     s = summarize(outs, sc.run.warmup_s)
     dup = metric(s, DUP_GUID)
     if expect_duplicates:
@@ -100,7 +97,7 @@ def test_same_guid_retry_after_window_reexecutes(window_s: float, expect_duplica
         "live.retry.new_request_guid": False, "live.retry.max_attempts": 4,
         "reasoner.dedup": "request-guid", "reasoner.dedup_window_s": window_s,
         "run.replications": 4, "run.duration_s": 200.0})
-    outs = run_replications(sc, seed=3)
+    outs = run_replications(sc, seed=seed(3))
     s = summarize(outs, sc.run.warmup_s)
     lost = outs[0].attempts["outcome"].eq("response-lost").sum()
     assert lost > 0
@@ -122,7 +119,7 @@ def test_slow_success_reexecutes_turn_under_new_guid() -> None:
     s = _summary(sc)
     assert metric(s, DUP_GUID)["values"] == [0.0] * REPS  # the MUST holds...
     reexec = metric(s, REEXEC)
-    assert _inside(reexec, 1000.0 * math.exp(-1.0)), (reexec["mean"], reexec["ci_low"])
+    assert_close(reexec["values"], 1000.0 * math.exp(-1.0), REEXEC)
 
 
 def test_turn_dedup_prevents_reexecution_and_lets_retries_succeed() -> None:
@@ -132,21 +129,20 @@ def test_turn_dedup_prevents_reexecution_and_lets_retries_succeed() -> None:
     sc = side_effect_turns(**{
         "network.uplink.duplication": 0.0, "reasoner.tool_latency_s": {"dist": "exp", "mean": 0.5},
         "reasoner.upstream_timeout_s": 0.5, "live.retry.max_attempts": 3,
-        "reasoner.dedup": "turn", "reasoner.dedup_window_s": 300.0, "run.replications": 3})
-    outs = run_replications(sc, seed=4)
+        "reasoner.dedup": "turn", "reasoner.dedup_window_s": 300.0})
+    outs = run_replications(sc, seed=seed(4))
     s = summarize(outs, sc.run.warmup_s)
-    assert metric(s, REEXEC)["values"] == [0.0] * 3
-    assert metric(s, DUP_GUID)["values"] == [0.0] * 3
-    assert metric(s, "success_rate")["values"] == [1.0] * 3
-    assert metric(s, "side_effect_executions_per_side_effect_turn")["values"] == [1.0] * 3
+    assert metric(s, REEXEC)["values"] == [0.0] * REPS
+    assert metric(s, DUP_GUID)["values"] == [0.0] * REPS
+    assert metric(s, "success_rate")["values"] == [1.0] * REPS
+    assert metric(s, "side_effect_executions_per_side_effect_turn")["values"] == [1.0] * REPS
     # P(first tool call > timeout) = e^-1: that share of turns needed exactly one retry
-    assert metric(s, "retries_per_turn")["mean"] == pytest.approx(math.exp(-1.0), abs=0.05)
+    assert_close(metric(s, "retries_per_turn")["values"], math.exp(-1.0), "retries per turn")
     assert not outs[0].attempts["replayed"].any()
     # a new taskId per retry after FAILED (errors.md §4) defeats the guard: re-executions
-    s2 = summarize(run_replications(sc.with_overrides({"live.retry.new_turn_id": True}), seed=4),
-                   sc.run.warmup_s)
+    s2 = _summary(sc.with_overrides({"live.retry.new_turn_id": True}), 4)
     assert metric(s2, REEXEC)["mean"] > 200.0
-    assert _inside(metric(s2, "success_rate"), 1.0 - math.exp(-3.0))  # 1 - x^3, x = e^-1
+    assert_close(metric(s2, "success_rate")["values"], 1.0 - math.exp(-3.0), "1 - x^3, x = e^-1")
 
 
 @pytest.mark.parametrize("client_context_id", [True, False])
@@ -156,7 +152,7 @@ def test_duplicated_sessions_need_a_server_minted_context(client_context_id: boo
         "network.uplink.duplication": 0.0, "live.client_context_id": client_context_id,
         "live.timeouts.turn_response_s": 0.4, "reasoner.progress_directive": False,
         "reasoner.workers": 2, "run.duration_s": 200.0})
-    out = run_once(sc, seed=5)
+    out = run_once(sc, seed=seed(5))
     s = summarize([out], sc.run.warmup_s)
     dup = metric(s, DUP_SESSION)["mean"]
     if client_context_id:

@@ -23,7 +23,11 @@ the turn-response timeout); FAILED still carries its code.  ``negotiation_s =
 **Attempts.**  Each attempt is one request message (:class:`Request`).  The
 first attempt of a phase asks the budget ``allow_first`` (refused: the turn
 fails with end reason ``budget``); every sent attempt is reported with
-``on_attempt``.  A retry takes a new requestGuid if ``retry.new_request_guid``
+``on_attempt`` (a first send is a call started), its end with ``on_attempt_end``
+before the retry decision, and its outcome with ``on_success`` (COMPLETED or
+INPUT_REQUIRED; says whether it was a retry granted after a timeout),
+``on_not_retryable`` or ``on_failure`` (see :mod:`sim.policy.budget`).  A retry
+takes a new requestGuid if ``retry.new_request_guid``
 (else repeats the previous one), and a new taskId/turnId if ``retry.new_turn_id``
 and the failed attempt ended in a FAILED state (errors.md §4); a retry after a
 timeout or a lost response (no terminal state seen) keeps the taskId (§3).
@@ -150,7 +154,8 @@ class Turn:
 
     __slots__ = ("attempts", "first_chunk_s", "first_sends", "handoff", "handoff_wait_s", "index",
                  "input_task_id", "next_delay_s", "phase", "phase_attempts", "phase_start_s",
-                 "renew_task", "req", "session", "side_effect", "start_s", "task_id", "uid")
+                 "renew_task", "req", "retry_after_timeout", "session", "side_effect", "start_s",
+                 "task_id", "uid")
 
     def __init__(self, session: Session, index: int, uid: int, start_s: float, side_effect: bool,
                  handoff: bool) -> None:
@@ -167,6 +172,7 @@ class Turn:
         self.first_sends = 0
         self.task_id = -1
         self.renew_task = False  # the last attempt ended in a FAILED state (errors.md §4)
+        self.retry_after_timeout = False  # the pending retry was granted after a timeout
         self.input_task_id = -1  # the task that went INPUT_REQUIRED
         self.req: Request | None = None
         self.next_delay_s = 0.0
@@ -377,6 +383,9 @@ class LiveLayer:
     def _close(self, req: Request, now: float) -> None:
         """Stop listening to ``req``; learn the server's contextId if a message of it arrived."""
         req.open = False
+        budget = req.turn.session.instance.budget
+        if budget is not None:
+            budget.on_attempt_end(now, req.attempt > 1)
         if req.first_response_s <= now:
             s = req.turn.session
             if s.context_id == NO_CONTEXT:
@@ -404,12 +413,13 @@ class LiveLayer:
             if timeout or is_retryable(code):
                 inst.budget.on_failure(now)
             else:
-                inst.budget.on_success(now)
+                inst.budget.on_not_retryable(now)
         d = inst.policy.decide(code, t.phase_attempts, now - t.phase_start_s, now, self.rng,
                                retry_after_ms, req.delay_before_s, timeout)
         self._record(req, now, outcome, code, d.reason)
         if d.retry:
             t.renew_task = outcome == A_FAILED
+            t.retry_after_timeout = timeout
             if d.delay_s > 0.0:
                 t.next_delay_s = d.delay_s
                 call_later(self.env, d.delay_s, self._retry_cb, t)
@@ -427,7 +437,7 @@ class LiveLayer:
         t = req.turn
         budget = t.session.instance.budget
         if budget is not None:
-            budget.on_success(now)
+            budget.on_success(now, req.attempt > 1, t.retry_after_timeout)
         end_s = req.complete_s if req.complete_s > now else now
         self._record(req, end_s, A_COMPLETED, None, None)
         t.first_chunk_s = req.first_chunk_s
@@ -438,7 +448,7 @@ class LiveLayer:
         t = req.turn
         budget = t.session.instance.budget
         if budget is not None:
-            budget.on_success(now)
+            budget.on_success(now, req.attempt > 1, t.retry_after_timeout)
         self._record(req, now, A_INPUT, None, None)
         t.input_task_id = req.task_id
         wait = self.caller_response()

@@ -1,7 +1,7 @@
 """Retry budgets: shared, stateful limits on how much a Live-layer instance retries.
 
-Four mechanisms, each usable alone or combined (a retry needs all enabled ones
-to agree):
+Eight mechanisms, each usable alone or combined (a retry needs all enabled ones
+to agree); docs/budgets.md maps each to its published source:
 
 * :class:`TokenBucket` — gRPC retry throttling (gRFC A6): tokens start at
   ``max_tokens``, -1 per failure, +``token_ratio`` per success (capped at
@@ -20,6 +20,20 @@ to agree):
   consecutive failures; open rejects everything (first sends too) for
   ``open_s``; then half-open lets ``half_open_probes`` trial requests through;
   a success closes it, a failure re-opens it.
+* :class:`AwsRetryQuota` — AWS SDK standard retry mode: a quota of
+  ``initial_tokens`` (also the cap); a retry takes ``retry_cost``
+  (``timeout_retry_cost`` after a timeout) if that much is left; a success
+  without retry returns ``no_retry_increment``, a successful retry its cost; a
+  non-retryable error returns nothing.
+* :class:`EnvoyRetryBudget` — Envoy ``retry_budget``: active retries <
+  ``max(min_retry_concurrency, floor(budget_percent / 100 * active requests))``;
+  a retry is active from its grant until its attempt ends (concurrency, not rates).
+* :class:`CallBucket` — Brooker's retry token bucket: ``+fill_per_call`` per
+  call started (capped, starts full); a retry needs more than ``retry_cost``
+  tokens and takes them.  Outcomes do not refill it.
+* :class:`RetryBreaker` — Brooker's retry-only breaker: refuses retries while
+  failures / calls started over ``window_s`` > ``max_failure_ratio``; never
+  refuses a first send.
 
 Time comes only from the ``now_s`` arguments (simulated or wall clock, must not
 go backwards); randomness only from the ``rng`` arguments.  Windows are kept in
@@ -30,14 +44,26 @@ each, so memory is bounded and an event expires between ``window - slice`` and
 How the caller drives a budget (one per Live-layer instance):
 
 1. before a first send: ``allow_first(now, rng)`` (False ⇒ fail the turn locally);
-2. for each attempt actually sent: ``on_attempt(now, is_retry)``;
-3. for each attempt's outcome: ``on_success(now)`` when the server answered
-   without a sign of ill health (COMPLETED, or a non-retryable code: the request
-   was bad, the server is fine) and ``on_failure(now)`` for a retryable code or
-   a turn-response timeout;
-4. before a retry: ``allow_retry(now, rng)`` — usually via
-   :meth:`sim.policy.decide.RetryPolicy.decide`.  A granted retry is charged
-   at once (Finagle withdrawal, breaker probe), not at ``on_attempt``.
+2. for each attempt actually sent: ``on_attempt(now, is_retry)`` — a first send
+   (``is_retry=False``) is a *call started* for the per-call budgets;
+3. when the caller stops waiting for an attempt (answer, error, timeout, lost
+   response): ``on_attempt_end(now, is_retry)``, before deciding about a retry;
+   a granted retry dropped without being sent: ``on_attempt_end(now, True,
+   sent=False)``;
+4. for each attempt's outcome: ``on_success(now, retried, after_timeout)`` when
+   the server answered (COMPLETED or INPUT_REQUIRED; ``retried``: the attempt
+   was a retry, ``after_timeout``: granted with ``allow_retry(timeout=True)``);
+   ``on_not_retryable(now)`` for a non-retryable code (the server is fine, the
+   request was bad: a success for every budget except the AWS quota, which
+   returns nothing for an error answer); ``on_failure(now)`` for a retryable
+   code, a turn-response timeout or a lost response;
+5. before a retry: ``allow_retry(now, rng, timeout)`` — usually via
+   :meth:`sim.policy.decide.RetryPolicy.decide`; ``timeout``: the failed attempt
+   timed out.  A granted retry is charged at once (Finagle withdrawal, breaker
+   probe, AWS tokens, Envoy active retry), not at ``on_attempt``.
+
+The keyword arguments default so that a caller written for the first four
+budgets (``allow_retry(now, rng)``, ``on_success(now)``) still works.
 
 ``allow_*`` is two-phase inside (``_permit_*`` checks, ``_take_*`` commits), so
 a combination charges nothing when one member vetoes.
@@ -53,9 +79,13 @@ import numpy as np
 
 from sim.policy.config import (
     AdaptiveThrottleConfig,
+    AwsRetryQuotaConfig,
     BudgetConfig,
+    CallBucketConfig,
     CircuitBreakerConfig,
+    EnvoyRetryBudgetConfig,
     FinagleBudgetConfig,
+    RetryBreakerConfig,
     TokenBucketConfig,
 )
 
@@ -105,6 +135,28 @@ class _Window:
         return len(self._slices)
 
 
+class _Total:
+    """Two integer counters since the start (a :class:`_Window` that never forgets)."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self) -> None:
+        self.a = 0
+        self.b = 0
+
+    def advance(self, now_s: float) -> int:
+        """Nothing expires."""
+        return 0
+
+    def add(self, now_s: float, a: int, b: int) -> None:
+        """Add ``a`` and ``b`` to the counters."""
+        self.a += a
+        self.b += b
+
+    def __len__(self) -> int:
+        return 1
+
+
 class RetryBudget:
     """Base class and the null budget: allows everything, keeps no state."""
 
@@ -117,21 +169,31 @@ class RetryBudget:
             return True
         return False
 
-    def allow_retry(self, now_s: float, rng: np.random.Generator) -> bool:
-        """May a retry be scheduled now? (charges it if so)"""
-        if self._permit_retry(now_s, rng):
-            self._take_retry(now_s)
+    def allow_retry(self, now_s: float, rng: np.random.Generator, timeout: bool = False) -> bool:
+        """May a retry be scheduled now? (charges it if so; ``timeout``: the failed attempt
+        timed out or its response was lost)"""
+        if self._permit_retry(now_s, rng, timeout):
+            self._take_retry(now_s, timeout)
             return True
         return False
 
     def on_attempt(self, now_s: float, is_retry: bool) -> None:
-        """An attempt (first send or retry) was actually sent."""
+        """An attempt (first send = a call started, or retry) was actually sent."""
 
-    def on_success(self, now_s: float) -> None:
-        """An attempt ended well (or with a non-retryable code)."""
+    def on_attempt_end(self, now_s: float, is_retry: bool, sent: bool = True) -> None:
+        """The caller stopped waiting for an attempt (``sent=False``: a granted retry that
+        was dropped before it was sent)."""
+
+    def on_success(self, now_s: float, retried: bool = False, after_timeout: bool = False) -> None:
+        """An attempt was answered (COMPLETED / INPUT_REQUIRED); ``retried``: it was a retry,
+        ``after_timeout``: one granted by ``allow_retry(timeout=True)``."""
+
+    def on_not_retryable(self, now_s: float) -> None:
+        """An attempt was answered with a non-retryable code: a success unless overridden."""
+        self.on_success(now_s)
 
     def on_failure(self, now_s: float) -> None:
-        """An attempt failed with a retryable code or timed out."""
+        """An attempt failed with a retryable code, timed out or lost its response."""
 
     def state(self, now_s: float | None = None) -> dict[str, Any]:
         """Small flat dict for records / time series (advanced to ``now_s`` if given)."""
@@ -144,10 +206,10 @@ class RetryBudget:
     def _take_first(self, now_s: float) -> None:
         pass
 
-    def _permit_retry(self, now_s: float, rng: np.random.Generator) -> bool:
+    def _permit_retry(self, now_s: float, rng: np.random.Generator, timeout: bool) -> bool:
         return True
 
-    def _take_retry(self, now_s: float) -> None:
+    def _take_retry(self, now_s: float, timeout: bool) -> None:
         pass
 
 
@@ -167,10 +229,10 @@ class TokenBucket(RetryBudget):
         """Current token count."""
         return self._milli / self.MILLI
 
-    def _permit_retry(self, now_s: float, rng: np.random.Generator) -> bool:
+    def _permit_retry(self, now_s: float, rng: np.random.Generator, timeout: bool) -> bool:
         return 2 * self._milli > self._max
 
-    def on_success(self, now_s: float) -> None:
+    def on_success(self, now_s: float, retried: bool = False, after_timeout: bool = False) -> None:
         """+token_ratio, capped at max_tokens."""
         m = self._milli + self._ratio
         self._milli = m if m < self._max else self._max
@@ -212,11 +274,11 @@ class FinagleBudget(RetryBudget):
         self._win.advance(now_s)
         return (self._reserve + self._win.a) / self._withdraw
 
-    def _permit_retry(self, now_s: float, rng: np.random.Generator) -> bool:
+    def _permit_retry(self, now_s: float, rng: np.random.Generator, timeout: bool) -> bool:
         self._win.advance(now_s)
         return self._reserve + self._win.a >= self._withdraw
 
-    def _take_retry(self, now_s: float) -> None:
+    def _take_retry(self, now_s: float, timeout: bool) -> None:
         self._win.add(now_s, -self._withdraw, 0)
 
     def on_attempt(self, now_s: float, is_retry: bool) -> None:
@@ -268,14 +330,14 @@ class AdaptiveThrottle(RetryBudget):
     def _permit_first(self, now_s: float, rng: np.random.Generator) -> bool:
         return self._permit(now_s, rng) if self.apply_to_first else True
 
-    def _permit_retry(self, now_s: float, rng: np.random.Generator) -> bool:
+    def _permit_retry(self, now_s: float, rng: np.random.Generator, timeout: bool) -> bool:
         return self._permit(now_s, rng)
 
     def on_attempt(self, now_s: float, is_retry: bool) -> None:
         """Every attempt sent is a request."""
         self._win.add(now_s, 1, 0)
 
-    def on_success(self, now_s: float) -> None:
+    def on_success(self, now_s: float, retried: bool = False, after_timeout: bool = False) -> None:
         """The server accepted the request."""
         self._win.add(now_s, 0, 1)
 
@@ -317,20 +379,20 @@ class CircuitBreaker(RetryBudget):
             self.status = self.HALF_OPEN
             self._probes_left = self.half_open_probes
 
-    def _permit(self, now_s: float, rng: np.random.Generator) -> bool:
+    def _permit(self, now_s: float, rng: np.random.Generator, timeout: bool = False) -> bool:
         self._refresh(now_s)
         if self.status == self.CLOSED:
             return True
         return self.status == self.HALF_OPEN and self._probes_left > 0
 
-    def _take(self, now_s: float) -> None:
+    def _take(self, now_s: float, timeout: bool = False) -> None:
         if self.status == self.HALF_OPEN:
             self._probes_left -= 1
 
     _permit_first = _permit_retry = _permit
     _take_first = _take_retry = _take
 
-    def on_success(self, now_s: float) -> None:
+    def on_success(self, now_s: float, retried: bool = False, after_timeout: bool = False) -> None:
         """Closed: reset the failure run.  Half-open: close.  Open: ignored (a late reply)."""
         if self.status == self.CLOSED:
             self.failures = 0
@@ -355,6 +417,159 @@ class CircuitBreaker(RetryBudget):
                 "breaker_opens": self.opens}
 
 
+class AwsRetryQuota(RetryBudget):
+    """AWS SDK standard retry mode's retry quota (botocore ``RetryQuotaChecker``)."""
+
+    name = "aws_quota"
+
+    def __init__(self, cfg: AwsRetryQuotaConfig) -> None:
+        self.max_tokens = cfg.initial_tokens
+        self.tokens = cfg.initial_tokens
+        self.retry_cost = cfg.retry_cost
+        self.timeout_retry_cost = cfg.timeout_retry_cost
+        self.no_retry_increment = cfg.no_retry_increment
+
+    def cost(self, timeout: bool) -> int:
+        """Tokens a retry takes: ``timeout_retry_cost`` after a timeout, else ``retry_cost``."""
+        return self.timeout_retry_cost if timeout else self.retry_cost
+
+    def _permit_retry(self, now_s: float, rng: np.random.Generator, timeout: bool) -> bool:
+        return self.cost(timeout) <= self.tokens
+
+    def _take_retry(self, now_s: float, timeout: bool) -> None:
+        self.tokens -= self.cost(timeout)
+
+    def on_success(self, now_s: float, retried: bool = False, after_timeout: bool = False) -> None:
+        """A successful retry returns its cost, a success without retry ``no_retry_increment``;
+        never above the initial quota."""
+        amount = self.cost(after_timeout) if retried else self.no_retry_increment
+        self.tokens = min(self.max_tokens, self.tokens + amount)
+
+    def on_not_retryable(self, now_s: float) -> None:
+        """An error answer returns nothing (only a 2xx answer releases quota)."""
+
+    def state(self, now_s: float | None = None) -> dict[str, Any]:
+        """``{"aws_tokens": int}``."""
+        return {"aws_tokens": self.tokens}
+
+
+class EnvoyRetryBudget(RetryBudget):
+    """Envoy ``retry_budget``: a limit on concurrent retries relative to active requests."""
+
+    name = "envoy"
+
+    def __init__(self, cfg: EnvoyRetryBudgetConfig) -> None:
+        self.budget_percent = cfg.budget_percent
+        self.min_retry_concurrency = cfg.min_retry_concurrency
+        self.active_requests = 0  # attempts sent and not ended
+        self.active_retries = 0  # retries granted and not ended (backoff included)
+
+    def max_retries(self) -> int:
+        """The active-retry limit now (Envoy truncates the percentage to an integer)."""
+        pct = int(self.budget_percent / 100.0 * self.active_requests)
+        return pct if pct > self.min_retry_concurrency else self.min_retry_concurrency
+
+    def _permit_retry(self, now_s: float, rng: np.random.Generator, timeout: bool) -> bool:
+        return self.active_retries < self.max_retries()
+
+    def _take_retry(self, now_s: float, timeout: bool) -> None:
+        self.active_retries += 1
+
+    def on_attempt(self, now_s: float, is_retry: bool) -> None:
+        """One more active request."""
+        self.active_requests += 1
+
+    def on_attempt_end(self, now_s: float, is_retry: bool, sent: bool = True) -> None:
+        """One request fewer (if it was sent); a retry's grant is released."""
+        if sent and self.active_requests > 0:
+            self.active_requests -= 1
+        if is_retry and self.active_retries > 0:
+            self.active_retries -= 1
+
+    def state(self, now_s: float | None = None) -> dict[str, Any]:
+        """Active requests and active retries."""
+        return {"envoy_active_requests": self.active_requests,
+                "envoy_active_retries": self.active_retries}
+
+
+class CallBucket(RetryBudget):
+    """Brooker's retry token bucket: filled per call started, charged per retry only.
+
+    Kept in integer milli-tokens, so counts are exact.
+    """
+
+    name = "call_bucket"
+    MILLI = 1000
+
+    def __init__(self, cfg: CallBucketConfig) -> None:
+        self._max = round(cfg.max_tokens * self.MILLI)
+        self._fill = round(cfg.fill_per_call * self.MILLI)
+        self._cost = round(cfg.retry_cost * self.MILLI)
+        self._milli = self._max
+
+    @property
+    def tokens(self) -> float:
+        """Current token count."""
+        return self._milli / self.MILLI
+
+    def on_attempt(self, now_s: float, is_retry: bool) -> None:
+        """A first send is a call started: +fill_per_call, capped at max_tokens."""
+        if not is_retry:
+            m = self._milli + self._fill
+            self._milli = m if m < self._max else self._max
+
+    def _permit_retry(self, now_s: float, rng: np.random.Generator, timeout: bool) -> bool:
+        return self._milli > self._cost  # strictly more than one retry's worth
+
+    def _take_retry(self, now_s: float, timeout: bool) -> None:
+        self._milli -= self._cost
+
+    def state(self, now_s: float | None = None) -> dict[str, Any]:
+        """``{"call_bucket_tokens": float}``."""
+        return {"call_bucket_tokens": self.tokens}
+
+
+class RetryBreaker(RetryBudget):
+    """Brooker's retry-only breaker: no retries while failures / calls started > the ratio."""
+
+    name = "retry_breaker"
+
+    def __init__(self, cfg: RetryBreakerConfig) -> None:
+        self.max_failure_ratio = cfg.max_failure_ratio
+        # a = calls started, b = failures
+        self._win: _Window | _Total = _Window(cfg.window_s) if cfg.window_s > 0 else _Total()
+
+    def tripped(self, now_s: float) -> bool:
+        """True while failures / calls in the window exceed ``max_failure_ratio``."""
+        self._win.advance(now_s)
+        return self._over()
+
+    def _over(self) -> bool:
+        calls, failures = self._win.a, self._win.b
+        if calls == 0:
+            return failures > 0
+        return failures / calls > self.max_failure_ratio
+
+    def _permit_retry(self, now_s: float, rng: np.random.Generator, timeout: bool) -> bool:
+        return not self.tripped(now_s)
+
+    def on_attempt(self, now_s: float, is_retry: bool) -> None:
+        """A first send is a call started."""
+        if not is_retry:
+            self._win.add(now_s, 1, 0)
+
+    def on_failure(self, now_s: float) -> None:
+        """Every failed attempt counts (first sends and retries alike)."""
+        self._win.add(now_s, 0, 1)
+
+    def state(self, now_s: float | None = None) -> dict[str, Any]:
+        """Calls and failures in the window, and whether retries are refused."""
+        if now_s is not None:
+            self._win.advance(now_s)
+        return {"retry_breaker_calls": self._win.a, "retry_breaker_failures": self._win.b,
+                "retry_breaker_tripped": self._over()}
+
+
 class CompositeBudget(RetryBudget):
     """All members must allow; nothing is charged when one vetoes.  Empty ⇒ always allows."""
 
@@ -377,27 +592,37 @@ class CompositeBudget(RetryBudget):
         for p in self.parts:
             p._take_first(now_s)
 
-    def _permit_retry(self, now_s: float, rng: np.random.Generator) -> bool:
+    def _permit_retry(self, now_s: float, rng: np.random.Generator, timeout: bool) -> bool:
         for p in self.parts:
-            if not p._permit_retry(now_s, rng):
+            if not p._permit_retry(now_s, rng, timeout):
                 self.vetoes[p.name] += 1
                 self.vetoed_by = p.name
                 return False
         return True
 
-    def _take_retry(self, now_s: float) -> None:
+    def _take_retry(self, now_s: float, timeout: bool) -> None:
         for p in self.parts:
-            p._take_retry(now_s)
+            p._take_retry(now_s, timeout)
 
     def on_attempt(self, now_s: float, is_retry: bool) -> None:
         """Forward to every member."""
         for p in self.parts:
             p.on_attempt(now_s, is_retry)
 
-    def on_success(self, now_s: float) -> None:
+    def on_attempt_end(self, now_s: float, is_retry: bool, sent: bool = True) -> None:
         """Forward to every member."""
         for p in self.parts:
-            p.on_success(now_s)
+            p.on_attempt_end(now_s, is_retry, sent)
+
+    def on_success(self, now_s: float, retried: bool = False, after_timeout: bool = False) -> None:
+        """Forward to every member."""
+        for p in self.parts:
+            p.on_success(now_s, retried, after_timeout)
+
+    def on_not_retryable(self, now_s: float) -> None:
+        """Forward to every member."""
+        for p in self.parts:
+            p.on_not_retryable(now_s)
 
     def on_failure(self, now_s: float) -> None:
         """Forward to every member."""
@@ -414,12 +639,21 @@ class CompositeBudget(RetryBudget):
 
 
 def make_budget(cfg: BudgetConfig) -> CompositeBudget:
-    """The composite of the enabled budgets (checked breaker, token bucket, Finagle, adaptive)."""
+    """The composite of the enabled budgets, checked in this order: circuit breaker, retry
+    breaker, token bucket, call bucket, AWS quota, Envoy, Finagle, adaptive."""
     parts: list[RetryBudget] = []
     if cfg.circuit_breaker.enabled:
         parts.append(CircuitBreaker(cfg.circuit_breaker))
+    if cfg.retry_breaker.enabled:
+        parts.append(RetryBreaker(cfg.retry_breaker))
     if cfg.token_bucket.enabled:
         parts.append(TokenBucket(cfg.token_bucket))
+    if cfg.call_bucket.enabled:
+        parts.append(CallBucket(cfg.call_bucket))
+    if cfg.aws_quota.enabled:
+        parts.append(AwsRetryQuota(cfg.aws_quota))
+    if cfg.envoy.enabled:
+        parts.append(EnvoyRetryBudget(cfg.envoy))
     if cfg.finagle.enabled:
         parts.append(FinagleBudget(cfg.finagle))
     if cfg.adaptive.enabled:

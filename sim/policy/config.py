@@ -90,6 +90,54 @@ class CircuitBreakerConfig:
 
 
 @dataclass(frozen=True)
+class AwsRetryQuotaConfig:
+    """AWS SDK standard retry mode's retry quota: ``initial_tokens`` (also the cap); a retry
+    takes ``retry_cost`` (``timeout_retry_cost`` after a timeout) and is refused when that is
+    more than is left; a success without retry returns ``no_retry_increment``, a successful
+    retry returns its cost.  First sends are never limited.  See docs/budgets.md."""
+
+    enabled: bool = False
+    initial_tokens: int = num(500, ge=1, doc="starting quota, also its cap")
+    retry_cost: int = num(5, ge=0, doc="tokens a retry takes")
+    timeout_retry_cost: int = num(10, ge=0, doc="tokens a retry after a timeout takes")
+    no_retry_increment: int = num(1, ge=0, doc="tokens a success without retry returns")
+
+
+@dataclass(frozen=True)
+class EnvoyRetryBudgetConfig:
+    """Envoy ``retry_budget``: a retry is allowed while active retries <
+    max(min_retry_concurrency, floor(budget_percent / 100 * active requests)).  A retry is
+    active from its grant (backoff included) until its attempt ends.  See docs/budgets.md."""
+
+    enabled: bool = False
+    budget_percent: float = num(20.0, ge=0.0, le=100.0, doc="percent of active requests")
+    min_retry_concurrency: int = num(3, ge=0, doc="floor of the active-retry limit")
+
+
+@dataclass(frozen=True)
+class CallBucketConfig:
+    """Brooker's retry token bucket: +``fill_per_call`` per call started (first send), capped
+    at ``max_tokens`` (starts full); a retry needs more than ``retry_cost`` tokens and takes
+    ``retry_cost``.  Outcomes do not refill it.  See docs/budgets.md."""
+
+    enabled: bool = False
+    fill_per_call: float = num(0.1, ge=0.0, doc="tokens added per call started")
+    max_tokens: float = num(5.0, gt=0.0, doc="capacity, also the starting level")
+    retry_cost: float = num(1.0, gt=0.0, doc="tokens a retry takes (needs strictly more)")
+
+
+@dataclass(frozen=True)
+class RetryBreakerConfig:
+    """Brooker's retry-only breaker: refuses retries (never first sends) while
+    failures / calls started over the last ``window_s`` exceeds ``max_failure_ratio``.
+    ``window_s = 0``: counted since the start, as in the original simulation."""
+
+    enabled: bool = False
+    max_failure_ratio: float = num(0.1, ge=0.0, doc="failures per call started that trips it")
+    window_s: float = num(10.0, ge=0.0, doc="sliding window; 0 = since the start")
+
+
+@dataclass(frozen=True)
 class BudgetConfig:
     """Retry budgets; any combination may be enabled, a retry needs all enabled ones to agree."""
 
@@ -97,6 +145,10 @@ class BudgetConfig:
     finagle: FinagleBudgetConfig = FinagleBudgetConfig()
     adaptive: AdaptiveThrottleConfig = AdaptiveThrottleConfig()
     circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()
+    aws_quota: AwsRetryQuotaConfig = AwsRetryQuotaConfig()
+    envoy: EnvoyRetryBudgetConfig = EnvoyRetryBudgetConfig()
+    call_bucket: CallBucketConfig = CallBucketConfig()
+    retry_breaker: RetryBreakerConfig = RetryBreakerConfig()
 
 
 @dataclass(frozen=True)

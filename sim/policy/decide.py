@@ -100,7 +100,7 @@ class RetryPolicy:
                 delay = hint
         if self._deadline_s > 0.0 and elapsed_s + delay > self._deadline_s:
             return DEADLINE
-        if self.budget is not None and not self.budget.allow_retry(now_s, rng):
+        if self.budget is not None and not self.budget.allow_retry(now_s, rng, timeout):
             return BUDGET
         return Decision(True, delay, "retry")
 
