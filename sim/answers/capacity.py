@@ -240,12 +240,10 @@ def find_capacity(scenario: Scenario, *, load_key: str, loads: Sequence[float], 
 
 def plot_capacity(result: CapacityResult, path: Path) -> Path:
     """Required knob value against load (with every probe marked pass/fail); PNG at ``path``."""
-    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend alone
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    fig = Figure(figsize=(6, 4), dpi=100)
+    ax = fig.subplots()
     ok = [p for p in result.probes if p.holds]
     bad = [p for p in result.probes if not p.holds]
     ax.scatter([p.load for p in ok], [p.value for p in ok], marker="o", facecolors="none",
@@ -264,5 +262,4 @@ def plot_capacity(result: CapacityResult, path: Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)
-    plt.close(fig)
     return path

@@ -249,7 +249,9 @@ def cmd_storm(args: argparse.Namespace) -> int:
         print(f"note: strategy {name} skipped: {why}")
     cols = ["peak_amplification", "goodput_dip", "recover_s", "ghost_per_1k",
             "duplicate_side_effects_per_1k"]
-    shown = _ci(table.drop(columns=["run", "description"]), cols)
+    shown = _ci(table.drop(columns=["run", "description", "peak_request_amplification",
+                                    "peak_request_amplification.ci_low",
+                                    "peak_request_amplification.ci_high"]), cols)
     _print_table(shown, f"{scenario.name}: trigger {res.trigger[0]:g}–{res.trigger[1]:g} s; "
                         f"metastable = goodput < {det.fraction:g} × offered for {det.hold_s:g} s "
                         f"after it ({det.window_s:g} s windows)")

@@ -9,8 +9,10 @@ run as the points of one sweep (:func:`sim.sweep.run_points`: every point a norm
 folder, seeds from the root seed and the point's overrides, so ``rtalab sim sweep``
 reproduces them) and each is judged from its folder's per-second time series:
 
-- **peak load amplification**: max over the run (after warm-up) of server
-  executions ÷ offered turns, both summed over a sliding ``window_s`` window;
+- **peak load amplification**: max over the run (after warm-up, until ``hold_s`` after
+  the trigger) of server executions ÷ offered turns, both summed over a sliding
+  ``window_s`` window (``peak_request_amplification``: the same with requests arriving
+  at the Reasoner, executed or refused, instead of executions);
 - **goodput dip**: 1 − (lowest windowed goodput from the trigger's start to
   ``hold_s`` after its end) ÷ (mean goodput between warm-up and the trigger);
 - **time to recover**: seconds from the trigger's end until windowed goodput is
@@ -174,8 +176,9 @@ def detect_metastable(ts: pd.DataFrame, trigger_end_s: float, det: Detector = De
 # --------------------------------------------------------------------------- one case
 
 
-def _amplification(ts: pd.DataFrame, start_s: float, end_s: float, window_s: float) -> float:
-    ex = _windowed(ts[S.SERVER_EXECUTIONS_PER_S].to_numpy(), window_s)
+def _amplification(ts: pd.DataFrame, start_s: float, end_s: float, window_s: float,
+                   column: str = S.SERVER_EXECUTIONS_PER_S) -> float:
+    ex = _windowed(ts[column].to_numpy(), window_s)
     off = _windowed(ts[S.OFFERED_TURNS_PER_S].to_numpy(), window_s)
     t = ts[S.T_S].to_numpy()
     keep = (t >= start_s) & (t < end_s) & (off > 0)
@@ -214,6 +217,9 @@ def case_figures(run_dir: Path, trigger: tuple[float, float], det: Detector = De
             "replication": int(rep),
             "peak_amplification": _amplification(ts, warmup, min(duration, end + det.hold_s),
                                                  det.window_s),
+            "peak_request_amplification": _amplification(
+                ts, warmup, min(duration, end + det.hold_s), det.window_s,
+                S.SERVER_REQUESTS_PER_S),
             "goodput_dip": dip,
             "recover_s": recovery_time(ts, end, det),
             "metastable": detect_metastable(ts, end, det),
@@ -252,8 +258,8 @@ class StormResult:
         for name, reps in self.figures.items():
             row: dict[str, Any] = {"strategy": name, "description": STRATEGIES.get(
                 name, ("", {}))[0]}
-            for col in ("peak_amplification", "goodput_dip", "recover_s", "ghost_per_1k",
-                        "duplicate_side_effects_per_1k"):
+            for col in ("peak_amplification", "peak_request_amplification", "goodput_dip",
+                        "recover_s", "ghost_per_1k", "duplicate_side_effects_per_1k"):
                 vals = [r[col] for r in reps]
                 stats = mean_ci([math.nan if v is None else float(v) for v in vals],
                                 (-math.inf, 1.0) if col == "goodput_dip" else (0.0, math.inf))
@@ -296,16 +302,14 @@ def run_storm(scenario: Scenario, out_dir: Path, *, strategies: Sequence[str] | 
 def plot_storm(result: StormResult, path: Path) -> Path:
     """Small multiples, one panel per strategy: goodput and offered load (turns/s, left) and
     load amplification (right) over time, mean over replications; the trigger shaded."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend alone
+    from matplotlib.lines import Line2D
 
     names = list(result.runs)
     cols = min(4, max(1, len(names)))
     rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), dpi=90,
-                             sharex=True, squeeze=False)
+    fig = Figure(figsize=(3.2 * cols, 2.4 * rows), dpi=90)
+    axes = fig.subplots(rows, cols, sharex=True, squeeze=False)
     w = result.detector.window_s
     for ax, name in zip(axes.flat, names, strict=False):
         ts = pd.read_parquet(result.runs[name] / "timeseries.parquet")
@@ -328,7 +332,7 @@ def plot_storm(result: StormResult, path: Path) -> Path:
         ax.set_title(f"{name}: {result.verdict(name)}", fontsize=8)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
-    handles = [plt.Line2D([], [], color=c, label=lab) for c, lab in
+    handles = [Line2D([], [], color=c, label=lab) for c, lab in
                (("0.4", "offered turns/s"), ("tab:green", "goodput turns/s"),
                 ("tab:red", "amplification (right)"))]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8)
@@ -337,5 +341,4 @@ def plot_storm(result: StormResult, path: Path) -> Path:
     fig.tight_layout(rect=(0, 0.05, 1, 0.95))
     path = Path(path)
     fig.savefig(path)
-    plt.close(fig)
     return path

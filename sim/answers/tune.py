@@ -264,7 +264,8 @@ class TuneResult:
             m = o.metric
             parts.append(f"{m} {best[m]:.4g} [{best[m + '.ci_low']:.4g}, "
                          f"{best[m + '.ci_high']:.4g}] vs {cur[m]:.4g} today")
-        settings = ", ".join(f"{k} = {v}" for k, v in self.recommended[0].items())
+        settings = ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}"
+                             for k, v in self.recommended[0].items())
         cons = " and ".join(str(s) for s in self.constraints) or "no constraint"
         return (f"Recommended: {settings}; {'; '.join(parts)} (fresh seeds; {cons} holds "
                 f"with 95 % confidence).")
@@ -443,15 +444,13 @@ def plot_pareto(result: TuneResult, path: Path) -> Path:
     """Trials in objective space (feasible / infeasible), the Pareto front, and the
     confirmed candidates and today's settings with their 95 % CIs; PNG at ``path``.
     With one objective the x axis is the trial number."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend alone
 
     df = result.trials[result.trials["state"] == "COMPLETE"]
     objs = [o.metric for o in result.objectives]
     two = len(objs) >= 2
-    fig, ax = plt.subplots(figsize=(6, 4.2), dpi=100)
+    fig = Figure(figsize=(6, 4.2), dpi=100)
+    ax = fig.subplots()
     x = df[objs[0]] if two else df["trial"]
     y = df[objs[1]] if two else df[objs[0]]
     feas = df["feasible"].to_numpy(dtype=bool)
@@ -490,5 +489,4 @@ def plot_pareto(result: TuneResult, path: Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)
-    plt.close(fig)
     return path
