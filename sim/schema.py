@@ -28,19 +28,24 @@ SCHEMA_VERSION: Final[int] = 1
 PHASES: Final = ("initial", "continuation")
 ATTEMPT_OUTCOMES: Final = (
     "completed", "input-required", "failed", "timeout", "total-timeout", "response-lost",
-    "unfinished",
+    "unfinished", "cancelled",
 )
-TURN_OUTCOMES: Final = ("completed", "failed", "abandoned", "unfinished")
+TURN_OUTCOMES: Final = ("completed", "failed", "abandoned", "unfinished", "cancelled")
 DECISIONS: Final = ("retry", "not-retryable", "attempts-exhausted", "deadline", "budget")
 END_REASONS: Final = (
     "completed", "not-retryable", "attempts-exhausted", "deadline", "budget", "handoff-timeout",
-    "end-of-run",
+    "end-of-run", "barge-in",
 )
 CALL_END_REASONS: Final = ("all-turns-done", "escalated", "end-of-run")
 DISPOSITIONS: Final = (
     "executed", "replayed", "joined", "rate-limited", "queue-full", "session-not-found",
-    "unserved",
+    "unserved", "queue-timeout",
+    # one row per CancelTask received: queued work dropped / running work stopped at its next
+    # step / side effect already ran, the task rolls forward / task already ended (or unknown)
+    "cancel-dropped", "cancel-stopped", "cancel-rolled-forward", "cancel-too-late",
 )
+CANCEL_DISPOSITIONS: Final = ("cancel-dropped", "cancel-stopped", "cancel-rolled-forward",
+                              "cancel-too-late")
 STATUSES: Final = ("completed", "input-required", "failed")
 ERROR_CODES: Final = ALL_CODES
 

@@ -61,8 +61,9 @@ class World:
         self.downlink = Link(env, "downlink", net.downlink, net.outages, streams)
         self.witness = Witness()
         self.end_s = scenario.run.duration_s + scenario.run.drain_s
+        cancellable = scenario.live.cancel_on_timeout or scenario.workload.barge_in_share > 0.0
         self.reasoner = Reasoner(env, scenario.reasoner, streams, self.downlink, self.witness,
-                                 scenario.run.warmup_s)
+                                 scenario.run.warmup_s, cancellable)
         negotiation = None
         if scenario.live.timeouts.negotiation_s > 0.0:
             negotiation = (
