@@ -184,7 +184,8 @@ def test_exact_timing_of_a_timeout_and_its_retry() -> None:
     out = run_once(_one_turn(**{
         "reasoner.reasoning_time_s": 3.0, "reasoner.progress_directive": False,
         "live.timeouts.turn_response_s": 1.0, "live.retry.max_attempts": 2,
-        "live.backoff.strategy": "exponential", "live.backoff.base_s": 0.25}), seed=1)
+        "live.backoff.strategy": "exponential", "live.backoff.base_s": 0.25,
+        "reasoner.known_task": "execute"}), seed=1)
     a = out.attempts
     assert a["outcome"].astype(str).tolist() == ["timeout", "timeout"]
     assert a["end_s"].iloc[0] - a["send_s"].iloc[0] == pytest.approx(1.0)
@@ -193,8 +194,14 @@ def test_exact_timing_of_a_timeout_and_its_retry() -> None:
     assert a["decision"].astype(str).tolist() == ["retry", "attempts-exhausted"]
     t = out.turns.iloc[0]
     assert t["outcome"] == "failed" and t["error_code"] == "upstream-timeout"
-    # the Reasoner still ran both (no cancel): load without goodput
+    # the Reasoner still ran both (no cancel, known taskId re-run): load without goodput
     assert (out.executions["disposition"] == "executed").sum() == 2
+    # errors.md §4 (D2, the default): the retry names the same taskId, so it joins the
+    # running execution instead
+    joined = run_once(_one_turn(**{
+        "reasoner.reasoning_time_s": 3.0, "reasoner.progress_directive": False,
+        "live.timeouts.turn_response_s": 1.0, "live.retry.max_attempts": 2}), seed=1)
+    assert joined.executions["disposition"].astype(str).tolist() == ["executed", "joined"]
 
 
 def test_total_timeout_needs_the_terminal_state() -> None:

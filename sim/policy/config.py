@@ -45,7 +45,7 @@ class RetryConfig:
     honour_retry_after: bool = True  # rate-limited: wait at least retryAfterMs
     deadline_s: float = num(0.0, ge=0.0, doc="give up retrying after this long; 0 = no deadline")
     new_request_guid: bool = True  # errors.md §3: a retry takes a new rta/requestGuid
-    new_turn_id: bool = False  # errors.md §4: a retry after FAILED takes a new taskId/turnId
+    new_turn_id: bool = True  # errors.md §4 MUST: a retry after FAILED takes a new taskId/turnId
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,9 @@ class LivePolicyConfig:
     """``[live]``: everything the Live layer decides."""
 
     client_context_id: bool = True  # first turn carries a client-minted contextId
+    # send CancelTask (over the uplink, subject to its faults) for the task of an attempt the
+    # Live layer abandons on a timeout; the retry then takes a new taskId (the task is CANCELED)
+    cancel_on_timeout: bool = False
     instances: int = num(1, ge=1, doc="Live-layer processes; each keeps its own retry budget")
     backoff: BackoffConfig = BackoffConfig()
     retry: RetryConfig = RetryConfig()
