@@ -40,25 +40,33 @@ def synthetic(goodput_after: float, back_at_s: float | None, end_s: float = 100.
 
 
 def test_detector_on_synthetic_series():
-    det = Detector(fraction=0.9, hold_s=60.0, window_s=10.0)
-    # back at once: windowed goodput reaches 90 % of offered 9 windows-seconds after the end
+    trig = (50.0, 100.0)
+    det = Detector(fraction=0.9, hold_s=60.0, window_s=10.0, noise_z=0.0)
+    # back at once: goodput = offered from the trigger's end
     quick = synthetic(0.0, back_at_s=100.0)
-    assert not detect_metastable(quick, 100.0, det)
-    assert recovery_time(quick, 100.0, det) == 9.0
+    assert not detect_metastable(quick, trig, det)
+    assert recovery_time(quick, trig, det) == 0.0
     # stuck at 30 % of offered for the rest of the run: metastable, never recovers
     stuck = synthetic(0.3, back_at_s=None)
-    assert detect_metastable(stuck, 100.0, det)
-    assert recovery_time(stuck, 100.0, det) is None
-    # back only 70 s after the end: metastable with a 60 s hold, recovered with a 90 s hold
+    assert detect_metastable(stuck, trig, det)
+    assert recovery_time(stuck, trig, det) is None
+    # back only 70 s after the end: the first 10 s window averaging >= 90 % of offered
+    # starts at 169 (1 s at 30 % + 9 s at 100 %): recovered after 69 s, which is
+    # metastable with a 60 s hold and recovered with a 90 s hold
     late = synthetic(0.3, back_at_s=170.0)
-    assert detect_metastable(late, 100.0, det)
-    assert not detect_metastable(late, 100.0, Detector(0.9, 90.0, 10.0))
+    assert recovery_time(late, trig, det) == 69.0
+    assert detect_metastable(late, trig, det)
+    assert not detect_metastable(late, trig, Detector(0.9, 90.0, 10.0, 0.0))
     # at 85 % of offered: below a 0.9 fraction (metastable), above a 0.8 one (recovered)
     mild = synthetic(0.85, back_at_s=None)
-    assert detect_metastable(mild, 100.0, det)
-    assert not detect_metastable(mild, 100.0, Detector(0.8, 60.0, 10.0))
+    assert detect_metastable(mild, trig, det)
+    assert not detect_metastable(mild, trig, Detector(0.8, 60.0, 10.0, 0.0))
+    # a burst of completions (the backlog) then a relapse is not a recovery
+    relapse = synthetic(0.3, back_at_s=None)
+    relapse.loc[relapse[S.T_S].between(100, 119), S.COMPLETED_TURNS_PER_S] = 15.0
+    assert detect_metastable(relapse, trig, det)
     with pytest.raises(StormError, match="ends before"):
-        detect_metastable(quick, 200.0, det)
+        detect_metastable(quick, (50.0, 200.0), det)
 
 
 def test_strategies_are_validated_and_unknown_keys_skipped():
@@ -137,6 +145,6 @@ def test_retry_storm_one_metastable_one_recovered(tmp_path):
 
 
 def test_run_too_short_is_refused(tmp_path):
-    sc = load_scenario("retry_storm").with_overrides({"run.duration_s": 180.0})
+    sc = load_scenario("retry_storm").with_overrides({"run.duration_s": 220.0})
     with pytest.raises(StormError, match="must reach"):
         run_storm(sc, tmp_path, strategies=["exponential"], replications=1)

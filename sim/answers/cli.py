@@ -232,7 +232,7 @@ def cmd_storm(args: argparse.Namespace) -> int:
     if args.seed is not None:
         scenario = scenario.with_overrides({"run.seed": args.seed})
     names = [n for s in args.strategies for n in s.split(",") if n] or None
-    det = Detector(args.fraction, args.hold, args.window)
+    det = Detector(args.fraction, args.hold, args.window, args.noise_z)
     with _user_errors():
         if not 0 < args.fraction <= 1:
             raise StormError(f"--fraction must be in (0, 1], got {args.fraction}")
@@ -335,5 +335,7 @@ def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], Non
                     help="... within S seconds after the trigger ends (default 60)")
     st.add_argument("--window", type=float, default=10.0, metavar="S",
                     help="sliding window of the rates (default 10 s)")
+    st.add_argument("--noise-z", type=float, default=3.0, metavar="Z",
+                    help="Poisson noise allowance in standard errors (sim.recovery; default 3)")
     _executor_args(st)
     st.set_defaults(func=cmd_storm)

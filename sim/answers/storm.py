@@ -15,10 +15,14 @@ reproduces them) and each is judged from its folder's per-second time series:
   at the Reasoner, executed or refused, instead of executions);
 - **goodput dip**: 1 − (lowest windowed goodput from the trigger's start to
   ``hold_s`` after its end) ÷ (mean goodput between warm-up and the trigger);
-- **time to recover**: seconds from the trigger's end until windowed goodput is
-  back to ``fraction`` of windowed offered load (None if it never is);
+- **time to recover** (:func:`recovery_time`, :func:`sim.recovery.recovery_time_s`):
+  seconds from the trigger's end until goodput is back to ``fraction`` of the offered
+  load (mean offered turns/s between warm-up and the trigger), over a ``window_s`` window
+  and over the rest of the run, with ``noise_z`` Poisson standard errors of allowance
+  (None if it never is);
 - **metastable** (:func:`detect_metastable`): goodput stays below ``fraction`` of
-  offered load for ``hold_s`` seconds after the trigger ends;
+  offered load for ``hold_s`` seconds after the trigger ends (no recovery within
+  ``hold_s``);
 - hazards: ghost successes per 1,000 turns (``summary.json``, when the simulator
   has the metric) and duplicate side effects per 1,000 turns (side-effect
   executions beyond the first of each turn, from ``turns.parquet``).
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -37,6 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim import recovery
 from sim import schema as S
 from sim.config import ConfigError
 from sim.scenario import Scenario
@@ -64,7 +70,8 @@ STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
     "retry_breaker": ("Brooker's breaker on retries only (failure ratio > 10 %)",
                       {"live.budget.retry_breaker.enabled": True}),
     "cancel_on_timeout": ("CancelTask for abandoned attempts", {"live.cancel_on_timeout": True}),
-    "queue_deadline": ("Reasoner refuses work queued > 2 s", {"reasoner.queue_timeout_s": 2.0}),
+    "queue_deadline": ("Reasoner refuses work queued > 1 s (below client timeouts)",
+                       {"reasoner.queue_timeout_s": 1.0}),
     "lifo": ("Reasoner serves the newest request first", {"reasoner.queue_discipline": "lifo"}),
 }
 
@@ -80,6 +87,7 @@ class Detector:
     fraction: float = 0.9  # goodput must get back to this share of offered load
     hold_s: float = 60.0  # ... within this long after the trigger ends, else metastable
     window_s: float = 10.0  # sliding window of the rates
+    noise_z: float = 3.0  # Poisson noise allowance of sim.recovery (0: bare threshold)
 
 
 # --------------------------------------------------------------------------- strategies
@@ -138,38 +146,44 @@ def _windowed(x: np.ndarray, window_s: float) -> np.ndarray:
     return c[idx] - c[np.maximum(idx - k, 0)]
 
 
-def recovery_ratio(ts: pd.DataFrame, window_s: float = 10.0) -> pd.Series:
-    """Windowed goodput ÷ windowed offered load per second of one replication's time series
-    (indexed by ``t_s``, NaN where nothing was offered in the window)."""
-    good = _windowed(ts[S.COMPLETED_TURNS_PER_S].to_numpy(), window_s)
-    offered = _windowed(ts[S.OFFERED_TURNS_PER_S].to_numpy(), window_s)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(offered > 0, good / np.where(offered > 0, offered, 1), np.nan)
-    return pd.Series(ratio, index=ts[S.T_S].to_numpy())
+def offered_reference(ts: pd.DataFrame, trigger_start_s: float, from_s: float = 0.0) -> float:
+    """The offered load the system must serve again: mean offered turns/s over
+    ``[from_s, trigger_start_s)`` (the workload's arrivals do not depend on the trigger)."""
+    return recovery.baseline(ts[S.OFFERED_TURNS_PER_S].to_numpy(dtype=float), from_s,
+                             trigger_start_s)
 
 
-def recovery_time(ts: pd.DataFrame, trigger_end_s: float, det: Detector = Detector(),
-                  ) -> float | None:
-    """Seconds after ``trigger_end_s`` until windowed goodput ≥ ``fraction`` × windowed offered
-    load (the first such second, measured at the window's end); None if never in the run."""
-    r = recovery_ratio(ts, det.window_s)
-    after = r[(r.index >= trigger_end_s) & (r.to_numpy() >= det.fraction)]
-    return None if after.empty else float(after.index[0] + 1.0 - trigger_end_s)
+def recovery_time(ts: pd.DataFrame, trigger: tuple[float, float], det: Detector = Detector(),
+                  *, from_s: float = 0.0, horizon_s: float | None = None) -> float | None:
+    """Seconds after the trigger's end until goodput is back to ``fraction`` × the offered
+    load (:func:`offered_reference`), judged by :func:`sim.recovery.recovery_time_s`: the
+    ``window_s`` window from then on and the rest of the horizon both average at least
+    that level, less ``noise_z`` Poisson standard errors.  None: never within the horizon
+    (default: the series' end; the run's ``duration_s`` in :func:`case_figures`)."""
+    ref = offered_reference(ts, trigger[0], from_s)
+    return recovery.recovery_time_s(
+        ts[S.COMPLETED_TURNS_PER_S].to_numpy(dtype=float), trigger[1], ref,
+        tolerance=1.0 - det.fraction, window_s=round(det.window_s), horizon_s=horizon_s,
+        noise_z=det.noise_z)
 
 
-def detect_metastable(ts: pd.DataFrame, trigger_end_s: float, det: Detector = Detector(),
-                      ) -> bool:
-    """True when the system did not recover: over the ``hold_s`` seconds after the trigger
-    ends, windowed goodput stays below ``fraction`` × windowed offered load at every second.
+def detect_metastable(ts: pd.DataFrame, trigger: tuple[float, float],
+                      det: Detector = Detector(), *, from_s: float = 0.0,
+                      horizon_s: float | None = None) -> bool:
+    """True when the system did not recover: goodput stays below ``fraction`` of the offered
+    load for ``hold_s`` seconds after the trigger ends (:func:`recovery_time` is None or
+    later than ``hold_s``).
 
     ``ts`` is one replication's per-second time series (``timeseries.parquet`` rows of one
-    replication); it must extend ``hold_s`` past ``trigger_end_s`` (else StormError).
+    replication, ``t_s`` = 0, 1, ...); it must extend ``hold_s`` plus one window past the
+    trigger's end (else StormError).
     """
     t = ts[S.T_S].to_numpy()
-    if len(t) == 0 or t.max() + 1.0 < trigger_end_s + det.hold_s:
-        raise StormError(f"time series ends before trigger end + hold "
-                         f"({trigger_end_s:g} + {det.hold_s:g} s)")
-    t_rec = recovery_time(ts, trigger_end_s, det)
+    end = len(t) if horizon_s is None else min(len(t), horizon_s)
+    if end < trigger[1] + det.hold_s + det.window_s:
+        raise StormError(f"time series ends before trigger end + hold + window "
+                         f"({trigger[1]:g} + {det.hold_s:g} + {det.window_s:g} s)")
+    t_rec = recovery_time(ts, trigger, det, from_s=from_s, horizon_s=horizon_s)
     return t_rec is None or t_rec > det.hold_s
 
 
@@ -201,6 +215,8 @@ def case_figures(run_dir: Path, trigger: tuple[float, float], det: Detector = De
     ghost = (summary["metrics"].get("hazard.ghost_successes_per_1k_turns") or {}).get("values")
     start, end = trigger
     duration = float(all_ts[S.T_S].max()) + 1.0
+    horizon = float(tomllib.loads((run_dir / "scenario.toml").read_text(encoding="utf-8"))
+                    ["run"]["duration_s"])  # arrivals stop here: judge recovery before it
     rows = []
     for i, rep in enumerate(sorted(all_ts[S.REPLICATION].unique())):
         ts = all_ts[all_ts[S.REPLICATION] == rep].sort_values(S.T_S)
@@ -221,8 +237,9 @@ def case_figures(run_dir: Path, trigger: tuple[float, float], det: Detector = De
                 ts, warmup, min(duration, end + det.hold_s), det.window_s,
                 S.SERVER_REQUESTS_PER_S),
             "goodput_dip": dip,
-            "recover_s": recovery_time(ts, end, det),
-            "metastable": detect_metastable(ts, end, det),
+            "recover_s": recovery_time(ts, trigger, det, from_s=warmup, horizon_s=horizon),
+            "metastable": detect_metastable(ts, trigger, det, from_s=warmup,
+                                            horizon_s=horizon),
             "ghost_per_1k": None if ghost is None else ghost[i],
             "duplicate_side_effects_per_1k": 1000.0 * extra / len(tr) if len(tr) else None,
             "seed": seeds.get(int(rep)),
@@ -282,9 +299,10 @@ def run_storm(scenario: Scenario, out_dir: Path, *, strategies: Sequence[str] | 
     table_ = STRATEGIES if table is None else table
     runnable, skipped = validate_strategies(scenario, strategies, table_)
     trigger = trigger_window(scenario)
-    if scenario.run.duration_s < trigger[1] + detector.hold_s:
+    if scenario.run.duration_s < trigger[1] + detector.hold_s + detector.window_s:
         raise StormError(f"run.duration_s ({scenario.run.duration_s:g}) must reach "
-                         f"{detector.hold_s:g} s past the trigger's end ({trigger[1]:g})")
+                         f"{detector.hold_s:g} s + one {detector.window_s:g} s window past the "
+                         f"trigger's end ({trigger[1]:g})")
     seed = scenario.run.seed if seed is None else seed
     reps = scenario.run.replications if replications is None else replications
     res = StormResult(scenario.name, trigger, detector, scenario.run.duration_s, skipped=skipped)
