@@ -129,6 +129,9 @@ class LivePolicyConfig:
     # Live layer abandons on a timeout; the retry then takes a new taskId (the task is CANCELED)
     cancel_on_timeout: bool = False
     instances: int = num(1, ge=1, doc="Live-layer processes; each keeps its own retry budget")
+    reorder_gap_s: float = num(0.5, ge=0.0,
+                               doc="reorder buffer: skip a missing chunk this long after a "
+                                   "later one (or the terminal state) arrived")
     backoff: BackoffConfig = BackoffConfig()
     retry: RetryConfig = RetryConfig()
     budget: BudgetConfig = BudgetConfig()
