@@ -42,8 +42,9 @@ def test_every_turn_call_and_attempt_is_in_exactly_one_row(preset: str,
     assert by_code == pytest.approx(m["failed_share"])
     attempts = sum(v for k, v in m.items() if k.startswith(S.M_ATTEMPT_OUTCOME_PREFIX))
     assert attempts == pytest.approx(1.0)
-    calls = sum(v for k, v in m.items() if k.startswith(S.M_CALL_END_PREFIX))
-    assert calls == pytest.approx(1.0)
+    if m["calls"] > 0:  # (metastable_spike: all 28 callers arrive during the warm-up)
+        calls = sum(v for k, v in m.items() if k.startswith(S.M_CALL_END_PREFIX))
+        assert calls == pytest.approx(1.0)
     assert m[S.M_CONCURRENT_CALLS_PEAK] >= m[S.M_CONCURRENT_CALLS_MEAN] > 0
     if overrides.get("workload.barge_in_share"):
         assert m["cancelled_share"] > 0.05 and m["cancel.stopped_per_1k_turns"] > 0

@@ -175,7 +175,7 @@ def test_unfinished_turns_when_nothing_times_out() -> None:
     """No timeouts + a partition that swallows requests: turns hang and end as unfinished."""
     sc = load_scenario("baseline", {
         "run.duration_s": 60.0, "run.warmup_s": 5.0, "run.drain_s": 20.0,
-        "live.timeouts.turn_response_s": 0.0,
+        "live.timeouts.turn_response_s": 0.0, "live.timeouts.turn_total_s": 0.0,
         "network.outages": [{"start_s": 20.0, "duration_s": 10.0, "direction": "uplink"}]})
     out = run_once(sc, seed=1)
     check_conservation(out)

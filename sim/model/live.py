@@ -84,6 +84,7 @@ import simpy
 from sim.model.clock import call_later
 from sim.model.messages import COMPLETED, INPUT_REQUIRED, NO_CONTEXT, Request
 from sim.model.network import Link
+from sim.model.playout import playout
 from sim.model.rand import Streams
 from sim.model.reasoner import Reasoner
 from sim.model.recorder import Table, code_of
@@ -207,6 +208,7 @@ class LiveLayer:
         self.new_guid = live.retry.new_request_guid
         self.new_task = live.retry.new_turn_id
         self.client_context = live.client_context_id
+        self.gap_s = live.reorder_gap_s
         self.cancel_on_timeout = live.cancel_on_timeout
         self.barge_share = wl.barge_in_share
         self.barge_after = streams.sampler("barge_in_after", wl.barge_in_after_s)
@@ -299,7 +301,7 @@ class LiveLayer:
         if outcome == T_COMPLETED:
             base = t.start_s + t.handoff_wait_s
             completion = end_s - base
-            if t.first_chunk_s < INF:
+            if t.first_chunk_s < INF:  # NaN: every chunk was skipped (nothing playable)
                 ttfc = t.first_chunk_s - base
         escalate = s.escalation.record_turn(outcome == T_FAILED)  # abandoned: not a failure
         self._turn_row((s.call_id, t.index, t.uid, s.instance.index, t.start_s, end_s, outcome,
@@ -483,9 +485,17 @@ class LiveLayer:
         budget = t.session.instance.budget
         if budget is not None:
             budget.on_success(now, req.attempt > 1, t.retry_after_timeout)
-        end_s = req.complete_s if req.complete_s > now else now
+        # what the caller hears: the reorder buffer plays the chunks out (errors.md §6);
+        # without arrival times (a fast link) they came in order, each playable on arrival
+        arrivals = req.chunk_arrivals
+        if arrivals is None:
+            first, done = req.first_chunk_s, req.complete_s
+        else:
+            first, done, req.chunks_lost = playout(arrivals, now, self.gap_s)
+            req.first_chunk_s = first
+        end_s = done if done > now else now
         self._record(req, end_s, A_COMPLETED, None, None)
-        t.first_chunk_s = req.first_chunk_s
+        t.first_chunk_s = first
         self._end_turn(t, now, end_s, T_COMPLETED, "completed", None)
 
     def _input_required(self, req: Request, now: float) -> None:
