@@ -10,9 +10,10 @@ folder, seeds from the root seed and the point's overrides, so ``rtalab sim swee
 reproduces them) and each is judged from its folder's per-second time series:
 
 - **peak load amplification**: max over the run (after warm-up, until ``hold_s`` after
-  the trigger) of server executions ÷ offered turns, both summed over a sliding
-  ``window_s`` window (``peak_request_amplification``: the same with requests arriving
-  at the Reasoner, executed or refused, instead of executions);
+  the trigger) of server executions in a sliding ``window_s`` window ÷ the offered load
+  of normal operation in that window (mean offered turns/s between warm-up and the
+  trigger; ``peak_request_amplification``: the same with requests arriving at the
+  Reasoner, executed or refused, instead of executions);
 - **goodput dip**: 1 − (lowest windowed goodput from the trigger's start to
   ``hold_s`` after its end) ÷ (mean goodput between warm-up and the trigger);
 - **time to recover** (:func:`recovery_time`, :func:`sim.recovery.recovery_time_s`):
@@ -191,12 +192,17 @@ def detect_metastable(ts: pd.DataFrame, trigger: tuple[float, float],
 
 
 def _amplification(ts: pd.DataFrame, start_s: float, end_s: float, window_s: float,
-                   column: str = S.SERVER_EXECUTIONS_PER_S) -> float:
+                   reference: float, column: str = S.SERVER_EXECUTIONS_PER_S) -> float:
+    """Max over windows ending in ``[start_s, end_s)`` of ``column`` summed over the window ÷
+    the offered load of normal operation (``reference`` turns/s × window).  Dividing by the
+    normal offered load, not the window's own, keeps the figure finite when callers stop
+    offering turns (a closed population waiting on a stalled system)."""
     ex = _windowed(ts[column].to_numpy(), window_s)
-    off = _windowed(ts[S.OFFERED_TURNS_PER_S].to_numpy(), window_s)
     t = ts[S.T_S].to_numpy()
-    keep = (t >= start_s) & (t < end_s) & (off > 0)
-    return float((ex[keep] / off[keep]).max()) if keep.any() else math.nan
+    keep = (t >= start_s) & (t < end_s)
+    if not keep.any() or reference <= 0:
+        return math.nan
+    return float(ex[keep].max() / (reference * min(window_s, len(t))))
 
 
 def case_figures(run_dir: Path, trigger: tuple[float, float], det: Detector = Detector(),
@@ -229,13 +235,13 @@ def case_figures(run_dir: Path, trigger: tuple[float, float], det: Detector = De
                if pre_mean > 0 and dip_span.any() else math.nan)
         tr = turns[(turns[S.REPLICATION] == rep) & (turns[S.START_S] >= warmup)]
         extra = np.clip(tr[S.SIDE_EFFECT_EXECUTIONS].to_numpy() - 1, 0, None).sum()
+        ref = offered_reference(ts, start, warmup)
+        span = (warmup + det.window_s, min(duration, end + det.hold_s))
         rows.append({
             "replication": int(rep),
-            "peak_amplification": _amplification(ts, warmup, min(duration, end + det.hold_s),
-                                                 det.window_s),
-            "peak_request_amplification": _amplification(
-                ts, warmup, min(duration, end + det.hold_s), det.window_s,
-                S.SERVER_REQUESTS_PER_S),
+            "peak_amplification": _amplification(ts, *span, det.window_s, ref),
+            "peak_request_amplification": _amplification(ts, *span, det.window_s, ref,
+                                                         S.SERVER_REQUESTS_PER_S),
             "goodput_dip": dip,
             "recover_s": recovery_time(ts, trigger, det, from_s=warmup, horizon_s=horizon),
             "metastable": detect_metastable(ts, trigger, det, from_s=warmup,
@@ -258,6 +264,7 @@ class StormResult:
     trigger: tuple[float, float]
     detector: Detector
     duration_s: float = math.inf  # arrivals stop here (the plots end here)
+    warmup_s: float = 0.0
     runs: dict[str, Path] = field(default_factory=dict)
     figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
@@ -305,7 +312,8 @@ def run_storm(scenario: Scenario, out_dir: Path, *, strategies: Sequence[str] | 
                          f"trigger's end ({trigger[1]:g})")
     seed = scenario.run.seed if seed is None else seed
     reps = scenario.run.replications if replications is None else replications
-    res = StormResult(scenario.name, trigger, detector, scenario.run.duration_s, skipped=skipped)
+    res = StormResult(scenario.name, trigger, detector, scenario.run.duration_s,
+                      scenario.run.warmup_s, skipped=skipped)
     out_dir = Path(out_dir)
     names = list(runnable)
     run_points(scenario, [dict(table_[n][1]) for n in names], replications=reps,
@@ -319,7 +327,8 @@ def run_storm(scenario: Scenario, out_dir: Path, *, strategies: Sequence[str] | 
 
 def plot_storm(result: StormResult, path: Path) -> Path:
     """Small multiples, one panel per strategy: goodput and offered load (turns/s, left) and
-    load amplification (right) over time, mean over replications; the trigger shaded."""
+    load amplification (executions ÷ normal offered load, right) over time, mean over
+    replications, ``window_s`` windows; the trigger shaded."""
     from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend alone
     from matplotlib.lines import Line2D
 
@@ -341,10 +350,11 @@ def plot_storm(result: StormResult, path: Path) -> Path:
         ax.axvspan(*result.trigger, color="0.85")
         ax.plot(t, off, color="0.4", lw=0.8, label="offered")
         ax.plot(t, good, color="tab:green", lw=1.2, label="goodput")
+        ref = float(g[S.OFFERED_TURNS_PER_S][(t >= result.warmup_s)
+                                             & (t < result.trigger[0])].mean())
         ax2 = ax.twinx()
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ax2.plot(t, np.where(off > 0, ex / np.where(off > 0, off, 1), np.nan),
-                     color="tab:red", lw=0.8, label="amplification")
+        if ref > 0:  # executions per normal offered load, as in the table
+            ax2.plot(t, ex / ref, color="tab:red", lw=0.8, label="amplification")
         ax2.tick_params(labelsize=7, colors="tab:red")
         ax.tick_params(labelsize=7)
         ax.set_title(f"{name}: {result.verdict(name)}", fontsize=8)
