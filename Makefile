@@ -42,6 +42,12 @@ bench: bench-sim bench-server
 bench-sim: $(STAMP)
 	$(BIN)/rtalab sim bench --memory
 
+# capacity search economy: points evaluated vs a full sweep of the knob (target <= 40 %)
+bench-answers: $(STAMP)
+	$(BIN)/rtalab sim capacity baseline --load workload.calls_per_s=1,2,4,8 \
+	  --knob reasoner.workers --range 1:64 \
+	  --slo 'turn_completion_p99_s<=4' --slo 'success_rate>=0.99'
+
 bench-server: $(STAMP) system-deps
 	$(BIN)/rtalab serve bench
 
