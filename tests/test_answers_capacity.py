@@ -106,3 +106,16 @@ def test_bad_input_is_one_line_error():
         make_knob(MMC, "reasoner.no_such_knob")
     with pytest.raises(ConfigError):
         make_knob(MMC, "reasoner.dedup")  # not numeric
+
+
+def test_holds_uses_the_unfavourable_ci_end():
+    s = {"metrics": {"completion_s.p99": {"mean": 2.5, "ci_low": 2.0, "ci_high": 3.5},
+                     "success_rate": {"mean": 0.995, "ci_low": 0.985, "ci_high": 1.0},
+                     "queue.p_wait": {"mean": 0.1, "ci_low": None, "ci_high": None}}}
+    assert not parse_slo("turn_completion_p99_s<=3").holds(s)  # the mean meets it, the CI not
+    assert parse_slo("turn_completion_p99_s<=3.5").holds(s)
+    assert not parse_slo("success_rate>=0.99").holds(s)
+    assert parse_slo("success_rate>=0.985").holds(s)
+    assert not parse_slo("p_wait<=0.5").holds(s)  # no CI (one replication): no confidence
+    assert parse_slo("turn_completion_p99_s<=3").violation(2.5) <= 0
+    assert parse_slo("success_rate>=0.999").violation(0.995) > 0
