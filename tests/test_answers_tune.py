@@ -9,6 +9,7 @@ import pytest
 from sim.answers.slo import parse_slo
 from sim.answers.tune import (
     SpaceError,
+    default_space,
     objective,
     parse_space,
     read_space,
@@ -17,7 +18,7 @@ from sim.answers.tune import (
     validate_space,
 )
 from sim.config import ConfigError
-from sim.scenario import Scenario
+from sim.scenario import Scenario, load_scenario
 from sim.sweep import expand_grid, make_executor, run_points
 
 # One-turn calls over an uplink losing 10 % of requests, no progress directive: a short
@@ -150,6 +151,9 @@ def test_space_validation(tmp_path):
                                                                              "high": 3}}),
                                 skip_unknown=True)
     assert list(skipped) == ["live.no_such"]
+    # the default space applies in full to a shipped preset (all its keys exist)
+    space, skipped = default_space(load_scenario("baseline"))
+    assert not skipped and {"budget", "live.cancel_on_timeout"} <= set(space)
     f = tmp_path / "space.toml"
     f.write_text('[tune]\n"live.backoff.base_s" = { low = 0.01, high = 1.0, log = true }\n')
     assert read_space(f)["live.backoff.base_s"].log

@@ -98,7 +98,7 @@ Space = dict[str, Param]
 
 DEFAULT_SPACE_TOML = """
 "live.timeouts.turn_response_s" = { low = 0.5, high = 5.0 }
-"live.timeouts.turn_total_s" = { choices = [0.0, 10.0, 20.0, 40.0] }
+"live.timeouts.turn_total_s" = { choices = [5.0, 10.0, 20.0, 40.0] }
 "live.backoff.strategy" = { choices = ["exponential", "full_jitter", "equal_jitter",
                                        "decorrelated_jitter"] }
 "live.backoff.base_s" = { low = 0.01, high = 1.0, log = true }
@@ -116,6 +116,10 @@ grpc_throttling = { "live.budget.token_bucket.enabled" = true }
 finagle = { "live.budget.finagle.enabled" = true }
 adaptive = { "live.budget.adaptive.enabled" = true }
 breaker = { "live.budget.circuit_breaker.enabled" = true }
+aws_quota = { "live.budget.aws_quota.enabled" = true }
+envoy = { "live.budget.envoy.enabled" = true }
+call_bucket = { "live.budget.call_bucket.enabled" = true }
+retry_breaker = { "live.budget.retry_breaker.enabled" = true }
 """
 
 
