@@ -351,12 +351,12 @@ def tune(scenario: Scenario, out_dir: Path, *, objectives: Sequence[Objective],
             bar((len(done) + evaluations) / trials)
 
     trials_df = _trials_frame(study, space, metrics, constraints)
-    feasible = [t for t in study.best_trials
-                if all(c <= 0 for c in t.user_attrs.get("constraints", []))]
-    if not feasible:  # no Pareto-front trial is feasible: best feasible by first objective
-        ok = [t for t in study.trials if t.state == TrialState.COMPLETE
-              and all(c <= 0 for c in t.user_attrs.get("constraints", []))]
-        feasible = ok
+    ok = [t for t in study.trials if t.state == TrialState.COMPLETE
+          and all(c <= 0 for c in t.user_attrs.get("constraints", []))]
+    front = {t.number for t in study.best_trials} if len(objectives) > 1 else set()
+    # several objectives: the feasible Pareto front (all feasible trials if none is on it);
+    # one objective: the best feasible trials
+    feasible = [t for t in ok if t.number in front] or ok
     sign = 1 if objectives[0].direction == "minimize" else -1
     feasible = sorted(feasible, key=lambda t: (sign * t.values[0], t.number))[:top]
     cand_params = [dict(t.params) for t in feasible]
