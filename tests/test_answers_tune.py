@@ -75,7 +75,7 @@ def test_tune_finds_what_exhaustive_search_finds(tmp_path, ex, exhaustive, root_
     space = parse_space(SPACE["tune"])
     res = tune(SC, tmp_path / "t", objectives=[objective(OBJ)], constraints=[con],
                space=space, trials=trials, replications=REPS, root_seed=root_seed,
-               executor=ex, batch=2, top=2)
+               executor=ex, batch=2, top=3)
     search_runs = res.evaluations * REPS
     print(f"tune: {search_runs} search runs vs exhaustive {len(grid) * REPS} "
           f"({search_runs / (len(grid) * REPS):.0%}); best {best_key} "
