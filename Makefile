@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint seed-check bench bench-sim bench-server bench-sweep clean system-deps bench-check bench-load
+.PHONY: venv demo test lint seed-check bench bench-sim bench-server bench-sweep clean system-deps bench-check bench-load bench-answers
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -40,13 +40,18 @@ lint: $(STAMP)
 seed-check: $(STAMP)
 	nice -n 10 $(BIN)/python tests/oneoff/seeds.py --rounds 20
 
-bench: bench-sim bench-server bench-sweep bench-check bench-load
+bench: bench-sim bench-server bench-sweep bench-check bench-load bench-answers
 
 bench-sim: $(STAMP)
 	$(BIN)/rtalab sim bench --memory
 
 bench-sweep: $(STAMP)
 	nice -n 10 $(BIN)/rtalab sim sweep-bench
+# capacity search economy: points evaluated vs a full sweep of the knob (target <= 40 %)
+bench-answers: $(STAMP)
+	$(BIN)/rtalab sim capacity baseline --load workload.calls_per_s=1,2,4,8 \
+	  --knob reasoner.workers --range 1:64 \
+	  --slo 'turn_completion_p99_s<=4' --slo 'success_rate>=0.99'
 
 bench-server: $(STAMP) system-deps
 	$(BIN)/rtalab serve bench

@@ -127,25 +127,43 @@ def cmd_run(args: argparse.Namespace) -> int:
 # (metric key or prefix, label, format); "%" = share shown in percent, "s" = seconds,
 # "B" = bytes, "x" = ratio, "n" = count, "/1k" = per 1,000 turns, "/s" = per second
 KEY_METRICS: tuple[tuple[str, str, str], ...] = (
+    # every counted turn is in exactly one of the five outcome rows (they add up to 100 %)
     ("turns", "turns after warm-up", "n"),
-    ("success_rate", "success rate", "%"),
+    ("success_rate", "completed (success rate)", "%"),
     ("failed_share", "failed", "%"),
-    ("abandoned_share", "abandoned", "%"),
+    ("failed_by_reason.", "  failed: ", "%"),
     ("failure_rate.", "  failed with ", "%"),
-    ("ttfc_s.p50", "time to first chunk p50", "s"),
-    ("ttfc_s.p95", "time to first chunk p95", "s"),
-    ("ttfc_s.p99", "time to first chunk p99", "s"),
+    ("abandoned_share", "abandoned (handoff timeout)", "%"),
+    ("cancelled_share", "cancelled (barge-in)", "%"),
+    ("unfinished_share", "unfinished at end of run", "%"),
+    # every counted call ends in exactly one way
+    ("calls", "calls after warm-up", "n"),
+    ("call_end.", "  calls ended: ", "%"),
+    ("escalation.removed_turn_share", "  planned turns removed by escalation", "%"),
+    ("degraded_call_share", "  degraded (no extension echo)", "%"),
+    ("concurrent_calls.mean", "  concurrent calls, mean", "x"),
+    ("concurrent_calls.peak", "  concurrent calls, peak", "n"),
+    ("ttfc_s.p50", "time to first playable chunk p50", "s"),
+    ("ttfc_s.p95", "time to first playable chunk p95", "s"),
+    ("ttfc_s.p99", "time to first playable chunk p99", "s"),
     ("completion_s.p50", "turn completion p50", "s"),
     ("completion_s.p95", "turn completion p95", "s"),
     ("completion_s.p99", "turn completion p99", "s"),
     ("attempts_per_turn", "attempts per turn", "x"),
-    ("load_amplification", "load amplification", "x"),
+    ("attempt_outcome.", "  attempts ended ", "%"),
+    ("spurious_timeouts_per_1k_turns", "spurious timeouts /1k turns", "/1k"),
+    ("load_amplification", "load amplification (exec./offered turn)", "x"),
     ("goodput_turns_per_s", "goodput (turns/s)", "/s"),
     ("worker_utilisation", "worker utilisation", "%"),
-    ("hazard.duplicate_request_executions_per_1k_turns", "dup. requestGuid executions /1k turns",
-     "/1k"),
+    ("queue.wait_s.p50", "queue wait p50", "s"),
+    ("queue.wait_s.p99", "queue wait p99", "s"),
+    ("queue.shed_per_1k_turns", "shed by queue deadline /1k turns", "/1k"),
+    ("cancel.", "CancelTask ", "/1k"),
+    ("hazard.duplicate_request_executions_per_1k_turns",
+     "dup. requestGuid executions /1k (MUST violation)", "/1k"),
     ("hazard.reexecuted_turns_per_1k_turns", "re-executed turns /1k turns", "/1k"),
     ("hazard.duplicated_sessions_per_1k_turns", "duplicated sessions /1k turns", "/1k"),
+    ("hazard.ghost_successes_per_1k_turns", "ghost successes /1k turns", "/1k"),
     ("dedup.peak_bytes", "dedup store peak", "B"),
 )
 
@@ -184,7 +202,8 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
             lo, hi = m.get("ci_low"), m.get("ci_high")
             ci = (f"[{_fmt(lo, kind)}, {_fmt(hi, kind)}]"
                   if lo is not None and hi is not None else "–")
-            text = f"{label}{name[len(key):]}" if key.endswith(".") else label
+            text = (f"{label}{name[len(key):].removesuffix('_share')}" if key.endswith(".")
+                    else label)
             rows.append((text, _fmt(m.get("mean"), kind), ci))
     return rows
 
@@ -458,6 +477,10 @@ def add_sim_parser(subparsers: Any) -> None:
     sw.add_argument("--no-plots", action="store_true", help="skip the PNG plots of each point")
     sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     sw.set_defaults(func=cmd_sweep)
+
+    from sim.answers.cli import add_parsers as add_answer_parsers  # capacity, tune, storm
+
+    add_answer_parsers(sub, _add_scenario_args)
 
     presets = sub.add_parser("presets", help="list the shipped scenarios")
     presets.set_defaults(func=cmd_presets)

@@ -22,6 +22,7 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
 from sim import schema as S
+from sim.summary import PERCENTILE_METHOD, percentile
 
 if TYPE_CHECKING:
     from sim.scenario import Scenario
@@ -60,7 +61,7 @@ def _quantile_curve(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     tail = 1.0 - np.logspace(0, -4, CDF_POINTS // 2)  # 0 .. 0.9999, dense near 1
     p = np.unique(np.clip(np.concatenate([np.linspace(0, 1, CDF_POINTS // 2), tail, [1.0]]),
                           0, 1))
-    return np.quantile(values, p), p
+    return np.quantile(values, p, method=PERCENTILE_METHOD), p
 
 
 def _ax_seconds_log(ax: Axes, title: str) -> None:
@@ -117,8 +118,12 @@ def plot_latency_cdf(turns: pd.DataFrame, scenario: Scenario, path: Path) -> Pat
                 ax.step(x, p, where="post", color=cmap(i % 10), lw=1.1, alpha=0.8,
                         label=f"replication {rep} (n={len(v):,})" if len(reps) <= 8 else None)
         for q, ls in PERCENTILE_STYLE.items():
-            xq = float(np.percentile(pooled, q))
-            ax.axvline(xq, color="0.25", ls=ls, lw=0.9, label=f"p{q} pooled = {_fmt_s(xq)}")
+            # the figure of summary.json: the mean over replications of each one's percentile
+            per_rep = [percentile(done.loc[done[S.REPLICATION] == rep, col]
+                                  .to_numpy(dtype=float), q) for rep in reps]
+            xq = float(np.mean([v for v in per_rep if v is not None]))
+            ax.axvline(xq, color="0.25", ls=ls, lw=0.9,
+                       label=f"p{q} (mean over replications) = {_fmt_s(xq)}")
         if col == S.TTFC_S and scenario.live.timeouts.turn_response_s > 0:
             t = scenario.live.timeouts.turn_response_s
             ax.axvline(t, color=OUTAGE_COLOR, lw=1.2, alpha=0.7,

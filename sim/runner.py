@@ -130,7 +130,8 @@ def _per_second(times: np.ndarray, n_bins: int) -> np.ndarray:
 def _timeseries(raw: WorldResult, rep: int, attempts: pd.DataFrame, turns: pd.DataFrame,
                 executions: pd.DataFrame) -> pd.DataFrame:
     n = len(raw.gauges)
-    g = np.asarray(raw.gauges, dtype=np.int64).reshape(n, 6)
+    g = np.asarray(raw.gauges, dtype=np.int64).reshape(n, len(S.SAMPLED_GAUGES))
+    gauges = {name: g[:, j] for j, name in enumerate(S.SAMPLED_GAUGES)}
     send = attempts[S.SEND_S].to_numpy()
     end = turns[S.END_S].to_numpy()
     outcome = turns[S.OUTCOME].to_numpy()
@@ -145,13 +146,8 @@ def _timeseries(raw: WorldResult, rep: int, attempts: pd.DataFrame, turns: pd.Da
         S.FAILED_TURNS_PER_S: _per_second(end[outcome == "failed"], n),
         S.SERVER_REQUESTS_PER_S: _per_second(executions[S.ARRIVAL_S].to_numpy(), n),
         S.SERVER_EXECUTIONS_PER_S: _per_second(ex_start, n),
-        S.TURNS_IN_PROGRESS: g[:, 0],
-        S.SERVER_IN_FLIGHT: g[:, 1],
-        S.QUEUE_LENGTH: g[:, 2],
-        S.BUSY_WORKERS: g[:, 3],
-        S.WORKER_CAPACITY: g[:, 4],
-        S.DEDUP_ENTRIES: g[:, 5],
-        S.DEDUP_BYTES: g[:, 5] * raw.dedup_entry_bytes,
+        **gauges,
+        S.DEDUP_BYTES: gauges[S.DEDUP_ENTRIES] * raw.dedup_entry_bytes,
     }
     return pd.DataFrame(data, columns=list(S.TIMESERIES_COLUMNS))
 

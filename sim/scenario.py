@@ -52,6 +52,8 @@ class WorkloadConfig:
     handoff_share: float = prob(0.0, doc="share of turns that go INPUT_REQUIRED")
     caller_response_time_s: Dist = Exp(5.0)  # handoff turns: caller's structured answer
     max_calls: int = num(0, ge=0, doc="stop arrivals after this many calls; 0 = no limit")
+    barge_in_share: float = prob(0.0, doc="share of turns the caller interrupts while in flight")
+    barge_in_after_s: Dist = Exp(1.5)  # barge-in turns: caller speaks this long after turn start
 
     def __post_init__(self) -> None:
         if self.arrival == "schedule":
@@ -134,6 +136,9 @@ class ReasonerConfig:
     workers: int = num(8, ge=1, doc="turns reasoned concurrently")
     queue_limit: int = num(200, ge=0, doc="waiting turns beyond which a turn is refused")
     queue_full_code: Literal["rate-limited", "internal"] = "rate-limited"
+    queue_timeout_s: float = num(0.0, ge=0.0,
+                                 doc="refuse work that waited longer (queue_full_code); 0 = off")
+    queue_discipline: Literal["fifo", "lifo"] = "fifo"  # which waiting request a free worker takes
     retry_after_ms: int = num(500, ge=0, doc="hint sent with rate-limited")
     context_rate_per_s: float = num(0.0, ge=0.0, doc="per-contextId turn rate limit; 0 = off")
     context_burst: int = num(5, ge=1)
@@ -151,6 +156,10 @@ class ReasonerConfig:
         metadata={"keys": ALL_CODES, "ge": 0.0, "le": 1.0},
     )  # injected failure probability per code, per execution
     dedup: DedupMode = "request-guid"
+    # errors.md §4: a message naming a taskId known on its context (not the INPUT_REQUIRED
+    # continuation) is a retry of that turn: "retry" joins / replays it (the MUST), "execute"
+    # runs it beside the first (the pre-issue-6 behaviour, a control)
+    known_task: Literal["retry", "execute"] = "retry"
     dedup_window_s: float = num(300.0, ge=0.0, doc="how long a finished entry is kept")
     dedup_entry_bytes: int = num(512, ge=0, doc="memory charged per dedup entry")
     handoff_timeout_s: float = num(60.0, ge=0.0, doc="server bound on INPUT_REQUIRED; 0 = none")
@@ -293,6 +302,7 @@ def load_scenario(ref: str | Path, overrides: list[str] | dict[str, Any] | None 
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("", f"{path}: cannot read: {e}") from None
     data.setdefault("name", path.stem)
+    data.pop("tune", None)  # search ranges of `rtalab sim tune` (sim/answers/tune.py); not a run
     if overrides:
         data = apply_overrides(data, overrides)
     return from_dict(data)

@@ -28,19 +28,24 @@ SCHEMA_VERSION: Final[int] = 1
 PHASES: Final = ("initial", "continuation")
 ATTEMPT_OUTCOMES: Final = (
     "completed", "input-required", "failed", "timeout", "total-timeout", "response-lost",
-    "unfinished",
+    "unfinished", "cancelled",
 )
-TURN_OUTCOMES: Final = ("completed", "failed", "abandoned", "unfinished")
+TURN_OUTCOMES: Final = ("completed", "failed", "abandoned", "unfinished", "cancelled")
 DECISIONS: Final = ("retry", "not-retryable", "attempts-exhausted", "deadline", "budget")
 END_REASONS: Final = (
     "completed", "not-retryable", "attempts-exhausted", "deadline", "budget", "handoff-timeout",
-    "end-of-run",
+    "end-of-run", "barge-in",
 )
 CALL_END_REASONS: Final = ("all-turns-done", "escalated", "end-of-run")
 DISPOSITIONS: Final = (
     "executed", "replayed", "joined", "rate-limited", "queue-full", "session-not-found",
-    "unserved",
+    "unserved", "queue-timeout",
+    # one row per CancelTask received: queued work dropped / running work stopped at its next
+    # step / side effect already ran, the task rolls forward / task already ended (or unknown)
+    "cancel-dropped", "cancel-stopped", "cancel-rolled-forward", "cancel-too-late",
 )
+CANCEL_DISPOSITIONS: Final = ("cancel-dropped", "cancel-stopped", "cancel-rolled-forward",
+                              "cancel-too-late")
 STATUSES: Final = ("completed", "input-required", "failed")
 ERROR_CODES: Final = ALL_CODES
 
@@ -106,6 +111,7 @@ FAILED_TURNS_PER_S: Final = "failed_turns_per_s"
 SERVER_REQUESTS_PER_S: Final = "server_requests_per_s"
 SERVER_EXECUTIONS_PER_S: Final = "server_executions_per_s"
 TURNS_IN_PROGRESS: Final = "turns_in_progress"
+CALLS_IN_PROGRESS: Final = "calls_in_progress"
 SERVER_IN_FLIGHT: Final = "server_in_flight"
 QUEUE_LENGTH: Final = "queue_length"
 BUSY_WORKERS: Final = "busy_workers"
@@ -166,11 +172,13 @@ TIMESERIES_RATES: Final = (
     OFFERED_TURNS_PER_S, ATTEMPTS_PER_S, RETRIES_PER_S, COMPLETED_TURNS_PER_S,
     FAILED_TURNS_PER_S, SERVER_REQUESTS_PER_S, SERVER_EXECUTIONS_PER_S,
 )
-# levels sampled at the end of each bin (t_s + 1)
-TIMESERIES_GAUGES: Final = (
-    TURNS_IN_PROGRESS, SERVER_IN_FLIGHT, QUEUE_LENGTH, BUSY_WORKERS, WORKER_CAPACITY,
-    DEDUP_ENTRIES, DEDUP_BYTES,
+# levels sampled at the end of each bin (t_s + 1), in the order the simulator samples them
+SAMPLED_GAUGES: Final = (
+    TURNS_IN_PROGRESS, CALLS_IN_PROGRESS, SERVER_IN_FLIGHT, QUEUE_LENGTH, BUSY_WORKERS,
+    WORKER_CAPACITY, DEDUP_ENTRIES,
 )
+# ... and the gauges of the time series (dedup_bytes = dedup_entries x dedup_entry_bytes)
+TIMESERIES_GAUGES: Final = (*SAMPLED_GAUGES, DEDUP_BYTES)
 TIMESERIES_COLUMNS: Final = (REPLICATION, T_S, *TIMESERIES_RATES, *TIMESERIES_GAUGES)
 
 TABLES: Final[dict[str, tuple[ColumnSpec, ...]]] = {
@@ -198,13 +206,25 @@ M_SUCCESS_RATE: Final = "success_rate"
 M_FAILED_SHARE: Final = "failed_share"
 M_ABANDONED_SHARE: Final = "abandoned_share"
 M_UNFINISHED_SHARE: Final = "unfinished_share"
+M_CANCELLED_SHARE: Final = "cancelled_share"
+M_FAILED_BY_REASON_PREFIX: Final = "failed_by_reason."  # + end reason of failed turns
+M_ATTEMPT_OUTCOME_PREFIX: Final = "attempt_outcome."  # + attempt outcome: share of attempts
+M_CALL_END_PREFIX: Final = "call_end."  # + call end reason: share of calls
+M_ESCALATED_TURNS_REMOVED: Final = "escalation.removed_turn_share"
+M_CONCURRENT_CALLS_MEAN: Final = "concurrent_calls.mean"
+M_CONCURRENT_CALLS_PEAK: Final = "concurrent_calls.peak"
+M_GHOST_PER_1K: Final = "hazard.ghost_successes_per_1k_turns"
+M_SPURIOUS_TIMEOUTS_PER_1K: Final = "spurious_timeouts_per_1k_turns"
+M_SPURIOUS_TIMEOUT_SHARE: Final = "spurious_timeout_share"
+M_QUEUE_WAIT_PREFIX: Final = "queue.wait_s."  # + p50 / p99
+M_CANCEL_PREFIX: Final = "cancel."  # + dropped / stopped / rolled_forward / too_late, per 1k
+M_SHED_PER_1K: Final = "queue.shed_per_1k_turns"
 M_FAILURE_RATE_PREFIX: Final = "failure_rate."  # + error code, or "none" (budget, no code)
 M_TTFC_PREFIX: Final = "ttfc_s."  # + p50 / p95 / p99
 M_COMPLETION_PREFIX: Final = "completion_s."  # + p50 / p95 / p99
 M_ATTEMPTS_PER_TURN: Final = "attempts_per_turn"
 M_RETRIES_PER_TURN: Final = "retries_per_turn"
 M_LOAD_AMPLIFICATION: Final = "load_amplification"
-M_EXECUTIONS_PER_TURN: Final = "server_executions_per_turn"
 M_REJECTIONS_PER_TURN: Final = "server_rejections_per_turn"
 M_DUP_GUID_PER_1K: Final = "hazard.duplicate_request_executions_per_1k_turns"
 M_REEXEC_TURN_PER_1K: Final = "hazard.reexecuted_turns_per_1k_turns"

@@ -60,11 +60,12 @@ def t_quantile_975(df: int) -> float:
 
 
 _UNIT_INTERVAL = ("success_rate", "worker_utilisation", "queue.p_wait")
+_UNIT_PREFIXES = ("failure_rate.", "failed_by_reason.", "attempt_outcome.", "call_end.")
 
 
 def domain(name: str) -> tuple[float, float]:
     """The range a metric can take: [0, 1] for shares and probabilities, else [0, inf)."""
-    if name in _UNIT_INTERVAL or name.endswith("_share") or name.startswith("failure_rate."):
+    if (name in _UNIT_INTERVAL or name.endswith("_share") or name.startswith(_UNIT_PREFIXES)):
         return 0.0, 1.0
     return 0.0, math.inf
 
@@ -127,9 +128,18 @@ def _ratio(a: float, b: float) -> float | None:
     return float(a) / float(b) if b else None
 
 
-def _pct(x: np.ndarray, q: float) -> float | None:
+PERCENTILE_METHOD = "inverted_cdf"
+
+
+def percentile(x: np.ndarray, q: float) -> float | None:
+    """THE percentile of every figure (table, summary.json, plots): the smallest value ``v``
+    of the finite values of ``x`` with ``F(v) >= q / 100`` (the inverse of the empirical CDF,
+    numpy's ``inverted_cdf``: always an observed value, no interpolation).  None if empty."""
     x = x[np.isfinite(x)]
-    return float(np.percentile(x, q)) if len(x) else None
+    return float(np.percentile(x, q, method=PERCENTILE_METHOD)) if len(x) else None
+
+
+_pct = percentile
 
 
 def _is(col: pd.Series, *values: str) -> np.ndarray:
@@ -164,6 +174,11 @@ def replication_metrics(out: RunLike, warmup_s: float) -> dict[str, float | None
     m[S.M_FAILED_SHARE] = _ratio(failed.sum(), n)
     m[S.M_ABANDONED_SHARE] = _ratio(_is(outcome, "abandoned")[keep].sum(), n)
     m[S.M_UNFINISHED_SHARE] = _ratio(_is(outcome, "unfinished")[keep].sum(), n)
+    m[S.M_CANCELLED_SHARE] = _ratio(_is(outcome, "cancelled")[keep].sum(), n)
+    reasons = t_all[S.END_REASON]
+    for reason in ("not-retryable", "attempts-exhausted", "deadline", "budget"):
+        m[S.M_FAILED_BY_REASON_PREFIX + reason] = _ratio(
+            (_is(reasons, reason)[keep] & failed).sum(), n)
     codes = t_all[S.ERROR_CODE]
     for code in S.ERROR_CODES:
         m[S.M_FAILURE_RATE_PREFIX + code] = _ratio((_is(codes, code)[keep] & failed).sum(), n)
@@ -176,18 +191,33 @@ def replication_metrics(out: RunLike, warmup_s: float) -> dict[str, float | None
         m[f"{S.M_COMPLETION_PREFIX}p{q}"] = _pct(comp, q)
     m[S.M_ATTEMPTS_PER_TURN] = float(_col(t_all, S.ATTEMPTS, keep).mean()) if n else None
     m[S.M_RETRIES_PER_TURN] = float(_col(t_all, S.RETRIES, keep).mean()) if n else None
+    m.update(call_metrics(out.calls, calls_keep))
+
+    # attempts of the counted turns
+    ids = _col(t_all, S.INTERACTION_ID, keep)
+    at = out.attempts
+    at_keep = np.isin(at[S.INTERACTION_ID].to_numpy(), ids)
+    n_att = int(at_keep.sum())
+    a_out = at[S.OUTCOME]
+    for o in S.ATTEMPT_OUTCOMES:
+        m[S.M_ATTEMPT_OUTCOME_PREFIX + o] = _ratio((_is(a_out, o) & at_keep).sum(), n_att)
 
     # server work attributable to the counted turns
-    ids = _col(t_all, S.INTERACTION_ID, keep)
     ex = out.executions
     ex_keep = np.isin(ex[S.INTERACTION_ID].to_numpy(), ids)
     disp = ex[S.DISPOSITION]
     executions = int((_is(disp, "executed") & ex_keep).sum())
-    rejections = int((_is(disp, "rate-limited", "queue-full", "session-not-found") & ex_keep).sum())
-    useful = int(completed.sum() + (completed & _col(t_all, S.HANDOFF, keep)).sum())
-    m[S.M_LOAD_AMPLIFICATION] = _ratio(executions, useful)
-    m[S.M_EXECUTIONS_PER_TURN] = _ratio(executions, n)
+    rejections = int((_is(disp, "rate-limited", "queue-full", "session-not-found",
+                          "queue-timeout") & ex_keep).sum())
+    m[S.M_LOAD_AMPLIFICATION] = _ratio(executions, n)
     m[S.M_REJECTIONS_PER_TURN] = _ratio(rejections, n)
+    m[S.M_SHED_PER_1K] = _ratio(1000.0 * (_is(disp, "queue-timeout") & ex_keep).sum(), n)
+    for d in S.CANCEL_DISPOSITIONS:
+        m[S.M_CANCEL_PREFIX + d[len("cancel-"):].replace("-", "_") + "_per_1k_turns"] = _ratio(
+            1000.0 * (_is(disp, d) & ex_keep).sum(), n)
+    spurious, timed_out = spurious_timeouts(at[at_keep], ex[ex_keep])
+    m[S.M_SPURIOUS_TIMEOUTS_PER_1K] = _ratio(1000.0 * spurious, n)
+    m[S.M_SPURIOUS_TIMEOUT_SHARE] = _ratio(spurious, timed_out)
 
     # hazards, from the witness ledger and the server's session count
     se = out.side_effects
@@ -208,6 +238,9 @@ def replication_metrics(out: RunLike, warmup_s: float) -> dict[str, float | None
     m[S.M_DUP_GUID_PER_1K] = _ratio(1000.0 * extra, n)
     m[S.M_REEXEC_TURN_PER_1K] = _ratio(1000.0 * reexecuted, n)
     m[S.M_DUP_SESSION_PER_1K] = _ratio(1000.0 * dup_sessions, n)
+    # ghost success: the side effect ran, the caller was told the turn failed
+    ghost = failed & (_col(t_all, S.SIDE_EFFECT_EXECUTIONS, keep) > 0)
+    m[S.M_GHOST_PER_1K] = _ratio(1000.0 * ghost.sum(), n)
     se_turns = int(_col(t_all, S.SIDE_EFFECT, keep).sum())
     m[S.M_SIDE_EFFECTS_PER_SE_TURN] = _ratio(len(guids), se_turns)
 
@@ -220,6 +253,9 @@ def replication_metrics(out: RunLike, warmup_s: float) -> dict[str, float | None
         m[S.M_OFFERED_TURNS_PER_S] = float(w[S.OFFERED_TURNS_PER_S].mean())
         m[S.M_GOODPUT] = float(w[S.COMPLETED_TURNS_PER_S].mean())
         m[S.M_MEAN_IN_PROGRESS] = float(w[S.TURNS_IN_PROGRESS].mean())
+        if S.CALLS_IN_PROGRESS in w:
+            m[S.M_CONCURRENT_CALLS_MEAN] = float(w[S.CALLS_IN_PROGRESS].mean())
+            m[S.M_CONCURRENT_CALLS_PEAK] = float(w[S.CALLS_IN_PROGRESS].max())
         m[S.M_UTILISATION] = _ratio(w[S.BUSY_WORKERS].sum(), w[S.WORKER_CAPACITY].sum())
     c = out.counters
     if "dedup_peak_entries" in c:
@@ -228,6 +264,51 @@ def replication_metrics(out: RunLike, warmup_s: float) -> dict[str, float | None
     m.update(queue_metrics(out.executions, warmup_s, out.duration_s,
                            float(c.get("end_s", out.duration_s))))
     return m
+
+
+def call_metrics(calls: pd.DataFrame, keep: np.ndarray) -> dict[str, float | None]:
+    """How the counted calls ended (shares of calls, adding up to 1) and the offered load
+    that escalation removed: turns planned but never started by escalated calls ÷ turns
+    planned by all counted calls."""
+    n = int(keep.sum())
+    reason = calls[S.END_REASON]
+    m: dict[str, float | None] = {}
+    for r in S.CALL_END_REASONS:
+        m[S.M_CALL_END_PREFIX + r + "_share"] = _ratio((_is(reason, r) & keep).sum(), n)
+    planned = _col(calls, S.TURNS_PLANNED, keep)
+    started = _col(calls, S.TURNS_STARTED, keep)
+    escalated = _is(reason, "escalated")[keep]
+    m[S.M_ESCALATED_TURNS_REMOVED] = _ratio((planned - started)[escalated].sum(), planned.sum())
+    return m
+
+
+def spurious_timeouts(attempts: pd.DataFrame, executions: pd.DataFrame) -> tuple[int, int]:
+    """(spurious, all) timed-out attempts: ended by a Live-layer timer (``timeout`` /
+    ``total-timeout``) although the Reasoner did finish their work successfully — an
+    ``executed`` row of the attempt's requestGuid with status completed / input-required,
+    or, for an attempt that joined another execution, a successful execution of the same
+    (task, phase).  The answer would have come, later than the timer allowed."""
+    timed = _is(attempts[S.OUTCOME], "timeout", "total-timeout")
+    n = int(timed.sum())
+    if n == 0:
+        return 0, 0
+    disp = executions[S.DISPOSITION]
+    ok = _is(disp, "executed") & _is(executions[S.STATUS], "completed", "input-required")
+    ok_guids = executions[S.REQUEST_GUID].to_numpy()[ok]
+    phase = executions[S.PHASE].astype(str).to_numpy()
+    tasks = executions[S.TASK_ID].to_numpy()
+    ok_tasks = set(zip(tasks[ok].tolist(), phase[ok].tolist(), strict=True))
+    joined_guids = executions[S.REQUEST_GUID].to_numpy()[_is(disp, "joined")]
+    a = attempts[timed]
+    guid = a[S.REQUEST_GUID].to_numpy()
+    by_guid = np.isin(guid, ok_guids)
+    joined = np.isin(guid, joined_guids) & ~by_guid
+    by_task = np.zeros(len(a), dtype=bool)
+    if joined.any():
+        keys = zip(a[S.TASK_ID].to_numpy()[joined].tolist(),
+                   a[S.PHASE].astype(str).to_numpy()[joined].tolist(), strict=True)
+        by_task[joined] = [k in ok_tasks for k in keys]
+    return int((by_guid | by_task).sum()), n
 
 
 def queue_metrics(executions: pd.DataFrame, start_s: float, end_s: float,
@@ -251,7 +332,13 @@ def queue_metrics(executions: pd.DataFrame, start_s: float, end_s: float,
     overlap = np.clip(np.minimum(start, end_s) - np.maximum(arr, start_s), 0.0, None)
     length = float(overlap.sum() / span) if span > 0 else None
     served = (start >= start_s) & (start < end_s) & (start < run_end_s)
+    ran = _is(executions[S.DISPOSITION], "executed")
+    r_arr = _col(executions, S.ARRIVAL_S, ran)
+    r_wait = (_col(executions, S.SERVICE_START_S, ran) - r_arr)[(r_arr >= start_s)
+                                                                & (r_arr < end_s)]
     return {
+        S.M_QUEUE_WAIT_PREFIX + "p50": percentile(r_wait, 50),
+        S.M_QUEUE_WAIT_PREFIX + "p99": percentile(r_wait, 99),
         S.M_QUEUE_ARRIVAL_RATE: lam,
         S.M_QUEUE_THROUGHPUT: float(served.sum() / span) if span > 0 else None,
         S.M_QUEUE_MEAN_WAIT: mean_wait,

@@ -101,7 +101,7 @@ def test_run_prints_a_summary_table_with_the_folder(
                    "--no-plots"])
     out = capsys.readouterr().out
     assert rc == 0
-    assert "success rate" in out and "time to first chunk p95" in out and "95 % CI" in out
+    assert "success rate" in out and "first playable chunk p95" in out and "95 % CI" in out
     (run_dir,) = tmp_path.iterdir()
     assert f"results: {run_dir}" in out.replace("\n", "")
     assert not list(run_dir.glob("*.png"))

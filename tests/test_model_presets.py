@@ -39,11 +39,13 @@ def test_preset_basic_sanity(preset_summary: tuple[str, dict]) -> None:
     assert 0.0 <= metric(s, "success_rate")["mean"] <= 1.0
     assert metric(s, "attempts_per_turn")["mean"] >= 1.0
     shares = sum(metric(s, k)["mean"] for k in
-                 ("success_rate", "failed_share", "abandoned_share", "unfinished_share"))
+                 ("success_rate", "failed_share", "abandoned_share", "unfinished_share",
+                  "cancelled_share"))
     assert shares == pytest.approx(1.0)
     if name == "baseline":
         assert metric(s, "success_rate")["mean"] > 0.98
-        assert metric(s, "load_amplification")["mean"] < 1.05
+        # executions per offered turn: 1, +1 for the 5 % of handoff turns (two phases)
+        assert metric(s, "load_amplification")["mean"] < 1.08
         assert metric(s, "hazard.duplicate_request_executions_per_1k_turns")["mean"] == 0.0
         assert 0.4 < metric(s, "worker_utilisation")["mean"] < 0.85
     if name == "lossy_network":

@@ -29,7 +29,8 @@ def test_new_turn_id_is_taken_after_a_failed_state_only() -> None:
     timeouts = run_once(one_turn(**{
         "reasoner.reasoning_time_s": 3.0, "reasoner.progress_directive": False,
         "live.timeouts.turn_response_s": 1.0, "live.retry.max_attempts": 3,
-        "live.retry.new_turn_id": True}), seed=1).attempts
+        "live.retry.new_turn_id": True,
+        "reasoner.known_task": "execute"}), seed=1).attempts  # no joining: 3 timeouts
     assert timeouts["outcome"].astype(str).tolist() == ["timeout"] * 3
     assert timeouts["task_id"].nunique() == 1
     assert timeouts["request_guid"].nunique() == 3  # new requestGuid per retry (§3)
@@ -73,7 +74,8 @@ def test_turn_dedup_lets_a_retryable_failure_be_retried() -> None:
     attempt; dedup by turn releases the turn's key instead of replaying the failure."""
     out = run_once(one_turn(**{
         "reasoner.errors": {"internal": 1.0}, "reasoner.dedup": "turn",
-        "live.retry.max_attempts": 3, "live.retry.max_attempts_by_code": {}}), seed=1)
+        "live.retry.max_attempts": 3, "live.retry.max_attempts_by_code": {},
+        "live.retry.new_turn_id": False}), seed=1)
     assert out.attempts["task_id"].nunique() == 1
     assert not out.attempts["replayed"].any()
     assert (out.executions["disposition"].astype(str) == "executed").sum() == 3
@@ -92,7 +94,7 @@ def test_turn_dedup_runs_the_side_effect_once_per_turn() -> None:
     sc = one_turn(**{
         "workload.side_effect_share": 1.0, "reasoner.tool_latency_s": 1.0,
         "reasoner.upstream_timeout_s": 0.5, "reasoner.dedup": "turn",
-        "live.retry.max_attempts": 3})
+        "live.retry.max_attempts": 3, "live.retry.new_turn_id": False})
     out = run_once(sc, seed=1)
     assert out.attempts["outcome"].astype(str).tolist() == ["failed", "completed"]
     assert len(out.side_effects) == 1
@@ -109,8 +111,14 @@ def test_turn_dedup_runs_the_side_effect_once_per_turn() -> None:
     assert renewed.attempts["task_id"].nunique() == 3
     assert len(renewed.side_effects) == 3  # re-executed under each new turn
 
-    guid = run_once(sc.with_overrides({"reasoner.dedup": "request-guid"}), seed=1)
+    guid = run_once(sc.with_overrides({"reasoner.dedup": "request-guid",
+                                       "reasoner.known_task": "execute"}), seed=1)
     assert len(guid.side_effects) == 3  # a new requestGuid per retry re-runs the tool
+    # ... unless the known-taskId rule (D2) holds: the retry gets the stored FAILED outcome
+    task_rule = run_once(sc.with_overrides({"reasoner.dedup": "request-guid"}), seed=1)
+    assert len(task_rule.side_effects) == 1
+    assert task_rule.executions["disposition"].astype(str).tolist() == [
+        "executed", "replayed", "replayed"]
 
 
 # --------------------------------------------------------------------------- escalation

@@ -138,14 +138,14 @@ def test_turn_metrics_exclude_warmup(run: RunOutput) -> None:
     assert m["attempts_per_turn"] == (1 + 2 + 3 + 1) / 4
     assert m["retries_per_turn"] == 3 / 4
     assert m["ttfc_s.p50"] == 0.5 and m["completion_s.p50"] == 2.0
-    assert m["ttfc_s.p99"] == pytest.approx(np.percentile([0.2, 0.5, 0.8], 99))
+    # the one percentile definition: inverse empirical CDF (an observed value)
+    assert m["ttfc_s.p99"] == 0.8
 
 
 def test_load_amplification_and_hazards(run: RunOutput) -> None:
     m = {k: v["mean"] for k, v in summarize([run], 10.0)["metrics"].items()}
-    # executions of counted turns: 1 + 2 + 2 + 2 = 7; useful: 3 completed, one a handoff (2)
+    # executions of counted turns: 1 + 2 + 2 + 2 = 7, per offered (counted) turn
     assert m["load_amplification"] == 7 / 4
-    assert m["server_executions_per_turn"] == 7 / 4
     assert m["server_rejections_per_turn"] == 1 / 4
     # guid 2 ran twice: 1 extra; turn 2 ran under guids 2 and 3; call 2 opened 2 sessions
     assert m["hazard.duplicate_request_executions_per_1k_turns"] == 1000 * 1 / 4

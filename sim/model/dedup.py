@@ -66,11 +66,13 @@ class DedupStore:
         self._expiry: deque[tuple[float, Hashable, Entry]] = deque()
         self.peak_entries = 0
 
-    def key(self, req: Request) -> Hashable:
-        """The idempotency key of ``req`` in this mode."""
+    def key(self, req: Request, context_id: int | None = None) -> Hashable:
+        """The idempotency key of ``req`` in this mode, in the server session ``context_id``
+        (default: the contextId ``req`` carries; see DECISIONS D1 for a message without one)."""
+        ctx = req.context_id if context_id is None else context_id
         if self.by_turn:
-            return (req.context_id, req.task_id, req.phase)
-        return (req.context_id, req.request_guid)
+            return (ctx, req.task_id, req.phase)
+        return (ctx, req.request_guid)
 
     def lookup(self, key: Hashable, now_s: float) -> Entry | None:
         """The live entry for ``key`` (in flight, or stored and inside its window), else None."""

@@ -84,6 +84,7 @@ import simpy
 from sim.model.clock import call_later
 from sim.model.messages import COMPLETED, INPUT_REQUIRED, NO_CONTEXT, Request
 from sim.model.network import Link
+from sim.model.playout import playout
 from sim.model.rand import Streams
 from sim.model.reasoner import Reasoner
 from sim.model.recorder import Table, code_of
@@ -114,8 +115,14 @@ _CE = code_of(CALL_END_REASONS)
 A_COMPLETED, A_INPUT, A_FAILED = _AO["completed"], _AO["input-required"], _AO["failed"]
 A_TIMEOUT, A_TOTAL, A_LOST, A_UNFINISHED = (_AO["timeout"], _AO["total-timeout"],
                                             _AO["response-lost"], _AO["unfinished"])
+A_CANCELLED = _AO["cancelled"]
 T_COMPLETED, T_FAILED, T_ABANDONED, T_UNFINISHED = (_TO["completed"], _TO["failed"],
                                                     _TO["abandoned"], _TO["unfinished"])
+T_CANCELLED = _TO["cancelled"]
+
+
+def _ignore(ev: Any) -> None:
+    """A network duplicate of a CancelTask: the task is already cancelled (or not cancellable)."""
 
 
 class Instance:
@@ -152,10 +159,10 @@ class Session:
 class Turn:
     """One logical turn (one interactionId), across its phases and attempts."""
 
-    __slots__ = ("attempts", "first_chunk_s", "first_sends", "handoff", "handoff_wait_s", "index",
-                 "input_task_id", "next_delay_s", "phase", "phase_attempts", "phase_start_s",
-                 "renew_task", "req", "retry_after_timeout", "session", "side_effect", "start_s",
-                 "task_id", "uid")
+    __slots__ = ("attempts", "awaiting_caller", "first_chunk_s", "first_sends", "handoff",
+                 "handoff_wait_s", "index", "input_task_id", "next_delay_s", "phase",
+                 "phase_attempts", "phase_start_s", "renew_task", "req",
+                 "retry_after_timeout", "session", "side_effect", "start_s", "task_id", "uid")
 
     def __init__(self, session: Session, index: int, uid: int, start_s: float, side_effect: bool,
                  handoff: bool) -> None:
@@ -175,6 +182,7 @@ class Turn:
         self.retry_after_timeout = False  # the pending retry was granted after a timeout
         self.input_task_id = -1  # the task that went INPUT_REQUIRED
         self.req: Request | None = None
+        self.awaiting_caller = False  # INPUT_REQUIRED received, the caller has not answered yet
         self.next_delay_s = 0.0
         self.handoff_wait_s = 0.0
         self.first_chunk_s = INF
@@ -200,6 +208,12 @@ class LiveLayer:
         self.new_guid = live.retry.new_request_guid
         self.new_task = live.retry.new_turn_id
         self.client_context = live.client_context_id
+        self.gap_s = live.reorder_gap_s
+        self.cancel_on_timeout = live.cancel_on_timeout
+        self.barge_share = wl.barge_in_share
+        self.barge_after = streams.sampler("barge_in_after", wl.barge_in_after_s)
+        self.u_barge = streams.uniform("barge_in")
+        self.cancels_sent = 0
         self.turns_per_call = streams.sampler("turns_per_call", wl.turns_per_call)
         self.think = streams.sampler("think_time", wl.think_time_s)
         self.caller_response = streams.sampler("caller_response", wl.caller_response_time_s)
@@ -226,6 +240,7 @@ class LiveLayer:
         self._answer_cb = self._on_caller_answer
         self._abandon_cb = self._on_handoff_timeout
         self._next_turn_cb = self._on_next_turn
+        self._barge_cb = self._on_barge_in
 
     # ------------------------------------------------------------------ calls and turns
 
@@ -273,16 +288,20 @@ class LiveLayer:
         s.turns_started += 1
         s.turn = t
         self.in_progress += 1
+        if self.barge_share > 0.0 and self.u_barge() < self.barge_share:
+            call_later(self.env, self.barge_after(), self._barge_cb, t)
         self._send(t, now, 0.0)
 
     def _end_turn(self, t: Turn, now: float, end_s: float, outcome: int, reason: str,
-                  code: str | None) -> None:
+                  code: str | None, next_after_s: float | None = None) -> None:
+        """Record turn ``t`` (ended at ``end_s``) and start the next turn ``next_after_s`` later
+        (default: the caller's think time) or end the call."""
         s = t.session
         ttfc = completion = NAN
         if outcome == T_COMPLETED:
             base = t.start_s + t.handoff_wait_s
             completion = end_s - base
-            if t.first_chunk_s < INF:
+            if t.first_chunk_s < INF:  # NaN: every chunk was skipped (nothing playable)
                 ttfc = t.first_chunk_s - base
         escalate = s.escalation.record_turn(outcome == T_FAILED)  # abandoned: not a failure
         self._turn_row((s.call_id, t.index, t.uid, s.instance.index, t.start_s, end_s, outcome,
@@ -296,14 +315,37 @@ class LiveLayer:
         elif s.turns_started >= s.turns_planned:
             self._end_call(s, end_s, "all-turns-done")
         else:
-            call_later(self.env, (end_s - now) + self.think(), self._next_turn_cb, s)
+            wait = self.think() if next_after_s is None else next_after_s
+            call_later(self.env, (end_s - now) + wait, self._next_turn_cb, s)
 
     def _end_call(self, s: Session, end_s: float, reason: str) -> None:
         del self.sessions[s.call_id]
         self.calls.add((s.call_id, s.instance.index, s.arrival_s, end_s, s.turns_planned,
                         s.turns_started, _CE[reason], s.degraded))
-        if s.context_id != NO_CONTEXT:
-            self.reasoner.end_session(s.context_id)
+        self.reasoner.end_call(s.call_id, s.context_id)
+
+    # ------------------------------------------------------------------ cancellation
+
+    def _cancel(self, req: Request) -> None:
+        """Send ``CancelTask`` for ``req``'s task over the uplink (subject to its faults)."""
+        self.cancels_sent += 1
+        self.uplink.send(req, self.reasoner.on_cancel, _ignore)
+
+    def _on_barge_in(self, ev: Any) -> None:
+        """The caller interrupts turn ``ev._value`` now: if it is still in flight (an attempt
+        open or a retry pending; not while the caller owes a handoff answer) the Live layer
+        cancels its task and starts the next turn at once."""
+        t: Turn = ev._value
+        s = t.session
+        if s.turn is not t or t.awaiting_caller:
+            return
+        now = self.env._now
+        req = t.req
+        if req is not None and req.open:
+            self._close(req, now)
+            self._record(req, now, A_CANCELLED, None, None)
+            self._cancel(req)
+        self._end_turn(t, now, now, T_CANCELLED, "barge-in", None, 0.0)
 
     # ------------------------------------------------------------------ attempts
 
@@ -417,8 +459,12 @@ class LiveLayer:
         d = inst.policy.decide(code, t.phase_attempts, now - t.phase_start_s, now, self.rng,
                                retry_after_ms, req.delay_before_s, timeout)
         self._record(req, now, outcome, code, d.reason)
+        cancelled = self.cancel_on_timeout and outcome in (A_TIMEOUT, A_TOTAL)
+        if cancelled:
+            self._cancel(req)
         if d.retry:
-            t.renew_task = outcome == A_FAILED
+            # a FAILED state (errors.md §4) or a CancelTask ends the task: retry on a new one
+            t.renew_task = outcome == A_FAILED or cancelled
             t.retry_after_timeout = timeout
             if d.delay_s > 0.0:
                 t.next_delay_s = d.delay_s
@@ -430,7 +476,8 @@ class LiveLayer:
 
     def _on_retry_due(self, ev: Any) -> None:
         t: Turn = ev._value
-        self._send(t, self.env._now, t.next_delay_s)
+        if t.session.turn is t:  # not ended meanwhile (barge-in)
+            self._send(t, self.env._now, t.next_delay_s)
 
     def _attempt_completed(self, req: Request, now: float) -> None:
         self._close(req, now)
@@ -438,9 +485,17 @@ class LiveLayer:
         budget = t.session.instance.budget
         if budget is not None:
             budget.on_success(now, req.attempt > 1, t.retry_after_timeout)
-        end_s = req.complete_s if req.complete_s > now else now
+        # what the caller hears: the reorder buffer plays the chunks out (errors.md §6);
+        # without arrival times (a fast link) they came in order, each playable on arrival
+        arrivals = req.chunk_arrivals
+        if arrivals is None:
+            first, done = req.first_chunk_s, req.complete_s
+        else:
+            first, done, req.chunks_lost = playout(arrivals, now, self.gap_s)
+            req.first_chunk_s = first
+        end_s = done if done > now else now
         self._record(req, end_s, A_COMPLETED, None, None)
-        t.first_chunk_s = req.first_chunk_s
+        t.first_chunk_s = first
         self._end_turn(t, now, end_s, T_COMPLETED, "completed", None)
 
     def _input_required(self, req: Request, now: float) -> None:
@@ -451,6 +506,7 @@ class LiveLayer:
             budget.on_success(now, req.attempt > 1, t.retry_after_timeout)
         self._record(req, now, A_INPUT, None, None)
         t.input_task_id = req.task_id
+        t.awaiting_caller = True
         wait = self.caller_response()
         if 0.0 < self.t_handoff_s < wait:
             t.handoff_wait_s = self.t_handoff_s
@@ -467,6 +523,7 @@ class LiveLayer:
         t: Turn = ev._value
         now = self.env._now
         t.phase = 1
+        t.awaiting_caller = False
         t.phase_attempts = 0
         t.phase_start_s = now
         self._send(t, now, 0.0)
@@ -494,7 +551,8 @@ class LiveLayer:
     def counters(self) -> dict[str, Any]:
         """Totals for the run's ``counters`` dict."""
         out: dict[str, Any] = {"calls": len(self.calls) + len(self.sessions),
-                               "turns": self._next_uid, "attempts": len(self.attempts)}
+                               "turns": self._next_uid, "attempts": len(self.attempts),
+                               "cancels_sent": self.cancels_sent}
         for inst in self.instances:
             if inst.budget is not None:
                 for k, v in inst.budget.state(self.env._now).items():

@@ -23,6 +23,7 @@ class Request:
     __slots__ = (
         "attempt",
         "call_id",
+        "chunk_arrivals",
         "chunks_lost",
         "complete_s",
         "context_id",
@@ -73,7 +74,8 @@ class Request:
         self.replayed = False
         # response as received (arrival times at the Live layer)
         self.first_response_s = INF  # first message of any kind (progress, chunk, terminal)
-        self.first_chunk_s = INF
+        self.first_chunk_s = INF  # first PLAYABLE chunk (set by the Live layer's reorder buffer)
+        self.chunk_arrivals: list[float] | None = None  # arrival of chunk k (inf: lost)
         self.complete_s = INF  # terminal state and every delivered chunk present
         self.terminal_lost = False
         self.chunks_lost = 0

@@ -11,7 +11,8 @@ and a link with no faults and a constant latency draws nothing at all.
 Uplink messages (requests) travel as SimPy events.  On the downlink only the
 messages the Live layer reacts to become events (the terminal state); the
 arrival times of the ``progress`` directive and of the spoken chunks are
-*computed* (see :meth:`Link.chunks`).  A duplicated downlink message is
+*computed* (see :meth:`Link.chunks`; the Live layer's reorder buffer,
+:mod:`sim.model.playout`, turns them into playable times).  A duplicated downlink message is
 discarded by the Live layer's reorder buffer (same ``sequenceId``), so
 downlink duplication has no observable effect and is not drawn.
 """
@@ -109,27 +110,18 @@ class Link:
         d = self.transit(send_s)
         return INF if d < 0.0 else send_s + d
 
-    def chunks(self, first_send_s: float, interval_s: float, n: int) -> tuple[float, float, int]:
-        """Chunks sent at ``first_send_s + k*interval_s``, k < n: (first, last arrival, lost).
-
-        First/last are over the chunks that arrive (``inf`` / ``-inf`` if none does).
-        """
+    def chunks(self, first_send_s: float, interval_s: float, n: int) -> list[float]:
+        """Arrival times of chunks sent at ``first_send_s + k*interval_s``, k < n (``inf``:
+        lost).  On a fast link (constant latency, no faults) they arrive in order."""
         if self.fast:
             c = self.const_latency
-            return first_send_s + c, first_send_s + (n - 1) * interval_s + c, 0  # type: ignore[operator]
-        first, last, lost = INF, -INF, 0
+            return [first_send_s + k * interval_s + c for k in range(n)]  # type: ignore[operator]
+        out = []
         for k in range(n):
             t = first_send_s + k * interval_s
             d = self.transit(t)
-            if d < 0.0:
-                lost += 1
-                continue
-            t += d
-            if t < first:
-                first = t
-            if t > last:
-                last = t
-        return first, last, lost
+            out.append(INF if d < 0.0 else t + d)
+        return out
 
     def terminal(self, send_s: float) -> tuple[float, bool]:
         """(arrival, lost) of a stream's terminal event sent at ``send_s``.

@@ -38,6 +38,8 @@ STREAMS: tuple[str, ...] = (
     "negotiation.downlink.latency", "negotiation.downlink.loss",
     "negotiation.downlink.duplication", "negotiation.downlink.duplicate_delay",
     "negotiation.downlink.reorder", "negotiation.downlink.reorder_delay",
+    # barge-in: which turns the caller interrupts, and when
+    "barge_in", "barge_in_after",
 )
 
 Draw = Callable[[], float]

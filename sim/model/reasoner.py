@@ -65,39 +65,57 @@ _CODE = code_of(ERROR_CODES)
 EXECUTED, REPLAYED, JOINED = _DISP["executed"], _DISP["replayed"], _DISP["joined"]
 RATE_LIMITED_D, QUEUE_FULL_D = _DISP["rate-limited"], _DISP["queue-full"]
 NO_SESSION_D, UNSERVED = _DISP["session-not-found"], _DISP["unserved"]
+QUEUE_TIMEOUT_D = _DISP["queue-timeout"]
+CANCEL_DROPPED_D, CANCEL_STOPPED_D = _DISP["cancel-dropped"], _DISP["cancel-stopped"]
+CANCEL_ROLLED_D, CANCEL_LATE_D = _DISP["cancel-rolled-forward"], _DISP["cancel-too-late"]
 UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
 RATE_LIMITED = ErrorCode.RATE_LIMITED.value
 SESSION_NOT_FOUND = ErrorCode.SESSION_NOT_FOUND.value
+INTERNAL = ErrorCode.INTERNAL.value
 
 
 def _no_listener(ev: Any) -> None:
     raise RuntimeError("Reasoner.deliver is not connected to a Live layer")
 
 
+QUEUED, RUNNING, DONE, DROPPED = 0, 1, 2, 3  # Job.state
+
+
 class Job:
     """One request copy admitted for execution."""
 
-    __slots__ = ("arrival_s", "context_id", "dup", "entry", "error_code", "guard", "key", "req",
-                 "status")
+    __slots__ = ("arrival_s", "cancelled", "committed", "context_id", "dup", "entry",
+                 "error_code", "guard", "key", "req", "start_s", "state", "status", "step_s",
+                 "tkey", "tool_end_s")
 
     def __init__(self, req: Request, dup: bool, arrival_s: float, context_id: int, key: Any,
-                 entry: Entry | None) -> None:
+                 entry: Entry | None, tkey: Any) -> None:
         self.req = req
         self.dup = dup
         self.arrival_s = arrival_s
         self.context_id = context_id
-        self.key = key
-        self.entry = entry
+        self.key = key  # dedup-store key (None: not in the store)
+        self.entry = entry  # the execution's entry (store and/or task index), None if neither
+        self.tkey = tkey  # task-index key (None: not indexed)
+        self.state = QUEUED
         self.status = -1
         self.error_code: str | None = None
         self.guard: tuple[Any, Entry] | None = None  # turn mode: the side-effect claim it holds
+        self.cancelled = False  # stopped by a CancelTask before its side effect ran
+        self.committed = False  # the side-effecting tool call has started (cannot be undone)
+        self.start_s = NAN
+        self.step_s = NAN  # end of reasoning = start of the tool call
+        self.tool_end_s = NAN
 
 
 class Reasoner:
     """The A2A server of the model; set ``deliver`` to the Live layer's terminal-event callback."""
 
     def __init__(self, env: simpy.Environment, cfg: ReasonerConfig, streams: Streams,
-                 downlink: Link, witness: Witness, peak_from_s: float) -> None:
+                 downlink: Link, witness: Witness, peak_from_s: float,
+                 cancellable: bool = False) -> None:
+        """``cancellable``: CancelTask messages may arrive (the Live layer sends them), so the
+        Reasoner indexes its jobs by task and defers each side effect to its own step."""
         self.env = env
         self.cfg = cfg
         self.downlink = downlink
@@ -107,6 +125,9 @@ class Reasoner:
         self.capacity = cfg.workers
         self.busy = 0
         self.queue: deque[Job] = deque()
+        self.q_dead = 0  # cancelled jobs still in ``queue`` (dropped lazily when reached)
+        self.lifo = cfg.queue_discipline == "lifo"
+        self.queue_timeout_s = cfg.queue_timeout_s
         self.queue_limit = cfg.queue_limit
         self.store = (None if cfg.dedup == "none" else
                       DedupStore(cfg.dedup, cfg.dedup_window_s, cfg.dedup_entry_bytes, peak_from_s))
@@ -138,6 +159,13 @@ class Reasoner:
         # turn mode: release the turn's key after a retryable failure (errors.md §3) and guard
         # the side effect per turn instead, as the reference Reasoner does
         self.by_turn = cfg.dedup == "turn"
+        # errors.md §4 / DECISIONS D2: a known taskId is a retry of its turn.  Turn mode keys
+        # its store by task already; the other modes keep a task index per session.
+        self.task_rule = cfg.known_task == "retry" and not self.by_turn
+        self.tasks: dict[int, dict[tuple[int, int], Entry]] = {}  # context -> (task, phase)
+        self.minted: dict[int, dict[int, int]] = {}  # D1: call -> requestGuid -> minted context
+        self.cancellable = cancellable
+        self.jobs_by_task: dict[int, list[Job]] = {}  # cancellable: live jobs of each task
         self.known_contexts: set[int] = set()
         self.sessions_opened: dict[int, int] = {}
         self._next_context = 0
@@ -149,7 +177,16 @@ class Reasoner:
         self.started = 0
         self.on_request = self._on_request  # bound once: used per message
         self.on_copy = self._on_copy
+        self.on_cancel = self._on_cancel
         self._on_done_cb = self._on_done
+        self._on_step_cb = self._on_step
+
+    def _log(self, req: Request, ctx: int, dup: bool, arrival_s: float, disposition: int,
+             start_s: float = NAN, end_s: float = NAN, status: int = -1,
+             code: str | None = None) -> None:
+        """Append one row of the ``executions`` table (columns of ``EXECUTIONS_TABLE``)."""
+        self._row((req.call_id, req.interaction_id, req.request_guid, req.task_id, req.phase,
+                   ctx, dup, arrival_s, disposition, start_s, end_s, status, _CODE[code]))
 
     # ------------------------------------------------------------------ arrival
 
@@ -159,30 +196,56 @@ class Reasoner:
     def _on_copy(self, ev: Any) -> None:
         self.arrive(ev._value, True)
 
+    def _context_of(self, req: Request) -> int:
+        """The server contextId of ``req``; mints (and opens) a session when needed.
+
+        DECISIONS D1: a message without a contextId gets the contextId minted for the FIRST
+        copy of its requestGuid in its call, so a resend of that message (byte-identical, or
+        carrying the contextId the Live layer learned since) lands in the original session.
+        """
+        ctx = req.context_id
+        if ctx == NO_CONTEXT:
+            by_guid = self.minted.get(req.call_id)
+            if by_guid is None:
+                by_guid = self.minted[req.call_id] = {}
+            known = by_guid.get(req.request_guid)
+            if known is not None:
+                return known
+            ctx = self._next_context
+            self._next_context += 1
+            by_guid[req.request_guid] = ctx
+            self._open_session(ctx, req.call_id)
+        elif ctx not in self.known_contexts:
+            self._open_session(ctx, req.call_id)
+        return ctx
+
     def arrive(self, req: Request, dup: bool) -> None:
         """A copy of ``req`` (``dup``: the network's extra copy) reaches the server now."""
         now = self.env._now
         self.requests += 1
+        ctx = self._context_of(req)
+        if not dup:
+            req.server_context_id = ctx
         store = self.store
+        profile = not req.degraded  # degraded: no requestGuid / turnId to key on
         key = None
-        if store is not None and not req.degraded:  # degraded: no requestGuid / turnId to key on
-            key = store.key(req)
+        if store is not None and profile:
+            key = store.key(req, ctx)
             e = store.lookup(key, now)
             if e is not None:
                 self._repeat(req, dup, now, e)
                 return
-        ctx = req.context_id
-        if ctx == NO_CONTEXT:
-            ctx = self._next_context
-            self._next_context += 1
-            self._open_session(ctx, req.call_id)
-        elif ctx not in self.known_contexts:
-            self._open_session(ctx, req.call_id)
-        if not dup:
-            req.server_context_id = ctx
+        tkey = None
+        if self.task_rule and profile:
+            tkey = (req.task_id, req.phase)
+            tasks = self.tasks.get(ctx)
+            e = tasks.get(tkey) if tasks is not None else None
+            if e is not None:
+                self._repeat(req, dup, now, e)
+                return
         if req.resumes_task:
-            tasks = self.awaiting_input.get(ctx)
-            deadline = tasks.get(req.task_id) if tasks else None
+            tasks_waiting = self.awaiting_input.get(ctx)
+            deadline = tasks_waiting.get(req.task_id) if tasks_waiting else None
             if deadline is None or deadline < now:
                 self._refuse(req, dup, now, ctx, NO_SESSION_D, SESSION_NOT_FOUND, None)
                 return
@@ -200,15 +263,38 @@ class Reasoner:
                 self._refuse(req, dup, now, ctx, RATE_LIMITED_D, RATE_LIMITED, wait_ms)
                 return
             b[0] = tokens - 1.0
-        if self.busy < self.capacity:
-            entry = store.open(key, now, ctx) if key is not None else None  # type: ignore[union-attr]
-            self._start(Job(req, dup, now, ctx, key, entry), now)
-        elif len(self.queue) < self.queue_limit:
-            entry = store.open(key, now, ctx) if key is not None else None  # type: ignore[union-attr]
-            self.queue.append(Job(req, dup, now, ctx, key, entry))
+        waiting = len(self.queue) - self.q_dead
+        if self.busy < self.capacity or waiting < self.queue_limit:
+            job = self._admit(req, dup, now, ctx, key, tkey)
+            if self.busy < self.capacity:
+                self._start(job, now)
+            else:
+                self.queue.append(job)
         else:
             self._refuse(req, dup, now, ctx, QUEUE_FULL_D, self.queue_full_code,
                          self.queue_full_retry_ms)
+
+    def _admit(self, req: Request, dup: bool, now: float, ctx: int, key: Any,
+               tkey: Any) -> Job:
+        """The job of an admitted request: its entry in the dedup store and the task index."""
+        entry = None
+        if key is not None:
+            entry = self.store.open(key, now, ctx)  # type: ignore[union-attr]
+        if tkey is not None:
+            if entry is None:
+                entry = Entry(ctx)
+            tasks = self.tasks.get(ctx)
+            if tasks is None:
+                tasks = self.tasks[ctx] = {}
+            tasks[tkey] = entry
+        job = Job(req, dup, now, ctx, key, entry, tkey)
+        if self.cancellable:
+            jobs = self.jobs_by_task.get(req.task_id)
+            if jobs is None:
+                self.jobs_by_task[req.task_id] = [job]
+            else:
+                jobs.append(job)
+        return job
 
     def _open_session(self, ctx: int, call_id: int) -> None:
         self.known_contexts.add(ctx)
@@ -217,15 +303,13 @@ class Reasoner:
     def _repeat(self, req: Request, dup: bool, now: float, e: Entry) -> None:
         """A repeated key: replay the stored outcome, or join the execution in flight."""
         if e.done:
-            self._row((req.call_id, req.interaction_id, req.request_guid, req.task_id, req.phase,
-                       e.context_id, dup, now, REPLAYED, NAN, NAN, e.status, _CODE[e.error_code]))
+            self._log(req, e.context_id, dup, now, REPLAYED, NAN, NAN, e.status, e.error_code)
             if not dup:
                 req.replayed = True
                 t1 = now if e.status == COMPLETED else 0.0
                 self._respond(req, now, e.status, e.error_code, None, e.context_id, t1, 0.0)
             return
-        self._row((req.call_id, req.interaction_id, req.request_guid, req.task_id, req.phase,
-                   e.context_id, dup, now, JOINED, NAN, NAN, -1, -1))
+        self._log(req, e.context_id, dup, now, JOINED)
         if e.waiters is None:
             e.waiters = []
         e.waiters.append((req, dup))
@@ -236,19 +320,48 @@ class Reasoner:
 
     def _refuse(self, req: Request, dup: bool, now: float, ctx: int, disposition: int,
                 code: str, retry_after_ms: float | None) -> None:
-        self._row((req.call_id, req.interaction_id, req.request_guid, req.task_id, req.phase,
-                   ctx, dup, now, disposition, NAN, NAN, FAILED, _CODE[code]))
+        self._log(req, ctx, dup, now, disposition, NAN, NAN, FAILED, code)
         if not dup:
             self._respond(req, now, FAILED, code, retry_after_ms, ctx, 0.0, 0.0)
 
     # ------------------------------------------------------------------ service
 
+    def _pump(self, now: float) -> None:
+        """Free workers take waiting jobs (FIFO or LIFO); cancelled ones are skipped, and with
+        ``queue_timeout_s`` a job that waited longer is refused like a full queue (D3)."""
+        q = self.queue
+        limit = self.queue_timeout_s
+        while q and self.busy < self.capacity:
+            job = q.pop() if self.lifo else q.popleft()
+            if job.state != QUEUED:  # dropped by a CancelTask
+                self.q_dead -= 1
+                continue
+            if limit > 0.0 and now - job.arrival_s > limit:
+                self._shed(job, now)
+                continue
+            self._start(job, now)
+
+    def _shed(self, job: Job, now: float) -> None:
+        """Refuse a job that waited longer than ``queue_timeout_s`` (no worker time spent)."""
+        job.state = DROPPED
+        self._forget(job)
+        req = job.req
+        code, ra = self.queue_full_code, self.queue_full_retry_ms
+        self._log(req, job.context_id, job.dup, job.arrival_s, QUEUE_TIMEOUT_D, NAN, now,
+                  FAILED, code)
+        self._release(job, now, FAILED, code, ra)
+        if not job.dup:
+            self._respond(req, now, FAILED, code, ra, job.context_id, 0.0, 0.0)
+
     def _start(self, job: Job, now: float) -> None:
         self.busy += 1
         self.started += 1
+        job.state = RUNNING
+        job.start_s = now
         req = job.req
         # load latency: k x requests in flight at the Reasoner (in service incl. this one + queued)
-        end = now + self.reasoning() + self.base_s + self.k_s * (self.busy + len(self.queue))
+        end = now + self.reasoning() + self.base_s + self.k_s * (
+            self.busy + len(self.queue) - self.q_dead)
         status, code = COMPLETED, None
         if self.p_error and (u := self.u_err()) < self.p_error:
             status = FAILED
@@ -262,7 +375,13 @@ class Reasoner:
             status = INPUT_REQUIRED
         elif req.side_effect and (not self.by_turn or req.degraded or self._claim(job, now)):
             tool_s = self.tool()
-            self.witness.record(end + tool_s, req, job.context_id)
+            if self.cancellable:  # the side effect is committed at its step (see _on_step)
+                job.step_s = end
+                job.tool_end_s = end + tool_s
+                call_later(self.env, end - now, self._on_step_cb, job)
+            else:
+                job.committed = True
+                self.witness.record(end + tool_s, req, job.context_id)
             if 0.0 < self.upstream_timeout_s < tool_s:
                 end += self.upstream_timeout_s
                 status, code = FAILED, UPSTREAM_TIMEOUT
@@ -270,8 +389,7 @@ class Reasoner:
                 end += tool_s
         job.status = status
         job.error_code = code
-        self._row((req.call_id, req.interaction_id, req.request_guid, req.task_id, req.phase,
-                   job.context_id, job.dup, job.arrival_s, EXECUTED, now, end, status, _CODE[code]))
+        self._log(req, job.context_id, job.dup, job.arrival_s, EXECUTED, now, end, status, code)
         e = job.entry
         if e is not None:
             e.started = True
@@ -302,10 +420,27 @@ class Reasoner:
             if t < req.first_response_s:
                 req.first_response_s = t
 
+    def _on_step(self, ev: Any) -> None:
+        """End of reasoning of a side-effect job (cancellable runs): stop here if cancelled,
+        else the tool call starts — from now on the side effect cannot be undone."""
+        job: Job = ev._value
+        if job.cancelled:
+            self._stop(job, self.env._now)
+            return
+        job.committed = True
+        self.witness.record(job.tool_end_s, job.req, job.context_id)
+
     def _on_done(self, ev: Any) -> None:
         job: Job = ev._value
+        if job.state != RUNNING:
+            return  # stopped at its step by a CancelTask
         now = self.env._now
+        if job.cancelled:
+            self._stop(job, now)
+            return
         self.busy -= 1
+        job.state = DONE
+        self._forget(job)
         status, code, ctx = job.status, job.error_code, job.context_id
         if status == INPUT_REQUIRED:
             tasks = self.awaiting_input.get(ctx)
@@ -320,7 +455,10 @@ class Reasoner:
         e = job.entry
         if e is not None:
             waiters = e.waiters
-            if self.by_turn and status == FAILED and is_retryable(code):  # type: ignore[arg-type]
+            if job.key is None:  # task index only (dedup none)
+                e.done, e.status, e.error_code, e.context_id, e.waiters = (True, status, code,
+                                                                           ctx, None)
+            elif self.by_turn and status == FAILED and is_retryable(code):  # type: ignore[arg-type]
                 store.release(job.key, e)  # type: ignore[union-attr]
             else:
                 store.close(job.key, e, now, status, code, ctx)  # type: ignore[union-attr]
@@ -330,9 +468,79 @@ class Reasoner:
                         self._respond(w, now, status, code, None, ctx, t1, self.interval_s)
         if not job.dup:
             self._respond(job.req, now, status, code, None, ctx, t1, self.interval_s)
-        q = self.queue
-        while q and self.busy < self.capacity:
-            self._start(q.popleft(), now)
+        self._pump(now)
+
+    # ------------------------------------------------------------------ cancellation
+
+    def _on_cancel(self, ev: Any) -> None:
+        """A ``CancelTask`` for the task of the request ``ev._value`` arrives now.
+
+        Queued work of the task is dropped (never executes); running work stops at its next
+        step (the end of reasoning) unless its side effect already started — then the task
+        rolls forward (errors.md §4, spec §8: nothing is undone).  One ``executions`` row per
+        job affected, or one ``cancel-too-late`` row if the task has no live job.
+        """
+        req: Request = ev._value
+        now = self.env._now
+        jobs = self.jobs_by_task.pop(req.task_id, None)
+        if not jobs:
+            self._log(req, req.server_context_id, False, now, CANCEL_LATE_D)
+            return
+        for job in jobs:
+            r = job.req
+            if job.state == QUEUED:
+                job.state = DROPPED
+                self.q_dead += 1
+                self._log(r, job.context_id, job.dup, now, CANCEL_DROPPED_D)
+                self._release(job, now, FAILED, INTERNAL, None)
+            elif job.committed:
+                self._log(r, job.context_id, job.dup, now, CANCEL_ROLLED_D, job.start_s)
+            else:
+                job.cancelled = True
+                # service_end_s: the step it stops at (NaN: reasoning is its only step)
+                self._log(r, job.context_id, job.dup, now, CANCEL_STOPPED_D, job.start_s,
+                          job.step_s)
+
+    def _stop(self, job: Job, now: float) -> None:
+        """A cancelled running job stops now: its worker is freed, nothing is delivered."""
+        self.busy -= 1
+        job.state = DONE
+        if job.guard is not None:
+            gkey, g = job.guard
+            self.store.release(gkey, g)  # type: ignore[union-attr]  # the tool never ran
+        self._release(job, now, FAILED, INTERNAL, None)
+        self._pump(now)
+
+    def _forget(self, job: Job) -> None:
+        """Drop ``job`` from the task's live jobs (cancellable runs)."""
+        if self.cancellable:
+            jobs = self.jobs_by_task.get(job.req.task_id)
+            if jobs is not None:
+                if job in jobs:
+                    jobs.remove(job)
+                if not jobs:
+                    del self.jobs_by_task[job.req.task_id]
+
+    def _release(self, job: Job, now: float, status: int, code: str,
+                 retry_after_ms: float | None) -> None:
+        """Forget ``job``'s execution (nothing stored: a later repeat executes again) and answer
+        the requests that joined it with FAILED ``code`` (a cancelled task: ``internal``)."""
+        e = job.entry
+        if e is None:
+            return
+        waiters = e.waiters
+        if job.key is not None:
+            self.store.release(job.key, e)  # type: ignore[union-attr]
+        else:
+            e.done, e.waiters, e.expires_s = True, None, -INF
+        if job.tkey is not None:
+            tasks = self.tasks.get(job.context_id)
+            if tasks is not None and tasks.get(job.tkey) is e:
+                del tasks[job.tkey]
+        if waiters:
+            for w, wdup in waiters:
+                if not wdup:
+                    self._respond(w, now, status, code, retry_after_ms, job.context_id, 0.0, 0.0)
 
     def _respond(self, req: Request, now: float, status: int, code: str | None,
                  retry_after_ms: float | None, ctx: int, first_chunk_send_s: float,
@@ -349,11 +557,16 @@ class Reasoner:
         req.server_context_id = ctx
         if status == COMPLETED:
             n = self.chunks
-            first, last, lost = dl.chunks(first_chunk_send_s, interval_s, n)
             arrival, tlost = dl.terminal(first_chunk_send_s + (n - 1) * interval_s)
-            req.first_chunk_s = first
-            req.chunks_lost = lost
-            req.complete_s = arrival if arrival > last else last
+            if dl.fast:  # constant latency, no faults: in order, each playable on arrival
+                first = first_chunk_send_s + dl.const_latency  # type: ignore[operator]
+                last = first + (n - 1) * interval_s
+                req.first_chunk_s = first
+                req.complete_s = arrival if arrival > last else last
+            else:  # the Live layer's reorder buffer plays them out (sim.model.playout)
+                arrivals = dl.chunks(first_chunk_send_s, interval_s, n)
+                req.chunk_arrivals = arrivals
+                first = min(arrivals)  # any message satisfies the turn-response timer
             if first < req.first_response_s:
                 req.first_response_s = first
         else:
@@ -371,26 +584,26 @@ class Reasoner:
     def set_capacity(self, workers: int) -> None:
         """Change the number of workers now; waiting requests start if workers are free."""
         self.capacity = workers
-        now = self.env._now
-        q = self.queue
-        while q and self.busy < self.capacity:
-            self._start(q.popleft(), now)
+        self._pump(self.env._now)
 
-    def end_session(self, context_id: int) -> None:
-        """The call using ``context_id`` ended: drop its rate-limit and handoff state."""
-        self.buckets.pop(context_id, None)
-        self.awaiting_input.pop(context_id, None)
+    def end_call(self, call_id: int, context_id: int) -> None:
+        """The call ``call_id`` (session ``context_id``, NO_CONTEXT if the Live layer never
+        learned it) ended: drop its rate-limit, handoff, task-index and minted-context state."""
+        self.minted.pop(call_id, None)
+        if context_id != NO_CONTEXT:
+            self.buckets.pop(context_id, None)
+            self.awaiting_input.pop(context_id, None)
+            self.tasks.pop(context_id, None)
 
     def flush(self) -> None:
         """Record the requests still waiting when the run ends (disposition ``unserved``)."""
         for job in self.queue:
-            r = job.req
-            self._row((r.call_id, r.interaction_id, r.request_guid, r.task_id, r.phase,
-                       job.context_id, job.dup, job.arrival_s, UNSERVED, NAN, NAN, -1, -1))
+            if job.state == QUEUED:
+                self._log(job.req, job.context_id, job.dup, job.arrival_s, UNSERVED)
 
     def gauges(self, now: float) -> tuple[int, int, int, int]:
         """(in flight, queue length, busy workers, capacity) at ``now``."""
-        q = len(self.queue)
+        q = len(self.queue) - self.q_dead
         return self.busy + q, q, self.busy, self.capacity
 
     def counters(self) -> dict[str, Any]:

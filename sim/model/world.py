@@ -40,7 +40,7 @@ class WorldResult:
     calls: Table
     executions: Table
     side_effects: Table
-    # per 1-s bin: (turns in progress, in flight, queue, busy, capacity, dedup entries)
+    # per 1-s bin: one value per gauge of ``sim.schema.SAMPLED_GAUGES``, in that order
     gauges: list[tuple[int, ...]]
     sessions_opened: dict[int, int]
     end_s: float
@@ -61,8 +61,9 @@ class World:
         self.downlink = Link(env, "downlink", net.downlink, net.outages, streams)
         self.witness = Witness()
         self.end_s = scenario.run.duration_s + scenario.run.drain_s
+        cancellable = scenario.live.cancel_on_timeout or scenario.workload.barge_in_share > 0.0
         self.reasoner = Reasoner(env, scenario.reasoner, streams, self.downlink, self.witness,
-                                 scenario.run.warmup_s)
+                                 scenario.run.warmup_s, cancellable)
         negotiation = None
         if scenario.live.timeouts.negotiation_s > 0.0:
             negotiation = (
@@ -115,7 +116,9 @@ class World:
         in_flight, queue, busy, cap = self.reasoner.gauges(now)
         store = self.reasoner.store
         entries = store.size(now) if store is not None else 0
-        self.gauges.append((self.live.in_progress, in_flight, queue, busy, cap, entries))
+        # the order of sim.schema.SAMPLED_GAUGES
+        self.gauges.append((self.live.in_progress, len(self.live.sessions), in_flight, queue, busy,
+                            cap, entries))
 
     # ------------------------------------------------------------------ run
 

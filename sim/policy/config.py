@@ -45,7 +45,7 @@ class RetryConfig:
     honour_retry_after: bool = True  # rate-limited: wait at least retryAfterMs
     deadline_s: float = num(0.0, ge=0.0, doc="give up retrying after this long; 0 = no deadline")
     new_request_guid: bool = True  # errors.md §3: a retry takes a new rta/requestGuid
-    new_turn_id: bool = False  # errors.md §4: a retry after FAILED takes a new taskId/turnId
+    new_turn_id: bool = True  # errors.md §4 MUST: a retry after FAILED takes a new taskId/turnId
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,11 @@ class TimeoutConfig:
     turn_response_s: float = num(2.0, ge=0.0, doc="accepted turn -> first chunk or progress")
     handoff_s: float = num(30.0, ge=0.0, doc="INPUT_REQUIRED outstanding, awaiting the caller")
     negotiation_s: float = num(1.0, ge=0.0, doc="wait for the A2A-Extensions echo")
-    turn_total_s: float = num(0.0, ge=0.0, doc="accepted turn -> terminal state; 0 = none")
+    # finite by default (issue 6 §2): after a partition swallows the terminal state behind a
+    # progress directive only this timer ends the attempt.  10 s = 5 x the turn-response
+    # timeout: a turn that showed progress gets five times its time-to-first-sign-of-life
+    # to finish; docs/metrics.md ("Timeouts") gives the derivation.
+    turn_total_s: float = num(10.0, ge=0.0, doc="accepted turn -> terminal state; 0 = none")
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,13 @@ class LivePolicyConfig:
     """``[live]``: everything the Live layer decides."""
 
     client_context_id: bool = True  # first turn carries a client-minted contextId
+    # send CancelTask (over the uplink, subject to its faults) for the task of an attempt the
+    # Live layer abandons on a timeout; the retry then takes a new taskId (the task is CANCELED)
+    cancel_on_timeout: bool = False
     instances: int = num(1, ge=1, doc="Live-layer processes; each keeps its own retry budget")
+    reorder_gap_s: float = num(0.5, ge=0.0,
+                               doc="reorder buffer: skip a missing chunk this long after a "
+                                   "later one (or the terminal state) arrived")
     backoff: BackoffConfig = BackoffConfig()
     retry: RetryConfig = RetryConfig()
     budget: BudgetConfig = BudgetConfig()

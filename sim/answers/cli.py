@@ -1,0 +1,341 @@
+"""``rtalab sim capacity | tune | storm``: thin command-line layers over :mod:`sim.answers`.
+
+Each command validates everything it can before simulating (bad SLO, unknown key,
+bad range, unknown strategy: exit 2 with one ``rtalab: ...`` line), writes one new
+folder under ``results/`` (or ``--out``), prints a table, a paste-able sentence and
+where the files are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.argtypes import positive_int
+
+
+def _usage(message: str) -> Exception:
+    from sim.cli import UsageError
+
+    return UsageError(message)
+
+
+@contextlib.contextmanager
+def _user_errors() -> Iterator[None]:
+    """Turn the answers' input errors into the CLI's one-line usage error (exit 2)."""
+    from sim.answers.slo import SloError
+    from sim.answers.storm import StormError
+    from sim.answers.tune import SpaceError
+    from sim.sweep import SweepError
+
+    try:
+        yield
+    except (SloError, SpaceError, StormError, SweepError) as e:
+        raise _usage(str(e)) from None
+
+
+def _out_dir(args: argparse.Namespace, kind: str, scenario: Any) -> Path:
+    from sim import results
+
+    try:
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            return args.out
+        return results.new_run_dir("results", kind, scenario_name=scenario.name,
+                                   seed=scenario.run.seed)
+    except OSError as e:
+        raise _usage(f"cannot write results under {args.out or 'results'}: "
+                     f"{e.strerror or e}") from None
+
+
+def _executor(args: argparse.Namespace) -> Any:
+    from sim.sweep import make_executor
+
+    return make_executor(args.processes, args.dask)
+
+
+def _print_table(df: pd.DataFrame, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    for c in df.columns:
+        table.add_column(str(c), justify="left" if df[c].dtype == object else "right")
+    for _, row in df.iterrows():
+        table.add_row(*[_cell(v) for v in row])
+    Console(soft_wrap=True, width=max(Console().width, 150)).print(table)
+
+
+def _cell(v: Any) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _ci(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Fold ``c``, ``c.ci_low``, ``c.ci_high`` into one text column ``c`` = "m [lo, hi]"."""
+    out = df.copy()
+    for c in cols:
+        if f"{c}.ci_low" in out:
+            out[c] = [f"{_cell(m)} [{_cell(lo)}, {_cell(hi)}]" for m, lo, hi in
+                      zip(out[c], out[f"{c}.ci_low"], out[f"{c}.ci_high"], strict=True)]
+            out = out.drop(columns=[f"{c}.ci_low", f"{c}.ci_high"])
+    return out
+
+
+# --------------------------------------------------------------------------- capacity
+
+
+def cmd_capacity(args: argparse.Namespace) -> int:
+    """``rtalab sim capacity``: smallest knob value meeting the SLOs with confidence, per load."""
+    from sim.answers.capacity import find_capacity, make_knob, plot_capacity
+    from sim.answers.slo import parse_slo
+    from sim.cli import _load
+    from sim.sweep import parse_axes
+
+    scenario = _load(args.scenario, args.set)
+    if args.seed is not None:
+        scenario = scenario.with_overrides({"run.seed": args.seed})
+    with _user_errors():
+        slos = [parse_slo(s) for s in args.slo]
+        if not slos:
+            raise _usage("give at least one --slo 'METRIC<=X'")
+        [(load_key, loads)] = parse_axes([args.load]).items()
+        lo, hi = _range(args.range)
+        knob = make_knob(scenario, args.knob, lo, hi, args.step)
+        for v in loads:
+            scenario.with_overrides({load_key: v})
+    out = _out_dir(args, "capacity", scenario)
+    with _user_errors(), _executor(args) as ex:
+        res = find_capacity(scenario, load_key=load_key, loads=loads, knob=knob, slos=slos,
+                            replications=args.replications, root_seed=scenario.run.seed,
+                            executor=ex, out_dir=out, progress=not args.quiet)
+    table = res.table()
+    table.to_csv(out / "capacity.csv", index=False)
+    plot_capacity(res, out / "capacity.png")
+    sentence = res.sentence()
+    bench = (f"search: {res.evaluations} points evaluated vs {res.full_sweep_evaluations} for "
+             f"a full sweep of {knob.key} in [{knob.lo:g}, {knob.hi:g}] at every load "
+             f"({100 * res.evaluations / res.full_sweep_evaluations:.0f} %)")
+    (out / "answer.txt").write_text(sentence + "\n" + bench + "\n", encoding="utf-8")
+    (out / "probes.json").write_text(json.dumps(
+        [{"load": p.load, "value": p.value, "holds": p.holds, "failing": list(p.failing)}
+         for p in res.probes], indent=1), encoding="utf-8")
+    _print_table(_ci(table, ["utilisation", *[s.metric for s in slos]]),
+                 f"{scenario.name}: required {knob.key} per {load_key}")
+    print(sentence)
+    print(bench)
+    print(f"results: {out}")
+    return 0
+
+
+def _range(text: str | None) -> tuple[float | None, float | None]:
+    if not text:
+        return None, None
+    try:
+        lo, hi = text.split(":")
+        conv: Callable[[str], float] = float
+        vals = [int(v) if v.strip().lstrip("-").isdigit() else conv(v) for v in (lo, hi)]
+    except ValueError:
+        raise _usage(f"bad --range {text!r}: expected LO:HI, e.g. 1:64") from None
+    return vals[0], vals[1]
+
+
+# --------------------------------------------------------------------------- tune
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """``rtalab sim tune``: Optuna search, confirmation on fresh seeds, recommended defaults."""
+    from sim.answers.slo import parse_slo
+    from sim.answers.tune import (
+        default_space,
+        objective,
+        plot_pareto,
+        read_space,
+        scenario_space,
+        tune,
+        validate_space,
+    )
+    from sim.cli import _load
+
+    scenario = _load(args.scenario, args.set)
+    if args.seed is not None:
+        scenario = scenario.with_overrides({"run.seed": args.seed})
+    with _user_errors():
+        objs = [objective(m, "minimize") for m in args.minimize] + \
+            [objective(m, "maximize") for m in args.maximize]
+        if not objs:
+            raise _usage("give at least one --minimize METRIC (or --maximize METRIC)")
+        cons = [parse_slo(c) for c in args.constraint]
+        space = read_space(args.space) if args.space else _scenario_space(args.scenario,
+                                                                          scenario_space)
+        if space is None:
+            space, skipped = default_space(scenario)
+        else:
+            space, skipped = validate_space(scenario, space)
+    out = _out_dir(args, "tune", scenario)
+    with _user_errors(), _executor(args) as ex:
+        res = tune(scenario, out, objectives=objs, constraints=cons, space=space,
+                   trials=args.trials, replications=args.replications,
+                   root_seed=scenario.run.seed, executor=ex, batch=args.batch, top=args.top,
+                   confirm_replications=args.confirm_replications, progress=not args.quiet)
+    res.trials.to_csv(out / "trials.csv", index=False)
+    res.candidates.to_csv(out / "candidates.csv", index=False)
+    plot_pareto(res, out / "pareto.png")
+    sentence = res.sentence()
+    (out / "answer.txt").write_text(sentence + "\n", encoding="utf-8")
+    for name, why in skipped.items():
+        print(f"note: parameter {name} skipped: {why}")
+    metrics = list(dict.fromkeys([o.metric for o in objs] + [c.metric for c in cons]))
+    shown = res.candidates.drop(columns=[c for c in res.candidates if c.endswith("_pct")])
+    _print_table(_ci(shown, metrics), f"{scenario.name}: candidates re-run on fresh seeds "
+                                      f"(change = candidate − current)")
+    print(sentence)
+    print(f"study: {res.study_path} ({len(res.trials)} trials, {res.evaluations} run now)")
+    print(f"results: {out}")
+    return 0
+
+
+def _scenario_space(ref: str, reader: Callable[[str], Any]) -> Any:
+    from sim.config import ConfigError
+
+    try:
+        return reader(ref)
+    except ConfigError:
+        return None
+
+
+# --------------------------------------------------------------------------- storm
+
+
+def cmd_storm(args: argparse.Namespace) -> int:
+    """``rtalab sim storm``: every retry strategy through the scenario's trigger."""
+    from sim.answers.storm import (
+        Detector,
+        StormError,
+        plot_storm,
+        run_storm,
+        trigger_window,
+        validate_strategies,
+    )
+    from sim.cli import _load
+
+    scenario = _load(args.scenario, args.set)
+    if args.seed is not None:
+        scenario = scenario.with_overrides({"run.seed": args.seed})
+    names = [n for s in args.strategies for n in s.split(",") if n] or None
+    det = Detector(args.fraction, args.hold, args.window, args.noise_z)
+    with _user_errors():
+        if not 0 < args.fraction <= 1:
+            raise StormError(f"--fraction must be in (0, 1], got {args.fraction}")
+        validate_strategies(scenario, names)
+        trigger_window(scenario)
+    out = _out_dir(args, "storm", scenario)
+    with _user_errors(), _executor(args) as ex:
+        res = run_storm(scenario, out, strategies=names, replications=args.replications,
+                        detector=det, executor=ex, progress=not args.quiet)
+    table = res.table()
+    table.to_csv(out / "storm.csv", index=False)
+    plot_storm(res, out / "storm.png")
+    for name, why in res.skipped.items():
+        print(f"note: strategy {name} skipped: {why}")
+    cols = ["peak_amplification", "goodput_dip", "recover_s", "ghost_per_1k",
+            "duplicate_side_effects_per_1k"]
+    shown = _ci(table.drop(columns=["run", "description", "peak_request_amplification",
+                                    "peak_request_amplification.ci_low",
+                                    "peak_request_amplification.ci_high"]), cols)
+    _print_table(shown, f"{scenario.name}: trigger {res.trigger[0]:g}–{res.trigger[1]:g} s; "
+                        f"metastable = goodput < {det.fraction:g} × offered for {det.hold_s:g} s "
+                        f"after it ({det.window_s:g} s windows)")
+    rec = [n for n in res.runs if res.verdict(n) == "recovered"]
+    stuck = [n for n in res.runs if res.verdict(n) == "metastable"]
+    print(f"recovered: {', '.join(rec) or 'none'}; metastable: {', '.join(stuck) or 'none'}")
+    print(f"results: {out}")
+    return 0
+
+
+# --------------------------------------------------------------------------- parsers
+
+
+def _executor_args(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--processes", type=positive_int, metavar="N",
+                       help="local worker processes (default: every usable CPU)")
+    where.add_argument("--dask", metavar="ADDRESS",
+                       help="tcp://HOST:8786 or local[:N] (see rtalab sim sweep)")
+    p.add_argument("--seed", type=int, help="root seed (default: the scenario's run.seed)")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="output folder (default: a new results/<time>-<command>-<name>-s<seed>)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+
+def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Register ``capacity``, ``tune`` and ``storm`` under ``rtalab sim``."""
+    cap = sub.add_parser(
+        "capacity", help="smallest knob value meeting SLOs with confidence, per load level",
+        description="For each load level, find the smallest value of --knob for which every "
+                    "--slo holds with 95 %% confidence (bracketing + bisection).")
+    scenario_args(cap)
+    cap.add_argument("--load", required=True, metavar="KEY.PATH=V1,V2,...",
+                     help="the load levels, e.g. workload.calls_per_s=2,4,8,16")
+    cap.add_argument("--knob", required=True, metavar="KEY.PATH",
+                     help="the integer or float key sized, e.g. reasoner.workers")
+    cap.add_argument("--range", metavar="LO:HI", help="search range (default 1:64×current)")
+    cap.add_argument("--step", type=float, help="resolution of a float knob")
+    cap.add_argument("--slo", action="append", default=[], metavar="'METRIC<=X'",
+                     help="e.g. 'turn_completion_p99_s<=3', 'success_rate>=0.999'; repeatable")
+    cap.add_argument("--replications", type=positive_int, default=3, metavar="R",
+                     help="replications per probe (>= 2; default 3)")
+    _executor_args(cap)
+    cap.set_defaults(func=cmd_capacity)
+
+    tu = sub.add_parser(
+        "tune", help="Optuna search over the Live policy and shedding knobs, then confirm",
+        description="Search the [tune] space (scenario section, --space FILE, or the "
+                    "default policy space) with Optuna TPE; re-run the best candidates and "
+                    "today's settings on fresh seeds; recommend.")
+    scenario_args(tu)
+    tu.add_argument("--minimize", action="append", default=[], metavar="METRIC")
+    tu.add_argument("--maximize", action="append", default=[], metavar="METRIC")
+    tu.add_argument("--constraint", action="append", default=[], metavar="'METRIC<=X'")
+    tu.add_argument("--trials", type=positive_int, default=30, metavar="N",
+                    help="trials in the study (a resumed study runs only the missing ones)")
+    tu.add_argument("--space", type=Path, metavar="FILE", help="TOML file with a [tune] table")
+    tu.add_argument("--replications", type=positive_int, default=2, metavar="R",
+                    help="replications per trial (default 2)")
+    tu.add_argument("--confirm-replications", type=positive_int, metavar="R",
+                    help="replications of the confirmation runs (default max(2R, 3))")
+    tu.add_argument("--top", type=positive_int, default=3, metavar="K",
+                    help="candidates confirmed (default 3)")
+    tu.add_argument("--batch", type=positive_int, default=2, metavar="B",
+                    help="trials asked and evaluated together (default 2)")
+    _executor_args(tu)
+    tu.set_defaults(func=cmd_tune)
+
+    st = sub.add_parser(
+        "storm", help="every retry strategy through the scenario's trigger: who recovers",
+        description="Run each retry strategy through the scenario's outage, capacity drop or "
+                    "load spike; report amplification, goodput dip, recovery and hazards.")
+    scenario_args(st)
+    st.add_argument("--strategies", action="append", default=[], metavar="A,B,...",
+                    help="strategies to run (default: all this build has)")
+    st.add_argument("--replications", type=positive_int, metavar="R",
+                    help="replications per strategy (default: run.replications)")
+    st.add_argument("--fraction", type=float, default=0.9,
+                    help="recovered = goodput >= this share of offered load (default 0.9)")
+    st.add_argument("--hold", type=float, default=60.0, metavar="S",
+                    help="... within S seconds after the trigger ends (default 60)")
+    st.add_argument("--window", type=float, default=10.0, metavar="S",
+                    help="sliding window of the rates (default 10 s)")
+    st.add_argument("--noise-z", type=float, default=3.0, metavar="Z",
+                    help="Poisson noise allowance in standard errors (sim.recovery; default 3)")
+    _executor_args(st)
+    st.set_defaults(func=cmd_storm)

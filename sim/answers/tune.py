@@ -1,0 +1,496 @@
+"""Policy tuning with Optuna: search a space of scenario keys, then confirm on fresh seeds.
+
+**Space.**  A ``[tune]`` table (in the scenario file, or its own file given with
+``--space``) maps a scenario key to a range::
+
+    [tune]
+    "live.timeouts.turn_response_s" = { low = 0.5, high = 5.0 }          # float
+    "live.backoff.base_s" = { low = 0.01, high = 1.0, log = true }      # log scale
+    "live.retry.max_attempts" = { low = 1, high = 6 }                   # integers
+    "live.backoff.strategy" = { choices = ["full_jitter", "decorrelated_jitter"] }
+    budget = { options = { none = {}, grpc = { "live.budget.token_bucket.enabled" = true } } }
+
+A ``choices`` list may hold numbers or strings; ``options`` names sets of overrides (the
+key is then only a label), which is how a budget *type* with its parameters is chosen.
+Every key, and both ends of every range, is validated against the scenario before
+anything runs.  :data:`DEFAULT_SPACE` (the Live policy's timeouts, backoff, attempt
+limits and budget type, plus cancellation and Reasoner shedding knobs where this build
+has them) is used when no space is given.
+
+**Search.**  ``optuna`` TPE (``TPESampler``; constraints set per trial with
+``set_constraint``), multi-objective when several objectives are given.  Trials are
+asked in batches, each batch evaluated as the points of :func:`sim.sweep.run_points` on
+the given executor (local processes or Dask), and told back; each trial stores its
+metrics and constraint values as user attributes (constraint ``> 0`` = violated, using
+the mean over replications).  The study lives in ``<out_dir>/study.db`` (SQLite):
+rerunning into the same folder resumes it, and ``optuna-dashboard sqlite:///study.db``
+or ``optuna.load_study`` inspects it.
+
+**Confirmation.**  The best feasible trials (Pareto front, best first by the first
+objective, at most ``top`` of them) and the scenario's current settings are re-run on a
+fresh root seed with ``confirm_replications`` replications.  A candidate is
+*recommended* when every constraint holds with confidence there (the CI end on the
+unfavourable side meets the target) and no other such candidate is better on every
+objective; the table reports each objective with its CI and the change against today's
+settings.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from sim.answers.slo import Slo, SloError, metric_value, resolve_metric
+from sim.config import ConfigError
+from sim.scenario import Scenario, resolve_path
+from sim.sweep import run_points
+
+FRESH_SEED_OFFSET = 1_000_003  # confirmation runs use root seed + this (disjoint seeds)
+
+
+class SpaceError(ValueError):
+    """A malformed search space (one line, for the CLI)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One dimension of the search space."""
+
+    key: str
+    kind: Literal["float", "int", "choice", "options"]
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def suggest(self, trial: Any) -> Any:
+        """Draw this parameter's value from an Optuna trial."""
+        if self.kind == "float":
+            return trial.suggest_float(self.key, self.low, self.high, log=self.log)
+        if self.kind == "int":
+            return trial.suggest_int(self.key, int(self.low), int(self.high), log=self.log)
+        if self.kind == "choice":
+            return trial.suggest_categorical(self.key, list(self.choices))
+        return trial.suggest_categorical(self.key, list(self.options))
+
+    def overrides(self, value: Any) -> dict[str, Any]:
+        """Scenario overrides for one value of this parameter."""
+        return dict(self.options[value]) if self.kind == "options" else {self.key: value}
+
+    def extremes(self) -> list[Any]:
+        """Values that together exercise every key and bound (for validation)."""
+        if self.kind == "int":
+            return [int(self.low), int(self.high)]
+        if self.kind == "float":
+            return [self.low, self.high]
+        return list(self.choices) if self.kind == "choice" else list(self.options)
+
+
+Space = dict[str, Param]
+
+DEFAULT_SPACE_TOML = """
+"live.timeouts.turn_response_s" = { low = 0.5, high = 5.0 }
+"live.timeouts.turn_total_s" = { choices = [5.0, 10.0, 20.0, 40.0] }
+"live.backoff.strategy" = { choices = ["exponential", "full_jitter", "equal_jitter",
+                                       "decorrelated_jitter"] }
+"live.backoff.base_s" = { low = 0.01, high = 1.0, log = true }
+"live.backoff.cap_s" = { low = 1.0, high = 10.0 }
+"live.retry.max_attempts" = { low = 1, high = 6 }
+"live.retry.max_attempts_by_code.internal" = { low = 1, high = 4 }
+"live.retry.max_attempts_by_code.rate-limited" = { low = 1, high = 4 }
+"live.cancel_on_timeout" = { choices = [false, true] }
+"reasoner.queue_timeout_s" = { choices = [0.0, 1.0, 2.0, 5.0] }
+"reasoner.queue_discipline" = { choices = ["fifo", "lifo"] }
+
+[budget.options]
+none = {}
+grpc_throttling = { "live.budget.token_bucket.enabled" = true }
+finagle = { "live.budget.finagle.enabled" = true }
+adaptive = { "live.budget.adaptive.enabled" = true }
+breaker = { "live.budget.circuit_breaker.enabled" = true }
+aws_quota = { "live.budget.aws_quota.enabled" = true }
+envoy = { "live.budget.envoy.enabled" = true }
+call_bucket = { "live.budget.call_bucket.enabled" = true }
+retry_breaker = { "live.budget.retry_breaker.enabled" = true }
+"""
+
+
+def parse_space(data: Mapping[str, Any]) -> Space:
+    """Parse a ``[tune]`` table into a :data:`Space` (raises :class:`SpaceError`)."""
+    space: Space = {}
+    for key, spec in data.items():
+        if not isinstance(spec, Mapping):
+            raise SpaceError(f"tune.{key}: expected a table like {{ low = 1, high = 5 }}, "
+                             f"{{ choices = [...] }} or {{ options = {{...}} }}")
+        extra = set(spec) - {"low", "high", "log", "choices", "options"}
+        if extra:
+            raise SpaceError(f"tune.{key}: unknown field {sorted(extra)[0]!r}")
+        if "options" in spec:
+            opts = spec["options"]
+            if not isinstance(opts, Mapping) or not opts or \
+                    not all(isinstance(v, Mapping) for v in opts.values()):
+                raise SpaceError(f"tune.{key}.options: expected named tables of overrides")
+            space[key] = Param(key, "options", options={k: dict(v) for k, v in opts.items()})
+        elif "choices" in spec:
+            ch = spec["choices"]
+            if not isinstance(ch, list) or not ch or \
+                    not all(isinstance(c, bool | int | float | str) for c in ch):
+                raise SpaceError(f"tune.{key}.choices: expected a non-empty list of numbers "
+                                 "or strings")
+            space[key] = Param(key, "choice", choices=tuple(ch))
+        elif "low" in spec and "high" in spec:
+            lo, hi = spec["low"], spec["high"]
+            if any(isinstance(v, bool) or not isinstance(v, int | float) for v in (lo, hi)):
+                raise SpaceError(f"tune.{key}: low and high must be numbers")
+            if not lo < hi:
+                raise SpaceError(f"tune.{key}: need low < high, got {lo} and {hi}")
+            log = bool(spec.get("log", False))
+            if log and lo <= 0:
+                raise SpaceError(f"tune.{key}: a log range needs low > 0")
+            kind = "int" if isinstance(lo, int) and isinstance(hi, int) else "float"
+            space[key] = Param(key, kind, float(lo), float(hi), log)
+        else:
+            raise SpaceError(f"tune.{key}: give low and high, choices, or options")
+    if not space:
+        raise SpaceError("the search space is empty")
+    return space
+
+
+def read_space(path: str | Path) -> Space:
+    """The ``[tune]`` table of a TOML file (or the whole file when it has no ``[tune]``)."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpaceError(f"cannot read {path}: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SpaceError(f"{path}: not valid TOML: {e}") from None
+    return parse_space(data.get("tune", data))
+
+
+def scenario_space(ref: str | Path) -> Space | None:
+    """The ``[tune]`` section of a scenario file or preset, if it has one."""
+    data = tomllib.loads(resolve_path(ref).read_text(encoding="utf-8"))
+    return parse_space(data["tune"]) if "tune" in data else None
+
+
+def validate_space(scenario: Scenario, space: Space, *, skip_unknown: bool = False,
+                   ) -> tuple[Space, dict[str, str]]:
+    """Check every key and range end against ``scenario``; return (usable space, skipped).
+
+    A :class:`ConfigError` (bad key or value) is raised, unless ``skip_unknown`` and the
+    problem is a key this build does not have (then the parameter is skipped, with why).
+    """
+    usable, skipped = {}, {}
+    for name, p in space.items():
+        try:
+            for v in p.extremes():
+                scenario.with_overrides(p.overrides(v))
+        except ConfigError as e:
+            if skip_unknown and "unknown key" in e.problem:
+                skipped[name] = f"not in this build ({e.key}: unknown key)"
+                continue
+            raise ConfigError(e.key, f"{e.problem} (tune space {name!r})") from None
+        usable[name] = p
+    if not usable:
+        raise SpaceError("no parameter of the search space applies to this scenario")
+    return usable, skipped
+
+
+def default_space(scenario: Scenario) -> tuple[Space, dict[str, str]]:
+    """:data:`DEFAULT_SPACE_TOML` less the keys this build does not have."""
+    return validate_space(scenario, parse_space(tomllib.loads(DEFAULT_SPACE_TOML)),
+                          skip_unknown=True)
+
+
+# --------------------------------------------------------------------------- objectives
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A metric to minimise or maximise."""
+
+    metric: str
+    direction: Literal["minimize", "maximize"] = "minimize"
+
+    def __str__(self) -> str:
+        return f"{self.direction} {self.metric}"
+
+
+def objective(name: str, direction: str = "minimize") -> Objective:
+    """An :class:`Objective` for metric ``name`` (aliases of D5 allowed)."""
+    if direction not in ("minimize", "maximize"):
+        raise SloError(f"direction must be minimize or maximize, got {direction!r}")
+    return Objective(resolve_metric(name), direction)  # type: ignore[arg-type]
+
+
+def trial_overrides(space: Space, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Scenario overrides of a trial's parameter values."""
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        out.update(space[name].overrides(value))
+    return out
+
+
+# --------------------------------------------------------------------------- the study
+
+
+@dataclass
+class TuneResult:
+    """What :func:`tune` found: the study, the confirmation runs and the recommendation."""
+
+    study_path: Path
+    objectives: tuple[Objective, ...]
+    constraints: tuple[Slo, ...]
+    space: Space
+    trials: pd.DataFrame  # one row per finished trial: params, metrics, feasible
+    candidates: pd.DataFrame  # confirmation: one row per candidate (+ "current")
+    recommended: list[dict[str, Any]]  # params of the recommended candidates
+    evaluations: int = 0  # trials evaluated by this call (not resumed ones)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def sentence(self) -> str:
+        """A paste-able summary of the recommendation against today's settings."""
+        c = self.candidates
+        if not self.recommended:
+            return "No candidate met every constraint with confidence on fresh seeds."
+        best = c[c["recommended"]].iloc[0]
+        cur = c[c["candidate"] == "current"].iloc[0]
+        parts = []
+        for o in self.objectives:
+            m = o.metric
+            parts.append(f"{m} {best[m]:.4g} [{best[m + '.ci_low']:.4g}, "
+                         f"{best[m + '.ci_high']:.4g}] vs {cur[m]:.4g} today")
+        settings = ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}"
+                             for k, v in self.recommended[0].items())
+        cons = " and ".join(str(s) for s in self.constraints) or "no constraint"
+        return (f"Recommended: {settings}; {'; '.join(parts)} (fresh seeds; {cons} holds "
+                f"with 95 % confidence).")
+
+
+def _sampler(seed: int, startup: int) -> Any:
+    """TPE seeded per batch (``seed`` = root seed + trials so far), so a resumed study asks
+    exactly what an uninterrupted one would; constraints come from ``set_constraint``."""
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
+
+
+def _study(path: Path, name: str, objectives: Sequence[Objective]) -> Any:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        study_name=name, storage=f"sqlite:///{path}", load_if_exists=True,
+        directions=[o.direction for o in objectives])
+
+
+def tune(scenario: Scenario, out_dir: Path, *, objectives: Sequence[Objective],
+         constraints: Sequence[Slo] = (), space: Space, trials: int = 30,
+         replications: int = 2, root_seed: int | None = None,
+         executor: Executor | None = None, batch: int = 2, top: int = 3,
+         confirm_replications: int | None = None, startup_trials: int | None = None,
+         progress: bool = False) -> TuneResult:
+    """Search ``space`` for ``objectives`` under ``constraints``; confirm on fresh seeds.
+
+    ``trials`` is the study's total (a resumed study runs only the missing ones);
+    ``batch`` trials are asked at a time and evaluated together on ``executor``.
+    """
+    from optuna.trial import TrialState
+
+    if not objectives:
+        raise SloError("give at least one objective (--minimize METRIC)")
+    if trials < 1 or batch < 1:
+        raise ValueError("trials and batch must be >= 1")
+    space, skipped = validate_space(scenario, space)
+    root_seed = scenario.run.seed if root_seed is None else root_seed
+    confirm_reps = confirm_replications or max(2 * replications, 3)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    study_path = out_dir / "study.db"
+    startup = max(2, trials // 3) if startup_trials is None else startup_trials
+    study = _study(study_path, f"tune-{scenario.name}", objectives)
+    metrics = [o.metric for o in objectives] + [s.metric for s in constraints]
+
+    done = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.FAIL)]
+    evaluations = 0
+    from sim.progress import progress_bar, should_show
+
+    with progress_bar(f"tune {scenario.name}: {trials} trials",
+                      enabled=progress and should_show(False)) as bar:
+        while len(done) + evaluations < trials:
+            k = min(batch, trials - len(done) - evaluations)
+            study.sampler = _sampler(root_seed + len(done) + evaluations, startup)
+            asked = [study.ask() for _ in range(k)]
+            params = [{name: p.suggest(t) for name, p in space.items()} for t in asked]
+            points = [trial_overrides(space, pv) for pv in params]
+            summaries = run_points(scenario, points, replications=replications,
+                                   root_seed=root_seed, executor=executor, progress=False,
+                                   plots=False)
+            for t, summary in zip(asked, summaries, strict=True):
+                values = {m: metric_value(summary, m) for m in metrics}
+                for m, v in values.items():
+                    t.set_user_attr(m, v)
+                violations = [s.violation(values[s.metric]) for s in constraints]
+                t.set_user_attr("constraints", violations)
+                for s, v in zip(constraints, violations, strict=True):
+                    t.set_constraint(str(s), min(v, 1e300))
+                obj = [values[o.metric] for o in objectives]
+                if any(v is None for v in obj):
+                    study.tell(t, state=TrialState.FAIL)
+                else:
+                    study.tell(t, obj)
+            evaluations += k
+            bar((len(done) + evaluations) / trials)
+
+    trials_df = _trials_frame(study, space, metrics, constraints)
+    ok = [t for t in study.trials if t.state == TrialState.COMPLETE
+          and all(c <= 0 for c in t.user_attrs.get("constraints", []))]
+    front = {t.number for t in study.best_trials} if len(objectives) > 1 else set()
+    # several objectives: the feasible Pareto front (all feasible trials if none is on it);
+    # one objective: the best feasible trials
+    feasible = [t for t in ok if t.number in front] or ok
+    sign = 1 if objectives[0].direction == "minimize" else -1
+    feasible = sorted(feasible, key=lambda t: (sign * t.values[0], t.number))[:top]
+    cand_params = [dict(t.params) for t in feasible]
+    names = [f"trial {t.number}" for t in feasible]
+    candidates = _confirm(scenario, out_dir, space, cand_params, names, objectives,
+                          constraints, confirm_reps, root_seed + FRESH_SEED_OFFSET, executor)
+    rec = [cand_params[names.index(n)] for n in candidates.loc[candidates["recommended"],
+                                                               "candidate"]]
+    return TuneResult(study_path, tuple(objectives), tuple(constraints), space, trials_df,
+                      candidates, rec, evaluations, skipped)
+
+
+def _trials_frame(study: Any, space: Space, metrics: Sequence[str],
+                  constraints: Sequence[Slo]) -> pd.DataFrame:
+    from optuna.trial import TrialState
+
+    rows = []
+    for t in study.trials:
+        if t.state not in (TrialState.COMPLETE, TrialState.FAIL):
+            continue
+        row: dict[str, Any] = {"trial": t.number, "state": t.state.name}
+        row.update({f"param.{k}": v for k, v in t.params.items()})
+        row.update({m: t.user_attrs.get(m) for m in metrics})
+        row["feasible"] = all(c <= 0 for c in t.user_attrs.get("constraints", [math.inf]
+                                                                if constraints else []))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _confirm(scenario: Scenario, out_dir: Path, space: Space, params: list[dict[str, Any]],
+             names: list[str], objectives: Sequence[Objective], constraints: Sequence[Slo],
+             replications: int, seed: int, executor: Executor | None) -> pd.DataFrame:
+    """Re-run the candidates and the current settings on fresh seeds; one row each."""
+    points = [trial_overrides(space, p) for p in params] + [{}]
+    labels = [*names, "current"]
+    summaries = run_points(scenario, points, replications=replications, root_seed=seed,
+                           executor=executor, progress=False,
+                           out_dir=out_dir / "confirm" / _sha8([points, replications, seed]),
+                           plots=False)
+    rows = []
+    for label, pv, summary in zip(labels, [*params, {}], summaries, strict=True):
+        row: dict[str, Any] = {"candidate": label}
+        row.update({f"param.{k}": v for k, v in pv.items()})
+        for m in dict.fromkeys([o.metric for o in objectives] + [s.metric for s in constraints]):
+            mm = summary["metrics"].get(m) or {}
+            row[m], row[f"{m}.ci_low"], row[f"{m}.ci_high"] = (mm.get("mean"), mm.get("ci_low"),
+                                                               mm.get("ci_high"))
+        row["constraints_hold"] = all(s.holds(summary) for s in constraints)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    cur = df.iloc[-1]
+    for o in objectives:
+        m = o.metric
+        df[f"{m}.change"] = df[m] - cur[m]
+        df[f"{m}.change_pct"] = 100.0 * (df[m] - cur[m]) / abs(cur[m]) if cur[m] else math.nan
+    df["recommended"] = _non_dominated(df, objectives) & df["constraints_hold"] & \
+        (df["candidate"] != "current")
+    return df
+
+
+def _sha8(data: Any) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def _non_dominated(df: pd.DataFrame, objectives: Sequence[Objective]) -> pd.Series:
+    """Rows (among those whose constraints hold) that no other such row beats on every
+    objective (ties: the first row wins)."""
+    ok = df["constraints_hold"].to_numpy()
+    signs = [1 if o.direction == "minimize" else -1 for o in objectives]
+    vals = [[s * (df.iloc[i][o.metric] if df.iloc[i][o.metric] is not None else math.inf)
+             for s, o in zip(signs, objectives, strict=True)] for i in range(len(df))]
+    out = []
+    for i in range(len(df)):
+        if not ok[i]:
+            out.append(False)
+            continue
+        dominated = any(ok[j] and j != i and all(a <= b for a, b in zip(vals[j], vals[i],
+                                                                         strict=True))
+                        and (any(a < b for a, b in zip(vals[j], vals[i], strict=True)) or j < i)
+                        for j in range(len(df)))
+        out.append(not dominated)
+    return pd.Series(out, index=df.index)
+
+
+def plot_pareto(result: TuneResult, path: Path) -> Path:
+    """Trials in objective space (feasible / infeasible), the Pareto front, and the
+    confirmed candidates and today's settings with their 95 % CIs; PNG at ``path``.
+    With one objective the x axis is the trial number."""
+    from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend alone
+
+    df = result.trials[result.trials["state"] == "COMPLETE"]
+    objs = [o.metric for o in result.objectives]
+    two = len(objs) >= 2
+    fig = Figure(figsize=(6, 4.2), dpi=100)
+    ax = fig.subplots()
+    x = df[objs[0]] if two else df["trial"]
+    y = df[objs[1]] if two else df[objs[0]]
+    feas = df["feasible"].to_numpy(dtype=bool)
+    ax.scatter(x[~feas], y[~feas], marker="x", color="0.6", s=18, label="trial (infeasible)")
+    ax.scatter(x[feas], y[feas], marker="o", color="tab:blue", s=18, alpha=0.7,
+               label="trial (feasible)")
+    if two and feas.any():
+        f = df[feas].sort_values(objs[0])
+        signs = [1 if o.direction == "minimize" else -1 for o in result.objectives[:2]]
+        front, best = [], math.inf
+        for _, r in f.iterrows():
+            if signs[1] * r[objs[1]] < best:
+                best = signs[1] * r[objs[1]]
+                front.append(r)
+        ax.step([r[objs[0]] for r in front], [r[objs[1]] for r in front], where="post",
+                color="tab:blue", lw=1, label="Pareto front")
+    c = result.candidates
+    for _, r in c.iterrows():
+        color = "tab:green" if r["recommended"] else "tab:red" if r["candidate"] == "current" \
+            else "tab:orange"
+        if two:
+            xv, yv = r[objs[0]], r[objs[1]]
+            xerr = [[xv - r[objs[0] + ".ci_low"]], [r[objs[0] + ".ci_high"] - xv]]
+        else:
+            xv, yv, xerr = (df["trial"].max() + 1 if len(df) else 0), r[objs[0]], None
+        yerr = [[yv - r[(objs[1] if two else objs[0]) + ".ci_low"]],
+                [r[(objs[1] if two else objs[0]) + ".ci_high"] - yv]]
+        if any(v is None or v != v for v in (xv, yv)):
+            continue
+        ax.errorbar([xv], [yv], xerr=xerr, yerr=yerr, fmt="s", color=color, ms=6, capsize=3,
+                    label=f"{r['candidate']} (fresh seeds)")
+    ax.set_xlabel(objs[0] if two else "trial")
+    ax.set_ylabel(objs[1] if two else objs[0])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    return path
