@@ -344,7 +344,8 @@ class Reasoner:
     def _shed(self, job: Job, now: float) -> None:
         """Refuse a job that waited longer than ``queue_timeout_s`` (no worker time spent)."""
         job.state = DROPPED
-        self._forget(job)
+        if self.cancellable:
+            self._forget(job)
         req = job.req
         code, ra = self.queue_full_code, self.queue_full_retry_ms
         self._log(req, job.context_id, job.dup, job.arrival_s, QUEUE_TIMEOUT_D, NAN, now,
@@ -440,7 +441,8 @@ class Reasoner:
             return
         self.busy -= 1
         job.state = DONE
-        self._forget(job)
+        if self.cancellable:
+            self._forget(job)
         status, code, ctx = job.status, job.error_code, job.context_id
         if status == INPUT_REQUIRED:
             tasks = self.awaiting_input.get(ctx)
@@ -512,14 +514,13 @@ class Reasoner:
         self._pump(now)
 
     def _forget(self, job: Job) -> None:
-        """Drop ``job`` from the task's live jobs (cancellable runs)."""
-        if self.cancellable:
-            jobs = self.jobs_by_task.get(job.req.task_id)
-            if jobs is not None:
-                if job in jobs:
-                    jobs.remove(job)
-                if not jobs:
-                    del self.jobs_by_task[job.req.task_id]
+        """Drop ``job`` from the task's live jobs (cancellable runs only)."""
+        jobs = self.jobs_by_task.get(job.req.task_id)
+        if jobs is not None:
+            if job in jobs:
+                jobs.remove(job)
+            if not jobs:
+                del self.jobs_by_task[job.req.task_id]
 
     def _release(self, job: Job, now: float, status: int, code: str,
                  retry_after_ms: float | None) -> None:
