@@ -160,7 +160,7 @@ KEY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("queue.shed_per_1k_turns", "shed by queue deadline /1k turns", "/1k"),
     ("cancel.", "CancelTask ", "/1k"),
     ("hazard.duplicate_request_executions_per_1k_turns",
-     "dup. requestGuid executions /1k (MUST violation)", "/1k"),
+     "MUST violation: dup. requestGuid runs /1k", "/1k"),
     ("hazard.reexecuted_turns_per_1k_turns", "re-executed turns /1k turns", "/1k"),
     ("hazard.duplicated_sessions_per_1k_turns", "duplicated sessions /1k turns", "/1k"),
     ("hazard.ghost_successes_per_1k_turns", "ghost successes /1k turns", "/1k"),

@@ -253,3 +253,22 @@ def test_service_time_grows_with_busy_workers() -> None:
     # 0.5 + 0.1 * (busy workers including this one): 0.6, 0.7, ...
     steps = np.round((svc - 0.5) / 0.1, 9)
     assert (steps >= 1).all() and np.allclose(steps, np.round(steps)) and steps.max() >= 3
+
+
+def test_private_simpy_access_is_confined_to_clock() -> None:
+    """SimPy's private attributes (``_now``, ``_queue``, ``_eid``, ``_value``) and its
+    ``events`` internals are used in sim/model/clock.py only: a SimPy upgrade touches one
+    module.  (Plant ``self.env._now`` anywhere in sim/ and this fails.)"""
+    import re
+    from pathlib import Path
+
+    import sim
+
+    root = Path(sim.__file__).parent
+    private = re.compile(r"\._(now|queue|eid|value)\b|simpy\.events|\benv\.now\b")
+    offenders = [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*.py"))
+                 if p.name != "clock.py" or p.parent.name != "model"
+                 for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+                 if private.search(line)]
+    assert offenders == []
+    assert private.search((root / "model" / "clock.py").read_text(encoding="utf-8"))

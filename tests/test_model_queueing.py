@@ -27,6 +27,7 @@ MMC = {
     "workload.side_effect_share": 0.0,
     "workload.handoff_share": 0.0,
     "live.timeouts.turn_response_s": 0.0,
+    "live.timeouts.turn_total_s": 0.0,  # no Live-layer timer: every turn waits its turn
     "live.retry.max_attempts": 1,
     "reasoner.workers": C,
     "reasoner.reasoning_time_s": {"dist": "exp", "mean": MEAN_S},

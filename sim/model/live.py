@@ -81,9 +81,9 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.model.clock import call_later
+from sim.model.clock import call_later, sim_time
 from sim.model.messages import COMPLETED, INPUT_REQUIRED, NO_CONTEXT, Request
-from sim.model.network import Link
+from sim.model.network import DROPPED, Link
 from sim.model.playout import playout
 from sim.model.rand import Streams
 from sim.model.reasoner import Reasoner
@@ -246,7 +246,7 @@ class LiveLayer:
 
     def on_call(self, call_id: int) -> None:
         """A call arrives now: open its session and start its first turn."""
-        now = self.env._now
+        now = sim_time(self.env)
         inst = self.instances[call_id % len(self.instances)]
         n = max(1, math.ceil(self.turns_per_call()))
         ctx = call_id if self.client_context else NO_CONTEXT
@@ -278,7 +278,7 @@ class LiveLayer:
         return limit
 
     def _on_next_turn(self, ev: Any) -> None:
-        self._start_turn(ev._value, self.env._now)
+        self._start_turn(ev.value, sim_time(self.env))
 
     def _start_turn(self, s: Session, now: float) -> None:
         uid = self._next_uid
@@ -304,9 +304,7 @@ class LiveLayer:
             if t.first_chunk_s < INF:  # NaN: every chunk was skipped (nothing playable)
                 ttfc = t.first_chunk_s - base
         escalate = s.escalation.record_turn(outcome == T_FAILED)  # abandoned: not a failure
-        self._turn_row((s.call_id, t.index, t.uid, s.instance.index, t.start_s, end_s, outcome,
-                        _ER[reason], _CODE[code], t.attempts, t.attempts - t.first_sends, ttfc,
-                        completion, t.side_effect, t.handoff, t.handoff_wait_s, escalate))
+        self._record_turn(t, end_s, outcome, reason, code, ttfc, completion, escalate)
         s.turn = None  # no reference cycles: finished turns are freed by refcounting alone
         t.req = None
         self.in_progress -= 1
@@ -317,6 +315,14 @@ class LiveLayer:
         else:
             wait = self.think() if next_after_s is None else next_after_s
             call_later(self.env, (end_s - now) + wait, self._next_turn_cb, s)
+
+    def _record_turn(self, t: Turn, end_s: float, outcome: int, reason: str, code: str | None,
+                     ttfc_s: float, completion_s: float, escalated: bool) -> None:
+        """Append ``t``'s row of the ``turns`` table (columns of ``TURNS_TABLE``)."""
+        s = t.session
+        self._turn_row((s.call_id, t.index, t.uid, s.instance.index, t.start_s, end_s, outcome,
+                        _ER[reason], _CODE[code], t.attempts, t.attempts - t.first_sends, ttfc_s,
+                        completion_s, t.side_effect, t.handoff, t.handoff_wait_s, escalated))
 
     def _end_call(self, s: Session, end_s: float, reason: str) -> None:
         del self.sessions[s.call_id]
@@ -332,14 +338,14 @@ class LiveLayer:
         self.uplink.send(req, self.reasoner.on_cancel, _ignore)
 
     def _on_barge_in(self, ev: Any) -> None:
-        """The caller interrupts turn ``ev._value`` now: if it is still in flight (an attempt
+        """The caller interrupts turn ``ev.value`` now: if it is still in flight (an attempt
         open or a retry pending; not while the caller owes a handoff answer) the Live layer
         cancels its task and starts the next turn at once."""
-        t: Turn = ev._value
+        t: Turn = ev.value
         s = t.session
         if s.turn is not t or t.awaiting_caller:
             return
-        now = self.env._now
+        now = sim_time(self.env)
         req = t.req
         if req is not None and req.open:
             self._close(req, now)
@@ -382,7 +388,7 @@ class LiveLayer:
         t.req = req
         r = self.uplink.send(req, self.reasoner.on_request, self.reasoner.on_copy)
         if r:
-            if r == 1:
+            if r == DROPPED:
                 req.lost = True
             else:
                 req.duplicated = True
@@ -393,10 +399,10 @@ class LiveLayer:
             call_later(self.env, tt, self._total_timer_cb, req)
 
     def _on_response_timer(self, ev: Any) -> None:
-        req: Request = ev._value
+        req: Request = ev.value
         if not req.open:
             return
-        now = self.env._now
+        now = sim_time(self.env)
         if req.first_response_s <= now:
             if self.t_total_s > 0.0:
                 call_later(self.env, req.send_s + self.t_total_s - now, self._total_timer_cb, req)
@@ -404,15 +410,15 @@ class LiveLayer:
         self._attempt_failed(req, now, A_TIMEOUT, UPSTREAM_TIMEOUT, None, True)
 
     def _on_total_timer(self, ev: Any) -> None:
-        req: Request = ev._value
+        req: Request = ev.value
         if req.open:
-            self._attempt_failed(req, self.env._now, A_TOTAL, UPSTREAM_TIMEOUT, None, True)
+            self._attempt_failed(req, sim_time(self.env), A_TOTAL, UPSTREAM_TIMEOUT, None, True)
 
     def _on_terminal(self, ev: Any) -> None:
-        req: Request = ev._value
+        req: Request = ev.value
         if not req.open:
             return
-        now = self.env._now
+        now = sim_time(self.env)
         if req.terminal_lost:
             self._attempt_failed(req, now, A_LOST, UPSTREAM_TIMEOUT, None, True)
         elif req.status == COMPLETED:
@@ -475,9 +481,9 @@ class LiveLayer:
             self._end_turn(t, now, now, T_FAILED, d.reason, code)
 
     def _on_retry_due(self, ev: Any) -> None:
-        t: Turn = ev._value
+        t: Turn = ev.value
         if t.session.turn is t:  # not ended meanwhile (barge-in)
-            self._send(t, self.env._now, t.next_delay_s)
+            self._send(t, sim_time(self.env), t.next_delay_s)
 
     def _attempt_completed(self, req: Request, now: float) -> None:
         self._close(req, now)
@@ -516,12 +522,12 @@ class LiveLayer:
         call_later(self.env, wait, self._answer_cb, t)
 
     def _on_handoff_timeout(self, ev: Any) -> None:
-        now = self.env._now
-        self._end_turn(ev._value, now, now, T_ABANDONED, "handoff-timeout", None)
+        now = sim_time(self.env)
+        self._end_turn(ev.value, now, now, T_ABANDONED, "handoff-timeout", None)
 
     def _on_caller_answer(self, ev: Any) -> None:
-        t: Turn = ev._value
-        now = self.env._now
+        t: Turn = ev.value
+        now = sim_time(self.env)
         t.phase = 1
         t.awaiting_caller = False
         t.phase_attempts = 0
@@ -539,10 +545,7 @@ class LiveLayer:
                 if req is not None and req.open:
                     req.open = False
                     self._record(req, NAN, A_UNFINISHED, None, None)
-                self._turn_row((s.call_id, t.index, t.uid, s.instance.index, t.start_s, NAN,
-                                T_UNFINISHED, _ER["end-of-run"], -1, t.attempts,
-                                t.attempts - t.first_sends, NAN, NAN, t.side_effect, t.handoff,
-                                t.handoff_wait_s, False))
+                self._record_turn(t, NAN, T_UNFINISHED, "end-of-run", None, NAN, NAN, False)
                 s.turn = None
                 t.req = None
                 self.in_progress -= 1
@@ -555,6 +558,6 @@ class LiveLayer:
                                "cancels_sent": self.cancels_sent}
         for inst in self.instances:
             if inst.budget is not None:
-                for k, v in inst.budget.state(self.env._now).items():
+                for k, v in inst.budget.state(sim_time(self.env)).items():
                     out[f"budget.{inst.index}.{k}"] = v
         return out

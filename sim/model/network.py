@@ -20,18 +20,30 @@ downlink duplication has no observable effect and is not drawn.
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import IntEnum
 from typing import Any
 
 import simpy
 
 from sim.dist import Const
-from sim.model.clock import call_later
+from sim.model.clock import call_later, sim_time
 from sim.model.rand import Streams
 from sim.scenario import LinkConfig, OutageConfig
 
 INF = float("inf")
 
 Callback = Callable[[Any], None]
+
+
+class Delivery(IntEnum):
+    """What the link did with one uplink message (:meth:`Link.send`)."""
+
+    DELIVERED = 0  # one copy arrives
+    DROPPED = 1  # lost (loss or an outage)
+    DUPLICATED = 2  # two copies arrive
+
+
+DELIVERED, DROPPED, DUPLICATED = Delivery.DELIVERED, Delivery.DROPPED, Delivery.DUPLICATED
 
 
 class Link:
@@ -84,24 +96,23 @@ class Link:
 
     # ------------------------------------------------------------------ uplink: events
 
-    def send(self, msg: Any, deliver: Callback, deliver_copy: Callback) -> int:
+    def send(self, msg: Any, deliver: Callback, deliver_copy: Callback) -> Delivery:
         """Send ``msg`` now; schedule ``deliver`` (and ``deliver_copy`` for a duplicate).
 
         Both callbacks receive the SimPy event; the message is its ``value``.
-        Returns 0 = delivered once, 1 = dropped, 2 = delivered twice.
         """
         env = self.env
         self.sent += 1
-        d = self.transit(env._now)
+        d = self.transit(sim_time(env))
         if d < 0.0:
             self.dropped += 1
-            return 1
+            return DROPPED
         call_later(env, d, deliver, msg)
         if self.duplication and self.u_dup() < self.duplication:
             self.duplicated += 1
             call_later(env, d + self.dup_delay(), deliver_copy, msg)
-            return 2
-        return 0
+            return DUPLICATED
+        return DELIVERED
 
     # ------------------------------------------------------------------ downlink: times
 

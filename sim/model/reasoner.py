@@ -47,7 +47,7 @@ from typing import Any
 
 import simpy
 
-from sim.model.clock import call_later
+from sim.model.clock import call_later, sim_time
 from sim.model.dedup import DedupStore, Entry
 from sim.model.messages import COMPLETED, FAILED, INPUT_REQUIRED, NO_CONTEXT, Request
 from sim.model.network import Link
@@ -191,10 +191,10 @@ class Reasoner:
     # ------------------------------------------------------------------ arrival
 
     def _on_request(self, ev: Any) -> None:
-        self.arrive(ev._value, False)
+        self.arrive(ev.value, False)
 
     def _on_copy(self, ev: Any) -> None:
-        self.arrive(ev._value, True)
+        self.arrive(ev.value, True)
 
     def _context_of(self, req: Request) -> int:
         """The server contextId of ``req``; mints (and opens) a session when needed.
@@ -221,7 +221,7 @@ class Reasoner:
 
     def arrive(self, req: Request, dup: bool) -> None:
         """A copy of ``req`` (``dup``: the network's extra copy) reaches the server now."""
-        now = self.env._now
+        now = sim_time(self.env)
         self.requests += 1
         ctx = self._context_of(req)
         if not dup:
@@ -344,7 +344,8 @@ class Reasoner:
     def _shed(self, job: Job, now: float) -> None:
         """Refuse a job that waited longer than ``queue_timeout_s`` (no worker time spent)."""
         job.state = DROPPED
-        self._forget(job)
+        if self.cancellable:
+            self._forget(job)
         req = job.req
         code, ra = self.queue_full_code, self.queue_full_retry_ms
         self._log(req, job.context_id, job.dup, job.arrival_s, QUEUE_TIMEOUT_D, NAN, now,
@@ -423,24 +424,25 @@ class Reasoner:
     def _on_step(self, ev: Any) -> None:
         """End of reasoning of a side-effect job (cancellable runs): stop here if cancelled,
         else the tool call starts — from now on the side effect cannot be undone."""
-        job: Job = ev._value
+        job: Job = ev.value
         if job.cancelled:
-            self._stop(job, self.env._now)
+            self._stop(job, sim_time(self.env))
             return
         job.committed = True
         self.witness.record(job.tool_end_s, job.req, job.context_id)
 
     def _on_done(self, ev: Any) -> None:
-        job: Job = ev._value
+        job: Job = ev.value
         if job.state != RUNNING:
             return  # stopped at its step by a CancelTask
-        now = self.env._now
+        now = sim_time(self.env)
         if job.cancelled:
             self._stop(job, now)
             return
         self.busy -= 1
         job.state = DONE
-        self._forget(job)
+        if self.cancellable:
+            self._forget(job)
         status, code, ctx = job.status, job.error_code, job.context_id
         if status == INPUT_REQUIRED:
             tasks = self.awaiting_input.get(ctx)
@@ -473,15 +475,15 @@ class Reasoner:
     # ------------------------------------------------------------------ cancellation
 
     def _on_cancel(self, ev: Any) -> None:
-        """A ``CancelTask`` for the task of the request ``ev._value`` arrives now.
+        """A ``CancelTask`` for the task of the request ``ev.value`` arrives now.
 
         Queued work of the task is dropped (never executes); running work stops at its next
         step (the end of reasoning) unless its side effect already started — then the task
         rolls forward (errors.md §4, spec §8: nothing is undone).  One ``executions`` row per
         job affected, or one ``cancel-too-late`` row if the task has no live job.
         """
-        req: Request = ev._value
-        now = self.env._now
+        req: Request = ev.value
+        now = sim_time(self.env)
         jobs = self.jobs_by_task.pop(req.task_id, None)
         if not jobs:
             self._log(req, req.server_context_id, False, now, CANCEL_LATE_D)
@@ -512,14 +514,13 @@ class Reasoner:
         self._pump(now)
 
     def _forget(self, job: Job) -> None:
-        """Drop ``job`` from the task's live jobs (cancellable runs)."""
-        if self.cancellable:
-            jobs = self.jobs_by_task.get(job.req.task_id)
-            if jobs is not None:
-                if job in jobs:
-                    jobs.remove(job)
-                if not jobs:
-                    del self.jobs_by_task[job.req.task_id]
+        """Drop ``job`` from the task's live jobs (cancellable runs only)."""
+        jobs = self.jobs_by_task.get(job.req.task_id)
+        if jobs is not None:
+            if job in jobs:
+                jobs.remove(job)
+            if not jobs:
+                del self.jobs_by_task[job.req.task_id]
 
     def _release(self, job: Job, now: float, status: int, code: str,
                  retry_after_ms: float | None) -> None:
@@ -584,7 +585,7 @@ class Reasoner:
     def set_capacity(self, workers: int) -> None:
         """Change the number of workers now; waiting requests start if workers are free."""
         self.capacity = workers
-        self._pump(self.env._now)
+        self._pump(sim_time(self.env))
 
     def end_call(self, call_id: int, context_id: int) -> None:
         """The call ``call_id`` (session ``context_id``, NO_CONTEXT if the Live layer never

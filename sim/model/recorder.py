@@ -103,9 +103,3 @@ def as_column(arr: np.ndarray, kind: str | tuple[str, ...]) -> object:
     if isinstance(kind, tuple):
         return pd.Categorical.from_codes(arr.astype(np.int16), categories=list(kind))
     return arr
-
-
-def empty_frame(spec: Sequence[ColumnSpec]) -> pd.DataFrame:
-    """An empty DataFrame with the right columns and dtypes."""
-    t = Table(spec)
-    return t.frame(0)

@@ -15,8 +15,6 @@ import pandas as pd
 from sim.model.messages import Request
 from sim.model.recorder import Table
 from sim.schema import (
-    CALL_ID,
-    CONTEXT_ID,
     INTERACTION_ID,
     REQUEST_GUID,
     SIDE_EFFECT_EXECUTIONS,
@@ -39,17 +37,7 @@ class Witness:
         self._add((req.call_id, req.interaction_id, req.request_guid, context_id, executed_s))
 
 
-def per_request_guid(ledger: pd.DataFrame) -> pd.Series:
-    """Side-effect executions per requestGuid (index: replication, request_guid)."""
-    return ledger.groupby(["replication", REQUEST_GUID], sort=True).size()
-
-
 def per_turn(ledger: pd.DataFrame) -> pd.DataFrame:
     """Executions and distinct requestGuids per logical turn (index: replication, turn)."""
     g = ledger.groupby(["replication", INTERACTION_ID], sort=True)[REQUEST_GUID]
     return pd.DataFrame({SIDE_EFFECT_EXECUTIONS: g.size(), SIDE_EFFECT_REQUEST_GUIDS: g.nunique()})
-
-
-def per_session(ledger: pd.DataFrame) -> pd.Series:
-    """Side-effect executions per server session (index: replication, call_id, context_id)."""
-    return ledger.groupby(["replication", CALL_ID, CONTEXT_ID], sort=True).size()

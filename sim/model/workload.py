@@ -14,7 +14,7 @@ from typing import Any
 import simpy
 
 from sim.dist import Exp
-from sim.model.clock import call_later
+from sim.model.clock import call_later, sim_time
 from sim.model.rand import Streams
 from sim.scenario import WorkloadConfig
 
@@ -75,4 +75,4 @@ class Arrivals:
         call_id = self.count
         self.count += 1
         self.on_call(call_id)
-        self._schedule(self.env._now)
+        self._schedule(sim_time(self.env))

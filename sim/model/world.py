@@ -17,7 +17,7 @@ from typing import Any
 
 import simpy
 
-from sim.model.clock import call_later
+from sim.model.clock import call_later, sim_time
 from sim.model.live import LiveLayer
 from sim.model.network import Link
 from sim.model.rand import Streams
@@ -89,7 +89,7 @@ class World:
         times = sorted({t for d in drops for t in (d.start_s, d.start_s + d.duration_s)})
 
         def apply(ev: Any) -> None:
-            now = self.env._now
+            now = sim_time(self.env)
             cap = min([workers] + [d.workers for d in drops
                                    if d.start_s <= now < d.start_s + d.duration_s])
             self.reasoner.set_capacity(cap)
@@ -100,7 +100,7 @@ class World:
     def _tick(self, ev: Any) -> None:
         """End of a 1-s bin: sample gauges, compact tables, report progress; schedule the next."""
         env = self.env
-        now = env._now
+        now = sim_time(env)
         self._sample(now)
         k = len(self.gauges)
         for table in (self.live.attempts, self.live.turns, self.reasoner.executions,
@@ -145,7 +145,7 @@ class World:
             call_later(env, 1.0, self._tick)
         env.run(until=self.end_s)
         while len(self.gauges) < self.n_bins:  # the last bin ends at (or after) end_s
-            self._sample(env.now)
+            self._sample(sim_time(env))
         self.live.flush()
         self.reasoner.flush()
         if self.progress is not None:
