@@ -12,7 +12,10 @@ WebSocket all call this handler), in this order:
 4. dedup (see :mod:`loadtests.reasoner.idempotency`): replay or join a known key;
 5. a named task that is not INPUT_REQUIRED is a retry of that turn: a finished
    task answers with its stored snapshot, a running one is joined (no
-   re-execution); an INPUT_REQUIRED task is continued;
+   re-execution); an INPUT_REQUIRED task is continued by the FIRST continuation
+   only, which claims the pause in the shared dedup store (every dedup mode,
+   all workers); any other continuation of it waits for and replays that
+   continuation's outcome (errors.md §4, DECISIONS D2);
 6. the per-context rate limit (``rate-limited`` + ``retryAfterMs``; not charged
    to replays);
 7. execution by :class:`ReasonerExecutor` through the SDK.  A background pump
@@ -52,7 +55,7 @@ from a2a.utils.proto_utils import validate_proto_required_fields
 from google.protobuf.message import DecodeError
 
 from loadtests.reasoner import metrics
-from loadtests.reasoner.executor import PLAN_KEY, TurnPlan
+from loadtests.reasoner.executor import PLAN_KEY, TurnPlan, next_seq
 from loadtests.reasoner.idempotency import OUTCOME_VERSION, Replay, Ticket, scope_of
 from loadtests.reasoner.intake import Rejection, TurnRequest, parse_turn
 from loadtests.reasoner.runtime import Runtime
@@ -191,28 +194,54 @@ class ProfileRequestHandler(DefaultRequestHandler):
                              ) -> AsyncIterator[Event]:
         """Steps 5-7, holding the dedup claim (if any) until the pump takes it over."""
         rt, msg = self.rt, params.message
-        continuation = False
+        tickets = [ticket] if ticket is not None else []
         if msg.task_id:  # re-read after the claim: a duplicate may have just finished it
             stored = await self.task_store.get(msg.task_id, context)
-            if stored is None or stored.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+            claim: Ticket | Replay | None = None
+            if stored is not None and stored.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+                claim = await rt.idem.claim_continuation(scope, msg.task_id,
+                                                         next_seq(stored, rt.keys))
+            if not isinstance(claim, Ticket):  # a retry of the turn or of its continuation
                 if ticket is not None:
                     ticket.handed_over = True
                     await ticket.release()
-                async for ev in self._known_task(stored, msg, context, active):
-                    yield ev
+                if claim is None:
+                    async for ev in self._known_task(stored, msg, context, active):
+                        yield ev
+                else:
+                    metrics.DEDUP.labels("task").inc()
+                    async for ev in self._replay(claim, context, msg, parsed):
+                        yield ev
                 return
-            continuation = True
+            tickets.append(claim)
         if ticket is not None:
             metrics.DEDUP.labels("new").inc()
+        try:
+            async for ev in self._execute(params, context, parsed, principal, active, scope,
+                                          client_context, tickets, received_s):
+                yield ev
+        except BaseException:
+            for t in tickets:  # (the request's own ticket is also _gate's: release is idempotent)
+                if t is not ticket and not t.handed_over:
+                    self._background(t.release())
+            raise
+
+    async def _execute(self, params: SendMessageRequest, context: ServerCallContext,
+                       parsed: TurnRequest, principal: str, active: bool, scope: str,
+                       client_context: str, tickets: list[Ticket], received_s: float
+                       ) -> AsyncIterator[Event]:
+        """Steps 6-7 holding ``tickets`` (the request's dedup claim, the continuation claim)."""
+        rt, msg = self.rt, params.message
+        continuation = bool(msg.task_id)
         if not client_context:  # a new session: bind the context we open
             msg.context_id = uuid.uuid4().hex
             await rt.sessions.admit(principal, msg.context_id)
         if rt.rate is not None:
             wait_ms = rt.rate.take(scope_of(principal, msg.context_id), time.monotonic())
             if wait_ms:
-                if ticket is not None:
-                    ticket.handed_over = True
-                    await ticket.release()
+                for t in tickets:
+                    t.handed_over = True
+                    await t.release()
                 async for ev in self._reject(Rejection(ErrorCode.RATE_LIMITED.value,
                                                        retry_after_ms=wait_ms),
                                              context, msg, active):
@@ -224,7 +253,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
         plan = TurnPlan(principal=principal, request=parsed, scope=scope, side_effect=side_effect,
                         received_s=received_s)
         context.state[PLAN_KEY] = plan
-        async for ev in self._run(params, context, plan, ticket):
+        async for ev in self._run(params, context, plan, tickets):
             yield ev
 
     def _background(self, coro: Any) -> None:
@@ -293,12 +322,12 @@ class ProfileRequestHandler(DefaultRequestHandler):
     # ------------------------------------------------------------------ execution
 
     async def _run(self, params: SendMessageRequest, context: ServerCallContext, plan: TurnPlan,
-                   ticket: Ticket | None) -> AsyncIterator[Event]:
+                   tickets: list[Ticket]) -> AsyncIterator[Event]:
         """Execute through the SDK in a background pump; relay its events to this client."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        if ticket is not None:
-            ticket.handed_over = True
-        self._background(self._pump(params, context, plan, ticket, queue))
+        for t in tickets:
+            t.handed_over = True
+        self._background(self._pump(params, context, plan, tickets, queue))
         while True:
             item = await queue.get()
             if item is _DONE:
@@ -308,8 +337,8 @@ class ProfileRequestHandler(DefaultRequestHandler):
             yield item
 
     async def _pump(self, params: SendMessageRequest, context: ServerCallContext, plan: TurnPlan,
-                    ticket: Ticket | None, queue: asyncio.Queue[Any]) -> None:
-        """Drive the SDK stream to its end, settle the dedup ticket, feed the client queue."""
+                    tickets: list[Ticket], queue: asyncio.Queue[Any]) -> None:
+        """Drive the SDK stream to its end, settle the claims, feed the client queue."""
         events: list[Event] = []
         ended = False
         try:
@@ -320,7 +349,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
                 events.append(ev)
                 if is_stream_end(ev):
                     ended = True
-                    await self._settle(plan, ticket, events)
+                    await self._settle(plan, tickets, events)
                 queue.put_nowait(ev)
             if not ended:
                 raise RuntimeError("the turn's stream closed without a final state")
@@ -329,12 +358,11 @@ class ProfileRequestHandler(DefaultRequestHandler):
                 log.warning("error after the end of a turn: %r", e)
             elif not events:
                 queue.put_nowait(e)
-                if ticket is not None:
+                for t in tickets:
                     try:
-                        await ticket.release()
+                        await t.release()
                     except Exception:
-                        log.exception("could not release a claim guid=%s",
-                                      plan.request.request_guid)
+                        log.exception("could not release a claim key=%s", t.key)
             else:
                 first = events[0]
                 factory = plan.factory or EventFactory(
@@ -344,13 +372,14 @@ class ProfileRequestHandler(DefaultRequestHandler):
                           factory.task_id, factory.context_id)
                 ev = factory.failed(ErrorCode.INTERNAL.value)
                 events.append(ev)
-                await self._settle(plan, ticket, events)
+                await self._settle(plan, tickets, events)
                 queue.put_nowait(ev)
         finally:
             queue.put_nowait(_DONE)
 
-    async def _settle(self, plan: TurnPlan, ticket: Ticket | None, events: list[Event]) -> None:
-        """Count the turn and store its outcome (or release the claim if it was refused)."""
+    async def _settle(self, plan: TurnPlan, tickets: list[Ticket], events: list[Event]) -> None:
+        """Count the turn and store its outcome under every claim (or release them if it was
+        refused)."""
         end = events[-1]
         state = end.status.state  # type: ignore[union-attr]
         code = error_code_of(end, self.rt.keys)
@@ -362,19 +391,20 @@ class ProfileRequestHandler(DefaultRequestHandler):
         log.log(level, "turn outcome=%s code=%s task=%s turn=%s guid=%s interaction=%s "
                 "principal=%s", outcome, code or "-", plan.factory.task_id if plan.factory else "-",
                 req.turn_id, req.request_guid, req.interaction_id, plan.principal)
-        if ticket is None:
+        if not tickets:
             return
-        try:
-            if plan.refused:
-                await ticket.release()
-                return
-            record = {"v": OUTCOME_VERSION, "state": TaskState.Name(state), "errorCode": code,
-                      "events": [pack_event(e) for e in events]}
-            await ticket.complete(record, retryable_failure=code is not None
-                                  and is_retryable(code))
-        except Exception:
-            log.exception("could not record the outcome guid=%s turn=%s", req.request_guid,
-                          req.turn_id)
+        record = {"v": OUTCOME_VERSION, "state": TaskState.Name(state), "errorCode": code,
+                  "events": [pack_event(e) for e in events]}
+        for ticket in tickets:
+            try:
+                if plan.refused:
+                    await ticket.release()
+                else:
+                    await ticket.complete(record, retryable_failure=code is not None
+                                          and is_retryable(code))
+            except Exception:
+                log.exception("could not record the outcome key=%s guid=%s turn=%s", ticket.key,
+                              req.request_guid, req.turn_id)
 
     async def aclose(self) -> None:
         """Drain the SDK's tasks, give the pumps a moment to settle their claims, stop them."""

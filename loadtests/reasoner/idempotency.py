@@ -11,6 +11,14 @@ Modes (``[reasoner].dedup``, overridable with ``--dedup-mode``):
   twice for one logical turn.
 - ``none``: no dedup at all (negative control).
 
+Continuations (every mode, ``none`` included: this is not a dedup key but the
+task's claim; errors.md §4 and DECISIONS D2).  The first message continuing an
+INPUT_REQUIRED task claims ``k:<taskId>:<pause>`` (``<pause>`` = the task's next
+sequenceId, so each pause of one task is claimed once) in the shared store,
+atomically for all workers; any other continuation of that pause, while the
+claim is in flight or after it finished, is a retry of the continuation: it
+waits for and gets the claimed continuation's outcome, never a second execution.
+
 Scopes are ``<principal>\\x1f<contextId>``: replay detection never crosses a
 context, nor a tenant.  A first message without contextId is scoped to the
 principal's empty context, so a duplicated first message replays rather than
@@ -35,6 +43,11 @@ OUTCOME_VERSION = 2  # {"v", "state", "errorCode", "events": [base64 StreamRespo
 def scope_of(principal: str, context_id: str) -> str:
     """The dedup scope of one principal's context."""
     return f"{principal}\x1f{context_id}"
+
+
+def continuation_key(task_id: str, pause: int) -> str:
+    """The store key claimed by the first continuation of pause ``pause`` of a task."""
+    return f"k:{task_id}:{pause}"
 
 
 def new_owner() -> str:
@@ -94,9 +107,15 @@ class Idempotency:
             return f"g:{request_guid}", False
         return None
 
+    async def claim_continuation(self, scope: str, task_id: str, pause: int) -> Ticket | Replay:
+        """The continuation claim of one pause of a task (every dedup mode; see the module
+        docstring): a Ticket for the first continuation, a Replay for any other."""
+        return await self.enter(scope, continuation_key(task_id, pause), False)
+
     async def enter(self, scope: str, key: str, turn_key: bool) -> Ticket | Replay:
         """Claim ``key``: a Ticket to execute, or a Replay of the stored / joined outcome."""
-        assert self.store is not None
+        if self.store is None:
+            raise RuntimeError("no dedup store to claim in")
         owner = new_owner()
         deadline = time.monotonic() + self.wait_s
         while True:
