@@ -369,7 +369,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
                     self.rt.keys, first.id if isinstance(first, Task) else first.task_id,
                     first.context_id, plan.request.active)
                 log.error("turn stream broke (%s) task=%s ctx=%s", type(e).__name__,
-                          factory.task_id, factory.context_id)
+                          factory.task_id, factory.context_id, exc_info=e)
                 ev = factory.failed(ErrorCode.INTERNAL.value)
                 events.append(ev)
                 await self._settle(plan, tickets, events)
