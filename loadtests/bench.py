@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.procs import LOCALHOST, ManagedProcess, ProcessError, start_reasoner, start_redis
-from loadtests.reasoner.wire import DEFAULT_EXT_URI
+from loadtests.wireclient import END_STATES, EVENT_KINDS, EXT
 from sim.benchutil import Measurement, host_line, warn_if_busy, warn_unstable_all
 
 STORES: tuple[str, ...] = ("none", "sqlite", "redis")
@@ -97,9 +97,6 @@ SLOW_REMEDY = ("remedy: time the store's calls inside the server with time.threa
                "(SqliteStore.claim/complete/bind, SessionRegistry.admit, "
                "ProfileRequestHandler._settle; cProfile cannot dump: uvicorn re-raises SIGTERM), "
                "check that the -wal file stays small, and count store transactions per turn.")
-_EVENT_KINDS = ("task", "statusUpdate", "artifactUpdate", "message")
-_END_STATES = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED",
-               "TASK_STATE_REJECTED", "TASK_STATE_INPUT_REQUIRED"}
 
 
 # --------------------------------------------------------------------------- records
@@ -254,7 +251,7 @@ class TurnError(Exception):
 def request_bytes(host: str, port: int, body: bytes) -> bytes:
     """One HTTP/1.1 keep-alive POST / with the profile's headers."""
     head = (f"POST / HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"Accept: text/event-stream\r\nA2A-Version: 1.0\r\nA2A-Extensions: {DEFAULT_EXT_URI}"
+            f"Accept: text/event-stream\r\nA2A-Version: 1.0\r\nA2A-Extensions: {EXT}"
             f"\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {len(body)}\r\n\r\n")
     return head.encode("ascii") + body
 
@@ -262,7 +259,7 @@ def request_bytes(host: str, port: int, body: bytes) -> bytes:
 def turn_body(run_id: str, i: int, context: int | None = None) -> bytes:
     """A SendStreamingMessage of turn ``i`` (unique ids, no side effect) on context number
     ``context`` (default ``i``: a new context)."""
-    ext = DEFAULT_EXT_URI
+    ext = EXT
     ids = f"{run_id}-{i}"
     ctx = f"{run_id}-{i if context is None else context}"
     return json.dumps({
@@ -302,11 +299,11 @@ class TurnChecker:
             raise TurnError(f"jsonrpc {frame['error'].get('code')}")
         result = frame.get("result") or {}
         kind = next(iter(result), "") if isinstance(result, dict) and len(result) == 1 else ""
-        if kind not in _EVENT_KINDS:
+        if kind not in EVENT_KINDS:
             raise TurnError("unexpected result")
         self.kinds[kind] += 1
         state = result[kind].get("status", {}).get("state") if kind != "artifactUpdate" else None
-        if state in _END_STATES:
+        if state in END_STATES:
             self.final = state
             self.ended_at = time.perf_counter()
 
