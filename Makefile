@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint bench bench-sim bench-server clean system-deps
+.PHONY: venv demo test lint bench bench-sim bench-server fuzz-long clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -40,6 +40,10 @@ bench-sim: $(STAMP)
 
 bench-server: $(STAMP) system-deps
 	$(BIN)/rtalab serve bench
+
+# Not in CI: >= 10,000 fuzzed requests per binding (a few minutes), figures in README.
+fuzz-long: $(STAMP)
+	nice -n 10 $(BIN)/rtalab serve fuzz --requests 10000
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,4 +1,4 @@
-"""``rtalab serve reasoner|witness|bench``, registered through the ``rtalab.commands`` entry point.
+"""``rtalab serve reasoner|witness|bench|fuzz``, registered via the ``rtalab.commands`` entry point.
 
 ``register(subparsers)`` adds the ``serve`` command to the root parser of
 ``sim.cli``.  The reasoner's options are also used by ``python -m
@@ -135,6 +135,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_bench(args)
 
 
+def add_fuzz_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``rtalab serve fuzz``."""
+    from loadtests.fuzz_cli import add_arguments
+
+    add_arguments(p)
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    """``rtalab serve fuzz``."""
+    from loadtests.fuzz_cli import run_fuzz
+
+    return run_fuzz(args)
+
+
 def _unavailable(name: str, reason: str) -> Any:
     """A command function that explains why ``name`` cannot run."""
 
@@ -182,3 +196,9 @@ def register(subparsers: Any) -> None:
                                        "each, interleaved rounds, load generator in process).")
     add_bench_arguments(bench)
     bench.set_defaults(func=cmd_bench)
+    fuzz = sub.add_parser("fuzz", help="long fuzz run of the Reasoner on every binding",
+                          description="Fuzz the Reasoner over JSON-RPC/SSE, REST and WebSocket "
+                                      "with mostly valid, mutated requests; report 5xx, "
+                                      "unanswered, crashes and RSS.")
+    add_fuzz_arguments(fuzz)
+    fuzz.set_defaults(func=cmd_fuzz)

@@ -147,6 +147,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
         principal = principal_of(context)
         active = rt.keys.uri in context.requested_extensions
         msg = params.message
+        metrics.TURN_REQUESTS.inc()
         parsed = parse_turn(msg, keys=rt.keys, active=active, bounds=rt.bounds,
                             test_hooks=rt.settings.test_hooks)
         if isinstance(parsed, Rejection):

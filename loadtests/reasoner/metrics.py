@@ -51,6 +51,9 @@ WS_CONNECTIONS = Gauge("rta_reasoner_ws_connections", "Open WebSocket connection
                        multiprocess_mode="livesum")
 BAD_REQUESTS = Counter("rta_reasoner_jsonrpc_errors_total",
                        "Malformed requests answered with a JSON-RPC error", ["binding", "code"])
+TURN_REQUESTS = Counter("rta_reasoner_turn_requests_total",
+                        "Send requests that reached turn parsing (past JSON-RPC/REST decoding, "
+                        "auth and the body bounds)")
 UNHANDLED = Counter("rta_reasoner_unhandled_exceptions_total",
                     "Tracebacks logged by the server: exceptions that reached a last-resort "
                     "handler (ours, the SDK's or uvicorn's); must stay 0", ["logger"])
