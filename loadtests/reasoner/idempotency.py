@@ -27,17 +27,17 @@ opening a second session.
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from loadtests.dedup.base import DedupStore, is_lost_outcome
+from loadtests.reasoner.owners import new_owner, owner_gone
 
 Mode = Literal["request-guid", "turn", "none"]
 MODES: tuple[str, ...] = ("request-guid", "turn", "none")
 OUTCOME_VERSION = 2  # {"v", "state", "errorCode", "events": [base64 StreamResponse, ...]}
+LIVENESS_CHECK_S = 1.0  # a waiting duplicate re-checks the in-flight owner this often
 
 
 def scope_of(principal: str, context_id: str) -> str:
@@ -48,11 +48,6 @@ def scope_of(principal: str, context_id: str) -> str:
 def continuation_key(task_id: str, pause: int) -> str:
     """The store key claimed by the first continuation of pause ``pause`` of a task."""
     return f"k:{task_id}:{pause}"
-
-
-def new_owner() -> str:
-    """A unique owner id for one execution."""
-    return f"{os.getpid()}:{uuid.uuid4().hex[:16]}"
 
 
 @dataclass
@@ -118,19 +113,24 @@ class Idempotency:
             raise RuntimeError("no dedup store to claim in")
         owner = new_owner()
         deadline = time.monotonic() + self.wait_s
+        dead: str | None = None
         while True:
-            claim = await self.store.claim(scope, key, owner, time.time())
+            claim = await self.store.claim(scope, key, owner, time.time(), dead_owner=dead)
             if claim.state == "new":
                 return Ticket(self.store, scope, key, owner, turn_key)
             if claim.state == "done":
                 return Replay("lost" if claim.lost else "replay", claim.outcome)
+            if claim.owner and claim.owner != dead and owner_gone(claim.owner):
+                dead = claim.owner  # its process is gone: resolve the claim now, not at lease end
+                continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return Replay("timeout")
-            outcome = await self.store.wait(scope, key, remaining)
+            # Wake at least every LIVENESS_CHECK_S to notice an owner that died meanwhile.
+            outcome = await self.store.wait(scope, key, min(remaining, LIVENESS_CHECK_S))
             if outcome is not None:
                 return Replay("lost" if is_lost_outcome(outcome) else "join", outcome)
-            # abandoned by its owner, or timed out: claim again (the loop ends at the deadline)
+            # abandoned, or a liveness check is due: claim again (the loop ends at the deadline)
 
     async def guard_side_effect(self, scope: str, turn_id: str | None) -> SideEffectGuard:
         """Mode ``turn``: run the side effect only if this logical turn has not run it yet."""

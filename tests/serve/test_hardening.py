@@ -6,6 +6,8 @@ client; each failed on the code before its fix.
 
 from __future__ import annotations
 
+import signal
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -97,3 +99,41 @@ def test_none_mode_known_task_is_still_a_retry(tmp_path: Path, witness_server: M
         answers = _answers(r, "sse", ctx, task, 3)
         assert [a.final_state for a in answers] == ["TASK_STATE_COMPLETED"] * 3
         assert ledger_summary(witness, ctx)["executions"] == 1
+
+
+def test_crashed_owner_claim_resolves_at_once_after_restart(tmp_path: Path,
+                                                            witness_server: ManagedProcess,
+                                                            witness: str) -> None:
+    """Defect 4: after SIGKILL + restart, a duplicate of the claim that was in flight gets its
+    answer (lost: ``internal``, never re-executed) at once, not after --dedup-wait-s, although
+    the dead owner's lease (default 120 s) has not run out."""
+    store = f"sqlite:///{tmp_path / 'dedup.sqlite'}"  # default lease: 120 s
+    ctx = uid("c")
+    slow = message(ctx=ctx, meta={k("sideEffect"): True, k("test.delayS"): 30})
+    wait = ["--dedup-wait-s", "10"]
+    with start_test_reasoner(tmp_path / "a", witness=witness_server.url, dedup=store,
+                             extra=wait) as proc, Reasoner(proc).ws() as s:
+        s.send(stream(slow, rid="slow"))  # a turn in flight when the process dies
+        assert s.recv()["result"]["task"]
+        proc.kill(signal.SIGKILL)
+    with start_test_reasoner(tmp_path / "b", witness=witness_server.url, dedup=store,
+                             extra=wait) as proc:
+        started = time.monotonic()
+        lost = Reasoner(proc).send("sse", stream(slow))
+        elapsed = time.monotonic() - started
+    print(f"time to answer a duplicate of a crashed owner's claim: {elapsed:.3f} s")
+    assert lost.error_code == "internal"  # outcome unknown: never re-executed
+    assert elapsed < 2.0, f"the duplicate waited {elapsed:.1f} s"
+    assert ledger_summary(witness, ctx)["executions"] == 0
+
+
+def test_live_owner_claim_is_joined_not_resolved(hardened: Reasoner, witness: str) -> None:
+    """Negative control of defect 4: an owner that is alive is waited for (joined), never
+    declared gone: the duplicate gets the real outcome, one execution."""
+    ctx = uid("c")
+    msg = message(ctx=ctx, meta={k("sideEffect"): True, k("test.delayS"): 1.5})
+    with ThreadPoolExecutor(2) as pool:
+        first, dup = pool.map(lambda b: hardened.send(b, stream(msg)), ["sse", "ws"])
+    assert first.final_state == dup.final_state == "TASK_STATE_COMPLETED"
+    assert first.without_ids() == dup.without_ids()
+    assert ledger_summary(witness, ctx)["executions"] == 1
