@@ -60,9 +60,11 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
                    help="one bearer token (repeatable); env RTALAB_REASONER_TOKENS also read")
     p.add_argument("--ext-uri", default=DEFAULT_EXT_URI, help="the profile's extension URI")
     p.add_argument("--test-hooks", action="store_true",
-                   help="honour rta/test.forceError and rta/test.delayS (tests only)")
-    p.add_argument("--max-tasks", type=positive_int, default=50_000,
-                   help="tasks kept in memory per worker (LRU, default 50000)")
+                   help="honour rta/test.forceError, rta/test.delayS and rta/test.raise "
+                        "(tests only)")
+    p.add_argument("--max-tasks", type=positive_int, default=10_000,
+                   help="executed tasks kept in memory per worker (fair per-principal LRU; "
+                        "default 10000, ~60 MiB); rejections: 1000 per principal apart")
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.add_argument("--access-log", action="store_true", help="uvicorn access log")

@@ -275,12 +275,17 @@ class ProfileRequestHandler(DefaultRequestHandler):
             final = Task()
             final.CopyFrom(task)
             final.status.CopyFrom(failed.status)
-            await self.task_store.save(final, context)
+            await self._save_rejection(final, context)
         metrics.TURNS.labels("failed", rejection.code).inc()
         log.info("rejected code=%s ctx=%s task=%s principal=%s", rejection.code, f.context_id,
                  f.task_id, principal_of(context))
         yield task
         yield failed
+
+    async def _save_rejection(self, task: Task, context: ServerCallContext) -> None:
+        """Keep a rejection for GetTask, apart from executed tasks when the store can."""
+        save = getattr(self.task_store, "save_rejection", None)
+        await (save(task, context) if save is not None else self.task_store.save(task, context))
 
     async def _known_task(self, stored: Task | None, msg: Message, context: ServerCallContext,
                           active: bool) -> AsyncIterator[Event]:

@@ -16,8 +16,11 @@ import pytest
 
 from loadtests.procs import ManagedProcess
 from tests.serve.conftest import (
+    ALICE,
+    BOB,
     Reasoner,
     Turn,
+    headers,
     k,
     kind,
     ledger_summary,
@@ -72,9 +75,12 @@ def test_concurrent_continuations_execute_once(hardened: Reasoner, binding: str,
                     == "TASK_STATE_COMPLETED"] == [a.final]  # one COMPLETED per stream
             assert all(e[next(iter(e))].get("taskId", e.get("task", {}).get("id")) == task
                        for e in a.events)
-        for a in answers:  # the continuation's events, or (it had finished) the task's snapshot
+        for a in answers:
             seqs = [meta(e)[k("sequenceId")] for e in a.events]
-            assert seqs == [2, 3, 4, 5, 6] or (seqs == [6] and kind(a.final) == "task"), seqs
+            if kind(a.events[0]) == "task":  # joined the running task, or its final snapshot
+                assert seqs == sorted(set(seqs)) and seqs[-1] == 6, seqs
+            else:  # the continuation's own events (run or replayed)
+                assert seqs == [2, 3, 4, 5, 6], seqs
 
 
 def test_retry_of_a_finished_continuation_gets_its_outcome(hardened: Reasoner,
@@ -137,3 +143,123 @@ def test_live_owner_claim_is_joined_not_resolved(hardened: Reasoner, witness: st
     assert first.final_state == dup.final_state == "TASK_STATE_COMPLETED"
     assert first.without_ids() == dup.without_ids()
     assert ledger_summary(witness, ctx)["executions"] == 1
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reasoner]:
+    """A Reasoner keeping at most 5 executed tasks per worker."""
+    base = tmp_path_factory.mktemp("small-store")
+    with start_test_reasoner(base, extra=["--max-tasks", "5", "--set",
+                                          "reasoner.handoff_timeout_s=60"]) as proc:
+        yield Reasoner(proc)
+
+
+def _rejected(r: Reasoner, token: str) -> Turn:
+    """A request refused before execution (schema-validation)."""
+    t = r.send("sse", stream(message(ctx=uid("c"), meta={k("turnId"): 5})), headers(token))
+    assert t.error_code == "schema-validation"
+    return t
+
+
+def test_a_tenant_cannot_evict_another_tenants_paused_task(small_store: Reasoner) -> None:
+    """Defect 3: Bob's flood of rejections and turns, and Alice's own rejections, never push
+    Alice's INPUT_REQUIRED task out; Bob's executed tasks evict only Bob's."""
+    ctx = uid("c")
+    paused = _paused(small_store, ctx)
+    for _ in range(20):
+        _rejected(small_store, BOB)
+    bob_turns = [small_store.send("sse", stream(message(ctx=uid("c"))), headers(BOB))
+                 for _ in range(8)]
+    for _ in range(20):
+        _rejected(small_store, ALICE)
+    got = small_store.call("GetTask", {"id": paused.task_id})
+    assert got["result"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", got
+    answer = small_store.send("sse", stream(message(ctx=ctx, task=paused.task_id)))
+    assert answer.final_state == "TASK_STATE_COMPLETED", answer.frames
+    oldest = small_store.call("GetTask", {"id": bob_turns[0].task_id}, token=BOB)
+    assert oldest["error"]["code"] == -32001  # Bob's own oldest task went instead
+    newest = small_store.call("GetTask", {"id": bob_turns[-1].task_id}, token=BOB)
+    assert newest["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def test_rejections_are_bounded_apart_per_principal() -> None:
+    """The rejection LRU holds max_rejections per principal and never evicts executed tasks."""
+    import asyncio
+
+    from a2a.server.context import ServerCallContext
+    from a2a.server.routes.common import StarletteUser
+    from a2a.types import Task
+    from starlette.authentication import SimpleUser
+
+    from loadtests.reasoner.taskstore import BoundedTaskStore
+
+    store = BoundedTaskStore(max_tasks=2, max_rejections=3)
+
+    def ctx(name: str) -> ServerCallContext:
+        return ServerCallContext(user=StarletteUser(SimpleUser(name)))
+
+    async def run() -> None:
+        await store.save(Task(id="alice-1", context_id="c"), ctx("alice"))
+        for i in range(10):
+            await store.save_rejection(Task(id=f"r-{i}", context_id="c"), ctx("alice"))
+        assert store.held("alice") == (1, 3)
+        assert await store.get("alice-1", ctx("alice")) is not None
+        assert await store.get("r-6", ctx("alice")) is None
+        assert await store.get("r-9", ctx("alice")) is not None
+        for i in range(5):
+            await store.save(Task(id=f"bob-{i}", context_id="c"), ctx("bob"))
+        assert store.held("bob") == (1, 0) and store.held("alice") == (1, 3)
+
+    asyncio.run(run())
+
+
+def test_task_memory_per_task() -> None:
+    """Defect 5: a retained turn task costs about TASK_BYTES of heap, so the default bound
+    keeps the task store near DEFAULT_MAX_TASKS x TASK_BYTES (~60 MiB) per worker."""
+    import asyncio
+    import gc
+
+    import psutil
+    from a2a.server.context import ServerCallContext
+    from a2a.server.routes.common import StarletteUser
+    from a2a.types import Message, Part, Role, TaskState
+    from starlette.authentication import SimpleUser
+
+    from loadtests.reasoner.handler import fold_event
+    from loadtests.reasoner.taskstore import DEFAULT_MAX_TASKS, TASK_BYTES, BoundedTaskStore
+    from loadtests.reasoner.wire import EventFactory, Keys
+
+    n = 10_000  # RSS, not tracemalloc: protobuf (upb) allocates outside Python's allocator
+    context = ServerCallContext(user=StarletteUser(SimpleUser("alice")))
+    keys = Keys()
+
+    def turn_task(i: int) -> object:
+        """The Task a normal turn leaves in the store (user message, directive, 3 chunks)."""
+        f = EventFactory(keys, f"task-{i:08d}-{'x' * 24}", f"ctx-{i:08d}-{'y' * 24}", True)
+        task = fold_event(None, f.submitted())
+        assert task is not None
+        task.history.append(Message(message_id=f"m-{i}", role=Role.ROLE_USER,
+                                    parts=[Part(text="what is my balance")]))
+        for ev in (f.directive("progress", TaskState.TASK_STATE_WORKING, {"phase": "r"}),
+                   *[f.chunk(c, 3, f"Spoken chunk {c + 1} of 3.") for c in range(3)],
+                   f.completed()):
+            task = fold_event(task, ev)
+        return task
+
+    async def fill() -> int:
+        store = BoundedTaskStore(max_tasks=n)
+        proc = psutil.Process()
+        gc.collect()
+        base = proc.memory_info().rss
+        for i in range(n):
+            await store.save(turn_task(i), context)  # type: ignore[arg-type]
+        gc.collect()
+        used = proc.memory_info().rss - base
+        assert store.held("alice") == (n, 0)
+        return used // n
+
+    per_task = asyncio.run(fill())
+    print(f"memory per retained turn task: {per_task} bytes; default bound {DEFAULT_MAX_TASKS:,} "
+          f"tasks = {per_task * DEFAULT_MAX_TASKS / 2**20:.0f} MiB")
+    assert TASK_BYTES / 2 <= per_task <= TASK_BYTES * 1.5  # the documented figure holds
+    assert per_task * DEFAULT_MAX_TASKS <= 96 * 2**20
