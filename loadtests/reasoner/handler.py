@@ -8,7 +8,9 @@ WebSocket all call this handler), in this order:
 2. a message naming a ``taskId`` must name one of the principal's tasks, in the
    same context (else ``session-not-found``);
 3. the contextId must belong to the principal (``session-not-found``); a first
-   message without one gets a fresh contextId;
+   message without one gets a fresh contextId, and its dedup key is claimed in
+   that minted context as well (DECISIONS D1: a resend that now carries the
+   learned contextId joins or replays the original, never a second execution);
 4. dedup (see :mod:`loadtests.reasoner.idempotency`): replay or join a known key;
 5. a named task that is not INPUT_REQUIRED is a retry of that turn: a finished
    task answers with its stored snapshot, a running one is joined (no
@@ -237,6 +239,12 @@ class ProfileRequestHandler(DefaultRequestHandler):
         if not client_context:  # a new session: bind the context we open
             msg.context_id = uuid.uuid4().hex
             await rt.sessions.admit(principal, msg.context_id)
+            own = tickets[0] if tickets and tickets[0].scope == scope else None
+            if own is not None:  # D1: its key in the minted context too (a fresh scope: new)
+                minted = await rt.idem.enter(scope_of(principal, msg.context_id), own.key,
+                                             own.turn_key)
+                if isinstance(minted, Ticket):
+                    tickets.append(minted)
         if rt.rate is not None:
             wait_ms = rt.rate.take(scope_of(principal, msg.context_id), time.monotonic())
             if wait_ms:

@@ -263,3 +263,27 @@ def test_task_memory_per_task() -> None:
           f"tasks = {per_task * DEFAULT_MAX_TASKS / 2**20:.0f} MiB")
     assert TASK_BYTES / 2 <= per_task <= TASK_BYTES * 1.5  # the documented figure holds
     assert per_task * DEFAULT_MAX_TASKS <= 96 * 2**20
+
+
+@pytest.mark.parametrize("binding", ["sse", "ws"])
+def test_first_message_resent_with_the_learned_context_joins_the_original(
+        hardened: Reasoner, binding: str, witness: str) -> None:
+    """D1: a first message without contextId, re-sent with the same requestGuid once the Live
+    layer learned the minted contextId, joins (in flight) or replays (done) the original: one
+    execution, one session."""
+    guid = uid("g")
+    first = message(guid=guid, meta={k("sideEffect"): True, k("test.delayS"): 0.6})
+    with hardened.ws() as s:
+        s.send(stream(first, rid="first"))
+        task = s.recv()["result"]["task"]  # the Live layer learns the contextId here
+        resent = dict(first, contextId=task["contextId"])
+        joined = hardened.send(binding, stream(resent))  # while the original is in flight
+        original = s.until_end("first")
+    replayed = hardened.send(binding, stream(resent))  # after it finished
+    assert original.final_state == "TASK_STATE_COMPLETED"
+    assert joined.without_ids() == replayed.without_ids()
+    assert joined.without_ids()[1:] == original.without_ids()  # (its Task frame read above)
+    assert joined.task_id == task["id"]
+    assert ledger_summary(witness, task["contextId"])["executions"] == 1
+    again = hardened.send(binding, stream(first))  # the byte-identical resend, no contextId
+    assert again.without_ids() == joined.without_ids()
