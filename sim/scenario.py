@@ -132,6 +132,9 @@ class ReasonerConfig:
     workers: int = num(8, ge=1, doc="turns reasoned concurrently")
     queue_limit: int = num(200, ge=0, doc="waiting turns beyond which a turn is refused")
     queue_full_code: Literal["rate-limited", "internal"] = "rate-limited"
+    queue_timeout_s: float = num(0.0, ge=0.0,
+                                 doc="refuse work that waited longer (queue_full_code); 0 = off")
+    queue_discipline: Literal["fifo", "lifo"] = "fifo"  # which waiting request a free worker takes
     retry_after_ms: int = num(500, ge=0, doc="hint sent with rate-limited")
     context_rate_per_s: float = num(0.0, ge=0.0, doc="per-contextId turn rate limit; 0 = off")
     context_burst: int = num(5, ge=1)
@@ -149,6 +152,10 @@ class ReasonerConfig:
         metadata={"keys": ALL_CODES, "ge": 0.0, "le": 1.0},
     )  # injected failure probability per code, per execution
     dedup: DedupMode = "request-guid"
+    # errors.md §4: a message naming a taskId known on its context (not the INPUT_REQUIRED
+    # continuation) is a retry of that turn: "retry" joins / replays it (the MUST), "execute"
+    # runs it beside the first (the pre-issue-6 behaviour, a control)
+    known_task: Literal["retry", "execute"] = "retry"
     dedup_window_s: float = num(300.0, ge=0.0, doc="how long a finished entry is kept")
     dedup_entry_bytes: int = num(512, ge=0, doc="memory charged per dedup entry")
     handoff_timeout_s: float = num(60.0, ge=0.0, doc="server bound on INPUT_REQUIRED; 0 = none")
