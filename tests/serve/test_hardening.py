@@ -213,9 +213,9 @@ def test_rejections_are_bounded_apart_per_principal() -> None:
     asyncio.run(run())
 
 
-def test_task_memory_per_task() -> None:
-    """Defect 5: a retained turn task costs about TASK_BYTES of heap, so the default bound
-    keeps the task store near DEFAULT_MAX_TASKS x TASK_BYTES (~60 MiB) per worker."""
+def measure_task_bytes(n: int) -> int:
+    """RSS growth per retained turn task over ``n`` saves (run in a fresh process: a process
+    that freed memory before would reuse it and hide the growth)."""
     import asyncio
     import gc
 
@@ -226,10 +226,9 @@ def test_task_memory_per_task() -> None:
     from starlette.authentication import SimpleUser
 
     from loadtests.reasoner.handler import fold_event
-    from loadtests.reasoner.taskstore import DEFAULT_MAX_TASKS, TASK_BYTES, BoundedTaskStore
+    from loadtests.reasoner.taskstore import BoundedTaskStore
     from loadtests.reasoner.wire import EventFactory, Keys
 
-    n = 10_000  # RSS, not tracemalloc: protobuf (upb) allocates outside Python's allocator
     context = ServerCallContext(user=StarletteUser(SimpleUser("alice")))
     keys = Keys()
 
@@ -254,15 +253,28 @@ def test_task_memory_per_task() -> None:
         for i in range(n):
             await store.save(turn_task(i), context)  # type: ignore[arg-type]
         gc.collect()
-        used = proc.memory_info().rss - base
         assert store.held("alice") == (n, 0)
-        return used // n
+        return (proc.memory_info().rss - base) // n
 
-    per_task = asyncio.run(fill())
-    print(f"memory per retained turn task: {per_task} bytes; default bound {DEFAULT_MAX_TASKS:,} "
-          f"tasks = {per_task * DEFAULT_MAX_TASKS / 2**20:.0f} MiB")
+    return asyncio.run(fill())
+
+
+def test_task_memory_per_task(repo_root: Path) -> None:
+    """Defect 5: a retained turn task costs about TASK_BYTES, so the default bound keeps the
+    task store near DEFAULT_MAX_TASKS x TASK_BYTES (~30 MiB) per worker."""
+    import subprocess
+    import sys
+
+    from loadtests.reasoner.taskstore import DEFAULT_MAX_TASKS, TASK_BYTES
+
+    code = "from tests.serve.test_hardening import measure_task_bytes as m; print(m(10_000))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True,
+                         text=True, timeout=120, check=True)
+    per_task = int(out.stdout.split()[-1])
+    print(f"memory per retained turn task: {per_task} bytes; default bound "
+          f"{DEFAULT_MAX_TASKS:,} tasks = {per_task * DEFAULT_MAX_TASKS / 2**20:.0f} MiB")
     assert TASK_BYTES / 2 <= per_task <= TASK_BYTES * 1.5  # the documented figure holds
-    assert per_task * DEFAULT_MAX_TASKS <= 96 * 2**20
+    assert per_task * DEFAULT_MAX_TASKS <= 48 * 2**20
 
 
 @pytest.mark.parametrize("binding", ["sse", "ws"])
