@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from loadtests.wireclient import END_STATES, EVENT_KINDS, EXT
+from loadtests.wireclient import EVENT_KINDS, frame_ends, headers, k, message, state, stream
 
 CHUNKS = 3
 TURN_TIMEOUT_S = 30.0
@@ -31,27 +31,20 @@ class TurnError(Exception):
 
 
 def request_bytes(host: str, port: int, body: bytes) -> bytes:
-    """One HTTP/1.1 keep-alive POST / with the profile's headers."""
-    head = (f"POST / HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"Accept: text/event-stream\r\nA2A-Version: 1.0\r\nA2A-Extensions: {EXT}"
-            f"\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {len(body)}\r\n\r\n")
-    return head.encode("ascii") + body
+    """One HTTP/1.1 keep-alive POST / with the profile's headers (:func:`headers`)."""
+    fields = {"Host": f"{host}:{port}", **headers(TOKEN), "Content-Length": str(len(body))}
+    head = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
+    return f"POST / HTTP/1.1\r\n{head}\r\n".encode("ascii") + body
 
 
 def turn_body(run_id: str, i: int, context: int | None = None) -> bytes:
     """A SendStreamingMessage of turn ``i`` (unique ids, no side effect) on context number
     ``context`` (default ``i``: a new context)."""
-    ext = EXT
     ids = f"{run_id}-{i}"
     ctx = f"{run_id}-{i if context is None else context}"
-    return json.dumps({
-        "jsonrpc": "2.0", "id": f"r-{ids}", "method": "SendStreamingMessage",
-        "params": {"message": {
-            "messageId": f"m-{ids}", "role": "ROLE_USER", "contextId": f"c-{ctx}",
-            "parts": [{"text": "what is my balance"}],
-            "metadata": {f"{ext}/turnId": f"t-{ids}", f"{ext}/requestGuid": f"g-{ids}",
-                         f"{ext}/interactionId": f"i-{ids}", f"{ext}/sideEffect": False}}},
-    }, separators=(",", ":")).encode()
+    msg = message(ctx=f"c-{ctx}", guid=f"g-{ids}", turn=f"t-{ids}", message_id=f"m-{ids}",
+                  interaction=f"i-{ids}", meta={k("sideEffect"): False})
+    return json.dumps(stream(msg, rid=f"r-{ids}"), separators=(",", ":")).encode()
 
 
 class TurnChecker:
@@ -84,9 +77,8 @@ class TurnChecker:
         if kind not in EVENT_KINDS:
             raise TurnError("unexpected result")
         self.kinds[kind] += 1
-        state = result[kind].get("status", {}).get("state") if kind != "artifactUpdate" else None
-        if state in END_STATES:
-            self.final = state
+        if frame_ends(frame):  # the wire's frame-end rule (wireclient)
+            self.final = str(state(result))
             self.ended_at = time.perf_counter()
 
     def check(self) -> float:

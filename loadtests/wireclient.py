@@ -67,9 +67,11 @@ def uid(prefix: str) -> str:
 def message(text: str = "what is my balance", *, ctx: str | None = None,
             task: str | None = None, guid: str | None = None, turn: str | None = None,
             meta: dict[str, Any] | None = None, profile: bool = True,
-            parts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A user message; with ``profile`` it carries turnId/requestGuid/interactionId."""
-    m: dict[str, Any] = {"messageId": uid("m"), "role": "ROLE_USER",
+            parts: list[dict[str, Any]] | None = None, message_id: str | None = None,
+            interaction: str | None = None) -> dict[str, Any]:
+    """A user message; with ``profile`` it carries turnId/requestGuid/interactionId (fresh
+    identifiers unless given)."""
+    m: dict[str, Any] = {"messageId": message_id or uid("m"), "role": "ROLE_USER",
                          "parts": parts if parts is not None else [{"text": text}]}
     if ctx:
         m["contextId"] = ctx
@@ -78,7 +80,7 @@ def message(text: str = "what is my balance", *, ctx: str | None = None,
     metadata: dict[str, Any] = {}
     if profile:
         metadata = {k("turnId"): turn or uid("t"), k("requestGuid"): guid or uid("g"),
-                    k("interactionId"): uid("i")}
+                    k("interactionId"): interaction or uid("i")}
     metadata.update(meta or {})
     if metadata:
         m["metadata"] = metadata
