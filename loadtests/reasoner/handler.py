@@ -138,6 +138,21 @@ class ProfileRequestHandler(DefaultRequestHandler):
             raise RuntimeError("turn produced no task")
         return task
 
+    async def on_subscribe_to_task(  # type: ignore[override]
+            self, params: SubscribeToTaskRequest, context: ServerCallContext,
+    ) -> AsyncGenerator[Event, None]:
+        """SubscribeToTask with the profile's stream-end rule: the stream ends at a terminal
+        state or INPUT_REQUIRED (a subscription to a paused task gets the Task and ends,
+        instead of staying open, silent, until someone answers the handoff)."""
+        gen = DefaultRequestHandler.on_subscribe_to_task(self, params, context)
+        try:
+            async for ev in gen:
+                yield ev
+                if is_stream_end(ev):
+                    return
+        finally:
+            await gen.aclose()
+
     # ------------------------------------------------------------------ the pipeline
 
     async def _gate(self, params: SendMessageRequest,
@@ -308,7 +323,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
             yield stored
             return
         request = SubscribeToTaskRequest(id=stored.id)
-        async for ev in DefaultRequestHandler.on_subscribe_to_task(self, request, context):
+        async for ev in self.on_subscribe_to_task(request, context):
             yield ev
 
     async def _replay(self, got: Replay, context: ServerCallContext, msg: Message,

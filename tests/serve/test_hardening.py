@@ -299,3 +299,28 @@ def test_first_message_resent_with_the_learned_context_joins_the_original(
     assert ledger_summary(witness, task["contextId"])["executions"] == 1
     again = hardened.send(binding, stream(first))  # the byte-identical resend, no contextId
     assert again.without_ids() == joined.without_ids()
+
+
+@pytest.mark.parametrize("how", ["jsonrpc", "rest"])
+def test_subscribing_to_a_paused_task_ends_at_input_required(hardened: Reasoner, how: str) -> None:
+    """Found by the long fuzz run: SubscribeToTask on an INPUT_REQUIRED task stayed open and
+    silent until the handoff was answered; by the profile's stream-end rule it gets the Task
+    and ends."""
+    import httpx
+
+    task = _paused(hardened, uid("c")).task_id
+    with httpx.Client(timeout=httpx.Timeout(10.0, read=3.0)) as c:
+        if how == "rest":
+            req = c.build_request("GET", f"{hardened.url}/tasks/{task}:subscribe",
+                                  headers=headers())
+        else:
+            req = c.build_request("POST", hardened.url + "/", headers=headers(),
+                                  json={"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask",
+                                        "params": {"id": task}})
+        resp = c.send(req, stream=True)
+        try:
+            lines = [line for line in resp.iter_lines() if line.startswith("data:")]
+        finally:
+            resp.close()
+    [only] = lines
+    assert "TASK_STATE_INPUT_REQUIRED" in only and task in only
