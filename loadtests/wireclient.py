@@ -35,7 +35,8 @@ ALICE, BOB = "token-alice", "token-bob"
 TIMEOUT_S = 20.0
 WORKER_HEADER = "x-rta-worker"  # the pid of the uvicorn worker that served a connection
 
-FAST_SCENARIO = """
+FAST_HANDOFF_S = 2.5  # the fast scenario's handoff timeout (long enough for a loaded machine)
+FAST_SCENARIO = f"""
 [workload]
 side_effect_share = 0.0
 
@@ -45,7 +46,7 @@ first_chunk_s = 0.0
 chunks = 3
 chunk_interval_s = 0.01
 upstream_timeout_s = 0.5
-handoff_timeout_s = 1.0
+handoff_timeout_s = {FAST_HANDOFF_S}
 context_rate_per_s = 0.5
 context_burst = 4
 """

@@ -20,6 +20,7 @@ from loadtests.wireclient import (  # noqa: F401 - re-exported to the test modul
     BOB,
     END_STATES,
     EXT,
+    FAST_HANDOFF_S,
     FAST_SCENARIO,
     TIMEOUT_S,
     TOKENS,
