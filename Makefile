@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint seed-check bench bench-sim bench-server bench-sweep clean system-deps bench-check bench-load bench-answers
+.PHONY: venv demo test lint seed-check bench bench-sim bench-server bench-sweep clean system-deps bench-check bench-load bench-answers fuzz-long
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -61,6 +61,10 @@ bench-check: $(STAMP)
 
 bench-load: $(STAMP)
 	$(BIN)/rtalab load bench --seconds 5 --rounds 3 --users 50
+
+# Not in CI: >= 10,000 fuzzed requests per binding (a few minutes), figures in README.
+fuzz-long: $(STAMP)
+	nice -n 10 $(BIN)/rtalab serve fuzz --requests 10000
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,4 +1,4 @@
-"""``rtalab serve reasoner|witness|bench``, registered through the ``rtalab.commands`` entry point.
+"""``rtalab serve reasoner|witness|bench|fuzz``, registered via the ``rtalab.commands`` entry point.
 
 ``register(subparsers)`` adds the ``serve`` command to the root parser of
 ``sim.cli``.  The reasoner's options are also used by ``python -m
@@ -60,9 +60,11 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
                    help="one bearer token (repeatable); env RTALAB_REASONER_TOKENS also read")
     p.add_argument("--ext-uri", default=DEFAULT_EXT_URI, help="the profile's extension URI")
     p.add_argument("--test-hooks", action="store_true",
-                   help="honour rta/test.forceError and rta/test.delayS (tests only)")
-    p.add_argument("--max-tasks", type=positive_int, default=50_000,
-                   help="tasks kept in memory per worker (LRU, default 50000)")
+                   help="honour rta/test.forceError, rta/test.delayS and rta/test.raise "
+                        "(tests only)")
+    p.add_argument("--max-tasks", type=positive_int, default=10_000,
+                   help="executed tasks kept in memory per worker (fair per-principal LRU; "
+                        "default 10000, ~60 MiB); rejections: 1000 per principal apart")
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.add_argument("--access-log", action="store_true", help="uvicorn access log")
@@ -135,6 +137,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_bench(args)
 
 
+def add_fuzz_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``rtalab serve fuzz``."""
+    from loadtests.fuzz_cli import add_arguments
+
+    add_arguments(p)
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    """``rtalab serve fuzz``."""
+    from loadtests.fuzz_cli import run_fuzz
+
+    return run_fuzz(args)
+
+
 def _unavailable(name: str, reason: str) -> Any:
     """A command function that explains why ``name`` cannot run."""
 
@@ -182,3 +198,9 @@ def register(subparsers: Any) -> None:
                                        "each, interleaved rounds, load generator in process).")
     add_bench_arguments(bench)
     bench.set_defaults(func=cmd_bench)
+    fuzz = sub.add_parser("fuzz", help="long fuzz run of the Reasoner on every binding",
+                          description="Fuzz the Reasoner over JSON-RPC/SSE, REST and WebSocket "
+                                      "with mostly valid, mutated requests; report 5xx, "
+                                      "unanswered, crashes and RSS.")
+    add_fuzz_arguments(fuzz)
+    fuzz.set_defaults(func=cmd_fuzz)

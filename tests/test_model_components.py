@@ -144,9 +144,11 @@ def test_dedup_store_window_purge_and_peak() -> None:
     assert store.lookup(keys[0], 1.0) is entries[0] and not entries[0].done
     store.close(keys[0], entries[0], 2.0, 0, None, 1)
     assert store.lookup(keys[0], 11.9) is entries[0]  # stored until 2 + 10
-    assert store.lookup(keys[0], 12.0) is None  # window over
+    assert store.lookup(keys[0], 12.0) is entries[0]  # closed window: still at 2 + 10 (D4)
+    assert store.lookup(keys[0], 12.000001) is None  # window over
     store.close(keys[1], entries[1], 3.0, 2, "internal", 1)
-    assert store.size(13.0) == 1  # keys[1] purged at 13, keys[2] still in flight
+    assert store.size(13.0) == 2  # keys[1] still replayed at 3 + 10 ...
+    assert store.size(13.000001) == 1  # ... purged after; keys[2] still in flight
     assert store.state() == {"dedup_peak_entries": 3, "dedup_peak_bytes": 300}
     assert store.key(_req(5, ctx=1)) != store.key(_req(5, ctx=2))  # scoped by contextId
 

@@ -1,4 +1,7 @@
-"""Pieces shared by the Python-side backends: the entry rule, local wake-ups, the wait loop."""
+"""Pieces shared by the Python-side backends: local wake-ups, the wait loop, counters.
+
+The entry rule itself (:func:`judge`, :class:`Row`) is :mod:`sim.dedup_rule`'s,
+re-exported here for the backends."""
 
 from __future__ import annotations
 
@@ -6,39 +9,14 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from loadtests.dedup.base import StalePolicy, StoreStats
+from loadtests.dedup.base import StoreStats
+from sim.dedup_rule import Row, Verdict, judge  # noqa: F401 - THE rule (DECISIONS D4)
 
-Verdict = Literal["insert", "done", "in_flight", "lost", "reclaim"]
 PeekState = Literal["done", "in_flight", "gone"]
 Peek = Callable[[str, str], Awaitable[tuple[PeekState, dict[str, Any] | None]]]
 EntryKey = tuple[str, str]
-
-
-@dataclass
-class Row:
-    """One stored entry as the Python backends see it (outcome kept as JSON text)."""
-
-    state: str  # "in_flight" | "done"
-    owner: str
-    claimed_at: float
-    completed_at: float | None = None
-    outcome: str | None = None
-
-
-def judge(row: Row | None, now_s: float, window_s: float, lease_s: float,
-          on_stale: StalePolicy) -> Verdict:
-    """THE dedup rule: what a claim at ``now_s`` finds for ``row`` (Redis mirrors it in Lua)."""
-    if row is None:
-        return "insert"
-    if row.state == "done":
-        assert row.completed_at is not None
-        return "insert" if now_s > row.completed_at + window_s else "done"
-    if now_s - row.claimed_at > lease_s:
-        return "reclaim" if on_stale == "reclaim" else "lost"
-    return "in_flight"
 
 
 class LocalWakeups:

@@ -37,7 +37,9 @@ Times (``now_s``) are wall-clock epoch seconds (``time.time()``): entries are
 compared across worker processes, restarts and (Redis) hosts.
 
 Leases and crashed owners.  An in-flight entry whose ``claimed_at`` is older than
-``lease_s`` is *stale*: its owner probably died — but it may have run the side
+``lease_s`` is *stale*: its owner probably died.  So is one whose owner the
+claimant proved dead (``claim(..., dead_owner=owner)``; owner ids name their
+process, :mod:`loadtests.reasoner.owners`), at once — but it may have run the side
 effect before dying, so the outcome is unknown.  ``on_stale`` picks the rule:
 
 - ``"fail"`` (default, at-most-once): the next claim or waiter turns the entry
@@ -61,8 +63,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sim.dedup_rule import StalePolicy
+
 ClaimState = Literal["new", "in_flight", "done"]
-StalePolicy = Literal["fail", "reclaim"]
 STALE_POLICIES: tuple[str, ...] = ("fail", "reclaim")
 
 DEFAULT_LEASE_S = 120.0
@@ -141,8 +144,12 @@ class DedupStore(ABC):
         await self.close()
 
     @abstractmethod
-    async def claim(self, context_id: str, key: str, owner: str, now_s: float) -> Claim:
-        """Atomically register ``key`` as in flight for ``owner`` unless already known."""
+    async def claim(self, context_id: str, key: str, owner: str, now_s: float,
+                    dead_owner: str | None = None) -> Claim:
+        """Atomically register ``key`` as in flight for ``owner`` unless already known.
+
+        ``dead_owner``: the caller found the entry in flight for this owner and knows its
+        process is gone; if the entry is still that owner's, it is stale now (lease rule)."""
 
     @abstractmethod
     async def complete(self, context_id: str, key: str, outcome: dict[str, Any],

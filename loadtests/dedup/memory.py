@@ -25,6 +25,7 @@ from loadtests.dedup._common import (
     poll_wait,
 )
 from loadtests.dedup.base import Claim, DedupStore, StoreStats, lost_outcome
+from sim.dedup_rule import expired
 
 
 class MemoryStore(DedupStore):
@@ -46,11 +47,12 @@ class MemoryStore(DedupStore):
         self._wakeups = LocalWakeups()
         self._counters: Counter[str] = Counter()
 
-    async def claim(self, context_id: str, key: str, owner: str, now_s: float) -> Claim:
+    async def claim(self, context_id: str, key: str, owner: str, now_s: float,
+                    dead_owner: str | None = None) -> Claim:
         """Register ``key`` as in flight for ``owner`` unless known (atomic: no await inside)."""
         k = (context_id, key)
         row = self._rows.get(k)
-        verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale)
+        verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale, dead_owner)
         claim: Claim
         if verdict == "insert":
             self._rows[k] = Row("in_flight", owner, now_s)
@@ -117,7 +119,7 @@ class MemoryStore(DedupStore):
     async def bind(self, context_id: str, principal: str, now_s: float) -> str:
         """Bind ``context_id`` to ``principal`` unless bound (atomic: no await inside)."""
         hit = self._bindings.get(context_id)
-        if hit is not None and now_s <= hit[1] + self.window_s:
+        if hit is not None and not expired(hit[1], self.window_s, now_s):
             self._counters["binds" if hit[0] == principal else "binds_foreign"] += 1
             return hit[0]
         self._bindings[context_id] = (principal, now_s)
@@ -149,24 +151,24 @@ class MemoryStore(DedupStore):
     async def purge(self, now_s: float) -> int:
         """Drop done entries and bindings older than the window, in-flight ones past lease +
         window."""
-        cutoff = now_s - self.window_s
         dropped = 0
         heap = self._done_heap
-        while heap and heap[0][0] < cutoff:
+        while heap and expired(heap[0][0], self.window_s, now_s):
             t, k = heapq.heappop(heap)
             row = self._rows.get(k)
             if row is not None and row.state == "done" and row.completed_at == t:
                 del self._rows[k]
                 dropped += 1
         bheap = self._bind_heap
-        while bheap and bheap[0][0] < cutoff:
+        while bheap and expired(bheap[0][0], self.window_s, now_s):
             t, ctx = heapq.heappop(bheap)
             hit = self._bindings.get(ctx)
             if hit is not None and hit[1] == t:
                 del self._bindings[ctx]
                 dropped += 1
-        orphan_cutoff = cutoff - self.lease_s
-        for k in [k for k in self._in_flight if self._rows[k].claimed_at < orphan_cutoff]:
+        orphaned = [k for k in self._in_flight
+                    if expired(self._rows[k].claimed_at, self.lease_s + self.window_s, now_s)]
+        for k in orphaned:
             del self._rows[k]
             self._in_flight.discard(k)
             self._wakeups.notify(k)

@@ -8,7 +8,7 @@ share a Redis key).  Fields: ``s`` state (``i`` in flight / ``d`` done),
 Claim.  The claim is ``SET NX`` with a lease, done inside a Lua script so that
 "insert if absent", "replay if done", "past the window" and the stale-lease rule
 (:mod:`loadtests.dedup.base`) are one atomic round trip and use the same rule
-as the other backends (:func:`loadtests.dedup._common.judge`).  Key TTLs
+as the other backends (:func:`sim.dedup_rule.judge`; a parity test proves it).  Key TTLs
 garbage-collect entries in real time: an in-flight key lives ``lease_s +
 window_s``, a finished one ``window_s``; ``purge`` therefore only trims the
 in-flight index (a sorted set used by ``stats``) of owners that vanished.
@@ -46,8 +46,11 @@ import redis.asyncio as aioredis
 from loadtests.dedup._common import LocalWakeups, PeekState, count_claim, make_stats, poll_wait
 from loadtests.dedup.base import Claim, DedupStore, StoreStats
 
+# sim.dedup_rule.judge in Lua (closed window: expired at now > completed + window; stale at
+# now - claimed > lease, or when the in-flight owner is the dead owner named by the caller).
 # KEYS: entry, in-flight index.  ARGV: mode (claim|peek), owner, now, lease_s, window_s,
-# on_stale, in-flight ttl ms, done ttl ms.  Returns {verdict, outcome-or-'', owner-or-''}.
+# on_stale, in-flight ttl ms, done ttl ms, dead owner ('' = none).
+# Returns {verdict, outcome-or-'', owner-or-''}.
 _CLAIM = """
 local e = redis.call('HMGET', KEYS[1], 's', 'o', 'c', 't', 'r')
 local now = tonumber(ARGV[3])
@@ -71,7 +74,7 @@ if e[1] == 'd' then
   end
   return {'done', e[5], e[2]}
 end
-if now - tonumber(e[3]) > tonumber(ARGV[4]) then
+if now - tonumber(e[3]) > tonumber(ARGV[4]) or (ARGV[9] ~= '' and e[2] == ARGV[9]) then
   if ARGV[6] == 'reclaim' then
     if peek then return {'gone', '', ''} end
     take()
@@ -195,18 +198,21 @@ class RedisStore(DedupStore):
                 keys=[self.entry_key(context_id, key), self._index], args=list(args))
 
     async def _claim_or_peek(self, mode: str, context_id: str, key: str, owner: str,
-                             now_s: float) -> tuple[str, bytes, str]:
+                             now_s: float, dead_owner: str | None = None
+                             ) -> tuple[str, bytes, str]:
         """Run the claim script in ``claim`` or ``peek`` mode."""
         verdict, outcome, prev = await self._call(
             "claim", context_id, key, mode, owner, repr(float(now_s)), repr(self.lease_s),
-            repr(self.window_s), self.on_stale, self._inflight_ttl_ms, self._done_ttl_ms)
+            repr(self.window_s), self.on_stale, self._inflight_ttl_ms, self._done_ttl_ms,
+            dead_owner or "")
         return verdict.decode(), outcome, prev.decode()
 
-    async def claim(self, context_id: str, key: str, owner: str, now_s: float) -> Claim:
+    async def claim(self, context_id: str, key: str, owner: str, now_s: float,
+                    dead_owner: str | None = None) -> Claim:
         """Atomically register ``key`` as in flight for ``owner`` unless already known."""
         try:
             verdict, outcome, prev = await self._claim_or_peek("claim", context_id, key, owner,
-                                                               now_s)
+                                                               now_s, dead_owner)
         except asyncio.CancelledError:
             # The script may have run: abandon the entry if (and only if) it is ours.
             self._abandon_orphan(context_id, key, owner)

@@ -28,7 +28,7 @@ stalled the store for ~70 ms.)
 Concurrency.  Every statement is its own autocommit transaction (or part of a
 group commit on the thread, below).  A claim is ``INSERT ... ON CONFLICT DO
 NOTHING`` (one statement, atomic across processes); when the row exists, the
-decision (:func:`loadtests.dedup._common.judge`) is applied with
+decision (:func:`sim.dedup_rule.judge`) is applied with
 compare-and-set ``UPDATE``\\ s naming the row's previous owner and time, so two
 processes resolving the same stale row cannot both win.  A context binding
 (:meth:`SqliteStore.bind`) is one upsert into the ``bindings`` table that only
@@ -127,11 +127,11 @@ _COMPLETE_ANY = ("INSERT INTO dedup (context_id, key, state, owner, claimed_at, 
                  "state = 'done', completed_at = excluded.completed_at, t = excluded.t, "
                  "outcome = excluded.outcome")
 _ABANDON = "DELETE FROM dedup WHERE context_id = ? AND key = ? AND state = 'in_flight'"
-# Bind unless bound: insert, or take over a binding past the window (last parameter:
-# now - window); changes nothing (rowcount 0) when a live binding exists.
+# Bind unless bound: insert, or take over a binding past the window (last parameters:
+# window, now); changes nothing (rowcount 0) when a live binding exists.
 _BIND = ("INSERT INTO bindings (context_id, principal, t) VALUES (?, ?, ?) "
          "ON CONFLICT (context_id) DO UPDATE SET principal = excluded.principal, t = excluded.t "
-         "WHERE bindings.t < ?")
+         "WHERE bindings.t + ? < ?")
 _BOUND = "SELECT principal FROM bindings WHERE context_id = ?"
 _MAX_ROUNDS = 16  # compare-and-set retries of one claim; each lost race means progress elsewhere
 _CHECKPOINT_EVERY = 500  # inline commits between two checkpoints on the thread
@@ -367,7 +367,8 @@ class SqliteStore(DedupStore):
 
     # ------------------------------------------------------------------ operations (sync)
 
-    def _claim_sync(self, db: Db, context_id: str, key: str, owner: str, now_s: float) -> Claim:
+    def _claim_sync(self, db: Db, context_id: str, key: str, owner: str, now_s: float,
+                    dead_owner: str | None = None) -> Claim:
         """The claim algorithm."""
         for _ in range(_MAX_ROUNDS):
             if db.execute(_INSERT, (context_id, key, owner, now_s, now_s)).rowcount == 1:
@@ -375,7 +376,7 @@ class SqliteStore(DedupStore):
             row = _select(db, context_id, key)
             if row is None:
                 continue  # abandoned or purged in between: insert again
-            verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale)
+            verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale, dead_owner)
             if verdict == "insert":  # finished and past the window
                 if db.execute(_RETAKE_DONE, (owner, now_s, now_s, context_id, key,
                                              row.completed_at)).rowcount == 1:
@@ -415,8 +416,8 @@ class SqliteStore(DedupStore):
     def _bind_sync(self, db: Db, context_id: str, principal: str, now_s: float) -> str:
         """Bind ``context_id`` to ``principal`` unless bound (and not expired); the owner."""
         for _ in range(_MAX_ROUNDS):
-            if db.execute(_BIND, (context_id, principal, now_s,
-                                  now_s - self.window_s)).rowcount == 1:
+            if db.execute(_BIND, (context_id, principal, now_s, self.window_s,
+                                  now_s)).rowcount == 1:
                 return principal
             r = db.execute(_BOUND, (context_id,)).fetchone()
             if r is not None:
@@ -445,11 +446,13 @@ class SqliteStore(DedupStore):
 
     def _purge_sync(self, db: Db, now_s: float) -> int:
         """Delete done rows and bindings past the window, in-flight rows past lease + window."""
-        cutoff = now_s - self.window_s
-        n = db.execute("DELETE FROM dedup WHERE state = 'done' AND t < ?", (cutoff,)).rowcount
-        n += db.execute("DELETE FROM dedup WHERE state = 'in_flight' AND t < ?",
-                        (cutoff - self.lease_s,)).rowcount
-        return n + db.execute("DELETE FROM bindings WHERE t < ?", (cutoff,)).rowcount
+        # ``t + window < now``: the arithmetic of sim.dedup_rule.expired (IEEE doubles in both)
+        w, lw = self.window_s, self.lease_s + self.window_s
+        n = db.execute("DELETE FROM dedup WHERE state = 'done' AND t + ? < ?",
+                       (w, now_s)).rowcount
+        n += db.execute("DELETE FROM dedup WHERE state = 'in_flight' AND t + ? < ?",
+                        (lw, now_s)).rowcount
+        return n + db.execute("DELETE FROM bindings WHERE t + ? < ?", (w, now_s)).rowcount
 
     def _stats_sync(self, db: Db) -> tuple[dict[str, int], int, int]:
         """Rows per state, bindings and the file sizes in bytes."""
@@ -463,7 +466,8 @@ class SqliteStore(DedupStore):
 
     # ------------------------------------------------------------------ async API
 
-    async def claim(self, context_id: str, key: str, owner: str, now_s: float) -> Claim:
+    async def claim(self, context_id: str, key: str, owner: str, now_s: float,
+                    dead_owner: str | None = None) -> Claim:
         """Atomically register ``key`` as in flight for ``owner`` unless already known."""
 
         def orphan(claim: Claim) -> None:  # the caller was cancelled: nobody will complete
@@ -471,7 +475,7 @@ class SqliteStore(DedupStore):
                 self._counters["orphan_claims_abandoned"] += 1
                 self._background(self._abandon_sync, context_id, key, owner)
 
-        claim = await self._call(self._claim_sync, context_id, key, owner, now_s,
+        claim = await self._call(self._claim_sync, context_id, key, owner, now_s, dead_owner,
                                  on_orphan=orphan)
         count_claim(self._counters, claim.state, claim.stale)
         if claim.stale and claim.state == "done":

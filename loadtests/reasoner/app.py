@@ -3,8 +3,8 @@
 Routes: ``POST /`` JSON-RPC (JSON or SSE), the SDK's REST routes
 (``/message:stream``, ``/tasks/{id}``, ...), ``/ws`` JSON-RPC over WebSocket,
 ``/.well-known/agent-card.json``, ``/metrics`` and ``/healthz`` (the last three
-public).  Middleware, outermost first: body limit, bearer auth, extension echo
-(which also stamps ``X-RTA-Worker``).
+public).  Middleware, outermost first: body limit (every method), bearer auth,
+REST body check (strict JSON), extension echo (which also stamps ``X-RTA-Worker``).
 ``create_app`` is the uvicorn factory: it reads :data:`SETTINGS_ENV`, so every
 worker process builds the same app.
 """
@@ -28,7 +28,7 @@ from starlette.types import ASGIApp
 
 from loadtests.reasoner import metrics
 from loadtests.reasoner.auth import BearerAuth
-from loadtests.reasoner.bodylimit import BodyLimit
+from loadtests.reasoner.bodylimit import BodyLimit, RestBodyCheck
 from loadtests.reasoner.card import build_card
 from loadtests.reasoner.executor import ReasonerExecutor
 from loadtests.reasoner.handler import ProfileRequestHandler
@@ -57,6 +57,7 @@ async def _purge_loop(rt: Runtime) -> None:
 
 def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASGIApp:
     """One worker's application."""
+    metrics.count_tracebacks()
     rt = build_runtime(settings, scenario)
     ttl_s = max(900.0, 2 * rt.cfg.handoff_timeout_s + 60.0)
     task_store = BoundedTaskStore(max_tasks=settings.max_tasks, ttl_s=ttl_s)
@@ -97,6 +98,7 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
 
     app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
     app = ExtensionEcho(app, settings.ext_uri)
+    app = RestBodyCheck(app)
     app = BearerAuth(app, settings.tokens, rt.keys, public_paths=PUBLIC_PATHS)
     return BodyLimit(app, rt.bounds.body_bytes)
 

@@ -28,6 +28,7 @@ from starlette.authentication import AuthCredentials, SimpleUser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from loadtests.reasoner import metrics
+from loadtests.reasoner.jsontext import BadJson, load_strict
 from loadtests.reasoner.wire import Keys
 
 TOKENS_ENV = "RTALAB_REASONER_TOKENS"
@@ -117,8 +118,8 @@ def rest_auth_error() -> dict[str, Any]:
 def _request_id(body: bytes) -> Any:
     """The JSON-RPC id of a request body, or None."""
     try:
-        data = json.loads(body)
-    except ValueError:
+        data = load_strict(body)
+    except BadJson:
         return None
     rid = data.get("id") if isinstance(data, dict) else None
     return rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None

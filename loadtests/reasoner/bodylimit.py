@@ -1,10 +1,19 @@
-"""Bounded request bodies: an oversized body gets a protocol error, never a 5xx or a reset.
+"""Bounded, well-formed request bodies: hostile bodies get a stable 4xx, never a 5xx or a reset.
 
-The whole body is read (it is small: the bound is a few hundred KiB) and
-replayed to the application.  Beyond ``limit`` the rest is drained up to
-``drain_limit`` so the client can read the answer; the answer is a JSON-RPC
-``-32600`` (HTTP 200, as the SDK answers a 413) on ``POST /`` and HTTP 413 with
-the REST error shape elsewhere.
+:class:`BodyLimit` (outermost, before authentication reads anything) bounds the
+body of EVERY request, whatever its method (a GET, DELETE, HEAD or OPTIONS may
+carry a body too).  The whole body is read (it is small: the bound is a few
+hundred KiB) and replayed to the application.  Beyond ``limit`` the rest is
+drained up to ``drain_limit`` so the client can read the answer (then the
+connection is closed); the answer is a JSON-RPC ``-32600`` (HTTP 200, as the
+SDK answers a 413) on ``POST /`` and HTTP 413 with the REST error shape elsewhere.
+
+:class:`RestBodyCheck` (inside authentication) refuses a REST body that is not
+strict JSON (:mod:`loadtests.reasoner.jsontext`: invalid UTF-8, nesting too deep,
+unpaired surrogates) with HTTP 400 ``INVALID_ARGUMENT`` before the SDK's
+protobuf JSON parser sees it (that parser raises non-``ParseError`` exceptions
+on such input, which the SDK answers with a 500).  ``POST /`` (JSON-RPC) does
+its own strict decoding (:func:`loadtests.reasoner.jsonrpc.decode_request`).
 """
 
 from __future__ import annotations
@@ -15,14 +24,15 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from loadtests.reasoner import metrics
+from loadtests.reasoner.jsontext import BadJson, load_strict
 
 JSONRPC_PATH = "/"
 
 
-def _payload(path: str, limit: int) -> tuple[int, dict[str, Any]]:
-    """Status and body of the too-large answer for ``path``."""
+def _payload(method: str, path: str, limit: int) -> tuple[int, dict[str, Any]]:
+    """Status and body of the too-large answer for ``method path``."""
     text = f"Payload too large (limit {limit} bytes)"
-    if path == JSONRPC_PATH:
+    if path == JSONRPC_PATH and method == "POST":
         return 200, {"jsonrpc": "2.0", "id": None,
                      "error": {"code": -32600, "message": text}}
     return 413, {"error": {"code": 413, "status": "INVALID_ARGUMENT", "message": text}}
@@ -38,7 +48,7 @@ class BodyLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Buffer the body, or answer the too-large error."""
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
@@ -59,14 +69,8 @@ class BodyLimit:
             return
         if size > self.limit:
             metrics.BAD_REQUESTS.labels("http", "-32600").inc()
-            status, payload = _payload(scope["path"], self.limit)
-            data = json.dumps(payload).encode("utf-8")
-            headers = [(b"content-type", b"application/json"),
-                       (b"content-length", str(len(data)).encode())]
-            if size > self.drain_limit:
-                headers.append((b"connection", b"close"))
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": data})
+            status, payload = _payload(scope["method"], scope["path"], self.limit)
+            await _answer(send, status, payload, close=size > self.drain_limit)
             return
         whole = b"".join(chunks)
         replayed = False
@@ -77,6 +81,51 @@ class BodyLimit:
             if not replayed:
                 replayed = True
                 return {"type": "http.request", "body": whole, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _answer(send: Send, status: int, payload: dict[str, Any], close: bool = False) -> None:
+    """Send a JSON error answer."""
+    data = json.dumps(payload).encode("utf-8")
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(data)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+class RestBodyCheck:
+    """ASGI middleware: a REST request body must be strict JSON (else HTTP 400)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check the (already bounded and buffered) body of a REST request."""
+        if scope["type"] != "http" or scope["path"] == JSONRPC_PATH:
+            await self.app(scope, receive, send)
+            return
+        first = await receive()
+        body = first.get("body", b"") if first["type"] == "http.request" else b""
+        if body:
+            try:
+                load_strict(body)
+            except BadJson as e:
+                metrics.BAD_REQUESTS.labels("rest", "400").inc()
+                await _answer(send, 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                                                    "message": str(e)}})
+                return
+        replayed = False
+
+        async def replay() -> Message:
+            """The checked first message once, then the real receive."""
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return first
             return await receive()
 
         await self.app(scope, replay, send)

@@ -1,7 +1,8 @@
 """The Reasoner's agent logic: one turn = progress directive, reasoning, tool, spoken chunks.
 
 Timing and failures come from ``[reasoner]``.  Per execution: a capacity slot
-(``workers``/``queue_limit``; a full queue refuses with ``queue_full_code``), a
+(``workers``/``queue_limit``/``queue_timeout_s``/``queue_discipline``; a full
+queue, or a wait past the queue deadline, refuses with ``queue_full_code``), a
 ``progress`` directive, ``reasoning_time_s`` (+ load latency), one injected
 error drawn from ``errors`` (or the ``rta/test.forceError`` hook), the tool call
 of a side-effect turn, then either a ``handoff`` directive at INPUT_REQUIRED or
@@ -22,6 +23,7 @@ from a2a.server.events import EventQueue
 from a2a.types import Task, TaskState
 
 from loadtests.reasoner import metrics
+from loadtests.reasoner.capacity import QueueTimeout
 from loadtests.reasoner.intake import TurnRequest
 from loadtests.reasoner.runtime import Runtime
 from loadtests.reasoner.tools import ToolCall
@@ -151,7 +153,14 @@ class ReasonerExecutor(AgentExecutor):
             plan.refused = True
             await emit(self._failure(f, cfg.queue_full_code, "The Reasoner is at capacity."))
             return
-        async with rt.capacity.slot():
+        try:
+            await rt.capacity.acquire()
+        except QueueTimeout:
+            plan.refused = True
+            await emit(self._failure(f, cfg.queue_full_code,
+                                     "The request waited too long for the Reasoner."))
+            return
+        try:
             if req.active and cfg.progress_directive and (req.directives is None
                                                           or "progress" in req.directives):
                 await emit(f.directive("progress", TaskState.TASK_STATE_WORKING,
@@ -161,6 +170,8 @@ class ReasonerExecutor(AgentExecutor):
             delay = req.delay_s if req.delay_s is not None else cfg.reasoning_time_s.sample(rt.rng)
             await asyncio.sleep(delay + cfg.load_latency_base_s
                                 + cfg.load_latency_k_s * rt.in_flight)
+        finally:
+            rt.capacity.release()
         code = req.force_error or self._draw_error()
         if code:
             await emit(self._failure(f, code))

@@ -8,11 +8,16 @@ WebSocket all call this handler), in this order:
 2. a message naming a ``taskId`` must name one of the principal's tasks, in the
    same context (else ``session-not-found``);
 3. the contextId must belong to the principal (``session-not-found``); a first
-   message without one gets a fresh contextId;
+   message without one gets a fresh contextId, and its dedup key is claimed in
+   that minted context as well (DECISIONS D1: a resend that now carries the
+   learned contextId joins or replays the original, never a second execution);
 4. dedup (see :mod:`loadtests.reasoner.idempotency`): replay or join a known key;
 5. a named task that is not INPUT_REQUIRED is a retry of that turn: a finished
    task answers with its stored snapshot, a running one is joined (no
-   re-execution); an INPUT_REQUIRED task is continued;
+   re-execution); an INPUT_REQUIRED task is continued by the FIRST continuation
+   only, which claims the pause in the shared dedup store (every dedup mode,
+   all workers); any other continuation of it waits for and replays that
+   continuation's outcome (errors.md §4, DECISIONS D2);
 6. the per-context rate limit (``rate-limited`` + ``retryAfterMs``; not charged
    to replays);
 7. execution by :class:`ReasonerExecutor` through the SDK.  A background pump
@@ -52,7 +57,7 @@ from a2a.utils.proto_utils import validate_proto_required_fields
 from google.protobuf.message import DecodeError
 
 from loadtests.reasoner import metrics
-from loadtests.reasoner.executor import PLAN_KEY, TurnPlan
+from loadtests.reasoner.executor import PLAN_KEY, TurnPlan, next_seq
 from loadtests.reasoner.idempotency import OUTCOME_VERSION, Replay, Ticket, scope_of
 from loadtests.reasoner.intake import Rejection, TurnRequest, parse_turn
 from loadtests.reasoner.runtime import Runtime
@@ -133,6 +138,21 @@ class ProfileRequestHandler(DefaultRequestHandler):
             raise RuntimeError("turn produced no task")
         return task
 
+    async def on_subscribe_to_task(  # type: ignore[override]
+            self, params: SubscribeToTaskRequest, context: ServerCallContext,
+    ) -> AsyncGenerator[Event, None]:
+        """SubscribeToTask with the profile's stream-end rule: the stream ends at a terminal
+        state or INPUT_REQUIRED (a subscription to a paused task gets the Task and ends,
+        instead of staying open, silent, until someone answers the handoff)."""
+        gen = DefaultRequestHandler.on_subscribe_to_task(self, params, context)
+        try:
+            async for ev in gen:
+                yield ev
+                if is_stream_end(ev):
+                    return
+        finally:
+            await gen.aclose()
+
     # ------------------------------------------------------------------ the pipeline
 
     async def _gate(self, params: SendMessageRequest,
@@ -144,6 +164,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
         principal = principal_of(context)
         active = rt.keys.uri in context.requested_extensions
         msg = params.message
+        metrics.TURN_REQUESTS.inc()
         parsed = parse_turn(msg, keys=rt.keys, active=active, bounds=rt.bounds,
                             test_hooks=rt.settings.test_hooks)
         if isinstance(parsed, Rejection):
@@ -191,28 +212,60 @@ class ProfileRequestHandler(DefaultRequestHandler):
                              ) -> AsyncIterator[Event]:
         """Steps 5-7, holding the dedup claim (if any) until the pump takes it over."""
         rt, msg = self.rt, params.message
-        continuation = False
+        tickets = [ticket] if ticket is not None else []
         if msg.task_id:  # re-read after the claim: a duplicate may have just finished it
             stored = await self.task_store.get(msg.task_id, context)
-            if stored is None or stored.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+            claim: Ticket | Replay | None = None
+            if stored is not None and stored.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+                claim = await rt.idem.claim_continuation(scope, msg.task_id,
+                                                         next_seq(stored, rt.keys))
+            if not isinstance(claim, Ticket):  # a retry of the turn or of its continuation
                 if ticket is not None:
                     ticket.handed_over = True
                     await ticket.release()
-                async for ev in self._known_task(stored, msg, context, active):
-                    yield ev
+                if claim is None:
+                    async for ev in self._known_task(stored, msg, context, active):
+                        yield ev
+                else:
+                    metrics.DEDUP.labels("task").inc()
+                    async for ev in self._replay(claim, context, msg, parsed):
+                        yield ev
                 return
-            continuation = True
+            tickets.append(claim)
         if ticket is not None:
             metrics.DEDUP.labels("new").inc()
+        try:
+            async for ev in self._execute(params, context, parsed, principal, active, scope,
+                                          client_context, tickets, received_s):
+                yield ev
+        except BaseException:
+            for t in tickets:  # (the request's own ticket is also _gate's: release is idempotent)
+                if t is not ticket and not t.handed_over:
+                    self._background(t.release())
+            raise
+
+    async def _execute(self, params: SendMessageRequest, context: ServerCallContext,
+                       parsed: TurnRequest, principal: str, active: bool, scope: str,
+                       client_context: str, tickets: list[Ticket], received_s: float
+                       ) -> AsyncIterator[Event]:
+        """Steps 6-7 holding ``tickets`` (the request's dedup claim, the continuation claim)."""
+        rt, msg = self.rt, params.message
+        continuation = bool(msg.task_id)
         if not client_context:  # a new session: bind the context we open
             msg.context_id = uuid.uuid4().hex
             await rt.sessions.admit(principal, msg.context_id)
+            own = tickets[0] if tickets and tickets[0].scope == scope else None
+            if own is not None:  # D1: its key in the minted context too (a fresh scope: new)
+                minted = await rt.idem.enter(scope_of(principal, msg.context_id), own.key,
+                                             own.turn_key)
+                if isinstance(minted, Ticket):
+                    tickets.append(minted)
         if rt.rate is not None:
             wait_ms = rt.rate.take(scope_of(principal, msg.context_id), time.monotonic())
             if wait_ms:
-                if ticket is not None:
-                    ticket.handed_over = True
-                    await ticket.release()
+                for t in tickets:
+                    t.handed_over = True
+                    await t.release()
                 async for ev in self._reject(Rejection(ErrorCode.RATE_LIMITED.value,
                                                        retry_after_ms=wait_ms),
                                              context, msg, active):
@@ -224,7 +277,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
         plan = TurnPlan(principal=principal, request=parsed, scope=scope, side_effect=side_effect,
                         received_s=received_s)
         context.state[PLAN_KEY] = plan
-        async for ev in self._run(params, context, plan, ticket):
+        async for ev in self._run(params, context, plan, tickets):
             yield ev
 
     def _background(self, coro: Any) -> None:
@@ -245,12 +298,17 @@ class ProfileRequestHandler(DefaultRequestHandler):
             final = Task()
             final.CopyFrom(task)
             final.status.CopyFrom(failed.status)
-            await self.task_store.save(final, context)
+            await self._save_rejection(final, context)
         metrics.TURNS.labels("failed", rejection.code).inc()
         log.info("rejected code=%s ctx=%s task=%s principal=%s", rejection.code, f.context_id,
                  f.task_id, principal_of(context))
         yield task
         yield failed
+
+    async def _save_rejection(self, task: Task, context: ServerCallContext) -> None:
+        """Keep a rejection for GetTask, apart from executed tasks when the store can."""
+        save = getattr(self.task_store, "save_rejection", None)
+        await (save(task, context) if save is not None else self.task_store.save(task, context))
 
     async def _known_task(self, stored: Task | None, msg: Message, context: ServerCallContext,
                           active: bool) -> AsyncIterator[Event]:
@@ -265,7 +323,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
             yield stored
             return
         request = SubscribeToTaskRequest(id=stored.id)
-        async for ev in DefaultRequestHandler.on_subscribe_to_task(self, request, context):
+        async for ev in self.on_subscribe_to_task(request, context):
             yield ev
 
     async def _replay(self, got: Replay, context: ServerCallContext, msg: Message,
@@ -293,12 +351,12 @@ class ProfileRequestHandler(DefaultRequestHandler):
     # ------------------------------------------------------------------ execution
 
     async def _run(self, params: SendMessageRequest, context: ServerCallContext, plan: TurnPlan,
-                   ticket: Ticket | None) -> AsyncIterator[Event]:
+                   tickets: list[Ticket]) -> AsyncIterator[Event]:
         """Execute through the SDK in a background pump; relay its events to this client."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        if ticket is not None:
-            ticket.handed_over = True
-        self._background(self._pump(params, context, plan, ticket, queue))
+        for t in tickets:
+            t.handed_over = True
+        self._background(self._pump(params, context, plan, tickets, queue))
         while True:
             item = await queue.get()
             if item is _DONE:
@@ -308,8 +366,8 @@ class ProfileRequestHandler(DefaultRequestHandler):
             yield item
 
     async def _pump(self, params: SendMessageRequest, context: ServerCallContext, plan: TurnPlan,
-                    ticket: Ticket | None, queue: asyncio.Queue[Any]) -> None:
-        """Drive the SDK stream to its end, settle the dedup ticket, feed the client queue."""
+                    tickets: list[Ticket], queue: asyncio.Queue[Any]) -> None:
+        """Drive the SDK stream to its end, settle the claims, feed the client queue."""
         events: list[Event] = []
         ended = False
         try:
@@ -320,7 +378,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
                 events.append(ev)
                 if is_stream_end(ev):
                     ended = True
-                    await self._settle(plan, ticket, events)
+                    await self._settle(plan, tickets, events)
                 queue.put_nowait(ev)
             if not ended:
                 raise RuntimeError("the turn's stream closed without a final state")
@@ -329,28 +387,28 @@ class ProfileRequestHandler(DefaultRequestHandler):
                 log.warning("error after the end of a turn: %r", e)
             elif not events:
                 queue.put_nowait(e)
-                if ticket is not None:
+                for t in tickets:
                     try:
-                        await ticket.release()
+                        await t.release()
                     except Exception:
-                        log.exception("could not release a claim guid=%s",
-                                      plan.request.request_guid)
+                        log.exception("could not release a claim key=%s", t.key)
             else:
                 first = events[0]
                 factory = plan.factory or EventFactory(
                     self.rt.keys, first.id if isinstance(first, Task) else first.task_id,
                     first.context_id, plan.request.active)
                 log.error("turn stream broke (%s) task=%s ctx=%s", type(e).__name__,
-                          factory.task_id, factory.context_id)
+                          factory.task_id, factory.context_id, exc_info=e)
                 ev = factory.failed(ErrorCode.INTERNAL.value)
                 events.append(ev)
-                await self._settle(plan, ticket, events)
+                await self._settle(plan, tickets, events)
                 queue.put_nowait(ev)
         finally:
             queue.put_nowait(_DONE)
 
-    async def _settle(self, plan: TurnPlan, ticket: Ticket | None, events: list[Event]) -> None:
-        """Count the turn and store its outcome (or release the claim if it was refused)."""
+    async def _settle(self, plan: TurnPlan, tickets: list[Ticket], events: list[Event]) -> None:
+        """Count the turn and store its outcome under every claim (or release them if it was
+        refused)."""
         end = events[-1]
         state = end.status.state  # type: ignore[union-attr]
         code = error_code_of(end, self.rt.keys)
@@ -362,19 +420,20 @@ class ProfileRequestHandler(DefaultRequestHandler):
         log.log(level, "turn outcome=%s code=%s task=%s turn=%s guid=%s interaction=%s "
                 "principal=%s", outcome, code or "-", plan.factory.task_id if plan.factory else "-",
                 req.turn_id, req.request_guid, req.interaction_id, plan.principal)
-        if ticket is None:
+        if not tickets:
             return
-        try:
-            if plan.refused:
-                await ticket.release()
-                return
-            record = {"v": OUTCOME_VERSION, "state": TaskState.Name(state), "errorCode": code,
-                      "events": [pack_event(e) for e in events]}
-            await ticket.complete(record, retryable_failure=code is not None
-                                  and is_retryable(code))
-        except Exception:
-            log.exception("could not record the outcome guid=%s turn=%s", req.request_guid,
-                          req.turn_id)
+        record = {"v": OUTCOME_VERSION, "state": TaskState.Name(state), "errorCode": code,
+                  "events": [pack_event(e) for e in events]}
+        for ticket in tickets:
+            try:
+                if plan.refused:
+                    await ticket.release()
+                else:
+                    await ticket.complete(record, retryable_failure=code is not None
+                                          and is_retryable(code))
+            except Exception:
+                log.exception("could not record the outcome key=%s guid=%s turn=%s", ticket.key,
+                              req.request_guid, req.turn_id)
 
     async def aclose(self) -> None:
         """Drain the SDK's tasks, give the pumps a moment to settle their claims, stop them."""

@@ -11,6 +11,14 @@ Modes (``[reasoner].dedup``, overridable with ``--dedup-mode``):
   twice for one logical turn.
 - ``none``: no dedup at all (negative control).
 
+Continuations (every mode, ``none`` included: this is not a dedup key but the
+task's claim; errors.md §4 and DECISIONS D2).  The first message continuing an
+INPUT_REQUIRED task claims ``k:<taskId>:<pause>`` (``<pause>`` = the task's next
+sequenceId, so each pause of one task is claimed once) in the shared store,
+atomically for all workers; any other continuation of that pause, while the
+claim is in flight or after it finished, is a retry of the continuation: it
+waits for and gets the claimed continuation's outcome, never a second execution.
+
 Scopes are ``<principal>\\x1f<contextId>``: replay detection never crosses a
 context, nor a tenant.  A first message without contextId is scoped to the
 principal's empty context, so a duplicated first message replays rather than
@@ -19,17 +27,17 @@ opening a second session.
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from loadtests.dedup.base import DedupStore, is_lost_outcome
+from loadtests.reasoner.owners import new_owner, owner_gone
 
 Mode = Literal["request-guid", "turn", "none"]
 MODES: tuple[str, ...] = ("request-guid", "turn", "none")
 OUTCOME_VERSION = 2  # {"v", "state", "errorCode", "events": [base64 StreamResponse, ...]}
+LIVENESS_CHECK_S = 1.0  # a waiting duplicate re-checks the in-flight owner this often
 
 
 def scope_of(principal: str, context_id: str) -> str:
@@ -37,9 +45,9 @@ def scope_of(principal: str, context_id: str) -> str:
     return f"{principal}\x1f{context_id}"
 
 
-def new_owner() -> str:
-    """A unique owner id for one execution."""
-    return f"{os.getpid()}:{uuid.uuid4().hex[:16]}"
+def continuation_key(task_id: str, pause: int) -> str:
+    """The store key claimed by the first continuation of pause ``pause`` of a task."""
+    return f"k:{task_id}:{pause}"
 
 
 @dataclass
@@ -94,24 +102,35 @@ class Idempotency:
             return f"g:{request_guid}", False
         return None
 
+    async def claim_continuation(self, scope: str, task_id: str, pause: int) -> Ticket | Replay:
+        """The continuation claim of one pause of a task (every dedup mode; see the module
+        docstring): a Ticket for the first continuation, a Replay for any other."""
+        return await self.enter(scope, continuation_key(task_id, pause), False)
+
     async def enter(self, scope: str, key: str, turn_key: bool) -> Ticket | Replay:
         """Claim ``key``: a Ticket to execute, or a Replay of the stored / joined outcome."""
-        assert self.store is not None
+        if self.store is None:
+            raise RuntimeError("no dedup store to claim in")
         owner = new_owner()
         deadline = time.monotonic() + self.wait_s
+        dead: str | None = None
         while True:
-            claim = await self.store.claim(scope, key, owner, time.time())
+            claim = await self.store.claim(scope, key, owner, time.time(), dead_owner=dead)
             if claim.state == "new":
                 return Ticket(self.store, scope, key, owner, turn_key)
             if claim.state == "done":
                 return Replay("lost" if claim.lost else "replay", claim.outcome)
+            if claim.owner and claim.owner != dead and owner_gone(claim.owner):
+                dead = claim.owner  # its process is gone: resolve the claim now, not at lease end
+                continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return Replay("timeout")
-            outcome = await self.store.wait(scope, key, remaining)
+            # Wake at least every LIVENESS_CHECK_S to notice an owner that died meanwhile.
+            outcome = await self.store.wait(scope, key, min(remaining, LIVENESS_CHECK_S))
             if outcome is not None:
                 return Replay("lost" if is_lost_outcome(outcome) else "join", outcome)
-            # abandoned by its owner, or timed out: claim again (the loop ends at the deadline)
+            # abandoned, or a liveness check is due: claim again (the loop ends at the deadline)
 
     async def guard_side_effect(self, scope: str, turn_id: str | None) -> SideEffectGuard:
         """Mode ``turn``: run the side effect only if this logical turn has not run it yet."""

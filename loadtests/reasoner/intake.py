@@ -131,8 +131,15 @@ def _directives(meta: dict[str, Any], key: str) -> frozenset[str] | None:
     return frozenset(v)
 
 
+class PlantedFault(RuntimeError):
+    """Raised by the ``rta/test.raise`` hook: a planted bug for the fuzzer's negative control."""
+
+
 def _test_hooks(meta: dict[str, Any], keys: Keys, b: Bounds) -> tuple[str | None, float | None]:
-    """``rta/test.forceError`` and ``rta/test.delayS`` (only read when test hooks are on)."""
+    """``rta/test.forceError`` and ``rta/test.delayS`` (only read when test hooks are on);
+    ``rta/test.raise: true`` makes turn parsing raise (an unhandled exception on purpose)."""
+    if meta.get(keys("test.raise")) is True:
+        raise PlantedFault("planted by rta/test.raise")
     force = meta.get(keys("test.forceError"))
     if force is not None and force not in ALL_CODES:
         raise ValueError("test.forceError must be an error code")

@@ -10,7 +10,6 @@ exactly like the SDK's JSON-RPC endpoint.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from loadtests.reasoner import metrics
+from loadtests.reasoner.jsontext import BadJson, load_strict
 
 STREAMING_METHODS = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 METHODS: dict[str, type[ProtoMessage]] = dict(JsonRpcDispatcher.METHOD_TO_MODEL)
@@ -73,9 +73,11 @@ def _short(text: str, limit: int = 200) -> str:
 def decode_request(raw: bytes | str) -> Decoded | DecodeError:
     """Validate one JSON-RPC 2.0 request (no batches)."""
     try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as e:
-        return DecodeError(None, JSONParseError(message=_short(f"Parse error: {e}")))
+        body = load_strict(raw)
+    except BadJson as e:
+        if e.kind == "unicode":  # decoded, but echoing any of it would not serialise
+            return DecodeError(None, InvalidRequestError(message=f"Invalid request: {e}"))
+        return DecodeError(None, JSONParseError(message=_short(str(e))))
     if not isinstance(body, dict):
         why = "Batch requests are not supported" if isinstance(body, list) else \
             "A request must be a JSON object"

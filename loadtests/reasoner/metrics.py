@@ -9,6 +9,7 @@ histograms are summed, the in-flight gauge is summed over live workers.
 
 from __future__ import annotations
 
+import logging
 import os
 
 from prometheus_client import (
@@ -50,6 +51,31 @@ WS_CONNECTIONS = Gauge("rta_reasoner_ws_connections", "Open WebSocket connection
                        multiprocess_mode="livesum")
 BAD_REQUESTS = Counter("rta_reasoner_jsonrpc_errors_total",
                        "Malformed requests answered with a JSON-RPC error", ["binding", "code"])
+TURN_REQUESTS = Counter("rta_reasoner_turn_requests_total",
+                        "Send requests that reached turn parsing (past JSON-RPC/REST decoding, "
+                        "auth and the body bounds)")
+UNHANDLED = Counter("rta_reasoner_unhandled_exceptions_total",
+                    "Tracebacks logged by the server: exceptions that reached a last-resort "
+                    "handler (ours, the SDK's or uvicorn's); must stay 0", ["logger"])
+TRACEBACK_LOGGERS = ("rtalab", "a2a", "uvicorn", "starlette")
+
+
+class _TracebackCounter(logging.Handler):
+    """Counts every log record carrying an exception (``log.exception`` and the like)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Count ``record`` if it carries an exception."""
+        if record.exc_info and record.exc_info[0] is not None:
+            UNHANDLED.labels(record.name.split(".", 1)[0]).inc()
+
+
+def count_tracebacks() -> None:
+    """Attach the traceback counter to the server's loggers (once per process)."""
+    for name in TRACEBACK_LOGGERS:
+        logger = logging.getLogger(name)
+        UNHANDLED.labels(name)  # exported as 0 from the start
+        if not any(isinstance(h, _TracebackCounter) for h in logger.handlers):
+            logger.addHandler(_TracebackCounter(logging.ERROR))
 
 
 def multiprocess() -> bool:

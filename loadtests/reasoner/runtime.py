@@ -78,7 +78,8 @@ def build_runtime(settings: ServerSettings, scenario: Scenario | None = None) ->
         bounds=Bounds(), rng=rng, store=store,
         idem=Idempotency(store, cfg.dedup, wait_s=settings.dedup_wait_s),
         sessions=SessionRegistry(store, ttl_s=settings.session_ttl_s),
-        rate=rate, capacity=Capacity(cfg.workers, cfg.queue_limit),
+        rate=rate, capacity=Capacity(cfg.workers, cfg.queue_limit, cfg.queue_discipline,
+                          cfg.queue_timeout_s),
         tool=Tool(settings.witness, cfg.upstream_timeout_s, cfg.tool_latency_s, rng, http),
         http=http,
     )

@@ -35,7 +35,7 @@ class ServerSettings:
     tokens: dict[str, str] = field(default_factory=dict)  # bearer token -> principal
     ext_uri: str = DEFAULT_EXT_URI
     test_hooks: bool = False
-    max_tasks: int = 50_000
+    max_tasks: int = 10_000  # taskstore.DEFAULT_MAX_TASKS
     session_ttl_s: float = 3600.0
     log_level: str = "info"
     access_log: bool = False

@@ -74,7 +74,12 @@ class _Connection:
                 msg = await self.ws.receive()
                 if msg["type"] == "websocket.disconnect":
                     break
-                await self._on_frame(msg.get("text"), msg.get("bytes"))
+                try:
+                    await self._on_frame(msg.get("text"), msg.get("bytes"))
+                except Exception:  # a bad frame never takes the socket (and its turns) down
+                    log.exception("frame handling failed")
+                    await self._error(DecodeError(None, InternalError(
+                        message="The frame could not be handled")))
         except WebSocketDisconnect:
             pass
         finally:

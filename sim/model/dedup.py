@@ -16,7 +16,8 @@ Modes (``[reasoner] dedup``):
 
 An entry is created when a request is admitted for execution, is *in flight*
 until the execution ends, then holds the stored outcome for ``dedup_window_s``
-and is purged (window 0: purged at once).  A repeat of an in-flight key joins
+(closed window, :mod:`sim.dedup_rule`: still replayed at ``end + window``,
+purged after it; window 0: no retention at all, purged at once).  A repeat of an in-flight key joins
 the execution (gets its outcome when it ends, also a released failure); a
 repeat of a stored key gets the stored outcome replayed at once, without a
 worker.  Failed outcomes are stored and replayed too (mode ``turn``: the
@@ -32,6 +33,7 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
+from sim.dedup_rule import expired_after, expires_at
 from sim.model.messages import Request
 
 INF = float("inf")
@@ -77,7 +79,7 @@ class DedupStore:
     def lookup(self, key: Hashable, now_s: float) -> Entry | None:
         """The live entry for ``key`` (in flight, or stored and inside its window), else None."""
         e = self.entries.get(key)
-        if e is not None and e.expires_s <= now_s:
+        if e is not None and expired_after(e.expires_s, now_s):
             del self.entries[key]
             return None
         return e
@@ -85,7 +87,7 @@ class DedupStore:
     def open(self, key: Hashable, now_s: float, context_id: int) -> Entry:
         """Create the in-flight entry of an execution admitted at ``now_s`` in ``context_id``."""
         q = self._expiry
-        if q and q[0][0] <= now_s:
+        if q and expired_after(q[0][0], now_s):
             self.purge(now_s)
         e = Entry(context_id)
         entries = self.entries
@@ -104,7 +106,7 @@ class DedupStore:
         e.context_id = context_id
         e.waiters = None
         if self.window_s > 0.0:
-            e.expires_s = now_s + self.window_s
+            e.expires_s = expires_at(now_s, self.window_s)
             self._expiry.append((e.expires_s, key, e))
         else:
             e.expires_s = now_s
@@ -121,10 +123,10 @@ class DedupStore:
             del self.entries[key]
 
     def purge(self, now_s: float) -> None:
-        """Drop entries whose window has ended by ``now_s``."""
+        """Drop entries whose window has ended by ``now_s`` (closed window, D4)."""
         q = self._expiry
         entries = self.entries
-        while q and q[0][0] <= now_s:
+        while q and expired_after(q[0][0], now_s):
             _, key, e = q.popleft()
             if entries.get(key) is e:
                 del entries[key]

@@ -1,335 +1,57 @@
-"""Wire-test helpers: the Reasoner as a real subprocess, and small sync SSE/WebSocket clients.
+"""Wire-test fixtures: the Reasoner as a real subprocess, driven by the project's wire client.
 
-Every test talks to the server over real sockets (httpx for HTTP/SSE,
-``websockets.sync`` for ``/ws``).  A ``Turn`` holds what one request produced:
-the JSON-RPC ``result`` payloads in order, the errors, and the HTTP (or
-upgrade) response headers.
+Every test talks to the server over real sockets through
+:mod:`loadtests.wireclient` (httpx for HTTP/SSE, ``websockets.sync`` for
+``/ws``), re-exported here for the test modules.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.request
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from websockets.sync.client import ClientConnection, connect
 
 from loadtests.procs import ManagedProcess, start_reasoner
-
-EXT = "https://schemas.salesforce.com/a2a/ext/realtime-agent/v0.1"
-TOKENS = {"token-alice": "alice", "token-bob": "bob"}
-ALICE, BOB = "token-alice", "token-bob"
-END_STATES = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED",
-              "TASK_STATE_REJECTED", "TASK_STATE_INPUT_REQUIRED"}
-TIMEOUT_S = 20.0
-WORKER_HEADER = "x-rta-worker"  # the pid of the uvicorn worker that served a connection
-
-FAST_SCENARIO = """
-[workload]
-side_effect_share = 0.0
-
-[reasoner]
-reasoning_time_s = 0.02
-first_chunk_s = 0.0
-chunks = 3
-chunk_interval_s = 0.01
-upstream_timeout_s = 0.5
-handoff_timeout_s = 1.0
-context_rate_per_s = 0.5
-context_burst = 4
-"""
-
-
-def k(name: str) -> str:
-    """The full profile metadata key ``<ext>/<name>``."""
-    return f"{EXT}/{name}"
-
-
-def uid(prefix: str) -> str:
-    """A fresh identifier."""
-    return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-# ---------------------------------------------------------------------------- requests
-
-
-def message(text: str = "what is my balance", *, ctx: str | None = None,
-            task: str | None = None, guid: str | None = None, turn: str | None = None,
-            meta: dict[str, Any] | None = None, profile: bool = True,
-            parts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A user message; with ``profile`` it carries turnId/requestGuid/interactionId."""
-    m: dict[str, Any] = {"messageId": uid("m"), "role": "ROLE_USER",
-                         "parts": parts if parts is not None else [{"text": text}]}
-    if ctx:
-        m["contextId"] = ctx
-    if task:
-        m["taskId"] = task
-    metadata: dict[str, Any] = {}
-    if profile:
-        metadata = {k("turnId"): turn or uid("t"), k("requestGuid"): guid or uid("g"),
-                    k("interactionId"): uid("i")}
-    metadata.update(meta or {})
-    if metadata:
-        m["metadata"] = metadata
-    return m
-
-
-def rpc(method: str, params: Any, rid: Any = None) -> dict[str, Any]:
-    """A JSON-RPC request object."""
-    return {"jsonrpc": "2.0", "id": uid("r") if rid is None else rid, "method": method,
-            "params": params}
-
-
-def stream(msg: dict[str, Any], rid: Any = None) -> dict[str, Any]:
-    """A SendStreamingMessage request."""
-    return rpc("SendStreamingMessage", {"message": msg}, rid)
-
-
-def headers(token: str | None = ALICE, ext: bool = True, version: bool = True,
-            sse: bool = True) -> dict[str, str]:
-    """Request headers of the profile (each piece optional)."""
-    h = {"Content-Type": "application/json"}
-    if sse:
-        h["Accept"] = "text/event-stream"
-    if version:
-        h["A2A-Version"] = "1.0"
-    if ext:
-        h["A2A-Extensions"] = EXT
-    if token:
-        h["Authorization"] = f"Bearer {token}"
-    return h
-
-
-# ---------------------------------------------------------------------------- results
-
-
-def kind(ev: dict[str, Any]) -> str:
-    """``task``, ``statusUpdate``, ``artifactUpdate`` or ``message``."""
-    return next(iter(ev))
-
-
-def state(ev: dict[str, Any]) -> str | None:
-    """The task state of a task / statusUpdate payload."""
-    body = ev[kind(ev)]
-    return body.get("status", {}).get("state")
-
-
-def meta(ev: dict[str, Any]) -> dict[str, Any]:
-    """Event-level metadata."""
-    return ev[kind(ev)].get("metadata", {})
-
-
-def status_message(ev: dict[str, Any]) -> dict[str, Any]:
-    """The status message of a task / statusUpdate payload."""
-    return ev[kind(ev)].get("status", {}).get("message", {})
-
-
-def frame_ends(frame: dict[str, Any]) -> bool:
-    """True if this JSON-RPC frame ends its request's stream."""
-    if "error" in frame:
-        return True
-    result = frame.get("result") or {}
-    if not isinstance(result, dict) or len(result) != 1 or kind(result) not in (
-            "task", "statusUpdate", "artifactUpdate", "message"):
-        return True  # a unary result
-    return state(result) in END_STATES
-
-
-@dataclass
-class Turn:
-    """Everything one streaming request produced."""
-
-    events: list[dict[str, Any]] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(default_factory=list)
-    headers: dict[str, str] = field(default_factory=dict)
-    status: int = 200
-    frames: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def final(self) -> dict[str, Any]:
-        """The last event."""
-        return self.events[-1]
-
-    @property
-    def final_state(self) -> str | None:
-        """State of the last event."""
-        return state(self.final) if self.events else None
-
-    @property
-    def task_id(self) -> str:
-        """The task id of the first event."""
-        return str(self.events[0]["task"]["id"])
-
-    @property
-    def context_id(self) -> str:
-        """The context id of the first event."""
-        return str(self.events[0]["task"]["contextId"])
-
-    @property
-    def worker(self) -> str:
-        """``X-RTA-Worker`` of the response (or upgrade): the serving worker's pid, or ``""``."""
-        return self.headers.get(WORKER_HEADER, "")
-
-    @property
-    def error_code(self) -> str | None:
-        """``rta/errorCode`` of a FAILED final event."""
-        return status_message(self.final).get("metadata", {}).get(k("errorCode"))
-
-    @property
-    def failure_text(self) -> str:
-        """The text part of the final status message."""
-        return "".join(p.get("text", "") for p in status_message(self.final).get("parts", []))
-
-    @property
-    def seqs(self) -> list[float]:
-        """``rta/sequenceId`` of every event after the Task."""
-        return [meta(e).get(k("sequenceId")) for e in self.events[1:]]
-
-    @property
-    def spoken(self) -> list[str]:
-        """Text of the spoken chunks."""
-        return [p["text"] for e in self.events if kind(e) == "artifactUpdate"
-                for p in e["artifactUpdate"]["artifact"]["parts"]]
-
-    def without_ids(self) -> list[dict[str, Any]]:
-        """The frames without their JSON-RPC ids (for replay comparisons)."""
-        return [{key: v for key, v in f.items() if key != "id"} for f in self.frames]
-
-
-def _absorb(turn: Turn, frame: dict[str, Any]) -> None:
-    """Add one JSON-RPC frame to a Turn."""
-    turn.frames.append(frame)
-    if "error" in frame:
-        turn.errors.append(frame["error"])
-    elif isinstance(frame.get("result"), dict):
-        turn.events.append(frame["result"])
-
-
-# ---------------------------------------------------------------------------- clients
-
-
-@dataclass
-class Reasoner:
-    """A running Reasoner subprocess."""
-
-    proc: ManagedProcess
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:P``."""
-        return self.proc.url
-
-    @property
-    def ws_url(self) -> str:
-        """``ws://127.0.0.1:P/ws``."""
-        return self.url.replace("http://", "ws://") + "/ws"
-
-    def sse(self, body: Any, hdrs: dict[str, str] | None = None, *,
-            raw: bytes | None = None) -> Turn:
-        """POST / and read the whole answer (SSE events or one JSON body)."""
-        turn = Turn()
-        with httpx.Client(timeout=TIMEOUT_S) as c, c.stream(
-                "POST", self.url + "/", headers=hdrs or headers(),
-                content=raw if raw is not None else json.dumps(body).encode()) as r:
-            turn.status = r.status_code
-            turn.headers = dict(r.headers)
-            if r.headers.get("content-type", "").startswith("text/event-stream"):
-                for line in r.iter_lines():
-                    if line.startswith("data:"):
-                        _absorb(turn, json.loads(line[5:]))
-            else:
-                _absorb(turn, json.loads(r.read()))
-        return turn
-
-    def ws(self, hdrs: dict[str, str] | None = None) -> WsSession:
-        """Open a WebSocket session (auth and negotiation on the upgrade)."""
-        h = hdrs if hdrs is not None else headers(sse=False)
-        conn = connect(self.ws_url, additional_headers=h, open_timeout=TIMEOUT_S,
-                       max_size=8 * 1024 * 1024)
-        return WsSession(conn)
-
-    def send(self, binding: str, body: dict[str, Any], hdrs: dict[str, str] | None = None
-             ) -> Turn:
-        """One request over ``binding`` (``sse``: POST /, ``ws``: a fresh socket)."""
-        if binding == "sse":
-            return self.sse(body, hdrs)
-        with self.ws(None if hdrs is None else {key: v for key, v in hdrs.items()
-                                                 if key != "Accept"}) as s:
-            return s.request(body)
-
-    def call(self, method: str, params: Any, token: str | None = ALICE) -> dict[str, Any]:
-        """A unary JSON-RPC call over HTTP; the response object."""
-        r = httpx.post(self.url + "/", json=rpc(method, params),
-                       headers=headers(token, sse=False), timeout=TIMEOUT_S)
-        return dict(r.json())
-
-    def get_json(self, path: str) -> Any:
-        """GET a public JSON path."""
-        with urllib.request.urlopen(self.url + path, timeout=TIMEOUT_S) as r:
-            return json.loads(r.read())
-
-    def metrics(self) -> str:
-        """The /metrics text."""
-        return httpx.get(self.url + "/metrics", timeout=TIMEOUT_S).text
-
-
-class WsSession:
-    """One WebSocket: send frames, read frames routed by id."""
-
-    def __init__(self, conn: ClientConnection):
-        self.conn = conn
-        self.pending: dict[Any, list[dict[str, Any]]] = {}
-
-    @property
-    def response_headers(self) -> dict[str, str]:
-        """Headers of the upgrade response."""
-        assert self.conn.response is not None
-        return {key.lower(): v for key, v in self.conn.response.headers.raw_items()}
-
-    def __enter__(self) -> WsSession:
-        """Context manager (the connection's own, as websockets requires)."""
-        self.conn.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """Close the socket."""
-        self.conn.close()
-
-    def send(self, body: Any, raw: str | bytes | None = None) -> None:
-        """Send one frame."""
-        self.conn.send(raw if raw is not None else json.dumps(body))
-
-    def recv(self) -> dict[str, Any]:
-        """The next frame (any id)."""
-        return dict(json.loads(self.conn.recv(timeout=TIMEOUT_S)))
-
-    def until_end(self, rid: Any) -> Turn:
-        """Frames of ``rid`` until its stream ends (other ids are kept for later)."""
-        turn = Turn(headers=self.response_headers)
-        backlog = self.pending.pop(rid, [])
-        for frame in backlog:
-            _absorb(turn, frame)
-            if frame_ends(frame):
-                return turn
-        while True:
-            frame = self.recv()
-            if frame.get("id") != rid:
-                self.pending.setdefault(frame.get("id"), []).append(frame)
-                continue
-            _absorb(turn, frame)
-            if frame_ends(frame):
-                return turn
-
-    def request(self, body: dict[str, Any]) -> Turn:
-        """Send one request and read its frames to the end."""
-        self.send(body)
-        return self.until_end(body.get("id"))
+from loadtests.wireclient import (  # noqa: F401 - re-exported to the test modules
+    ALICE,
+    BOB,
+    END_STATES,
+    EXT,
+    FAST_HANDOFF_S,
+    FAST_SCENARIO,
+    TIMEOUT_S,
+    TOKENS,
+    WORKER_HEADER,
+    Client,
+    Turn,
+    WsSession,
+    frame_ends,
+    headers,
+    k,
+    kind,
+    message,
+    meta,
+    rpc,
+    state,
+    status_message,
+    stream,
+    uid,
+)
+
+
+class Reasoner(Client):
+    """A running Reasoner subprocess and a client of it."""
+
+    def __init__(self, proc: ManagedProcess):
+        super().__init__(proc.url)
+        self.proc = proc
+
+    def __repr__(self) -> str:
+        """Names the process."""
+        return f"Reasoner(proc={self.proc!r})"
 
 
 # ---------------------------------------------------------------------------- fixtures

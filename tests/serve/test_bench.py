@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from loadtests.bench import Calls, TurnChecker, TurnError, default_turns_per_context, parse_stores
+from loadtests.bench_report import Sample, StoreSummary, comparison_lines, paired_ratios, ratios
 from loadtests.dedup import open_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,3 +152,31 @@ def test_sqlite_wal_stays_bounded_under_sustained_writes(tmp_path: Path) -> None
 
     wal_bytes = asyncio.run(run())
     assert 0 < wal_bytes < 32 * 1024**2, f"WAL grew to {wal_bytes / 1024**2:.0f} MiB"
+
+
+def _summary(store: str, rates: list[float], cpu_ms: list[float], turns: int = 100
+             ) -> StoreSummary:
+    """A StoreSummary whose rounds ran at ``rates`` turns/s with ``cpu_ms`` CPU per turn."""
+    return StoreSummary(store, [Sample(store, i, turns, wall_s=turns / r,
+                                       server_cpu_s=c * turns / 1e3, helper_cpu_s=None,
+                                       client_cpu_s=0.0, latencies_s=[0.01] * turns)
+                                for i, (r, c) in enumerate(zip(rates, cpu_ms, strict=True))])
+
+
+def test_bench_ratio_arithmetic() -> None:
+    """Ratios are store ÷ none for throughput and none ÷ store for CPU per turn (both < 1 when
+    the store costs more), per round then median; an inverted ratio fails here."""
+    none = _summary("none", [100.0, 200.0, 100.0], [4.0, 4.0, 4.0])
+    sqlite = _summary("sqlite", [80.0, 190.0, 95.0], [5.0, 4.0, 8.0])
+    tp, cpu = paired_ratios(none, sqlite)
+    assert tp == pytest.approx([0.80, 0.95, 0.95])
+    assert cpu == pytest.approx([0.80, 1.00, 0.50])
+    r = ratios(none, sqlite)
+    assert r["throughput_ratio"] == pytest.approx(0.95)
+    assert r["cpu_per_turn_ratio"] == pytest.approx(0.80)
+    lines, figures = comparison_lines(none, [sqlite], concurrency=50)
+    assert figures["sqlite"]["throughput_verdict"] == "PASS"  # 0.95 >= 0.9
+    assert figures["sqlite"]["cpu_per_turn_verdict"] == "WARN"  # 0.80 < 0.9
+    assert lines[0].startswith("sqlite vs none: throughput ratio 0.95x [rounds 0.80..0.95]")
+    slower = _summary("sqlite", [50.0, 100.0, 50.0], [4.0, 4.0, 4.0])
+    assert ratios(none, slower)["throughput_ratio"] == pytest.approx(0.5)  # half as fast

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -226,6 +227,46 @@ def test_window_expiry_and_purge(store_url: str, request: pytest.FixtureRequest)
             assert (await s.stats()).entries == 2  # young (done) + old (re-claimed)
 
     run_with(store_url, body, window_s=window)
+
+
+def test_expired_unpurged_entry_is_new_at_the_closed_boundary(store_url: str) -> None:
+    """Without any purge, a done entry replays up to completed + window inclusive (D4) and is
+    new just after it: a ``judge`` that ignores (or opens) the window fails here."""
+    t0 = float(int(time.time()))  # whole seconds: t0 + window is exact
+    window = 60.0
+    end = t0 + window
+
+    async def body(s: DedupStore) -> None:
+        for key in ("a", "b", "c"):
+            await s.claim("ctx", key, "A", t0)
+            assert await s.complete("ctx", key, {"k": key}, t0, owner="A")
+        assert (await s.claim("ctx", "a", "B", end)).outcome == {"k": "a"}  # closed window
+        assert (await s.claim("ctx", "b", "B", math.nextafter(end, math.inf))).state == "new"
+        assert (await s.claim("ctx", "c", "B", end + 30)).state == "new"  # long expired
+        assert (await s.claim("ctx", "c", "C", end + 31)).state == "in_flight"  # B owns it now
+
+    run_with(store_url, body, window_s=window)
+
+
+def test_dead_owner_claim_resolves_before_the_lease(store_url: str) -> None:
+    """A claimant that names the in-flight owner as dead resolves the entry at once (lost, or
+    reclaimed); naming anyone else changes nothing."""
+    t0 = time.time()
+
+    async def body(s: DedupStore) -> None:
+        await s.claim("ctx", "g", "A", t0)
+        assert (await s.claim("ctx", "g", "B", t0 + 1, dead_owner="Z")).state == "in_flight"
+        c = await s.claim("ctx", "g", "B", t0 + 1, dead_owner="A")
+        assert (c.state, c.stale, c.lost, c.owner) == ("done", True, True, "A")
+
+    run_with(store_url, body, lease_s=120.0)
+
+    async def reclaim(s: DedupStore) -> None:  # (same file / Redis: another key)
+        await s.claim("ctx", "h", "A", t0)
+        c = await s.claim("ctx", "h", "B", t0 + 1, dead_owner="A")
+        assert (c.state, c.stale, c.owner) == ("new", True, "A")
+
+    run_with(store_url, reclaim, lease_s=120.0, on_stale="reclaim")
 
 
 def test_stale_lease_fail_never_reexecutes(store_url: str) -> None:

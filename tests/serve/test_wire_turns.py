@@ -9,6 +9,7 @@ import pytest
 
 from tests.serve.conftest import (
     EXT,
+    FAST_HANDOFF_S,
     Reasoner,
     Turn,
     headers,
@@ -212,7 +213,7 @@ def test_handoff_timeout_fails_the_task(reasoner: Reasoner, binding: str) -> Non
     ctx = uid("c")
     first = reasoner.send(binding, stream(message(ctx=ctx, meta={k("handoff"): True})))
     assert first.final_state == "TASK_STATE_INPUT_REQUIRED"
-    time.sleep(1.3)  # the elapsed time is the input under test: handoff_timeout_s = 1.0
+    time.sleep(FAST_HANDOFF_S + 0.3)  # the elapsed time is the input under test
     late = reasoner.send(binding, stream(message(ctx=ctx, task=first.task_id)))
     assert late.final_state == "TASK_STATE_FAILED"
     assert status_message(late.final)["metadata"][k("errorCode")] == "session-not-found"
