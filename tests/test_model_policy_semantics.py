@@ -95,6 +95,8 @@ def _copy_at_window_end(window_s: float | None) -> tuple[float, float, str]:
         "workload.turns_per_call": 2, "workload.think_time_s": 20.0,  # session stays open
         "network.uplink.duplication": 1.0, "network.uplink.duplicate_delay_s": 2.0,
         "reasoner.dedup": "request-guid", "reasoner.dedup_window_s": 300.0,
+        # the window alone decides: a known taskId is otherwise a retry of its turn (D2)
+        "reasoner.known_task": "execute",
         "run.duration_s": 40.0}
 
     def run(w: float) -> tuple[float, float, str]:
@@ -118,8 +120,6 @@ def test_dedup_window_has_expired_just_after_its_end() -> None:
     assert _copy_at_window_end((now - c) + 1e-9)[2] == "replayed"
 
 
-@pytest.mark.xfail(strict=True, reason="DECISIONS D4 (closed window) lands with the reasoner "
-                   "branch's sim/dedup_rule.py; the simulator still expires at now >= c + w")
 def test_dedup_window_still_replays_at_exactly_its_end() -> None:
     c, now, disposition = _copy_at_window_end(None)
     assert now == c + (now - c)  # the copy arrives exactly at c + w
