@@ -109,13 +109,13 @@ def _first_rows(codes: np.ndarray, n: int) -> np.ndarray:
 
 def prepare(led: Ledgers) -> Prepared:
     """Join keys: logical turn of every attempt, turn row and witness row."""
-    a = led.attempts.copy()
+    a = led.attempts.copy(deep=False)  # columns are replaced, never written into
     a["turn_index"] = pd.to_numeric(a["turn_index"], errors="coerce").astype("float64")
     a["inj"] = a["injected"].fillna("").astype(str).ne("").to_numpy()
     t = led.turns
     frames = [a[TURN_COLS]]
     if t is not None:
-        t = t.copy()
+        t = t.copy(deep=False)
         t["turn_index"] = pd.to_numeric(t["turn_index"], errors="coerce").astype("float64")
         frames.append(t[TURN_COLS])
     keys = pd.concat(frames, ignore_index=True)
@@ -129,7 +129,6 @@ def prepare(led: Ledgers) -> Prepared:
     told = np.full(n, "none", dtype=object)
     outcome = np.full(n, None, dtype=object)
     end_of_run = np.zeros(n, dtype=bool)
-    real = a[~a["inj"]]
     if t is not None:
         tk = codes[len(a):]
         t["tkey"] = tk
@@ -139,6 +138,7 @@ def prepare(led: Ledgers) -> Prepared:
         cut = t["outcome"].eq("unfinished") & t["end_reason"].eq(END_OF_RUN)
         end_of_run[tk[cut.to_numpy()]] = True
     else:
+        real = a[~a["inj"]]
         ok = real.loc[real["outcome"].isin(SUCCESS_OUTCOMES), "tkey"].unique()
         last = real.sort_values("send_s", kind="stable").groupby("tkey")["outcome"].last()
         told[last.index[last.isin(FAILURE_OUTCOMES).to_numpy()]] = "failure"

@@ -156,8 +156,10 @@ def test_bench_arithmetic() -> None:
     assert r["rows"] == r["lines"] and abs(r["rows"] - 4000) < 400
     assert r["rows_per_s"] == pytest.approx(r["rows"] / r["seconds"])
     assert r["seconds"] == pytest.approx(r["read_s"] + r["rules_s"])
+    assert r["cpu_s"] > 0 and r["rows_per_cpu_s"] == pytest.approx(r["rows"] / r["cpu_s"])
     text = format_bench(r)
     assert f"{r['rows']:,} ledger rows" in text and "rows/s" in text
+    assert f"{r['rows_per_cpu_s']:,.0f} rows per CPU-second" in text
 
 
 def test_count_lines(tmp_path: Path) -> None:
