@@ -243,6 +243,17 @@ def rule_reexecuted(p: Prepared, limits: Mapping[str, float]) -> RuleResult:
                    f"{len(multi)} turns executed under several requestGuids", p.n_turns, limits)
 
 
+def _several_values(keys: pd.Series, values: pd.Series) -> pd.Index:
+    """Keys (sorted) seen with more than one distinct value; rows with a null key or value
+    are ignored (as ``dropna().groupby(keys)[values].nunique() > 1``, by integer codes)."""
+    k, kn = pd.factorize(keys, sort=True)
+    v, vn = pd.factorize(values)
+    ok = (k >= 0) & (v >= 0)
+    pairs = np.unique(k[ok].astype(np.int64) * (len(vn) + 1) + v[ok])
+    per_key = np.bincount(pairs // (len(vn) + 1), minlength=len(kn))
+    return pd.Index(kn[per_key > 1])
+
+
 def rule_sessions(p: Prepared, limits: Mapping[str, float]) -> RuleResult:
     """Calls that opened more than one server-side session (contextId)."""
     a = p.a
@@ -253,9 +264,8 @@ def rule_sessions(p: Prepared, limits: Mapping[str, float]) -> RuleResult:
         call_of_turn = p.a.drop_duplicates("tkey").set_index("tkey")["call_id"]
         pairs.append(pd.DataFrame({"call": w["tkey"].map(call_of_turn).to_numpy(),
                                    "ctx": w["contextId"].to_numpy()}))
-    both = pd.concat(pairs, ignore_index=True).dropna()
-    nu = both.groupby("call")["ctx"].nunique()
-    multi = nu.index[nu.to_numpy() > 1]
+    both = pd.concat(pairs, ignore_index=True)
+    multi = _several_values(both["call"], both["ctx"])
     return _hazard("duplicate-session", len(multi), examples_of(multi[:5]),
                    f"{len(multi)} calls with more than one contextId", p.n_turns, limits)
 
