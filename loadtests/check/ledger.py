@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import json
 import math
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -91,13 +91,25 @@ class Events:
 
 @dataclass
 class Ledgers:
-    """The raw ledgers of one run; ``None`` where the file does not exist."""
+    """The raw ledgers of one run; ``None`` where the file does not exist.
+
+    ``events`` may still be parsing in the background when the object is made
+    (see :func:`read_ledgers`): reading the attribute waits for it, and a
+    :class:`LedgerError` in that file is raised there.
+    """
 
     attempts: pd.DataFrame
-    events: Events | None
     turns: pd.DataFrame | None
     witness: pd.DataFrame | None
     chaos: pd.DataFrame | None
+    pending_events: Future[Events] | Events | None = field(default=None, repr=False)
+
+    @property
+    def events(self) -> Events | None:
+        """The events ledger (waits for its parse to finish)."""
+        if isinstance(self.pending_events, Future):
+            self.pending_events = self.pending_events.result()
+        return self.pending_events
 
     @property
     def rows(self) -> int:
@@ -279,8 +291,9 @@ def _frame(table: pa.Table, name: str) -> pd.DataFrame:
 def read_ledgers(run_dir: str | Path) -> Ledgers:
     """All ledgers of ``run_dir`` (``ledger/`` inside it, or the folder itself).
 
-    The files are read concurrently (pyarrow parses without the GIL), so one
-    file's conversion to pandas overlaps another's parsing.
+    The files are parsed concurrently (DuckDB and Arrow work without the GIL).
+    The events ledger, the largest, is returned still parsing: the rules that do
+    not need it run meanwhile (:attr:`Ledgers.events` waits for it).
     """
     run = Path(run_dir)
     if not run.is_dir():
@@ -292,16 +305,19 @@ def read_ledgers(run_dir: str | Path) -> Ledgers:
     paths = {name: folder / f"{name}.jsonl" for name in ("events", "turns", "witness", "chaos")}
     if not paths["chaos"].exists():
         paths["chaos"] = run / "chaos.jsonl"
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rtalab-ledger")
+    try:
         futures = {name: pool.submit(read_events if name == "events" else read_jsonl, path,
                                      *(() if name == "events" else (name,)))
                    for name, path in paths.items() if path.exists()}
         attempts = read_jsonl(attempts_path, "attempts")
-        got = {name: f.result() for name, f in futures.items()}
+        got = {name: f.result() for name, f in futures.items() if name != "events"}
+    finally:
+        pool.shutdown(wait=False)  # the events parse, if any, goes on in its thread
     if attempts.empty:
         raise LedgerError(f"{attempts_path}: no attempts recorded (nothing to judge)")
     missing = [c for c in ATTEMPT_KEYS if attempts[c].isna().all()]
     if missing:
         raise LedgerError(f"{attempts_path}: no values for {', '.join(missing)}")
-    return Ledgers(attempts=attempts, events=got.get("events"), turns=got.get("turns"),
-                   witness=got.get("witness"), chaos=got.get("chaos"))
+    return Ledgers(attempts=attempts, turns=got.get("turns"), witness=got.get("witness"),
+                   chaos=got.get("chaos"), pending_events=futures.get("events"))
