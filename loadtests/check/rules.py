@@ -109,13 +109,13 @@ def _first_rows(codes: np.ndarray, n: int) -> np.ndarray:
 
 def prepare(led: Ledgers) -> Prepared:
     """Join keys: logical turn of every attempt, turn row and witness row."""
-    a = led.attempts.copy()
+    a = led.attempts.copy(deep=False)  # columns are replaced, never written into
     a["turn_index"] = pd.to_numeric(a["turn_index"], errors="coerce").astype("float64")
     a["inj"] = a["injected"].fillna("").astype(str).ne("").to_numpy()
     t = led.turns
     frames = [a[TURN_COLS]]
     if t is not None:
-        t = t.copy()
+        t = t.copy(deep=False)
         t["turn_index"] = pd.to_numeric(t["turn_index"], errors="coerce").astype("float64")
         frames.append(t[TURN_COLS])
     keys = pd.concat(frames, ignore_index=True)
@@ -129,7 +129,6 @@ def prepare(led: Ledgers) -> Prepared:
     told = np.full(n, "none", dtype=object)
     outcome = np.full(n, None, dtype=object)
     end_of_run = np.zeros(n, dtype=bool)
-    real = a[~a["inj"]]
     if t is not None:
         tk = codes[len(a):]
         t["tkey"] = tk
@@ -139,6 +138,7 @@ def prepare(led: Ledgers) -> Prepared:
         cut = t["outcome"].eq("unfinished") & t["end_reason"].eq(END_OF_RUN)
         end_of_run[tk[cut.to_numpy()]] = True
     else:
+        real = a[~a["inj"]]
         ok = real.loc[real["outcome"].isin(SUCCESS_OUTCOMES), "tkey"].unique()
         last = real.sort_values("send_s", kind="stable").groupby("tkey")["outcome"].last()
         told[last.index[last.isin(FAILURE_OUTCOMES).to_numpy()]] = "failure"
@@ -243,6 +243,17 @@ def rule_reexecuted(p: Prepared, limits: Mapping[str, float]) -> RuleResult:
                    f"{len(multi)} turns executed under several requestGuids", p.n_turns, limits)
 
 
+def _several_values(keys: pd.Series, values: pd.Series) -> pd.Index:
+    """Keys (sorted) seen with more than one distinct value; rows with a null key or value
+    are ignored (as ``dropna().groupby(keys)[values].nunique() > 1``, by integer codes)."""
+    k, kn = pd.factorize(keys, sort=True)
+    v, vn = pd.factorize(values)
+    ok = (k >= 0) & (v >= 0)
+    pairs = np.unique(k[ok].astype(np.int64) * (len(vn) + 1) + v[ok])
+    per_key = np.bincount(pairs // (len(vn) + 1), minlength=len(kn))
+    return pd.Index(kn[per_key > 1])
+
+
 def rule_sessions(p: Prepared, limits: Mapping[str, float]) -> RuleResult:
     """Calls that opened more than one server-side session (contextId)."""
     a = p.a
@@ -253,9 +264,8 @@ def rule_sessions(p: Prepared, limits: Mapping[str, float]) -> RuleResult:
         call_of_turn = p.a.drop_duplicates("tkey").set_index("tkey")["call_id"]
         pairs.append(pd.DataFrame({"call": w["tkey"].map(call_of_turn).to_numpy(),
                                    "ctx": w["contextId"].to_numpy()}))
-    both = pd.concat(pairs, ignore_index=True).dropna()
-    nu = both.groupby("call")["ctx"].nunique()
-    multi = nu.index[nu.to_numpy() > 1]
+    both = pd.concat(pairs, ignore_index=True)
+    multi = _several_values(both["call"], both["ctx"])
     return _hazard("duplicate-session", len(multi), examples_of(multi[:5]),
                    f"{len(multi)} calls with more than one contextId", p.n_turns, limits)
 

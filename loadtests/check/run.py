@@ -76,14 +76,17 @@ def evaluate(led: Ledgers, policy: Any | None,
     limits = dict(hazard_limits or {})
     p = R.prepare(led)
     seq = R._attempt_sequence(p)
-    results = [
-        R.rule_lost(p), R.rule_duplicated(p), R.rule_ghost(p, limits),
-        R.rule_reexecuted(p, limits), R.rule_sessions(p, limits), R.rule_unexpected(p),
-        R.rule_incomplete(p), R.rule_ordering(p, led.events),
-        R.rule_non_retryable(p, seq), R.rule_retry_limit(p, seq, policy, policy_problem),
-        R.rule_retry_after(seq, policy, policy_problem),
-        R.rule_echo(p), R.rule_sequence_id(p, led.events),
-    ]
+    # the rules without the events ledger first: its parse may still be running
+    lost, duplicated, ghost = R.rule_lost(p), R.rule_duplicated(p), R.rule_ghost(p, limits)
+    reexecuted, sessions = R.rule_reexecuted(p, limits), R.rule_sessions(p, limits)
+    unexpected, incomplete = R.rule_unexpected(p), R.rule_incomplete(p)
+    non_retryable = R.rule_non_retryable(p, seq)
+    retry_limit = R.rule_retry_limit(p, seq, policy, policy_problem)
+    retry_after = R.rule_retry_after(seq, policy, policy_problem)
+    echo = R.rule_echo(p)
+    results = [lost, duplicated, ghost, reexecuted, sessions, unexpected, incomplete,
+               R.rule_ordering(p, led.events), non_retryable, retry_limit, retry_after, echo,
+               R.rule_sequence_id(p, led.events)]
     return Verdict(rules=results, stats=_stats(led, p))
 
 

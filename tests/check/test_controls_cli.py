@@ -150,14 +150,31 @@ def test_cli_unusable_input_exits_2_with_one_line(tmp_path: Path,
     _one_line_error(capsys)
 
 
+def test_cli_bad_events_ledger_exits_2_naming_file_and_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The events ledger is parsed while the other rules run: its error still ends the run."""
+    run = write_ledger(tmp_path / "bad-events", _led())
+    events = run / "ledger" / "events.jsonl"
+    n = count_lines(run / "ledger") - sum(
+        1 for p in (run / "ledger").glob("*.jsonl") if p != events for _ in p.open("rb"))
+    with events.open("a") as f:
+        f.write('{"request_guid": "g", "kind": \n')
+    assert main(["check", str(run)]) == 2
+    err = _one_line_error(capsys)
+    assert "events.jsonl" in err and f"line {n + 1} is not valid JSON" in err
+    assert not (run / "verdict.json").exists()
+
+
 def test_bench_arithmetic() -> None:
     r = run_bench(rows=4000, repeat=1)
     assert r["verdict_ok"]
     assert r["rows"] == r["lines"] and abs(r["rows"] - 4000) < 400
     assert r["rows_per_s"] == pytest.approx(r["rows"] / r["seconds"])
     assert r["seconds"] == pytest.approx(r["read_s"] + r["rules_s"])
+    assert r["cpu_s"] > 0 and r["rows_per_cpu_s"] == pytest.approx(r["rows"] / r["cpu_s"])
     text = format_bench(r)
     assert f"{r['rows']:,} ledger rows" in text and "rows/s" in text
+    assert f"{r['rows_per_cpu_s']:,.0f} rows per CPU-second" in text
 
 
 def test_count_lines(tmp_path: Path) -> None:

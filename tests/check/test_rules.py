@@ -333,3 +333,16 @@ def test_policy_read_from_the_live_table_only(tmp_path: Path, led: Ledger) -> No
     write_ledger(tmp_path, led, scenario="[live.retry]\nmax_attempts = 0\n")
     r = check_run(tmp_path).rule("retry-limit")
     assert r.status == "not-checked" and "live.retry.max_attempts" in r.detail
+
+
+def test_several_values_matches_pandas_nunique() -> None:
+    from loadtests.check.rules import _several_values
+
+    rng = np.random.default_rng(3)
+    keys = np.array(["a", "b", "c", "d", None, "é"], dtype=object)
+    vals = np.array(["x", "y", None, "z"], dtype=object)
+    for n in (0, 1, 5, 40, 200):
+        k = pd.Series(rng.choice(keys, n), dtype=object)
+        v = pd.Series(rng.choice(vals, n), dtype=object)
+        nu = pd.DataFrame({"k": k, "v": v}).dropna().groupby("k")["v"].nunique()
+        assert list(_several_values(k, v)) == list(nu.index[nu.to_numpy() > 1])
