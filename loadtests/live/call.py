@@ -237,7 +237,9 @@ class Call:
                     end_reason = "escalated"
                     break
                 if self.turns_started < self.turns_planned:
-                    gevent.sleep(self.think())
+                    think = self.think()
+                    if think > 0:  # no think time: go on without a trip through the hub
+                        gevent.sleep(think)
             else:
                 end_reason = "all-turns-done"
         except gevent.GreenletExit:
@@ -505,12 +507,16 @@ class Call:
         timer: gevent.Timeout | None = None
         ev_rows: list[dict[str, Any]] = []
         seq_rows: list[dict[str, Any]] = []  # sequenced events, in arrival order
+        n_events = n_without_seq = 0  # counted locally, written to the row in ``finally``
+        ext_uri, call_id, guid = self.opts.ext_uri, self.call_id, ids.request_guid
+        learn_task = main and t.task_id is None
+        watch_barge = main and t.barge_in_s is not None
         try:
             try:
                 timer = gevent.Timeout.start_new(max(0.001, min(
                     resp_deadline, total_deadline, hard_deadline) - send_s), _Expired)
                 ex = self.ch.send(rpc_id, body, self.active)
-                armed = min(resp_deadline, total_deadline, hard_deadline)
+                armed = limit = min(resp_deadline, total_deadline, hard_deadline)
                 row["http_status"], row["server_worker"] = ex.http_status, ex.worker
                 row["echo"] = ex.echo
                 if main and self.active and not self.negotiated and ex.http_status == 200:
@@ -518,8 +524,6 @@ class Call:
                     if not ex.echo:
                         self._degrade()  # no A2A-Extensions echo: core A2A from now on
                 while True:
-                    limit = min(total_deadline, hard_deadline, barge_at,
-                                math.inf if got_output else resp_deadline)
                     if limit != armed:  # (re)arm the attempt's timer when its deadline moves
                         timer.close()
                         remaining = limit - time.time()
@@ -533,37 +537,41 @@ class Call:
                         outcome = "response-lost"
                         failure = "stream ended without an end state"
                         break
-                    ev = parse_event(frame, self.opts.ext_uri)
-                    row["events"] += 1
+                    ev = parse_event(frame, ext_uri)
+                    n_events += 1
+                    kind = ev.kind
                     if ev.context_id:
                         if row["context_id_learned"] is None:
                             row["context_id_learned"] = ev.context_id
                         self.contexts_seen.add(ev.context_id)
                         if main and self.context_id is None:
                             self.context_id = ev.context_id
-                    if ev.task_id and main and t.task_id is None:  # Task event or any later
+                    if learn_task and ev.task_id:  # Task event or any later
                         t.task_id = ev.task_id
                         row["task_id_learned"] = ev.task_id
-                    if ev.is_output and not got_output:
+                        learn_task = False
+                    if not got_output and ev.is_output:
                         got_output = True
                         row["first_response_s"] = now
-                    evrow = {"request_guid": ids.request_guid, "attempt_key": key,
-                             "call_id": self.call_id, "recv_s": now, "kind": ev.kind,
-                             "state": ev.state, "sequence_id": ev.sequence_id,
-                             "played_index": None}
+                        limit = min(total_deadline, hard_deadline, barge_at)
+                    evrow = {"request_guid": guid, "attempt_key": key, "call_id": call_id,
+                             "recv_s": now, "kind": kind, "state": ev.state,
+                             "sequence_id": ev.sequence_id, "played_index": None}
                     ev_rows.append(evrow)
                     if ev.sequence_id is None:
-                        if ev.kind != "task" and ev.kind != "error":
-                            row["events_without_seq"] += 1
-                        if ev.kind == "artifact" and math.isnan(pb.first_chunk_s):
+                        if kind != "task" and kind != "error":
+                            n_without_seq += 1
+                        if kind == "artifact" and math.isnan(pb.first_chunk_s):
                             pb.first_chunk_s = now
                     else:
                         seq_rows.append(evrow)
-                        for n, idx in pb.push(ev.sequence_id, ev.kind == "artifact", now):
+                        for n, idx in pb.push(ev.sequence_id, kind == "artifact", now):
                             seq_rows[n]["played_index"] = idx
-                    if (main and t.barge_in_s is not None and barge_at == math.inf
+                    if (watch_barge and barge_at == math.inf
                             and not math.isnan(pb.first_chunk_s)):
                         barge_at = pb.first_chunk_s + t.barge_in_s
+                        limit = min(total_deadline, hard_deadline, barge_at,
+                                    math.inf if got_output else resp_deadline)
                     if ev.ends_stream:
                         end_ev = ev
                         break
@@ -582,6 +590,8 @@ class Call:
             except StreamBroken as e:
                 outcome, failure = "response-lost", str(e)
         finally:
+            row["events"] += n_events
+            row["events_without_seq"] += n_without_seq
             if timer is not None:
                 timer.close()
             if ex is not None:

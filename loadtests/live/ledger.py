@@ -21,6 +21,7 @@ TABLES = ("attempts", "events", "turns", "calls")
 MSG_LEDGER = "rta_ledger"
 MSG_DONE = "rta_done"
 MSG_IDLE = "rta_idle"
+_STRICT = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode  # built once
 
 
 def _clean(v: Any) -> Any:
@@ -99,7 +100,7 @@ class Gatherer:
             f = self.files[t]
             for r in rows:
                 try:
-                    line = json.dumps(r, separators=(",", ":"), allow_nan=False)
+                    line = _STRICT(r)
                 except ValueError:  # a NaN slipped in: strict JSON wants null
                     line = json.dumps({k: _clean(v) for k, v in r.items()},
                                       separators=(",", ":"))

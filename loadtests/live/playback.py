@@ -55,10 +55,15 @@ class Playback:
             if seq < self.last_played:
                 self.order_violations += 1
             return [self._play(n, seq, is_chunk, now_s)]
-        if self._next is not None and seq < self._next:
+        nxt = self._next
+        if nxt is not None and seq < nxt:
             return []  # late: its place was skipped already; never played out of order
-        if self._n == 1:
+        if n == 0:
             self._first_arrival_s = now_s
+        if not self._heap and (seq <= 0 if nxt is None else seq <= nxt):
+            # in order with nothing held (the common case): what _release would do at once
+            self._next = seq + 1
+            return [self._play(n, seq, is_chunk, now_s)]
         heapq.heappush(self._heap, (seq, n, is_chunk, now_s))
         return self._release(now_s, end=False)
 

@@ -19,6 +19,7 @@ from loadtests.live.call import StreamBroken
 from loadtests.live.wire import cancel_request, headers
 
 REQUEST_NAME = "SendStreamingMessage"
+_DECODE = json.JSONDecoder().decode  # str in: no per-event encoding detection of bytes
 WORKER_HEADER = "x-rta-worker"
 
 
@@ -64,7 +65,7 @@ class SseExchange:
                 return None
             if line.startswith(b"data:"):
                 try:
-                    return json.loads(line[5:])
+                    return _DECODE(line[5:].decode())
                 except ValueError as e:
                     raise StreamBroken(f"bad event: {e}") from None
 

@@ -18,6 +18,7 @@ STREAM_END_STATES: Final = frozenset({
     "TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED",
     "TASK_STATE_INPUT_REQUIRED",
 })
+_ENCODE: Final = json.JSONEncoder(separators=(",", ":")).encode  # built once, not per request
 KINDS: Final = ("task", "statusUpdate", "artifactUpdate", "message")
 SHORT_KIND: Final = {"task": "task", "statusUpdate": "status", "artifactUpdate": "artifact",
                      "message": "message"}
@@ -65,14 +66,14 @@ def streaming_request(rpc_id: str, ids: Ids, ext_uri: str, active: bool, *, text
         for k, v in (extra_meta or {}).items():
             meta[p + k] = v
         msg["metadata"] = meta
-    return json.dumps({"jsonrpc": "2.0", "id": rpc_id, "method": "SendStreamingMessage",
-                       "params": {"message": msg}}, separators=(",", ":")).encode()
+    return _ENCODE({"jsonrpc": "2.0", "id": rpc_id, "method": "SendStreamingMessage",
+                    "params": {"message": msg}}).encode()
 
 
 def cancel_request(rpc_id: str, task_id: str) -> bytes:
     """The ``CancelTask`` JSON-RPC request body."""
-    return json.dumps({"jsonrpc": "2.0", "id": rpc_id, "method": "CancelTask",
-                       "params": {"id": task_id}}, separators=(",", ":")).encode()
+    return _ENCODE({"jsonrpc": "2.0", "id": rpc_id, "method": "CancelTask",
+                    "params": {"id": task_id}}).encode()
 
 
 @dataclass(slots=True)
@@ -110,14 +111,28 @@ _JSONRPC_ERROR_CODES: Final = {-32040: "auth", -32602: "schema-validation",
                                -32600: "schema-validation", -32700: "schema-validation"}
 
 
+_KEYS: dict[str, tuple[str, str, str, str]] = {}
+
+
+def _keys(ext_uri: str) -> tuple[str, str, str, str]:
+    """The profile's metadata keys under ``ext_uri`` (built once per URI, not per event)."""
+    keys = _KEYS.get(ext_uri)
+    if keys is None:
+        p = ext_uri + "/"
+        keys = _KEYS[ext_uri] = (p + "sequenceId", p + "eventType", p + "errorCode",
+                                 p + "retryAfterMs")
+    return keys
+
+
 def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
     """The :class:`Event` of one JSON-RPC response object."""
+    seq_key, type_key, code_key, retry_key = _keys(ext_uri)
     if "error" in frame:
         err = frame.get("error") or {}
         code = None
         data = err.get("data") if isinstance(err, dict) else None
         if isinstance(data, dict):
-            code = data.get(ext_uri + "/errorCode")
+            code = data.get(code_key)
         if code is None and isinstance(err, dict):
             code = _JSONRPC_ERROR_CODES.get(err.get("code"))  # type: ignore[arg-type]
         return Event("error", error_code=code or "internal")
@@ -125,31 +140,28 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
     if not isinstance(result, dict) or len(result) != 1:
         return Event("message")
     name, body = next(iter(result.items()))
+    kind = SHORT_KIND.get(name, "message")
     if not isinstance(body, dict):
-        return Event(SHORT_KIND.get(name, "message"))
-    ev = Event(SHORT_KIND.get(name, "message"))
+        return Event(kind)
     meta = body.get("metadata")
-    p = ext_uri + "/"
+    seq, directive = None, False
     if isinstance(meta, dict):
-        ev.sequence_id = _num(meta.get(p + "sequenceId"))
-        ev.directive = meta.get(p + "eventType") == "directive"
-    if name == "task":
-        ev.task_id, ev.context_id = body.get("id"), body.get("contextId")
-    else:
-        ev.task_id, ev.context_id = body.get("taskId"), body.get("contextId")
+        seq = _num(meta.get(seq_key))
+        directive = meta.get(type_key) == "directive"
     status = body.get("status")
-    if isinstance(status, dict):
-        ev.state = status.get("state")
-        if ev.state == "TASK_STATE_FAILED":
-            smsg = status.get("message") or {}
-            smeta = smsg.get("metadata") or {}
-            code = smeta.get(p + "errorCode")
-            if code is None:  # degraded mode: "<code>: text" (docs/reasoner.md)
-                for part in smsg.get("parts") or []:
-                    text = part.get("text") if isinstance(part, dict) else None
-                    if isinstance(text, str) and ": " in text:
-                        code = text.split(": ", 1)[0]
-                        break
-            ev.error_code = code if isinstance(code, str) else "internal"
-            ev.retry_after_ms = _num(smeta.get(p + "retryAfterMs"))
+    ev = Event(kind, status.get("state") if isinstance(status, dict) else None, seq,
+               body.get("id" if name == "task" else "taskId"), body.get("contextId"),
+               directive=directive)
+    if ev.state == "TASK_STATE_FAILED":
+        smsg = status.get("message") or {}
+        smeta = smsg.get("metadata") or {}
+        code = smeta.get(code_key)
+        if code is None:  # degraded mode: "<code>: text" (docs/reasoner.md)
+            for part in smsg.get("parts") or []:
+                text = part.get("text") if isinstance(part, dict) else None
+                if isinstance(text, str) and ": " in text:
+                    code = text.split(": ", 1)[0]
+                    break
+        ev.error_code = code if isinstance(code, str) else "internal"
+        ev.retry_after_ms = _num(smeta.get(retry_key))
     return ev

@@ -2,12 +2,18 @@
 
 Runs Locust users of one variant in process (local runner) for a warm-up second
 plus ``S`` seconds and prints ``{"turns": n, "seconds": s, "cpu_s": c}`` for the
-measuring window.  Variants: ``bare-sse`` (a FastHttpUser that POSTs and reads
-the stream's lines, nothing else), ``live-sse`` (the Live user: whole
-:class:`~loadtests.live.call.Call` logic, parsing, reorder buffer, policy,
-ledger rows), ``bare-ws`` (one socket, send, read frames to COMPLETED),
+measuring window.  Variants: ``bare-sse`` (a FastHttpUser that POSTs, reads
+the stream's lines and decodes each event to recognise its end state),
+``live-sse`` (the Live user: whole :class:`~loadtests.live.call.Call` logic,
+parsing, reorder buffer, policy, ledger rows), ``bare-ws`` (one socket: send,
+decode each frame, stop at the frame with this request's id and an end state),
 ``live-ws`` (the Live user on a WebSocket call).  A call is one long session
 of back-to-back turns, so connections persist in every variant.
+
+The bare users are the least a client must do to know that its request
+ended and how (docs/load.md): read every event, decode its JSON, find the
+JSON-RPC ``id`` (WebSocket: several requests may share the socket) and the
+state.  They keep no ledger, timers, reorder buffer or policy.
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ from locust.env import Environment
 from loadtests.live.call import Call, Instance, LiveOptions
 from loadtests.live.ledger import Ledger
 from loadtests.live.sse import SseChannel
-from loadtests.live.wire import DEFAULT_EXT_URI, Ids, headers, streaming_request
+from loadtests.live.wire import (
+    DEFAULT_EXT_URI,
+    STREAM_END_STATES,
+    Ids,
+    headers,
+    streaming_request,
+)
 from loadtests.live.ws import WsChannel
 from sim.scenario import from_dict
 
@@ -42,34 +54,48 @@ INSTANCE = Instance(0, SCENARIO, OPTS, time.time())
 LEDGER = Ledger("bench")
 
 
-def _body() -> bytes:
+def _body(rpc_id: str) -> bytes:
     ids = Ids(uuid.uuid4().hex, uuid.uuid4().hex, "t", "i", "ctx-1", None)
-    return streaming_request(uuid.uuid4().hex, ids, DEFAULT_EXT_URI, True, text="hi",
+    return streaming_request(rpc_id, ids, DEFAULT_EXT_URI, True, text="hi",
                              side_effect=False, handoff=False)
+
+
+def _end_state(frame: dict[str, Any]) -> str | None:
+    """The end of a request, minimally: a JSON-RPC error or a status with an end state."""
+    if "error" in frame:
+        return "error"
+    status = (frame.get("result") or {}).get("statusUpdate")
+    state = status["status"].get("state") if status else None
+    return state if state in STREAM_END_STATES else None
 
 
 def _stat(kind: str, name: str, ms: float, ok: bool) -> None:
     if kind == "TURN":
         TURNS[0] += 1
-        if LEDGER.pending() > 20_000:
+        if len(LEDGER.rows["events"]) > 20_000:
             LEDGER.take_batch()  # what shipping costs in a real run
 
 
 class BareSse(FastHttpUser):
-    """POST and read the stream's lines; nothing else."""
+    """POST, read the stream's lines, decode each event until the end state; nothing else."""
 
     wait_time = constant(0)
     concurrency = 4
 
     @task
     def turn(self) -> None:
-        body = _body()
+        body = _body(uuid.uuid4().hex)
         h = headers(DEFAULT_EXT_URI, None, True)
         with self.client.post("/", data=body, headers=h, stream=True,
                               catch_response=True, name="bare") as r:
             raw = r._response
-            while raw.readline(b"\n"):
-                pass
+            end = None
+            while line := raw.readline(b"\n"):
+                if line.startswith(b"data:"):
+                    end = _end_state(json.loads(line[5:].decode())) or end
+            if end is None:
+                r.failure("no end state")
+                return
             r.success()
         TURNS[0] += 1
 
@@ -88,7 +114,7 @@ class LiveSse(FastHttpUser):
 
 
 class BareWs(User):
-    """One socket: send a request frame, read frames to COMPLETED."""
+    """One socket: send a request frame, decode frames to this id's end state."""
 
     wait_time = constant(0)
 
@@ -100,9 +126,12 @@ class BareWs(User):
 
     @task
     def turn(self) -> None:
-        self.ws.send(_body().decode())
-        while "TASK_STATE_COMPLETED" not in self.ws.recv():
-            pass
+        rpc_id = uuid.uuid4().hex
+        self.ws.send(_body(rpc_id).decode())
+        while True:
+            frame = json.loads(self.ws.recv())
+            if frame.get("id") == rpc_id and _end_state(frame):
+                break
         TURNS[0] += 1
 
 

@@ -31,8 +31,17 @@ from sim import schema as S
 from sim.summary import summarize
 
 EXTRA_CATEGORIES = {S.OUTCOME: ("cancelled",), S.END_REASON: ("barge-in",)}
-SERVER_ONLY_METRICS = (S.M_LOAD_AMPLIFICATION, S.M_EXECUTIONS_PER_TURN, S.M_REJECTIONS_PER_TURN,
-                       S.M_UTILISATION, S.M_DEDUP_MEAN_BYTES)
+# what only the Reasoner's own per-request records can tell (queue, workers, dedup store,
+# what happened to abandoned work): undefined in a load run, never a misleading 0
+SERVER_ONLY_METRICS = (S.M_LOAD_AMPLIFICATION, S.M_REJECTIONS_PER_TURN, S.M_UTILISATION,
+                       S.M_DEDUP_MEAN_BYTES, S.M_DEDUP_PEAK_ENTRIES, S.M_DEDUP_PEAK_BYTES,
+                       S.M_SPURIOUS_TIMEOUTS_PER_1K, S.M_SPURIOUS_TIMEOUT_SHARE)
+SERVER_ONLY_PREFIXES = ("queue.", S.M_CANCEL_PREFIX)
+
+
+def server_only(name: str) -> bool:
+    """True for a metric a load run cannot measure from the client and witness ledgers."""
+    return name in SERVER_ONLY_METRICS or name.startswith(SERVER_ONLY_PREFIXES)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -160,6 +169,12 @@ def build_output(run_dir: Path, duration_s: float, seed: int) -> LoadOutput:
     return out
 
 
+def _in_progress(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> list[float]:
+    """Gauge sampled at the end of each 1-s bin: started before it and not yet ended."""
+    open_end = np.where(np.isfinite(end), end, np.inf)
+    return [float(((start < b) & (open_end >= b)).sum()) for b in edges[1:]]
+
+
 def timeseries(out: LoadOutput, end_s: float) -> pd.DataFrame:
     """1-s bins of the client's records; server gauges are NaN (not visible to a client)."""
     n = max(1, math.ceil(end_s))
@@ -180,8 +195,9 @@ def timeseries(out: LoadOutput, end_s: float) -> pd.DataFrame:
     ts[S.FAILED_TURNS_PER_S] = rate(end[outcome == "failed"])
     ts[S.SERVER_REQUESTS_PER_S] = math.nan
     ts[S.SERVER_EXECUTIONS_PER_S] = math.nan
-    open_end = np.where(np.isfinite(end), end, np.inf)
-    ts[S.TURNS_IN_PROGRESS] = [float(((start < b) & (open_end >= b)).sum()) for b in edges[1:]]
+    ts[S.TURNS_IN_PROGRESS] = _in_progress(start, end, edges)
+    c = out.calls
+    ts[S.CALLS_IN_PROGRESS] = _in_progress(c[S.ARRIVAL_S].to_numpy(), c[S.END_S].to_numpy(), edges)
     for g in (S.SERVER_IN_FLIGHT, S.QUEUE_LENGTH, S.BUSY_WORKERS, S.WORKER_CAPACITY,
               S.DEDUP_ENTRIES, S.DEDUP_BYTES):
         ts[g] = math.nan
@@ -192,10 +208,9 @@ def load_summary(out: LoadOutput, warmup_s: float) -> dict[str, Any]:
     """``sim.summary.summarize`` of the load run, server-only metrics set undefined."""
     summary = summarize([out], warmup_s)
     for name in list(summary["metrics"]):
-        if name in SERVER_ONLY_METRICS or name.startswith("queue."):
+        if server_only(name):
             summary["metrics"][name] = {"mean": None, "ci_low": None, "ci_high": None,
                                         "values": [None]}
     summary["kind"] = "load"
-    summary["not_measured"] = sorted(n for n in summary["metrics"]
-                                     if n in SERVER_ONLY_METRICS or n.startswith("queue."))
+    summary["not_measured"] = sorted(n for n in summary["metrics"] if server_only(n))
     return summary
