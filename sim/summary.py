@@ -355,7 +355,10 @@ def queue_metrics(executions: pd.DataFrame, start_s: float, end_s: float,
 _UNIT_RULES: tuple[tuple[str, str], ...] = (
     ("suffix:_per_1k_turns", "per 1k turns"), ("suffix:_per_s", "1/s"),
     ("suffix:_bytes", "bytes"), ("suffix:_s", "s"), ("suffix:_share", "share"),
-    ("prefix:ttfc_s.", "s"), ("prefix:completion_s.", "s"), ("prefix:failure_rate.", "share"),
+    ("prefix:ttfc_s.", "s"), ("prefix:completion_s.", "s"), ("prefix:queue.wait_s.", "s"),
+    ("prefix:failure_rate.", "share"), ("prefix:failed_by_reason.", "share"),
+    ("prefix:attempt_outcome.", "share"), ("prefix:call_end.", "share"),
+    ("prefix:concurrent_calls.", "calls"),
     ("suffix:_per_turn", "per turn"), ("suffix:_per_side_effect_turn", "per turn"),
 )
 _UNITS: dict[str, str] = {

@@ -92,8 +92,10 @@ def test_compare_flags_a_real_capacity_difference(runs: dict[str, Path]) -> None
         assert metric in flagged
         assert row["diff"] > 0 and row["diff_ci_low"] > 0
         assert row["p_value"] < 6e-5  # beyond 4 standard errors
-    success = table[(table["metric"] == "success_rate") & (table["run"] == 1)].iloc[0]
-    assert success["ci_excludes_0"] and success["diff_ci_high"] < 0
+    # and the caller hears it: turns take longer (the success rate's drop varies too much
+    # between replications of an overloaded system to be a reliable signal at 3 replications)
+    slower = table[(table["metric"] == "completion_s.p50") & (table["run"] == 1)].iloc[0]
+    assert slower["ci_excludes_0"] and slower["diff_ci_low"] > 0
 
 
 def test_compare_flags_nothing_between_seeds_of_one_scenario(runs: dict[str, Path]) -> None:
