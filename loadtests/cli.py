@@ -13,7 +13,7 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
-from sim.argtypes import non_negative, port, positive_int
+from sim.argtypes import help_of, non_negative, port, positive_int
 
 EXIT_USAGE = 2
 REASONER_PROG = "rtalab serve reasoner"
@@ -162,23 +162,13 @@ def _unavailable(name: str, reason: str) -> Any:
     return func
 
 
-def _help_of(parser: argparse.ArgumentParser) -> Any:
-    """A command function printing ``parser``'s help."""
-
-    def func(args: argparse.Namespace) -> int:
-        """Print the help."""
-        parser.print_help()
-        return 0
-
-    return func
-
 
 def register(subparsers: Any) -> None:
     """Add ``serve`` with ``reasoner``, ``witness`` and ``bench`` to the root parser."""
     serve = subparsers.add_parser("serve", help="run the reference servers and benchmarks",
                                   description="Run the reference Reasoner, the witness, "
                                               "or the server benchmark.")
-    serve.set_defaults(func=_help_of(serve))
+    serve.set_defaults(func=help_of(serve))
     sub = serve.add_subparsers(title="commands", metavar="COMMAND")
     reasoner = sub.add_parser("reasoner", help="the reference A2A Reasoner",
                               description="Serve the reference Reasoner (A2A JSON-RPC/SSE, REST, "

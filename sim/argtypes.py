@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import NoReturn
 
 EXIT_USAGE = 2
@@ -59,3 +60,14 @@ def probability(text: str) -> float:
     if not 0.0 <= v <= 1.0:
         raise argparse.ArgumentTypeError(f"must be a probability in [0, 1], got {text}")
     return v
+
+
+def help_of(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """A command function printing ``parser``'s help (for a command group run bare)."""
+
+    def func(args: argparse.Namespace) -> int:
+        """Print the help."""
+        parser.print_help()
+        return 0
+
+    return func

@@ -12,7 +12,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from sim.argtypes import EXIT_USAGE, non_negative, positive_int
+from sim.argtypes import EXIT_USAGE, help_of, non_negative, positive_int
 from sim.policy.codes import ALL_CODES, is_retryable
 
 PROG = "rtalab load run"
@@ -139,20 +139,13 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     return rc
 
 
-def _help_of(parser: argparse.ArgumentParser) -> Any:
-    def func(args: argparse.Namespace) -> int:
-        parser.print_help()
-        return 0
-
-    return func
-
 
 def register(subparsers: Any) -> None:
     """Add ``load`` with ``run`` and ``bench`` to the root parser."""
     load = subparsers.add_parser("load", help="load-test a Reasoner with Locust Live users",
                                  description="Load runs with Locust Live users, ledgers "
                                              "and a delivery verdict.")
-    load.set_defaults(func=_help_of(load))
+    load.set_defaults(func=help_of(load))
     sub = load.add_subparsers(title="commands", metavar="COMMAND")
     run = sub.add_parser("run", help="run a scenario against a Reasoner",
                          description="Run SCENARIO's workload with Locust Live users; gather "
