@@ -166,7 +166,7 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
     t1, t2 = statistics.median(t1s), statistics.median(t2s)
     a = speedup(t1, t2)
     out(f"(a) sweep of {n} points ({d:g} simulated s each), median of {args.repeats}: "
-        f"1 process {t1:.2f} s, 2 processes {t2:.2f} s: speed-up {t1:.2f} / {t2:.2f} = "
+        f"1 process {t1:.3f} s, 2 processes {t2:.3f} s: speed-up {t1:.3f} / {t2:.3f} = "
         f"{a.value:.2f}x {a.verdict()}")
     targets.append(a)
     if not args.skip_dask:

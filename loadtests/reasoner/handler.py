@@ -323,7 +323,15 @@ class ProfileRequestHandler(DefaultRequestHandler):
             yield stored
             return
         request = SubscribeToTaskRequest(id=stored.id)
+        # The SDK taps the task's queue before it reads the snapshot, so an event produced in
+        # between is in both: forward only events numbered after what was already sent.
+        key, last = self.rt.keys("sequenceId"), -1.0
         async for ev in self.on_subscribe_to_task(request, context):
+            v = ev.metadata.fields.get(key) if hasattr(ev, "metadata") else None
+            if v is not None:
+                if v.number_value <= last and not is_stream_end(ev):
+                    continue
+                last = max(last, v.number_value)
             yield ev
 
     async def _replay(self, got: Replay, context: ServerCallContext, msg: Message,
