@@ -202,7 +202,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``rtalab sim sweep-bench`` (defaults: the README figures)."""
     p.add_argument("--points", type=positive_int, default=16, help="points of sweeps (a), (b)")
     p.add_argument("--duration", type=float, default=1200.0,
-                   help="simulated seconds per point in (a), (b) (default 1200: pool start-up must not dominate)")
+                   help="simulated seconds per point in (a), (b) (default 1200, so that "
+                        "starting the pool does not dominate)")
     p.add_argument("--repeats", type=positive_int, default=3,
                    help="timed sweeps per executor in (a), (b); the median is used (default 3)")
     p.add_argument("--skip-dask", action="store_true", help="skip (b)")
