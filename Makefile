@@ -27,7 +27,7 @@ demo: $(STAMP) system-deps
 	$(BIN)/rtalab sim run baseline
 	$(BIN)/rtalab load run baseline --duration 15 --drain 15 --binding both
 	@echo "simulation: $$(ls -td results/*-sim-baseline-* | head -1)  (summary.json, PNGs)"
-	@echo "load run:   $$(ls -td results/*-load-baseline-* | head -1)  (verdict.txt, locust/locust.html)"
+	@echo "load run:   $$(ls -td results/*-load-baseline-* | head -1)  (report.html, verdict.txt, locust/locust.html)"
 
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .

@@ -116,7 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"rtalab: load run failed: {str(e).splitlines()[0]}", file=sys.stderr)
         return EXIT_USAGE
     print(f"results: {run_dir}")
-    for name in ("verdict.txt", "summary.json", "locust/locust.html"):
+    for name in ("report.html", "verdict.txt", "summary.json", "locust/locust.html"):
         if (run_dir / name).exists():
             print(f"  {name}: {run_dir / name}")
     if rc:

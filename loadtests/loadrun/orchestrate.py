@@ -311,15 +311,6 @@ def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: i
     return out
 
 
-def _checker() -> Any:
-    """``loadtests.check.check_run`` if the checker is in this build, else None."""
-    try:
-        from loadtests.check import check_run
-    except ImportError:
-        return None
-    return check_run
-
-
 def run_load(opts: RunOptions) -> tuple[Path, int]:
     """Carry out a load run; return its folder and exit code (0 ok, 1 a rule failed)."""
     sc = opts.scenario
@@ -400,19 +391,23 @@ def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: floa
 
 
 def judge(run_dir: Path, counts: dict[str, Any]) -> bool:
-    """The run's verdict: ledger complete, counts consistent, and every checker rule passed."""
+    """The run's verdict: ledger complete, counts consistent, and every checker rule passed
+    (``loadtests.check.check_run`` writes ``verdict.json``/``verdict.txt``); then the run's
+    self-contained HTML report (``report.html``, the same as ``rtalab report RUN``)."""
+    from loadtests.check import check_run
+
     ok = bool(counts.get("ledger_complete")) and counts.get("server_matches") is not False \
         and counts.get("witness_matches") is not False
-    check_run = _checker()
-    if check_run is not None:  # the checker (issue 10, "chaos" helper) decides the verdict
-        verdict = check_run(run_dir)
-        return ok and bool(getattr(verdict, "ok", False))
-    # CALL SITE: loadtests.check.check_run(run_dir) -> Verdict writes verdict.json/.txt.
-    # Until the checker lands only the ledger's completeness is judged here.
-    write_json(run_dir / "verdict.json", {
-        "ok": None, "rules": [], "detail": "checker (loadtests.check) not in this build; "
-                                           "ledger completeness only", "ledger_ok": ok})
-    return ok
+    verdict = check_run(run_dir)
+    write_report(run_dir)
+    return ok and bool(verdict.ok)
+
+
+def write_report(run_dir: Path) -> None:
+    """``report.html`` of the run folder: scenario, figures with CIs, verdict, plots."""
+    from sim.report import render_report
+
+    (run_dir / "report.html").write_text(render_report([run_dir]), encoding="utf-8")
 
 
 def summarize_run(run_dir: Path) -> int:

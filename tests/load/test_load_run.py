@@ -53,6 +53,10 @@ def test_sse_run_ledger_matches_server_and_witness(sse_run, read_json):
     assert 0 < m["ttfc_s.p50"]["mean"] < m["completion_s.p50"]["mean"] < 1.0
     assert m["load_amplification"]["mean"] is None  # not visible to a client: never invented
     assert read_json(run / "meta.json")["status"] == "complete"
+    # the run's own HTML report: self-contained (no network resource), with the verdict
+    html = (run / "report.html").read_text(encoding="utf-8")
+    assert "http://" not in html and "https://" not in html
+    assert "duplicated" in html and "lost" in html
 
 
 def test_two_processes_both_bindings_complete_ledger(tmp_path, read_json):
