@@ -54,6 +54,16 @@ def _out_dir(args: argparse.Namespace, kind: str, scenario: Any) -> Path:
                      f"{e.strerror or e}") from None
 
 
+def _scenario(args: argparse.Namespace) -> Any:
+    """The command's scenario: SCENARIO with its ``--set`` overrides and ``--seed``."""
+    from sim.cli import _load
+
+    scenario = _load(args.scenario, args.set)
+    if args.seed is not None:
+        scenario = scenario.with_overrides({"run.seed": args.seed})
+    return scenario
+
+
 def _executor(args: argparse.Namespace) -> Any:
     from sim.sweep import make_executor
 
@@ -98,12 +108,9 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     """``rtalab sim capacity``: smallest knob value meeting the SLOs with confidence, per load."""
     from sim.answers.capacity import find_capacity, make_knob, plot_capacity
     from sim.answers.slo import parse_slo
-    from sim.cli import _load
     from sim.sweep import parse_axes
 
-    scenario = _load(args.scenario, args.set)
-    if args.seed is not None:
-        scenario = scenario.with_overrides({"run.seed": args.seed})
+    scenario = _scenario(args)
     with _user_errors():
         slos = [parse_slo(s) for s in args.slo]
         if not slos:
@@ -164,11 +171,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         tune,
         validate_space,
     )
-    from sim.cli import _load
-
-    scenario = _load(args.scenario, args.set)
-    if args.seed is not None:
-        scenario = scenario.with_overrides({"run.seed": args.seed})
+    scenario = _scenario(args)
     with _user_errors():
         objs = [objective(m, "minimize") for m in args.minimize] + \
             [objective(m, "maximize") for m in args.maximize]
@@ -226,11 +229,7 @@ def cmd_storm(args: argparse.Namespace) -> int:
         trigger_window,
         validate_strategies,
     )
-    from sim.cli import _load
-
-    scenario = _load(args.scenario, args.set)
-    if args.seed is not None:
-        scenario = scenario.with_overrides({"run.seed": args.seed})
+    scenario = _scenario(args)
     names = [n for s in args.strategies for n in s.split(",") if n] or None
     det = Detector(args.fraction, args.hold, args.window, args.noise_z)
     with _user_errors():
