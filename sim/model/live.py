@@ -39,9 +39,11 @@ so a first message retried before any answer arrived opens a second session.
 **Timeouts.**  The turn-response timer (``timeouts.turn_response_s``, from send)
 is satisfied by the first message of any kind for the attempt; the optional
 total timer (``turn_total_s``, from send) needs the terminal state.  Timers are
-single events whose callback checks the attempt is still open (never polled,
-never cancelled).  A terminal event lost at random is noticed at the end of
-the stream; one lost in a partition (scheduled outage) is never noticed, so
+fixed-length, so they are armed in deadline order: one
+:class:`sim.model.clock.Deadlines` queue per kind holds them with a single
+pending event; the callback checks the attempt is still open (never polled,
+never cancelled).  A terminal event lost at random is noticed at the end of the
+stream; one lost in a partition (scheduled outage) is never noticed, so
 only the timers end the attempt (see :meth:`sim.model.network.Link.terminal`).
 Either way, like a timeout, it is an
 outcome the Live layer cannot know: decided as ``upstream-timeout`` with
@@ -81,7 +83,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.model.clock import call_later, sim_time
+from sim.model.clock import Deadlines, call_later, sim_time
 from sim.model.messages import COMPLETED, INPUT_REQUIRED, NO_CONTEXT, Request
 from sim.model.network import DROPPED, Link
 from sim.model.playout import playout
@@ -119,6 +121,11 @@ A_CANCELLED = _AO["cancelled"]
 T_COMPLETED, T_FAILED, T_ABANDONED, T_UNFINISHED = (_TO["completed"], _TO["failed"],
                                                     _TO["abandoned"], _TO["unfinished"])
 T_CANCELLED = _TO["cancelled"]
+
+
+def _is_open(req: Request) -> bool:
+    """A timer's attempt is still open (the Live layer still listens to it)."""
+    return req.open
 
 
 def _ignore(ev: Any) -> None:
@@ -225,8 +232,8 @@ class LiveLayer:
         self.attempts = Table(ATTEMPTS_TABLE)
         self.turns = Table(TURNS_TABLE)
         self.calls = Table(CALLS_TABLE)
-        self._attempt_row = self.attempts.add
-        self._turn_row = self.turns.add
+        self._attempt_pack, self._attempt_write = self.attempts.pack, self.attempts.write
+        self._turn_pack, self._turn_write = self.turns.pack, self.turns.write
         self.sessions: dict[int, Session] = {}  # open calls
         self.in_progress = 0
         self._next_uid = 0
@@ -234,8 +241,9 @@ class LiveLayer:
         self._next_task = 0
         # bound once: used per event
         self.on_terminal = self._on_terminal
-        self._response_timer_cb = self._on_response_timer
-        self._total_timer_cb = self._on_total_timer
+        # fixed-length timers, armed in deadline order: one pending event per kind (clock.py)
+        self._response_timers = Deadlines(env, self._on_response_timer, _is_open)
+        self._total_timers = Deadlines(env, self._on_total_timer, _is_open)
         self._retry_cb = self._on_retry_due
         self._answer_cb = self._on_caller_answer
         self._abandon_cb = self._on_handoff_timeout
@@ -320,9 +328,10 @@ class LiveLayer:
                      ttfc_s: float, completion_s: float, escalated: bool) -> None:
         """Append ``t``'s row of the ``turns`` table (columns of ``TURNS_TABLE``)."""
         s = t.session
-        self._turn_row((s.call_id, t.index, t.uid, s.instance.index, t.start_s, end_s, outcome,
-                        _ER[reason], _CODE[code], t.attempts, t.attempts - t.first_sends, ttfc_s,
-                        completion_s, t.side_effect, t.handoff, t.handoff_wait_s, escalated))
+        self._turn_write(self._turn_pack(
+            s.call_id, t.index, t.uid, s.instance.index, t.start_s, end_s, outcome, _ER[reason],
+            _CODE[code], t.attempts, t.attempts - t.first_sends, ttfc_s, completion_s,
+            t.side_effect, t.handoff, t.handoff_wait_s, escalated))
 
     def _end_call(self, s: Session, end_s: float, reason: str) -> None:
         del self.sessions[s.call_id]
@@ -394,23 +403,21 @@ class LiveLayer:
                 req.duplicated = True
         tr, tt = self.t_response_s, self.t_total_s
         if tr > 0.0 and (tt <= 0.0 or tr < tt):
-            call_later(self.env, tr, self._response_timer_cb, req)
+            self._response_timers.add(now + tr, req)
         elif tt > 0.0:
-            call_later(self.env, tt, self._total_timer_cb, req)
+            self._total_timers.add(now + tt, req)
 
-    def _on_response_timer(self, ev: Any) -> None:
-        req: Request = ev.value
+    def _on_response_timer(self, req: Request) -> None:
         if not req.open:
             return
         now = sim_time(self.env)
         if req.first_response_s <= now:
             if self.t_total_s > 0.0:
-                call_later(self.env, req.send_s + self.t_total_s - now, self._total_timer_cb, req)
+                self._total_timers.add(req.send_s + self.t_total_s, req)
             return
         self._attempt_failed(req, now, A_TIMEOUT, UPSTREAM_TIMEOUT, None, True)
 
-    def _on_total_timer(self, ev: Any) -> None:
-        req: Request = ev.value
+    def _on_total_timer(self, req: Request) -> None:
         if req.open:
             self._attempt_failed(req, sim_time(self.env), A_TOTAL, UPSTREAM_TIMEOUT, None, True)
 
@@ -444,12 +451,12 @@ class LiveLayer:
         t = req.turn
         fr, fc = req.first_response_s, req.first_chunk_s
         ra = req.retry_after_ms
-        self._attempt_row((req.call_id, t.index, req.interaction_id, t.session.instance.index,
-                           req.phase, req.attempt, req.request_guid, req.task_id, req.context_id,
-                           req.delay_before_s, req.send_s, fr if fr <= end_s else NAN,
-                           fc if fc <= end_s else NAN, end_s, outcome, _CODE[code],
-                           NAN if ra is None else ra, _DECISION[decision], req.replayed,
-                           req.duplicated, req.lost, req.chunks_lost))
+        self._attempt_write(self._attempt_pack(
+            req.call_id, t.index, req.interaction_id, t.session.instance.index, req.phase,
+            req.attempt, req.request_guid, req.task_id, req.context_id, req.delay_before_s,
+            req.send_s, fr if fr <= end_s else NAN, fc if fc <= end_s else NAN, end_s, outcome,
+            _CODE[code], NAN if ra is None else ra, _DECISION[decision], req.replayed,
+            req.duplicated, req.lost, req.chunks_lost))
 
     def _attempt_failed(self, req: Request, now: float, outcome: int, code: str | None,
                         retry_after_ms: float | None, timeout: bool) -> None:

@@ -172,7 +172,7 @@ class Reasoner:
         self.buckets: dict[int, list[float]] = {}
         self.awaiting_input: dict[int, dict[int, float]] = {}  # context -> task -> deadline
         self.executions = Table(EXECUTIONS_TABLE)
-        self._row = self.executions.add
+        self._pack, self._write = self.executions.pack, self.executions.write
         self.requests = 0
         self.started = 0
         self.on_request = self._on_request  # bound once: used per message
@@ -185,8 +185,9 @@ class Reasoner:
              start_s: float = NAN, end_s: float = NAN, status: int = -1,
              code: str | None = None) -> None:
         """Append one row of the ``executions`` table (columns of ``EXECUTIONS_TABLE``)."""
-        self._row((req.call_id, req.interaction_id, req.request_guid, req.task_id, req.phase,
-                   ctx, dup, arrival_s, disposition, start_s, end_s, status, _CODE[code]))
+        self._write(self._pack(req.call_id, req.interaction_id, req.request_guid, req.task_id,
+                               req.phase, ctx, dup, arrival_s, disposition, start_s, end_s,
+                               status, _CODE[code]))
 
     # ------------------------------------------------------------------ arrival
 
@@ -223,7 +224,9 @@ class Reasoner:
         """A copy of ``req`` (``dup``: the network's extra copy) reaches the server now."""
         now = sim_time(self.env)
         self.requests += 1
-        ctx = self._context_of(req)
+        ctx = req.context_id
+        if ctx == NO_CONTEXT or ctx not in self.known_contexts:
+            ctx = self._context_of(req)
         if not dup:
             req.server_context_id = ctx
         store = self.store
@@ -417,7 +420,8 @@ class Reasoner:
         """The ``progress`` directive sent at ``now`` (if enabled) on ``req``'s stream; a
         degraded (core A2A) session gets a plain WORKING status instead, which is no progress."""
         if self.progress and req.open and not req.degraded:
-            t = self.downlink.arrival(now)
+            dl = self.downlink
+            t = now + dl.const_latency if dl.fast else dl.arrival(now)  # type: ignore[operator]
             if t < req.first_response_s:
                 req.first_response_s = t
 

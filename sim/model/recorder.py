@@ -1,16 +1,23 @@
-"""Record tables: rows appended as plain tuples, compacted into numpy columns now and then.
+"""Record tables: rows packed into a byte buffer as they happen, compacted into numpy columns.
 
-Appending a tuple is the cheapest thing the hot path can do; holding millions of
-tuples of boxed floats is not (~400 B a row).  Every cell must be a number
-(bool, int below 2**53, float; NaN for a missing float).  :meth:`Table.compact` turns the
-pending rows into one numpy array per column (8 B a value) once ``chunk_rows``
-have accumulated; it is called from the once-a-second tick, so 1M turns stay
-well under 1 GB.  Categorical columns are appended as integer codes (index into
-their category tuple, -1 = missing) and become pandas categoricals at the end.
+A row is written as ``table.write(table.pack(c1, c2, ...))``: one C-level
+``struct`` pack of its cells, in the order of the table's columns in
+:mod:`sim.schema`, each in its column's type (``f8``: float64, ``i8``: int64,
+``bool``: one byte, categorical: int16 code), appended to a ``bytearray`` — at
+most 8 B a cell from the start, where a tuple of boxed objects held ~400 B a row
+and cost ~3x as much to turn into numpy columns later.  A cell of the wrong type
+(``None`` anywhere, a float in an integer column) raises ``struct.error`` at
+once, in the writer that wrote it, and so does a row with the wrong number of
+cells; a bool column takes any value's truth.  :meth:`Table.compact` turns the
+pending bytes into one numpy array per column (with the column's dtype) once
+``chunk_rows`` rows have accumulated; it is called from the once-a-second tick.
+Categorical columns are written as integer codes (index into their category
+tuple, -1 = missing) and become pandas categoricals at the end.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 import numpy as np
@@ -19,10 +26,15 @@ import pandas as pd
 from sim.schema import REPLICATION, ColumnSpec
 
 _NUMPY_KIND = {"f8": np.float64, "i8": np.int64, "bool": np.bool_}
+_STRUCT_CODE = {"f8": "d", "i8": "q", "bool": "?"}  # categorical codes: "h" (int16)
 
 
 def _dtype(kind: str | tuple[str, ...]) -> type:
     return np.int16 if isinstance(kind, tuple) else _NUMPY_KIND[kind]
+
+
+def _struct_code(kind: str | tuple[str, ...]) -> str:
+    return "h" if isinstance(kind, tuple) else _STRUCT_CODE[kind]
 
 
 def code_of(categories: Sequence[str]) -> dict[str | None, int]:
@@ -33,31 +45,47 @@ def code_of(categories: Sequence[str]) -> dict[str | None, int]:
 
 
 class Table:
-    """One record table: ``add(tuple)`` in the hot path, :meth:`frame` once at the end."""
+    """One record table: ``write(pack(*cells))`` in the hot path, :meth:`frame` once at the end."""
 
     def __init__(self, spec: Sequence[ColumnSpec], chunk_rows: int = 1 << 16) -> None:
         self.spec = tuple(spec)
-        self.rows: list[tuple] = []
-        self.add = self.rows.append
+        layout = struct.Struct("=" + "".join(_struct_code(kind) for _, kind in self.spec))
+        self.row_bytes = layout.size
+        #: ``pack(c1, c2, ...)`` -> the row's bytes (each cell in its column's type, in order)
+        self.pack = layout.pack
+        # the same packed layout as a numpy record (no padding on either side)
+        self._record = np.dtype([(f"c{j}", _dtype(kind)) for j, (_, kind) in enumerate(self.spec)])
+        assert self._record.itemsize == self.row_bytes
+        self._buf = bytearray()
+        #: ``write(pack(...))`` appends a packed row
+        self.write = self._buf.extend
         self.chunk_rows = chunk_rows
         self._chunks: list[list[np.ndarray]] = []
         self._n_compacted = 0
 
+    def add(self, row: Sequence[float | int | bool]) -> None:
+        """Append one row given as a sequence of cells (off the hot path)."""
+        self.write(self.pack(*row))
+
+    @property
+    def pending(self) -> int:
+        """Rows written since the last compaction."""
+        return len(self._buf) // self.row_bytes
+
     def __len__(self) -> int:
-        return self._n_compacted + len(self.rows)
+        return self._n_compacted + self.pending
 
     def compact(self, force: bool = False) -> None:
         """Move pending rows into numpy column chunks (if at least ``chunk_rows`` or ``force``)."""
-        rows = self.rows
-        if not rows or (len(rows) < self.chunk_rows and not force):
+        n = self.pending
+        if not n or (n < self.chunk_rows and not force):
             return
-        # every cell is a number (bool, int < 2**53, float): one C-level pass to float64 is
-        # exact and ~2x faster than transposing the tuples in Python
-        block = np.array(rows, dtype=np.float64).reshape(len(rows), len(self.spec))
-        self._chunks.append([block[:, j].astype(_dtype(kind))
-                             for j, (_, kind) in enumerate(self.spec)])
-        self._n_compacted += len(rows)
-        rows.clear()  # the same list: ``self.add`` stays bound to it
+        block = np.frombuffer(self._buf, dtype=self._record)
+        # np.array copies: nothing keeps a view of the buffer, which is then emptied in place
+        self._chunks.append([np.array(block[f"c{j}"]) for j in range(len(self.spec))])
+        del block
+        self._n_compacted += n
+        self._buf.clear()  # the same bytearray: ``self.write`` stays bound to it
 
     def columns(self) -> list[np.ndarray]:
         """One numpy array per column (all rows, in order); the table is empty afterwards."""

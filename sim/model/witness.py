@@ -28,13 +28,14 @@ class Witness:
 
     def __init__(self) -> None:
         self.ledger = Table(SIDE_EFFECTS_TABLE)
-        self._add = self.ledger.add
+        self._pack, self._write = self.ledger.pack, self.ledger.write
         self.executions = 0
 
     def record(self, executed_s: float, req: Request, context_id: int) -> None:
         """The tool call of ``req`` (in session ``context_id``) finished at ``executed_s``."""
         self.executions += 1
-        self._add((req.call_id, req.interaction_id, req.request_guid, context_id, executed_s))
+        self._write(self._pack(req.call_id, req.interaction_id, req.request_guid, context_id,
+                               executed_s))
 
 
 def per_turn(ledger: pd.DataFrame) -> pd.DataFrame:

@@ -105,7 +105,7 @@ class World:
         k = len(self.gauges)
         for table in (self.live.attempts, self.live.turns, self.reasoner.executions,
                       self.witness.ledger, self.live.calls):
-            if len(table.rows) >= table.chunk_rows:
+            if table.pending >= table.chunk_rows:
                 table.compact()
         if self.progress is not None and k % self._progress_every == 0:
             self.progress(min(1.0, now / self.end_s))

@@ -1,0 +1,127 @@
+"""The scheduling and recording primitives of the model's hot path.
+
+``Deadlines`` (sim/model/clock.py) keeps fixed-length timers with one pending SimPy
+event; the packed ``Table`` (sim/model/recorder.py) writes rows as typed bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import pytest
+import simpy
+
+from sim.model.clock import Deadlines, call_at, call_later, sim_time
+from sim.model.recorder import Table
+
+
+class Box:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.alive = True
+
+
+def test_deadlines_fire_each_entry_at_its_own_deadline_in_order() -> None:
+    env = simpy.Environment()
+    fired: list[tuple[float, str]] = []
+    dl = Deadlines(env, lambda b: fired.append((sim_time(env), b.name)), lambda b: b.alive)
+    boxes = {n: Box(n) for n in "abcd"}
+
+    def arm(name: str, after: float) -> None:
+        call_later(env, after, lambda ev: dl.add(sim_time(env) + 2.0, boxes[name]))
+
+    arm("a", 0.0)
+    arm("b", 0.5)
+    arm("c", 0.5)  # same deadline as b: fired in arming order
+    arm("d", 3.0)  # armed after a fired: a new wake-up
+    env.run()
+    assert fired == [(2.0, "a"), (2.5, "b"), (2.5, "c"), (5.0, "d")]
+
+
+def test_deadlines_skip_dead_heads_without_waking() -> None:
+    """Entries that died before their deadline cost no wake-up: 100 timers armed, 98 of them
+    dead by the time the head fires, give 2 wake-ups (the head, then the last live one)."""
+    env = simpy.Environment()
+    wakes: list[float] = []
+    fired: list[str] = []
+    dl = Deadlines(env, lambda b: fired.append(b.name), lambda b: b.alive)
+    orig = dl._wake
+
+    def counting_wake(ev: object) -> None:
+        wakes.append(sim_time(env))
+        orig(ev)
+
+    dl._wake_cb = counting_wake  # type: ignore[assignment]
+    boxes = [Box(str(i)) for i in range(100)]
+    for i, b in enumerate(boxes):
+        call_at(env, i * 0.01, lambda ev, b=b: dl.add(sim_time(env) + 10.0, b))
+
+    def kill(ev: object) -> None:
+        for b in boxes[1:-1]:
+            b.alive = False
+
+    call_at(env, 5.0, kill)
+    env.run()
+    assert wakes == [10.0, pytest.approx(10.99)]
+    assert fired == ["0", "99"]
+    assert len(dl) == 0
+
+
+def test_deadlines_out_of_order_entry_gets_its_own_event() -> None:
+    env = simpy.Environment()
+    fired: list[tuple[float, str]] = []
+    dl = Deadlines(env, lambda b: fired.append((sim_time(env), b.name)), lambda b: b.alive)
+    dl.add(5.0, Box("late"))
+    dl.add(1.0, Box("early"))  # earlier than the last armed: not queued behind "late"
+    env.run()
+    assert fired == [(1.0, "early"), (5.0, "late")]
+
+
+def test_deadlines_and_call_at_refuse_the_past() -> None:
+    env = simpy.Environment(initial_time=3.0)
+    dl = Deadlines(env, lambda b: None, lambda b: True)
+    with pytest.raises(ValueError, match="past"):
+        dl.add(2.0, Box("x"))
+    with pytest.raises(ValueError, match="past"):
+        call_at(env, 2.0, lambda ev: None)
+
+
+SPEC = (("i", "i8"), ("x", "f8"), ("flag", "bool"), ("cat", ("a", "b", "c")))
+
+
+def test_table_round_trips_typed_cells_across_compactions() -> None:
+    t = Table(SPEC, chunk_rows=3)
+    rows = [(k, k * 0.5 if k % 4 else math.nan, k % 2 == 0, (k % 4) - 1) for k in range(10)]
+    for r in rows[:5]:
+        t.write(t.pack(*r))
+    t.compact()  # 5 >= 3: compacted
+    assert t.pending == 0 and len(t) == 5
+    for r in rows[5:]:
+        t.add(r)
+    assert t.pending == 5 and len(t) == 10
+    cols = t.columns()
+    assert [c.dtype for c in cols] == [np.int64, np.float64, np.bool_, np.int16]
+    assert cols[0].tolist() == [r[0] for r in rows]
+    np.testing.assert_array_equal(cols[1], [r[1] for r in rows])  # NaN where NaN
+    assert cols[2].tolist() == [r[2] for r in rows]
+    assert cols[3].tolist() == [r[3] for r in rows]
+    assert len(t) == 0  # emptied by columns()
+
+
+def test_table_rejects_wrong_cells_at_the_writer() -> None:
+    t = Table(SPEC)
+    with pytest.raises(struct.error):
+        t.add((1.5, 0.0, True, 0))  # a float in an integer column
+    with pytest.raises(struct.error):
+        t.add((1, None, True, 0))  # None where a number belongs
+    with pytest.raises(struct.error):
+        t.add((1, 0.0, True))  # a cell missing
+    assert len(t) == 0  # nothing half-written
+
+
+def test_table_large_integers_are_exact() -> None:
+    t = Table((("guid", "i8"),))
+    t.add((2**62 + 1,))
+    assert t.columns()[0].tolist() == [2**62 + 1]
