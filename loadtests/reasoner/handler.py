@@ -103,6 +103,24 @@ def fold_event(task: Task | None, ev: Event) -> Task | None:
     return task
 
 
+
+async def once_per_sequence(events: AsyncIterator[Event], key: str) -> AsyncIterator[Event]:
+    """Forward ``events`` of a joined task, each ``sequenceId`` (metadata ``key``) once.
+
+    The SDK taps a running task's queue before it reads the snapshot, so an event
+    produced in between is in both: only events numbered after the highest already
+    forwarded pass (events without a sequenceId, and the stream's end, always pass).
+    """
+    last = -1.0
+    async for ev in events:
+        v = ev.metadata.fields.get(key) if hasattr(ev, "metadata") else None
+        if v is not None:
+            if v.number_value <= last and not is_stream_end(ev):
+                continue
+            last = max(last, v.number_value)
+        yield ev
+
+
 class ProfileRequestHandler(DefaultRequestHandler):
     """DefaultRequestHandler with negotiation, validation, tenancy, dedup and rate limits."""
 
@@ -323,15 +341,8 @@ class ProfileRequestHandler(DefaultRequestHandler):
             yield stored
             return
         request = SubscribeToTaskRequest(id=stored.id)
-        # The SDK taps the task's queue before it reads the snapshot, so an event produced in
-        # between is in both: forward only events numbered after what was already sent.
-        key, last = self.rt.keys("sequenceId"), -1.0
-        async for ev in self.on_subscribe_to_task(request, context):
-            v = ev.metadata.fields.get(key) if hasattr(ev, "metadata") else None
-            if v is not None:
-                if v.number_value <= last and not is_stream_end(ev):
-                    continue
-                last = max(last, v.number_value)
+        async for ev in once_per_sequence(self.on_subscribe_to_task(request, context),
+                                          self.rt.keys("sequenceId")):
             yield ev
 
     async def _replay(self, got: Replay, context: ServerCallContext, msg: Message,

@@ -364,8 +364,9 @@ class Reasoner:
         job.start_s = now
         req = job.req
         # load latency: k x requests in flight at the Reasoner (in service incl. this one + queued)
-        end = now + self.reasoning() + self.base_s + self.k_s * (
-            self.busy + len(self.queue) - self.q_dead)
+        end = now + self.reasoning() + self.base_s
+        if self.k_s:
+            end += self.k_s * (self.busy + len(self.queue) - self.q_dead)
         status, code = COMPLETED, None
         if self.p_error and (u := self.u_err()) < self.p_error:
             status = FAILED
@@ -474,7 +475,8 @@ class Reasoner:
                         self._respond(w, now, status, code, None, ctx, t1, self.interval_s)
         if not job.dup:
             self._respond(job.req, now, status, code, None, ctx, t1, self.interval_s)
-        self._pump(now)
+        if self.queue:
+            self._pump(now)
 
     # ------------------------------------------------------------------ cancellation
 
@@ -562,13 +564,15 @@ class Reasoner:
         req.server_context_id = ctx
         if status == COMPLETED:
             n = self.chunks
-            arrival, tlost = dl.terminal(first_chunk_send_s + (n - 1) * interval_s)
             if dl.fast:  # constant latency, no faults: in order, each playable on arrival
-                first = first_chunk_send_s + dl.const_latency  # type: ignore[operator]
+                c = dl.const_latency
+                arrival, tlost = first_chunk_send_s + (n - 1) * interval_s + c, False  # type: ignore[operator]
+                first = first_chunk_send_s + c  # type: ignore[operator]
                 last = first + (n - 1) * interval_s
                 req.first_chunk_s = first
                 req.complete_s = arrival if arrival > last else last
             else:  # the Live layer's reorder buffer plays them out (sim.model.playout)
+                arrival, tlost = dl.terminal(first_chunk_send_s + (n - 1) * interval_s)
                 arrivals = dl.chunks(first_chunk_send_s, interval_s, n)
                 req.chunk_arrivals = arrivals
                 first = min(arrivals)  # any message satisfies the turn-response timer
