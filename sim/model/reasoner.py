@@ -175,7 +175,7 @@ class Reasoner:
         self._pack, self._write = self.executions.pack, self.executions.write
         self.requests = 0
         self.started = 0
-        self.on_request = self._on_request  # bound once: used per message
+        self.on_request = self.arrive  # bound once: used per message
         self.on_copy = self._on_copy
         self.on_cancel = self._on_cancel
         self._on_done_cb = self._on_done
@@ -191,11 +191,8 @@ class Reasoner:
 
     # ------------------------------------------------------------------ arrival
 
-    def _on_request(self, ev: Any) -> None:
-        self.arrive(ev.value, False)
-
     def _on_copy(self, ev: Any) -> None:
-        self.arrive(ev.value, True)
+        self.arrive(ev, True)
 
     def _context_of(self, req: Request) -> int:
         """The server contextId of ``req``; mints (and opens) a session when needed.
@@ -220,8 +217,10 @@ class Reasoner:
             self._open_session(ctx, req.call_id)
         return ctx
 
-    def arrive(self, req: Request, dup: bool) -> None:
-        """A copy of ``req`` (``dup``: the network's extra copy) reaches the server now."""
+    def arrive(self, ev: Any, dup: bool = False) -> None:
+        """A copy of the request ``ev.value`` (``dup``: the network's extra copy) reaches the
+        server now (``ev``: the uplink's delivery event)."""
+        req: Request = ev.value
         now = sim_time(self.env)
         self.requests += 1
         ctx = req.context_id
