@@ -125,3 +125,41 @@ def test_table_large_integers_are_exact() -> None:
     t = Table((("guid", "i8"),))
     t.add((2**62 + 1,))
     assert t.columns()[0].tolist() == [2**62 + 1]
+
+
+def test_row_writer_names_every_cell_and_packs_in_schema_order() -> None:
+    from sim.model.recorder import row_writer
+
+    t = Table(SPEC)
+    # cells given out of order: the writer packs them in the schema's order
+    write = row_writer(t, "a, b", {"cat": "b", "flag": "a > 1", "x": "a / 2", "i": "a"}, {})
+    write(3, 2)
+    write(1, -1)
+    cols = t.columns()
+    assert [c.tolist() for c in cols] == [[3, 1], [1.5, 0.5], [True, False], [2, -1]]
+    with pytest.raises(ValueError, match=r"missing \['flag'\]"):
+        row_writer(t, "a", {"i": "a", "x": "a", "cat": "a"}, {})
+    with pytest.raises(ValueError, match=r"unknown \['bogus'\]"):
+        row_writer(t, "a", {"i": "a", "x": "a", "flag": "a", "cat": "a", "bogus": "a"}, {})
+
+
+def test_the_model_writers_cover_their_tables() -> None:
+    """Every table the model writes has one named writer matching sim.schema exactly
+    (built when the model is built: a column added to the schema without a cell fails here)."""
+    from sim.model import live, reasoner, witness
+    from sim.model.recorder import row_writer
+    from sim.schema import (
+        ATTEMPTS_TABLE,
+        CALLS_TABLE,
+        EXECUTIONS_TABLE,
+        SIDE_EFFECTS_TABLE,
+        TURNS_TABLE,
+    )
+
+    for spec, (params, cells, *_) in ((ATTEMPTS_TABLE, live.ATTEMPT_ROW),
+                                      (TURNS_TABLE, live.TURN_ROW),
+                                      (CALLS_TABLE, live.CALL_ROW),
+                                      (EXECUTIONS_TABLE, reasoner.EXECUTION_ROW),
+                                      (SIDE_EFFECTS_TABLE, witness.LEDGER_ROW)):
+        assert list(cells) == [name for name, _ in spec]  # written in the schema's order too
+        row_writer(Table(spec), params, cells, vars(live))

@@ -83,13 +83,14 @@ from typing import Any
 import numpy as np
 import simpy
 
+from sim import schema as S
 from sim.model.clock import Deadlines, call_later, sim_time
 from sim.model.messages import COMPLETED, INPUT_REQUIRED, NO_CONTEXT, Request
 from sim.model.network import DROPPED, Link
 from sim.model.playout import playout
 from sim.model.rand import Streams
 from sim.model.reasoner import Reasoner
-from sim.model.recorder import Table, code_of
+from sim.model.recorder import Table, code_of, row_writer
 from sim.policy import Escalation, RetryBudget, RetryPolicy, is_retryable, make_budget
 from sim.policy.codes import ErrorCode
 from sim.scenario import Scenario
@@ -121,6 +122,61 @@ A_CANCELLED = _AO["cancelled"]
 T_COMPLETED, T_FAILED, T_ABANDONED, T_UNFINISHED = (_TO["completed"], _TO["failed"],
                                                     _TO["abandoned"], _TO["unfinished"])
 T_CANCELLED = _TO["cancelled"]
+
+# The record rows the Live layer writes, cell by cell (sim.model.recorder.row_writer)
+ATTEMPT_ROW = ("req, end_s, outcome, code, decision", {
+    S.CALL_ID: "req.call_id",
+    S.TURN_INDEX: "t.index",
+    S.INTERACTION_ID: "req.interaction_id",
+    S.LIVE_INSTANCE: "t.session.instance.index",
+    S.PHASE: "req.phase",
+    S.ATTEMPT: "req.attempt",
+    S.REQUEST_GUID: "req.request_guid",
+    S.TASK_ID: "req.task_id",
+    S.CONTEXT_ID: "req.context_id",
+    S.DELAY_BEFORE_S: "req.delay_before_s",
+    S.SEND_S: "req.send_s",
+    S.FIRST_RESPONSE_S: "fr if fr <= end_s else NAN",  # what arrived before the attempt ended
+    S.FIRST_CHUNK_S: "fc if fc <= end_s else NAN",
+    S.END_S: "end_s",
+    S.OUTCOME: "outcome",
+    S.ERROR_CODE: "_CODE[code]",
+    S.RETRY_AFTER_MS: "NAN if ra is None else ra",
+    S.DECISION: "_DECISION[decision]",
+    S.REPLAYED: "req.replayed",
+    S.REQUEST_DUPLICATED: "req.duplicated",
+    S.REQUEST_LOST: "req.lost",
+    S.CHUNKS_LOST: "req.chunks_lost",
+}, "t = req.turn; fr = req.first_response_s; fc = req.first_chunk_s; ra = req.retry_after_ms")
+TURN_ROW = ("t, end_s, outcome, reason, code, ttfc_s, completion_s, escalated", {
+    S.CALL_ID: "s.call_id",
+    S.TURN_INDEX: "t.index",
+    S.INTERACTION_ID: "t.uid",
+    S.LIVE_INSTANCE: "s.instance.index",
+    S.START_S: "t.start_s",
+    S.END_S: "end_s",
+    S.OUTCOME: "outcome",
+    S.END_REASON: "_ER[reason]",
+    S.ERROR_CODE: "_CODE[code]",
+    S.ATTEMPTS: "t.attempts",
+    S.RETRIES: "t.attempts - t.first_sends",
+    S.TTFC_S: "ttfc_s",
+    S.COMPLETION_S: "completion_s",
+    S.SIDE_EFFECT: "t.side_effect",
+    S.HANDOFF: "t.handoff",
+    S.HANDOFF_WAIT_S: "t.handoff_wait_s",
+    S.ESCALATED: "escalated",
+}, "s = t.session")
+CALL_ROW = ("s, end_s, reason", {
+    S.CALL_ID: "s.call_id",
+    S.LIVE_INSTANCE: "s.instance.index",
+    S.ARRIVAL_S: "s.arrival_s",
+    S.END_S: "end_s",
+    S.TURNS_PLANNED: "s.turns_planned",
+    S.TURNS_STARTED: "s.turns_started",
+    S.END_REASON: "_CE[reason]",
+    S.DEGRADED: "s.degraded",
+}, "")
 
 
 def _is_open(req: Request) -> bool:
@@ -232,8 +288,10 @@ class LiveLayer:
         self.attempts = Table(ATTEMPTS_TABLE)
         self.turns = Table(TURNS_TABLE)
         self.calls = Table(CALLS_TABLE)
-        self._attempt_pack, self._attempt_write = self.attempts.pack, self.attempts.write
-        self._turn_pack, self._turn_write = self.turns.pack, self.turns.write
+        # one writer per table, its cells named (sim.schema order checked when built)
+        self._record = row_writer(self.attempts, *ATTEMPT_ROW[:2], globals(), ATTEMPT_ROW[2])
+        self._record_turn = row_writer(self.turns, *TURN_ROW[:2], globals(), TURN_ROW[2])
+        self._record_call = row_writer(self.calls, *CALL_ROW[:2], globals(), CALL_ROW[2])
         self.sessions: dict[int, Session] = {}  # open calls
         self.in_progress = 0
         self._next_uid = 0
@@ -324,19 +382,9 @@ class LiveLayer:
             wait = self.think() if next_after_s is None else next_after_s
             call_later(self.env, (end_s - now) + wait, self._next_turn_cb, s)
 
-    def _record_turn(self, t: Turn, end_s: float, outcome: int, reason: str, code: str | None,
-                     ttfc_s: float, completion_s: float, escalated: bool) -> None:
-        """Append ``t``'s row of the ``turns`` table (columns of ``TURNS_TABLE``)."""
-        s = t.session
-        self._turn_write(self._turn_pack(
-            s.call_id, t.index, t.uid, s.instance.index, t.start_s, end_s, outcome, _ER[reason],
-            _CODE[code], t.attempts, t.attempts - t.first_sends, ttfc_s, completion_s,
-            t.side_effect, t.handoff, t.handoff_wait_s, escalated))
-
     def _end_call(self, s: Session, end_s: float, reason: str) -> None:
         del self.sessions[s.call_id]
-        self.calls.add((s.call_id, s.instance.index, s.arrival_s, end_s, s.turns_planned,
-                        s.turns_started, _CE[reason], s.degraded))
+        self._record_call(s, end_s, reason)
         self.reasoner.end_call(s.call_id, s.context_id)
 
     # ------------------------------------------------------------------ cancellation
@@ -445,18 +493,6 @@ class LiveLayer:
             s = req.turn.session
             if s.context_id == NO_CONTEXT:
                 s.context_id = req.server_context_id
-
-    def _record(self, req: Request, end_s: float, outcome: int, code: str | None,
-                decision: str | None) -> None:
-        t = req.turn
-        fr, fc = req.first_response_s, req.first_chunk_s
-        ra = req.retry_after_ms
-        self._attempt_write(self._attempt_pack(
-            req.call_id, t.index, req.interaction_id, t.session.instance.index, req.phase,
-            req.attempt, req.request_guid, req.task_id, req.context_id, req.delay_before_s,
-            req.send_s, fr if fr <= end_s else NAN, fc if fc <= end_s else NAN, end_s, outcome,
-            _CODE[code], NAN if ra is None else ra, _DECISION[decision], req.replayed,
-            req.duplicated, req.lost, req.chunks_lost))
 
     def _attempt_failed(self, req: Request, now: float, outcome: int, code: str | None,
                         retry_after_ms: float | None, timeout: bool) -> None:

@@ -47,12 +47,13 @@ from typing import Any
 
 import simpy
 
+from sim import schema as S
 from sim.model.clock import call_later, sim_time
 from sim.model.dedup import DedupStore, Entry
 from sim.model.messages import COMPLETED, FAILED, INPUT_REQUIRED, NO_CONTEXT, Request
 from sim.model.network import Link
 from sim.model.rand import Streams
-from sim.model.recorder import Table, code_of
+from sim.model.recorder import Table, code_of, row_writer
 from sim.model.witness import Witness
 from sim.policy.codes import ErrorCode, is_retryable
 from sim.scenario import ReasonerConfig
@@ -72,6 +73,24 @@ UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
 RATE_LIMITED = ErrorCode.RATE_LIMITED.value
 SESSION_NOT_FOUND = ErrorCode.SESSION_NOT_FOUND.value
 INTERNAL = ErrorCode.INTERNAL.value
+
+# the executions row, cell by cell (sim.model.recorder.row_writer)
+EXECUTION_ROW = ("req, ctx, dup, arrival_s, disposition, start_s=NAN, end_s=NAN, status=-1, "
+                 "code=None", {
+                     S.CALL_ID: "req.call_id",
+                     S.INTERACTION_ID: "req.interaction_id",
+                     S.REQUEST_GUID: "req.request_guid",
+                     S.TASK_ID: "req.task_id",
+                     S.PHASE: "req.phase",
+                     S.CONTEXT_ID: "ctx",
+                     S.NETWORK_DUPLICATE: "dup",
+                     S.ARRIVAL_S: "arrival_s",
+                     S.DISPOSITION: "disposition",
+                     S.SERVICE_START_S: "start_s",
+                     S.SERVICE_END_S: "end_s",
+                     S.STATUS: "status",
+                     S.ERROR_CODE: "_CODE[code]",
+                 })
 
 
 def _no_listener(ev: Any) -> None:
@@ -172,7 +191,7 @@ class Reasoner:
         self.buckets: dict[int, list[float]] = {}
         self.awaiting_input: dict[int, dict[int, float]] = {}  # context -> task -> deadline
         self.executions = Table(EXECUTIONS_TABLE)
-        self._pack, self._write = self.executions.pack, self.executions.write
+        self._log = row_writer(self.executions, *EXECUTION_ROW, globals())
         self.requests = 0
         self.started = 0
         self.on_request = self.arrive  # bound once: used per message
@@ -180,14 +199,6 @@ class Reasoner:
         self.on_cancel = self._on_cancel
         self._on_done_cb = self._on_done
         self._on_step_cb = self._on_step
-
-    def _log(self, req: Request, ctx: int, dup: bool, arrival_s: float, disposition: int,
-             start_s: float = NAN, end_s: float = NAN, status: int = -1,
-             code: str | None = None) -> None:
-        """Append one row of the ``executions`` table (columns of ``EXECUTIONS_TABLE``)."""
-        self._write(self._pack(req.call_id, req.interaction_id, req.request_guid, req.task_id,
-                               req.phase, ctx, dup, arrival_s, disposition, start_s, end_s,
-                               status, _CODE[code]))
 
     # ------------------------------------------------------------------ arrival
 

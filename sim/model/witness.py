@@ -13,8 +13,11 @@ from __future__ import annotations
 import pandas as pd
 
 from sim.model.messages import Request
-from sim.model.recorder import Table
+from sim.model.recorder import Table, row_writer
 from sim.schema import (
+    CALL_ID,
+    CONTEXT_ID,
+    EXECUTED_S,
     INTERACTION_ID,
     REQUEST_GUID,
     SIDE_EFFECT_EXECUTIONS,
@@ -22,20 +25,28 @@ from sim.schema import (
     SIDE_EFFECTS_TABLE,
 )
 
+# the ledger row, cell by cell (sim.model.recorder.row_writer)
+LEDGER_ROW = ("req, context_id, executed_s", {
+    CALL_ID: "req.call_id",
+    INTERACTION_ID: "req.interaction_id",
+    REQUEST_GUID: "req.request_guid",
+    CONTEXT_ID: "context_id",
+    EXECUTED_S: "executed_s",
+})
+
 
 class Witness:
     """Appends one ledger row per side-effect execution."""
 
     def __init__(self) -> None:
         self.ledger = Table(SIDE_EFFECTS_TABLE)
-        self._pack, self._write = self.ledger.pack, self.ledger.write
+        self._row = row_writer(self.ledger, *LEDGER_ROW, {})
         self.executions = 0
 
     def record(self, executed_s: float, req: Request, context_id: int) -> None:
         """The tool call of ``req`` (in session ``context_id``) finished at ``executed_s``."""
         self.executions += 1
-        self._write(self._pack(req.call_id, req.interaction_id, req.request_guid, context_id,
-                               executed_s))
+        self._row(req, context_id, executed_s)
 
 
 def per_turn(ledger: pd.DataFrame) -> pd.DataFrame:
