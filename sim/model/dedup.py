@@ -85,16 +85,21 @@ class DedupStore:
         return e
 
     def open(self, key: Hashable, now_s: float, context_id: int) -> Entry:
-        """Create the in-flight entry of an execution admitted at ``now_s`` in ``context_id``."""
-        q = self._expiry
-        if q and expired_after(q[0][0], now_s):
-            self.purge(now_s)
+        """Create the in-flight entry of an execution admitted at ``now_s`` in ``context_id``.
+
+        Expired entries are purged lazily, yet the peak stays exact: ``entries`` holds the
+        live ones plus any expired ones not purged yet, so while its size is at most the
+        peak no live count can exceed it; only a candidate new peak needs the purge.
+        (:meth:`size`, sampled every simulated second, purges too.)
+        """
         e = Entry(context_id)
         entries = self.entries
         entries[key] = e
-        n = len(entries)
-        if n > self.peak_entries and now_s >= self.peak_from_s:
-            self.peak_entries = n
+        if len(entries) > self.peak_entries and now_s >= self.peak_from_s:
+            self.purge(now_s)
+            n = len(entries)
+            if n > self.peak_entries:
+                self.peak_entries = n
         return e
 
     def close(self, key: Hashable, e: Entry, now_s: float, status: int, error_code: str | None,
