@@ -78,6 +78,7 @@ phase that completes the turn.
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -179,9 +180,8 @@ CALL_ROW = ("s, end_s, reason", {
 }, "")
 
 
-def _is_open(req: Request) -> bool:
-    """A timer's attempt is still open (the Live layer still listens to it)."""
-    return req.open
+#: a timer's attempt is still open (the Live layer still listens to it); C-level
+_is_open = attrgetter("open")
 
 
 def _ignore(ev: Any) -> None:
