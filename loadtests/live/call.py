@@ -221,7 +221,7 @@ class _Turn:
     guid: str | None = None
     barge_in_s: float | None = None
     next_seq: float | None = None  # where the task's sequenceIds go on (continuation)
-    events: list[str] = field(default_factory=list)
+    sends: dict[str, int] = field(default_factory=dict)  # requestGuid -> times sent
 
 
 @dataclass(slots=True)
@@ -267,7 +267,6 @@ class Call:
         self.negotiated = False
         self.turns_started = 0
         self.copies: list[gevent.Greenlet] = []
-        self._guid_copies: dict[str, int] = {}
         self._open_attempt: dict[str, Any] | None = None
         self._turn: _Turn | None = None
         self.arrival_s = time.time()
@@ -327,9 +326,9 @@ class Call:
         i = self.turns_started
         self.turns_started += 1
         codes = self.opts.force_error_codes
-        t = _Turn(i, f"{self.call_id}.{i}", _id("turn"),
-                  bool(self.rng.random() < wl.side_effect_share),
-                  bool(self.rng.random() < wl.handoff_share), time.time(),
+        u_side, u_handoff = self.rng.random(2).tolist()  # = two scalar draws, one lock
+        t = _Turn(i, f"{self.call_id}.{i}", _id("turn"), u_side < wl.side_effect_share,
+                  u_handoff < wl.handoff_share, time.time(),
                   codes[i % len(codes)] if codes else None)
         if self.sc.load.barge_in_share > 0 and self.rng.random() < self.sc.load.barge_in_share:
             t.barge_in_s = self.barge_after()
@@ -541,8 +540,8 @@ class Call:
         hard_deadline = send_s + self.opts.hard_timeout_s
         pb = Playback(self.opts.reorder, self.opts.hold_s,
                       t.next_seq if t.phase == "continuation" else None)
-        copy_no = self._guid_copies.get(ids.request_guid, 0)
-        self._guid_copies[ids.request_guid] = copy_no + 1
+        copy_no = t.sends.get(ids.request_guid, 0)
+        t.sends[ids.request_guid] = copy_no + 1
         key = f"{ids.request_guid}#{copy_no}"
         got_output = False
         barge_at = math.inf

@@ -67,18 +67,45 @@ class WsExchange:
             if self.broken:
                 raise StreamBroken(f"socket closed: {ch.close_reason}")
             if ch.reading is None:
-                return ch.read_for(self)
-            # another request reads the socket: it hands our frames over, or the socket
-            wakeup = self.wakeup
-            if wakeup is None:
-                wakeup = self.wakeup = Event()
-            else:
-                wakeup.clear()
-            ch.waiting.append(self)
-            try:
-                wakeup.wait()
-            finally:
-                ch.waiting.remove(self)
+                break
+            self._wait()
+        # nobody reads the socket: read it until our frame comes, handing over the others'
+        ch.reading = self
+        ws, routes, rpc_id = self.ws, ch.routes, self.rpc_id
+        try:
+            while True:
+                try:
+                    frame = _DECODE(ws.recv())
+                    rid = frame.get("id")
+                except Exception as e:  # any end of the socket ends its requests
+                    ch.lost(ws, str(e) or type(e).__name__)
+                    raise StreamBroken(f"socket closed: {ch.close_reason}") from None
+                if type(rid) is not str:
+                    rid = str(rid)
+                if rid == rpc_id:
+                    return frame
+                other = routes.get(rid)
+                if other is not None:
+                    other.frames.append(frame)
+                    other.wake()
+        finally:
+            ch.reading = None
+            if ch.waiting:  # the socket is free: a waiting request takes it over
+                ch.waiting[0].wake()
+
+    def _wait(self) -> None:
+        """Another request reads the socket: wait until it hands a frame or the socket over."""
+        wakeup = self.wakeup
+        if wakeup is None:
+            wakeup = self.wakeup = Event()
+        else:
+            wakeup.clear()
+        waiting = self.channel.waiting
+        waiting.append(self)
+        try:
+            wakeup.wait()
+        finally:
+            waiting.remove(self)
 
     def wake(self) -> None:
         """A frame was handed over, the socket ended, or the socket is free to read."""
@@ -141,32 +168,7 @@ class WsChannel:
         self.worker = h.get("X-RTA-Worker")
         self.close_reason = ""
 
-    def read_for(self, ex: WsExchange) -> dict[str, Any]:
-        """Read the socket until a frame of ``ex`` comes; route the others' frames to them."""
-        self.reading = ex
-        ws, routes, rpc_id = ex.ws, self.routes, ex.rpc_id
-        try:
-            while True:
-                try:
-                    frame = _DECODE(ws.recv())
-                    rid = frame.get("id")
-                except Exception as e:  # any end of the socket ends its requests
-                    self._lost(ws, str(e) or type(e).__name__)
-                    raise StreamBroken(f"socket closed: {self.close_reason}") from None
-                if type(rid) is not str:
-                    rid = str(rid)
-                if rid == rpc_id:
-                    return frame
-                other = routes.get(rid)
-                if other is not None:
-                    other.frames.append(frame)
-                    other.wake()
-        finally:
-            self.reading = None
-            if self.waiting:  # the socket is free: a waiting request takes it over
-                self.waiting[0].wake()
-
-    def _lost(self, ws: Any, reason: str) -> None:
+    def lost(self, ws: Any, reason: str) -> None:
         """Socket ``ws`` ended: every request on it is broken; the next send reconnects."""
         self.close_reason = reason
         for other in list(self.routes.values()):
@@ -180,7 +182,7 @@ class WsChannel:
         """Send one request frame (reconnecting first if the socket was lost)."""
         ws = self.ws
         if ws is not None and ws.protocol.state is not _OPEN:  # it ended while nobody read
-            self._lost(ws, "socket closed")
+            self.lost(ws, "socket closed")
         if self.ws is None:
             self._connect(self.active)
         ex = WsExchange(self, rpc_id)
