@@ -58,6 +58,7 @@ from sim.policy.codes import ErrorCode, is_retryable
 from sim.scenario import Scenario
 
 UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
+_TOLD = {"completed": "success", "failed": "failure"}  # what the caller was told, by outcome
 NAN = float("nan")
 TEXT = "what is my balance"
 
@@ -69,6 +70,52 @@ class StreamBroken(Exception):
 class _Expired(BaseException):
     """A Live-layer timer fired (internal; a BaseException so that no transport's error
     handling mistakes it for a broken stream)."""
+
+
+class _Deadline:
+    """The Live-layer timer of one attempt: throws :class:`_Expired` into the greenlet that
+    made it once ``time.time()`` reaches ``at``.  One loop timer per attempt: moving ``at``
+    later only records it (the timer re-arms itself for the rest when it fires); moving it
+    earlier re-arms now, or raises at once if it has passed."""
+
+    __slots__ = ("_glet", "_loop", "_timer", "at")
+
+    def __init__(self, at: float, now: float) -> None:
+        self.at = at
+        self._glet = gevent.getcurrent()
+        self._loop = gevent.get_hub().loop
+        self._timer: Any = None
+        self._arm(max(0.001, at - now))
+
+    def _arm(self, seconds: float) -> None:
+        self._timer = self._loop.timer(seconds)
+        self._timer.start(self._fire, update=True)
+
+    def _fire(self) -> None:
+        self._timer.close()
+        remaining = self.at - time.time()
+        if remaining > 0:  # the deadline moved later since the timer was armed
+            self._arm(remaining)
+        else:
+            self._timer = None
+            self._glet.throw(_Expired)
+
+    def move(self, at: float) -> None:
+        """The attempt's deadline is now ``at``."""
+        earlier = at < self.at
+        self.at = at
+        if earlier:
+            self.close()
+            remaining = at - time.time()
+            if remaining <= 0:
+                raise _Expired
+            self._arm(remaining)
+
+    def close(self) -> None:
+        """Stop the timer (idempotent)."""
+        if self._timer is not None:
+            self._timer.close()
+            self._timer = None
 
 
 class Exchange(Protocol):
@@ -98,6 +145,7 @@ class Sink(Protocol):
 
     def attempt(self, row: dict[str, Any]) -> None: ...
     def event(self, row: dict[str, Any]) -> None: ...
+    def events(self, rows: list[dict[str, Any]]) -> None: ...
     def turn(self, row: dict[str, Any]) -> None: ...
     def call(self, row: dict[str, Any]) -> None: ...
 
@@ -153,7 +201,7 @@ def _id(prefix: str) -> str:
     return f"{prefix}-{_BASE}{next(_COUNTER):x}"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Turn:
     index: int
     interaction_id: str
@@ -173,10 +221,10 @@ class _Turn:
     guid: str | None = None
     barge_in_s: float | None = None
     next_seq: float | None = None  # where the task's sequenceIds go on (continuation)
-    events: list[str] = field(default_factory=list)
+    sends: dict[str, int] = field(default_factory=dict)  # requestGuid -> times sent
 
 
-@dataclass
+@dataclass(slots=True)
 class _Result:
     outcome: str
     end_s: float
@@ -219,7 +267,6 @@ class Call:
         self.negotiated = False
         self.turns_started = 0
         self.copies: list[gevent.Greenlet] = []
-        self._guid_copies: dict[str, int] = {}
         self._open_attempt: dict[str, Any] | None = None
         self._turn: _Turn | None = None
         self.arrival_s = time.time()
@@ -279,9 +326,9 @@ class Call:
         i = self.turns_started
         self.turns_started += 1
         codes = self.opts.force_error_codes
-        t = _Turn(i, f"{self.call_id}.{i}", _id("turn"),
-                  bool(self.rng.random() < wl.side_effect_share),
-                  bool(self.rng.random() < wl.handoff_share), time.time(),
+        u_side, u_handoff = self.rng.random(2).tolist()  # = two scalar draws, one lock
+        t = _Turn(i, f"{self.call_id}.{i}", _id("turn"), u_side < wl.side_effect_share,
+                  u_handoff < wl.handoff_share, time.time(),
                   codes[i % len(codes)] if codes else None)
         if self.sc.load.barge_in_share > 0 and self.rng.random() < self.sc.load.barge_in_share:
             t.barge_in_s = self.barge_after()
@@ -313,7 +360,7 @@ class Call:
                 ttfc = first_chunk_s - base
                 self.stats("TTFC", self.ch.binding, ttfc * 1000.0, True)
         self.stats("TURN", self.ch.binding, (end_s - t.start_s) * 1000.0, outcome == "completed")
-        told = {"completed": "success", "failed": "failure"}.get(outcome, "none")
+        told = _TOLD.get(outcome, "none")
         self.sink.turn({
             "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
             "call_id": self.call_id, "turn_index": t.index, "interaction_id": t.interaction_id,
@@ -411,9 +458,7 @@ class Call:
         """Send one request of turn ``t``, read it to its end (or a timer), record it."""
         ids = Ids(_id("m"), t.guid or _id("g"), t.turn_id, t.interaction_id, self.context_id,
                   t.task_id)
-        extra: dict[str, Any] = {}
-        if t.force_error:
-            extra["test.forceError"] = t.force_error
+        extra = {"test.forceError": t.force_error} if t.force_error else None
         wants_input = t.handoff and t.phase == "initial"
         side = t.side_effect and not wants_input
         rpc_id = _id("r")
@@ -495,8 +540,8 @@ class Call:
         hard_deadline = send_s + self.opts.hard_timeout_s
         pb = Playback(self.opts.reorder, self.opts.hold_s,
                       t.next_seq if t.phase == "continuation" else None)
-        copy_no = self._guid_copies.get(ids.request_guid, 0)
-        self._guid_copies[ids.request_guid] = copy_no + 1
+        copy_no = t.sends.get(ids.request_guid, 0)
+        t.sends[ids.request_guid] = copy_no + 1
         key = f"{ids.request_guid}#{copy_no}"
         got_output = False
         barge_at = math.inf
@@ -504,48 +549,48 @@ class Call:
         failure: str | None = None
         outcome = "response-lost"
         ex: Exchange | None = None
-        timer: gevent.Timeout | None = None
+        deadline: _Deadline | None = None
         ev_rows: list[dict[str, Any]] = []
         seq_rows: list[dict[str, Any]] = []  # sequenced events, in arrival order
         n_events = n_without_seq = 0  # counted locally, written to the row in ``finally``
         ext_uri, call_id, guid = self.opts.ext_uri, self.call_id, ids.request_guid
         learn_task = main and t.task_id is None
         watch_barge = main and t.barge_in_s is not None
+        last_ctx: str | None = None  # the contextId already taken into account
+        _time, _parse, push = time.time, parse_event, pb.push
         try:
             try:
-                timer = gevent.Timeout.start_new(max(0.001, min(
-                    resp_deadline, total_deadline, hard_deadline) - send_s), _Expired)
-                ex = self.ch.send(rpc_id, body, self.active)
                 armed = limit = min(resp_deadline, total_deadline, hard_deadline)
+                deadline = _Deadline(limit, send_s)
+                ex = self.ch.send(rpc_id, body, self.active)
                 row["http_status"], row["server_worker"] = ex.http_status, ex.worker
                 row["echo"] = ex.echo
                 if main and self.active and not self.negotiated and ex.http_status == 200:
                     self.negotiated = True  # the first real answer settles the negotiation
                     if not ex.echo:
                         self._degrade()  # no A2A-Extensions echo: core A2A from now on
+                next_frame = ex.next_frame
                 while True:
-                    if limit != armed:  # (re)arm the attempt's timer when its deadline moves
-                        timer.close()
-                        remaining = limit - time.time()
-                        if remaining <= 0:
-                            raise _Expired
-                        timer = gevent.Timeout.start_new(remaining, _Expired)
+                    if limit != armed:  # the attempt's deadline moved
+                        deadline.move(limit)
                         armed = limit
-                    frame = ex.next_frame()
-                    now = time.time()
+                    frame = next_frame()
+                    now = _time()
                     if frame is None:
                         outcome = "response-lost"
                         failure = "stream ended without an end state"
                         break
-                    ev = parse_event(frame, ext_uri)
+                    ev = _parse(frame, ext_uri)
                     n_events += 1
                     kind = ev.kind
-                    if ev.context_id:
+                    ctx = ev.context_id
+                    if ctx and ctx != last_ctx:
+                        last_ctx = ctx
                         if row["context_id_learned"] is None:
-                            row["context_id_learned"] = ev.context_id
-                        self.contexts_seen.add(ev.context_id)
+                            row["context_id_learned"] = ctx
+                        self.contexts_seen.add(ctx)
                         if main and self.context_id is None:
-                            self.context_id = ev.context_id
+                            self.context_id = ctx
                     if learn_task and ev.task_id:  # Task event or any later
                         t.task_id = ev.task_id
                         row["task_id_learned"] = ev.task_id
@@ -554,18 +599,19 @@ class Call:
                         got_output = True
                         row["first_response_s"] = now
                         limit = min(total_deadline, hard_deadline, barge_at)
+                    seq = ev.sequence_id
                     evrow = {"request_guid": guid, "attempt_key": key, "call_id": call_id,
                              "recv_s": now, "kind": kind, "state": ev.state,
-                             "sequence_id": ev.sequence_id, "played_index": None}
+                             "sequence_id": seq, "played_index": None}
                     ev_rows.append(evrow)
-                    if ev.sequence_id is None:
+                    if seq is None:
                         if kind != "task" and kind != "error":
                             n_without_seq += 1
                         if kind == "artifact" and math.isnan(pb.first_chunk_s):
                             pb.first_chunk_s = now
                     else:
                         seq_rows.append(evrow)
-                        for n, idx in pb.push(ev.sequence_id, kind == "artifact", now):
+                        for n, idx in push(seq, kind == "artifact", now):
                             seq_rows[n]["played_index"] = idx
                     if (watch_barge and barge_at == math.inf
                             and not math.isnan(pb.first_chunk_s)):
@@ -592,8 +638,8 @@ class Call:
         finally:
             row["events"] += n_events
             row["events_without_seq"] += n_without_seq
-            if timer is not None:
-                timer.close()
+            if deadline is not None:
+                deadline.close()
             if ex is not None:
                 ex.close(failure)
         end_s = time.time()
@@ -619,12 +665,11 @@ class Call:
             res.timeout = False
         if res.timeout:
             res.code = UPSTREAM_TIMEOUT
-        row.update({"end_s": end_s, "outcome": res.outcome, "state": res.state,
-                    "error_code": res.code if res.outcome == "failed" or res.timeout else None,
-                    "retry_after_ms": res.retry_after_ms,
-                    "first_chunk_s": None if math.isnan(pb.first_chunk_s) else pb.first_chunk_s,
-                    "order_violations": pb.order_violations})
-        for evrow in ev_rows:
-            self.sink.event(evrow)
+        row["end_s"], row["outcome"], row["state"] = end_s, res.outcome, res.state
+        row["error_code"] = res.code if res.outcome == "failed" or res.timeout else None
+        row["retry_after_ms"] = res.retry_after_ms
+        row["first_chunk_s"] = None if math.isnan(pb.first_chunk_s) else pb.first_chunk_s
+        row["order_violations"] = pb.order_violations
+        self.sink.events(ev_rows)
         return res
 

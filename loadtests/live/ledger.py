@@ -48,6 +48,10 @@ class Ledger:
         """A received stream event."""
         self.rows["events"].append(row)
 
+    def events(self, rows: list[dict[str, Any]]) -> None:
+        """The received stream events of one request, in arrival order."""
+        self.rows["events"].extend(rows)
+
     def turn(self, row: dict[str, Any]) -> None:
         """A logical turn, at its end."""
         self.rows["turns"].append(row)

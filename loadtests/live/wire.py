@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 DEFAULT_EXT_URI: Final = "https://schemas.salesforce.com/a2a/ext/realtime-agent/v0.1"
 STREAM_END_STATES: Final = frozenset({
@@ -36,9 +36,8 @@ def headers(ext_uri: str, token: str | None, active: bool, sse: bool = True) -> 
     return h
 
 
-@dataclass(frozen=True, slots=True)
-class Ids:
-    """The identifiers of one request (attempt)."""
+class Ids(NamedTuple):
+    """The identifiers of one request (attempt); a tuple: immutable and cheap to make."""
 
     message_id: str
     request_guid: str
@@ -102,6 +101,8 @@ class Event:
 
 def _num(v: Any) -> float | None:
     """A JSON number as float (ints and floats alike), else None."""
+    if type(v) is float:  # the common case (protobuf Struct numbers), first
+        return v
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
     return float(v)
@@ -126,7 +127,7 @@ def _keys(ext_uri: str) -> tuple[str, str, str, str]:
 
 def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
     """The :class:`Event` of one JSON-RPC response object."""
-    seq_key, type_key, code_key, retry_key = _keys(ext_uri)
+    seq_key, type_key, code_key, retry_key = _KEYS.get(ext_uri) or _keys(ext_uri)
     if "error" in frame:
         err = frame.get("error") or {}
         code = None
@@ -139,7 +140,7 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
     result = frame.get("result")
     if not isinstance(result, dict) or len(result) != 1:
         return Event("message")
-    name, body = next(iter(result.items()))
+    [(name, body)] = result.items()
     kind = SHORT_KIND.get(name, "message")
     if not isinstance(body, dict):
         return Event(kind)
@@ -149,10 +150,10 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
         seq = _num(meta.get(seq_key))
         directive = meta.get(type_key) == "directive"
     status = body.get("status")
-    ev = Event(kind, status.get("state") if isinstance(status, dict) else None, seq,
-               body.get("id" if name == "task" else "taskId"), body.get("contextId"),
-               directive=directive)
-    if ev.state == "TASK_STATE_FAILED":
+    state = status.get("state") if isinstance(status, dict) else None
+    ev = Event(kind, state, seq, body.get("id" if name == "task" else "taskId"),
+               body.get("contextId"), None, None, directive)
+    if state == "TASK_STATE_FAILED":
         smsg = status.get("message") or {}
         smeta = smsg.get("metadata") or {}
         code = smeta.get(code_key)

@@ -1,11 +1,16 @@
 """Binding 2: JSON-RPC over WebSocket, one socket per call, several requests in flight on it.
 
 ``websockets.sync.client`` works under gevent's monkey patching (NOTES.md).
-One reader greenlet per socket routes every frame to the queue of its
-JSON-RPC ``id``; frames of different requests interleave freely.  The
-upgrade carries auth and ``A2A-Extensions``; its response's echo (within the
-negotiation timeout) activates the profile for the call.  Each request is
-reported as a Locust stats row of type ``WS`` when its stream ends.
+Frames of different requests interleave freely and are routed by their
+JSON-RPC ``id``, without a reader greenlet of our own: a request that waits
+for a frame while nobody reads the socket reads it itself (the common case of
+one request at a time costs no hop through a queue and another greenlet);
+frames of other requests it meets are handed to them, and when it stops
+reading (its frame came, its timer fired, the socket ended) a waiting request
+takes the socket over.  The upgrade carries auth and ``A2A-Extensions``; its
+response's echo (within the negotiation timeout) activates the profile for
+the call.  Each request is reported as a Locust stats row of type ``WS`` when
+its stream ends.
 """
 
 from __future__ import annotations
@@ -13,26 +18,39 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections import deque
 from typing import Any
 
 import gevent
-from gevent.queue import SimpleQueue
+from gevent.event import Event
+from websockets.protocol import State
 
 from loadtests.live.call import StreamBroken
 from loadtests.live.wire import cancel_request, headers
 
 REQUEST_NAME = "SendStreamingMessage"
-_BROKEN = object()
+_DECODE = json.JSONDecoder().decode
+_OPEN = State.OPEN
+
+
+class _CancelTimeout(Exception):
+    """The answer to a ``CancelTask`` did not come in time."""
 
 
 class WsExchange:
-    """One request on the call's socket: its frames come from the reader greenlet."""
+    """One request on the call's socket."""
+
+    __slots__ = ("_done", "_start", "_t0", "broken", "channel", "echo", "frames",
+                 "http_status", "name", "rpc_id", "wakeup", "worker", "ws")
 
     def __init__(self, channel: WsChannel, rpc_id: str, name: str = REQUEST_NAME) -> None:
         self.channel = channel
+        self.ws = channel.ws  # the socket it was sent on
         self.rpc_id = rpc_id
         self.name = name
-        self.queue: SimpleQueue = SimpleQueue()  # no task tracking: cheaper per frame
+        self.frames: deque[dict[str, Any]] = deque()  # handed over by another request
+        self.broken = False
+        self.wakeup: Event | None = None  # made when it first has to wait for another reader
         self.http_status: int | None = 101
         self.worker = channel.worker
         self.echo = channel.echo
@@ -42,10 +60,57 @@ class WsExchange:
 
     def next_frame(self) -> dict[str, Any] | None:
         """The next frame of this request (raises StreamBroken if the socket closed)."""
-        item = self.queue.get()
-        if item is _BROKEN:
-            raise StreamBroken(f"socket closed: {self.channel.close_reason}")
-        return item
+        ch = self.channel
+        while True:
+            if self.frames:
+                return self.frames.popleft()
+            if self.broken:
+                raise StreamBroken(f"socket closed: {ch.close_reason}")
+            if ch.reading is None:
+                break
+            self._wait()
+        # nobody reads the socket: read it until our frame comes, handing over the others'
+        ch.reading = self
+        ws, routes, rpc_id = self.ws, ch.routes, self.rpc_id
+        try:
+            while True:
+                try:
+                    frame = _DECODE(ws.recv())
+                    rid = frame.get("id")
+                except Exception as e:  # any end of the socket ends its requests
+                    ch.lost(ws, str(e) or type(e).__name__)
+                    raise StreamBroken(f"socket closed: {ch.close_reason}") from None
+                if type(rid) is not str:
+                    rid = str(rid)
+                if rid == rpc_id:
+                    return frame
+                other = routes.get(rid)
+                if other is not None:
+                    other.frames.append(frame)
+                    other.wake()
+        finally:
+            ch.reading = None
+            if ch.waiting:  # the socket is free: a waiting request takes it over
+                ch.waiting[0].wake()
+
+    def _wait(self) -> None:
+        """Another request reads the socket: wait until it hands a frame or the socket over."""
+        wakeup = self.wakeup
+        if wakeup is None:
+            wakeup = self.wakeup = Event()
+        else:
+            wakeup.clear()
+        waiting = self.channel.waiting
+        waiting.append(self)
+        try:
+            wakeup.wait()
+        finally:
+            waiting.remove(self)
+
+    def wake(self) -> None:
+        """A frame was handed over, the socket ended, or the socket is free to read."""
+        if self.wakeup is not None:
+            self.wakeup.set()
 
     def close(self, failure: str | None = None) -> None:
         """Stop routing this id and report the request."""
@@ -72,7 +137,8 @@ class WsChannel:
         self.events = events
         self.ws: Any = None
         self.routes: dict[str, WsExchange] = {}
-        self.reader: gevent.Greenlet | None = None
+        self.reading: WsExchange | None = None  # the request reading the socket now
+        self.waiting: list[WsExchange] = []  # requests waiting while another one reads
         self.echo = False
         self.worker: str | None = None
         self.close_reason = ""
@@ -101,30 +167,28 @@ class WsChannel:
         self.echo = self.ext_uri in (h.get("A2A-Extensions") or "")
         self.worker = h.get("X-RTA-Worker")
         self.close_reason = ""
-        self.reader = gevent.spawn(self._read)
 
-    def _read(self) -> None:
-        ws = self.ws
-        try:
-            while True:
-                frame = json.loads(ws.recv())
-                ex = self.routes.get(str(frame.get("id")))
-                if ex is not None:
-                    ex.queue.put(frame)
-        except Exception as e:  # any end of the socket ends its requests
-            self.close_reason = str(e) or type(e).__name__
-        for ex in list(self.routes.values()):
-            ex.queue.put(_BROKEN)
-        self.ws = None
+    def lost(self, ws: Any, reason: str) -> None:
+        """Socket ``ws`` ended: every request on it is broken; the next send reconnects."""
+        self.close_reason = reason
+        for other in list(self.routes.values()):
+            if other.ws is ws:
+                other.broken = True
+                other.wake()
+        if self.ws is ws:
+            self.ws = None
 
     def send(self, rpc_id: str, body: bytes, active: bool) -> WsExchange:
         """Send one request frame (reconnecting first if the socket was lost)."""
+        ws = self.ws
+        if ws is not None and ws.protocol.state is not _OPEN:  # it ended while nobody read
+            self.lost(ws, "socket closed")
         if self.ws is None:
             self._connect(self.active)
         ex = WsExchange(self, rpc_id)
         self.routes[rpc_id] = ex
         try:
-            self.ws.send(body.decode())
+            self.ws.send(body, text=True)
         except Exception as e:
             ex.close(f"send failed: {e}")
             raise StreamBroken(f"send failed: {e}") from None
@@ -139,18 +203,18 @@ class WsChannel:
         self.routes[rpc_id] = ex
         failure = None
         try:
-            self.ws.send(cancel_request(rpc_id, task_id).decode())
-            if ex.queue.get(timeout=timeout_s) is _BROKEN:
-                failure = "socket closed"
+            self.ws.send(cancel_request(rpc_id, task_id), text=True)
+            with gevent.Timeout(timeout_s, _CancelTimeout):
+                ex.next_frame()
+        except StreamBroken:
+            failure = "socket closed"
         except Exception as e:  # a cancel is advisory: record, never raise
             failure = str(e) or type(e).__name__
         ex.close(failure)
 
     def close(self) -> None:
-        """Close the socket and stop the reader."""
+        """Close the socket."""
         ws, self.ws = self.ws, None
         if ws is not None:
             with contextlib.suppress(Exception):
                 ws.close()
-        if self.reader is not None:
-            self.reader.kill(block=False)
