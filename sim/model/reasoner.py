@@ -244,8 +244,8 @@ class Reasoner:
         key = None
         if store is not None and profile:
             key = store.key(req, ctx)
-            e = store.lookup(key, now)
-            if e is not None:
+            e = store.entries.get(key)  # a miss (the usual case) needs no expiry check
+            if e is not None and store.lookup(key, now) is not None:
                 self._repeat(req, dup, now, e)
                 return
         tkey = None
