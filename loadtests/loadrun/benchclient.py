@@ -6,7 +6,8 @@ measuring window.  Variants: ``bare-sse`` (a FastHttpUser that POSTs, reads
 the stream's lines and decodes each event to recognise its end state),
 ``live-sse`` (the Live user: whole :class:`~loadtests.live.call.Call` logic,
 parsing, reorder buffer, policy, ledger rows), ``bare-ws`` (one socket: send,
-decode each frame, stop at the frame with this request's id and an end state),
+decode each frame, stop at the frame with this request's id and an end state,
+report the request as one Locust stats row),
 ``live-ws`` (the Live user on a WebSocket call).  A call is one long session
 of back-to-back turns, so connections persist in every variant.
 
@@ -127,11 +128,17 @@ class BareWs(User):
     @task
     def turn(self) -> None:
         rpc_id = uuid.uuid4().hex
+        start, t0 = time.time(), time.perf_counter()
         self.ws.send(_body(rpc_id).decode())
         while True:
             frame = json.loads(self.ws.recv())
             if frame.get("id") == rpc_id and _end_state(frame):
                 break
+        # one Locust stats row per request, as the bare FastHttpUser's client reports its POST
+        self.environment.events.request.fire(
+            request_type="WS", name="bare", start_time=start,
+            response_time=(time.perf_counter() - t0) * 1000.0, response_length=0,
+            exception=None, context={})
         TURNS[0] += 1
 
 
