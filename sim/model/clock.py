@@ -53,6 +53,19 @@ def call_later(env: simpy.Environment, delay: float, callback: Callable[[Any], N
     heappush(env._queue, (env._now + delay, _NORMAL, next(env._eid), Call(value, callback)))
 
 
+def scheduler(env: simpy.Environment) -> Callable[..., None]:
+    """``later(delay, callback, value=None)``: :func:`call_later` bound to ``env`` (the queue,
+    the id counter and the push held in closure cells: the hot path's form)."""
+    queue, eid, push = env._queue, env._eid, heappush
+
+    def later(delay: float, callback: Callable[[Any], None], value: Any = None) -> None:
+        if delay < 0.0:
+            raise ValueError(f"negative delay {delay!r}")
+        push(queue, (env._now + delay, _NORMAL, next(eid), Call(value, callback)))
+
+    return later
+
+
 def call_at(env: simpy.Environment, when: float, callback: Callable[[Any], None],
             value: Any = None) -> None:
     """Run ``callback(event)`` at the simulated time ``when`` (not before now)."""

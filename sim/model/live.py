@@ -85,7 +85,7 @@ import numpy as np
 import simpy
 
 from sim import schema as S
-from sim.model.clock import Deadlines, call_later, sim_time
+from sim.model.clock import Deadlines, scheduler, sim_time
 from sim.model.messages import COMPLETED, INPUT_REQUIRED, NO_CONTEXT, Request
 from sim.model.network import DROPPED, Link
 from sim.model.playout import playout
@@ -258,6 +258,7 @@ class LiveLayer:
                  uplink: Link, reasoner: Reasoner,
                  negotiation: tuple[Link, Link] | None = None) -> None:
         self.env = env
+        self._later = scheduler(env)  # call_later bound to env
         live, wl = scenario.live, scenario.workload
         self.uplink = uplink
         self.reasoner = reasoner
@@ -321,7 +322,7 @@ class LiveLayer:
         if self.t_negotiation_s > 0.0:
             wait = self._negotiate(s, now)
             if wait > 0.0:
-                call_later(self.env, wait, self._next_turn_cb, s)
+                self._later(wait, self._next_turn_cb, s)
                 return
         self._start_turn(s, now)
 
@@ -355,7 +356,7 @@ class LiveLayer:
         s.turn = t
         self.in_progress += 1
         if self.barge_share > 0.0 and self.u_barge() < self.barge_share:
-            call_later(self.env, self.barge_after(), self._barge_cb, t)
+            self._later(self.barge_after(), self._barge_cb, t)
         self._send(t, now, 0.0)
 
     def _end_turn(self, t: Turn, now: float, end_s: float, outcome: int, reason: str,
@@ -380,7 +381,7 @@ class LiveLayer:
             self._end_call(s, end_s, "all-turns-done")
         else:
             wait = self.think() if next_after_s is None else next_after_s
-            call_later(self.env, (end_s - now) + wait, self._next_turn_cb, s)
+            self._later((end_s - now) + wait, self._next_turn_cb, s)
 
     def _end_call(self, s: Session, end_s: float, reason: str) -> None:
         del self.sessions[s.call_id]
@@ -517,7 +518,7 @@ class LiveLayer:
             t.retry_after_timeout = timeout
             if d.delay_s > 0.0:
                 t.next_delay_s = d.delay_s
-                call_later(self.env, d.delay_s, self._retry_cb, t)
+                self._later(d.delay_s, self._retry_cb, t)
             else:
                 self._send(t, now, 0.0)
         else:
@@ -559,10 +560,10 @@ class LiveLayer:
         wait = self.caller_response()
         if 0.0 < self.t_handoff_s < wait:
             t.handoff_wait_s = self.t_handoff_s
-            call_later(self.env, self.t_handoff_s, self._abandon_cb, t)
+            self._later(self.t_handoff_s, self._abandon_cb, t)
             return
         t.handoff_wait_s = wait
-        call_later(self.env, wait, self._answer_cb, t)
+        self._later(wait, self._answer_cb, t)
 
     def _on_handoff_timeout(self, ev: Any) -> None:
         now = sim_time(self.env)

@@ -26,7 +26,7 @@ from typing import Any
 import simpy
 
 from sim.dist import Const
-from sim.model.clock import call_later, sim_time
+from sim.model.clock import scheduler, sim_time
 from sim.model.rand import Streams
 from sim.scenario import LinkConfig, OutageConfig
 
@@ -56,6 +56,7 @@ class Link:
         ``<stream_prefix or name>.<fault>`` (a second view of a direction, e.g. the extension
         negotiation, draws from its own streams and never shifts the messages' draws)."""
         self.env = env
+        self._later = scheduler(env)  # call_later bound to env
         self.name = name
         self.windows = tuple((o.start_s, o.start_s + o.duration_s) for o in outages
                              if o.direction in (name, "both"))
@@ -107,10 +108,10 @@ class Link:
         if d < 0.0:
             self.dropped += 1
             return DROPPED
-        call_later(env, d, deliver, msg)
+        self._later(d, deliver, msg)
         if self.duplication and self.u_dup() < self.duplication:
             self.duplicated += 1
-            call_later(env, d + self.dup_delay(), deliver_copy, msg)
+            self._later(d + self.dup_delay(), deliver_copy, msg)
             return DUPLICATED
         return DELIVERED
 

@@ -48,7 +48,7 @@ from typing import Any
 import simpy
 
 from sim import schema as S
-from sim.model.clock import call_later, sim_time
+from sim.model.clock import scheduler, sim_time
 from sim.model.dedup import DedupStore, Entry
 from sim.model.messages import COMPLETED, FAILED, INPUT_REQUIRED, NO_CONTEXT, Request
 from sim.model.network import Link
@@ -136,6 +136,7 @@ class Reasoner:
         """``cancellable``: CancelTask messages may arrive (the Live layer sends them), so the
         Reasoner indexes its jobs by task and defers each side effect to its own step."""
         self.env = env
+        self._later = scheduler(env)  # call_later bound to env
         self.cfg = cfg
         self.downlink = downlink
         self.witness = witness
@@ -393,7 +394,7 @@ class Reasoner:
             if self.cancellable:  # the side effect is committed at its step (see _on_step)
                 job.step_s = end
                 job.tool_end_s = end + tool_s
-                call_later(self.env, end - now, self._on_step_cb, job)
+                self._later(end - now, self._on_step_cb, job)
             else:
                 job.committed = True
                 self.witness.record(end + tool_s, req, job.context_id)
@@ -414,7 +415,7 @@ class Reasoner:
                         self._progress(w, now)
         if not job.dup:
             self._progress(req, now)
-        call_later(self.env, end - now, self._on_done_cb, job)
+        self._later(end - now, self._on_done_cb, job)
 
     def _claim(self, job: Job, now: float) -> bool:
         """Turn mode: claim the side effect of ``job``'s logical turn; False if it already ran
@@ -596,7 +597,7 @@ class Reasoner:
                 return
         elif arrival < req.first_response_s:
             req.first_response_s = arrival
-        call_later(self.env, arrival - now, self.deliver, req)
+        self._later(arrival - now, self.deliver, req)
 
     # ------------------------------------------------------------------ capacity, sessions
 
