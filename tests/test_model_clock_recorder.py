@@ -132,15 +132,15 @@ def test_row_writer_names_every_cell_and_packs_in_schema_order() -> None:
 
     t = Table(SPEC)
     # cells given out of order: the writer packs them in the schema's order
-    write = row_writer(t, "a, b", {"cat": "b", "flag": "a > 1", "x": "a / 2", "i": "a"}, {})
+    write = row_writer(t, {}, "a, b", {"cat": "b", "flag": "a > 1", "x": "a / 2", "i": "a"})
     write(3, 2)
     write(1, -1)
     cols = t.columns()
     assert [c.tolist() for c in cols] == [[3, 1], [1.5, 0.5], [True, False], [2, -1]]
     with pytest.raises(ValueError, match=r"missing \['flag'\]"):
-        row_writer(t, "a", {"i": "a", "x": "a", "cat": "a"}, {})
+        row_writer(t, {}, "a", {"i": "a", "x": "a", "cat": "a"})
     with pytest.raises(ValueError, match=r"unknown \['bogus'\]"):
-        row_writer(t, "a", {"i": "a", "x": "a", "flag": "a", "cat": "a", "bogus": "a"}, {})
+        row_writer(t, {}, "a", {"i": "a", "x": "a", "flag": "a", "cat": "a", "bogus": "a"})
 
 
 def test_the_model_writers_cover_their_tables() -> None:
@@ -156,10 +156,10 @@ def test_the_model_writers_cover_their_tables() -> None:
         TURNS_TABLE,
     )
 
-    for spec, (params, cells, *_) in ((ATTEMPTS_TABLE, live.ATTEMPT_ROW),
+    for spec, (params, cells, *prelude) in ((ATTEMPTS_TABLE, live.ATTEMPT_ROW),
                                       (TURNS_TABLE, live.TURN_ROW),
                                       (CALLS_TABLE, live.CALL_ROW),
                                       (EXECUTIONS_TABLE, reasoner.EXECUTION_ROW),
                                       (SIDE_EFFECTS_TABLE, witness.LEDGER_ROW)):
         assert list(cells) == [name for name, _ in spec]  # written in the schema's order too
-        row_writer(Table(spec), params, cells, vars(live))
+        row_writer(Table(spec), vars(live), params, cells, *prelude)

@@ -153,6 +153,19 @@ def test_dedup_store_window_purge_and_peak() -> None:
     assert store.key(_req(5, ctx=1)) != store.key(_req(5, ctx=2))  # scoped by contextId
 
 
+def test_dedup_peak_counts_live_entries_only_between_purges() -> None:
+    """Expired entries are purged lazily (only when a new peak is possible): the peak must
+    still be the live count, never inflated by expired entries awaiting their purge."""
+    store = DedupStore("request-guid", window_s=1.0, entry_bytes=1, peak_from_s=0.0)
+    for g in range(10):  # one execution a second, each stored for 1 s after it ends
+        t = float(g)
+        e = store.open(store.key(_req(g)), t, 1)
+        store.close(store.key(_req(g)), e, t, 0, None, 1)
+    # at t = g the previous entry (ended g - 1, replayed until g) is still live: 2 at most
+    assert store.peak_entries == 2
+    assert store.size(9.5) == 1 and store.size(10.5) == 0
+
+
 def test_turn_mode_keys_on_task_and_phase_not_guid() -> None:
     store = DedupStore("turn", window_s=0.0, entry_bytes=1, peak_from_s=0.0)
     assert store.key(_req(1, task=7)) == store.key(_req(2, task=7))

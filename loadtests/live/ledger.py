@@ -44,10 +44,6 @@ class Ledger:
         """An attempt (request sent), at its end."""
         self.rows["attempts"].append(row)
 
-    def event(self, row: dict[str, Any]) -> None:
-        """A received stream event."""
-        self.rows["events"].append(row)
-
     def events(self, rows: list[dict[str, Any]]) -> None:
         """The received stream events of one request, in arrival order."""
         self.rows["events"].extend(rows)

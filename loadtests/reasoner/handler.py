@@ -103,7 +103,6 @@ def fold_event(task: Task | None, ev: Event) -> Task | None:
     return task
 
 
-
 async def once_per_sequence(events: AsyncIterator[Event], key: str) -> AsyncIterator[Event]:
     """Forward ``events`` of a joined task, each ``sequenceId`` (metadata ``key``) once.
 

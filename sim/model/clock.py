@@ -1,15 +1,18 @@
-"""``call_later``: run a callback at a future simulated time, the model's only way to schedule;
-``sim_time``: the current simulated time.  The ONE module that touches SimPy's private
+"""How the model schedules: ``call_later``/``call_at`` run a callback at a future
+simulated time (``scheduler(env)`` is ``call_later`` bound to one environment, the hot
+path's form), :class:`Deadlines` keeps fixed-length timers with one pending event, and
+``sim_time`` is the current simulated time.  The ONE module that touches SimPy's private
 attributes (``Environment._now``, ``_queue``, ``_eid``; pinned by
 ``tests/test_model_components.py::test_private_simpy_access_is_confined_to_clock``).
 
 A SimPy ``Timeout`` with one callback costs ~0.75 µs from creation to firing; the
-model schedules ~5 of them per turn.  :class:`Call` is the minimum
+model schedules ~5 events per turn.  :class:`Call` is the minimum
 ``Environment.step`` needs from an event (``callbacks``, ``_ok``, ``_value``),
 pushed straight onto the event queue with NORMAL priority — the same order
 and semantics as ``Timeout(env, delay, value).callbacks.append(callback)``,
-for ~0.55 µs.  Model code never yields these from a process.  A callback receives the event and
-reads the scheduled value as ``ev.value``.
+for ~0.55 µs.  Model code never yields these from a process.  A callback receives the
+event and reads the scheduled value as ``ev.value`` (a :class:`Deadlines` callback gets
+the value itself).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def call_later(env: simpy.Environment, delay: float, callback: Callable[[Any], N
     """Run ``callback(event)`` after ``delay`` simulated seconds; ``event.value`` is ``value``."""
     if delay < 0.0:
         raise ValueError(f"negative delay {delay!r}")
-    heappush(env._queue, (env._now + delay, _NORMAL, next(env._eid), Call(value, callback)))
+    call_at(env, env._now + delay, callback, value)
 
 
 def scheduler(env: simpy.Environment) -> Callable[..., None]:

@@ -177,7 +177,7 @@ CALL_ROW = ("s, end_s, reason", {
     S.TURNS_STARTED: "s.turns_started",
     S.END_REASON: "_CE[reason]",
     S.DEGRADED: "s.degraded",
-}, "")
+})
 
 
 #: a timer's attempt is still open (the Live layer still listens to it); C-level
@@ -290,9 +290,9 @@ class LiveLayer:
         self.turns = Table(TURNS_TABLE)
         self.calls = Table(CALLS_TABLE)
         # one writer per table, its cells named (sim.schema order checked when built)
-        self._record = row_writer(self.attempts, *ATTEMPT_ROW[:2], globals(), ATTEMPT_ROW[2])
-        self._record_turn = row_writer(self.turns, *TURN_ROW[:2], globals(), TURN_ROW[2])
-        self._record_call = row_writer(self.calls, *CALL_ROW[:2], globals(), CALL_ROW[2])
+        self._record = row_writer(self.attempts, globals(), *ATTEMPT_ROW)
+        self._record_turn = row_writer(self.turns, globals(), *TURN_ROW)
+        self._record_call = row_writer(self.calls, globals(), *CALL_ROW)
         self.sessions: dict[int, Session] = {}  # open calls
         self.in_progress = 0
         self._next_uid = 0

@@ -104,7 +104,7 @@ class Link:
         """
         env = self.env
         self.sent += 1
-        d = self.const_latency if self.fast else self.transit(sim_time(env))
+        d = self.transit(sim_time(env))
         if d < 0.0:
             self.dropped += 1
             return DROPPED

@@ -192,7 +192,7 @@ class Reasoner:
         self.buckets: dict[int, list[float]] = {}
         self.awaiting_input: dict[int, dict[int, float]] = {}  # context -> task -> deadline
         self.executions = Table(EXECUTIONS_TABLE)
-        self._log = row_writer(self.executions, *EXECUTION_ROW, globals())
+        self._log = row_writer(self.executions, globals(), *EXECUTION_ROW)
         self.requests = 0
         self.started = 0
         self.on_request = self.arrive  # bound once: used per message
@@ -245,8 +245,8 @@ class Reasoner:
         key = None
         if store is not None and profile:
             key = store.key(req, ctx)
-            e = store.entries.get(key)  # a miss (the usual case) needs no expiry check
-            if e is not None and store.lookup(key, now) is not None:
+            e = store.lookup(key, now)
+            if e is not None:
                 self._repeat(req, dup, now, e)
                 return
         tkey = None
@@ -432,8 +432,7 @@ class Reasoner:
         """The ``progress`` directive sent at ``now`` (if enabled) on ``req``'s stream; a
         degraded (core A2A) session gets a plain WORKING status instead, which is no progress."""
         if self.progress and req.open and not req.degraded:
-            dl = self.downlink
-            t = now + dl.const_latency if dl.fast else dl.arrival(now)  # type: ignore[operator]
+            t = self.downlink.arrival(now)
             if t < req.first_response_s:
                 req.first_response_s = t
 
@@ -575,15 +574,13 @@ class Reasoner:
         req.server_context_id = ctx
         if status == COMPLETED:
             n = self.chunks
+            arrival, tlost = dl.terminal(first_chunk_send_s + (n - 1) * interval_s)
             if dl.fast:  # constant latency, no faults: in order, each playable on arrival
-                c = dl.const_latency
-                arrival, tlost = first_chunk_send_s + (n - 1) * interval_s + c, False  # type: ignore[operator]
-                first = first_chunk_send_s + c  # type: ignore[operator]
+                first = first_chunk_send_s + dl.const_latency  # type: ignore[operator]
                 last = first + (n - 1) * interval_s
                 req.first_chunk_s = first
                 req.complete_s = arrival if arrival > last else last
             else:  # the Live layer's reorder buffer plays them out (sim.model.playout)
-                arrival, tlost = dl.terminal(first_chunk_send_s + (n - 1) * interval_s)
                 arrivals = dl.chunks(first_chunk_send_s, interval_s, n)
                 req.chunk_arrivals = arrivals
                 first = min(arrivals)  # any message satisfies the turn-response timer

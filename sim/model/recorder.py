@@ -134,8 +134,8 @@ def as_column(arr: np.ndarray, kind: str | tuple[str, ...]) -> object:
     return arr
 
 
-def row_writer(table: Table, params: str, cells: Mapping[str, str],
-               namespace: Mapping[str, Any], prelude: str = "") -> Callable[..., None]:
+def row_writer(table: Table, namespace: Mapping[str, Any], params: str,
+               cells: Mapping[str, str], prelude: str = "") -> Callable[..., None]:
     """A function ``f(<params>)`` that writes one row of ``table``, its cells NAMED.
 
     ``cells`` maps every column of the table (names from :mod:`sim.schema`) to the Python

@@ -40,7 +40,7 @@ class Witness:
 
     def __init__(self) -> None:
         self.ledger = Table(SIDE_EFFECTS_TABLE)
-        self._row = row_writer(self.ledger, *LEDGER_ROW, {})
+        self._row = row_writer(self.ledger, {}, *LEDGER_ROW)
         self.executions = 0
 
     def record(self, executed_s: float, req: Request, context_id: int) -> None:
