@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Any
 
 import numpy as np
 import pytest
 import simpy
 
-from sim.model.clock import Deadlines, call_at, call_later, sim_time
+from sim.model.clock import Deadlines, call_at, call_later, run, sim_time
 from sim.model.recorder import Table
 
 
@@ -30,13 +31,13 @@ def test_deadlines_fire_each_entry_at_its_own_deadline_in_order() -> None:
     boxes = {n: Box(n) for n in "abcd"}
 
     def arm(name: str, after: float) -> None:
-        call_later(env, after, lambda ev: dl.add(sim_time(env) + 2.0, boxes[name]))
+        call_later(env, after, lambda _: dl.add(sim_time(env) + 2.0, boxes[name]))
 
     arm("a", 0.0)
     arm("b", 0.5)
     arm("c", 0.5)  # same deadline as b: fired in arming order
     arm("d", 3.0)  # armed after a fired: a new wake-up
-    env.run()
+    run(env)
     assert fired == [(2.0, "a"), (2.5, "b"), (2.5, "c"), (5.0, "d")]
 
 
@@ -49,21 +50,21 @@ def test_deadlines_skip_dead_heads_without_waking() -> None:
     dl = Deadlines(env, lambda b: fired.append(b.name), lambda b: b.alive)
     orig = dl._wake
 
-    def counting_wake(ev: object) -> None:
+    def counting_wake(_: object = None) -> None:
         wakes.append(sim_time(env))
-        orig(ev)
+        orig()
 
     dl._wake_cb = counting_wake  # type: ignore[assignment]
     boxes = [Box(str(i)) for i in range(100)]
     for i, b in enumerate(boxes):
-        call_at(env, i * 0.01, lambda ev, b=b: dl.add(sim_time(env) + 10.0, b))
+        call_at(env, i * 0.01, lambda _, b=b: dl.add(sim_time(env) + 10.0, b))
 
-    def kill(ev: object) -> None:
+    def kill(_: object) -> None:
         for b in boxes[1:-1]:
             b.alive = False
 
     call_at(env, 5.0, kill)
-    env.run()
+    run(env)
     assert wakes == [10.0, pytest.approx(10.99)]
     assert fired == ["0", "99"]
     assert len(dl) == 0
@@ -75,7 +76,7 @@ def test_deadlines_out_of_order_entry_gets_its_own_event() -> None:
     dl = Deadlines(env, lambda b: fired.append((sim_time(env), b.name)), lambda b: b.alive)
     dl.add(5.0, Box("late"))
     dl.add(1.0, Box("early"))  # earlier than the last armed: not queued behind "late"
-    env.run()
+    run(env)
     assert fired == [(1.0, "early"), (5.0, "late")]
 
 
@@ -85,7 +86,62 @@ def test_deadlines_and_call_at_refuse_the_past() -> None:
     with pytest.raises(ValueError, match="past"):
         dl.add(2.0, Box("x"))
     with pytest.raises(ValueError, match="past"):
-        call_at(env, 2.0, lambda ev: None)
+        call_at(env, 2.0, lambda _: None)
+
+
+def _mixed_schedule(env: simpy.Environment, log: list[tuple[float, str]],
+                    model_entries: bool) -> None:
+    """The same schedule built from model entries (``call_at``) or from SimPy timeouts, with
+    a SimPy process in between: ties at one time must keep the scheduling order."""
+
+    def note(name: str) -> Any:
+        return lambda _: log.append((env.now, name))
+
+    def proc(env: simpy.Environment) -> Any:
+        yield env.timeout(1.0)
+        log.append((env.now, "proc@1"))
+        yield env.timeout(1.0)
+        log.append((env.now, "proc@2"))
+
+    for when, name in ((2.0, "a@2"), (1.0, "b@1"), (2.0, "c@2"), (3.0, "d@3"), (5.0, "e@5")):
+        if model_entries:
+            call_at(env, when, note(name))
+        else:
+            env.timeout(when).callbacks.append(note(name))
+        if name == "b@1":
+            env.process(proc(env))
+
+
+def test_run_orders_model_entries_exactly_as_simpy_orders_its_events() -> None:
+    """clock.run over model entries and a SimPy process gives the same trace, times and final
+    clock as Environment.run over the equivalent SimPy timeouts, with ``until`` semantics
+    (an entry at exactly ``until`` does not run)."""
+    ours, theirs = [], []
+    env = simpy.Environment()
+    _mixed_schedule(env, ours, True)
+    run(env, 5.0)
+    ref = simpy.Environment()
+    _mixed_schedule(ref, theirs, False)
+    ref.run(until=5.0)
+    assert ours == theirs == [(1.0, "b@1"), (1.0, "proc@1"), (2.0, "a@2"), (2.0, "c@2"),
+                              (2.0, "proc@2"), (3.0, "d@3")]
+    assert env.now == ref.now == 5.0
+    run(env)  # to exhaustion: the entry at 5.0 runs now
+    assert ours[-1] == (5.0, "e@5")
+    with pytest.raises(ValueError, match="greater than"):
+        run(env, 5.0)
+
+
+def test_run_raises_a_failed_simpy_event_like_simpy() -> None:
+    env = simpy.Environment()
+    ev = env.event()
+    ev.fail(KeyError("boom"))
+    with pytest.raises(KeyError, match="boom"):
+        run(env)
+    defused = env.event()
+    defused.fail(KeyError("quiet"))
+    defused.defused = True
+    run(env)  # a defused failure does not crash the run
 
 
 SPEC = (("i", "i8"), ("x", "f8"), ("flag", "bool"), ("cat", ("a", "b", "c")))

@@ -7,6 +7,7 @@ import pytest
 import simpy
 
 from sim.dist import Const, Empirical, Exp, Gamma, LogNormal, Uniform
+from sim.model.clock import run
 from sim.model.dedup import DedupStore
 from sim.model.messages import Request
 from sim.model.network import Link
@@ -68,9 +69,9 @@ def test_link_loss_duplication_and_reorder_rates() -> None:
     got: list[tuple[str, float]] = []
     n = 20_000
     for i in range(n):
-        link.send(i, lambda ev: got.append(("orig", env.now)),
-                  lambda ev: got.append(("dup", env.now)))
-    env.run()
+        link.send(i, lambda msg: got.append(("orig", env.now)),
+                  lambda msg: got.append(("dup", env.now)))
+    run(env)
     orig = [t for k, t in got if k == "orig"]
     dups = [t for k, t in got if k == "dup"]
     assert len(orig) / n == pytest.approx(0.9, abs=0.01)
@@ -105,7 +106,7 @@ def _arrivals(cfg: WorkloadConfig, duration_s: float) -> list[float]:
     times: list[float] = []
     arr = Arrivals(env, cfg, duration_s, Streams(1, 0), lambda i: times.append(env.now))
     arr.start()
-    env.run()
+    run(env)
     return times
 
 

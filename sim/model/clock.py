@@ -1,56 +1,45 @@
-"""How the model schedules: ``call_later``/``call_at`` run a callback at a future
+"""How the model schedules and runs: ``call_later``/``call_at`` run a callback at a future
 simulated time (``scheduler(env)`` is ``call_later`` bound to one environment, the hot
-path's form), :class:`Deadlines` keeps fixed-length timers with one pending event, and
-``sim_time`` is the current simulated time.  The ONE module that touches SimPy's private
-attributes (``Environment._now``, ``_queue``, ``_eid``; pinned by
+path's form), :class:`Deadlines` keeps fixed-length timers with one pending entry,
+``sim_time`` is the current simulated time and :func:`run` advances the simulation.  The
+ONE module that touches SimPy's private attributes (``Environment._now``, ``_queue``,
+``_eid``; pinned by
 ``tests/test_model_components.py::test_private_simpy_access_is_confined_to_clock``).
 
-A SimPy ``Timeout`` with one callback costs ~0.75 µs from creation to firing; the
-model schedules ~5 events per turn.  :class:`Call` is the minimum
-``Environment.step`` needs from an event (``callbacks``, ``_ok``, ``_value``),
-pushed straight onto the event queue with NORMAL priority — the same order
-and semantics as ``Timeout(env, delay, value).callbacks.append(callback)``,
-for ~0.55 µs.  Model code never yields these from a process.  A callback receives the
-event and reads the scheduled value as ``ev.value`` (a :class:`Deadlines` callback gets
-the value itself).
+The model is callback-driven on SimPy's event queue and clock: it starts no SimPy
+process.  A scheduled callback is one queue entry ``(time, NORMAL, id, callback, value)``
+— no event object — ordered exactly as a SimPy ``Timeout(env, delay, value)`` with one
+callback would be (same time, priority and id sequence), and :func:`run` calls
+``callback(value)`` when it is popped.  A SimPy ``Timeout`` with one callback costs
+~0.75 µs from creation to firing and the model schedules ~5 per turn; the entry costs
+~0.35 µs.  SimPy's own events and processes in the same environment still work: :func:`run`
+steps them exactly as ``Environment.step`` does.  An environment holding model entries
+must be advanced with :func:`run` (``Environment.run``/``step`` cannot unpack them).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from heapq import heappush
+from heapq import heappop, heappush
 from operator import attrgetter
 from typing import Any
 
 import simpy
-from simpy.events import NORMAL
+from simpy.core import StopSimulation
+from simpy.events import NORMAL, URGENT
 
 _NORMAL = int(NORMAL)
+_URGENT = int(URGENT)
 
 
 #: ``sim_time(env)`` -> the current simulated time (``env.now`` without the property's cost)
 sim_time: Callable[[simpy.Environment], float] = attrgetter("_now")
 
 
-class Call:
-    """A triggered, successful event carrying ``value`` with a single callback.
-
-    SimPy's ``step`` reads ``callbacks`` and ``_ok`` (and ``_value`` only of a failed
-    event, which a ``Call`` never is)."""
-
-    __slots__ = ("callbacks", "value")
-    _ok = True  # never failed: a class attribute, one store less per event
-
-    def __init__(self, value: Any, callback: Callable[[Any], None]) -> None:
-        self.value = value
-        # SimPy iterates it once and sets it to None: a 1-tuple is cheaper than a list
-        self.callbacks: tuple[Callable[[Any], None], ...] | None = (callback,)
-
-
 def call_later(env: simpy.Environment, delay: float, callback: Callable[[Any], None],
                value: Any = None) -> None:
-    """Run ``callback(event)`` after ``delay`` simulated seconds; ``event.value`` is ``value``."""
+    """Run ``callback(value)`` after ``delay`` simulated seconds."""
     if delay < 0.0:
         raise ValueError(f"negative delay {delay!r}")
     call_at(env, env._now + delay, callback, value)
@@ -64,32 +53,74 @@ def scheduler(env: simpy.Environment) -> Callable[..., None]:
     def later(delay: float, callback: Callable[[Any], None], value: Any = None) -> None:
         if delay < 0.0:
             raise ValueError(f"negative delay {delay!r}")
-        push(queue, (env._now + delay, _NORMAL, next(eid), Call(value, callback)))
+        push(queue, (env._now + delay, _NORMAL, next(eid), callback, value))
 
     return later
 
 
 def call_at(env: simpy.Environment, when: float, callback: Callable[[Any], None],
             value: Any = None) -> None:
-    """Run ``callback(event)`` at the simulated time ``when`` (not before now)."""
+    """Run ``callback(value)`` at the simulated time ``when`` (not before now)."""
     if when < env._now:
         raise ValueError(f"time {when!r} is in the past (now {env._now!r})")
-    heappush(env._queue, (when, _NORMAL, next(env._eid), Call(value, callback)))
+    heappush(env._queue, (when, _NORMAL, next(env._eid), callback, value))
+
+
+def run(env: simpy.Environment, until: float | None = None) -> None:
+    """Advance ``env`` as ``env.run(until)`` does for a number: process every entry before
+    ``until`` (and those at ``until`` scheduled URGENT before this call), then stop with
+    ``env.now == until``; with ``until=None``, until nothing is scheduled.
+
+    Model entries are dispatched as ``callback(value)``; SimPy events as
+    ``Environment.step`` does (callbacks, then a failed undefused event raises a copy of
+    its exception)."""
+    queue = env._queue
+    if until is not None:
+        at = float(until)
+        if at <= env._now:
+            raise ValueError(f"until ({at}) must be greater than the current simulation time")
+        # the stop mark: where Environment.run(until=at) puts its URGENT until-event
+        heappush(queue, (at, _URGENT, next(env._eid)))
+    pop = heappop
+    try:
+        while queue:
+            entry = pop(queue)
+            env._now = entry[0]
+            n = len(entry)
+            if n == 5:
+                entry[3](entry[4])
+            elif n == 4:
+                _step_event(entry[3])
+            else:
+                return
+    except StopSimulation:  # a SimPy callback ended the run (env.exit-style)
+        return
+
+
+def _step_event(event: Any) -> None:
+    """The body of ``simpy.Environment.step`` for one popped SimPy event."""
+    callbacks, event.callbacks = event.callbacks, None
+    for callback in callbacks:
+        callback(event)
+    if not event._ok and not hasattr(event, "_defused"):
+        exc = type(event._value)(*event._value.args)
+        exc.__cause__ = event._value
+        raise exc
 
 
 class Deadlines:
-    """Timers armed in order of their deadlines, at most ONE SimPy event pending for all of them.
+    """Timers armed in order of their deadlines, at most ONE queue entry pending for all of them.
 
     The model's fixed-length timers (every attempt's turn-response timer runs
     ``turn_response_s`` after its send) are armed in non-decreasing order of their
-    deadlines, so they form a FIFO: only the head needs an event.  At the head's
+    deadlines, so they form a FIFO: only the head needs an entry.  At the head's
     deadline every due entry is handed to ``callback(value)`` (in arming order), then
     entries no longer ``alive(value)`` (an attempt that ended meanwhile) are dropped
-    from the head without an event, and one event is scheduled for the next live head.
+    from the head without an event, and one entry is scheduled for the next live head.
     Most attempts end before their timer, so most timers never cost an event (on
     ``baseline``, ~1 wake-up per 8 timers).  The deadline each entry
     fires at is exactly the one it was armed with, as with :func:`call_later`; an entry
-    armed with an earlier deadline than the last one armed falls back to its own event.
+    armed with an earlier deadline than the last one armed falls back to its own entry.
     """
 
     __slots__ = ("_alive", "_armed", "_callback", "_env", "_last", "_q", "_wake_cb")
@@ -113,8 +144,8 @@ class Deadlines:
         env = self._env
         if when < env._now:
             raise ValueError(f"time {when!r} is in the past (now {env._now!r})")
-        if when < self._last:  # out of order: its own event
-            call_at(env, when, self._fire_one, value)
+        if when < self._last:  # out of order: its own entry
+            call_at(env, when, self._callback, value)
             return
         self._last = when
         self._q.append((when, value))
@@ -122,10 +153,7 @@ class Deadlines:
             self._armed = True
             call_at(env, when, self._wake_cb)
 
-    def _fire_one(self, ev: Any) -> None:
-        self._callback(ev.value)
-
-    def _wake(self, ev: Any) -> None:
+    def _wake(self, _: Any = None) -> None:
         env = self._env
         q, callback, alive = self._q, self._callback, self._alive
         now = env._now

@@ -184,7 +184,7 @@ CALL_ROW = ("s, end_s, reason", {
 _is_open = attrgetter("open")
 
 
-def _ignore(ev: Any) -> None:
+def _ignore(value: Any) -> None:
     """A network duplicate of a CancelTask: the task is already cancelled (or not cancellable)."""
 
 
@@ -344,8 +344,8 @@ class LiveLayer:
         s.degraded = True
         return limit
 
-    def _on_next_turn(self, ev: Any) -> None:
-        self._start_turn(ev.value, sim_time(self.env))
+    def _on_next_turn(self, s: Session) -> None:
+        self._start_turn(s, sim_time(self.env))
 
     def _start_turn(self, s: Session, now: float) -> None:
         uid = self._next_uid
@@ -395,11 +395,10 @@ class LiveLayer:
         self.cancels_sent += 1
         self.uplink.send(req, self.reasoner.on_cancel, _ignore)
 
-    def _on_barge_in(self, ev: Any) -> None:
-        """The caller interrupts turn ``ev.value`` now: if it is still in flight (an attempt
+    def _on_barge_in(self, t: Turn) -> None:
+        """The caller interrupts turn ``t`` now: if it is still in flight (an attempt
         open or a retry pending; not while the caller owes a handoff answer) the Live layer
         cancels its task and starts the next turn at once."""
-        t: Turn = ev.value
         s = t.session
         if s.turn is not t or t.awaiting_caller:
             return
@@ -470,8 +469,7 @@ class LiveLayer:
         if req.open:
             self._attempt_failed(req, sim_time(self.env), A_TOTAL, UPSTREAM_TIMEOUT, None, True)
 
-    def _on_terminal(self, ev: Any) -> None:
-        req: Request = ev.value
+    def _on_terminal(self, req: Request) -> None:
         if not req.open:
             return
         now = sim_time(self.env)
@@ -524,8 +522,7 @@ class LiveLayer:
         else:
             self._end_turn(t, now, now, T_FAILED, d.reason, code)
 
-    def _on_retry_due(self, ev: Any) -> None:
-        t: Turn = ev.value
+    def _on_retry_due(self, t: Turn) -> None:
         if t.session.turn is t:  # not ended meanwhile (barge-in)
             self._send(t, sim_time(self.env), t.next_delay_s)
 
@@ -565,12 +562,11 @@ class LiveLayer:
         t.handoff_wait_s = wait
         self._later(wait, self._answer_cb, t)
 
-    def _on_handoff_timeout(self, ev: Any) -> None:
+    def _on_handoff_timeout(self, t: Turn) -> None:
         now = sim_time(self.env)
-        self._end_turn(ev.value, now, now, T_ABANDONED, "handoff-timeout", None)
+        self._end_turn(t, now, now, T_ABANDONED, "handoff-timeout", None)
 
-    def _on_caller_answer(self, ev: Any) -> None:
-        t: Turn = ev.value
+    def _on_caller_answer(self, t: Turn) -> None:
         now = sim_time(self.env)
         t.phase = 1
         t.awaiting_caller = False

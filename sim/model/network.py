@@ -100,7 +100,7 @@ class Link:
     def send(self, msg: Any, deliver: Callback, deliver_copy: Callback) -> Delivery:
         """Send ``msg`` now; schedule ``deliver`` (and ``deliver_copy`` for a duplicate).
 
-        Both callbacks receive the SimPy event; the message is its ``value``.
+        Both callbacks receive the message.
         """
         env = self.env
         self.sent += 1

@@ -93,7 +93,7 @@ EXECUTION_ROW = ("req, ctx, dup, arrival_s, disposition, start_s=NAN, end_s=NAN,
                  })
 
 
-def _no_listener(ev: Any) -> None:
+def _no_listener(req: Any) -> None:
     raise RuntimeError("Reasoner.deliver is not connected to a Live layer")
 
 
@@ -203,8 +203,8 @@ class Reasoner:
 
     # ------------------------------------------------------------------ arrival
 
-    def _on_copy(self, ev: Any) -> None:
-        self.arrive(ev, True)
+    def _on_copy(self, req: Request) -> None:
+        self.arrive(req, True)
 
     def _context_of(self, req: Request) -> int:
         """The server contextId of ``req``; mints (and opens) a session when needed.
@@ -229,10 +229,9 @@ class Reasoner:
             self._open_session(ctx, req.call_id)
         return ctx
 
-    def arrive(self, ev: Any, dup: bool = False) -> None:
-        """A copy of the request ``ev.value`` (``dup``: the network's extra copy) reaches the
-        server now (``ev``: the uplink's delivery event)."""
-        req: Request = ev.value
+    def arrive(self, req: Request, dup: bool = False) -> None:
+        """A copy of the request ``req`` (``dup``: the network's extra copy) reaches the
+        server now (the uplink's delivery callback)."""
         now = sim_time(self.env)
         self.requests += 1
         ctx = req.context_id
@@ -436,18 +435,16 @@ class Reasoner:
             if t < req.first_response_s:
                 req.first_response_s = t
 
-    def _on_step(self, ev: Any) -> None:
+    def _on_step(self, job: Job) -> None:
         """End of reasoning of a side-effect job (cancellable runs): stop here if cancelled,
         else the tool call starts — from now on the side effect cannot be undone."""
-        job: Job = ev.value
         if job.cancelled:
             self._stop(job, sim_time(self.env))
             return
         job.committed = True
         self.witness.record(job.tool_end_s, job.req, job.context_id)
 
-    def _on_done(self, ev: Any) -> None:
-        job: Job = ev.value
+    def _on_done(self, job: Job) -> None:
         if job.state != RUNNING:
             return  # stopped at its step by a CancelTask
         now = sim_time(self.env)
@@ -490,15 +487,14 @@ class Reasoner:
 
     # ------------------------------------------------------------------ cancellation
 
-    def _on_cancel(self, ev: Any) -> None:
-        """A ``CancelTask`` for the task of the request ``ev.value`` arrives now.
+    def _on_cancel(self, req: Request) -> None:
+        """A ``CancelTask`` for the task of the request ``req`` arrives now.
 
         Queued work of the task is dropped (never executes); running work stops at its next
         step (the end of reasoning) unless its side effect already started — then the task
         rolls forward (errors.md §4, spec §8: nothing is undone).  One ``executions`` row per
         job affected, or one ``cancel-too-late`` row if the task has no live job.
         """
-        req: Request = ev.value
         now = sim_time(self.env)
         jobs = self.jobs_by_task.pop(req.task_id, None)
         if not jobs:

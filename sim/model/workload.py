@@ -71,7 +71,7 @@ class Arrivals:
         if t < self.duration_s:
             call_later(self.env, t - now, self._cb)
 
-    def _on_arrival(self, ev: Any) -> None:
+    def _on_arrival(self, _: Any = None) -> None:
         call_id = self.count
         self.count += 1
         self.on_call(call_id)

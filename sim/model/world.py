@@ -17,7 +17,7 @@ from typing import Any
 
 import simpy
 
-from sim.model.clock import call_later, sim_time
+from sim.model.clock import call_later, run, sim_time
 from sim.model.live import LiveLayer
 from sim.model.network import Link
 from sim.model.rand import Streams
@@ -88,7 +88,7 @@ class World:
         workers = self.scenario.reasoner.workers
         times = sorted({t for d in drops for t in (d.start_s, d.start_s + d.duration_s)})
 
-        def apply(ev: Any) -> None:
+        def apply(_: Any = None) -> None:
             now = sim_time(self.env)
             cap = min([workers] + [d.workers for d in drops
                                    if d.start_s <= now < d.start_s + d.duration_s])
@@ -97,7 +97,7 @@ class World:
         for t in times:
             call_later(self.env, t, apply)
 
-    def _tick(self, ev: Any) -> None:
+    def _tick(self, _: Any = None) -> None:
         """End of a 1-s bin: sample gauges, compact tables, report progress; schedule the next."""
         env = self.env
         now = sim_time(env)
@@ -143,7 +143,7 @@ class World:
         self.arrivals.start()
         if self.end_s >= 1.0:
             call_later(env, 1.0, self._tick)
-        env.run(until=self.end_s)
+        run(env, self.end_s)
         while len(self.gauges) < self.n_bins:  # the last bin ends at (or after) end_s
             self._sample(sim_time(env))
         self.live.flush()
