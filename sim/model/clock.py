@@ -85,14 +85,15 @@ def run(env: simpy.Environment, until: float | None = None) -> None:
     try:
         while queue:
             entry = pop(queue)
-            env._now = entry[0]
-            n = len(entry)
-            if n == 5:
-                entry[3](entry[4])
-            elif n == 4:
-                _step_event(entry[3])
-            else:
-                return
+            try:
+                env._now, _, _, callback, value = entry  # a model entry (the common case)
+            except ValueError:
+                env._now = entry[0]
+                if len(entry) == 4:  # a SimPy event
+                    _step_event(entry[3])
+                    continue
+                return  # the stop mark
+            callback(value)
     except StopSimulation:  # a SimPy callback ended the run (env.exit-style)
         return
 
