@@ -176,3 +176,27 @@ def test_share_draws_are_the_call_rng_a_block_at_a_time():
     expected = [u for _ in range(3) for u in reversed(ref.random(UNIFORM_BLOCK).tolist())]
     assert got == expected[:len(got)]  # every draw used once, blocks refilled from the rng
     assert call.rng.bit_generator.state == ref.bit_generator.state
+
+
+def test_held_rows_do_not_keep_the_collector_busy():
+    import gc
+    saved = gc.get_threshold()
+    starts = []
+
+    def count(phase, info):
+        if phase == "start" and info["generation"] == 0:
+            starts.append(1)
+
+    try:
+        gc.set_threshold(700, saved[1], saved[2])  # CPython's default
+        led = Ledger("w1")
+        gc.collect()
+        gc.callbacks.append(count)
+        try:
+            for i in range(7000):  # ~900 turns' worth of held event rows
+                led.events([{"recv_s": float(i), "kind": "status", "sequence_id": None}])
+        finally:
+            gc.callbacks.remove(count)
+        assert len(starts) <= 1  # at the default threshold: one collection every 700 rows
+    finally:
+        gc.set_threshold(*saved)
