@@ -275,8 +275,9 @@ class Call:
     def _uniform(self) -> float:
         """One U[0, 1) draw of the call's ``rng`` for a share decision (side effect, handoff,
         barge-in, injected copies).  Drawn ``UNIFORM_BLOCK`` at a time: one numpy call (and one
-        lock) per block instead of per draw, which cost the Live user more per turn than
-        anything else of its own.  Policy, budget and samplers draw from ``rng`` directly."""
+        of its locks, a Python-level gevent lock under Locust) per block instead of per turn.
+        Same distribution, other values than per-turn draws.  Policy, budget and samplers
+        draw from ``rng`` directly."""
         u = self._uniforms
         if not u:
             u = self._uniforms = self.rng.random(UNIFORM_BLOCK).tolist()
