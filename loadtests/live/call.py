@@ -61,6 +61,7 @@ UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
 _TOLD = {"completed": "success", "failed": "failure"}  # what the caller was told, by outcome
 NAN = float("nan")
 TEXT = "what is my balance"
+UNIFORM_BLOCK = 64  # share draws per numpy call (Call._uniform)
 
 
 class StreamBroken(Exception):
@@ -266,9 +267,21 @@ class Call:
         self.negotiated = False
         self.turns_started = 0
         self.copies: list[gevent.Greenlet] = []
+        self._uniforms: list[float] = []  # share draws of ``rng``, a block at a time
         self._open_attempt: dict[str, Any] | None = None
         self._turn: _Turn | None = None
         self.arrival_s = time.time()
+
+    def _uniform(self) -> float:
+        """One U[0, 1) draw of the call's ``rng`` for a share decision (side effect, handoff,
+        barge-in, injected copies).  Drawn ``UNIFORM_BLOCK`` at a time: one numpy call (and one
+        of its locks, a Python-level gevent lock under Locust) per block instead of per turn.
+        Same distribution, other values than per-turn draws.  Policy, budget and samplers
+        draw from ``rng`` directly."""
+        u = self._uniforms
+        if not u:
+            u = self._uniforms = self.rng.random(UNIFORM_BLOCK).tolist()
+        return u.pop()
 
     # ------------------------------------------------------------------ call and turns
 
@@ -325,11 +338,11 @@ class Call:
         i = self.turns_started
         self.turns_started += 1
         codes = self.opts.force_error_codes
-        u_side, u_handoff = self.rng.random(2).tolist()  # = two scalar draws, one lock
+        u_side, u_handoff = self._uniform(), self._uniform()
         t = _Turn(i, f"{self.call_id}.{i}", _id("turn"), u_side < wl.side_effect_share,
                   u_handoff < wl.handoff_share, time.time(),
                   codes[i % len(codes)] if codes else None)
-        if self.sc.load.barge_in_share > 0 and self.rng.random() < self.sc.load.barge_in_share:
+        if self.sc.load.barge_in_share > 0 and self._uniform() < self.sc.load.barge_in_share:
             t.barge_in_s = self.barge_after()
         self._turn = t
         t.phase_start_s = t.start_s
@@ -466,11 +479,11 @@ class Call:
         row = self._attempt_row(t, ids, "", side, delay_before)
         self._open_attempt = row
         load = self.sc.load
-        if load.concurrent_duplicate_share > 0 and self.rng.random() < (
+        if load.concurrent_duplicate_share > 0 and self._uniform() < (
                 load.concurrent_duplicate_share):
             self._spawn_copy(t, ids, body, "concurrent", side)
         if t.phase == "continuation" and load.continuation_duplicate_share > 0 and (
-                self.rng.random() < load.continuation_duplicate_share):
+                self._uniform() < load.continuation_duplicate_share):
             dup_ids = Ids(_id("m"), _id("g"), ids.turn_id, ids.interaction_id, ids.context_id,
                           ids.task_id)
             dup_rpc = _id("r")
@@ -482,7 +495,7 @@ class Call:
         self._last_row = row
         if res.outcome in ("completed", "input-required", "cancelled"):
             self._commit_attempt()
-        if load.resend_share > 0 and self.rng.random() < load.resend_share:
+        if load.resend_share > 0 and self._uniform() < load.resend_share:
             self._spawn_copy(t, ids, body, "resend", side)
         return res
 

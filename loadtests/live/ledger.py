@@ -12,6 +12,7 @@ counts match.  A local (single-process) run uses the same path: Locust's
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 from pathlib import Path
@@ -22,6 +23,24 @@ MSG_LEDGER = "rta_ledger"
 MSG_DONE = "rta_done"
 MSG_IDLE = "rta_idle"
 _STRICT = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode  # built once
+# Young-generation threshold of a process that holds rows (CPython's default is 700).
+GC_GEN0_THRESHOLD = 10_000
+
+
+def hold_rows_without_collecting() -> None:
+    """Raise the collector's young-generation threshold to ``GC_GEN0_THRESHOLD`` (never lower it).
+
+    Rows wait in the ledger until their batch is shipped (about a second).  Each is a dict of
+    scalars: never part of a cycle, not even tracked by the collector, but its allocation
+    still counts towards the young-generation threshold.  A Live user holds ~8 rows a turn,
+    so at the default threshold (700) the process ran a collection every ~90 turns, each
+    scanning every young object of every call in flight (~0.5 ms with 50 users): a few
+    per cent of the Live user's CPU for nothing.  The older generations keep their
+    thresholds, so cyclic garbage is still collected, only in larger batches.
+    """
+    t0, t1, t2 = gc.get_threshold()
+    if t0 < GC_GEN0_THRESHOLD:
+        gc.set_threshold(GC_GEN0_THRESHOLD, t1, t2)
 
 
 def _clean(v: Any) -> Any:
@@ -32,9 +51,13 @@ def _clean(v: Any) -> Any:
 
 
 class Ledger:
-    """Rows of one process, buffered until the next batch is shipped."""
+    """Rows of one process, buffered until the next batch is shipped.
+
+    Making one raises the process's young-generation collection threshold
+    (:func:`hold_rows_without_collecting`)."""
 
     def __init__(self, process: str) -> None:
+        hold_rows_without_collecting()
         self.process = process
         self.rows: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
         self.sent = dict.fromkeys(TABLES, 0)

@@ -10,7 +10,6 @@ interpreted.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 DEFAULT_EXT_URI: Final = "https://schemas.salesforce.com/a2a/ext/realtime-agent/v0.1"
@@ -50,7 +49,35 @@ class Ids(NamedTuple):
 def streaming_request(rpc_id: str, ids: Ids, ext_uri: str, active: bool, *, text: str,
                       side_effect: bool, handoff: bool,
                       extra_meta: dict[str, Any] | None = None) -> bytes:
-    """The ``SendStreamingMessage`` JSON-RPC request body (UTF-8 JSON)."""
+    """The ``SendStreamingMessage`` JSON-RPC request body (UTF-8 JSON).
+
+    Byte for byte what ``_ENCODE`` makes of the request object (keys in this order,
+    ASCII-escaped strings), assembled from pre-encoded parts: every attempt sends one,
+    and building the nested dicts for the generic encoder cost more than the rest of
+    the request's client work.
+    """
+    if extra_meta:  # forced-error test runs: the generic encoder (keys may collide)
+        return _request_object(rpc_id, ids, ext_uri, active, text, side_effect, handoff,
+                               extra_meta)
+    parts = _request_parts(ext_uri)
+    out = [parts[0], _json(rpc_id), parts[1], _json(ids.message_id), parts[2], _json(text),
+           "}]"]
+    if ids.context_id:
+        out += (parts[3], _json(ids.context_id))
+    if ids.task_id:
+        out += (parts[4], _json(ids.task_id))
+    if active:
+        out += (parts[5], _json(ids.turn_id), parts[6], _json(ids.request_guid), parts[7],
+                _json(ids.interaction_id), parts[8], "true" if side_effect else "false",
+                parts[9], "true" if handoff else "false", "}")
+    out.append("}}}")
+    return "".join(out).encode()
+
+
+def _request_object(rpc_id: str, ids: Ids, ext_uri: str, active: bool, text: str,
+                    side_effect: bool, handoff: bool,
+                    extra_meta: dict[str, Any] | None) -> bytes:
+    """:func:`streaming_request` through the generic encoder (the reference it must match)."""
     msg: dict[str, Any] = {"messageId": ids.message_id, "role": "ROLE_USER",
                            "parts": [{"text": text}]}
     if ids.context_id:
@@ -69,34 +96,93 @@ def streaming_request(rpc_id: str, ids: Ids, ext_uri: str, active: bool, *, text
                     "params": {"message": msg}}).encode()
 
 
+def _json(v: Any) -> str:
+    """One JSON value as ``_ENCODE`` writes it (a string through the C escaper)."""
+    return _ESCAPE(v) if type(v) is str else _ENCODE(v)
+
+
+_ESCAPE: Final = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_PARTS: dict[str, tuple[str, ...]] = {}
+
+
+def _request_parts(ext_uri: str) -> tuple[str, ...]:
+    """The constant pieces of a request body under ``ext_uri`` (built once per URI)."""
+    parts = _PARTS.get(ext_uri)
+    if parts is None:
+        p = ext_uri + "/"
+        parts = _PARTS[ext_uri] = (
+            '{"jsonrpc":"2.0","id":', ',"method":"SendStreamingMessage","params":{"message":'
+            '{"messageId":', ',"role":"ROLE_USER","parts":[{"text":', ',"contextId":',
+            ',"taskId":', ',"metadata":{' + _ESCAPE(p + "turnId") + ":",
+            "," + _ESCAPE(p + "requestGuid") + ":", "," + _ESCAPE(p + "interactionId") + ":",
+            "," + _ESCAPE(p + "sideEffect") + ":", "," + _ESCAPE(p + "handoff") + ":")
+    return parts
+
+
 def cancel_request(rpc_id: str, task_id: str) -> bytes:
     """The ``CancelTask`` JSON-RPC request body."""
     return _ENCODE({"jsonrpc": "2.0", "id": rpc_id, "method": "CancelTask",
                     "params": {"id": task_id}}).encode()
 
 
-@dataclass(slots=True)
 class Event:
-    """What the Live layer reads from one stream event."""
+    """What the Live layer reads from one stream event.
 
-    kind: str  # task | status | artifact | message | error
-    state: str | None = None
-    sequence_id: float | None = None
-    task_id: str | None = None
-    context_id: str | None = None
-    error_code: str | None = None
-    retry_after_ms: float | None = None
-    directive: bool = False
+    ``ends_stream`` (a terminal state, INPUT_REQUIRED, or a JSON-RPC error ends this
+    request's stream) and ``is_output`` (counts as the turn's first response, errors.md §5:
+    a directive, chunk or end state) are worked out once, when it is made: the read loop
+    asks both of every event.
+    """
 
-    @property
-    def ends_stream(self) -> bool:
-        """A terminal state, INPUT_REQUIRED, or a JSON-RPC error ends this request's stream."""
-        return self.kind == "error" or self.state in STREAM_END_STATES
+    __slots__ = ("context_id", "directive", "ends_stream", "error_code", "is_output", "kind",
+                 "retry_after_ms", "sequence_id", "state", "task_id")
 
-    @property
-    def is_output(self) -> bool:
-        """Counts as the turn's first response (errors.md §5): a directive, chunk or end state."""
-        return self.kind == "artifact" or self.directive or self.ends_stream
+    def __init__(self, kind: str, state: str | None = None, sequence_id: float | None = None,
+                 task_id: str | None = None, context_id: str | None = None,
+                 error_code: str | None = None, retry_after_ms: float | None = None,
+                 directive: bool = False) -> None:
+        self.kind = kind  # task | status | artifact | message | error
+        self.state = state
+        self.sequence_id = sequence_id
+        self.task_id = task_id
+        self.context_id = context_id
+        self.error_code = error_code
+        self.retry_after_ms = retry_after_ms
+        self.directive = directive
+        self.ends_stream = ends = kind == "error" or state in STREAM_END_STATES
+        self.is_output = ends or directive or kind == "artifact"
+
+    def __repr__(self) -> str:
+        return "Event(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in _EVENT_FIELDS) + ")"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Event and all(
+            getattr(self, k) == getattr(other, k) for k in _EVENT_FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+
+_EVENT_FIELDS: Final = ("kind", "state", "sequence_id", "task_id", "context_id", "error_code",
+                        "retry_after_ms", "directive")
+
+
+def decode_frame(text: str) -> Any:
+    """One event's JSON text as Python data: ``json.loads`` without its two whitespace
+    regex matches in the common case (the C scanner reads the whole text); anything
+    else (surrounding whitespace, invalid JSON) goes through the full decoder, which
+    raises what ``json.loads`` raises."""
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return _DECODE(text)
+    if end != len(text):
+        return _DECODE(text)
+    return value
+
+
+_DECODER: Final = json.JSONDecoder()
+_DECODE: Final = _DECODER.decode
+_SCAN: Final = _DECODER.scan_once  # the C scanner (clears its memo after every call)
 
 
 def _num(v: Any) -> float | None:
@@ -147,7 +233,9 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
     meta = body.get("metadata")
     seq, directive = None, False
     if isinstance(meta, dict):
-        seq = _num(meta.get(seq_key))
+        seq = meta.get(seq_key)
+        if type(seq) is not float:
+            seq = _num(seq)
         directive = meta.get(type_key) == "directive"
     status = body.get("status")
     state = status.get("state") if isinstance(status, dict) else None

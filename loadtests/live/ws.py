@@ -16,7 +16,6 @@ its stream ends.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections import deque
 from typing import Any
@@ -26,10 +25,10 @@ from gevent.event import Event
 from websockets.protocol import State
 
 from loadtests.live.call import StreamBroken
-from loadtests.live.wire import cancel_request, headers
+from loadtests.live.wire import cancel_request, decode_frame, headers
 
 REQUEST_NAME = "SendStreamingMessage"
-_DECODE = json.JSONDecoder().decode
+_DECODE = decode_frame
 _OPEN = State.OPEN
 
 

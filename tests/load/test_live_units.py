@@ -108,3 +108,95 @@ def test_gatherer_detects_a_lost_batch(tmp_path):
         {"t": None}]
     assert g.report(1)["processes"]["w1"]["rows_received"] == dict(
         zip(TABLES, (1, 0, 1, 0), strict=True))
+
+
+def test_streaming_request_is_byte_identical_to_the_generic_encoding():
+    from loadtests.live.wire import Ids, _request_object, streaming_request
+    ext = "https://x/\u00e9xt"
+    n = 0
+    for ctx in (None, "", "ctx-1", 'c"\\t\u00e9\U0001F600'):
+        for task in (None, "t-1", "t\n2"):
+            for active in (True, False):
+                for side, handoff in ((True, False), (False, True)):
+                    for text in ("hi", "\u00e9\"\\\x01"):
+                        ids = Ids("m-1", 'g"2', "turn-3", "call.\u00e94", ctx, task)
+                        fast = streaming_request("r-9", ids, ext, active, text=text,
+                                                 side_effect=side, handoff=handoff)
+                        assert fast == _request_object("r-9", ids, ext, active, text, side,
+                                                       handoff, None), (ctx, task, active)
+                        n += 1
+    ids = Ids("m", "g", "t", "i", "c", None)
+    forced = streaming_request("r", ids, ext, True, text="x", side_effect=False, handoff=False,
+                               extra_meta={"test.forceError": "auth"})
+    assert json.loads(forced)["params"]["message"]["metadata"][ext + "/test.forceError"] == "auth"
+    assert n == 96
+
+
+def test_decode_frame_is_json_loads():
+    from loadtests.live.wire import decode_frame
+    for text in ('{"a":1,"b":[1.5,null,"\\u00e9"]}', ' {"a": 2}\n', '"s"', "3"):
+        assert decode_frame(text) == json.loads(text)
+    for bad in ("", " ", '{"a":1} x', "nul", '{"a":'):
+        try:
+            json.loads(bad)
+        except ValueError as e:
+            expected = str(e)
+        try:
+            decode_frame(bad)
+        except ValueError as e:
+            assert str(e) == expected
+        else:
+            raise AssertionError(f"{bad!r} decoded")
+
+
+def test_event_flags_follow_kind_state_and_directive():
+    from loadtests.live.wire import Event
+    assert Event("error").ends_stream and Event("error").is_output
+    assert Event("status", "TASK_STATE_INPUT_REQUIRED").ends_stream
+    working = Event("status", "TASK_STATE_WORKING")
+    assert not working.ends_stream and not working.is_output
+    assert Event("status", "TASK_STATE_WORKING", directive=True).is_output
+    assert Event("artifact").is_output and not Event("artifact").ends_stream
+    assert not Event("task", "TASK_STATE_SUBMITTED").is_output
+    assert Event("task", "TASK_STATE_SUBMITTED") == Event("task", "TASK_STATE_SUBMITTED")
+
+
+def test_share_draws_are_the_call_rng_a_block_at_a_time():
+    import numpy as np
+
+    from loadtests.live.call import UNIFORM_BLOCK, Call, Instance, LiveOptions
+    from sim.scenario import from_dict
+    sc = from_dict({"workload": {"turns_per_call": 3}})
+    opts = LiveOptions(ext_uri=EXT)
+    call = Call("c", sc, Instance(0, sc, opts, 0.0), None, None, opts,  # type: ignore[arg-type]
+                np.random.default_rng(7), "p", "r")
+    ref = np.random.default_rng()
+    ref.bit_generator.state = call.rng.bit_generator.state
+    got = [call._uniform() for _ in range(2 * UNIFORM_BLOCK + 5)]
+    expected = [u for _ in range(3) for u in reversed(ref.random(UNIFORM_BLOCK).tolist())]
+    assert got == expected[:len(got)]  # every draw used once, blocks refilled from the rng
+    assert call.rng.bit_generator.state == ref.bit_generator.state
+
+
+def test_held_rows_do_not_keep_the_collector_busy():
+    import gc
+    saved = gc.get_threshold()
+    starts = []
+
+    def count(phase, info):
+        if phase == "start" and info["generation"] == 0:
+            starts.append(1)
+
+    try:
+        gc.set_threshold(700, saved[1], saved[2])  # CPython's default
+        led = Ledger("w1")
+        gc.collect()
+        gc.callbacks.append(count)
+        try:
+            for i in range(7000):  # ~900 turns' worth of held event rows
+                led.events([{"recv_s": float(i), "kind": "status", "sequence_id": None}])
+        finally:
+            gc.callbacks.remove(count)
+        assert len(starts) <= 1  # at the default threshold: one collection every 700 rows
+    finally:
+        gc.set_threshold(*saved)
