@@ -13,8 +13,8 @@ callback would be (same time, priority and id sequence), and :func:`run` calls
 ``callback(value)`` when it is popped.  A SimPy ``Timeout`` with one callback costs
 ~0.75 µs from creation to firing and the model schedules ~5 per turn; the entry costs
 ~0.35 µs.  SimPy's own events and processes in the same environment still work: :func:`run`
-steps them exactly as ``Environment.step`` does.  An environment holding model entries
-must be advanced with :func:`run` (``Environment.run``/``step`` cannot unpack them).
+hands each to ``Environment.step``.  An environment holding model entries must be
+advanced with :func:`run` (``Environment.run``/``step`` cannot unpack them).
 """
 
 from __future__ import annotations
@@ -71,9 +71,9 @@ def run(env: simpy.Environment, until: float | None = None) -> None:
     ``until`` (and those at ``until`` scheduled URGENT before this call), then stop with
     ``env.now == until``; with ``until=None``, until nothing is scheduled.
 
-    Model entries are dispatched as ``callback(value)``; SimPy events as
-    ``Environment.step`` does (callbacks, then a failed undefused event raises a copy of
-    its exception)."""
+    Model entries are dispatched as ``callback(value)``; a SimPy event goes back on top of
+    the queue (it was the smallest entry, and ids are unique) and ``Environment.step``
+    processes it, so SimPy's own semantics apply (a failed undefused event raises)."""
     queue = env._queue
     if until is not None:
         at = float(until)
@@ -88,25 +88,15 @@ def run(env: simpy.Environment, until: float | None = None) -> None:
             try:
                 env._now, _, _, callback, value = entry  # a model entry (the common case)
             except ValueError:
-                env._now = entry[0]
-                if len(entry) == 4:  # a SimPy event
-                    _step_event(entry[3])
+                if len(entry) == 4:  # a SimPy event: back on top, for SimPy's own step
+                    heappush(queue, entry)
+                    env.step()
                     continue
+                env._now = entry[0]
                 return  # the stop mark
             callback(value)
     except StopSimulation:  # a SimPy callback ended the run (env.exit-style)
         return
-
-
-def _step_event(event: Any) -> None:
-    """The body of ``simpy.Environment.step`` for one popped SimPy event."""
-    callbacks, event.callbacks = event.callbacks, None
-    for callback in callbacks:
-        callback(event)
-    if not event._ok and not hasattr(event, "_defused"):
-        exc = type(event._value)(*event._value.args)
-        exc.__cause__ = event._value
-        raise exc
 
 
 class Deadlines:

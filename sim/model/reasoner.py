@@ -234,9 +234,7 @@ class Reasoner:
         server now (the uplink's delivery callback)."""
         now = sim_time(self.env)
         self.requests += 1
-        ctx = req.context_id
-        if ctx == NO_CONTEXT or ctx not in self.known_contexts:
-            ctx = self._context_of(req)
+        ctx = self._context_of(req)
         if not dup:
             req.server_context_id = ctx
         store = self.store
