@@ -237,7 +237,8 @@ def test_breaker_state_with_time_moves_to_half_open() -> None:
     cb = breaker(threshold=1, open_s=1.0)
     cb.on_failure(0.0)
     assert cb.state(0.5)["breaker"] == "open"
-    assert cb.state(1.0) == {"breaker": "half-open", "breaker_failures": 0, "breaker_opens": 1}
+    assert cb.state(1.0) == {"breaker": "half-open", "breaker_failures": 0, "breaker_opens": 1,
+                             "breaker_probes_in_flight": 0}
 
 
 # --------------------------------------------------------------------------- combinations
@@ -276,7 +277,8 @@ def test_combined_breaker_blocks_first_sends() -> None:
     b.on_failure(0)
     assert not b.allow_first(1, RNG) and b.vetoed_by == "circuit_breaker"
     assert set(b.state()) == {
-        "breaker", "breaker_failures", "breaker_opens", "vetoes_circuit_breaker",
+        "breaker", "breaker_failures", "breaker_opens", "breaker_probes_in_flight",
+        "vetoes_circuit_breaker",
         "adaptive_requests", "adaptive_accepts", "adaptive_p_reject", "vetoes_adaptive"}
 
 

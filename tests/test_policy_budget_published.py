@@ -15,20 +15,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.config import ConfigError
 from sim.policy import (
+    AdaptiveThrottle,
+    AdaptiveThrottleConfig,
     AwsRetryQuota,
     AwsRetryQuotaConfig,
     BudgetConfig,
     CallBucket,
     CallBucketConfig,
+    Ending,
     EnvoyRetryBudget,
     EnvoyRetryBudgetConfig,
+    FinagleBudget,
+    FinagleBudgetConfig,
     LivePolicyConfig,
     RetryBreaker,
     RetryBreakerConfig,
     RetryPolicy,
+    TokenBucketConfig,
     make_budget,
 )
+from sim.scenario import Scenario
 
 RNG = np.random.default_rng(0)  # none of these budgets draws random numbers
 
@@ -98,7 +106,10 @@ def test_retry_policy_passes_the_timeout_to_the_budget() -> None:
     q = aws(initial_tokens=100)
     policy = RetryPolicy(LivePolicyConfig(), q)
     assert policy.decide("upstream-timeout", 1, 0.0, 0.0, RNG, timeout=True).retry
-    assert q.tokens == 90  # a Live-side timeout (or lost response) costs 10
+    assert q.tokens == 90  # a Live-side timeout costs 10 (botocore: connect/read timeout)
+    assert policy.decide("upstream-timeout", 1, 0.0, 0.0, RNG, timeout=True, lost=True).retry
+    assert q.tokens == 85  # a lost response costs 5: not a connect/read timeout
+    q.tokens = 90
     assert policy.decide("internal", 1, 0.0, 0.0, RNG).retry
     assert q.tokens == 85  # an error answer costs 5, even upstream-timeout from the server
     assert policy.decide("upstream-timeout", 1, 0.0, 0.0, RNG).retry
@@ -325,3 +336,79 @@ def test_new_budget_sections_parse_and_validate_in_scenarios() -> None:
                      ("live.budget.retry_breaker.window_s", -1.0)):
         with pytest.raises(ConfigError, match=key.rsplit(".", 1)[1]):
             Scenario().with_overrides({key: bad})
+
+
+# --------------------------------------------------------------------------- issue 16 fixes
+
+
+def test_grpc_non_retryable_status_changes_no_tokens() -> None:
+    """gRFC A6: only retryable failures (-1) and successes (+token_ratio) move the tokens."""
+    b = make_budget(BudgetConfig(token_bucket=TokenBucketConfig(enabled=True)))
+    for _ in range(3):
+        b.end_attempt(0.0, Ending.FAILURE)
+    assert b.state()["tokens"] == 7.0
+    b.end_attempt(0.0, Ending.NOT_RETRYABLE)
+    assert b.state()["tokens"] == 7.0
+    b.end_attempt(0.0, Ending.SUCCESS)
+    assert b.state()["tokens"] == 7.1
+
+
+def test_finagle_truncates_the_retry_cost() -> None:
+    """percent 0.7: a retry costs int(1000 / 0.7) = 1428 (rounding would give 1429), so 10
+    requests (10 000) pay for 7 retries, not 6."""
+    b = FinagleBudget(FinagleBudgetConfig(enabled=True, ttl_s=10.0, min_retries_per_s=0.0,
+                                          percent_can_retry=0.7))
+    for _ in range(10):
+        b.on_attempt(0.0, False)
+    assert grants(b) == 7
+
+
+@pytest.mark.parametrize(("now_s", "allowed"), [(29.9, True), (30.0, False), (31.0, False)])
+def test_finagle_keeps_ten_slices_whatever_the_ttl(now_s: float, allowed: bool) -> None:
+    """ttl 30 s = 10 slices of 3 s: a deposit at 2.5 s (slice [0, 3)) expires at 30 s, when
+    its slice leaves the window (1-s slices would keep it until 32 s)."""
+    b = FinagleBudget(FinagleBudgetConfig(enabled=True, ttl_s=30.0, min_retries_per_s=0.0,
+                                          percent_can_retry=1.0))
+    b.on_attempt(2.5, False)
+    assert b.allow_retry(now_s, RNG) is allowed
+
+
+def test_adaptive_default_counts_retryable_errors_as_not_accepted() -> None:
+    b = AdaptiveThrottle(AdaptiveThrottleConfig(enabled=True, k=2.0))
+    for _ in range(10):
+        b.on_attempt(0.0, False)
+        b.end_attempt(0.0, Ending.FAILURE)
+    assert (b.requests, b.accepts) == (10, 0)
+    assert b.reject_probability(0.0) == 10 / 11
+    assert b.allow_first(0.0, RNG)  # retries only
+
+
+def test_adaptive_sre_book_counts_overload_only_and_throttles_every_request() -> None:
+    """The book: accepts = requests the backend did not reject for overload; every request
+    (first sends too) is throttled."""
+    b = AdaptiveThrottle(AdaptiveThrottleConfig(enabled=True, k=2.0, variant="sre_book"))
+    for _ in range(10):
+        b.on_attempt(0.0, False)
+        b.end_attempt(0.0, Ending.FAILURE)  # answered with an error: accepted
+    assert (b.requests, b.accepts) == (10, 10)
+    assert b.reject_probability(0.0) == 0.0
+    for e in (Ending.OVERLOADED, Ending.TIMEOUT, Ending.LOST):
+        for _ in range(10):
+            b.on_attempt(0.0, False)
+            b.end_attempt(0.0, e)
+    assert (b.requests, b.accepts) == (40, 10)
+    assert b.reject_probability(0.0) == 20 / 41
+    assert b.apply_to_first
+    for seed in range(20):  # a first send is refused exactly when its draw falls under 20/41
+        u = np.random.default_rng(seed).random()
+        fresh = AdaptiveThrottle(AdaptiveThrottleConfig(enabled=True, variant="sre_book"))
+        fresh._win = b._win.__class__(120.0)
+        fresh._win.add(0.0, 40, 10)
+        assert fresh.allow_first(0.0, np.random.default_rng(seed)) is (u >= 20 / 41)
+
+
+def test_adaptive_sre_book_variant_parses_and_rejects_unknown() -> None:
+    sc = Scenario().with_overrides({"live.budget.adaptive.variant": "sre_book"})
+    assert sc.live.budget.adaptive.variant == "sre_book"
+    with pytest.raises(ConfigError, match="variant"):
+        Scenario().with_overrides({"live.budget.adaptive.variant": "book"})

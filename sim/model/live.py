@@ -23,10 +23,12 @@ the turn-response timeout); FAILED still carries its code.  ``negotiation_s =
 **Attempts.**  Each attempt is one request message (:class:`Request`).  The
 first attempt of a phase asks the budget ``allow_first`` (refused: the turn
 fails with end reason ``budget``); every sent attempt is reported with
-``on_attempt`` (a first send is a call started), its end with ``on_attempt_end``
-before the retry decision, and its outcome with ``on_success`` (COMPLETED or
-INPUT_REQUIRED; says whether it was a retry granted after a timeout),
-``on_not_retryable`` or ``on_failure`` (see :mod:`sim.policy.budget`).  A retry
+``on_attempt`` (a first send is a call started), and every end of an attempt —
+before the retry decision — through the one call ``end_attempt`` with its
+:class:`sim.policy.budget.Ending`: success (COMPLETED or INPUT_REQUIRED; says
+whether it was a retry granted after a timeout), not retryable, a retryable
+failure, a timeout, a lost response, cancelled by a barge-in, or a granted retry
+dropped in its backoff by a barge-in (see :mod:`sim.policy.budget`).  A retry
 takes a new requestGuid if ``retry.new_request_guid``
 (else repeats the previous one), and a new taskId/turnId if ``retry.new_turn_id``
 and the failed attempt ended in a FAILED state (errors.md §4); a retry after a
@@ -93,6 +95,7 @@ from sim.model.rand import Streams
 from sim.model.reasoner import Reasoner
 from sim.model.recorder import Table, code_of, row_writer
 from sim.policy import Escalation, RetryBudget, RetryPolicy, is_retryable, make_budget
+from sim.policy.budget import Ending, ending_of
 from sim.policy.codes import ErrorCode
 from sim.scenario import Scenario
 from sim.schema import (
@@ -406,8 +409,11 @@ class LiveLayer:
         req = t.req
         if req is not None and req.open:
             self._close(req, now)
+            self._budget_end(t, now, Ending.CANCELLED, req.attempt > 1)
             self._record(req, now, A_CANCELLED, None, None)
             self._cancel(req)
+        elif req is not None:  # a granted retry waits out its backoff: it is dropped
+            self._budget_end(t, now, Ending.DROPPED, True)
         self._end_turn(t, now, now, T_CANCELLED, "barge-in", None, 0.0)
 
     # ------------------------------------------------------------------ attempts
@@ -482,12 +488,16 @@ class LiveLayer:
         else:
             self._attempt_failed(req, now, A_FAILED, req.error_code, req.retry_after_ms, False)
 
+    @staticmethod
+    def _budget_end(t: Turn, now: float, ending: Ending, is_retry: bool) -> None:
+        """Tell the instance's budget (if any) how an attempt of ``t`` ended: the one path."""
+        budget = t.session.instance.budget
+        if budget is not None:
+            budget.end_attempt(now, ending, is_retry, t.retry_after_timeout)
+
     def _close(self, req: Request, now: float) -> None:
         """Stop listening to ``req``; learn the server's contextId if a message of it arrived."""
         req.open = False
-        budget = req.turn.session.instance.budget
-        if budget is not None:
-            budget.on_attempt_end(now, req.attempt > 1)
         if req.first_response_s <= now:
             s = req.turn.session
             if s.context_id == NO_CONTEXT:
@@ -499,13 +509,12 @@ class LiveLayer:
         t = req.turn
         inst = t.session.instance
         code = code or UPSTREAM_TIMEOUT
+        lost = outcome == A_LOST
         if inst.budget is not None:
-            if timeout or is_retryable(code):
-                inst.budget.on_failure(now)
-            else:
-                inst.budget.on_not_retryable(now)
+            self._budget_end(t, now, ending_of(ATTEMPT_OUTCOMES[outcome], code,
+                                               is_retryable(code)), req.attempt > 1)
         d = inst.policy.decide(code, t.phase_attempts, now - t.phase_start_s, now, self.rng,
-                               retry_after_ms, req.delay_before_s, timeout)
+                               retry_after_ms, req.delay_before_s, timeout, lost)
         self._record(req, now, outcome, code, d.reason)
         cancelled = self.cancel_on_timeout and outcome in (A_TIMEOUT, A_TOTAL)
         if cancelled:
@@ -513,7 +522,7 @@ class LiveLayer:
         if d.retry:
             # a FAILED state (errors.md §4) or a CancelTask ends the task: retry on a new one
             t.renew_task = outcome == A_FAILED or cancelled
-            t.retry_after_timeout = timeout
+            t.retry_after_timeout = timeout and not lost  # the budget's timeout cost
             if d.delay_s > 0.0:
                 t.next_delay_s = d.delay_s
                 self._later(d.delay_s, self._retry_cb, t)
@@ -529,9 +538,7 @@ class LiveLayer:
     def _attempt_completed(self, req: Request, now: float) -> None:
         self._close(req, now)
         t = req.turn
-        budget = t.session.instance.budget
-        if budget is not None:
-            budget.on_success(now, req.attempt > 1, t.retry_after_timeout)
+        self._budget_end(t, now, Ending.SUCCESS, req.attempt > 1)
         # what the caller hears: the reorder buffer plays the chunks out (errors.md §6);
         # without arrival times (a fast link) they came in order, each playable on arrival
         arrivals = req.chunk_arrivals
@@ -548,9 +555,7 @@ class LiveLayer:
     def _input_required(self, req: Request, now: float) -> None:
         self._close(req, now)
         t = req.turn
-        budget = t.session.instance.budget
-        if budget is not None:
-            budget.on_success(now, req.attempt > 1, t.retry_after_timeout)
+        self._budget_end(t, now, Ending.SUCCESS, req.attempt > 1)
         self._record(req, now, A_INPUT, None, None)
         t.input_task_id = req.task_id
         t.awaiting_caller = True

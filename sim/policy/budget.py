@@ -41,7 +41,10 @@ at most ``ceil(window / slice)`` fixed slices of ``min(1 s, window / 10)``
 each, so memory is bounded and an event expires between ``window - slice`` and
 ``window`` after it happened.
 
-How the caller drives a budget (one per Live-layer instance):
+How the caller drives a budget (one per Live-layer instance) — the simulator's Live
+layer and the Locust user both report every attempt's end through ONE call,
+:meth:`RetryBudget.end_attempt` with an :class:`Ending` (:func:`ending_of` maps an
+attempt outcome of ``sim/schema.py`` to it), which calls the hooks below in order:
 
 1. before a first send: ``allow_first(now, rng)`` (False ⇒ fail the turn locally);
 2. for each attempt actually sent: ``on_attempt(now, is_retry)`` — a first send
@@ -65,6 +68,14 @@ How the caller drives a budget (one per Live-layer instance):
 The keyword arguments default so that a caller written for the first four
 budgets (``allow_retry(now, rng)``, ``on_success(now)``) still works.
 
+Every way an attempt ends is one :class:`Ending`: ``success`` (COMPLETED /
+INPUT_REQUIRED), ``not-retryable``, ``failure`` (a retryable code), ``overloaded``
+(``rate-limited``: the server shed it), ``timeout``, ``lost`` (the response was lost),
+``cancelled`` (the caller cancelled it: barge-in, CancelTask) and ``dropped`` (a granted
+retry dropped during its backoff, never sent).  The last two are no outcome: they go to
+``on_abandoned``, which hands back what the attempt held (a breaker's half-open probe,
+Envoy's active retry) and charges nothing.
+
 ``allow_*`` is two-phase inside (``_permit_*`` checks, ``_take_*`` commits), so
 a combination charges nothing when one member vetoes.
 """
@@ -73,6 +84,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -90,14 +102,52 @@ from sim.policy.config import (
 )
 
 
+class Ending(StrEnum):
+    """Every way an attempt can end, as far as a retry budget is concerned."""
+
+    SUCCESS = "success"  # COMPLETED or INPUT_REQUIRED
+    NOT_RETRYABLE = "not-retryable"  # a non-retryable code: the request was bad
+    FAILURE = "failure"  # a retryable code
+    OVERLOADED = "overloaded"  # rate-limited: the server shed the request
+    TIMEOUT = "timeout"  # turn-response or total timeout
+    LOST = "lost"  # the response was lost (stream ended without a terminal state)
+    CANCELLED = "cancelled"  # the caller cancelled it (barge-in, CancelTask): no outcome
+    DROPPED = "dropped"  # a granted retry dropped during its backoff, never sent
+
+
+#: endings that are a failed attempt (``on_failure``)
+FAILED_ENDINGS = frozenset((Ending.FAILURE, Ending.OVERLOADED, Ending.TIMEOUT, Ending.LOST))
+_OUTCOME_ENDINGS = {"completed": Ending.SUCCESS, "input-required": Ending.SUCCESS,
+                    "timeout": Ending.TIMEOUT, "total-timeout": Ending.TIMEOUT,
+                    "response-lost": Ending.LOST, "cancelled": Ending.CANCELLED}
+_OVERLOAD_CODE = "rate-limited"
+
+
+def ending_of(outcome: str, code: str | None = None, retryable: bool = False) -> Ending:
+    """The :class:`Ending` of an attempt with ``outcome`` (``sim.schema.ATTEMPT_OUTCOMES``);
+    for ``failed``, ``code`` and whether the caller treats it as ``retryable`` decide."""
+    e = _OUTCOME_ENDINGS.get(outcome)
+    if e is not None:
+        return e
+    if outcome != "failed":
+        raise ValueError(f"attempt outcome {outcome!r} has no budget ending")
+    if code == _OVERLOAD_CODE:
+        return Ending.OVERLOADED
+    return Ending.FAILURE if retryable else Ending.NOT_RETRYABLE
+
+
 class _Window:
     """Two integer counters summed over a sliding time window of fixed slices."""
 
     __slots__ = ("_last", "_n", "_slice_s", "_slices", "a", "b")
 
-    def __init__(self, window_s: float) -> None:
-        target = min(1.0, window_s / 10.0)
-        self._n = max(1, math.ceil(window_s / target - 1e-9))
+    def __init__(self, window_s: float, slices: int | None = None) -> None:
+        """``slices``: exactly that many (Finagle: 10); default ``min(1 s, window / 10)`` each."""
+        if slices is not None:
+            self._n = slices
+        else:
+            target = min(1.0, window_s / 10.0)
+            self._n = max(1, math.ceil(window_s / target - 1e-9))
         self._slice_s = window_s / self._n
         self._slices: deque[list[int]] = deque()  # [slice index, a, b], oldest first
         self._last = 0
@@ -184,6 +234,22 @@ class RetryBudget:
         """The caller stopped waiting for an attempt (``sent=False``: a granted retry that
         was dropped before it was sent)."""
 
+    def end_attempt(self, now_s: float, ending: Ending, is_retry: bool = False,
+                    after_timeout: bool = False) -> None:
+        """THE call path for every attempt's end (see the module docstring): the attempt
+        ended (``on_attempt_end``), then its outcome (``on_success`` / ``on_not_retryable`` /
+        ``on_failure``) or, for ``cancelled`` / ``dropped``, ``on_abandoned``."""
+        sent = ending is not Ending.DROPPED
+        self.on_attempt_end(now_s, is_retry, sent)
+        if ending is Ending.SUCCESS:
+            self.on_success(now_s, is_retry, after_timeout)
+        elif ending is Ending.NOT_RETRYABLE:
+            self.on_not_retryable(now_s)
+        elif ending in FAILED_ENDINGS:
+            self.on_failure(now_s, ending)
+        else:
+            self.on_abandoned(now_s, is_retry, sent)
+
     def on_success(self, now_s: float, retried: bool = False, after_timeout: bool = False) -> None:
         """An attempt was answered (COMPLETED / INPUT_REQUIRED); ``retried``: it was a retry,
         ``after_timeout``: one granted by ``allow_retry(timeout=True)``."""
@@ -192,8 +258,12 @@ class RetryBudget:
         """An attempt was answered with a non-retryable code: a success unless overridden."""
         self.on_success(now_s)
 
-    def on_failure(self, now_s: float) -> None:
+    def on_failure(self, now_s: float, ending: Ending = Ending.FAILURE) -> None:
         """An attempt failed with a retryable code, timed out or lost its response."""
+
+    def on_abandoned(self, now_s: float, is_retry: bool, sent: bool) -> None:
+        """An attempt ended with no outcome: cancelled by the caller (``sent``) or a granted
+        retry dropped unsent.  Hands back what it held; nothing else by default."""
 
     def state(self, now_s: float | None = None) -> dict[str, Any]:
         """Small flat dict for records / time series (advanced to ``now_s`` if given)."""
@@ -237,7 +307,10 @@ class TokenBucket(RetryBudget):
         m = self._milli + self._ratio
         self._milli = m if m < self._max else self._max
 
-    def on_failure(self, now_s: float) -> None:
+    def on_not_retryable(self, now_s: float) -> None:
+        """gRFC A6: a non-retryable status changes nothing."""
+
+    def on_failure(self, now_s: float, ending: Ending = Ending.FAILURE) -> None:
         """-1 token, floored at 0."""
         m = self._milli - self.MILLI
         self._milli = m if m > 0 else 0
@@ -257,17 +330,19 @@ class FinagleBudget(RetryBudget):
 
     name = "finagle"
     SCALE = 1000
+    SLICES = 10
 
     def __init__(self, cfg: FinagleBudgetConfig) -> None:
         pct = cfg.percent_can_retry
         # Finagle's integer arithmetic: a request deposits SCALE, a retry costs SCALE / percent
-        # (rounded); percent = 0 (or so small it rounds away) means the reserve alone, 1 per retry.
+        # truncated (``.toInt``); percent = 0 (or so small it truncates away) means the
+        # reserve alone, 1 per retry.  Its leaky bucket keeps 10 slices over the ttl.
         if pct > 0.0 and self.SCALE / pct < 2**53:
-            self._deposit, self._withdraw = self.SCALE, max(1, round(self.SCALE / pct))
+            self._deposit, self._withdraw = self.SCALE, max(1, int(self.SCALE / pct))
         else:
             self._deposit, self._withdraw = 0, 1
         self._reserve = cfg.min_retries_per_s * cfg.ttl_s * self._withdraw
-        self._win = _Window(cfg.ttl_s)
+        self._win = _Window(cfg.ttl_s, slices=self.SLICES)
 
     def balance(self, now_s: float) -> float:
         """Balance at ``now_s`` in units of retries."""
@@ -300,7 +375,8 @@ class AdaptiveThrottle(RetryBudget):
 
     def __init__(self, cfg: AdaptiveThrottleConfig) -> None:
         self.k = cfg.k
-        self.apply_to_first = cfg.apply_to_first
+        self.book = cfg.variant == "sre_book"
+        self.apply_to_first = cfg.apply_to_first or self.book
         self._win = _Window(cfg.window_s)
 
     @property
@@ -341,6 +417,18 @@ class AdaptiveThrottle(RetryBudget):
         """The server accepted the request."""
         self._win.add(now_s, 0, 1)
 
+    def on_failure(self, now_s: float, ending: Ending = Ending.FAILURE) -> None:
+        """Not accepted — except, in the book's variant, an error answer that was not an
+        overload rejection (the backend accepted and answered it)."""
+        if self.book and ending is Ending.FAILURE:
+            self._win.add(now_s, 0, 1)
+
+    def on_abandoned(self, now_s: float, is_retry: bool, sent: bool) -> None:
+        """A request the caller cancelled was not rejected: an accept (a dropped retry was
+        never a request)."""
+        if sent:
+            self._win.add(now_s, 0, 1)
+
     def state(self, now_s: float | None = None) -> dict[str, Any]:
         """Requests, accepts and the current rejection probability."""
         if now_s is not None:
@@ -367,17 +455,20 @@ class CircuitBreaker(RetryBudget):
         self.opens = 0  # how many times it has opened
         self.opened_at_s = -math.inf
         self._probes_left = 0
+        self.probes_in_flight = 0  # granted while half-open, no outcome yet
 
     def _open(self, now_s: float) -> None:
         self.status = self.OPEN
         self.opened_at_s = now_s
         self.opens += 1
         self.failures = 0
+        self.probes_in_flight = 0
 
     def _refresh(self, now_s: float) -> None:
         if self.status == self.OPEN and now_s >= self.opened_at_s + self.open_s:
             self.status = self.HALF_OPEN
             self._probes_left = self.half_open_probes
+            self.probes_in_flight = 0
 
     def _permit(self, now_s: float, rng: np.random.Generator, timeout: bool = False) -> bool:
         self._refresh(now_s)
@@ -388,6 +479,7 @@ class CircuitBreaker(RetryBudget):
     def _take(self, now_s: float, timeout: bool = False) -> None:
         if self.status == self.HALF_OPEN:
             self._probes_left -= 1
+            self.probes_in_flight += 1
 
     _permit_first = _permit_retry = _permit
     _take_first = _take_retry = _take
@@ -399,8 +491,17 @@ class CircuitBreaker(RetryBudget):
         elif self.status == self.HALF_OPEN:
             self.status = self.CLOSED
             self.failures = 0
+            self.probes_in_flight = 0
 
-    def on_failure(self, now_s: float) -> None:
+    def on_abandoned(self, now_s: float, is_retry: bool, sent: bool) -> None:
+        """Half-open: a probe cancelled or dropped brings no outcome, so its slot goes back
+        (else the breaker would wait for it for ever).  Closed / open: nothing."""
+        self._refresh(now_s)
+        if self.status == self.HALF_OPEN and self.probes_in_flight > 0:
+            self.probes_in_flight -= 1
+            self._probes_left += 1
+
+    def on_failure(self, now_s: float, ending: Ending = Ending.FAILURE) -> None:
         """Closed: count, open at the threshold.  Half-open: re-open.  Open: ignored."""
         if self.status == self.CLOSED:
             self.failures += 1
@@ -414,7 +515,7 @@ class CircuitBreaker(RetryBudget):
         if now_s is not None:
             self._refresh(now_s)
         return {"breaker": self.status, "breaker_failures": self.failures,
-                "breaker_opens": self.opens}
+                "breaker_opens": self.opens, "breaker_probes_in_flight": self.probes_in_flight}
 
 
 class AwsRetryQuota(RetryBudget):
@@ -558,7 +659,7 @@ class RetryBreaker(RetryBudget):
         if not is_retry:
             self._win.add(now_s, 1, 0)
 
-    def on_failure(self, now_s: float) -> None:
+    def on_failure(self, now_s: float, ending: Ending = Ending.FAILURE) -> None:
         """Every failed attempt counts (first sends and retries alike)."""
         self._win.add(now_s, 0, 1)
 
@@ -624,10 +725,15 @@ class CompositeBudget(RetryBudget):
         for p in self.parts:
             p.on_not_retryable(now_s)
 
-    def on_failure(self, now_s: float) -> None:
+    def on_failure(self, now_s: float, ending: Ending = Ending.FAILURE) -> None:
         """Forward to every member."""
         for p in self.parts:
-            p.on_failure(now_s)
+            p.on_failure(now_s, ending)
+
+    def on_abandoned(self, now_s: float, is_retry: bool, sent: bool) -> None:
+        """Forward to every member."""
+        for p in self.parts:
+            p.on_abandoned(now_s, is_retry, sent)
 
     def state(self, now_s: float | None = None) -> dict[str, Any]:
         """Members' states merged, plus ``vetoes_<member>`` counts."""

@@ -13,6 +13,7 @@ from typing import Literal
 from sim.config import ConfigError, num, prob
 from sim.policy.codes import ALL_CODES
 
+AdaptiveVariant = Literal["retries", "sre_book"]
 BackoffStrategy = Literal[
     "none", "exponential", "full_jitter", "equal_jitter", "decorrelated_jitter", "grpc"
 ]
@@ -71,12 +72,16 @@ class FinagleBudgetConfig:
 @dataclass(frozen=True)
 class AdaptiveThrottleConfig:
     """SRE client-side throttling: P(reject) = max(0, (requests - k*accepts) / (requests + 1))
-    over a sliding window; applied to retries (and to first sends if ``apply_to_first``)."""
+    over a sliding window.  ``variant = "retries"`` (default): every retryable error, timeout
+    or lost response is "not accepted" and only retries are throttled (first sends too if
+    ``apply_to_first``); ``"sre_book"``: only overload rejections (``rate-limited``), timeouts
+    and lost responses are "not accepted" and every request is throttled.  docs/budgets.md."""
 
     enabled: bool = False
     k: float = num(2.0, gt=0.0)
     window_s: float = num(120.0, gt=0.0)
     apply_to_first: bool = False
+    variant: AdaptiveVariant = "retries"
 
 
 @dataclass(frozen=True)

@@ -74,13 +74,15 @@ class RetryPolicy:
 
     def decide(self, code: str, attempt: int, elapsed_s: float, now_s: float,
                rng: np.random.Generator, retry_after_ms: float | None = None,
-               prev_delay_s: float = 0.0, timeout: bool = False) -> Decision:
+               prev_delay_s: float = 0.0, timeout: bool = False, lost: bool = False) -> Decision:
         """Decide about attempt number ``attempt`` (1 = first send) that just failed with ``code``.
 
         ``elapsed_s`` is the time since the turn's first send; ``prev_delay_s``
         the delay before the failed attempt (decorrelated jitter uses it);
         ``timeout=True`` marks a Live-side turn-response timeout, decided as
-        ``upstream-timeout`` whatever ``code`` says.
+        ``upstream-timeout`` whatever ``code`` says; ``lost=True`` (with ``timeout``) marks a
+        lost response: decided like a timeout, but the budget is asked with ``timeout=False``
+        (botocore charges the timeout cost only for connect/read timeouts).
         """
         if attempt < 1:
             raise ValueError(f"attempt must be >= 1, got {attempt}")
@@ -100,7 +102,8 @@ class RetryPolicy:
                 delay = hint
         if self._deadline_s > 0.0 and elapsed_s + delay > self._deadline_s:
             return DEADLINE
-        if self.budget is not None and not self.budget.allow_retry(now_s, rng, timeout):
+        if self.budget is not None and not self.budget.allow_retry(now_s, rng,
+                                                                   timeout and not lost):
             return BUDGET
         return Decision(True, delay, "retry")
 
