@@ -53,7 +53,7 @@ import numpy as np
 from loadtests.live.playback import Playback
 from loadtests.live.wire import Event, Ids, parse_event, streaming_request
 from sim.model.rand import sampler
-from sim.policy import Escalation, RetryBudget, RetryPolicy, make_budget
+from sim.policy import Ending, Escalation, RetryBudget, RetryPolicy, ending_of, make_budget
 from sim.policy.codes import ErrorCode, is_retryable
 from sim.scenario import Scenario
 
@@ -221,6 +221,7 @@ class _Turn:
     guid: str | None = None
     barge_in_s: float | None = None
     next_seq: float | None = None  # where the task's sequenceIds go on (continuation)
+    retry_after_timeout: bool = False  # the pending retry was granted after a timeout
     sends: dict[str, int] = field(default_factory=dict)  # requestGuid -> times sent
 
 
@@ -435,34 +436,54 @@ class Call:
             if t.phase == "continuation" and first:
                 t.task_id = t.input_task_id
             res = self._attempt(t, delay_before)
+            self._attempt_ended(t, res, inst.now())
             if res.outcome == "completed":
-                if inst.budget is not None:
-                    inst.budget.on_success(inst.now())
                 return "completed", "completed", None, res.end_s, res.first_chunk_s
             if res.outcome == "cancelled":
                 return "cancelled", "barge-in", None, res.end_s, res.first_chunk_s
             if res.outcome == "input-required":
-                if inst.budget is not None:
-                    inst.budget.on_success(inst.now())
                 t.input_task_id = t.task_id
                 return "input-required", "", None, res.end_s, NAN
             code = res.code or UPSTREAM_TIMEOUT
-            if inst.budget is not None:
-                if res.timeout or is_retryable(code) or code in self.opts.unsafe_test_retry_codes:
-                    inst.budget.on_failure(inst.now())
-                else:
-                    inst.budget.on_success(inst.now())
+            lost = res.outcome == "response-lost"
             d = inst.policy.decide(code, t.phase_attempts, res.end_s - t.phase_start_s,
                                    inst.now(), self.rng, res.retry_after_ms, delay_before,
-                                   res.timeout)
+                                   res.timeout, lost)
             self._last_row["decision"] = d.reason
             self._commit_attempt()
             if not d.retry:
                 return "failed", d.reason, code, res.end_s, NAN
+            self._retry_granted(t, res)
             renew = res.outcome == "failed"
             delay_before = d.delay_s
             if d.delay_s > 0:
-                gevent.sleep(d.delay_s)
+                try:
+                    gevent.sleep(d.delay_s)
+                except BaseException:  # the user is stopped in the backoff: retry dropped
+                    self._retry_dropped(t, inst.now())
+                    raise
+
+    def _attempt_ended(self, t: _Turn, res: _Result, now: float) -> None:
+        """Tell the budget how the attempt ended: the simulator's one call path
+        (``end_attempt`` with ``ending_of``; sim/model/live.py ``_budget_end``)."""
+        budget = self.inst.budget
+        if budget is None:
+            return
+        code = res.code or UPSTREAM_TIMEOUT
+        retryable = is_retryable(code) or code in self.opts.unsafe_test_retry_codes
+        budget.end_attempt(now, ending_of(res.outcome, code, retryable), t.phase_attempts > 1,
+                           t.retry_after_timeout)
+
+    @staticmethod
+    def _retry_granted(t: _Turn, res: _Result) -> None:
+        """A retry of ``res``'s attempt was granted: was it after a timeout (the AWS quota's
+        timeout cost; a lost response is not one)?"""
+        t.retry_after_timeout = res.timeout and res.outcome != "response-lost"
+
+    def _retry_dropped(self, t: _Turn, now: float) -> None:
+        """A granted retry is dropped before it was sent."""
+        if self.inst.budget is not None:
+            self.inst.budget.end_attempt(now, Ending.DROPPED, True, t.retry_after_timeout)
 
     # ------------------------------------------------------------------ one attempt
 
