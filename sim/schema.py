@@ -222,6 +222,10 @@ M_SHED_PER_1K: Final = "queue.shed_per_1k_turns"
 M_FAILURE_RATE_PREFIX: Final = "failure_rate."  # + error code, or "none" (budget, no code)
 M_TTFC_PREFIX: Final = "ttfc_s."  # + p50 / p95 / p99
 M_COMPLETION_PREFIX: Final = "completion_s."  # + p50 / p95 / p99
+# caller-perceived (docs/metrics.md): every offered turn, a turn not served counts as +inf
+M_CALLER_TTFC_PREFIX: Final = "caller_ttfc_s."  # + p50 / p95 / p99
+M_CALLER_COMPLETION_PREFIX: Final = "caller_completion_s."  # + p50 / p95 / p99
+M_NOT_SERVED_SHARE: Final = "not_served_share"  # failed, abandoned or unfinished / offered
 M_ATTEMPTS_PER_TURN: Final = "attempts_per_turn"
 M_RETRIES_PER_TURN: Final = "retries_per_turn"
 M_LOAD_AMPLIFICATION: Final = "load_amplification"

@@ -87,6 +87,17 @@ def mean_ci(values: Sequence[float | None],
     return out
 
 
+def mean_ci_inf(values: Sequence[float | None],
+                bounds: tuple[float, float] = (0.0, math.inf)) -> dict[str, Any]:
+    """:func:`mean_ci` for values that may be ``+inf`` (not served): with any ``inf`` value
+    the mean and the CI's upper end are ``inf`` and its lower end undefined (``values``
+    keep the ``inf``; summary.json writes it as ``null``)."""
+    if not any(v is not None and v == math.inf for v in values):
+        return mean_ci(values, bounds)
+    clean = [None if v is None or math.isnan(v) else float(v) for v in values]
+    return {"mean": math.inf, "ci_low": None, "ci_high": math.inf, "values": clean}
+
+
 def summarize(outputs: Sequence[RunLike], warmup_s: float) -> dict[str, Any]:
     """Metrics of each replication and their mean/95 % CI (JSON-serialisable)."""
     if not outputs:
@@ -105,7 +116,8 @@ def summarize_metrics(per_rep: Sequence[dict[str, float | None]], warmup_s: floa
     names: list[str] = []
     for m in per_rep:
         names.extend(k for k in m if k not in names)
-    metrics = {k: mean_ci([m.get(k) for m in per_rep], domain(k)) for k in names}
+    metrics = {k: (mean_ci_inf if k.startswith(INF_PREFIXES) else mean_ci)(
+        [m.get(k) for m in per_rep], domain(k)) for k in names}
     return {
         "schema_version": S.SCHEMA_VERSION,
         "replications": len(per_rep),
@@ -140,6 +152,18 @@ def percentile(x: np.ndarray, q: float) -> float | None:
 
 
 _pct = percentile
+
+
+def percentile_served(x: np.ndarray, q: float) -> float | None:
+    """:func:`percentile` of caller-perceived values: ``+inf`` (not served) is a value like
+    any other, so the p-th percentile is ``inf`` when more than ``100 - q`` % of the turns
+    were not served.  None if ``x`` is empty."""
+    x = x[~np.isnan(x)]
+    return float(np.percentile(x, q, method=PERCENTILE_METHOD)) if len(x) else None
+
+
+#: metrics whose replication values may be +inf (caller-perceived percentiles)
+INF_PREFIXES = (S.M_CALLER_TTFC_PREFIX, S.M_CALLER_COMPLETION_PREFIX)
 
 
 def _is(col: pd.Series, *values: str) -> np.ndarray:
@@ -184,11 +208,25 @@ def replication_metrics(out: RunLike, warmup_s: float) -> dict[str, float | None
         m[S.M_FAILURE_RATE_PREFIX + code] = _ratio((_is(codes, code)[keep] & failed).sum(), n)
     m[S.M_FAILURE_RATE_PREFIX + "none"] = _ratio((codes.isna().to_numpy()[keep] & failed).sum(), n)
 
-    ttfc = _col(t_all, S.TTFC_S, keep)[completed]
-    comp = _col(t_all, S.COMPLETION_S, keep)[completed]
+    ttfc_all = _col(t_all, S.TTFC_S, keep)
+    comp_all = _col(t_all, S.COMPLETION_S, keep)
+    ttfc = ttfc_all[completed]
+    comp = comp_all[completed]
     for q in S.PERCENTILES:
         m[f"{S.M_TTFC_PREFIX}p{q}"] = _pct(ttfc, q)
         m[f"{S.M_COMPLETION_PREFIX}p{q}"] = _pct(comp, q)
+    # caller-perceived: every offered turn (a barge-in withdrew a cancelled one); a failed,
+    # abandoned or unfinished turn was not served (+inf), as was a completed turn that never
+    # played a chunk (TTFC only)
+    offered = ~_is(outcome, "cancelled")[keep]
+    not_served = offered & ~completed
+    m[S.M_NOT_SERVED_SHARE] = _ratio(not_served.sum(), offered.sum())
+    c_ttfc = np.where(completed, ttfc_all, math.inf)[offered]
+    c_ttfc[np.isnan(c_ttfc)] = math.inf
+    c_comp = np.where(completed, comp_all, math.inf)[offered]
+    for q in S.PERCENTILES:
+        m[f"{S.M_CALLER_TTFC_PREFIX}p{q}"] = percentile_served(c_ttfc, q)
+        m[f"{S.M_CALLER_COMPLETION_PREFIX}p{q}"] = percentile_served(c_comp, q)
     m[S.M_ATTEMPTS_PER_TURN] = float(_col(t_all, S.ATTEMPTS, keep).mean()) if n else None
     m[S.M_RETRIES_PER_TURN] = float(_col(t_all, S.RETRIES, keep).mean()) if n else None
     m.update(call_metrics(out.calls, calls_keep))
@@ -356,6 +394,7 @@ _UNIT_RULES: tuple[tuple[str, str], ...] = (
     ("suffix:_per_1k_turns", "per 1k turns"), ("suffix:_per_s", "1/s"),
     ("suffix:_bytes", "bytes"), ("suffix:_s", "s"), ("suffix:_share", "share"),
     ("prefix:ttfc_s.", "s"), ("prefix:completion_s.", "s"), ("prefix:queue.wait_s.", "s"),
+    ("prefix:caller_ttfc_s.", "s"), ("prefix:caller_completion_s.", "s"),
     ("prefix:failure_rate.", "share"), ("prefix:failed_by_reason.", "share"),
     ("prefix:attempt_outcome.", "share"), ("prefix:call_end.", "share"),
     ("prefix:concurrent_calls.", "calls"),

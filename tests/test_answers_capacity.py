@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from sim import theory
@@ -109,7 +111,7 @@ def test_bad_input_is_one_line_error():
 
 
 def test_holds_uses_the_unfavourable_ci_end():
-    s = {"metrics": {"completion_s.p99": {"mean": 2.5, "ci_low": 2.0, "ci_high": 3.5},
+    s = {"metrics": {"caller_completion_s.p99": {"mean": 2.5, "ci_low": 2.0, "ci_high": 3.5},
                      "success_rate": {"mean": 0.995, "ci_low": 0.985, "ci_high": 1.0},
                      "queue.p_wait": {"mean": 0.1, "ci_low": None, "ci_high": None}}}
     assert not parse_slo("turn_completion_p99_s<=3").holds(s)  # the mean meets it, the CI not
@@ -119,3 +121,16 @@ def test_holds_uses_the_unfavourable_ci_end():
     assert not parse_slo("p_wait<=0.5").holds(s)  # no CI (one replication): no confidence
     assert parse_slo("turn_completion_p99_s<=3").violation(2.5) <= 0
     assert parse_slo("success_rate>=0.999").violation(0.995) > 0
+
+
+def test_latency_aliases_are_caller_perceived_and_inf_never_holds():
+    """The D5 aliases name the caller-perceived figures (a turn not served is +inf); the
+    completed-only ones keep their own names.  An inf p99 (> 1 % not served) never holds."""
+    assert parse_slo("turn_completion_p99_s<=4").metric == "caller_completion_s.p99"
+    assert parse_slo("ttfc_p99_s<=1").metric == "caller_ttfc_s.p99"
+    assert parse_slo("completed_turn_completion_p99_s<=4").metric == "completion_s.p99"
+    assert parse_slo("completion_s.p99<=4").metric == "completion_s.p99"
+    s = {"metrics": {"caller_completion_s.p99": {"mean": math.inf, "ci_low": None,
+                                                 "ci_high": math.inf}}}
+    assert not parse_slo("turn_completion_p99_s<=1000").holds(s)
+    assert parse_slo("turn_completion_p99_s<=4").violation(math.inf) == math.inf

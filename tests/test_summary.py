@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 from sim import schema as S
+from sim.results import jsonable
 from sim.runner import RunOutput, empty_output
 from sim.scenario import Scenario
 from sim.summary import mean_ci, metric, queue_metrics, summarize, t_quantile_975
@@ -179,7 +180,10 @@ def test_summary_shape_and_json(run: RunOutput) -> None:
     assert s["replications"] == 2 and s["schema_version"] == S.SCHEMA_VERSION
     m = metric(s, "success_rate")
     assert m["values"] == [0.75, 0.75] and m["ci_low"] == m["ci_high"] == 0.75
-    json.dumps(s, allow_nan=False)
+    # summary.json is strict JSON: a caller-perceived inf is written as null
+    assert metric(s, "caller_completion_s.p99")["mean"] == math.inf
+    assert jsonable(s)["metrics"]["caller_completion_s.p99"]["mean"] is None
+    json.dumps(jsonable(s), allow_nan=False)
     with pytest.raises(ValueError):
         summarize([], 0.0)
 
@@ -204,3 +208,49 @@ def test_ci_is_clipped_to_the_metric_domain() -> None:
     assert domain("ttfc_s.p99") == (0.0, float("inf"))
     free = mean_ci([0.0, 0.0, 9.0])  # no domain given: the plain t interval
     assert free["ci_low"] < 0.0
+
+
+def test_caller_perceived_latency_counts_turns_not_served_as_inf(run: RunOutput) -> None:
+    """Counted turns: completion 2.0, 1.0, failed, 3.0 (TTFC 0.2, 0.5, -, 0.8).  Completed-only
+    p99 ignores the failure; the caller-perceived figures count it as +inf."""
+    s = summarize([run], 10.0)["metrics"]
+    m = {k: v["mean"] for k, v in s.items()}
+    assert m["completion_s.p99"] == 3.0
+    assert m["caller_completion_s.p50"] == 2.0
+    assert m["caller_completion_s.p95"] == math.inf and m["caller_completion_s.p99"] == math.inf
+    assert m["caller_ttfc_s.p50"] == 0.5 and m["caller_ttfc_s.p99"] == math.inf
+    assert m["not_served_share"] == 0.25
+    assert s["caller_completion_s.p99"]["ci_high"] == math.inf
+
+
+@pytest.mark.parametrize(("failed", "p99", "completed_p99"),
+                         [(0, 99.0, 99.0), (1, 99.0, 99.0), (2, math.inf, 98.0)])
+def test_caller_p99_is_inf_when_more_than_one_percent_are_not_served(
+        failed: int, p99: float, completed_p99: float) -> None:
+    """100 offered turns, completion 1..100 s in order, the last ``failed`` of them failed
+    (plus one cancelled turn, withdrawn by the caller: not offered).  p99 is the 99th
+    smallest value: 99 s with one failure, +inf with two."""
+    rows = [_turn(i, 20.0, "completed", **{S.COMPLETION_S: float(i + 1),
+                                           S.TTFC_S: 0.1 if i else np.nan})
+            for i in range(100 - failed)]
+    rows += [_turn(100 - failed + k, 20.0, "failed" if k % 2 == 0 else "abandoned")
+             for k in range(failed)]
+    rows.append(_turn(200, 20.0, "cancelled"))
+    base = empty_output(Scenario())
+    out = RunOutput(**{**base.__dict__, "turns": _frame("turns", rows), "warmup_s": 0.0})
+    m = {k: v["mean"] for k, v in summarize([out], 0.0)["metrics"].items()}
+    assert m["caller_completion_s.p99"] == p99
+    assert m["caller_completion_s.p50"] == 50.0
+    assert m["not_served_share"] == failed / 100
+    # the completed turn that never played a chunk (TTFC NaN) was not served a first chunk
+    assert m["caller_ttfc_s.p99"] == (0.1 if failed == 0 else math.inf)
+    assert m["completion_s.p99"] == completed_p99  # blind to the failures
+
+
+def test_mean_ci_inf_keeps_inf() -> None:
+    from sim.summary import mean_ci_inf
+
+    assert mean_ci_inf([1.0, 3.0])["mean"] == 2.0
+    r = mean_ci_inf([1.0, math.inf])
+    assert (r["mean"], r["ci_low"], r["ci_high"]) == (math.inf, None, math.inf)
+    assert r["values"] == [1.0, math.inf]

@@ -21,11 +21,18 @@ from typing import Any, Literal
 from sim import schema as S
 
 ALIASES: dict[str, str] = {
-    "turn_completion_p99_s": "completion_s.p99",
-    "turn_completion_p95_s": "completion_s.p95",
-    "turn_completion_p50_s": "completion_s.p50",
-    "ttfc_p50_s": "ttfc_s.p50",
-    "ttfc_p99_s": "ttfc_s.p99",
+    # caller-perceived by default: a turn not served counts as +inf (docs/answers.md)
+    "turn_completion_p99_s": "caller_completion_s.p99",
+    "turn_completion_p95_s": "caller_completion_s.p95",
+    "turn_completion_p50_s": "caller_completion_s.p50",
+    "ttfc_p50_s": "caller_ttfc_s.p50",
+    "ttfc_p99_s": "caller_ttfc_s.p99",
+    # completed turns only (what a served turn took)
+    "completed_turn_completion_p99_s": "completion_s.p99",
+    "completed_turn_completion_p95_s": "completion_s.p95",
+    "completed_turn_completion_p50_s": "completion_s.p50",
+    "completed_ttfc_p50_s": "ttfc_s.p50",
+    "completed_ttfc_p99_s": "ttfc_s.p99",
     "ghost_success_per_1k": "hazard.ghost_successes_per_1k_turns",
     "p_wait": "queue.p_wait",
     "utilisation": "worker_utilisation",
