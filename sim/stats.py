@@ -111,3 +111,44 @@ def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
             break
         rejected[i] = True
     return rejected
+
+
+def sign_test_p(pos: int, neg: int) -> float:
+    """Exact two-sided sign test: P(a split at least as uneven as ``pos``/``neg``) under
+    p = 1/2 (ties left out before)."""
+    n = pos + neg
+    if n == 0:
+        return 1.0
+    k = min(pos, neg)
+    tail = math.fsum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
+    return min(1.0, 2.0 * tail)
+
+
+def paired(a: Sequence[float | None], b: Sequence[float | None]) -> Difference | None:
+    """mean(b − a) over pairs run with the same seeds (common random numbers): a paired
+    t interval and two-sided p; None with fewer than two pairs.
+
+    Values may be ``+inf`` (a caller-perceived percentile when too many turns were not
+    served): ``inf`` vs ``inf`` is a tie (difference 0); with any infinite difference the
+    p-value is the exact sign test's over the non-zero differences, the difference is
+    ``±inf`` (or 0) by the majority sign, and the CI reaches ``−inf`` / ``+inf`` on the sides
+    where differences lie.
+    """
+    pairs = [(float(x), float(y)) for x, y in zip(a, b, strict=True)
+             if x is not None and y is not None and not math.isnan(x) and not math.isnan(y)]
+    n = len(pairs)
+    if n < 2:
+        return None
+    d = [0.0 if x == y else y - x for x, y in pairs]
+    if any(math.isinf(v) for v in d):
+        pos, neg = sum(v > 0 for v in d), sum(v < 0 for v in d)
+        diff = math.inf if pos > neg else -math.inf if neg > pos else 0.0
+        return Difference(diff, -math.inf if neg else 0.0, math.inf if pos else 0.0,
+                          sign_test_p(pos, neg), float(n - 1))
+    m = math.fsum(d) / n
+    var = math.fsum((v - m) ** 2 for v in d) / (n - 1)
+    if var <= 0.0:
+        return Difference(m, m, m, 0.0 if m != 0.0 else 1.0, float(n - 1))
+    se = math.sqrt(var / n)
+    half = t_quantile_975(n - 1) * se
+    return Difference(m, m - half, m + half, t_two_sided_p(m / se, n - 1), float(n - 1))

@@ -257,8 +257,12 @@ def _sha(data: Any) -> str:
 def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int,
                root_seed: int, executor: cf.Executor | None = None,
                out_dir: Path | None = None, progress: bool | ProgressFn = True,
-               plots: bool = True, argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+               plots: bool = True, argv: Sequence[str] | None = None,
+               common_seeds: bool = False) -> list[dict[str, Any]]:
     """Run every point (``replications`` replications each) and return their summaries in order.
+
+    ``common_seeds``: every point runs replication r with the same seed (common random
+    numbers, for paired comparisons), instead of seeds drawn per point.
 
     ``executor`` None runs in this process.  With ``out_dir`` each point is a run folder
     ``out_dir/points/pNNNN`` (kind ``sim``, ``meta.json`` naming the point), points already
@@ -270,9 +274,12 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
     """
     points = [dict(p) for p in points]
     resolved = resolve_points(scenario, points, replications)
-    plans = [point_plan(root_seed, ov, replications) for ov in points]
+    plans = [point_plan(root_seed, {} if common_seeds else ov, replications) for ov in points]
     identities = [_point_identity(ov, root_seed, replications, sc)
                   for ov, sc in zip(points, resolved, strict=True)]
+    if common_seeds:
+        for ident in identities:
+            ident["common_seeds"] = True
     summaries: list[dict[str, Any] | None] = [None] * len(points)
     dirs: list[Path | None] = [None] * len(points)
     if out_dir is not None:

@@ -202,6 +202,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     _print_table(_ci(shown, metrics), f"{scenario.name}: candidates re-run on fresh seeds "
                                       f"(change = candidate − current)")
     print(sentence)
+    lines = res.range_lines()
+    if lines:
+        print(f"indistinguishable from the best trial on {objs[0].metric} (Welch, 95 %):")
+        for line in lines:
+            print(f"  {line}")
+        (out / "answer.txt").write_text(sentence + "\n" + "\n".join(lines) + "\n",
+                                        encoding="utf-8")
     print(f"study: {res.study_path} ({len(res.trials)} trials, {res.evaluations} run now)")
     print(f"results: {out}")
     return 0
@@ -297,7 +304,7 @@ def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], Non
     cap.set_defaults(func=cmd_capacity)
 
     tu = sub.add_parser(
-        "tune", help="Optuna search over the Live policy and shedding knobs, then confirm",
+        "tune", help="Optuna search over the Live layer's knobs, then confirm on fresh seeds",
         description="Search the [tune] space (scenario section, --space FILE, or the "
                     "default policy space) with Optuna TPE; re-run the best candidates and "
                     "today's settings on fresh seeds; recommend.")

@@ -13,9 +13,10 @@
 A ``choices`` list may hold numbers or strings; ``options`` names sets of overrides (the
 key is then only a label), which is how a budget *type* with its parameters is chosen.
 Every key, and both ends of every range, is validated against the scenario before
-anything runs.  :data:`DEFAULT_SPACE` (the Live policy's timeouts, backoff, attempt
-limits and budget type, plus cancellation and Reasoner shedding knobs where this build
-has them) is used when no space is given.
+anything runs.  :data:`DEFAULT_SPACE_TOML` — the Live layer's knobs only (timeouts,
+backoff, attempt limits, CancelTask on timeout, budget type): what a Live-layer team
+ships — is used when no space is given; server knobs (``reasoner.*``) only when a space
+names them.
 
 **Search.**  ``optuna`` TPE (``TPESampler``; constraints set per trial with
 ``set_constraint``), multi-objective when several objectives are given.  Trials are
@@ -28,11 +29,23 @@ or ``optuna.load_study`` inspects it.
 
 **Confirmation.**  The best feasible trials (Pareto front, best first by the first
 objective, at most ``top`` of them) and the scenario's current settings are re-run on a
-fresh root seed with ``confirm_replications`` replications.  A candidate is
-*recommended* when every constraint holds with confidence there (the CI end on the
-unfavourable side meets the target) and no other such candidate is better on every
-objective; the table reports each objective with its CI and the change against today's
-settings.
+fresh root seed with ``confirm_replications`` replications, every candidate with the
+*same* seeds as the current settings (common random numbers).  Each candidate is
+compared with today's settings replication by replication (paired:
+:func:`sim.stats.paired`), on every objective and on ``success_rate``; the p-values of
+all candidate × objective comparisons are corrected together (Holm).  A candidate is
+*recommended* when every constraint holds with confidence (the CI end on the
+unfavourable side meets the target), it is significantly better on at least one
+objective and significantly worse on none, its success rate is not significantly
+lower, and no other such candidate is better on every objective.  Otherwise the answer
+is "keep the current settings", with the comparisons as evidence.
+
+**Indistinguishable range.**  For each knob, the range of values (numbers) or the set
+of values (choices) over the feasible trials whose first objective is statistically
+indistinguishable from the best trial's (Welch, 95 %, over their replications; a trial
+with a not-served ``inf`` where the best has none is distinguishable).  Any value in the
+range is as good as the best one as far as the study can tell, so studies with other
+sampler seeds give overlapping ranges.
 """
 
 from __future__ import annotations
@@ -50,7 +63,12 @@ import pandas as pd
 from sim.answers.slo import Slo, SloError, metric_value, resolve_metric
 from sim.config import ConfigError
 from sim.scenario import Scenario, resolve_path
+from sim.stats import holm, paired, welch
+from sim.summary import INF_PREFIXES
 from sim.sweep import run_points
+
+SUCCESS = "success_rate"
+ALPHA = 0.05
 
 FRESH_SEED_OFFSET = 1_000_003  # confirmation runs use root seed + this (disjoint seeds)
 
@@ -107,8 +125,6 @@ DEFAULT_SPACE_TOML = """
 "live.retry.max_attempts_by_code.internal" = { low = 1, high = 4 }
 "live.retry.max_attempts_by_code.rate-limited" = { low = 1, high = 4 }
 "live.cancel_on_timeout" = { choices = [false, true] }
-"reasoner.queue_timeout_s" = { choices = [0.0, 1.0, 2.0, 5.0] }
-"reasoner.queue_discipline" = { choices = ["fifo", "lifo"] }
 
 [budget.options]
 none = {}
@@ -255,24 +271,79 @@ class TuneResult:
     recommended: list[dict[str, Any]]  # params of the recommended candidates
     evaluations: int = 0  # trials evaluated by this call (not resumed ones)
     skipped: dict[str, str] = field(default_factory=dict)
+    # knob -> (low, high) or tuple of values indistinguishable from the best trial
+    ranges: dict[str, Any] = field(default_factory=dict)
 
     def sentence(self) -> str:
         """A paste-able summary of the recommendation against today's settings."""
         c = self.candidates
-        if not self.recommended:
-            return "No candidate met every constraint with confidence on fresh seeds."
-        best = c[c["recommended"]].iloc[0]
         cur = c[c["candidate"] == "current"].iloc[0]
+        if not self.recommended:
+            others = c[c["candidate"] != "current"]
+            evidence = []
+            if len(others):
+                best = others.iloc[0]
+                for o in self.objectives:
+                    m = o.metric
+                    evidence.append(f"{best['candidate']}: {m} {_g(best[m])} vs "
+                                    f"{_g(cur[m])} today, paired difference "
+                                    f"{_g(best[m + '.change'])} [{_g(best[m + '.diff_ci_low'])}, "
+                                    f"{_g(best[m + '.diff_ci_high'])}], p = "
+                                    f"{_g(best[m + '.p'])}")
+            why = ("; ".join(evidence) + " (Holm-corrected over all candidates)") \
+                if evidence else "no feasible trial"
+            return ("Keep the current settings: no candidate beat them significantly on "
+                    f"fresh seeds without lowering success or breaking a constraint. {why}.")
+        best = c[c["recommended"]].iloc[0]
         parts = []
         for o in self.objectives:
             m = o.metric
-            parts.append(f"{m} {best[m]:.4g} [{best[m + '.ci_low']:.4g}, "
-                         f"{best[m + '.ci_high']:.4g}] vs {cur[m]:.4g} today")
+            parts.append(f"{m} {_g(best[m])} vs {_g(cur[m])} today (paired difference "
+                         f"{_g(best[m + '.change'])} [{_g(best[m + '.diff_ci_low'])}, "
+                         f"{_g(best[m + '.diff_ci_high'])}], p = {_g(best[m + '.p'])})")
+        parts.append(f"success_rate {_g(best[SUCCESS])} vs {_g(cur[SUCCESS])} today")
         settings = ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}"
                              for k, v in self.recommended[0].items())
         cons = " and ".join(str(s) for s in self.constraints) or "no constraint"
-        return (f"Recommended: {settings}; {'; '.join(parts)} (fresh seeds; {cons} holds "
-                f"with 95 % confidence).")
+        return (f"Recommended: {settings}; {'; '.join(parts)} (fresh seeds, paired, "
+                f"Holm-corrected; {cons} holds with 95 % confidence).")
+
+    def range_lines(self) -> list[str]:
+        """One line per knob: the values statistically indistinguishable from the best."""
+        out = []
+        for k, r in self.ranges.items():
+            if isinstance(r, list):
+                out.append(f"{k}: any of {', '.join(str(v) for v in r)}")
+            else:
+                out.append(f"{k}: {_g(r[0])} to {_g(r[1])}")
+        return out
+
+
+def _g(v: Any) -> str:
+    """A number for a sentence (4 significant digits; inf, n/a)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return f"{v:.4g}" if isinstance(v, float | int) and not isinstance(v, bool) else str(v)
+
+
+def metric_or_inf(summary: dict[str, Any], name: str) -> float | None:
+    """:func:`metric_value`, except that a caller-perceived percentile that is undefined
+    (``inf`` written as ``null`` in summary.json) reads as ``inf``."""
+    v = metric_value(summary, name)
+    if v is None and name.startswith(INF_PREFIXES):
+        m = summary["metrics"].get(name) or {}
+        mean = m.get("mean")
+        return math.inf if mean is None or math.isinf(mean) else float(mean)
+    return v
+
+
+def replication_values(summary: dict[str, Any], name: str) -> list[float | None]:
+    """Per-replication values of ``name`` (``null`` of a caller-perceived percentile = inf)."""
+    vals = (summary["metrics"].get(name) or {}).get("values") or []
+    inf_ok = name.startswith(INF_PREFIXES)
+    return [math.inf if v is None and inf_ok else v for v in vals]
 
 
 def _sampler(seed: int, startup: int) -> Any:
@@ -335,9 +406,12 @@ def tune(scenario: Scenario, out_dir: Path, *, objectives: Sequence[Objective],
                                    root_seed=root_seed, executor=executor, progress=False,
                                    plots=False)
             for t, summary in zip(asked, summaries, strict=True):
-                values = {m: metric_value(summary, m) for m in metrics}
+                values = {m: metric_or_inf(summary, m) for m in metrics}
                 for m, v in values.items():
                     t.set_user_attr(m, v)
+                for o in objectives:
+                    t.set_user_attr("values." + o.metric,
+                                    replication_values(summary, o.metric))
                 violations = [s.violation(values[s.metric]) for s in constraints]
                 t.set_user_attr("constraints", violations)
                 for s, v in zip(constraints, violations, strict=True):
@@ -365,8 +439,44 @@ def tune(scenario: Scenario, out_dir: Path, *, objectives: Sequence[Objective],
                           constraints, confirm_reps, root_seed + FRESH_SEED_OFFSET, executor)
     rec = [cand_params[names.index(n)] for n in candidates.loc[candidates["recommended"],
                                                                "candidate"]]
+    ranges = indistinguishable_ranges(ok, space, objectives[0])
     return TuneResult(study_path, tuple(objectives), tuple(constraints), space, trials_df,
-                      candidates, rec, evaluations, skipped)
+                      candidates, rec, evaluations, skipped, ranges)
+
+
+def _same_as_best(best: Sequence[float], other: Sequence[float], minimize: bool) -> bool:
+    """Is ``other`` statistically indistinguishable from ``best`` (replication values)?"""
+    b_inf = any(math.isinf(v) for v in best if v is not None)
+    o_inf = any(math.isinf(v) for v in other if v is not None)
+    if b_inf or o_inf:
+        return b_inf == o_inf if minimize else True
+    d = welch(best, other)
+    return d is None or d.p_value >= ALPHA
+
+
+def indistinguishable_ranges(trials: Sequence[Any], space: Space,
+                             obj: Objective) -> dict[str, Any]:
+    """Per knob, the values of the feasible ``trials`` indistinguishable from the best on
+    ``obj``: (low, high) for numbers, a sorted list for choices/options."""
+    if not trials:
+        return {}
+    sign = 1 if obj.direction == "minimize" else -1
+    best = min(trials, key=lambda t: (sign * t.values[0], t.number))
+    key = "values." + obj.metric
+    bvals = best.user_attrs.get(key) or [best.values[0]]
+    same = [t for t in trials
+            if t.number == best.number or _same_as_best(
+                bvals, t.user_attrs.get(key) or [t.values[0]], sign == 1)]
+    out: dict[str, Any] = {}
+    for name, p in space.items():
+        vals = [t.params[name] for t in same if name in t.params]
+        if not vals:
+            continue
+        if p.kind in ("float", "int"):
+            out[name] = (min(vals), max(vals))
+        else:
+            out[name] = sorted(set(vals), key=str)
+    return out
 
 
 def _trials_frame(study: Any, space: Space, metrics: Sequence[str],
@@ -394,26 +504,53 @@ def _confirm(scenario: Scenario, out_dir: Path, space: Space, params: list[dict[
     labels = [*names, "current"]
     summaries = run_points(scenario, points, replications=replications, root_seed=seed,
                            executor=executor, progress=False,
-                           out_dir=out_dir / "confirm" / _sha8([points, replications, seed]),
-                           plots=False)
+                           out_dir=out_dir / "confirm" / _sha8([points, replications, seed,
+                                                                "common-seeds"]),
+                           plots=False, common_seeds=True)
+    cur_summary = summaries[-1]
     rows = []
-    for label, pv, summary in zip(labels, [*params, {}], summaries, strict=True):
+    p_values: list[float] = []
+    where: list[tuple[int, str]] = []
+    for i, (label, pv, summary) in enumerate(zip(labels, [*params, {}], summaries,
+                                                 strict=True)):
         row: dict[str, Any] = {"candidate": label}
         row.update({f"param.{k}": v for k, v in pv.items()})
-        for m in dict.fromkeys([o.metric for o in objectives] + [s.metric for s in constraints]):
+        for m in dict.fromkeys([o.metric for o in objectives] + [SUCCESS]
+                               + [s.metric for s in constraints]):
             mm = summary["metrics"].get(m) or {}
-            row[m], row[f"{m}.ci_low"], row[f"{m}.ci_high"] = (mm.get("mean"), mm.get("ci_low"),
-                                                               mm.get("ci_high"))
+            row[m] = metric_or_inf(summary, m)
+            row[f"{m}.ci_low"], row[f"{m}.ci_high"] = mm.get("ci_low"), mm.get("ci_high")
+        for m in dict.fromkeys([o.metric for o in objectives] + [SUCCESS]):
+            d = paired(replication_values(cur_summary, m), replication_values(summary, m))
+            row[f"{m}.change"] = None if d is None else d.diff
+            row[f"{m}.diff_ci_low"] = None if d is None else d.ci_low
+            row[f"{m}.diff_ci_high"] = None if d is None else d.ci_high
+            row[f"{m}.p"] = 1.0 if d is None or label == "current" else d.p_value
+            if label != "current" and m != SUCCESS:
+                p_values.append(row[f"{m}.p"])
+                where.append((i, m))
+        d = row[f"{SUCCESS}.change"]
+        row["success_lower"] = bool(label != "current" and d is not None and d < 0
+                                    and row[f"{SUCCESS}.p"] < ALPHA)
         row["constraints_hold"] = all(s.holds(summary) for s in constraints)
         rows.append(row)
     df = pd.DataFrame(rows)
-    cur = df.iloc[-1]
-    for o in objectives:
-        m = o.metric
-        df[f"{m}.change"] = df[m] - cur[m]
-        df[f"{m}.change_pct"] = 100.0 * (df[m] - cur[m]) / abs(cur[m]) if cur[m] else math.nan
-    df["recommended"] = _non_dominated(df, objectives) & df["constraints_hold"] & \
-        (df["candidate"] != "current")
+    better = [False] * len(df)
+    worse = [False] * len(df)
+    for (i, m), sig in zip(where, holm(p_values, ALPHA) if p_values else [], strict=True):
+        if not sig:
+            continue
+        o = next(o for o in objectives if o.metric == m)
+        diff = df.iloc[i][f"{m}.change"]
+        good = diff < 0 if o.direction == "minimize" else diff > 0
+        better[i] = better[i] or good
+        worse[i] = worse[i] or not good
+    df["significantly_better"] = better
+    df["significantly_worse"] = worse
+    eligible = (df["constraints_hold"] & df["significantly_better"] & ~df["significantly_worse"]
+                & ~df["success_lower"] & (df["candidate"] != "current"))
+    df["recommended"] = _non_dominated(df.assign(constraints_hold=eligible), objectives) \
+        & eligible
     return df
 
 
