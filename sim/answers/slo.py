@@ -100,7 +100,9 @@ class Slo:
         if value is None or not math.isfinite(value):
             return math.inf
         gap = value - self.target if self.upper else self.target - value
-        return gap if not self._meets(value) else min(gap, 0.0)
+        if not self._meets(value):  # a strict SLO at its target: violated, by a hair
+            return gap if gap > 0.0 else math.ulp(0.0)
+        return min(gap, 0.0)
 
     def __str__(self) -> str:
         return f"{self.metric} {self.op} {self.target:g}"

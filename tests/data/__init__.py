@@ -1,0 +1,1 @@
+"""Literal tables of expected values shared by several test modules."""
