@@ -277,27 +277,33 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-SWEEP_COLUMNS = (("success_rate", "success", "%"), ("completion_s.p99", "completion p99", "s"),
-                 ("load_amplification", "load ampl.", "x"),
-                 ("goodput_turns_per_s", "goodput/s", "/s"))
+SWEEP_METRICS = ("success_rate", "caller_completion_s.p99", "completion_s.p99",
+                 "load_amplification", "goodput_turns_per_s")
 
 
 def print_sweep(points: Sequence[dict[str, Any]], summaries: Sequence[dict[str, Any]],
                 limit: int = 40) -> None:
-    """A few key metrics (mean) per point, the first ``limit`` points."""
-    from rich.console import Console
-    from rich.table import Table
+    """Key metrics (means with 95 % CIs) per point, the first ``limit`` points, one card each
+    (sim/cards.py: full names, units, 80 columns)."""
+    import pandas as pd
 
-    keys = list(points[0]) if points else []
-    table = Table(box=None, pad_edge=False, title="key metrics per point (means; CIs in "
-                                                   "sweep.csv)", title_justify="left")
-    for name in ("point", *keys, *(label for _, label, _ in SWEEP_COLUMNS)):
-        table.add_column(name, justify="right")
+    from sim.cards import frame_cards, render
+    from sim.summary import unit
+
+    rows = []
     for i, (p, s) in enumerate(zip(points[:limit], summaries[:limit], strict=True)):
+        row: dict[str, Any] = {"point": i}
+        row.update({f"param.{k}": v for k, v in p.items()})
         ms = s.get("metrics", {})
-        table.add_row(str(i), *(str(p.get(k)) for k in keys),
-                      *(_fmt((ms.get(m) or {}).get("mean"), kind) for m, _, kind in SWEEP_COLUMNS))
-    Console(soft_wrap=True).print(table)
+        for m in SWEEP_METRICS:
+            mm = ms.get(m) or {}
+            row[m], row[f"{m}.ci_low"], row[f"{m}.ci_high"] = (mm.get("mean"), mm.get("ci_low"),
+                                                               mm.get("ci_high"))
+        rows.append(row)
+    if rows:
+        print(render(frame_cards(pd.DataFrame(rows), lambda r: f"point {int(r['point'])}", unit,
+                                 skip=("point",)),
+                     "key metrics per point (means [95 % CI]; all metrics in sweep.csv)"))
     if len(points) > limit:
         print(f"... and {len(points) - limit} more points")
 

@@ -70,16 +70,21 @@ def _executor(args: argparse.Namespace) -> Any:
     return make_executor(args.processes, args.dask)
 
 
-def _print_table(df: pd.DataFrame, title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _print_cards(df: pd.DataFrame, title: str, heading: Callable[[pd.Series], str],
+                 skip: tuple[str, ...] = ()) -> None:
+    """The table as one card per row (sim/cards.py): full names, units, CIs, 80 columns."""
+    from sim.cards import frame_cards, render
+    from sim.summary import unit
 
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
-    for c in df.columns:
-        table.add_column(str(c), justify="left" if df[c].dtype == object else "right")
-    for _, row in df.iterrows():
-        table.add_row(*[_cell(v) for v in row])
-    Console(soft_wrap=True, width=max(Console().width, 150)).print(table)
+    print(render(frame_cards(df, heading, unit, skip=skip), title))
+
+
+def _say(text: str, indent: str = "") -> None:
+    """Print a sentence wrapped at 80 columns (the file copies keep one line)."""
+    import textwrap
+
+    print(textwrap.fill(text, 80, subsequent_indent=indent, break_on_hyphens=False,
+                        break_long_words=False))
 
 
 def _cell(v: Any) -> str:
@@ -88,17 +93,6 @@ def _cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
-
-
-def _ci(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
-    """Fold ``c``, ``c.ci_low``, ``c.ci_high`` into one text column ``c`` = "m [lo, hi]"."""
-    out = df.copy()
-    for c in cols:
-        if f"{c}.ci_low" in out:
-            out[c] = [f"{_cell(m)} [{_cell(lo)}, {_cell(hi)}]" for m, lo, hi in
-                      zip(out[c], out[f"{c}.ci_low"], out[f"{c}.ci_high"], strict=True)]
-            out = out.drop(columns=[f"{c}.ci_low", f"{c}.ci_high"])
-    return out
 
 
 # --------------------------------------------------------------------------- capacity
@@ -136,10 +130,11 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     (out / "probes.json").write_text(json.dumps(
         [{"load": p.load, "value": p.value, "holds": p.holds, "failing": list(p.failing)}
          for p in res.probes], indent=1), encoding="utf-8")
-    _print_table(_ci(table, ["utilisation", *[s.metric for s in slos]]),
-                 f"{scenario.name}: required {knob.key} per {load_key}")
-    print(sentence)
-    print(bench)
+    _print_cards(table, f"{scenario.name}: required {knob.key} per {load_key} "
+                        "(means with 95 % CIs at the answer)",
+                 lambda r: f"{load_key} = {_cell(r['load'])}", skip=("load",))
+    _say(sentence)
+    _say(bench)
     print(f"results: {out}")
     return 0
 
@@ -192,21 +187,24 @@ def cmd_tune(args: argparse.Namespace) -> int:
                    confirm_replications=args.confirm_replications, progress=not args.quiet)
     res.trials.to_csv(out / "trials.csv", index=False)
     res.candidates.to_csv(out / "candidates.csv", index=False)
-    plot_pareto(res, out / "pareto.png")
+    plot_pareto(res, out / ("pareto.png" if len(objs) > 1 else "convergence.png"))
     sentence = res.sentence()
     (out / "answer.txt").write_text(sentence + "\n", encoding="utf-8")
     for name, why in skipped.items():
-        print(f"note: parameter {name} skipped: {why}")
-    metrics = list(dict.fromkeys([o.metric for o in objs] + [c.metric for c in cons]))
+        _say(f"note: parameter {name} skipped: {why}")
     shown = res.candidates.drop(columns=[c for c in res.candidates if c.endswith("_pct")])
-    _print_table(_ci(shown, metrics), f"{scenario.name}: candidates re-run on fresh seeds "
-                                      f"(change = candidate − current)")
-    print(sentence)
+    _print_cards(shown, f"{scenario.name}: candidates and today's settings re-run on the same "
+                        "fresh seeds (means [95 % CI]; change = candidate − current, paired, "
+                        "[95 % CI], p before Holm)",
+                 lambda r: str(r["candidate"]) + (" — recommended" if r["recommended"]
+                                                  else ""),
+                 skip=("candidate", "recommended"))
+    _say(sentence)
     lines = res.range_lines()
     if lines:
-        print(f"indistinguishable from the best trial on {objs[0].metric} (Welch, 95 %):")
+        _say(f"indistinguishable from the best trial on {objs[0].metric} (Welch, 95 %):")
         for line in lines:
-            print(f"  {line}")
+            _say(f"  {line}", "      ")
         (out / "answer.txt").write_text(sentence + "\n" + "\n".join(lines) + "\n",
                                         encoding="utf-8")
     print(f"study: {res.study_path} ({len(res.trials)} trials, {res.evaluations} run now)")
@@ -252,18 +250,16 @@ def cmd_storm(args: argparse.Namespace) -> int:
     table.to_csv(out / "storm.csv", index=False)
     plot_storm(res, out / "storm.png")
     for name, why in res.skipped.items():
-        print(f"note: strategy {name} skipped: {why}")
-    cols = ["peak_amplification", "goodput_dip", "recover_s", "ghost_per_1k",
-            "duplicate_side_effects_per_1k"]
-    shown = _ci(table.drop(columns=["run", "description", "peak_request_amplification",
-                                    "peak_request_amplification.ci_low",
-                                    "peak_request_amplification.ci_high"]), cols)
-    _print_table(shown, f"{scenario.name}: trigger {res.trigger[0]:g}–{res.trigger[1]:g} s; "
-                        f"metastable = goodput < {det.fraction:g} × offered for {det.hold_s:g} s "
-                        f"after it ({det.window_s:g} s windows)")
+        _say(f"note: strategy {name} skipped: {why}")
+    _print_cards(table.drop(columns=["run"]),
+                 f"{scenario.name}: trigger {res.trigger[0]:g}–{res.trigger[1]:g} s; "
+                 f"metastable = goodput < {det.fraction:g} × offered for {det.hold_s:g} s "
+                 f"after it ({det.window_s:g} s windows); means [95 % CI]",
+                 lambda r: f"{r['strategy']}: {r['verdict']}" if "verdict" in r
+                 else str(r["strategy"]), skip=("strategy", "verdict"))
     rec = [n for n in res.runs if res.verdict(n) == "recovered"]
     stuck = [n for n in res.runs if res.verdict(n) == "metastable"]
-    print(f"recovered: {', '.join(rec) or 'none'}; metastable: {', '.join(stuck) or 'none'}")
+    _say(f"recovered: {', '.join(rec) or 'none'}; metastable: {', '.join(stuck) or 'none'}")
     print(f"results: {out}")
     return 0
 

@@ -475,7 +475,10 @@ def indistinguishable_ranges(trials: Sequence[Any], space: Space,
         if p.kind in ("float", "int"):
             out[name] = (min(vals), max(vals))
         else:
-            out[name] = sorted(set(vals), key=str)
+            try:
+                out[name] = sorted(set(vals))
+            except TypeError:  # mixed kinds
+                out[name] = sorted(set(vals), key=str)
     return out
 
 
@@ -525,13 +528,16 @@ def _confirm(scenario: Scenario, out_dir: Path, space: Space, params: list[dict[
             row[f"{m}.change"] = None if d is None else d.diff
             row[f"{m}.diff_ci_low"] = None if d is None else d.ci_low
             row[f"{m}.diff_ci_high"] = None if d is None else d.ci_high
-            row[f"{m}.p"] = 1.0 if d is None or label == "current" else d.p_value
+            if label == "current":  # no comparison with itself
+                d = None
+                row[f"{m}.change"] = row[f"{m}.diff_ci_low"] = row[f"{m}.diff_ci_high"] = None
+            row[f"{m}.p"] = None if d is None else d.p_value
             if label != "current" and m != SUCCESS:
-                p_values.append(row[f"{m}.p"])
+                p_values.append(1.0 if d is None else d.p_value)
                 where.append((i, m))
-        d = row[f"{SUCCESS}.change"]
-        row["success_lower"] = bool(label != "current" and d is not None and d < 0
-                                    and row[f"{SUCCESS}.p"] < ALPHA)
+        d_s, p_s = row[f"{SUCCESS}.change"], row[f"{SUCCESS}.p"]
+        row["success_lower"] = bool(d_s is not None and p_s is not None and d_s < 0
+                                    and p_s < ALPHA)
         row["constraints_hold"] = all(s.holds(summary) for s in constraints)
         rows.append(row)
     df = pd.DataFrame(rows)
@@ -582,9 +588,11 @@ def _non_dominated(df: pd.DataFrame, objectives: Sequence[Objective]) -> pd.Seri
 
 
 def plot_pareto(result: TuneResult, path: Path) -> Path:
-    """Trials in objective space (feasible / infeasible), the Pareto front, and the
-    confirmed candidates and today's settings with their 95 % CIs; PNG at ``path``.
-    With one objective the x axis is the trial number."""
+    """Two objectives: trials in objective space (feasible / infeasible), the Pareto front,
+    and the confirmed candidates and today's settings with their 95 % CIs.  One
+    objective: a convergence plot — each trial's value against its number and the best
+    feasible value so far (step line), with the confirmed points at the right.  PNG at
+    ``path``."""
     from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend alone
 
     df = result.trials[result.trials["state"] == "COMPLETE"]
@@ -608,6 +616,18 @@ def plot_pareto(result: TuneResult, path: Path) -> Path:
                 front.append(r)
         ax.step([r[objs[0]] for r in front], [r[objs[1]] for r in front], where="post",
                 color="tab:blue", lw=1, label="Pareto front")
+    if not two and feas.any():
+        sign = 1 if result.objectives[0].direction == "minimize" else -1
+        best, xs, ys = math.inf, [], []
+        for t, v, ok in zip(df["trial"], df[objs[0]], feas, strict=True):
+            if ok and v is not None and math.isfinite(v) and sign * v < best:
+                best = sign * v
+            if math.isfinite(best):
+                xs.append(t)
+                ys.append(sign * best)
+        ax.step(xs, ys, where="post", color="tab:blue", lw=1.2,
+                label="best feasible so far")
+        ax.set_title(f"convergence: {objs[0]} ({result.objectives[0].direction})", fontsize=9)
     c = result.candidates
     for _, r in c.iterrows():
         color = "tab:green" if r["recommended"] else "tab:red" if r["candidate"] == "current" \
