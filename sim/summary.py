@@ -89,13 +89,13 @@ def mean_ci(values: Sequence[float | None],
 
 def mean_ci_inf(values: Sequence[float | None],
                 bounds: tuple[float, float] = (0.0, math.inf)) -> dict[str, Any]:
-    """:func:`mean_ci` for values that may be ``+inf`` (not served): with any ``inf`` value
-    the mean and the CI's upper end are ``inf`` and its lower end undefined (``values``
-    keep the ``inf``; summary.json writes it as ``null``)."""
-    if not any(v is not None and v == math.inf for v in values):
-        return mean_ci(values, bounds)
-    clean = [None if v is None or math.isnan(v) else float(v) for v in values]
-    return {"mean": math.inf, "ci_low": None, "ci_high": math.inf, "values": clean}
+    """:func:`mean_ci` for a caller-perceived percentile, whose ``None`` replication value
+    means "infinite": with any, the mean and the CI are ``None`` too (infinite), never the
+    mean of the finite ones."""
+    out = mean_ci(values, bounds)
+    if any(v is None or not math.isfinite(v) for v in values):
+        out["mean"] = out["ci_low"] = out["ci_high"] = None
+    return out
 
 
 def summarize(outputs: Sequence[RunLike], warmup_s: float) -> dict[str, Any]:
@@ -156,13 +156,17 @@ _pct = percentile
 
 def percentile_served(x: np.ndarray, q: float) -> float | None:
     """:func:`percentile` of caller-perceived values: ``+inf`` (not served) is a value like
-    any other, so the p-th percentile is ``inf`` when more than ``100 - q`` % of the turns
-    were not served.  None if ``x`` is empty."""
+    any other, so the p-th percentile is infinite when more than ``100 - q`` % of the turns
+    were not served.  Summaries are plain JSON, so an infinite percentile is ``None``, as
+    is the percentile of no turn at all (``not_served_share`` tells them apart)."""
     x = x[~np.isnan(x)]
-    return float(np.percentile(x, q, method=PERCENTILE_METHOD)) if len(x) else None
+    if not len(x):
+        return None
+    v = float(np.percentile(x, q, method=PERCENTILE_METHOD))
+    return v if v < math.inf else None
 
 
-#: metrics whose replication values may be +inf (caller-perceived percentiles)
+#: caller-perceived percentiles: a replication's ``None`` means "infinite" (not served)
 INF_PREFIXES = (S.M_CALLER_TTFC_PREFIX, S.M_CALLER_COMPLETION_PREFIX)
 
 

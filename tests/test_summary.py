@@ -12,7 +12,6 @@ import pytest
 from scipy import stats
 
 from sim import schema as S
-from sim.results import jsonable
 from sim.runner import RunOutput, empty_output
 from sim.scenario import Scenario
 from sim.summary import mean_ci, metric, queue_metrics, summarize, t_quantile_975
@@ -180,10 +179,9 @@ def test_summary_shape_and_json(run: RunOutput) -> None:
     assert s["replications"] == 2 and s["schema_version"] == S.SCHEMA_VERSION
     m = metric(s, "success_rate")
     assert m["values"] == [0.75, 0.75] and m["ci_low"] == m["ci_high"] == 0.75
-    # summary.json is strict JSON: a caller-perceived inf is written as null
-    assert metric(s, "caller_completion_s.p99")["mean"] == math.inf
-    assert jsonable(s)["metrics"]["caller_completion_s.p99"]["mean"] is None
-    json.dumps(jsonable(s), allow_nan=False)
+    # plain JSON: an infinite caller-perceived percentile is null
+    assert metric(s, "caller_completion_s.p99")["mean"] is None
+    json.dumps(s, allow_nan=False)
     with pytest.raises(ValueError):
         summarize([], 0.0)
 
@@ -217,14 +215,15 @@ def test_caller_perceived_latency_counts_turns_not_served_as_inf(run: RunOutput)
     m = {k: v["mean"] for k, v in s.items()}
     assert m["completion_s.p99"] == 3.0
     assert m["caller_completion_s.p50"] == 2.0
-    assert m["caller_completion_s.p95"] == math.inf and m["caller_completion_s.p99"] == math.inf
-    assert m["caller_ttfc_s.p50"] == 0.5 and m["caller_ttfc_s.p99"] == math.inf
+    # infinite (more than 5 % / 1 % not served): null, as summary.json is plain JSON
+    assert m["caller_completion_s.p95"] is None and m["caller_completion_s.p99"] is None
+    assert m["caller_ttfc_s.p50"] == 0.5 and m["caller_ttfc_s.p99"] is None
     assert m["not_served_share"] == 0.25
-    assert s["caller_completion_s.p99"]["ci_high"] == math.inf
+    assert s["caller_completion_s.p99"]["values"] == [None]
 
 
 @pytest.mark.parametrize(("failed", "p99", "completed_p99"),
-                         [(0, 99.0, 99.0), (1, 99.0, 99.0), (2, math.inf, 98.0)])
+                         [(0, 99.0, 99.0), (1, 99.0, 99.0), (2, None, 98.0)])
 def test_caller_p99_is_inf_when_more_than_one_percent_are_not_served(
         failed: int, p99: float, completed_p99: float) -> None:
     """100 offered turns, completion 1..100 s in order, the last ``failed`` of them failed
@@ -243,7 +242,7 @@ def test_caller_p99_is_inf_when_more_than_one_percent_are_not_served(
     assert m["caller_completion_s.p50"] == 50.0
     assert m["not_served_share"] == failed / 100
     # the completed turn that never played a chunk (TTFC NaN) was not served a first chunk
-    assert m["caller_ttfc_s.p99"] == (0.1 if failed == 0 else math.inf)
+    assert m["caller_ttfc_s.p99"] == (0.1 if failed == 0 else None)  # None: infinite
     assert m["completion_s.p99"] == completed_p99  # blind to the failures
 
 
@@ -251,6 +250,7 @@ def test_mean_ci_inf_keeps_inf() -> None:
     from sim.summary import mean_ci_inf
 
     assert mean_ci_inf([1.0, 3.0])["mean"] == 2.0
-    r = mean_ci_inf([1.0, math.inf])
-    assert (r["mean"], r["ci_low"], r["ci_high"]) == (math.inf, None, math.inf)
-    assert r["values"] == [1.0, math.inf]
+    r = mean_ci_inf([1.0, None])  # one replication infinite: the mean is too
+    assert (r["mean"], r["ci_low"], r["ci_high"]) == (None, None, None)
+    assert r["values"] == [1.0, None]
+    assert mean_ci([1.0, None])["mean"] == 1.0  # (an ordinary metric: undefined is left out)
