@@ -290,8 +290,8 @@ class TuneResult:
                                     f"{_g(best[m + '.change'])} [{_g(best[m + '.diff_ci_low'])}, "
                                     f"{_g(best[m + '.diff_ci_high'])}], p = "
                                     f"{_g(best[m + '.p'])}")
-            why = ("; ".join(evidence) + " (Holm-corrected over all candidates)") \
-                if evidence else "no feasible trial"
+            why = ("; ".join(evidence) + " (p before the Holm correction over all "
+                   "candidates)") if evidence else "no feasible trial"
             return ("Keep the current settings: no candidate beat them significantly on "
                     f"fresh seeds without lowering success or breaking a constraint. {why}.")
         best = c[c["recommended"]].iloc[0]
