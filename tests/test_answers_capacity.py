@@ -140,8 +140,8 @@ def test_bracketing_doubles_so_a_far_answer_costs_logarithmically_many_runs():
     """Start at 1 worker for 25 Erlangs (the answer is near 30): doubling brackets it in
     1, 2, 4, 8, 16, 32 (6 runs) and bisection between 16 and 32 needs 4 more — 10 runs,
     where stepping up by one would need about 30."""
-    sc = MMC.with_overrides({"reasoner.workers": 1, "run.duration_s": 300.0,
-                             "run.warmup_s": 30.0, "run.drain_s": 60.0})
+    sc = MMC.with_overrides({"reasoner.workers": 1, "run.duration_s": 200.0,
+                             "run.warmup_s": 20.0, "run.drain_s": 30.0})
     res = find_capacity(sc, load_key="workload.calls_per_s", loads=[25.0],
                         knob=make_knob(sc, "reasoner.workers", 1, 64),
                         slos=[parse_slo("queue.p_wait<=0.5")], replications=2, root_seed=3)
