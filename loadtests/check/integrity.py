@@ -180,6 +180,9 @@ def rule_availability(f: RunFiles, outcome: pd.Series, indeterminate: np.ndarray
         return _rule(name, section, "gate", NOT_CHECKED, detail="--slo given: the SLOs decide")
     lim = float(f.gates.get("availability_min", AVAILABILITY_MIN))
     ok_n, n = _judged_turns(outcome, indeterminate)
+    if n == 0 and (outcome.to_numpy() == "cancelled").any():
+        return _rule(name, section, "gate", NOT_CHECKED,
+                     detail="every judged turn was cancelled by the caller (barge-in)")
     share = ok_n / n if n else 0.0
     passed = n > 0 and share >= lim
     return _rule(name, section, "gate", PASS if passed else FAIL, n - ok_n, (),

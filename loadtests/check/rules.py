@@ -452,7 +452,10 @@ def rule_echo(p: Prepared) -> RuleResult:
     echo = p.a["echo"]
     if echo.isna().all():
         return _not_checked("extension-echo", "no echo column in the attempts ledger")
-    answered = p.a["events"].fillna(0).to_numpy() > 0
+    http = pd.to_numeric(p.a["http_status"], errors="coerce")
+    accepted = (http.isna() | http.between(200, 299) | http.eq(101)).to_numpy()
+    # a refused request (401, 429, a refused upgrade ...) carries no echo by design
+    answered = (p.a["events"].fillna(0).to_numpy() > 0) & accepted
     bad = p.a[answered & echo.eq(False).to_numpy()]
     return _violation("extension-echo", len(bad), examples_of(bad["request_guid"][:5]),
                       f"{len(bad)} of {int(answered.sum())} answered attempts lacked the echo")
@@ -516,7 +519,8 @@ def indeterminate(p: Prepared, restarts: list[float], interrupted: bool = False
     if p.w is None:
         return out
     a = p.a
-    done = set(a.loc[a["outcome"].isin((*SUCCESS_OUTCOMES, "input-required")),
+    # completed as far as the caller knows: a real (not client-injected) attempt completed
+    done = set(a.loc[~a["inj"] & a["outcome"].isin((*SUCCESS_OUTCOMES, "input-required")),
                      "request_guid"].dropna())
     main = a.sort_values("inj", kind="stable").drop_duplicates("request_guid")
     main = main.set_index("request_guid")
