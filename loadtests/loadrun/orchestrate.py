@@ -32,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -271,7 +272,6 @@ def signals_interrupt() -> Any:
     """Within the block, SIGTERM and SIGHUP raise :class:`Interrupted` (SIGINT raises
     KeyboardInterrupt as always), so every process the run started is stopped and the run
     is marked ``interrupted``.  Only in the main thread (signal handlers live there)."""
-    import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -411,6 +411,7 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
     st: Stack | None = None
     marks: dict[str, float] = {}
     witness_url, witness_since = opts.witness_url, 0
+    stopping: threading.Thread | None = None
     try:
         if opts.target is None:
             _say(opts, "rtalab load: starting witness and Reasoner ...")
@@ -448,13 +449,15 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
         counts["ledger_complete"] = bool(gather.get("complete"))
         counts["locust_exit_code"] = rc
         write_json(led / "counts.json", counts)
-        if st is not None:
-            st.stop()
-            st = None
+        if st is not None:  # the servers stop while the tables and the verdict are made
+            stopping = threading.Thread(target=st.stop, name="rtalab-stop-servers")
+            stopping.start()
         marks["gathered"] = time.time()
         write_results(run_dir, sc, duration, warmup, opts.plots)
         marks["tables"] = time.time()
     except BaseException as e:
+        if stopping is not None:
+            stopping.join()
         interrupted = isinstance(e, KeyboardInterrupt)
         if interrupted and witness_url and (run_dir / "ledger" / "clock.json").exists():
             _save_partial_witness(run_dir, witness_url, witness_since)
@@ -466,6 +469,8 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             _say(opts, f"rtalab load: interrupted ({e or 'SIGINT'}); every process stopped; "
                        f"judge the partial ledger with: rtalab load summarize {run_dir}")
         raise
+    if stopping is not None:
+        stopping.join()
     verdict = judge(run_dir, meta, status="complete")
     marks["checked"] = time.time()
     write_report(run_dir)
