@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import locust.stats
 import numpy as np
 from gevent.pool import Group
 from locust import FastHttpUser, constant, events, task
@@ -37,7 +38,8 @@ from loadtests.live.ws import WsChannel
 from sim.scenario import load_scenario
 
 REPORT_WAIT_S = 3.5  # > Locust's worker report interval (3 s)
-CSV_WAIT_S = 1.3  # > Locust's CSV write interval (1 s)
+CSV_INTERVAL_S = 0.25  # Locust's CSV write interval (its default: 1 s)
+CSV_WAIT_S = 2 * CSV_INTERVAL_S  # past the next CSV write after the stop
 GATHER_TIMEOUT_S = 60.0
 SHIP_EVERY_S = 1.0
 
@@ -200,6 +202,7 @@ class Conductor:
         environment.runner.quit()
 
 
+locust.stats.CSV_STATS_INTERVAL_SEC = CSV_INTERVAL_S  # read by its writer at every write
 SETTINGS = LoadSettings.from_env()
 PROCESS = Process(SETTINGS)
 CONDUCTOR = Conductor(SETTINGS)
