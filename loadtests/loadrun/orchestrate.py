@@ -351,7 +351,8 @@ def server_turns_answered(metrics: dict[str, float]) -> float:
 
 
 def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: int | None,
-                comparable: bool, side_effects_comparable: bool = True) -> dict[str, Any]:
+                comparable: bool, side_effects_comparable: bool = True,
+                metrics_before: dict[str, float] | None = None) -> dict[str, Any]:
     """Ledger counts next to the server's /metrics and the witness (``ledger/counts.json``).
 
     ``comparable`` is False when chaos or crashes make the server see other requests
@@ -374,7 +375,8 @@ def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: i
                            "completed_side_effect_request_guids": len(se_guids)}
     if metrics is not None and any(k.startswith("rta_reasoner_turns_total{") for k in metrics):
         # only a server that exports the reference Reasoner's counter can be compared
-        out["server_turns_answered"] = server_turns_answered(metrics)
+        out["server_turns_answered"] = server_turns_answered(metrics) - (
+            server_turns_answered(metrics_before) if metrics_before else 0.0)
         out["server_matches"] = (out["server_turns_answered"] == len(ended)) if comparable \
             else None
     if witness_rows is not None:
@@ -404,8 +406,9 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
                                "crash_at": list(opts.crash_at), "duration_s": duration,
                                "slo": list(opts.slo)})
     start_run(run_dir, sc, meta)
-    (run_dir / "ledger").mkdir()
-    write_json(run_dir / "ledger" / "gates.json", {"slo": list(opts.slo),
+    led_dir = run_dir / "ledger"
+    led_dir.mkdir()
+    write_json(led_dir / "gates.json", {"slo": list(opts.slo),
                                                     "availability_min": AVAILABILITY_MIN})
     scenario_path = run_dir / "scenario.toml"
     st: Stack | None = None
@@ -428,6 +431,10 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             force_error_codes=opts.force_error_codes)
         _say(opts, f"rtalab load: {opts.binding} Live users, {opts.processes} process(es), "
                    f"{duration:g} s + drain ≤ {drain:g} s against {target}")
+        server_url = st.reasoner.url if st is not None and st.reasoner else target
+        # a server reused across runs counts from its start: this run's share is the difference
+        before = save_server_metrics(server_url, led_dir / "server_metrics_before.json") \
+            if opts.target else None
         rc = run_locust(opts, settings, target, run_dir, st, duration + drain + 180.0)
         marks["locust_end"] = time.time()
         led = run_dir / "ledger"
@@ -435,7 +442,6 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             tail = (run_dir / "logs" / "locust-master.log").read_text(
                 encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
             raise RunError(f"Locust did not start (exit {rc}; {run_dir / 'logs'}): {tail[0]}")
-        server_url = st.reasoner.url if st is not None and st.reasoner else target
         metrics = save_server_metrics(server_url, led / "server_metrics.json")
         witness_rows = None
         if witness_url:
@@ -444,7 +450,8 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             led / "gather.json").exists() else {"complete": False}
         counts = count_check(run_dir, metrics, witness_rows,
                              comparable=not opts.chaos and not opts.crash_at,
-                             side_effects_comparable=sc.load.barge_in_share == 0)
+                             side_effects_comparable=sc.load.barge_in_share == 0,
+                             metrics_before=before)
         counts["witness_since"] = witness_since
         counts["ledger_complete"] = bool(gather.get("complete"))
         counts["locust_exit_code"] = rc

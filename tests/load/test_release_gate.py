@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.procs import free_port, start_process, start_reasoner
+from loadtests.procs import free_port, start_process, start_reasoner, start_witness
 from tests.load.conftest import FAST, jsonl, load_run
 
 
@@ -53,6 +53,11 @@ def test_a_target_refusing_auth_fails_with_the_auth_rule_on_both_bindings(tmp_pa
     assert (run / "verdict.txt").read_text().startswith(f"verdict: FAIL ({', '.join(v['failed'])})")
     html = (run / "report.html").read_text(encoding="utf-8")
     assert 'class="fail">FAIL</span> (' + ", ".join(v["failed"]) in html
+    again = subprocess.run([sys.executable, "-m", "sim.cli", "check", str(run)],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1
+    assert again.stdout.startswith(f"verdict: FAIL ({', '.join(v['failed'])})")
+    assert _verdict(run)["failed"] == v["failed"]
 
 
 def test_a_server_that_never_asks_for_input_warns_and_records_what_was_sent(tmp_path: Path):
@@ -164,3 +169,30 @@ def test_sigterm_stops_every_process_and_marks_the_run_interrupted(tmp_path: Pat
     assert "was interrupted" in p.stdout and "verdict: INTERRUPTED" in p.stdout
     v = _verdict(run)
     assert v["verdict"] == "INTERRUPTED" and "incomplete" not in v["failed"]
+
+
+def test_a_witness_reused_across_runs_gives_no_false_unexpected(tmp_path: Path):
+    """Two runs against one deployment and one witness: the second run's checker reads only
+    its own part of the witness ledger."""
+    sc = tmp_path / "server.toml"
+    sc.write_text(FAST, encoding="utf-8")
+    runs = []
+    with start_witness(tmp_path / "w.sqlite") as witness, start_reasoner(
+            scenario=sc, witness=witness.url, dedup=f"sqlite:///{tmp_path / 'd.sqlite'}",
+            extra_args=["--token", "tok=carol"]) as reasoner:
+        for i in range(2):
+            (tmp_path / f"r{i}").mkdir()
+            p, run = load_run(tmp_path / f"r{i}", "--target", reasoner.url, "--token", "tok",
+                              "--witness", witness.url, "--duration", "1.5")
+            assert p.returncode == 0, p.stdout + p.stderr
+            runs.append(run)
+    first, second = (json.loads((r / "ledger" / "counts.json").read_text()) for r in runs)
+    assert first["witness_since"] == 0 and first["witness_rows"] > 0
+    assert second["witness_since"] == first["witness_rows"]  # ids 1..n belong to the first run
+    rows = jsonl(runs[1] / "ledger" / "witness.jsonl")
+    assert len(rows) == second["witness_rows"]
+    assert min(r["id"] for r in rows) > first["witness_rows"]
+    v = _verdict(runs[1])
+    assert v["verdict"] == "PASS"
+    # the server's counter, too, is this run's share (the difference over the run)
+    assert {r["name"]: r["status"] for r in v["rules"]}["server-ledger-agree"] == "pass"
