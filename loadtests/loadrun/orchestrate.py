@@ -49,6 +49,7 @@ from loadtests.procs import (
     free_port,
     start_reasoner,
     start_witness,
+    wait_ready,
 )
 from sim.results import collect_meta, finish_run, new_run_dir, start_run, write_json
 from sim.scenario import Scenario
@@ -126,7 +127,9 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
     st = Stack()
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
-    st.witness = start_witness(run_dir / "witness.sqlite", log_path=logs / "witness.log")
+    # the witness starts while the Reasoner does (both from this thread: see procs)
+    st.witness = start_witness(run_dir / "witness.sqlite", log_path=logs / "witness.log",
+                               wait=False)
     st.procs.append(st.witness)
     dedup = opts.dedup or f"sqlite:///{run_dir / 'dedup.sqlite'}"
     extra = ["--token", f"{TOKEN}={PRINCIPAL}", "--log-level", "warning"]
@@ -137,7 +140,12 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
     st.reasoner_args = dict(workers=opts.workers or 1, dedup=dedup, scenario=scenario_path,
                             witness=st.witness.url, extra_args=extra,
                             log_path=logs / "reasoner.log")
-    st.reasoner = start_reasoner(**st.reasoner_args)
+    try:
+        st.reasoner = start_reasoner(**st.reasoner_args)
+        wait_ready(st.witness, "/healthz")
+    except BaseException:
+        st.stop()
+        raise
     target = st.reasoner.url
     if opts.chaos:  # `rtalab chaos --listen ADDR --upstream URL --scenario FILE` (issue 10)
         if not _chaos_available():
