@@ -163,6 +163,7 @@ def test_sigterm_stops_every_process_and_marks_the_run_interrupted(tmp_path: Pat
     assert _ours(run) == []  # nothing the run started is left
     meta = json.loads((run / "meta.json").read_text(encoding="utf-8"))
     assert meta["status"] == "interrupted"
+    assert (run / "ledger" / "witness.jsonl").exists()  # this run's executions so far
     p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "summarize", str(run)],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1, p.stderr
