@@ -374,6 +374,7 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
     ok = judge(run_dir, counts)
     meta["verdict_ok"] = ok
     finish_run(run_dir, meta, "complete")
+    write_report(run_dir)  # after the final status: the report shows the finished run
     return run_dir, 0 if ok else EXIT_RULE_FAILED
 
 
@@ -393,13 +394,12 @@ def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: floa
 def judge(run_dir: Path, counts: dict[str, Any]) -> bool:
     """The run's verdict: ledger complete, counts consistent, and every checker rule passed
     (``loadtests.check.check_run`` writes ``verdict.json``/``verdict.txt``); then the run's
-    self-contained HTML report (``report.html``, the same as ``rtalab report RUN``)."""
+    ``report.html`` is written by the caller once the run's status is final."""
     from loadtests.check import check_run
 
     ok = bool(counts.get("ledger_complete")) and counts.get("server_matches") is not False \
         and counts.get("witness_matches") is not False
     verdict = check_run(run_dir)
-    write_report(run_dir)
     return ok and bool(verdict.ok)
 
 
@@ -424,7 +424,9 @@ def summarize_run(run_dir: Path) -> int:
     gather = json.loads((led / "gather.json").read_text(encoding="utf-8")) if (
         led / "gather.json").exists() else {}
     counts = {"ledger_complete": bool(gather.get("complete"))}
-    return 0 if judge(run_dir, counts) else EXIT_RULE_FAILED
+    ok = judge(run_dir, counts)
+    write_report(run_dir)
+    return 0 if ok else EXIT_RULE_FAILED
 
 
 def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
@@ -449,6 +451,8 @@ def _plots(run_dir: Path, sc: Scenario, out: Any) -> None:
     try:
         from sim.plots import plot_run
 
-        plot_run(run_dir, sc, out.turns, out.timeseries)
+        meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
+        plot_run(run_dir, sc, out.turns, out.timeseries, clock="real",
+                 crashes=[float(t) for t in meta.get("crash_at") or []])
     except Exception as e:  # a plot must never lose the run
         print(f"rtalab load: warning: plots not written: {e}", file=sys.stderr)
