@@ -28,6 +28,7 @@ from sim.config import ConfigError
 
 PROG = "rtalab"
 PLUGIN_GROUP = "rtalab.commands"
+CORE_COMMANDS = ("sim", "report", "compare", "results")
 EXIT_INTERRUPTED = 130
 
 
@@ -322,7 +323,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """``rtalab compare``: metrics of several run folders side by side, differences with CIs."""
     import datetime as dt
 
-    from sim.compare import compare_table, differing, plot_compare
+    from sim.compare import RunFolderError, compare_table, differing, plot_compare
 
     if len(args.runs) < 2:
         raise UsageError("compare needs at least two run folders")
@@ -335,37 +336,66 @@ def cmd_compare(args: argparse.Namespace) -> int:
             plot_compare(runs, png)
         except OSError as e:
             raise UsageError(f"cannot write {png}: {e.strerror or e}") from None
+        except RunFolderError as e:
+            raise UsageError(str(e)) from None
         print(f"plot: {png}", file=sys.stderr)
     if args.csv:
         sys.stdout.write(table.to_csv(index=False, lineterminator="\n"))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    out = Table(title="compare (differences vs run 0, Welch 95 % CI; "
-                      "≠ = significant after Holm over all metrics)",
-                title_justify="left", box=None, pad_edge=False)
-    out.add_column("metric")
-    for k, run in enumerate(runs):
-        out.add_column(f"[{k}] {run.label}", justify="right")
-        if k:
-            out.add_column(f"[{k}]−[0]", justify="right")
-    for name, rows in table.groupby("metric", sort=False):
-        if rows["mean"].isna().all():
-            continue
-        cells = [name]
-        for _, r in rows.iterrows():
-            cells.append(f"{_num(r['mean'])} [{_num(r['ci_low'])}, {_num(r['ci_high'])}]")
-            if r["run"]:
-                mark = " ≠" if r["differs"] is True else (" ·" if r["ci_excludes_0"] else "")
-                cells.append(f"{_num(r['diff'])} [{_num(r['diff_ci_low'])}, "
-                             f"{_num(r['diff_ci_high'])}]{mark}")
-        out.add_row(*cells)
-    Console(soft_wrap=True).print(out)
+    print_compare(table, runs)
     for k in range(1, len(runs)):
         flagged = differing(table, k)
         print(f"[{k}] vs [0]: {len(flagged)} metric(s) differ: {', '.join(flagged) or 'none'}")
     return 0
+
+
+COMPARE_FOOTER = ("means over replications; difference = run − [0] with Welch's 95 % CI; "
+                  "pp = percentage points; ≠ differs after Holm's correction over all metrics; "
+                  "· its CI excludes 0 but it is not significant after the correction; "
+                  "– not defined (e.g. one replication: no CI). All columns: --csv.")
+
+
+def print_compare(table: Any, runs: Sequence[Any], width: int | None = None) -> None:
+    """The comparison as a terminal table readable at 80 columns: labels with units, both
+    point estimates, the difference with its CI and a marker, and a footer saying what the
+    markers mean."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim.fmt import fmt_diff, fmt_value, metric_label
+
+    console = Console(width=width, soft_wrap=False)
+    for k, run in enumerate(runs):
+        console.print(f"[{k}] {run.label}", highlight=False, markup=False)
+    out = Table(box=None, pad_edge=False, show_edge=False)
+    out.add_column("metric", overflow="fold", ratio=3)
+    for k in range(len(runs)):
+        out.add_column(f"[{k}]", justify="right", no_wrap=True)
+        if k:
+            out.add_column(f"[{k}] − [0]", justify="right", overflow="fold")
+    for name, rows in table.groupby("metric", sort=False):
+        if rows["mean"].isna().all():
+            continue
+        cells = [metric_label(str(name))]
+        for _, r in rows.iterrows():
+            mean = None if r["mean"] != r["mean"] else r["mean"]
+            cells.append(fmt_value(mean, str(name)))
+            if r["run"]:
+                mark = " ≠" if r["differs"] is True else (" ·" if r["ci_excludes_0"] is True
+                                                          else "  ")
+                d = r["diff"]
+                if d != d or d is None:  # no replication values: the difference of the means
+                    m0 = rows.iloc[0]["mean"]
+                    d = (r["mean"] - m0) if (m0 == m0 and r["mean"] == r["mean"]) else None
+                cells.append(fmt_diff(d, _nan_none(r["diff_ci_low"]),
+                                      _nan_none(r["diff_ci_high"]), str(name)) + mark)
+        out.add_row(*cells)
+    console.print(out)
+    console.print(COMPARE_FOOTER, highlight=False, markup=False)
+
+
+def _nan_none(v: Any) -> Any:
+    return None if v is None or (isinstance(v, float) and v != v) else v
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -378,7 +408,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = args.out or Path("results") / (
         dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-report.html")
     try:
-        html = render_report(args.paths)
+        html = render_report(args.paths, progress=not args.quiet)
     except RunFolderError as e:
         raise UsageError(str(e)) from None
     try:
@@ -386,7 +416,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         out.write_text(html, encoding="utf-8")
     except OSError as e:
         raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
-    print(out)
+    if args.quiet:
+        print(out)
+    else:
+        print(f"report: {out} (one self-contained file; open it in a browser)")
     return 0
 
 
@@ -411,6 +444,8 @@ def add_results_parsers(subparsers: Any) -> None:
                      help="run folders and/or sweep folders")
     rep.add_argument("--out", type=Path, metavar="FILE.html",
                      help="output file (default: results/<UTC time>-report.html)")
+    rep.add_argument("--quiet", "-q", action="store_true",
+                     help="no progress line; print only the report's path")
     rep.set_defaults(func=cmd_report)
 
 
@@ -540,7 +575,8 @@ def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dic
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_sim_parser(sub)
     add_results_parsers(sub)
-    failed = {} if _first_command(argv) == "sim" else load_plugins(sub)
+    # the core commands need no plugin: skip their imports (they cost ~0.2 s)
+    failed = {} if _first_command(argv) in CORE_COMMANDS else load_plugins(sub)
     return parser, failed
 
 

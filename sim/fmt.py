@@ -119,7 +119,7 @@ def fmt_value(v: Any, name: str = "", *, unit_text: bool = True) -> str:
             return f"{x / 2**20:.2f} MiB"
         return f"{x / 1024:.1f} KiB" if x >= 1024 else f"{x:.0f} B"
     if u in ("turns", "calls", "entries") and x == int(x):
-        return f"{x:,.0f}"
+        return f"{x:,.0f}".replace("-", "−")
     return plain(x)
 
 
@@ -137,3 +137,28 @@ def fmt_ci(mean: Any, lo: Any, hi: Any, name: str = "") -> str:
     if u == "bytes":
         return f"{fmt_value(mean, name)} [{fmt_value(lo, name)}, {fmt_value(hi, name)}]"
     return f"{parts[0]} [{parts[1]}, {parts[2]}]{tail}"
+
+
+def fmt_diff(d: Any, lo: Any, hi: Any, name: str = "") -> str:
+    """A difference ``d [lo, hi]`` with a sign; shares in percentage points (pp)."""
+    def one(x: Any) -> str:
+        if x is None or (isinstance(x, float) and not math.isfinite(x)):
+            return "–"
+        x = float(x)
+        u = unit(name)
+        if u in ("share", "probability"):
+            text = plain(x * 100, 3)
+        elif u == "s" and all(v is None or abs(float(v)) < 1 for v in (d, lo, hi)):
+            text = plain(x * 1000, 3)
+        else:
+            text = fmt_value(x, name, unit_text=False) if u != "bytes" else fmt_value(x, name)
+        return "+" + text if x > 0 and not text.startswith(("<", ">")) else text
+
+    u = unit(name)
+    tail = {"share": " pp", "probability": " pp"}.get(u, "")
+    if u == "s":
+        tail = " ms" if all(v is None or abs(float(v)) < 1 for v in (d, lo, hi)) else " s"
+    if all(v is None or (isinstance(v, float) and math.isnan(v))
+           for v in (lo, hi)):
+        return one(d) + tail
+    return f"{one(d)} [{one(lo)}, {one(hi)}]{tail}"

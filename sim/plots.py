@@ -221,10 +221,10 @@ def barge_in_spikes(turns: pd.DataFrame | None, z: float = 3.0, min_count: int =
     cancelled = turns[turns[S.OUTCOME].astype(str).to_numpy() == "cancelled"]
     if not len(cancelled):
         return []
-    ends = cancelled[S.START_S].to_numpy(dtype=float)
-    ends = ends[np.isfinite(ends)]
+    starts = cancelled[S.START_S].to_numpy(dtype=float)  # the turns' start: where they pile up
+    starts = starts[np.isfinite(starts)]
     horizon = int(np.nanmax(turns[S.START_S].to_numpy(dtype=float))) + 1
-    counts = np.bincount(np.floor(ends).astype(int).clip(0), minlength=horizon)
+    counts = np.bincount(np.floor(starts).astype(int).clip(0), minlength=horizon)
     limit = max(float(min_count), counts.mean() + z * counts.std())
     return [float(t) for t in np.flatnonzero(counts >= limit)]
 
@@ -233,6 +233,46 @@ def _has_data(ts: pd.DataFrame, cols: Sequence[str]) -> bool:
     """True when any of ``cols`` has a finite value in the time series."""
     return any(c in ts.columns and bool(np.isfinite(ts[c].to_numpy(dtype=float)).any())
                for c in cols)
+
+
+# (title, y unit, [(column, label, smoothed, step)]) of the time-series panels
+TIMESERIES_PANELS: Sequence[tuple[str, str, list[tuple[str, str, bool, bool]]]] = (
+    ("Offered load and server work", "per second", [
+        (S.OFFERED_TURNS_PER_S, "offered turns/s", True, False),
+        (S.ATTEMPTS_PER_S, "attempts sent/s", True, False),
+        (S.SERVER_EXECUTIONS_PER_S, "server executions/s", True, False),
+    ]),
+    ("In flight", "count", [
+        (S.TURNS_IN_PROGRESS, "turns in progress (Live)", False, False),
+        (S.SERVER_IN_FLIGHT, "requests in the Reasoner", False, False),
+    ]),
+    ("Reasoner workers", "workers", [
+        (S.BUSY_WORKERS, "busy workers", False, False),
+        (S.WORKER_CAPACITY, "worker capacity", False, True),
+    ]),
+    ("Reasoner queue length", "waiting turns", [
+        (S.QUEUE_LENGTH, "queue length", False, False),
+    ]),
+    ("Retries", "per second", [
+        (S.RETRIES_PER_S, "retries/s", True, False),
+        (S.FAILED_TURNS_PER_S, "failed turns/s", True, False),
+    ]),
+    ("Goodput", "turns per second", [
+        (S.COMPLETED_TURNS_PER_S, "completed turns/s", True, False),
+        (S.OFFERED_TURNS_PER_S, "offered turns/s", True, False),
+    ]),
+    ("Dedup store size", "entries", [
+        (S.DEDUP_ENTRIES, "entries", False, False),
+    ]),
+)
+
+
+def timeseries_panels(ts: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """Titles of the time-series panels with data in ``ts`` and of those without any."""
+    shown, empty = [], []
+    for title, _, lines in TIMESERIES_PANELS:
+        (shown if _has_data(ts, [c for c, *_ in lines]) else empty).append(title)
+    return shown, empty
 
 
 def plot_timeseries(ts: pd.DataFrame, scenario: Scenario, path: Path, *,
@@ -246,37 +286,8 @@ def plot_timeseries(ts: pd.DataFrame, scenario: Scenario, path: Path, *,
     (a load run sees no Reasoner workers, queue or dedup store) are left out, and the figure
     says which.
     """
-    panels: Sequence[tuple[str, str, list[tuple[str, str, bool, bool]]]] = [
-        ("Offered load and server work", "per second", [
-            (S.OFFERED_TURNS_PER_S, "offered turns/s", True, False),
-            (S.ATTEMPTS_PER_S, "attempts sent/s", True, False),
-            (S.SERVER_EXECUTIONS_PER_S, "server executions/s", True, False),
-        ]),
-        ("In flight", "count", [
-            (S.TURNS_IN_PROGRESS, "turns in progress (Live)", False, False),
-            (S.SERVER_IN_FLIGHT, "requests in the Reasoner", False, False),
-        ]),
-        ("Reasoner workers", "workers", [
-            (S.BUSY_WORKERS, "busy workers", False, False),
-            (S.WORKER_CAPACITY, "worker capacity", False, True),
-        ]),
-        ("Reasoner queue length", "waiting turns", [
-            (S.QUEUE_LENGTH, "queue length", False, False),
-        ]),
-        ("Retries", "per second", [
-            (S.RETRIES_PER_S, "retries/s", True, False),
-            (S.FAILED_TURNS_PER_S, "failed turns/s", True, False),
-        ]),
-        ("Goodput", "turns per second", [
-            (S.COMPLETED_TURNS_PER_S, "completed turns/s", True, False),
-            (S.OFFERED_TURNS_PER_S, "offered turns/s", True, False),
-        ]),
-        ("Dedup store size", "entries", [
-            (S.DEDUP_ENTRIES, "entries", False, False),
-        ]),
-    ]
-    empty = [title for title, _, lines in panels if not _has_data(ts, [c for c, *_ in lines])]
-    panels = [p for p in panels if p[0] not in empty] or list(panels[:1])
+    shown, empty = timeseries_panels(ts)
+    panels = [p for p in TIMESERIES_PANELS if p[0] in shown] or list(TIMESERIES_PANELS[:1])
     fig, axes = plt.subplots(len(panels), 1, figsize=(13, 1.9 * len(panels) + 1.6),
                              sharex=True, constrained_layout=True, squeeze=False)
     axes = axes[:, 0]

@@ -22,12 +22,13 @@ import io
 import json
 import math
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.compare import RunFolder, RunFolderError, compare_table, load_run
+from sim.compare import RunFolder, RunFolderError, compare_table, load_run, read_parquet
 from sim.fmt import fmt_ci, fmt_value, metric_label, plain
 from sim.summary import metric_rows, unit
 
@@ -35,6 +36,7 @@ TEMPLATE = "report.html.j2"
 KINDS = ("run", "load", "sweep", "capacity", "tune", "storm")
 FIG_DPI = 100
 MAX_SWEEP_FIGURES = 6  # differing metrics drawn in the sweep's main figure
+ANSWER_ROWS = 10  # rows of a sweep's answer table (the rest in a full table below)
 TEST_TEXT = ("Welch's ANOVA over the replications of each point, false discovery rate 5 % "
              "over all metrics")
 KEY_SWEEP_METRICS = ("success_rate", "completion_s.p99", "load_amplification",
@@ -84,16 +86,6 @@ def _csv(path: Path) -> list[dict[str, str]]:
         raise RunFolderError(f"{path}: cannot read: {e}") from None
 
 
-def _parquet(path: Path) -> Any:
-    import pandas as pd
-
-    try:
-        return pd.read_parquet(path)
-    except Exception as e:  # pyarrow raises many types for a damaged file
-        raise RunFolderError(f"{path}: not a readable Parquet file "
-                             f"({type(e).__name__})") from None
-
-
 def _text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8") if path.is_file() else ""
@@ -116,7 +108,8 @@ def _png(fig: Any) -> str:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=FIG_DPI)
+    # fast zlib level: a report's PNGs are a little larger, rendered about twice as fast
+    fig.savefig(buf, format="png", dpi=FIG_DPI, pil_kwargs={"compress_level": 1})
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
@@ -294,24 +287,40 @@ def sweep_differences(table: Any, point_metrics: Sequence[dict[str, Any]]
     replication values of every point, Benjamini–Hochberg over all metrics (false discovery
     rate 5 %: a sweep is a screen of many metrics; Holm would hide large effects at two or
     three replications).  Rows sorted by p-value: metric, p, lowest and highest point."""
+    import numpy as np
+
     from sim.stats import benjamini_hochberg, welch_anova
 
+    points = table["point"].to_numpy()
+    means = table["mean"].to_numpy(dtype=float)
     tested = []
-    for metric, rows in table.groupby("metric", sort=False):
+    for metric, idx in _metric_index(table).items():
         groups = [(point_metrics[int(i)].get(metric) or {}).get("values") or []
-                  if int(i) < len(point_metrics) else [] for i in rows["point"]]
+                  if int(i) < len(point_metrics) else [] for i in points[idx]]
         p = welch_anova(groups)
         if p is not None and not math.isnan(p):
-            tested.append((str(metric), p, rows))
+            tested.append((metric, p, idx))
     rejected = benjamini_hochberg([p for _, p, _ in tested])
     out = []
-    for (metric, p, rows), r in zip(tested, rejected, strict=True):
-        if not r:
+    for (metric, p, idx), r in zip(tested, rejected, strict=True):
+        m = means[idx]
+        if not r or not np.isfinite(m).any():
             continue
-        means = rows.dropna(subset=["mean"])
-        lo, hi = means.loc[means["mean"].idxmin()], means.loc[means["mean"].idxmax()]
-        out.append({"metric": metric, "p": p, "low": lo, "high": hi})
+        lo, hi = idx[int(np.nanargmin(m))], idx[int(np.nanargmax(m))]
+        out.append({"metric": metric, "p": p, "low": table.iloc[lo], "high": table.iloc[hi]})
     return sorted(out, key=lambda d: d["p"])
+
+
+def _metric_index(table: Any) -> dict[str, Any]:
+    """Row positions of each metric in the tidy table, in first-seen order (cheap: no
+    per-group DataFrames)."""
+    import numpy as np
+
+    names = table["metric"].to_numpy()
+    order: dict[str, list[int]] = {}
+    for i, n in enumerate(names):
+        order.setdefault(str(n), []).append(i)
+    return {k: np.asarray(v) for k, v in order.items()}
 
 
 def _xaxis(table: Any, grid_keys: Sequence[str]) -> tuple[str, list[str], list[Any], dict,
@@ -345,8 +354,11 @@ def sweep_figures(table: Any, grid_keys: Sequence[str], metrics: Sequence[str]
     integer_x = numeric and all(float(v).is_integer() for v in xs)
     ncols = 2 if len(metrics) > 1 else 1
     nrows = math.ceil(len(metrics) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(6.2 * ncols, 3.9 * nrows),
-                             constrained_layout=True, squeeze=False)
+    # a fixed layout (no constrained layout: it draws the figure twice)
+    height = 3.9 * nrows
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.2 * ncols, height), squeeze=False)
+    fig.subplots_adjust(left=0.08 if ncols == 2 else 0.12, right=0.98, bottom=0.55 / height,
+                        top=1 - 0.35 / height, wspace=0.22, hspace=0.55 * 3.9 / 3.9)
     cmap = plt.get_cmap("tab10")
     for ax in axes.flat[len(metrics):]:
         ax.set_visible(False)
@@ -427,20 +439,24 @@ def svg_sparkline(xs: Sequence[float], ys: Sequence[float | None], title: str,
 
 
 def _sweep_appendix(table: Any, grid_keys: Sequence[str]) -> list[dict[str, str]]:
-    xkey, others, _, pos, _ = _xaxis(table, grid_keys)
+    import numpy as np
+
+    xkey, _, _, pos, _ = _xaxis(table, grid_keys)
+    xcol = table[xkey].to_numpy()
+    means = table["mean"].to_numpy(dtype=float)
     out = []
-    for metric, rows in table.groupby("metric", sort=False):
-        if rows["mean"].isna().all():
+    for metric, idx in _metric_index(table).items():
+        m = means[idx]
+        if not np.isfinite(m).any():
             continue
-        if others:  # several lines per metric: the mean over the other keys
-            rows = rows.groupby(xkey, as_index=False)["mean"].mean()
-        rows = rows.sort_values(xkey, key=lambda s: s.map(pos))
-        x = [pos[v] for v in rows[xkey]]
-        labels = [str(v) for v in rows[xkey]]
-        title = metric_label(str(metric))
+        by_x: dict[Any, list[float]] = {}  # several points per x: the mean over the others
+        for xv, v in zip(xcol[idx], m, strict=True):
+            by_x.setdefault(xv, []).append(v)
+        xs = sorted(by_x, key=lambda v: pos[v])
+        ys = [float(np.nanmean(by_x[v])) if np.isfinite(by_x[v]).any() else None for v in xs]
         out.append({"caption": f"{metric} vs {xkey}", "data": "",
-                    "svg": svg_sparkline(x, [_num(v) for v in rows["mean"]], title,
-                                         labels or [""])})
+                    "svg": svg_sparkline([pos[v] for v in xs], ys, metric_label(metric),
+                                         [str(v) for v in xs] or [""])})
     return out
 
 
@@ -451,7 +467,7 @@ def _sweep_section(path: Path, kind: str = "sweep") -> dict[str, Any]:
     if not (path / SWEEP_PARQUET).is_file():
         raise RunFolderError(f"{path}: the sweep has not finished (no {SWEEP_PARQUET}); "
                              "rerun it into the same folder")
-    table = _parquet(path / SWEEP_PARQUET)
+    table = read_parquet(path / SWEEP_PARQUET)
     missing = [c for c in TABLE_COLUMNS if c not in table.columns]
     if missing:
         raise RunFolderError(f"{path / SWEEP_PARQUET}: not a sweep table (no column "
@@ -462,6 +478,7 @@ def _sweep_section(path: Path, kind: str = "sweep") -> dict[str, Any]:
     diffs = sweep_differences(table, point_metrics)
     reps = spec.get("replications")
     answer: dict[str, Any] = {"status": "info", "lines": [], "table": None}
+    extra_tables: list[dict[str, Any]] = []
     if isinstance(reps, int) and reps < 2:
         answer["headline"] = ("One replication per point: no test of differences is possible; "
                               "rerun with --replications 2 or more.")
@@ -475,13 +492,18 @@ def _sweep_section(path: Path, kind: str = "sweep") -> dict[str, Any]:
         def where(row: Any) -> str:
             return ", ".join(f"{k}={row[k]}" for k in grid_keys) or f"point {row['point']}"
 
+        diff_rows = [[metric_label(d["metric"]), f"{fmt_value(d['low']['mean'], d['metric'])} "
+                      f"({where(d['low'])})", f"{fmt_value(d['high']['mean'], d['metric'])} "
+                      f"({where(d['high'])})", "< 0.0001" if d["p"] < 1e-4 else plain(d["p"], 2)]
+                     for d in sorted(diffs, key=lambda d: d["metric"] not in KEY_SWEEP_METRICS)]
+        headers = ["metric", "lowest (where)", "highest (where)", "p-value"]
         answer["table"] = _table(
-            "Metrics that differ between points", ["metric", "lowest (where)",
-                                                   "highest (where)", "p-value"],
-            [[metric_label(d["metric"]), f"{fmt_value(d['low']['mean'], d['metric'])} "
-              f"({where(d['low'])})", f"{fmt_value(d['high']['mean'], d['metric'])} "
-              f"({where(d['high'])})", "< 0.0001" if d["p"] < 1e-4 else plain(d["p"], 2)]
-             for d in diffs])
+            "Metrics that differ between points" + (
+                f" (the first {ANSWER_ROWS}; all {len(diffs)} below)"
+                if len(diffs) > ANSWER_ROWS else ""), headers, diff_rows[:ANSWER_ROWS])
+        if len(diffs) > ANSWER_ROWS:
+            extra_tables.append(_table(f"All {len(diffs)} metrics that differ between points",
+                                       headers, diff_rows))
     ranked = sorted(diffs, key=lambda d: d["metric"] not in KEY_SWEEP_METRICS)  # stable
     shown = [d["metric"] for d in ranked[:MAX_SWEEP_FIGURES]]
     notes = []
@@ -516,7 +538,7 @@ def _sweep_section(path: Path, kind: str = "sweep") -> dict[str, Any]:
                     ("grid keys", ", ".join(grid_keys) or "—"), ("command", meta.get("command")),
                     ("tidy table", path / "sweep.csv")])
     return _section(kind, path.name, path, facts=facts, answer=answer, figures=figures,
-                    notes=notes, tables=[points],
+                    notes=notes, tables=[points, *extra_tables],
                     appendix=_sweep_appendix(table, grid_keys),
                     toml=_text(path / "scenario.toml"))
 
@@ -704,21 +726,33 @@ def section(path: Path) -> tuple[dict[str, Any], RunFolder | None]:
 def render_report(paths: Sequence[str | Path], progress: bool = False) -> str:
     """The HTML text of a report on ``paths`` (any folder kinds rtalab writes).
 
-    With ``progress``, a line on stderr when rendering has taken more than a second."""
+    With ``progress``, a line on stderr once rendering has taken a second, and the time
+    taken at the end."""
+    import sys
+
+    if not paths:
+        raise RunFolderError("report needs at least one folder")
+    t0 = time.perf_counter()
+    timer = threading.Timer(1.0, lambda: print(
+        f"rtalab report: rendering {len(paths)} folder(s) ...", file=sys.stderr, flush=True))
+    timer.daemon = True
+    if progress:
+        timer.start()
+    try:
+        return _render(paths, t0, progress)
+    finally:
+        timer.cancel()
+
+
+def _render(paths: Sequence[str | Path], t0: float, progress: bool) -> str:
     import sys
 
     import jinja2
 
     from sim.results import package_versions
 
-    if not paths:
-        raise RunFolderError("report needs at least one folder")
-    t0 = time.perf_counter()
     sections, runs = [], []
-    for i, p in enumerate(map(Path, paths)):
-        if progress and time.perf_counter() - t0 > 1.0:
-            print(f"rtalab report: {i}/{len(paths)} folders, {time.perf_counter() - t0:.1f} s",
-                  file=sys.stderr, flush=True)
+    for p in map(Path, paths):
         try:
             s, run = section(p)
         except (KeyError, TypeError, AttributeError, IndexError) as e:

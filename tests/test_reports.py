@@ -1,0 +1,390 @@
+"""Reports people read (issue 18): every folder kind opens with its answer, checked in a real
+browser; numbers and labels for people; corrupt inputs give one line; a 50-point sweep
+report renders fast.
+
+One module builds one small folder of every kind rtalab writes (shared by its tests) and
+opens all six reports in one headless Chromium session.
+"""
+
+from __future__ import annotations
+
+import csv
+import html as html_lib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim import cli
+from sim.fmt import fmt_ci, fmt_diff, fmt_value, metric_label, plain
+from sim.report import folder_kind, render_report, svg_sparkline
+from sim.stats import benjamini_hochberg, welch_anova
+from tests import browser
+from tests.load.conftest import FAST
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["run.duration_s=60", "run.warmup_s=10", "run.drain_s=10"]
+MMC = ["workload.turns_per_call=1", "workload.side_effect_share=0.0",
+       "workload.handoff_share=0.0", "reasoner.errors={}", "live.retry.max_attempts=1",
+       "live.timeouts.turn_response_s=0.0", "reasoner.reasoning_time_s=1.0",
+       "run.duration_s=200", "run.warmup_s=20"]
+
+
+def rtalab(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="80")
+    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def one_line_exit_2(p: subprocess.CompletedProcess[str]) -> str:
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "Traceback" not in p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rtalab: "), p.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One small folder of each kind: run, sweep, capacity, tune, storm, load."""
+    tmp = tmp_path_factory.mktemp("kinds")
+    out: dict[str, Path] = {}
+    assert cli.main(["sim", "run", "baseline", "--set", *TINY, "workload.barge_in_share=0.3",
+                     "--replications", "2", "--out", str(tmp / "runs"), "-q"]) == 0
+    out["run"] = next((tmp / "runs").iterdir())
+    assert cli.main(["sim", "sweep", "baseline", "--set", *TINY, "--grid",
+                     "reasoner.workers=2,8", "--replications", "3", "--processes", "1",
+                     "--no-plots", "--out", str(tmp / "sweep"), "-q"]) == 0
+    out["sweep"] = tmp / "sweep"
+    assert cli.main(["sim", "capacity", "baseline", "--set", *MMC, "--load",
+                     "workload.calls_per_s=0.5,1", "--knob", "reasoner.workers", "--range",
+                     "1:8", "--slo", "p_wait<=0.5", "--replications", "2", "--processes", "1",
+                     "--out", str(tmp / "cap"), "-q"]) == 0
+    out["capacity"] = tmp / "cap"
+    space = tmp / "space.toml"
+    space.write_text('[tune]\n"live.timeouts.turn_response_s" = { low = 1.0, high = 3.0 }\n')
+    assert cli.main(["sim", "tune", "baseline", "--set", *TINY, "--minimize",
+                     "turn_completion_p99_s", "--constraint", "success_rate>=0.9", "--trials",
+                     "2", "--space", str(space), "--replications", "2", "--top", "1",
+                     "--processes", "1", "--out", str(tmp / "tune"), "-q"]) == 0
+    out["tune"] = tmp / "tune"
+    assert cli.main(["sim", "storm", "retry_storm", "--strategies", "exponential,breaker",
+                     "--replications", "1", "--processes", "1", "--out", str(tmp / "storm"),
+                     "-q"]) == 0
+    out["storm"] = tmp / "storm"
+    sc = tmp / "load.toml"
+    sc.write_text(FAST, encoding="utf-8")
+    p = rtalab("load", "run", str(sc), "--out", str(tmp / "load"), "--quiet", timeout=150)
+    assert p.returncode == 0, p.stderr
+    out["load"] = next((tmp / "load").glob("*-load-*"))
+    return out
+
+
+# --------------------------------------------------------------------------- the answer first
+
+
+class _Outline(HTMLParser):
+    """The order of answer blocks and figures (img / svg outside the appendix) per section."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[str] = []
+        self.depth_details = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "section":
+            self.events.append("section")
+        elif tag == "details":
+            self.depth_details += 1
+        elif tag == "div" and a.get("data-role") == "answer":
+            self.events.append("answer")
+        elif tag in ("img", "svg") and not self.depth_details:
+            self.events.append("figure")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "details":
+            self.depth_details -= 1
+
+
+def _answer_text(html: str) -> str:
+    m = re.search(r'<div class="answer [a-z]*" data-role="answer">(.*?)</div>\s*(?:<p class|'
+                  r'<figure|<h4|<div class="scroll"|<details)', html, re.S)
+    assert m, "no answer block"
+    return html_lib.unescape(re.sub(r"<[^>]+>", " ", m.group(1)))
+
+
+def test_folder_kinds_are_recognised(folders: dict[str, Path]) -> None:
+    assert {k: folder_kind(p) for k, p in folders.items()} == {
+        "run": "run", "sweep": "sweep", "capacity": "capacity", "tune": "tune",
+        "storm": "storm", "load": "load"}
+
+
+def test_every_report_opens_with_its_answer(folders: dict[str, Path]) -> None:
+    for kind, path in folders.items():
+        html = render_report([path])
+        outline = _Outline()
+        outline.feed(html)
+        first = [e for e in outline.events if e != "section"]
+        assert first[0] == "answer", (kind, outline.events[:5])
+        assert "http://" not in html and "https://" not in html
+        text = _answer_text(html)
+        if kind == "run":
+            assert "turns after the warm-up" in text and "completed" in text
+        elif kind == "load":
+            assert "PASS: every rule holds" in text
+            for rule in json.loads((path / "verdict.json").read_text())["rules"]:
+                assert rule["name"] in text  # one row per rule
+        elif kind == "sweep":
+            # workers 2 vs 8 at 2 calls/s: the success rate differs, and says where
+            assert "differ significantly" in text and "completed turns (success rate)" in text
+            assert "reasoner.workers=2" in text and "reasoner.workers=8" in text
+        elif kind == "capacity":
+            sentence = (path / "answer.txt").read_text().splitlines()[0]
+            assert sentence.split(" (")[0] in text
+            assert "required value" in text
+        elif kind == "tune":
+            assert (path / "answer.txt").read_text().splitlines()[0][:40] in text
+            assert "current" in text  # the evidence: today's settings re-run
+        elif kind == "storm":
+            rows = list(csv.DictReader((path / "storm.csv").open()))
+            assert {r["strategy"] for r in rows} == {"exponential", "breaker"}
+            assert "1 of 2 strategies recovered" in text
+            assert "recovered: breaker" in text and "metastable: exponential" in text
+
+
+def test_load_report_is_written_after_the_final_status(folders: dict[str, Path]) -> None:
+    html = (folders["load"] / "report.html").read_text(encoding="utf-8")
+    assert json.loads((folders["load"] / "meta.json").read_text())["status"] == "complete"
+    assert "<td>status</td><td>complete</td>" in html and "running" not in html
+    assert "handoff wait" in html  # why Locust's TURN time differs from rtalab's completion
+
+
+def test_load_timeline_says_real_time_and_omits_empty_panels(folders: dict[str, Path]) -> None:
+    from sim.plots import CLOCK_LABELS, timeseries_panels
+
+    ts = pd.read_parquet(folders["load"] / "timeseries.parquet")
+    shown, empty = timeseries_panels(ts)
+    # a load run cannot see the Reasoner's workers, queue or dedup store
+    assert empty == ["Reasoner workers", "Reasoner queue length", "Dedup store size"]
+    assert "Goodput" in shown
+    sim_ts = pd.read_parquet(folders["run"] / "timeseries.parquet")
+    assert timeseries_panels(sim_ts)[1] == []
+    assert "real" in CLOCK_LABELS["real"] and "simulated" in CLOCK_LABELS["simulated"]
+
+
+def test_barge_in_spikes_are_found_where_they_are() -> None:
+    from sim.plots import barge_in_spikes
+
+    rng = np.random.default_rng(5)
+    start = rng.uniform(0, 100, 2000)
+    outcome = np.where(rng.uniform(size=2000) < 0.01, "cancelled", "completed").astype(object)
+    spike = np.full(30, 42.5)  # 30 barge-ins in second 42
+    turns = pd.DataFrame({"start_s": np.concatenate([start, spike]),
+                          "outcome": np.concatenate([outcome, ["cancelled"] * 30])})
+    assert barge_in_spikes(turns) == [42.0]
+    assert barge_in_spikes(turns.iloc[:2000]) == []  # background barge-ins are no spike
+    assert barge_in_spikes(turns.assign(outcome="completed")) == []
+
+
+# --------------------------------------------------------------------------- in a browser
+
+
+@pytest.mark.skipif(browser.available() is not None, reason=str(browser.available()))
+def test_reports_in_headless_chromium(folders: dict[str, Path], tmp_path: Path) -> None:
+    files = []
+    for kind, path in folders.items():
+        f = tmp_path / f"{kind}.html"
+        f.write_text(render_report([path]), encoding="utf-8")
+        files.append(f)
+    facts = browser.inspect_pages(files, tmp_path)
+    for f in files:
+        page = facts[str(f)]
+        assert page["console_errors"] == [], (f.name, page["console_errors"])
+        assert page["images"] >= 1 and page["broken"] == [], (f.name, page)
+        assert page["scrollWidth"] <= browser.WIDTH, (f.name, page["scrollWidth"])
+        assert page["answers"] == page["sections"] == 1
+        assert page["answerTop"] < page["firstFigureTop"], (f.name, page)
+
+
+# --------------------------------------------------------------------------- people's numbers
+
+
+def test_numbers_and_labels_for_people() -> None:
+    assert metric_label("completion_s.p99") == "turn completion p99 (s)"
+    assert metric_label("failed_by_reason.attempts-exhausted") == \
+        "failed: attempts-exhausted (%)"
+    assert metric_label("success_rate") == "completed turns (success rate) (%)"
+    assert fmt_value(0.9999, "success_rate") == "99.99 %"
+    assert fmt_value(1.0, "success_rate") == "100 %"
+    assert fmt_value(0.0345, "completion_s.p99") == "34.5 ms"
+    assert fmt_value(2.5, "completion_s.p99") == "2.5 s"
+    assert fmt_value(3 * 2**20, "dedup.peak_bytes") == "3.00 MiB"
+    assert fmt_value(1234567.0) == "1,234,567"
+    assert fmt_value(0.00012346) == "0.0001235"
+    assert fmt_value(3e-7) == "< 0.0001"
+    assert fmt_value(None) == "–"
+    assert plain(-97.0) == "−97"
+    assert fmt_ci(0.5, 0.4, 0.6, "completion_s.p99") == "500 [400, 600] ms"
+    assert fmt_diff(-0.92, -1.38, -0.461, "success_rate") == "−92 [−138, −46.1] pp"
+    assert fmt_diff(0.067, None, None, "attempts_per_turn") == "+0.067"
+
+
+def test_compare_at_80_columns_shows_both_estimates_and_explains_markers(
+        folders: dict[str, Path]) -> None:
+    p = rtalab("compare", str(folders["run"]), str(folders["load"]), "--no-plot")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "e-0" not in p.stdout and "e+0" not in p.stdout  # no scientific notation
+    assert "failed_by_reason" not in p.stdout and "ttfc_s" not in p.stdout  # no raw keys
+    row = next(line for line in lines if line.startswith("turn completion p99 (s)"))
+    # both point estimates and their difference, though the load run has one replication
+    assert len(re.findall(r"[0-9.]+ (?:ms|s)\b", row)) == 3, row
+    text = " ".join(p.stdout.split())
+    assert "≠ differs after Holm" in text and "· its CI excludes 0" in text
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_welch_anova_matches_scipy_and_bh_controls_discoveries() -> None:
+    from scipy.stats import f_oneway
+
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        k = int(rng.integers(2, 6))
+        groups = [rng.normal(rng.uniform(-1, 1), rng.uniform(0.2, 2), int(rng.integers(2, 8)))
+                  for _ in range(k)]
+        ref = f_oneway(*groups, equal_var=False).pvalue
+        assert welch_anova(groups) == pytest.approx(ref, rel=1e-6, abs=1e-12)
+    assert welch_anova([[1, 1], [1, 1]]) == 1.0
+    assert welch_anova([[1, 1], [2, 2]]) == 0.0
+    assert welch_anova([[1], [2]]) is None
+    # Benjamini-Hochberg on a textbook list: the first two are discoveries at q = 0.05
+    assert benjamini_hochberg([0.01, 0.02, 0.2, 0.5]) == [True, True, False, False]
+    assert benjamini_hochberg([0.03, 0.04, 0.2]) == [False, False, False]
+
+
+def test_sparkline_is_light_inline_svg() -> None:
+    svg = svg_sparkline([1, 2, 3], [0.5, None, 2.0], "goodput (per s)", ["1", "3"])
+    assert svg.startswith("<svg") and svg.endswith("</svg>") and "http" not in svg
+    assert svg.count("<circle") == 2 and "goodput (per s)" in svg
+    assert "no data" in svg_sparkline([1], [None], "x", ["1"])
+
+
+# --------------------------------------------------------------------------- corrupt inputs
+
+
+def test_corrupt_inputs_give_one_line(folders: dict[str, Path], tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    def one_line(*argv: str) -> str:
+        capsys.readouterr()
+        rc = cli.main(list(argv))
+        err = capsys.readouterr().err
+        assert rc == 2 and "Traceback" not in err, (rc, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("rtalab: "), err
+        return lines[0]
+
+    sw = tmp_path / "sweep"
+    shutil.copytree(folders["sweep"], sw)
+    (sw / "sweep.json").write_text("{not json")
+    assert "sweep.json" in one_line("report", str(sw))
+    shutil.copy(folders["sweep"] / "sweep.json", sw / "sweep.json")
+    data = (sw / "sweep.parquet").read_bytes()
+    (sw / "sweep.parquet").write_bytes(data[: len(data) // 2])
+    assert "sweep.parquet" in one_line("report", str(sw))
+    run = tmp_path / "run"
+    shutil.copytree(folders["run"], run)
+    data = (run / "turns.parquet").read_bytes()
+    (run / "turns.parquet").write_bytes(data[: len(data) // 3])
+    assert "turns.parquet" in one_line("compare", str(run), str(folders["run"]),
+                                        "--png", str(tmp_path / "c.png"))
+    (run / "summary.json").write_text('{"metrics": ')
+    assert "summary.json" in one_line("report", str(run))
+    storm = tmp_path / "storm"
+    shutil.copytree(folders["storm"], storm)
+    (storm / "storm.csv").write_bytes(b"\xff\xfe\x00garbage")
+    one_line("report", str(storm))
+    assert "not an rtalab results folder" in one_line("report", str(tmp_path))
+
+
+# --------------------------------------------------------------------------- fast
+
+
+def synthetic_sweep(template: Path, out: Path, points: int = 50, reps: int = 3) -> Path:
+    """A finished sweep folder of ``points`` points with the metrics of ``template`` (a point's
+    summary.json) and made-up replication values: the report's input at full size, without
+    simulating."""
+    from sim.sweep import write_tables
+
+    base = json.loads(template.read_text())
+    rng = np.random.default_rng(3)
+    grid = [{"reasoner.workers": w, "live.retry.max_attempts": a}
+            for w in range(1, 11) for a in range(1, 6)][:points]
+    summaries, spec_points = [], []
+    for i, g in enumerate(grid):
+        metrics = {}
+        for name, m in base["metrics"].items():
+            mean = m.get("mean")
+            if mean is None:
+                metrics[name] = m
+                continue
+            vals = [float(mean) * (1 + 0.05 * g["reasoner.workers"]) + float(rng.normal(0, 0.01))
+                    for _ in range(reps)]
+            metrics[name] = {"mean": float(np.mean(vals)), "ci_low": min(vals),
+                             "ci_high": max(vals), "values": vals}
+        summary = {**base, "metrics": metrics, "replications": reps}
+        d = out / "points" / f"p{i:04d}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(summary))
+        (d / "meta.json").write_text(json.dumps({"status": "complete", "kind": "sim"}))
+        summaries.append(summary)
+        spec_points.append({"point": i, "dir": f"points/p{i:04d}", "overrides": g})
+    (out / "sweep.json").write_text(json.dumps({"root_seed": 1, "replications": reps,
+                                                "points": spec_points}))
+    write_tables(out, grid, summaries)
+    return out
+
+
+def time_report(sweep_dir: Path, out: Path) -> tuple[float, float, str]:
+    """``rtalab report`` of ``sweep_dir`` as a fresh process: (wall s, CPU s, stderr)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = rtalab("report", str(sweep_dir), "--out", str(out))
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert p.returncode == 0, p.stderr
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, p.stderr
+
+
+def test_a_50_point_sweep_report_renders_in_5_s(folders: dict[str, Path],
+                                                 tmp_path: Path) -> None:
+    """The whole command, Python start-up included.  CPU time is asserted (the machine is
+    shared: wall time then measures the neighbours); wall time is printed beside it."""
+    sw = synthetic_sweep(folders["sweep"] / "points" / "p0000" / "summary.json",
+                         tmp_path / "sw50")
+    out = tmp_path / "r.html"
+    wall, cpu, err = time_report(sw, out)
+    print(f"50-point sweep report: {wall:.2f} s wall, {cpu:.2f} s CPU")
+    assert cpu <= 5.0
+    html = out.read_text()
+    assert html.count("<img") == 1 and html.count("<svg") > 40  # one figure; the appendix
+    # a progress line once rendering has taken a second, and only then
+    assert ("rendering 1 folder(s)" in err) == ("rendered in" in err)
+    if wall < 1.0:
+        assert err == ""
