@@ -21,6 +21,7 @@ import html
 import io
 import json
 import math
+import re
 import tempfile
 import threading
 import time
@@ -36,6 +37,8 @@ TEMPLATE = "report.html.j2"
 KINDS = ("run", "load", "sweep", "capacity", "tune", "storm")
 FIG_DPI = 100
 MAX_SWEEP_FIGURES = 6  # differing metrics drawn in the sweep's main figure
+HEADLINE_METRICS = ("success_rate", "completion_s.p99", "ttfc_s.p99", "attempts_per_turn",
+                    "load_amplification", "goodput_turns_per_s")
 ANSWER_ROWS = 10  # rows of a sweep's answer table (the rest in a full table below)
 TEST_TEXT = ("Welch's ANOVA over the replications of each point, false discovery rate 5 % "
              "over all metrics")
@@ -114,8 +117,13 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+_NUMBER_TEXT = re.compile(r"^(–|[−\-+<>]?\s?\d[\d.,]*\s?(%|ms|s|pp|B|KiB|MiB|×)?"
+                          r"(\s\[.*\](\s?(%|ms|s|pp))?)?( ≠)?)$")
+
+
 def _is_number_text(c: str) -> bool:
-    return bool(c) and (c[0].isdigit() or c[0] in "–−-<>+.")
+    """True for a cell that is a number (with unit and CI), left for right-alignment."""
+    return bool(_NUMBER_TEXT.match(c.strip()))
 
 
 def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]],
@@ -131,9 +139,10 @@ def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]],
 def _section(kind: str, label: str, path: Path, **kw: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "kind": kind, "label": label, "path": str(path), "facts": [],
-        "answer": {"status": "info", "headline": "", "lines": [], "table": None},
+        "answer": {"status": "info", "headline": "", "lines": [], "table": None, "chips": []},
         "figures": [], "notes": [], "tables": [], "appendix": [], "toml": ""}
-    base.update(kw)
+    answer = {**base["answer"], **kw.pop("answer", {})}
+    base.update(kw, answer=answer)
     return base
 
 
@@ -224,7 +233,8 @@ def _run_section(run: RunFolder, kind: str) -> dict[str, Any]:
 
     summary_line = (f"{fmt_value(mean('turns'), 'turns')} turns after the warm-up: "
                     f"{fmt_value(mean('success_rate'), 'success_rate')} completed, "
-                    f"turn completion p99 {fmt_value(mean('completion_s.p99'), 's')}, "
+                    f"turn completion p99 "
+                    f"{fmt_value(mean('completion_s.p99'), 'completion_s.p99')}, "
                     f"{fmt_value(mean('attempts_per_turn'))} attempts per turn.")
     if kind == "load" or verdict is not None:
         if verdict is None:
@@ -237,11 +247,14 @@ def _run_section(run: RunFolder, kind: str) -> dict[str, Any]:
                 headline=("PASS: every rule holds" if verdict["ok"] else
                           f"FAIL: {len(failed)} rule(s) broken: "
                           + ", ".join(r["name"] for r in failed)),
-                table=_table("Rules and SLO gates", ["rule", "kind", "status", "count",
-                                                      "example ids", "detail"],
-                             [[r["name"], r["kind"], r["status"], fmt_value(r["count"]),
-                               r["examples"] or "–", r["detail"]] for r in sorted(
-                                 verdict["rules"], key=lambda r: r["status"] != "fail")]))
+                chips=[{"name": r["name"], "status": r["status"],
+                        "count": r["count"] if r["status"] == "fail" else None}
+                       for r in verdict["rules"]],
+                table=_table("Broken rules", ["rule", "kind", "count", "example ids",
+                                              "detail"],
+                             [[r["name"], r["kind"], fmt_value(r["count"]),
+                               r["examples"] or "–", r["detail"]] for r in failed])
+                if failed else None)
         answer["lines"] = [summary_line]
         if status != "complete":
             answer["lines"].append(f"The run's status is {status!r}: figures may be partial.")
@@ -253,13 +266,20 @@ def _run_section(run: RunFolder, kind: str) -> dict[str, Any]:
                      "the caller's handoff wait (input-required → the caller's answer); "
                      "rtalab's turn completion excludes that wait, so Locust's TURN "
                      "percentiles are higher for runs with handoffs.")
-    key = _table("Key figures (mean, 95 % CI over replications)", ["metric", "mean", "95 % CI"],
-                 rows)
-    if answer["table"] is None:
-        answer["table"] = key
-        tables = []
-    else:
-        tables = [key]
+    tables = []
+    if verdict is not None:
+        tables.append(_table("Every rule and SLO gate", ["rule", "kind", "status", "count",
+                                                         "example ids", "detail", "source"],
+                             [[r["name"], r["kind"], r["status"], fmt_value(r["count"]),
+                               r["examples"] or "–", r["detail"], r["section"]]
+                              for r in verdict["rules"]]))
+    if answer["table"] is None and kind != "load":
+        answer["table"] = _table("", ["", "mean", "95 % CI"], [
+            [metric_label(k), fmt_value(mean(k), k),
+             fmt_ci(None, met[k].get("ci_low"), met[k].get("ci_high"), k).removeprefix("– ")]
+            for k in HEADLINE_METRICS if mean(k) is not None])
+    tables.append(_table("Key figures (mean, 95 % CI over replications)",
+                         ["metric", "mean", "95 % CI"], rows))
     tables.append(_metric_table(run.summary))
     return _section(kind, run.label, run.path, facts=facts, answer=answer, figures=figures,
                     notes=notes, tables=tables, toml=run.scenario_toml)
