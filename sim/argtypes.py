@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -66,8 +67,9 @@ def help_of(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], i
     """A command function printing ``parser``'s help (for a command group run bare)."""
 
     def func(args: argparse.Namespace) -> int:
-        """Print the help."""
-        parser.print_help()
-        return 0
+        """Print the help on stderr; a group run bare is a usage mistake (exit 2, as
+        ``rtalab sim``)."""
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
 
     return func

@@ -427,7 +427,7 @@ def add_results_parsers(subparsers: Any) -> None:
     """Register the top-level ``rtalab compare`` and ``rtalab report`` (any results folder)."""
     cmp = subparsers.add_parser(
         "compare", help="compare results folders (runs, sweep points, load runs)",
-        description="Metrics of RUN_A RUN_B [RUN...] side by side with 95 %% CIs; each run "
+        description="Metrics of RUN_A RUN_B [RUN...] side by side with 95 % CIs; each run "
                     "after the first is compared with the first (Welch CI of the difference "
                     "over replications; ≠ marks differences significant after Holm).")
     cmp.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folders (>= 2)")
@@ -547,6 +547,88 @@ def _help(parser: argparse.ArgumentParser) -> int:
     return EXIT_USAGE
 
 
+# --------------------------------------------------------------------------- help texts
+
+# one example per command, shown at the end of its --help (tests/test_cli_edges.py checks
+# that every command has one)
+EXAMPLES: dict[str, str] = {
+    "": "rtalab sim run baseline",
+    "sim": "rtalab sim run baseline --replications 5",
+    "sim run": "rtalab sim run baseline --set network.uplink.loss=0.05 --replications 5",
+    "sim sweep": "rtalab sim sweep baseline --grid reasoner.workers=4,8,16 --replications 3",
+    "sim capacity": "rtalab sim capacity baseline --load workload.calls_per_s=1,2,4 "
+                    "--knob reasoner.workers --slo 'turn_completion_p99_s<=4'",
+    "sim tune": "rtalab sim tune baseline --minimize turn_completion_p99_s "
+                "--constraint 'success_rate>=0.99' --trials 20",
+    "sim storm": "rtalab sim storm retry_storm --strategies exponential,breaker",
+    "sim presets": "rtalab sim presets",
+    "sim show": "rtalab sim show preset:baseline --set reasoner.workers=4",
+    "sim sweep-bench": "rtalab sim sweep-bench",
+    "sim bench": "rtalab sim bench --memory",
+    "compare": "rtalab compare results/RUN_A results/RUN_B",
+    "report": "rtalab report results/RUN_OR_SWEEP_OR_ANSWER_FOLDER --out report.html",
+    "results": "rtalab results list",
+    "results list": "rtalab results list --kind sweep",
+    "results prune": "rtalab results prune --older-than 7d --yes",
+    "chaos": "rtalab chaos --listen 127.0.0.1:8092 --upstream http://127.0.0.1:8090",
+    "check": "rtalab check results/RUN --junit verdict.xml",
+    "load": "rtalab load run baseline --duration 15 --drain 15",
+    "load run": "rtalab load run baseline --duration 15 --drain 15 --binding both",
+    "load summarize": "rtalab load summarize results/RUN",
+    "load bench": "rtalab load bench --seconds 5 --rounds 3 --users 50",
+    "serve": "rtalab serve reasoner --port 8090",
+    "serve reasoner": "rtalab serve reasoner --port 8090 --workers 2 --scenario baseline",
+    "serve witness": "rtalab serve witness --port 8091 --db witness.db",
+    "serve bench": "rtalab serve bench",
+    "serve fuzz": "rtalab serve fuzz --requests 1000",
+}
+
+
+def commands(parser: argparse.ArgumentParser, path: str = "") -> dict[str, Any]:
+    """Every parser under ``parser`` by its command path ("" the root, "sim run" ...)."""
+    out = {path: parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out.update(commands(sub, f"{path} {name}".strip()))
+    return out
+
+
+def add_examples(parser: argparse.ArgumentParser) -> None:
+    """Put each command's example (:data:`EXAMPLES`) at the end of its --help."""
+    for path, p in commands(parser).items():
+        example = EXAMPLES.get(path)
+        if example and not (p.epilog or "").startswith("example:"):
+            p.epilog = f"example:\n  {example}"
+            p.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+def normalise_sets(argv: Sequence[str]) -> list[str]:
+    """``--set K=V K2=V2`` -> ``--set=K=V --set=K2=V2``, so ``--set`` may stand anywhere
+    (before SCENARIO too) in every command: the words after ``--set`` that look like
+    ``KEY=VALUE`` are its values; the first other word ends the list (``--`` too)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            out.extend(argv[i:])
+            break
+        if a == "--set":
+            j = i + 1
+            while j < len(argv) and "=" in argv[j] and not argv[j].startswith("-"):
+                out.append(f"--set={argv[j]}")
+                j += 1
+            if j == i + 1:  # no KEY=VALUE after it: leave it for argparse to complain
+                out.append(a)
+                j = i + 1
+            i = j
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 # --------------------------------------------------------------------------- plugins
 
 
@@ -569,20 +651,25 @@ def load_plugins(subparsers: Any) -> dict[str, str]:
 
 def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dict[str, str]]:
     """The root parser; plugins are loaded unless the command is ``sim``."""
+    from sim.results import package_versions
+
     parser = OneLineParser(prog=PROG,
                            description="Simulate and load-test realtime-agent retry policies.")
+    parser.add_argument("--version", action="version",
+                        version=f"rtalab {package_versions().get('rtalab')}")
     parser.set_defaults(func=lambda a: _help(parser))
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_sim_parser(sub)
     add_results_parsers(sub)
     # the core commands need no plugin: skip their imports (they cost ~0.2 s)
     failed = {} if _first_command(argv) in CORE_COMMANDS else load_plugins(sub)
+    add_examples(parser)
     return parser, failed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rtalab`` console script; returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = normalise_sets(sys.argv[1:] if argv is None else argv)
     try:
         parser, failed = build_parser(argv)
         command = _first_command(argv)

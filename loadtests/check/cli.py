@@ -71,7 +71,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hazard-limit", type=hazard_limit, action="append", default=[],
                    metavar="NAME=PER_1K",
                    help="fail a hazard rule above this rate per 1,000 turns (repeatable)")
-    p.add_argument("--quiet", action="store_true", help="print nothing (exit status only)")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="print nothing (exit status only)")
     p.add_argument("--bench", action="store_true",
                    help="time the checker on synthetic ledger rows instead")
     p.add_argument("--rows", type=positive_int, default=1_000_000,

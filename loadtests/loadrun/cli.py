@@ -62,7 +62,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dedup-mode", choices=("request-guid", "turn", "none"), default=None,
                    help="override [reasoner].dedup")
     p.add_argument("--out", default="results", metavar="DIR", help="results root")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     test = p.add_argument_group("test-only switches (negative controls and conformance)")
     test.add_argument("--no-reorder", action="store_true",
@@ -156,7 +156,8 @@ def register(subparsers: Any) -> None:
                           description="Rebuild the tables, summary.json and the verdict of a "
                                       "load run folder (e.g. gathered by a Locust master "
                                       "on another host).")
-    summ.add_argument("run_dir", metavar="RUN_DIR")
+    summ.add_argument("run_dir", metavar="RUN_DIR",
+                      help="a load-run folder whose ledger/ holds the gathered JSONL files")
     summ.set_defaults(func=cmd_summarize)
     try:
         from loadtests.loadrun.bench import add_arguments, run_bench

@@ -281,7 +281,7 @@ def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], Non
     cap = sub.add_parser(
         "capacity", help="smallest knob value meeting SLOs with confidence, per load level",
         description="For each load level, find the smallest value of --knob for which every "
-                    "--slo holds with 95 %% confidence (bracketing + bisection).")
+                    "--slo holds with 95 % confidence (bracketing + bisection).")
     scenario_args(cap)
     cap.add_argument("--load", required=True, metavar="KEY.PATH=V1,V2,...",
                      help="the load levels, e.g. workload.calls_per_s=2,4,8,16")
@@ -302,9 +302,13 @@ def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], Non
                     "default policy space) with Optuna TPE; re-run the best candidates and "
                     "today's settings on fresh seeds; recommend.")
     scenario_args(tu)
-    tu.add_argument("--minimize", action="append", default=[], metavar="METRIC")
-    tu.add_argument("--maximize", action="append", default=[], metavar="METRIC")
-    tu.add_argument("--constraint", action="append", default=[], metavar="'METRIC<=X'")
+    tu.add_argument("--minimize", action="append", default=[], metavar="METRIC",
+                    help="an objective to make small, e.g. turn_completion_p99_s; repeatable")
+    tu.add_argument("--maximize", action="append", default=[], metavar="METRIC",
+                    help="an objective to make large, e.g. success_rate; repeatable")
+    tu.add_argument("--constraint", action="append", default=[], metavar="'METRIC<=X'",
+                    help="must hold with 95 %% confidence, e.g. 'success_rate>=0.99'; "
+                         "repeatable")
     tu.add_argument("--trials", type=positive_int, default=30, metavar="N",
                     help="trials in the study (a resumed study runs only the missing ones)")
     tu.add_argument("--space", type=Path, metavar="FILE", help="TOML file with a [tune] table")
