@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 EXIT_USAGE = 2
@@ -73,3 +74,14 @@ def help_of(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], i
         return EXIT_USAGE
 
     return func
+
+
+def add_results_root(p: argparse.ArgumentParser, default: str = "results") -> None:
+    """``--results DIR``: the folder under which a command creates its new run folder
+    (``sim run``, ``load run``).  ``--out`` names the output folder itself in every other
+    command (sweep, capacity, tune, storm) and the file in ``report``; here it is still
+    accepted, hidden, as the old spelling of ``--results``."""
+    p.add_argument("--results", dest="out", type=Path, default=Path(default), metavar="DIR",
+                   help=f"folder under which the new run folder <UTC time>-<kind>-<name>-s<seed> "
+                        f"is created (default: {default})")
+    p.add_argument("--out", dest="out", type=Path, help=argparse.SUPPRESS)

@@ -23,7 +23,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from sim.argtypes import EXIT_USAGE, OneLineParser, positive_int
+from sim.argtypes import EXIT_USAGE, OneLineParser, add_results_root, positive_int
 from sim.config import ConfigError
 
 PROG = "rtalab"
@@ -459,7 +459,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     """The SCENARIO positional and the repeatable ``--set key.path=value``."""
     p.add_argument("scenario", metavar="SCENARIO",
-                   help="scenario file path or preset name (see 'rtalab sim presets')")
+                   help="scenario file path or preset name; preset:NAME always means the "
+                        "preset (see 'rtalab sim presets')")
     p.add_argument("--set", metavar="KEY.PATH=VALUE", nargs="+", action="extend", default=[],
                    help="override a scenario value (TOML syntax, e.g. run.seed=7 "
                         "network.uplink.loss=0.05); repeatable")
@@ -476,13 +477,12 @@ def add_sim_parser(subparsers: Any) -> None:
 
     run = sub.add_parser("run", help="run a scenario and write a results folder",
                          description="Simulate SCENARIO (replications with CIs) and write "
-                                     "<out>/<UTC time>-sim-<name>-s<seed>/.")
+                                     "<results>/<UTC time>-sim-<name>-s<seed>/.")
     _add_scenario_args(run)
     run.add_argument("--seed", type=int, help="root seed (default: the scenario's run.seed)")
     run.add_argument("--replications", type=positive_int, metavar="R",
                      help="independent replications (default: run.replications)")
-    run.add_argument("--out", type=Path, default=Path("results"), metavar="DIR",
-                     help="folder under which the run folder is created (default: results)")
+    add_results_root(run)
     run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     run.add_argument("--quiet", "-q", action="store_true",
                      help="no progress bar or table; print only the run folder")

@@ -54,7 +54,8 @@ def make_folders(tmp: Path) -> dict[str, Path]:
     out["storm"] = tmp / "storm"
     sc = tmp / "load.toml"
     sc.write_text(FAST, encoding="utf-8")
-    p = rtalab("load", "run", str(sc), "--out", str(tmp / "load"), "--quiet", timeout=150)
+    p = rtalab("load", "run", str(sc), "--results", str(tmp / "load"), "--quiet",
+               "--junit", str(tmp / "load.xml"), timeout=150)
     assert p.returncode == 0, p.stderr
     out["load"] = next((tmp / "load").glob("*-load-*"))
     return out

@@ -125,6 +125,18 @@ def test_load_report_is_written_after_the_final_status(folders: dict[str, Path])
     assert "handoff wait" in html  # why Locust's TURN time differs from rtalab's completion
 
 
+def test_load_run_junit_mirrors_its_verdict(folders: dict[str, Path]) -> None:
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(folders["load"].parent.parent / "load.xml").getroot()
+    names = [c.get("name") for c in root.findall("testcase")]
+    rules = [r["name"] for r in json.loads((folders["load"] / "verdict.json").read_text())
+             ["rules"]]
+    assert names == ["ledger-complete", "server-count-matches", "witness-count-matches",
+                     *rules]
+    assert root.get("failures") == "0" and root.get("tests") == str(len(names))
+
+
 def test_load_timeline_says_real_time_and_omits_empty_panels(folders: dict[str, Path]) -> None:
     from sim.plots import CLOCK_LABELS, timeseries_panels
 

@@ -12,7 +12,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from sim.argtypes import EXIT_USAGE, help_of, non_negative, positive_int
+from sim.argtypes import EXIT_USAGE, add_results_root, help_of, non_negative, positive_int
+from sim.junit import add_junit_argument
 from sim.policy.codes import ALL_CODES, is_retryable
 
 PROG = "rtalab load run"
@@ -61,7 +62,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="embedded Reasoner dedup store (default SQLite in the run folder)")
     p.add_argument("--dedup-mode", choices=("request-guid", "turn", "none"), default=None,
                    help="override [reasoner].dedup")
-    p.add_argument("--out", default="results", metavar="DIR", help="results root")
+    add_results_root(p)
+    add_junit_argument(p)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     test = p.add_argument_group("test-only switches (negative controls and conformance)")
@@ -115,6 +117,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (RunError, ProcessError) as e:
         print(f"rtalab: load run failed: {str(e).splitlines()[0]}", file=sys.stderr)
         return EXIT_USAGE
+    if args.junit:
+        try:
+            _write_junit(args.junit, run_dir)
+        except OSError as e:
+            print(f"rtalab: cannot write {args.junit}: {e.strerror or e}", file=sys.stderr)
+            return EXIT_USAGE
     print(f"results: {run_dir}")
     for name in ("report.html", "verdict.txt", "summary.json", "locust/locust.html"):
         if (run_dir / name).exists():
@@ -123,6 +131,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("rtalab load: verdict FAILED (see verdict.json, ledger/counts.json)",
               file=sys.stderr)
     return rc
+
+
+def _write_junit(path: Path, run_dir: Path) -> None:
+    """The run's verdict as JUnit XML: ledger and count checks, then every rule."""
+    import json
+
+    from sim import junit
+
+    def read(p: Path) -> dict[str, Any] | None:
+        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
+
+    counts = read(run_dir / "ledger" / "counts.json") or {}
+    junit.write(path, f"rtalab load run {run_dir.name}",
+                junit.load_run_cases(run_dir, read(run_dir / "verdict.json"), counts))
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:

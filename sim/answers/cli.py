@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from sim.argtypes import positive_int
+from sim.junit import add_junit_argument
 
 
 def _usage(message: str) -> Exception:
@@ -140,8 +141,21 @@ def cmd_capacity(args: argparse.Namespace) -> int:
                  f"{scenario.name}: required {knob.key} per {load_key}")
     print(sentence)
     print(bench)
+    if args.junit:
+        from sim import junit
+
+        _write_junit(args.junit, "rtalab sim capacity", junit.capacity_cases(res, slos))
     print(f"results: {out}")
     return 0
+
+
+def _write_junit(path: Path, suite: str, cases: list[Any]) -> None:
+    from sim import junit
+
+    try:
+        junit.write(path, suite, cases)
+    except OSError as e:
+        raise _usage(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def _range(text: str | None) -> tuple[float | None, float | None]:
@@ -202,6 +216,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     _print_table(_ci(shown, metrics), f"{scenario.name}: candidates re-run on fresh seeds "
                                       f"(change = candidate − current)")
     print(sentence)
+    if args.junit:
+        from sim import junit
+
+        _write_junit(args.junit, "rtalab sim tune", junit.tune_cases(res.candidates, cons))
     print(f"study: {res.study_path} ({len(res.trials)} trials, {res.evaluations} run now)")
     print(f"results: {out}")
     return 0
@@ -294,6 +312,7 @@ def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], Non
     cap.add_argument("--replications", type=positive_int, default=3, metavar="R",
                      help="replications per probe (>= 2; default 3)")
     _executor_args(cap)
+    add_junit_argument(cap)
     cap.set_defaults(func=cmd_capacity)
 
     tu = sub.add_parser(
@@ -321,6 +340,7 @@ def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], Non
     tu.add_argument("--batch", type=positive_int, default=2, metavar="B",
                     help="trials asked and evaluated together (default 2)")
     _executor_args(tu)
+    add_junit_argument(tu)
     tu.set_defaults(func=cmd_tune)
 
     st = sub.add_parser(
