@@ -447,6 +447,9 @@ def add_results_parsers(subparsers: Any) -> None:
     rep.add_argument("--quiet", "-q", action="store_true",
                      help="no progress line; print only the report's path")
     rep.set_defaults(func=cmd_report)
+    from sim.manage import add_parser as add_results_parser
+
+    add_results_parser(subparsers)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

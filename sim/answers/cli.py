@@ -145,8 +145,20 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         from sim import junit
 
         _write_junit(args.junit, "rtalab sim capacity", junit.capacity_cases(res, slos))
+    _prune(args, out)
     print(f"results: {out}")
     return 0
+
+
+def _prune(args: argparse.Namespace, out: Path, keep: tuple[str, ...] = ()) -> None:
+    """Keep only what the answer and its report need, unless ``--keep-records``."""
+    if args.keep_records:
+        return
+    from sim.manage import human_size, prune_records
+
+    freed = prune_records(out, keep)
+    if freed and not args.quiet:
+        print(f"record tables removed ({human_size(freed)}; --keep-records keeps them)")
 
 
 def _write_junit(path: Path, suite: str, cases: list[Any]) -> None:
@@ -221,6 +233,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         _write_junit(args.junit, "rtalab sim tune", junit.tune_cases(res.candidates, cons))
     print(f"study: {res.study_path} ({len(res.trials)} trials, {res.evaluations} run now)")
+    _prune(args, out)
     print(f"results: {out}")
     return 0
 
@@ -275,6 +288,7 @@ def cmd_storm(args: argparse.Namespace) -> int:
     rec = [n for n in res.runs if res.verdict(n) == "recovered"]
     stuck = [n for n in res.runs if res.verdict(n) == "metastable"]
     print(f"recovered: {', '.join(rec) or 'none'}; metastable: {', '.join(stuck) or 'none'}")
+    _prune(args, out, keep=("timeseries", "turns"))  # the storm analysis reads these two
     print(f"results: {out}")
     return 0
 
@@ -292,6 +306,9 @@ def _executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="output folder (default: a new results/<time>-<command>-<name>-s<seed>)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--keep-records", action="store_true",
+                   help="keep every probe's record tables (by default only what the answer "
+                        "and its report need stays: summaries, tables, plots)")
 
 
 def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], None]) -> None:
