@@ -82,8 +82,11 @@ def verdict_cases(verdict: dict[str, Any], classname: str = "rtalab.check") -> l
 
 def load_run_cases(run_dir: Path, verdict: dict[str, Any] | None,
                    counts: dict[str, Any]) -> list[Case]:
-    """A load run: the ledger and count checks, then every rule of its verdict."""
+    """A load run: every rule of its verdict (which judges the run's integrity too: ledger
+    gathered, server and witness counts); without a verdict, the ledger and count checks."""
     cls = "rtalab.load"
+    if verdict is not None:
+        return verdict_cases(verdict, cls)
     cases = [Case("ledger-complete", cls, "pass" if counts.get("ledger_complete") else "fail",
                   "every Locust process delivered its ledger rows" if counts.get(
                       "ledger_complete") else "the gathered ledger is incomplete",
@@ -95,8 +98,6 @@ def load_run_cases(run_dir: Path, verdict: dict[str, Any] | None,
                           "not comparable in this run (chaos or crashes)" if v is None else
                           f"{key.replace('_', ' ')}: {v}", str(run_dir / "ledger" /
                                                               "counts.json")))
-    if verdict is not None:
-        cases += verdict_cases(verdict, cls)
     return cases
 
 

@@ -175,7 +175,12 @@ def _verdict(path: Path) -> dict[str, Any] | None:
                       "section": str(r.get("section", "")), "status": str(r.get("status", "?")),
                       "count": r.get("count"), "detail": str(r.get("detail", "")),
                       "examples": ", ".join(examples)})
-    return {"ok": bool(data.get("ok")), "rules": rules}
+    ok = bool(data.get("ok"))
+    coverage = data.get("coverage")
+    return {"ok": ok, "headline": str(data.get("verdict") or ("PASS" if ok else "FAIL")),
+            "rules": rules, "indeterminate": dict(data.get("indeterminate") or {}),
+            "warnings": [str(w) for w in data.get("warnings") or []],
+            "coverage": coverage if isinstance(coverage, list) and coverage else None}
 
 
 def _run_figures(run: RunFolder) -> tuple[list[dict[str, str]], list[str]]:
@@ -244,9 +249,9 @@ def _run_section(run: RunFolder, kind: str) -> dict[str, Any]:
             failed = [r for r in verdict["rules"] if r["status"] == "fail"]
             answer.update(
                 status="pass" if verdict["ok"] else "fail",
-                headline=("PASS: every rule holds" if verdict["ok"] else
-                          f"FAIL: {len(failed)} rule(s) broken: "
-                          + ", ".join(r["name"] for r in failed)),
+                headline=(f"{verdict['headline']}: every rule holds" if verdict["ok"] else
+                          f"{verdict['headline']}: {len(failed)} rule(s) broken"
+                          + (": " + ", ".join(r["name"] for r in failed) if failed else "")),
                 chips=[{"name": r["name"], "status": r["status"],
                         "count": r["count"] if r["status"] == "fail" else None}
                        for r in verdict["rules"]],
@@ -256,6 +261,8 @@ def _run_section(run: RunFolder, kind: str) -> dict[str, Any]:
                                r["examples"] or "–", r["detail"]] for r in failed])
                 if failed else None)
         answer["lines"] = [summary_line]
+        if verdict is not None:
+            answer["lines"] += [f"warning: {w}" for w in verdict["warnings"]]
         if status != "complete":
             answer["lines"].append(f"The run's status is {status!r}: figures may be partial.")
     else:
@@ -273,6 +280,17 @@ def _run_section(run: RunFolder, kind: str) -> dict[str, Any]:
                              [[r["name"], r["kind"], r["status"], fmt_value(r["count"]),
                                r["examples"] or "–", r["detail"], r["section"]]
                               for r in verdict["rules"]]))
+    if verdict is not None and verdict["indeterminate"]:
+        tables.append(_table("Indeterminate executions (reported, never a violation)",
+                             ["class", "count", "detail"],
+                             [[k, fmt_value(v.get("count")), str(v.get("detail", ""))]
+                              for k, v in verdict["indeterminate"].items()
+                              if isinstance(v, dict)]))
+    if verdict is not None and verdict["coverage"]:
+        cols = list(verdict["coverage"][0])
+        tables.append(_table("Coverage", cols, [[fmt_value(r.get(c)) if not isinstance(
+            r.get(c), str) else r.get(c) for c in cols] for r in verdict["coverage"]
+            if isinstance(r, dict)]))
     if answer["table"] is None and kind != "load":
         answer["table"] = _table("", ["", "mean", "95 % CI"], [
             [metric_label(k), fmt_value(mean(k), k),

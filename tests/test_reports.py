@@ -132,8 +132,7 @@ def test_load_run_junit_mirrors_its_verdict(folders: dict[str, Path]) -> None:
     names = [c.get("name") for c in root.findall("testcase")]
     rules = [r["name"] for r in json.loads((folders["load"] / "verdict.json").read_text())
              ["rules"]]
-    assert names == ["ledger-complete", "server-count-matches", "witness-count-matches",
-                     *rules]
+    assert names == rules and {"ledger-gathered", "lost", "duplicated"} <= set(names)
     assert root.get("failures") == "0" and root.get("tests") == str(len(names))
 
 
