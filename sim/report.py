@@ -178,7 +178,8 @@ def _verdict(path: Path) -> dict[str, Any] | None:
     ok = bool(data.get("ok"))
     coverage = data.get("coverage")
     return {"ok": ok, "headline": str(data.get("verdict") or ("PASS" if ok else "FAIL")),
-            "rules": rules, "indeterminate": dict(data.get("indeterminate") or {}),
+            "failed": [str(f) for f in data.get("failed") or []], "rules": rules,
+            "indeterminate": dict(data.get("indeterminate") or {}),
             "warnings": [str(w) for w in data.get("warnings") or []],
             "coverage": coverage if isinstance(coverage, list) and coverage else None}
 
@@ -250,8 +251,10 @@ def _run_section(run: RunFolder, kind: str) -> dict[str, Any]:
             answer.update(
                 status="pass" if verdict["ok"] else "fail",
                 headline=(f"{verdict['headline']}: every rule holds" if verdict["ok"] else
-                          f"{verdict['headline']}: {len(failed)} rule(s) broken"
-                          + (": " + ", ".join(r["name"] for r in failed) if failed else "")),
+                          f"{verdict['headline']}: {len(failed)} rule(s) broken: "
+                          + ", ".join(r["name"] for r in failed) if failed else
+                          f"{verdict['headline']}: not a pass (the run did not finish; "
+                          "rules judged on what was gathered)"),
                 chips=[{"name": r["name"], "status": r["status"],
                         "count": r["count"] if r["status"] == "fail" else None}
                        for r in verdict["rules"]],
