@@ -73,7 +73,7 @@ fuzz-long: $(STAMP)
 # JupyterLab on the notebooks; its default kernel is this venv's Python (the project's kernel)
 lab: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[lab]'
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/jupyter lab --notebook-dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # README figures: a screenshot of each report kind (docs/screenshots/), from small runs
 report-screenshots: $(STAMP) system-deps
