@@ -67,3 +67,29 @@ def test_capacity_and_tune_junit(tmp_path: Path, capsys: pytest.CaptureFixture[s
     root, cases = read(tmp_path / "tune.xml")
     assert list(cases) == ["success_rate >= 0.5"] and root.get("failures") == "0"
     capsys.readouterr()
+
+
+def test_check_at_80_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from loadtests.check.show import wrap_text
+
+    monkeypatch.setenv("COLUMNS", "80")
+    led = clean_ledger(300, seed=5)
+    led["witness"] = led["witness"].iloc[1:]
+    lost = write_ledger(tmp_path / "lost", led)
+    capsys.readouterr()
+    assert main(["check", str(lost)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "verdict: FAIL (lost)"
+    assert max(len(line) for line in lines) <= 80
+    i = next(i for i, line in enumerate(lines) if line.startswith("✘ lost "))
+    assert lines[i].split()[-2:] == ["1", lines[i].split()[-1]]  # count, then the rate
+    assert any(line.startswith("    examples: ") for line in lines[i + 1:i + 5])
+    assert sum(line.startswith("✔ ") for line in lines) >= 10
+    footer = " ".join(lines[-3:])
+    assert "✔ pass" in footer and "✘ fail" in footer and "– not checked" in footer
+    text = "verdict: FAIL (lost)\n  FAILED lost [errors.md §6 (at-least-once delivery)]: " + \
+        "x" * 30 + " y" * 40 + "\n"
+    wrapped = wrap_text(text, 60).splitlines()
+    assert wrapped[1].startswith("  FAILED lost [errors.md") and wrapped[2].startswith(" " * 6)
+    assert max(map(len, wrapped)) <= 60

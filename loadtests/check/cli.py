@@ -69,7 +69,9 @@ def cmd_check(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_USAGE
     if not args.quiet:
-        print(verdict.to_text(), end="")
+        from loadtests.check.show import verdict_lines
+
+        print("\n".join(verdict_lines(verdict.to_dict())))
     return 0 if verdict.ok else EXIT_FAILED
 
 

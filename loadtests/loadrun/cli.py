@@ -151,7 +151,9 @@ def _print_end(run_dir: Path) -> None:
             print(f"  {name}: {run_dir / name}")
     verdict = Verdict.read(run_dir)
     if verdict is not None:
-        print(verdict.summary_text(), end="")
+        from loadtests.check.show import wrap_text
+
+        print(wrap_text(verdict.summary_text()), end="")
 
 
 def _write_junit(path: Path, run_dir: Path) -> None:
