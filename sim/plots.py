@@ -208,6 +208,7 @@ def _series(ax: Axes, ts: pd.DataFrame, col: str, label: str, color: Any,
 CLOCK_LABELS = {"simulated": "simulated time (s)",
                 "real": "real (wall-clock) time since the load started (s)"}
 CRASH_COLOR = "black"
+INTEGER_UNITS = ("count", "workers", "waiting turns", "entries")
 BARGE_IN_COLOR = "tab:purple"
 
 
@@ -301,6 +302,8 @@ def plot_timeseries(ts: pd.DataFrame, scenario: Scenario, path: Path, *,
             _series(ax, ts, col, label, COLORS.get(col, "0.3"), smooth, step)
         ax.set_title(title, loc="left", fontsize=10)
         ax.set_ylabel(unit)
+        if unit in INTEGER_UNITS:  # counts: no 0.5 ticks
+            ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
         top = ax.get_ylim()[1]
         ax.set_ylim(0, top * 1.08 if top > 0 else 1)
         ax.grid(True, alpha=0.3)
