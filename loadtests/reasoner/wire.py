@@ -36,6 +36,8 @@ TERMINAL_STATES = frozenset({
 })
 # States at which one request's stream ends (the turn may continue on the same task).
 STREAM_END_STATES = TERMINAL_STATES | {TaskState.TASK_STATE_INPUT_REQUIRED}
+END_STATE_NAMES = frozenset(TaskState.Name(s) for s in STREAM_END_STATES)  # their JSON names
+EVENT_KINDS = ("task", "statusUpdate", "artifactUpdate", "message")  # a StreamResponse's fields
 
 SAFE_TEXT: dict[str, str] = {
     "schema-validation": "The request failed validation.",
@@ -194,6 +196,28 @@ def is_stream_end(ev: Event) -> bool:
     """True if one request's stream ends at this event (terminal or INPUT_REQUIRED)."""
     state = event_state(ev)
     return state is not None and state in STREAM_END_STATES
+
+
+def json_kind(ev: dict[str, Any]) -> str:
+    """``task``, ``statusUpdate``, ``artifactUpdate`` or ``message`` (a JSON stream payload)."""
+    return next(iter(ev))
+
+
+def json_state(ev: dict[str, Any]) -> str | None:
+    """The task state of a JSON task / statusUpdate payload."""
+    body = ev[json_kind(ev)]
+    return body.get("status", {}).get("state")
+
+
+def frame_ends(frame: dict[str, Any]) -> bool:
+    """True if this JSON-RPC response frame ends its request's stream (an error, a unary
+    result, or an event at a stream-end state)."""
+    if "error" in frame:
+        return True
+    result = frame.get("result") or {}
+    if not isinstance(result, dict) or len(result) != 1 or json_kind(result) not in EVENT_KINDS:
+        return True  # a unary result
+    return json_state(result) in END_STATE_NAMES
 
 
 def error_code_of(ev: Event, keys: Keys) -> str | None:
