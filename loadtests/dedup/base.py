@@ -19,6 +19,10 @@ Protocol of use by the Reasoner, for one incoming request:
    - ``"done"``: ``claim.outcome`` is the stored outcome; replay it, never
      re-execute.  If ``claim.lost`` (see below) the outcome is the synthetic
      :func:`lost_outcome`: answer FAILED with its ``errorCode`` (``internal``).
+   - ``"conflict"``: the key is live for a request with another fingerprint
+     (``claim(..., fingerprint=...)``, stored with the entry; rule:
+     :func:`sim.dedup_rule.judge`): a reuse of the key by a different request,
+     neither replayed nor executed; nothing is written.
 2. Entries are kept at least while in flight and ``window_s`` after completion.
    A claim with ``now_s > completed_at + window_s`` treats the entry as new
    (logical expiry, identical in every backend); ``purge(now_s)`` physically
@@ -65,7 +69,7 @@ from typing import Any, Literal
 
 from sim.dedup_rule import StalePolicy
 
-ClaimState = Literal["new", "in_flight", "done"]
+ClaimState = Literal["new", "in_flight", "done", "conflict"]
 STALE_POLICIES: tuple[str, ...] = ("fail", "reclaim")
 
 DEFAULT_LEASE_S = 120.0
@@ -145,11 +149,13 @@ class DedupStore(ABC):
 
     @abstractmethod
     async def claim(self, context_id: str, key: str, owner: str, now_s: float,
-                    dead_owner: str | None = None) -> Claim:
+                    dead_owner: str | None = None, fingerprint: str = "") -> Claim:
         """Atomically register ``key`` as in flight for ``owner`` unless already known.
 
         ``dead_owner``: the caller found the entry in flight for this owner and knows its
-        process is gone; if the entry is still that owner's, it is stale now (lease rule)."""
+        process is gone; if the entry is still that owner's, it is stale now (lease rule).
+        ``fingerprint``: the request's meaning, stored with a new entry; a live entry with
+        another fingerprint answers ``conflict``."""
 
     @abstractmethod
     async def complete(self, context_id: str, key: str, outcome: dict[str, Any],

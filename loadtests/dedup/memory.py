@@ -48,14 +48,18 @@ class MemoryStore(DedupStore):
         self._counters: Counter[str] = Counter()
 
     async def claim(self, context_id: str, key: str, owner: str, now_s: float,
-                    dead_owner: str | None = None) -> Claim:
+                    dead_owner: str | None = None, fingerprint: str = "") -> Claim:
         """Register ``key`` as in flight for ``owner`` unless known (atomic: no await inside)."""
         k = (context_id, key)
         row = self._rows.get(k)
-        verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale, dead_owner)
+        verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale, dead_owner,
+                        fingerprint)
         claim: Claim
-        if verdict == "insert":
-            self._rows[k] = Row("in_flight", owner, now_s)
+        if verdict == "conflict":
+            assert row is not None
+            claim = Claim("conflict", owner=row.owner)
+        elif verdict == "insert":
+            self._rows[k] = Row("in_flight", owner, now_s, fingerprint=fingerprint)
             self._in_flight.add(k)
             claim = Claim("new")
         elif verdict == "done":
@@ -68,6 +72,7 @@ class MemoryStore(DedupStore):
             assert row is not None
             prev = row.owner
             row.owner, row.claimed_at = owner, now_s
+            row.fingerprint = row.fingerprint or fingerprint
             claim = Claim("new", owner=prev, stale=True)
         else:  # lost
             assert row is not None

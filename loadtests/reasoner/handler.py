@@ -58,7 +58,13 @@ from google.protobuf.message import DecodeError
 
 from loadtests.reasoner import metrics
 from loadtests.reasoner.executor import PLAN_KEY, TurnPlan, next_seq
-from loadtests.reasoner.idempotency import OUTCOME_VERSION, Replay, Ticket, scope_of
+from loadtests.reasoner.idempotency import (
+    OUTCOME_VERSION,
+    Replay,
+    Ticket,
+    request_fingerprint,
+    scope_of,
+)
 from loadtests.reasoner.intake import Rejection, TurnRequest, parse_turn
 from loadtests.reasoner.runtime import Runtime
 from loadtests.reasoner.wire import (
@@ -74,6 +80,7 @@ from sim.policy.codes import ErrorCode, is_retryable
 
 log = logging.getLogger("rtalab.reasoner")
 _DONE = object()
+KEY_CONFLICT_DETAIL = "The requestGuid (or turnId) was already used for a different request."
 _OUTCOME_NAMES = {
     TaskState.TASK_STATE_COMPLETED: "completed", TaskState.TASK_STATE_FAILED: "failed",
     TaskState.TASK_STATE_CANCELED: "canceled", TaskState.TASK_STATE_REJECTED: "rejected",
@@ -136,7 +143,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
             self, params: SendMessageRequest, context: ServerCallContext,
     ) -> AsyncGenerator[Event, None]:
         """Streaming send: the events of the turn (or of its replay / rejection)."""
-        gen = self._gate(params, context)
+        gen = self._gate(params, context, "SendStreamingMessage")
         try:
             async for ev in gen:
                 yield ev
@@ -147,7 +154,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
             self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         """Non-streaming send: the Task as of the end of this request's stream."""
         task: Task | None = None
-        async for ev in self._gate(params, context):
+        async for ev in self._gate(params, context, "SendMessage"):
             if task is None and not isinstance(ev, Task):  # a continuation: start from the store
                 task = await self.task_store.get(params.message.task_id, context)
             task = fold_event(task, ev)
@@ -172,8 +179,8 @@ class ProfileRequestHandler(DefaultRequestHandler):
 
     # ------------------------------------------------------------------ the pipeline
 
-    async def _gate(self, params: SendMessageRequest,
-                    context: ServerCallContext) -> AsyncIterator[Event]:
+    async def _gate(self, params: SendMessageRequest, context: ServerCallContext,
+                    method: str) -> AsyncIterator[Event]:
         """Steps 1-7 of the module docstring."""
         rt = self.rt
         received_s = time.monotonic()
@@ -205,9 +212,10 @@ class ProfileRequestHandler(DefaultRequestHandler):
             return
         scope = scope_of(principal, client_context)
         ticket: Ticket | None = None
-        key = rt.idem.key_for(parsed.turn_id, parsed.request_guid, bool(msg.task_id))
+        fingerprint = request_fingerprint(method, msg, parsed.side_effect, parsed.handoff)
+        key = rt.idem.key_for(parsed.turn_id, parsed.request_guid, msg.task_id)
         if key is not None:
-            got = await rt.idem.enter(scope, *key)
+            got = await rt.idem.enter(scope, *key, fingerprint)
             if isinstance(got, Replay):
                 metrics.DEDUP.labels(got.kind).inc()
                 async for ev in self._replay(got, context, msg, parsed):
@@ -274,7 +282,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
             own = tickets[0] if tickets and tickets[0].scope == scope else None
             if own is not None:  # D1: its key in the minted context too (a fresh scope: new)
                 minted = await rt.idem.enter(scope_of(principal, msg.context_id), own.key,
-                                             own.turn_key)
+                                             own.turn_key, own.fingerprint)
                 if isinstance(minted, Ticket):
                     tickets.append(minted)
         if rt.rate is not None:
@@ -346,7 +354,16 @@ class ProfileRequestHandler(DefaultRequestHandler):
 
     async def _replay(self, got: Replay, context: ServerCallContext, msg: Message,
                       parsed: TurnRequest) -> AsyncIterator[Event]:
-        """The stored events of the original request, or FAILED internal if unknown."""
+        """The stored events of the original request, or FAILED internal if unknown (a reuse
+        of the key by a different request: ``schema-validation``, nothing runs)."""
+        if got.kind == "conflict":
+            log.info("key reused by a different request ctx=%s task=%s guid=%s turn=%s",
+                     msg.context_id, msg.task_id or "-", parsed.request_guid, parsed.turn_id)
+            async for ev in self._reject(Rejection(ErrorCode.SCHEMA_VALIDATION.value,
+                                                   KEY_CONFLICT_DETAIL), context, msg,
+                                         parsed.active):
+                yield ev
+            return
         events: list[Event] = []
         if got.outcome is not None and got.kind in ("replay", "join"):
             try:
