@@ -24,13 +24,22 @@ from a2a.types import Task, TaskState
 
 from loadtests.reasoner import metrics
 from loadtests.reasoner.capacity import QueueTimeout
+from loadtests.reasoner.idempotency import SideEffectGuard
 from loadtests.reasoner.intake import TurnRequest
 from loadtests.reasoner.runtime import Runtime
 from loadtests.reasoner.tools import ToolCall
-from loadtests.reasoner.wire import Event, EventFactory, Keys, is_stream_end
+from loadtests.reasoner.wire import (
+    ROLLED_FORWARD,
+    SIDE_EFFECT_UNKNOWN,
+    Event,
+    EventFactory,
+    Keys,
+    is_stream_end,
+)
 from sim.policy.codes import ALL_CODES, ErrorCode
 
 PLAN_KEY = "rtalab.plan"
+SIDE_EFFECT_OF = {"ok": ROLLED_FORWARD, "timeout": SIDE_EFFECT_UNKNOWN}  # tool result -> meta
 log = logging.getLogger("rtalab.reasoner")
 
 
@@ -45,6 +54,7 @@ class TurnPlan:
     received_s: float = field(default_factory=time.monotonic)  # request arrival
     refused: bool = False  # set when refused before any work (no dedup record)
     factory: EventFactory | None = None
+    tool: asyncio.Task[str] | None = None  # the side effect's tool call, once started
 
 
 def next_seq(task: Task | None, keys: Keys) -> int:
@@ -58,14 +68,16 @@ def next_seq(task: Task | None, keys: Keys) -> int:
 class _Emitter:
     """Enqueues events, dropping any after the stream ended (e.g. after a cancel)."""
 
-    def __init__(self, queue: EventQueue, factory: EventFactory):
+    def __init__(self, queue: EventQueue, factory: EventFactory, plan: TurnPlan | None = None):
         self.queue = queue
         self.factory = factory
+        self.plan = plan
         self.closed = False
+        self.cancelling = False  # a cancel is settling: only its CANCELED may follow
 
-    async def __call__(self, ev: Event) -> None:
-        """Enqueue ``ev`` unless the stream already ended."""
-        if self.closed:
+    async def __call__(self, ev: Event, cancel: bool = False) -> None:
+        """Enqueue ``ev`` unless the stream already ended (or a cancel is settling)."""
+        if self.closed or (self.cancelling and not cancel):
             return
         if is_stream_end(ev):
             self.closed = True
@@ -88,7 +100,7 @@ class ReasonerExecutor(AgentExecutor):
         factory = EventFactory(self.rt.keys, task_id, context_id, plan.request.active,
                                next_seq(task, self.rt.keys) if continuation else 0)
         plan.factory = factory
-        emit = _Emitter(event_queue, factory)
+        emit = _Emitter(event_queue, factory, plan)
         self._emitters[task_id] = emit
         self.rt.in_flight += 1
         metrics.IN_FLIGHT.inc()
@@ -110,7 +122,13 @@ class ReasonerExecutor(AgentExecutor):
                 del self._emitters[task_id]
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        """Emit CANCELED for a running or parked task; the SDK then cancels ``execute``."""
+        """Emit CANCELED for a running or parked task; the SDK then cancels ``execute``.
+
+        Truthful about the side effect (errors.md §4 roll-forward: nothing is undone): if
+        the turn's tool call has started, it is never interrupted (it runs shielded); the
+        cancel waits for its answer (bounded by ``upstream_timeout_s``) and CANCELED says
+        ``rolled-forward`` (the tool confirmed it), ``unknown`` (no answer in time: it may
+        have run) or nothing (the tool answered that it did not run)."""
         task_id = str(context.task_id)
         emit = self._emitters.pop(task_id, None)
         if emit is None:
@@ -119,7 +137,12 @@ class ReasonerExecutor(AgentExecutor):
             factory = EventFactory(self.rt.keys, task_id, str(context.context_id), active,
                                    next_seq(task, self.rt.keys))
             emit = _Emitter(event_queue, factory)
-        await emit(emit.factory.canceled())
+        emit.cancelling = True
+        tool = emit.plan.tool if emit.plan is not None else None
+        side_effect = None
+        if tool is not None:
+            side_effect = SIDE_EFFECT_OF.get(await asyncio.shield(tool))
+        await emit(emit.factory.canceled(side_effect), cancel=True)
 
     def _handoff_expired(self, task: Task | None) -> bool:
         """True if an INPUT_REQUIRED task waited longer than ``handoff_timeout_s``."""
@@ -202,6 +225,12 @@ class ReasonerExecutor(AgentExecutor):
         call = ToolCall(context_id=context_id, task_id=task_id, turn_id=req.turn_id,
                         request_guid=req.request_guid, interaction_id=req.interaction_id,
                         principal=plan.principal)
+        # Shielded: a cancel (or a client gone) never interrupts a side effect in progress.
+        plan.tool = asyncio.create_task(self._call_tool(call, guard))
+        return await asyncio.shield(plan.tool)
+
+    async def _call_tool(self, call: ToolCall, guard: SideEffectGuard) -> str:
+        """The tool call and its bookkeeping (runs to its end even if the turn is cancelled)."""
         result = await self.rt.tool.call(call)
         await guard.settle(maybe_executed=result != "error")
         metrics.SIDE_EFFECTS.labels(result).inc()

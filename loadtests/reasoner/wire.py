@@ -51,6 +51,19 @@ SAFE_TEXT: dict[str, str] = {
 }
 
 
+# rta/sideEffect on a terminal status: the turn's side effect ran and is not undone (errors.md
+# §4 roll-forward) / its tool call started and its outcome is unknown (do not assume it did
+# not run)
+ROLLED_FORWARD = "rolled-forward"
+SIDE_EFFECT_UNKNOWN = "unknown"
+CANCELED_TEXT = {
+    ROLLED_FORWARD: "canceled: the turn was canceled after its side effect ran "
+                    "(rolled forward, not undone).",
+    SIDE_EFFECT_UNKNOWN: "canceled: the turn was canceled after its side effect was "
+                         "started; whether it ran is unknown.",
+}
+
+
 @dataclass(frozen=True)
 class Keys:
     """The full metadata keys (``<ext URI>/<name>``) for one extension URI."""
@@ -169,9 +182,16 @@ class EventFactory:
         """Terminal COMPLETED."""
         return self._status(TaskState.TASK_STATE_COMPLETED, None, self._event_meta())
 
-    def canceled(self) -> TaskStatusUpdateEvent:
-        """Terminal CANCELED."""
-        msg = self._message([Part(text="canceled: the turn was canceled.")])
+    def canceled(self, side_effect: str | None = None) -> TaskStatusUpdateEvent:
+        """Terminal CANCELED; ``side_effect``: what became of the turn's side effect when it
+        had started before the cancel (:data:`ROLLED_FORWARD` or :data:`SIDE_EFFECT_UNKNOWN`,
+        carried as ``rta/sideEffect`` on the status message, negotiated or not, like
+        ``rta/errorCode``, with a text saying so)."""
+        if side_effect is None:
+            msg = self._message([Part(text="canceled: the turn was canceled.")])
+        else:
+            msg = self._message([Part(text=CANCELED_TEXT[side_effect])],
+                                {self.keys("sideEffect"): side_effect})
         return self._status(TaskState.TASK_STATE_CANCELED, msg, self._event_meta())
 
     def failed(self, code: str, retry_after_ms: int | None = None,

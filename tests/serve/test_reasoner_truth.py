@@ -7,18 +7,29 @@ Real Reasoner subprocesses on 127.0.0.1 with a real SQLite store and the witness
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
 
 from loadtests.procs import ManagedProcess
 from tests.serve.conftest import (
+    END_STATES,
+    FAST_SCENARIO,
+    TIMEOUT_S,
     Reasoner,
     Turn,
+    headers,
     k,
     ledger_summary,
     message,
+    rpc,
+    set_faults,
     start_test_reasoner,
+    state,
     stream,
     uid,
 )
@@ -111,3 +122,124 @@ def test_a_continuation_never_gets_another_tasks_outcome(truthful: Reasoner, ord
     assert t1.final_state == cont.final_state == "TASK_STATE_COMPLETED"
     assert cont.final["statusUpdate"]["taskId"] == t2 != t1.task_id
     assert ledger_summary(witness, ctx)["executions"] == 2
+
+
+# ---------------------------------------------------------------------------- cancel
+
+SLOW_SPEECH = FAST_SCENARIO.replace("first_chunk_s = 0.0", "first_chunk_s = 3.0")
+ROLLED = "rolled-forward"
+
+
+@pytest.fixture(scope="module")
+def slow_speech(tmp_path_factory: pytest.TempPathFactory,
+                witness_server: ManagedProcess) -> Iterator[Reasoner]:
+    """A Reasoner whose turns wait 3 s between the tool call and the first chunk."""
+    base = tmp_path_factory.mktemp("slow-speech")
+    with start_test_reasoner(base, witness=witness_server.url, scenario=SLOW_SPEECH) as proc:
+        yield Reasoner(proc)
+
+
+def _side_effect_of(status: dict) -> str | None:
+    """``rta/sideEffect`` of a status's message."""
+    return status.get("message", {}).get("metadata", {}).get(k("sideEffect"))
+
+
+def _until(cond: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Poll ``cond`` (an observable fact of another process) until true."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.02)
+
+
+def _cancelled_turn(r: Reasoner, binding: str, body: dict, ready: Callable[[str], bool]
+                    ) -> tuple[Turn, dict]:
+    """Send ``body``; once ``ready(task_id)``, CancelTask it; (the stream, the cancel answer)."""
+    if binding == "ws":
+        with r.ws() as s:
+            s.send(body | {"id": "turn"})
+            first = s.recv()["result"]
+            task_id = first["task"]["id"]
+            _until(lambda: ready(task_id), "ready to cancel")
+            cancel = s.request(rpc("CancelTask", {"id": task_id}, "cancel")).frames[0]["result"]
+            rest = s.until_end("turn")
+            rest.events.insert(0, first)
+            return rest, cancel
+    turn = Turn()
+    with ThreadPoolExecutor(1) as pool, httpx.Client(timeout=TIMEOUT_S) as c, \
+            c.stream("POST", r.url + "/", headers=headers(), json=body) as resp:
+        fut = None
+        for line in resp.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            turn.events.append(json.loads(line[5:])["result"])
+            if fut is None:
+                task_id = turn.task_id
+
+                def cancel_when_ready(task_id: str = task_id) -> dict:
+                    _until(lambda: ready(task_id), "ready to cancel")
+                    return dict(r.call("CancelTask", {"id": task_id})["result"])
+
+                fut = pool.submit(cancel_when_ready)
+            if state(turn.events[-1]) in END_STATES:
+                break
+        assert fut is not None
+        return turn, fut.result()
+
+
+def _executions(witness: str, ctx: str) -> int:
+    return int(ledger_summary(witness, ctx)["executions"])
+
+
+def _check_cancel(r: Reasoner, turn: Turn, cancel: dict, want: str | None) -> None:
+    """The stream's end, the CancelTask answer and GetTask all say the same."""
+    got = r.call("GetTask", {"id": turn.task_id})["result"]
+    assert turn.final_state == "TASK_STATE_CANCELED"
+    assert turn.spoken == []
+    assert _side_effect_of(turn.final["statusUpdate"]["status"]) == want
+    assert (cancel["status"]["state"], _side_effect_of(cancel["status"])) == (
+        "TASK_STATE_CANCELED", want)
+    assert (got["status"]["state"], _side_effect_of(got["status"])) == (
+        "TASK_STATE_CANCELED", want)
+
+
+@pytest.mark.parametrize("binding", ["sse", "ws"])
+def test_cancel_after_the_side_effect_ran_says_rolled_forward(slow_speech: Reasoner,
+                                                              binding: str,
+                                                              witness: str) -> None:
+    ctx = uid("c")
+    body = stream(message("pay 10 to Bob", ctx=ctx, meta={k("sideEffect"): True}))
+    turn, cancel = _cancelled_turn(slow_speech, binding, body,
+                                   lambda _: _executions(witness, ctx) == 1)
+    _check_cancel(slow_speech, turn, cancel, ROLLED)
+    assert "rolled forward" in turn.final["statusUpdate"]["status"]["message"]["parts"][0]["text"]
+    assert _executions(witness, ctx) == 1
+
+
+@pytest.mark.parametrize("binding", ["sse", "ws"])
+def test_cancel_before_the_side_effect_is_a_plain_cancel(slow_speech: Reasoner, binding: str,
+                                                         witness: str) -> None:
+    ctx = uid("c")
+    body = stream(message("pay 10 to Bob", ctx=ctx, meta={k("sideEffect"): True,
+                                                          k("test.delayS"): 5}))
+    turn, cancel = _cancelled_turn(slow_speech, binding, body, lambda _: True)
+    _check_cancel(slow_speech, turn, cancel, None)
+    assert _executions(witness, ctx) == 0
+
+
+@pytest.mark.parametrize("latency_s, want, executions_at_answer", [
+    (0.3, ROLLED, 1),  # the tool answers in time (upstream_timeout_s = 0.5)
+    (0.8, "unknown", 0),  # no answer in time: it may still run (and does, at 0.8 s)
+])
+def test_cancel_during_the_tool_call_waits_for_it(slow_speech: Reasoner, witness: str,
+                                                  latency_s: float, want: str,
+                                                  executions_at_answer: int) -> None:
+    """The tool call in flight is not interrupted: the cancel answers once it ended."""
+    set_faults(witness, latencyS=latency_s)
+    ctx = uid("c")
+    body = stream(message("pay 10 to Bob", ctx=ctx, meta={k("sideEffect"): True}))
+    turn, cancel = _cancelled_turn(slow_speech, "ws", body,  # the tool call in flight:
+                                   lambda _: ledger_summary(witness, ctx)["pending"] == 1)
+    assert _executions(witness, ctx) == executions_at_answer
+    _check_cancel(slow_speech, turn, cancel, want)
+    _until(lambda: _executions(witness, ctx) == 1, "the side effect ran")
