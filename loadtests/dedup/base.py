@@ -48,7 +48,9 @@ effect before dying, so the outcome is unknown.  ``on_stale`` picks the rule:
 
 - ``"fail"`` (default, at-most-once): the next claim or waiter turns the entry
   into ``done`` with :func:`lost_outcome` and never re-executes under that key.
-  A requestGuid therefore never runs twice because of the store; the Live
+  The lost outcome carries the owner's last :meth:`DedupStore.progress` record
+  (kept in the in-flight entry's outcome slot), so recovery can answer what is
+  known.  A requestGuid therefore never runs twice because of the store; the Live
   layer's retry with a *new* requestGuid may (the turn re-execution hazard,
   which the witness ledger counts separately).  If the original owner was only
   slow and later completes, its real outcome replaces the lost marker.
@@ -77,10 +79,15 @@ LOST_KEY = "rta.dedup.lost"  # marker key of the synthetic outcome of a crashed 
 LOST_ERROR_CODE = "internal"
 
 
-def lost_outcome(owner: str, claimed_at_s: float, lost_at_s: float) -> dict[str, Any]:
-    """The outcome stored for an entry whose owner's lease expired (policy ``fail``)."""
-    return {LOST_KEY: True, "errorCode": LOST_ERROR_CODE, "owner": owner,
-            "claimedAtS": claimed_at_s, "lostAtS": lost_at_s}
+def lost_outcome(owner: str, claimed_at_s: float, lost_at_s: float,
+                 progress: str | None = None) -> dict[str, Any]:
+    """The outcome stored for an entry whose owner's lease expired (policy ``fail``), with the
+    owner's last :meth:`DedupStore.progress` record as ``sideEffect`` if it made one."""
+    outcome: dict[str, Any] = {LOST_KEY: True, "errorCode": LOST_ERROR_CODE, "owner": owner,
+                               "claimedAtS": claimed_at_s, "lostAtS": lost_at_s}
+    if progress:
+        outcome["sideEffect"] = progress
+    return outcome
 
 
 def is_lost_outcome(outcome: dict[str, Any] | None) -> bool:
@@ -161,6 +168,13 @@ class DedupStore(ABC):
     async def complete(self, context_id: str, key: str, outcome: dict[str, Any],
                        now_s: float, owner: str | None = None) -> bool:
         """Store the outcome and wake waiters; with ``owner``, only if still owned by it."""
+
+    @abstractmethod
+    async def progress(self, context_id: str, key: str, owner: str, value: str) -> bool:
+        """Record how far the owner of an in-flight entry got (the Reasoner: its side effect
+        ``started`` / ``done`` / ``unknown`` / ``none``), durably with the entry; False if
+        ``owner`` no longer holds it in flight.  If the owner dies, the lost outcome carries
+        the last value as ``sideEffect`` (:func:`lost_outcome`)."""
 
     @abstractmethod
     async def abandon(self, context_id: str, key: str, owner: str | None = None) -> bool:

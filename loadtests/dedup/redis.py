@@ -89,8 +89,10 @@ if now - tonumber(e[3]) > tonumber(ARGV[4]) or (ARGV[9] ~= '' and e[2] == ARGV[9
     redis.call('HSET', KEYS[1], 'f', f ~= '' and f or ARGV[10])
     return {'reclaimed', '', e[2]}
   end
-  local lost = cjson.encode({['rta.dedup.lost'] = true, errorCode = 'internal', owner = e[2],
-                             claimedAtS = tonumber(e[3]), lostAtS = now})
+  local t = {['rta.dedup.lost'] = true, errorCode = 'internal', owner = e[2],
+             claimedAtS = tonumber(e[3]), lostAtS = now}
+  if e[5] and e[5] ~= '' then t['sideEffect'] = e[5] end  -- the owner's progress record
+  local lost = cjson.encode(t)
   redis.call('HSET', KEYS[1], 's', 'd', 't', ARGV[3], 'r', lost)
   redis.call('PEXPIRE', KEYS[1], ARGV[8])
   redis.call('ZREM', KEYS[2], KEYS[1])
@@ -107,6 +109,14 @@ redis.call('HSETNX', KEYS[1], 'o', '')
 redis.call('HSETNX', KEYS[1], 'c', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('ZREM', KEYS[2], KEYS[1])
+return 1
+"""
+
+# KEYS: entry.  ARGV: owner, value.  In flight, the outcome field holds the progress record.
+_PROGRESS = """
+local e = redis.call('HMGET', KEYS[1], 's', 'o')
+if e[1] ~= 'i' or e[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'r', ARGV[2])
 return 1
 """
 
@@ -188,6 +198,7 @@ class RedisStore(DedupStore):
         self._client = client
         self._scripts = {name: client.register_script(src) for name, src in
                          (("claim", _CLAIM), ("complete", _COMPLETE), ("abandon", _ABANDON),
+                          ("progress", _PROGRESS),
                           ("bind", _BIND))}
 
     async def close(self) -> None:
@@ -267,6 +278,14 @@ class RedisStore(DedupStore):
         if ok:
             self._wakeups.notify((context_id, key))
         return ok
+
+    async def progress(self, context_id: str, key: str, owner: str, value: str) -> bool:
+        """Keep ``value`` in the in-flight entry's outcome field (if ``owner`` holds it)."""
+        if self._client is None:
+            raise RuntimeError("RedisStore used before start() or after close()")
+        async with self._slots:
+            return bool(await self._scripts["progress"](keys=[self.entry_key(context_id, key)],
+                                                        args=[owner, value]))
 
     async def abandon(self, context_id: str, key: str, owner: str | None = None) -> bool:
         """Delete an in-flight entry (owned by ``owner`` if given); waiters get ``None``."""

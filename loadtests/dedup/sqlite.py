@@ -118,7 +118,7 @@ _RETAKE_DONE = ("UPDATE dedup SET state = 'in_flight', owner = ?, claimed_at = ?
                 "WHERE context_id = ? AND key = ? "
                 "AND state = 'done' AND completed_at = ?")
 _RECLAIM = ("UPDATE dedup SET owner = ?, claimed_at = ?, t = ?, "
-            "fingerprint = CASE fingerprint WHEN '' THEN ? ELSE fingerprint END "
+            "outcome = NULL, fingerprint = CASE fingerprint WHEN '' THEN ? ELSE fingerprint END "
             "WHERE context_id = ? AND key = ? "
             "AND state = 'in_flight' AND owner = ? AND claimed_at = ?")
 _LOSE = ("UPDATE dedup SET state = 'done', completed_at = ?, t = ?, outcome = ? "
@@ -130,6 +130,8 @@ _COMPLETE_ANY = ("INSERT INTO dedup (context_id, key, state, owner, claimed_at, 
                  "outcome) VALUES (?, ?, 'done', '', ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
                  "state = 'done', completed_at = excluded.completed_at, t = excluded.t, "
                  "outcome = excluded.outcome")
+_PROGRESS = ("UPDATE dedup SET outcome = ? WHERE context_id = ? AND key = ? "
+             "AND state = 'in_flight' AND owner = ?")  # in flight: the outcome slot holds it
 _ABANDON = "DELETE FROM dedup WHERE context_id = ? AND key = ? AND state = 'in_flight'"
 # Bind unless bound: insert, or take over a binding past the window (last parameters:
 # window, now); changes nothing (rowcount 0) when a live binding exists.
@@ -168,7 +170,7 @@ def _select(db: Db, context_id: str, key: str) -> Row | None:
 
 def _lose(db: Db, context_id: str, key: str, row: Row, now_s: float) -> dict[str, Any] | None:
     """CAS a stale row to done with the lost outcome; ``None`` if the race is lost."""
-    outcome = lost_outcome(row.owner, row.claimed_at, now_s)
+    outcome = lost_outcome(row.owner, row.claimed_at, now_s, row.outcome)
     n = db.execute(_LOSE, (now_s, now_s, json.dumps(outcome), context_id, key, row.owner,
                            row.claimed_at)).rowcount
     return outcome if n == 1 else None
@@ -508,6 +510,14 @@ class SqliteStore(DedupStore):
         if ok:
             self._wakeups.notify((context_id, key))
         return ok
+
+    async def progress(self, context_id: str, key: str, owner: str, value: str) -> bool:
+        """Keep ``value`` in the in-flight row's outcome column (if ``owner`` holds it)."""
+        return bool(await self._call(self._progress_sync, context_id, key, owner, value))
+
+    @staticmethod
+    def _progress_sync(db: Db, context_id: str, key: str, owner: str, value: str) -> bool:
+        return db.execute(_PROGRESS, (value, context_id, key, owner)).rowcount == 1
 
     async def abandon(self, context_id: str, key: str, owner: str | None = None) -> bool:
         """Delete an in-flight entry (owned by ``owner`` if given); waiters get ``None``."""

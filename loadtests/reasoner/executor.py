@@ -24,7 +24,12 @@ from a2a.types import Task, TaskState
 
 from loadtests.reasoner import metrics
 from loadtests.reasoner.capacity import QueueTimeout
-from loadtests.reasoner.idempotency import SideEffectGuard
+from loadtests.reasoner.idempotency import (
+    PROGRESS_OF_RESULT,
+    SIDE_EFFECT_STARTED,
+    SideEffectGuard,
+    Ticket,
+)
 from loadtests.reasoner.intake import TurnRequest
 from loadtests.reasoner.runtime import Runtime
 from loadtests.reasoner.tools import ToolCall
@@ -55,6 +60,7 @@ class TurnPlan:
     refused: bool = False  # set when refused before any work (no dedup record)
     factory: EventFactory | None = None
     tool: asyncio.Task[str] | None = None  # the side effect's tool call, once started
+    tickets: list[Ticket] = field(default_factory=list)  # the claims the turn runs under
 
 
 def next_seq(task: Task | None, keys: Keys) -> int:
@@ -63,6 +69,16 @@ def next_seq(task: Task | None, keys: Keys) -> int:
         return 0
     v = task.metadata.fields.get(keys("sequenceId"))
     return int(v.number_value) + 1 if v is not None else 0
+
+
+async def _record_progress(plan: TurnPlan, value: str) -> None:
+    """Record the side effect's progress with every claim of the turn (a store failure is
+    logged, never fails the turn: recovery then knows less)."""
+    for ticket in plan.tickets:
+        try:
+            await ticket.progress(value)
+        except Exception:
+            log.exception("could not record progress %s key=%s", value, ticket.key)
 
 
 class _Emitter:
@@ -225,13 +241,16 @@ class ReasonerExecutor(AgentExecutor):
         call = ToolCall(context_id=context_id, task_id=task_id, turn_id=req.turn_id,
                         request_guid=req.request_guid, interaction_id=req.interaction_id,
                         principal=plan.principal)
+        # Durably before the call: a crash from here on is answered "may have run".
+        await _record_progress(plan, SIDE_EFFECT_STARTED)
         # Shielded: a cancel (or a client gone) never interrupts a side effect in progress.
-        plan.tool = asyncio.create_task(self._call_tool(call, guard))
+        plan.tool = asyncio.create_task(self._call_tool(plan, call, guard))
         return await asyncio.shield(plan.tool)
 
-    async def _call_tool(self, call: ToolCall, guard: SideEffectGuard) -> str:
+    async def _call_tool(self, plan: TurnPlan, call: ToolCall, guard: SideEffectGuard) -> str:
         """The tool call and its bookkeeping (runs to its end even if the turn is cancelled)."""
         result = await self.rt.tool.call(call)
+        await _record_progress(plan, PROGRESS_OF_RESULT[result])
         await guard.settle(maybe_executed=result != "error")
         metrics.SIDE_EFFECTS.labels(result).inc()
         return result

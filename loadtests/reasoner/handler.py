@@ -60,6 +60,9 @@ from loadtests.reasoner import metrics
 from loadtests.reasoner.executor import PLAN_KEY, TurnPlan, next_seq
 from loadtests.reasoner.idempotency import (
     OUTCOME_VERSION,
+    SIDE_EFFECT_DONE,
+    SIDE_EFFECT_STARTED,
+    SIDE_EFFECT_UNANSWERED,
     Replay,
     Ticket,
     request_fingerprint,
@@ -68,6 +71,8 @@ from loadtests.reasoner.idempotency import (
 from loadtests.reasoner.intake import Rejection, TurnRequest, parse_turn
 from loadtests.reasoner.runtime import Runtime
 from loadtests.reasoner.wire import (
+    ROLLED_FORWARD,
+    SIDE_EFFECT_UNKNOWN,
     TERMINAL_STATES,
     Event,
     EventFactory,
@@ -81,6 +86,10 @@ from sim.policy.codes import ErrorCode, is_retryable
 log = logging.getLogger("rtalab.reasoner")
 _DONE = object()
 KEY_CONFLICT_DETAIL = "The requestGuid (or turnId) was already used for a different request."
+RECOVERED_UNKNOWN_DETAIL = ("The server restarted during this request's side effect; it may "
+                            "have run: do not assume it did not.")
+RECOVERED_NOT_RUN_DETAIL = ("The server restarted during this request, before any side effect; "
+                            "nothing of it ran.")
 _OUTCOME_NAMES = {
     TaskState.TASK_STATE_COMPLETED: "completed", TaskState.TASK_STATE_FAILED: "failed",
     TaskState.TASK_STATE_CANCELED: "canceled", TaskState.TASK_STATE_REJECTED: "rejected",
@@ -316,19 +325,48 @@ class ProfileRequestHandler(DefaultRequestHandler):
         """A new Task and its FAILED status (saved for GetTask unless it names a foreign task)."""
         f = EventFactory(self.rt.keys, task_id or uuid.uuid4().hex,
                          msg.context_id or uuid.uuid4().hex, active)
-        task = f.submitted()
         failed = f.failed(rejection.code, retry_after_ms=rejection.retry_after_ms,
                           detail=rejection.detail)
-        if task_id is None:
-            final = Task()
-            final.CopyFrom(task)
-            final.status.CopyFrom(failed.status)
-            await self._save_rejection(final, context)
         metrics.TURNS.labels("failed", rejection.code).inc()
         log.info("rejected code=%s ctx=%s task=%s principal=%s", rejection.code, f.context_id,
                  f.task_id, principal_of(context))
+        async for ev in self._fresh_task(f, failed, context, save=task_id is None):
+            yield ev
+
+    async def _fresh_task(self, f: EventFactory, final: TaskStatusUpdateEvent,
+                          context: ServerCallContext, save: bool = True) -> AsyncIterator[Event]:
+        """A new Task and its final status (saved for GetTask with ``save``)."""
+        task = f.submitted()
+        if save:
+            snapshot = Task()
+            snapshot.CopyFrom(task)
+            snapshot.status.CopyFrom(final.status)
+            await self._save_rejection(snapshot, context)
         yield task
-        yield failed
+        yield final
+
+    async def _recovered(self, outcome: dict[str, Any] | None, context: ServerCallContext,
+                         msg: Message, parsed: TurnRequest) -> AsyncIterator[Event]:
+        """A duplicate of a request whose owner died (lost outcome): what is known of it, from
+        the side-effect progress the owner recorded with its claim (docs/reasoner.md)."""
+        progress = (outcome or {}).get("sideEffect")
+        f = EventFactory(self.rt.keys, uuid.uuid4().hex, msg.context_id or uuid.uuid4().hex,
+                         parsed.active)
+        if progress == SIDE_EFFECT_DONE:
+            final, code = f.completed(ROLLED_FORWARD), ""
+        elif progress in (SIDE_EFFECT_STARTED, SIDE_EFFECT_UNANSWERED):
+            code = ErrorCode.UPSTREAM_TIMEOUT.value
+            final = f.failed(code, detail=RECOVERED_UNKNOWN_DETAIL,
+                             side_effect=SIDE_EFFECT_UNKNOWN)
+        else:
+            code = ErrorCode.INTERNAL.value
+            final = f.failed(code, detail=RECOVERED_NOT_RUN_DETAIL)
+        metrics.TURNS.labels("completed" if not code else "failed", code).inc()
+        log.info("recovered a lost request progress=%s code=%s ctx=%s guid=%s principal=%s",
+                 progress or "-", code or "-", f.context_id, parsed.request_guid,
+                 principal_of(context))
+        async for ev in self._fresh_task(f, final, context):
+            yield ev
 
     async def _save_rejection(self, task: Task, context: ServerCallContext) -> None:
         """Keep a rejection for GetTask, apart from executed tasks when the store can."""
@@ -371,6 +409,10 @@ class ProfileRequestHandler(DefaultRequestHandler):
             except (KeyError, TypeError, ValueError, DecodeError, binascii.Error):
                 log.error("unreadable stored outcome ctx=%s guid=%s", msg.context_id,
                           parsed.request_guid)
+        if got.kind == "lost":
+            async for ev in self._recovered(got.outcome, context, msg, parsed):
+                yield ev
+            return
         if not events:
             detail = ("A duplicate of this request is still in progress." if got.kind == "timeout"
                       else "The outcome of the original request is unknown.")
@@ -389,6 +431,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
                    tickets: list[Ticket]) -> AsyncIterator[Event]:
         """Execute through the SDK in a background pump; relay its events to this client."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
+        plan.tickets = tickets  # the executor records the side effect's progress with them
         for t in tickets:
             t.handed_over = True
         self._background(self._pump(params, context, plan, tickets, queue))

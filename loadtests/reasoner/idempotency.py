@@ -103,6 +103,20 @@ class Ticket:
         """Forget the claim: nothing was executed (refused before any work)."""
         await self.store.abandon(self.scope, self.key, owner=self.owner)
 
+    async def progress(self, value: str) -> None:
+        """Record how far the turn got (its side effect: :data:`PROGRESS_VALUES`)."""
+        await self.store.progress(self.scope, self.key, self.owner, value)
+
+
+# The side-effect progress recorded with a turn's claims, durably, before and after the tool
+# call (a crash leaves the last one in the lost outcome: loadtests.reasoner.handler answers it).
+SIDE_EFFECT_STARTED, SIDE_EFFECT_DONE = "started", "done"
+SIDE_EFFECT_UNANSWERED, SIDE_EFFECT_NOT_RUN = "unknown", "none"
+PROGRESS_VALUES = (SIDE_EFFECT_STARTED, SIDE_EFFECT_DONE, SIDE_EFFECT_UNANSWERED,
+                   SIDE_EFFECT_NOT_RUN)
+PROGRESS_OF_RESULT = {"ok": SIDE_EFFECT_DONE, "timeout": SIDE_EFFECT_UNANSWERED,
+                      "error": SIDE_EFFECT_NOT_RUN}  # tool result -> progress record
+
 
 @dataclass
 class Replay:

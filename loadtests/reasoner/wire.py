@@ -56,6 +56,8 @@ SAFE_TEXT: dict[str, str] = {
 # not run)
 ROLLED_FORWARD = "rolled-forward"
 SIDE_EFFECT_UNKNOWN = "unknown"
+RECOVERED_TEXT = ("The request's side effect ran; the server restarted before it could "
+                  "reply (rolled forward, not undone).")
 CANCELED_TEXT = {
     ROLLED_FORWARD: "canceled: the turn was canceled after its side effect ran "
                     "(rolled forward, not undone).",
@@ -178,9 +180,13 @@ class EventFactory:
             ev.metadata.CopyFrom(to_struct(meta))
         return ev
 
-    def completed(self) -> TaskStatusUpdateEvent:
-        """Terminal COMPLETED."""
-        return self._status(TaskState.TASK_STATE_COMPLETED, None, self._event_meta())
+    def completed(self, side_effect: str | None = None) -> TaskStatusUpdateEvent:
+        """Terminal COMPLETED (``side_effect``: a recovered turn whose side effect ran, with
+        ``rta/sideEffect`` and a text saying the reply was lost)."""
+        if side_effect is None:
+            return self._status(TaskState.TASK_STATE_COMPLETED, None, self._event_meta())
+        msg = self._message([Part(text=RECOVERED_TEXT)], {self.keys("sideEffect"): side_effect})
+        return self._status(TaskState.TASK_STATE_COMPLETED, msg, self._event_meta())
 
     def canceled(self, side_effect: str | None = None) -> TaskStatusUpdateEvent:
         """Terminal CANCELED; ``side_effect``: what became of the turn's side effect when it
@@ -195,12 +201,15 @@ class EventFactory:
         return self._status(TaskState.TASK_STATE_CANCELED, msg, self._event_meta())
 
     def failed(self, code: str, retry_after_ms: int | None = None,
-               detail: str = "") -> TaskStatusUpdateEvent:
-        """Terminal FAILED with a safe text part and ``rta/errorCode`` (+ ``rta/retryAfterMs``)."""
+               detail: str = "", side_effect: str | None = None) -> TaskStatusUpdateEvent:
+        """Terminal FAILED with a safe text part and ``rta/errorCode`` (+ ``rta/retryAfterMs``,
+        ``rta/sideEffect``)."""
         text = f"{code}: {detail or SAFE_TEXT.get(code, 'Request failed.')}"
         meta: dict[str, Any] = {self.keys("errorCode"): code}
         if retry_after_ms is not None:
             meta[self.keys("retryAfterMs")] = int(retry_after_ms)
+        if side_effect is not None:
+            meta[self.keys("sideEffect")] = side_effect
         return self._status(TaskState.TASK_STATE_FAILED, self._message([Part(text=text)], meta),
                             self._event_meta())
 

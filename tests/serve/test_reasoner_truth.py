@@ -8,9 +8,11 @@ Real Reasoner subprocesses on 127.0.0.1 with a real SQLite store and the witness
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -243,3 +245,54 @@ def test_cancel_during_the_tool_call_waits_for_it(slow_speech: Reasoner, witness
     assert _executions(witness, ctx) == executions_at_answer
     _check_cancel(slow_speech, turn, cancel, want)
     _until(lambda: _executions(witness, ctx) == 1, "the side effect ran")
+
+
+# ---------------------------------------------------------------------------- recovery
+
+
+def test_sigkill_at_each_step_of_a_turn_then_answers_what_is_known(
+        tmp_path: Path, witness_server: ManagedProcess, witness: str) -> None:
+    """Four side-effect turns are at different steps when the Reasoner is SIGKILLed: reasoning
+    (tool not called), tool call in flight, speaking (tool done), finished (outcome stored).
+    After a restart on the same SQLite store, a duplicate of each (same requestGuid) gets what
+    is known: nothing ran (internal), may have run (upstream-timeout + sideEffect unknown),
+    ran (COMPLETED + sideEffect rolled-forward), the stored outcome."""
+    store = f"sqlite:///{tmp_path / 'dedup.sqlite'}"
+    ctx = uid("c")
+    body = {step: _pay(f"pay 10 to Bob ({step})", ctx, uid("g"),
+                       delay_s=30.0 if step == "reasoning" else 0.0)
+            for step in ("finished", "speaking", "tool", "reasoning")}
+    with start_test_reasoner(tmp_path / "a", witness=witness_server.url, dedup=store,
+                             scenario=SLOW_SPEECH.replace("first_chunk_s = 3.0",
+                                                          "first_chunk_s = 60.0")
+                             .replace("upstream_timeout_s = 0.5", "upstream_timeout_s = 60")
+                             ) as proc, Reasoner(proc).ws() as s:
+        r = Reasoner(proc)
+        body["finished"] = message("no side effect", ctx=ctx, guid=uid("g"),
+                                   meta={k("test.forceError"): "internal"})  # ends at once
+        finished = r.send("sse", stream(body["finished"]))
+        s.send(stream(body["speaking"], rid="speaking"))
+        _until(lambda: _executions(witness, ctx) == 1, "the first tool call ran")
+        set_faults(witness, latencyS=60)
+        s.send(stream(body["tool"], rid="tool"))
+        _until(lambda: ledger_summary(witness, ctx)["pending"] == 1, "a tool call in flight")
+        s.send(stream(body["reasoning"], rid="reasoning"))
+        _until(lambda: s.recv().get("id") == "reasoning", "the reasoning turn started")
+        proc.kill(signal.SIGKILL)
+    with start_test_reasoner(tmp_path / "b", witness=witness_server.url, dedup=store) as proc:
+        r = Reasoner(proc)
+        got = {step: r.send("sse", stream(b)) for step, b in body.items()}
+    assert finished.final_state == "TASK_STATE_FAILED"
+    assert (got["finished"].final_state, got["finished"].task_id) == (
+        "TASK_STATE_FAILED", finished.task_id)  # the stored outcome, replayed
+    speaking = got["speaking"].final["statusUpdate"]["status"]
+    assert (speaking["state"], _side_effect_of(speaking)) == ("TASK_STATE_COMPLETED", ROLLED)
+    tool = got["tool"]
+    assert (tool.final_state, tool.error_code, _side_effect_of(
+        tool.final["statusUpdate"]["status"])) == ("TASK_STATE_FAILED", "upstream-timeout",
+                                                   "unknown")
+    reasoning = got["reasoning"]
+    assert (reasoning.final_state, reasoning.error_code, _side_effect_of(
+        reasoning.final["statusUpdate"]["status"])) == ("TASK_STATE_FAILED", "internal", None)
+    assert "nothing of it ran" in reasoning.failure_text
+    assert _executions(witness, ctx) == 1  # nothing re-executed (the in-flight one: pending)
