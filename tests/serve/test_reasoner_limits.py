@@ -68,6 +68,18 @@ def test_ws_slot_is_free_once_the_final_frame_is_sent(limited: Reasoner) -> None
                 ws.send(json.dumps(_request(sent)))
                 sent += 1
     assert (ended, refused) == (WS_REQUESTS, 0)
+    # the closed socket left the connection limits (the scrape itself is the one open)
+    deadline = time.monotonic() + 10
+    while (open_now := _gauge(limited, "rta_reasoner_connections")) != 1.0:
+        assert time.monotonic() < deadline, f"{open_now} connections still counted"
+        time.sleep(0.05)
+
+
+def _gauge(r: Reasoner, name: str) -> float:
+    """One unlabelled metric's value."""
+    [value] = [float(line.split()[1]) for line in r.metrics().splitlines()
+               if line.startswith(name + " ")]
+    return value
 
 
 # ---------------------------------------------------------------------------- slow clients
