@@ -100,6 +100,28 @@ def test_concurrent_reuse_of_an_in_flight_key_is_refused(truthful: Reasoner,
     assert ledger_summary(witness, ctx)["executions"] == 1
 
 
+def test_reuse_refused_by_both_workers_on_redis(tmp_path: Path, witness_server: ManagedProcess,
+                                                redis_server: ManagedProcess,
+                                                witness: str) -> None:
+    """Two workers sharing Redis: reuses reaching either worker are refused, both bindings."""
+    with start_test_reasoner(tmp_path, witness=witness_server.url, workers=2,
+                             dedup=redis_server.url) as proc:
+        r = Reasoner(proc)
+        ctx, guid = uid("c"), uid("g")
+        first = r.send("sse", stream(_pay("pay 10 to Bob", ctx, guid)))
+        others: list[Turn] = []
+        while len(others) < 8 or (len({o.worker for o in others}) < 2 and len(others) < 60):
+            others.append(r.send(("sse", "ws")[len(others) % 2],
+                                 stream(_pay("pay 5000 to Mallory", ctx, guid))))
+        again = r.send("ws", stream(_pay("pay 10 to Bob", ctx, guid)))
+    assert first.final_state == "TASK_STATE_COMPLETED"
+    assert {(o.final_state, o.error_code) for o in others} == {("TASK_STATE_FAILED",
+                                                                "schema-validation")}
+    assert len({o.worker for o in others}) == 2  # both workers refused it
+    assert again.task_id == first.task_id
+    assert _executions(witness, ctx) == 1
+
+
 def _paused(r: Reasoner, ctx: str) -> Turn:
     """A task parked at INPUT_REQUIRED."""
     t = r.send("sse", stream(message("book it", ctx=ctx, meta={k("handoff"): True})))
