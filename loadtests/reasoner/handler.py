@@ -348,8 +348,13 @@ class ProfileRequestHandler(DefaultRequestHandler):
     async def _recovered(self, outcome: dict[str, Any] | None, context: ServerCallContext,
                          msg: Message, parsed: TurnRequest) -> AsyncIterator[Event]:
         """A duplicate of a request whose owner died (lost outcome): what is known of it, from
-        the side-effect progress the owner recorded with its claim (docs/reasoner.md)."""
+        the side-effect progress the owner recorded with its claim and, when that stops at
+        "started" / "unknown", the witness's ledger (docs/reasoner.md)."""
         progress = (outcome or {}).get("sideEffect")
+        if progress in (SIDE_EFFECT_STARTED, SIDE_EFFECT_UNANSWERED) and msg.context_id \
+                and parsed.request_guid and await self.rt.tool.executed(msg.context_id,
+                                                                        parsed.request_guid):
+            progress = SIDE_EFFECT_DONE  # the witness (the tool's own record) saw it run
         f = EventFactory(self.rt.keys, uuid.uuid4().hex, msg.context_id or uuid.uuid4().hex,
                          parsed.active)
         if progress == SIDE_EFFECT_DONE:

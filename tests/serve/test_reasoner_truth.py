@@ -318,3 +318,26 @@ def test_sigkill_at_each_step_of_a_turn_then_answers_what_is_known(
         reasoning.final["statusUpdate"]["status"])) == ("TASK_STATE_FAILED", "internal", None)
     assert "nothing of it ran" in reasoning.failure_text
     assert _executions(witness, ctx) == 1  # nothing re-executed (the in-flight one: pending)
+
+
+def test_sigkill_during_the_tool_call_then_the_witness_saw_it_run(
+        tmp_path: Path, witness_server: ManagedProcess, witness: str) -> None:
+    """The owner died during the tool call (its record says "started"); the tool finished
+    afterwards: the duplicate asks the witness and is answered COMPLETED, rolled forward."""
+    store = f"sqlite:///{tmp_path / 'dedup.sqlite'}"
+    ctx = uid("c")
+    body = _pay("pay 10 to Bob", ctx, uid("g"))
+    set_faults(witness, latencyS=1.0)
+    with start_test_reasoner(tmp_path / "a", witness=witness_server.url, dedup=store,
+                             scenario=FAST_SCENARIO.replace("upstream_timeout_s = 0.5",
+                                                            "upstream_timeout_s = 60")
+                             ) as proc, Reasoner(proc).ws() as s:
+        s.send(stream(body, rid="pay"))
+        _until(lambda: ledger_summary(witness, ctx)["pending"] == 1, "the tool call in flight")
+        proc.kill(signal.SIGKILL)
+    _until(lambda: _executions(witness, ctx) == 1, "the witness finished the execution")
+    with start_test_reasoner(tmp_path / "b", witness=witness_server.url, dedup=store) as proc:
+        again = Reasoner(proc).send("sse", stream(body))
+    status = again.final["statusUpdate"]["status"]
+    assert (status["state"], _side_effect_of(status)) == ("TASK_STATE_COMPLETED", ROLLED)
+    assert _executions(witness, ctx) == 1
