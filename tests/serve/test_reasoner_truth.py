@@ -211,6 +211,11 @@ def _cancelled_turn(r: Reasoner, binding: str, body: dict, ready: Callable[[str]
         return turn, fut.result()
 
 
+def _tool_call_under_way(witness: str, ctx: str) -> bool:
+    """The witness is executing a side effect of ``ctx`` (other tests' do not count)."""
+    return int(ledger_summary(witness, ctx)["executingInContext"]) == 1
+
+
 def _executions(witness: str, ctx: str) -> int:
     return int(ledger_summary(witness, ctx)["executions"])
 
@@ -263,7 +268,7 @@ def test_cancel_during_the_tool_call_waits_for_it(slow_speech: Reasoner, witness
     ctx = uid("c")
     body = stream(message("pay 10 to Bob", ctx=ctx, meta={k("sideEffect"): True}))
     turn, cancel = _cancelled_turn(slow_speech, "ws", body,  # the tool call in flight:
-                                   lambda _: ledger_summary(witness, ctx)["pending"] == 1)
+                                   lambda _: _tool_call_under_way(witness, ctx))
     assert _executions(witness, ctx) == executions_at_answer
     _check_cancel(slow_speech, turn, cancel, want)
     _until(lambda: _executions(witness, ctx) == 1, "the side effect ran")
@@ -297,7 +302,7 @@ def test_sigkill_at_each_step_of_a_turn_then_answers_what_is_known(
         _until(lambda: _executions(witness, ctx) == 1, "the first tool call ran")
         set_faults(witness, latencyS=60)
         s.send(stream(body["tool"], rid="tool"))
-        _until(lambda: ledger_summary(witness, ctx)["pending"] == 1, "a tool call in flight")
+        _until(lambda: _tool_call_under_way(witness, ctx), "a tool call in flight")
         s.send(stream(body["reasoning"], rid="reasoning"))
         _until(lambda: s.recv().get("id") == "reasoning", "the reasoning turn started")
         proc.kill(signal.SIGKILL)
@@ -333,7 +338,7 @@ def test_sigkill_during_the_tool_call_then_the_witness_saw_it_run(
                                                             "upstream_timeout_s = 60")
                              ) as proc, Reasoner(proc).ws() as s:
         s.send(stream(body, rid="pay"))
-        _until(lambda: ledger_summary(witness, ctx)["pending"] == 1, "the tool call in flight")
+        _until(lambda: _tool_call_under_way(witness, ctx), "the tool call in flight")
         proc.kill(signal.SIGKILL)
     _until(lambda: _executions(witness, ctx) == 1, "the witness finished the execution")
     with start_test_reasoner(tmp_path / "b", witness=witness_server.url, dedup=store) as proc:
