@@ -117,12 +117,32 @@ def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, int]:
             if v - before.get(k, 0.0)}
 
 
+class _Connected:
+    """Counts hostile sockets connected; ``all`` is set when every one is."""
+
+    def __init__(self, n: int):
+        self.left = n
+        self.all = asyncio.Event()
+        self.t0 = time.monotonic()
+        self.took_s = math.inf  # until the last one connected
+
+    def one(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.took_s = time.monotonic() - self.t0
+            self.all.set()
+
+
 async def _hostile(port: int, opening: bytes, trickle: bytes, until_s: float,
-                   src: str = ATTACKER) -> float:
+                   src: str = ATTACKER, connected: _Connected | None = None) -> float:
     """One hostile socket: send ``opening``, then ``trickle`` every 0.4 s; the seconds until
     the server closed it (``inf`` if it is still open at ``until_s``)."""
     started = time.monotonic()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(src, 0))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(src, 0))
+    finally:
+        if connected is not None:
+            connected.one()
     try:
         if opening:
             writer.write(opening)
@@ -158,21 +178,27 @@ def test_a_thousand_trickling_sockets_are_closed_and_others_served(guarded: Reas
     kinds = [HEADERS_TRICKLED, BLANK_LINES, SILENT, HUGE_BODY, MAX_BODY]
     before = closed_count(guarded)
 
-    async def main() -> tuple[list[float], list[Turn]]:
-        hostile = [asyncio.create_task(_hostile(port, *kinds[i % len(kinds)], until_s=10.0))
+    async def main() -> tuple[list[float], list[Turn], float]:
+        connected = _Connected(SOCKETS)
+        hostile = [asyncio.create_task(_hostile(port, *kinds[i % len(kinds)], until_s=10.0,
+                                                connected=connected))
                    for i in range(SOCKETS)]
-        await asyncio.sleep(0.3)  # all connected and trickling
+        await connected.all.wait()  # all connected (and trickling)
         loop = asyncio.get_running_loop()
         turns = await asyncio.gather(*[loop.run_in_executor(
             None, guarded.send, "sse", stream(message())) for _ in range(10)])
-        return list(await asyncio.gather(*hostile)), list(turns)
+        return list(await asyncio.gather(*hostile)), list(turns), connected.took_s
 
-    closed_after, turns = asyncio.run(main())
+    closed_after, turns, connecting_s = asyncio.run(main())
     assert [t.final_state for t in turns] == ["TASK_STATE_COMPLETED"] * 10
     assert max(closed_after) <= DEADLINE_S + SLACK_S, sorted(closed_after)[-5:]
     delta = _delta(closed_count(guarded), before)
-    print(f"closed: {delta}; slowest close {max(closed_after):.2f} s")
-    assert delta.get("limit-client") == SOCKETS - PER_CLIENT
+    print(f"closed: {delta}; slowest close {max(closed_after):.2f} s; connecting took "
+          f"{connecting_s:.2f} s")
+    if connecting_s < DEADLINE_S * 0.8:  # all 1,000 held at once: exactly 300 refused
+        assert delta.get("limit-client") == SOCKETS - PER_CLIENT
+    else:  # (a loaded machine: the first ones met their deadline before the last connected)
+        assert 0 < delta.get("limit-client", 0) <= SOCKETS - PER_CLIENT
     assert sum(delta.values()) == SOCKETS  # every socket closed by the server, counted once
     assert set(delta) <= {"limit-client", "header-timeout", "body-timeout"}
     assert delta.get("header-timeout", 0) >= PER_CLIENT * 3 // 5 - 50
@@ -201,9 +227,11 @@ def test_total_and_per_client_limits(tmp_path: Path) -> None:
         async def main() -> list[float]:
             first = []
             for src in ("127.0.0.2", "127.0.0.3"):
-                first += [asyncio.create_task(_hostile(port, *SILENT, until_s=10.0, src=src))
+                connected = _Connected(15)
+                first += [asyncio.create_task(_hostile(port, *SILENT, until_s=10.0, src=src,
+                                                       connected=connected))
                           for _ in range(15)]
-                await asyncio.sleep(0.3)
+                await connected.all.wait()
             third = await _hostile(port, *SILENT, until_s=10.0, src="127.0.0.4")
             return [third, *await asyncio.gather(*first)]
 
