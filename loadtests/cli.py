@@ -29,6 +29,19 @@ class FlagError(Exception):
 
 
 
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (0: derived default)."""
+    return 0 if text.strip() == "0" else positive_int(text)
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (seconds)."""
+    v = non_negative(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError("must be > 0, got 0")
+    return v
+
+
 def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab serve reasoner``."""
     from loadtests.reasoner.idempotency import MODES
@@ -65,6 +78,20 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tasks", type=positive_int, default=10_000,
                    help="executed tasks kept in memory per worker (fair per-principal LRU; "
                         "default 10000, ~60 MiB); rejections: 1000 per principal apart")
+    p.add_argument("--header-timeout-s", type=non_negative, default=10.0,
+                   help="close a connection whose request headers take longer (0 = off; "
+                        "default 10)")
+    p.add_argument("--body-timeout-s", type=non_negative, default=30.0,
+                   help="close a connection whose request body takes longer after its "
+                        "headers (0 = off; default 30)")
+    p.add_argument("--idle-timeout-s", type=positive_float, default=5.0,
+                   help="close a keep-alive connection idle this long (default 5)")
+    p.add_argument("--max-connections", type=non_negative_int, default=0,
+                   help="open client connections per worker process (default 0: the open-file "
+                        "limit minus a reserve of max(128, 10%%))")
+    p.add_argument("--max-connections-per-client", type=non_negative_int, default=0,
+                   help="open connections per client IP address per worker (default 0: half "
+                        "of --max-connections)")
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"),
                    help="server log level (default info)")
@@ -93,7 +120,10 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         dedup_mode=args.dedup_mode, dedup_window_s=args.dedup_window_s,
         dedup_wait_s=args.dedup_wait_s, scenario=args.scenario, overrides=tuple(args.set),
         witness=args.witness, tokens=tokens, ext_uri=args.ext_uri, test_hooks=args.test_hooks,
-        max_tasks=args.max_tasks, log_level=args.log_level, access_log=args.access_log)
+        max_tasks=args.max_tasks, log_level=args.log_level, access_log=args.access_log,
+        header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
+        idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections,
+        max_connections_per_client=args.max_connections_per_client)
     try:
         backend, target, _ = parse_store_url(settings.store_url)
     except ValueError as e:

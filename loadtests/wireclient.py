@@ -21,14 +21,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from a2a.types import TaskState
 from websockets.sync.client import ClientConnection, connect
 
-from loadtests.reasoner.wire import DEFAULT_EXT_URI, STREAM_END_STATES
+from loadtests.reasoner.wire import (  # noqa: F401 - the JSON-side wire rules, re-exported
+    DEFAULT_EXT_URI,
+    EVENT_KINDS,
+    frame_ends,
+)
+from loadtests.reasoner.wire import END_STATE_NAMES as END_STATES  # noqa: F401
+from loadtests.reasoner.wire import json_kind as kind
+from loadtests.reasoner.wire import json_state as state
 
 EXT = DEFAULT_EXT_URI
-END_STATES = frozenset(TaskState.Name(s) for s in STREAM_END_STATES)
-EVENT_KINDS = ("task", "statusUpdate", "artifactUpdate", "message")
 
 TOKENS = {"token-alice": "alice", "token-bob": "bob"}
 ALICE, BOB = "token-alice", "token-bob"
@@ -117,17 +121,6 @@ def headers(token: str | None = ALICE, ext: bool = True, version: bool = True,
 # ---------------------------------------------------------------------------- results
 
 
-def kind(ev: dict[str, Any]) -> str:
-    """``task``, ``statusUpdate``, ``artifactUpdate`` or ``message``."""
-    return next(iter(ev))
-
-
-def state(ev: dict[str, Any]) -> str | None:
-    """The task state of a task / statusUpdate payload."""
-    body = ev[kind(ev)]
-    return body.get("status", {}).get("state")
-
-
 def meta(ev: dict[str, Any]) -> dict[str, Any]:
     """Event-level metadata."""
     return ev[kind(ev)].get("metadata", {})
@@ -136,16 +129,6 @@ def meta(ev: dict[str, Any]) -> dict[str, Any]:
 def status_message(ev: dict[str, Any]) -> dict[str, Any]:
     """The status message of a task / statusUpdate payload."""
     return ev[kind(ev)].get("status", {}).get("message", {})
-
-
-def frame_ends(frame: dict[str, Any]) -> bool:
-    """True if this JSON-RPC frame ends its request's stream."""
-    if "error" in frame:
-        return True
-    result = frame.get("result") or {}
-    if not isinstance(result, dict) or len(result) != 1 or kind(result) not in EVENT_KINDS:
-        return True  # a unary result
-    return state(result) in END_STATES
 
 
 @dataclass

@@ -15,6 +15,16 @@ Lease.  An in-flight entry whose claim is older than ``lease_s``
 see :mod:`loadtests.reasoner.owners`), is stale: under ``on_stale = "fail"`` its
 outcome becomes *lost* (never re-executed), under ``"reclaim"`` the claimant
 takes it over.
+
+Fingerprint (issue 19).  A claim presents the fingerprint of the request's meaning
+(the Reasoner: method, taskId, parts and the profile's side-effect metadata; the
+contextId is the entry's scope).  A live entry (in flight, or stored inside its
+window) whose fingerprint differs from the claim's is a *conflict*: the same key
+was reused for a different request, which is neither replayed nor executed (the
+Reasoner answers ``schema-validation``).  An empty fingerprint on either side
+(entries of claims that are not requests: continuation claims, side-effect
+guards) never conflicts.  The conflict is judged before the lease: a request
+that reuses a crashed owner's key is refused, never handed its lost outcome.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Verdict = Literal["insert", "done", "in_flight", "lost", "reclaim"]
+Verdict = Literal["insert", "done", "in_flight", "lost", "reclaim", "conflict"]
 StalePolicy = Literal["fail", "reclaim"]
 
 
@@ -35,6 +45,7 @@ class Row:
     claimed_at: float
     completed_at: float | None = None
     outcome: str | None = None
+    fingerprint: str = ""  # of the request that claimed it ("" = none: never conflicts)
 
 
 def expires_at(completed_at_s: float, window_s: float) -> float:
@@ -57,15 +68,27 @@ def stale(claimed_at_s: float, lease_s: float, now_s: float) -> bool:
     return now_s - claimed_at_s > lease_s
 
 
+def conflicts(stored: object, presented: object) -> bool:
+    """True if a request presenting fingerprint ``presented`` reused the key of the one that
+    stored ``stored`` (both set and different; a falsy one never conflicts)."""
+    return bool(stored) and bool(presented) and stored != presented
+
+
 def judge(row: Row | None, now_s: float, window_s: float, lease_s: float,
-          on_stale: StalePolicy, dead_owner: str | None = None) -> Verdict:
-    """What a claim at ``now_s`` finds for ``row``: insert a new claim, replay a stored
-    outcome, wait for the in-flight owner, or resolve a stale claim (lost / reclaim)."""
+          on_stale: StalePolicy, dead_owner: str | None = None,
+          fingerprint: str = "") -> Verdict:
+    """What a claim at ``now_s`` presenting ``fingerprint`` finds for ``row``: insert a new
+    claim, replay a stored outcome, wait for the in-flight owner, resolve a stale claim
+    (lost / reclaim), or refuse a reuse of the key by a different request (conflict)."""
     if row is None:
         return "insert"
     if row.state == "done":
         assert row.completed_at is not None
-        return "insert" if expired(row.completed_at, window_s, now_s) else "done"
+        if expired(row.completed_at, window_s, now_s):
+            return "insert"
+        return "conflict" if conflicts(row.fingerprint, fingerprint) else "done"
+    if conflicts(row.fingerprint, fingerprint):
+        return "conflict"
     if stale(row.claimed_at, lease_s, now_s) or (dead_owner is not None
                                                  and row.owner == dead_owner):
         return "reclaim" if on_stale == "reclaim" else "lost"

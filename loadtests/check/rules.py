@@ -40,6 +40,9 @@ END_OF_RUN = "end-of-run"  # turns.end_reason of a turn cut by the end of the lo
 NO_ANSWER = ("timeout", "response-lost", "unfinished", "total-timeout")
 FAILURE_OUTCOMES = ("failed", "timeout", "total-timeout", "response-lost")
 NOT_FAILED = ("completed", "input-required", "cancelled")
+# attempts.side_effect_reported values by which the server told the caller that the side effect
+# ran or may have run (rta/sideEffect, docs/reasoner.md): such a turn is not a ghost
+SIDE_EFFECT_TOLD = ("rolled-forward", "unknown")
 
 SECTIONS = {
     "lost": "errors.md §6 (at-least-once delivery)",
@@ -146,8 +149,11 @@ def prepare(led: Ledgers) -> Prepared:
         outcome[last.index] = last.to_numpy()
         told[ok] = "success"
         outcome[ok] = "completed"
+    reported = np.zeros(n, dtype=bool)  # the server said the side effect ran or may have
+    told_ran = a["side_effect_reported"].isin(SIDE_EFFECT_TOLD).to_numpy()
+    np.logical_or.at(reported, a["tkey"].to_numpy()[told_ran], True)
     turns = pd.DataFrame({"side_effect": se, "told": told, "outcome": outcome,
-                          "end_of_run": end_of_run})
+                          "end_of_run": end_of_run, "reported": reported})
     n_turns = n
 
     w = None
@@ -225,12 +231,21 @@ def _hazard(name: str, count: int, examples: tuple[str, ...], detail: str, n_tur
 
 
 def rule_ghost(p: Prepared, limits: Mapping[str, float]) -> RuleResult:
-    """Turns whose side effect executed while the caller was told the turn failed."""
+    """Turns whose side effect executed while the caller was told the turn failed or was
+    cancelled, and the server never said the side effect ran or may have run."""
     if p.w is None:
         return _not_checked("ghost-success", NO_WITNESS)
-    ghost = np.flatnonzero((p.turns["told"].to_numpy() == "failure") & (_executions(p) > 0))
+    t = p.turns
+    untold = ((t["told"].to_numpy() == "failure") | (t["outcome"].to_numpy() == "cancelled")) \
+        & (_executions(p) > 0)
+    reported = t["reported"].to_numpy()
+    ghost = np.flatnonzero(untold & ~reported)
+    cancelled = int((untold & ~reported & (t["outcome"].to_numpy() == "cancelled")).sum())
     return _hazard("ghost-success", len(ghost), _labels(p, ghost),
-                   f"{len(ghost)} turns executed but told failed", p.n_turns, limits)
+                   f"{len(ghost)} turns executed but told failed or cancelled ({cancelled} "
+                   f"cancelled); {int((untold & reported).sum())} more were told by "
+                   "rta/sideEffect that it ran or may have run (not counted)", p.n_turns,
+                   limits)
 
 
 def rule_reexecuted(p: Prepared, limits: Mapping[str, float]) -> RuleResult:

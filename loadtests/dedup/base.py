@@ -19,6 +19,10 @@ Protocol of use by the Reasoner, for one incoming request:
    - ``"done"``: ``claim.outcome`` is the stored outcome; replay it, never
      re-execute.  If ``claim.lost`` (see below) the outcome is the synthetic
      :func:`lost_outcome`: answer FAILED with its ``errorCode`` (``internal``).
+   - ``"conflict"``: the key is live for a request with another fingerprint
+     (``claim(..., fingerprint=...)``, stored with the entry; rule:
+     :func:`sim.dedup_rule.judge`): a reuse of the key by a different request,
+     neither replayed nor executed; nothing is written.
 2. Entries are kept at least while in flight and ``window_s`` after completion.
    A claim with ``now_s > completed_at + window_s`` treats the entry as new
    (logical expiry, identical in every backend); ``purge(now_s)`` physically
@@ -44,7 +48,9 @@ effect before dying, so the outcome is unknown.  ``on_stale`` picks the rule:
 
 - ``"fail"`` (default, at-most-once): the next claim or waiter turns the entry
   into ``done`` with :func:`lost_outcome` and never re-executes under that key.
-  A requestGuid therefore never runs twice because of the store; the Live
+  The lost outcome carries the owner's last :meth:`DedupStore.progress` record
+  (kept in the in-flight entry's outcome slot), so recovery can answer what is
+  known.  A requestGuid therefore never runs twice because of the store; the Live
   layer's retry with a *new* requestGuid may (the turn re-execution hazard,
   which the witness ledger counts separately).  If the original owner was only
   slow and later completes, its real outcome replaces the lost marker.
@@ -65,7 +71,7 @@ from typing import Any, Literal
 
 from sim.dedup_rule import StalePolicy
 
-ClaimState = Literal["new", "in_flight", "done"]
+ClaimState = Literal["new", "in_flight", "done", "conflict"]
 STALE_POLICIES: tuple[str, ...] = ("fail", "reclaim")
 
 DEFAULT_LEASE_S = 120.0
@@ -73,10 +79,15 @@ LOST_KEY = "rta.dedup.lost"  # marker key of the synthetic outcome of a crashed 
 LOST_ERROR_CODE = "internal"
 
 
-def lost_outcome(owner: str, claimed_at_s: float, lost_at_s: float) -> dict[str, Any]:
-    """The outcome stored for an entry whose owner's lease expired (policy ``fail``)."""
-    return {LOST_KEY: True, "errorCode": LOST_ERROR_CODE, "owner": owner,
-            "claimedAtS": claimed_at_s, "lostAtS": lost_at_s}
+def lost_outcome(owner: str, claimed_at_s: float, lost_at_s: float,
+                 progress: str | None = None) -> dict[str, Any]:
+    """The outcome stored for an entry whose owner's lease expired (policy ``fail``), with the
+    owner's last :meth:`DedupStore.progress` record as ``sideEffect`` if it made one."""
+    outcome: dict[str, Any] = {LOST_KEY: True, "errorCode": LOST_ERROR_CODE, "owner": owner,
+                               "claimedAtS": claimed_at_s, "lostAtS": lost_at_s}
+    if progress:
+        outcome["sideEffect"] = progress
+    return outcome
 
 
 def is_lost_outcome(outcome: dict[str, Any] | None) -> bool:
@@ -145,16 +156,25 @@ class DedupStore(ABC):
 
     @abstractmethod
     async def claim(self, context_id: str, key: str, owner: str, now_s: float,
-                    dead_owner: str | None = None) -> Claim:
+                    dead_owner: str | None = None, fingerprint: str = "") -> Claim:
         """Atomically register ``key`` as in flight for ``owner`` unless already known.
 
         ``dead_owner``: the caller found the entry in flight for this owner and knows its
-        process is gone; if the entry is still that owner's, it is stale now (lease rule)."""
+        process is gone; if the entry is still that owner's, it is stale now (lease rule).
+        ``fingerprint``: the request's meaning, stored with a new entry; a live entry with
+        another fingerprint answers ``conflict``."""
 
     @abstractmethod
     async def complete(self, context_id: str, key: str, outcome: dict[str, Any],
                        now_s: float, owner: str | None = None) -> bool:
         """Store the outcome and wake waiters; with ``owner``, only if still owned by it."""
+
+    @abstractmethod
+    async def progress(self, context_id: str, key: str, owner: str, value: str) -> bool:
+        """Record how far the owner of an in-flight entry got (the Reasoner: its side effect
+        ``started`` / ``done`` / ``unknown`` / ``none``), durably with the entry; False if
+        ``owner`` no longer holds it in flight.  If the owner dies, the lost outcome carries
+        the last value as ``sideEffect`` (:func:`lost_outcome`)."""
 
     @abstractmethod
     async def abandon(self, context_id: str, key: str, owner: str | None = None) -> bool:

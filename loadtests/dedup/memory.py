@@ -48,14 +48,18 @@ class MemoryStore(DedupStore):
         self._counters: Counter[str] = Counter()
 
     async def claim(self, context_id: str, key: str, owner: str, now_s: float,
-                    dead_owner: str | None = None) -> Claim:
+                    dead_owner: str | None = None, fingerprint: str = "") -> Claim:
         """Register ``key`` as in flight for ``owner`` unless known (atomic: no await inside)."""
         k = (context_id, key)
         row = self._rows.get(k)
-        verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale, dead_owner)
+        verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale, dead_owner,
+                        fingerprint)
         claim: Claim
-        if verdict == "insert":
-            self._rows[k] = Row("in_flight", owner, now_s)
+        if verdict == "conflict":
+            assert row is not None
+            claim = Claim("conflict", owner=row.owner)
+        elif verdict == "insert":
+            self._rows[k] = Row("in_flight", owner, now_s, fingerprint=fingerprint)
             self._in_flight.add(k)
             claim = Claim("new")
         elif verdict == "done":
@@ -67,7 +71,8 @@ class MemoryStore(DedupStore):
         elif verdict == "reclaim":
             assert row is not None
             prev = row.owner
-            row.owner, row.claimed_at = owner, now_s
+            row.owner, row.claimed_at, row.outcome = owner, now_s, None
+            row.fingerprint = row.fingerprint or fingerprint
             claim = Claim("new", owner=prev, stale=True)
         else:  # lost
             assert row is not None
@@ -78,7 +83,7 @@ class MemoryStore(DedupStore):
 
     def _mark_lost(self, k: EntryKey, row: Row, now_s: float) -> dict[str, Any]:
         """Turn a stale in-flight row into done with the lost outcome."""
-        outcome = lost_outcome(row.owner, row.claimed_at, now_s)
+        outcome = lost_outcome(row.owner, row.claimed_at, now_s, row.outcome)
         self._finish(k, row, json.dumps(outcome), now_s)
         return outcome
 
@@ -102,6 +107,14 @@ class MemoryStore(DedupStore):
             row = self._rows[k] = Row("done", "", now_s)
         self._finish(k, row, text, now_s)
         self._counters["completes"] += 1
+        return True
+
+    async def progress(self, context_id: str, key: str, owner: str, value: str) -> bool:
+        """Keep ``value`` in the in-flight row's outcome slot (if ``owner`` holds it)."""
+        row = self._rows.get((context_id, key))
+        if row is None or row.state != "in_flight" or row.owner != owner:
+            return False
+        row.outcome = value
         return True
 
     async def abandon(self, context_id: str, key: str, owner: str | None = None) -> bool:

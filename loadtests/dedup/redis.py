@@ -3,7 +3,8 @@
 One hash per entry at ``rta:dedup:{context}:{key}`` (``:``, ``%``, ``{`` and ``}``
 in the identifiers are percent-encoded, so two ``(context, key)`` pairs never
 share a Redis key).  Fields: ``s`` state (``i`` in flight / ``d`` done),
-``o`` owner, ``c`` claimed_at, ``t`` completed_at, ``r`` outcome JSON.
+``o`` owner, ``c`` claimed_at, ``t`` completed_at, ``r`` outcome JSON, ``f`` the
+claiming request's fingerprint (absent or empty: never conflicts).
 
 Claim.  The claim is ``SET NX`` with a lease, done inside a Lua script so that
 "insert if absent", "replay if done", "past the window" and the stale-lease rule
@@ -46,18 +47,22 @@ import redis.asyncio as aioredis
 from loadtests.dedup._common import LocalWakeups, PeekState, count_claim, make_stats, poll_wait
 from loadtests.dedup.base import Claim, DedupStore, StoreStats
 
-# sim.dedup_rule.judge in Lua (closed window: expired at now > completed + window; stale at
-# now - claimed > lease, or when the in-flight owner is the dead owner named by the caller).
+# sim.dedup_rule.judge in Lua (closed window: expired at now > completed + window; a live
+# entry whose fingerprint differs from the claim's is a conflict; stale at now - claimed >
+# lease, or when the in-flight owner is the dead owner named by the caller).
 # KEYS: entry, in-flight index.  ARGV: mode (claim|peek), owner, now, lease_s, window_s,
-# on_stale, in-flight ttl ms, done ttl ms, dead owner ('' = none).
+# on_stale, in-flight ttl ms, done ttl ms, dead owner ('' = none), fingerprint ('' = none).
 # Returns {verdict, outcome-or-'', owner-or-''}.
 _CLAIM = """
-local e = redis.call('HMGET', KEYS[1], 's', 'o', 'c', 't', 'r')
+local e = redis.call('HMGET', KEYS[1], 's', 'o', 'c', 't', 'r', 'f')
 local now = tonumber(ARGV[3])
 local peek = ARGV[1] == 'peek'
+local function conflict()
+  return e[6] and e[6] ~= '' and ARGV[10] ~= '' and e[6] ~= ARGV[10]
+end
 local function take()
   redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 's', 'i', 'o', ARGV[2], 'c', ARGV[3])
+  redis.call('HSET', KEYS[1], 's', 'i', 'o', ARGV[2], 'c', ARGV[3], 'f', ARGV[10])
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   redis.call('ZADD', KEYS[2], ARGV[3], KEYS[1])
 end
@@ -72,16 +77,22 @@ if e[1] == 'd' then
     take()
     return {'new', '', ''}
   end
+  if conflict() then return {'conflict', '', e[2]} end
   return {'done', e[5], e[2]}
 end
+if conflict() then return {'conflict', '', e[2]} end
 if now - tonumber(e[3]) > tonumber(ARGV[4]) or (ARGV[9] ~= '' and e[2] == ARGV[9]) then
   if ARGV[6] == 'reclaim' then
     if peek then return {'gone', '', ''} end
+    local f = e[6] or ''
     take()
+    redis.call('HSET', KEYS[1], 'f', f ~= '' and f or ARGV[10])
     return {'reclaimed', '', e[2]}
   end
-  local lost = cjson.encode({['rta.dedup.lost'] = true, errorCode = 'internal', owner = e[2],
-                             claimedAtS = tonumber(e[3]), lostAtS = now})
+  local t = {['rta.dedup.lost'] = true, errorCode = 'internal', owner = e[2],
+             claimedAtS = tonumber(e[3]), lostAtS = now}
+  if e[5] and e[5] ~= '' then t['sideEffect'] = e[5] end  -- the owner's progress record
+  local lost = cjson.encode(t)
   redis.call('HSET', KEYS[1], 's', 'd', 't', ARGV[3], 'r', lost)
   redis.call('PEXPIRE', KEYS[1], ARGV[8])
   redis.call('ZREM', KEYS[2], KEYS[1])
@@ -98,6 +109,14 @@ redis.call('HSETNX', KEYS[1], 'o', '')
 redis.call('HSETNX', KEYS[1], 'c', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('ZREM', KEYS[2], KEYS[1])
+return 1
+"""
+
+# KEYS: entry.  ARGV: owner, value.  In flight, the outcome field holds the progress record.
+_PROGRESS = """
+local e = redis.call('HMGET', KEYS[1], 's', 'o')
+if e[1] ~= 'i' or e[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'r', ARGV[2])
 return 1
 """
 
@@ -179,6 +198,7 @@ class RedisStore(DedupStore):
         self._client = client
         self._scripts = {name: client.register_script(src) for name, src in
                          (("claim", _CLAIM), ("complete", _COMPLETE), ("abandon", _ABANDON),
+                          ("progress", _PROGRESS),
                           ("bind", _BIND))}
 
     async def close(self) -> None:
@@ -198,21 +218,21 @@ class RedisStore(DedupStore):
                 keys=[self.entry_key(context_id, key), self._index], args=list(args))
 
     async def _claim_or_peek(self, mode: str, context_id: str, key: str, owner: str,
-                             now_s: float, dead_owner: str | None = None
+                             now_s: float, dead_owner: str | None = None, fingerprint: str = ""
                              ) -> tuple[str, bytes, str]:
         """Run the claim script in ``claim`` or ``peek`` mode."""
         verdict, outcome, prev = await self._call(
             "claim", context_id, key, mode, owner, repr(float(now_s)), repr(self.lease_s),
             repr(self.window_s), self.on_stale, self._inflight_ttl_ms, self._done_ttl_ms,
-            dead_owner or "")
+            dead_owner or "", fingerprint)
         return verdict.decode(), outcome, prev.decode()
 
     async def claim(self, context_id: str, key: str, owner: str, now_s: float,
-                    dead_owner: str | None = None) -> Claim:
+                    dead_owner: str | None = None, fingerprint: str = "") -> Claim:
         """Atomically register ``key`` as in flight for ``owner`` unless already known."""
         try:
             verdict, outcome, prev = await self._claim_or_peek("claim", context_id, key, owner,
-                                                               now_s, dead_owner)
+                                                               now_s, dead_owner, fingerprint)
         except asyncio.CancelledError:
             # The script may have run: abandon the entry if (and only if) it is ours.
             self._abandon_orphan(context_id, key, owner)
@@ -223,6 +243,8 @@ class RedisStore(DedupStore):
             claim = Claim("new", owner=prev, stale=True)
         elif verdict == "in_flight":
             claim = Claim("in_flight", owner=prev)
+        elif verdict == "conflict":
+            claim = Claim("conflict", owner=prev)
         else:  # done / lost
             claim = Claim("done", json.loads(outcome), owner=prev, stale=verdict == "lost")
             if claim.stale:
@@ -256,6 +278,14 @@ class RedisStore(DedupStore):
         if ok:
             self._wakeups.notify((context_id, key))
         return ok
+
+    async def progress(self, context_id: str, key: str, owner: str, value: str) -> bool:
+        """Keep ``value`` in the in-flight entry's outcome field (if ``owner`` holds it)."""
+        if self._client is None:
+            raise RuntimeError("RedisStore used before start() or after close()")
+        async with self._slots:
+            return bool(await self._scripts["progress"](keys=[self.entry_key(context_id, key)],
+                                                        args=[owner, value]))
 
     async def abandon(self, context_id: str, key: str, owner: str | None = None) -> bool:
         """Delete an in-flight entry (owned by ``owner`` if given); waiters get ``None``."""

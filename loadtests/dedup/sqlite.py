@@ -99,6 +99,7 @@ CREATE TABLE IF NOT EXISTS dedup (
     completed_at REAL,
     t            REAL NOT NULL,   -- claimed_at while in flight, completed_at when done
     outcome      TEXT,            -- JSON
+    fingerprint  TEXT NOT NULL DEFAULT '',  -- of the claiming request (sim.dedup_rule)
     PRIMARY KEY (context_id, key)
 );
 CREATE INDEX IF NOT EXISTS dedup_state_t ON dedup (state, t);
@@ -108,14 +109,17 @@ CREATE TABLE IF NOT EXISTS bindings (  -- contextId -> principal (DedupStore.bin
     t          REAL NOT NULL          -- bound at (purged after the window; no index: one
 ) WITHOUT ROWID;                      -- b-tree written per bind, purge scans the table)
 """
-_INSERT = ("INSERT INTO dedup (context_id, key, state, owner, claimed_at, t) "
-           "VALUES (?, ?, 'in_flight', ?, ?, ?) ON CONFLICT DO NOTHING")
-_SELECT = ("SELECT state, owner, claimed_at, completed_at, outcome FROM dedup "
+_INSERT = ("INSERT INTO dedup (context_id, key, state, owner, claimed_at, t, fingerprint) "
+           "VALUES (?, ?, 'in_flight', ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+_SELECT = ("SELECT state, owner, claimed_at, completed_at, outcome, fingerprint FROM dedup "
            "WHERE context_id = ? AND key = ?")
 _RETAKE_DONE = ("UPDATE dedup SET state = 'in_flight', owner = ?, claimed_at = ?, t = ?, "
-                "completed_at = NULL, outcome = NULL WHERE context_id = ? AND key = ? "
+                "fingerprint = ?, completed_at = NULL, outcome = NULL "
+                "WHERE context_id = ? AND key = ? "
                 "AND state = 'done' AND completed_at = ?")
-_RECLAIM = ("UPDATE dedup SET owner = ?, claimed_at = ?, t = ? WHERE context_id = ? AND key = ? "
+_RECLAIM = ("UPDATE dedup SET owner = ?, claimed_at = ?, t = ?, "
+            "outcome = NULL, fingerprint = CASE fingerprint WHEN '' THEN ? ELSE fingerprint END "
+            "WHERE context_id = ? AND key = ? "
             "AND state = 'in_flight' AND owner = ? AND claimed_at = ?")
 _LOSE = ("UPDATE dedup SET state = 'done', completed_at = ?, t = ?, outcome = ? "
          "WHERE context_id = ? AND key = ? AND state = 'in_flight' AND owner = ? "
@@ -126,6 +130,8 @@ _COMPLETE_ANY = ("INSERT INTO dedup (context_id, key, state, owner, claimed_at, 
                  "outcome) VALUES (?, ?, 'done', '', ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
                  "state = 'done', completed_at = excluded.completed_at, t = excluded.t, "
                  "outcome = excluded.outcome")
+_PROGRESS = ("UPDATE dedup SET outcome = ? WHERE context_id = ? AND key = ? "
+             "AND state = 'in_flight' AND owner = ?")  # in flight: the outcome slot holds it
 _ABANDON = "DELETE FROM dedup WHERE context_id = ? AND key = ? AND state = 'in_flight'"
 # Bind unless bound: insert, or take over a binding past the window (last parameters:
 # window, now); changes nothing (rowcount 0) when a live binding exists.
@@ -148,6 +154,14 @@ def _is_busy(e: sqlite3.OperationalError) -> bool:
     return "locked" in str(e) or "busy" in str(e)
 
 
+def _add_fingerprint_column(db: Db) -> None:
+    """A file made before fingerprints (issue 19) gets the column (old rows: '', never
+    conflicting)."""
+    columns = {r[1] for r in db.execute("PRAGMA table_info(dedup)")}
+    if "fingerprint" not in columns:
+        db.execute("ALTER TABLE dedup ADD COLUMN fingerprint TEXT NOT NULL DEFAULT ''")
+
+
 def _select(db: Db, context_id: str, key: str) -> Row | None:
     """Read one row."""
     r = db.execute(_SELECT, (context_id, key)).fetchone()
@@ -156,7 +170,7 @@ def _select(db: Db, context_id: str, key: str) -> Row | None:
 
 def _lose(db: Db, context_id: str, key: str, row: Row, now_s: float) -> dict[str, Any] | None:
     """CAS a stale row to done with the lost outcome; ``None`` if the race is lost."""
-    outcome = lost_outcome(row.owner, row.claimed_at, now_s)
+    outcome = lost_outcome(row.owner, row.claimed_at, now_s, row.outcome)
     n = db.execute(_LOSE, (now_s, now_s, json.dumps(outcome), context_id, key, row.owner,
                            row.claimed_at)).rowcount
     return outcome if n == 1 else None
@@ -215,6 +229,7 @@ class SqliteStore(DedupStore):
             try:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 conn.executescript(_SCHEMA)
+                _add_fingerprint_column(conn)
                 break
             except sqlite3.OperationalError as e:
                 if not _is_busy(e) or time.monotonic() > deadline:
@@ -368,17 +383,21 @@ class SqliteStore(DedupStore):
     # ------------------------------------------------------------------ operations (sync)
 
     def _claim_sync(self, db: Db, context_id: str, key: str, owner: str, now_s: float,
-                    dead_owner: str | None = None) -> Claim:
+                    dead_owner: str | None = None, fingerprint: str = "") -> Claim:
         """The claim algorithm."""
         for _ in range(_MAX_ROUNDS):
-            if db.execute(_INSERT, (context_id, key, owner, now_s, now_s)).rowcount == 1:
+            if db.execute(_INSERT, (context_id, key, owner, now_s, now_s,
+                                    fingerprint)).rowcount == 1:
                 return Claim("new")
             row = _select(db, context_id, key)
             if row is None:
                 continue  # abandoned or purged in between: insert again
-            verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale, dead_owner)
+            verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale, dead_owner,
+                            fingerprint)
+            if verdict == "conflict":
+                return Claim("conflict", owner=row.owner)
             if verdict == "insert":  # finished and past the window
-                if db.execute(_RETAKE_DONE, (owner, now_s, now_s, context_id, key,
+                if db.execute(_RETAKE_DONE, (owner, now_s, now_s, fingerprint, context_id, key,
                                              row.completed_at)).rowcount == 1:
                     return Claim("new")
             elif verdict == "done":
@@ -387,8 +406,8 @@ class SqliteStore(DedupStore):
             elif verdict == "in_flight":
                 return Claim("in_flight", owner=row.owner)
             elif verdict == "reclaim":
-                if db.execute(_RECLAIM, (owner, now_s, now_s, context_id, key, row.owner,
-                                         row.claimed_at)).rowcount == 1:
+                if db.execute(_RECLAIM, (owner, now_s, now_s, fingerprint, context_id, key,
+                                         row.owner, row.claimed_at)).rowcount == 1:
                     return Claim("new", owner=row.owner, stale=True)
             else:
                 outcome = _lose(db, context_id, key, row, now_s)
@@ -467,7 +486,7 @@ class SqliteStore(DedupStore):
     # ------------------------------------------------------------------ async API
 
     async def claim(self, context_id: str, key: str, owner: str, now_s: float,
-                    dead_owner: str | None = None) -> Claim:
+                    dead_owner: str | None = None, fingerprint: str = "") -> Claim:
         """Atomically register ``key`` as in flight for ``owner`` unless already known."""
 
         def orphan(claim: Claim) -> None:  # the caller was cancelled: nobody will complete
@@ -476,7 +495,7 @@ class SqliteStore(DedupStore):
                 self._background(self._abandon_sync, context_id, key, owner)
 
         claim = await self._call(self._claim_sync, context_id, key, owner, now_s, dead_owner,
-                                 on_orphan=orphan)
+                                 fingerprint, on_orphan=orphan)
         count_claim(self._counters, claim.state, claim.stale)
         if claim.stale and claim.state == "done":
             self._wakeups.notify((context_id, key))
@@ -491,6 +510,14 @@ class SqliteStore(DedupStore):
         if ok:
             self._wakeups.notify((context_id, key))
         return ok
+
+    async def progress(self, context_id: str, key: str, owner: str, value: str) -> bool:
+        """Keep ``value`` in the in-flight row's outcome column (if ``owner`` holds it)."""
+        return bool(await self._call(self._progress_sync, context_id, key, owner, value))
+
+    @staticmethod
+    def _progress_sync(db: Db, context_id: str, key: str, owner: str, value: str) -> bool:
+        return db.execute(_PROGRESS, (value, context_id, key, owner)).rowcount == 1
 
     async def abandon(self, context_id: str, key: str, owner: str | None = None) -> bool:
         """Delete an in-flight entry (owned by ``owner`` if given); waiters get ``None``."""

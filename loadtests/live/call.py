@@ -137,7 +137,7 @@ class Channel(Protocol):
 
     def open(self, negotiation_s: float) -> bool | None: ...
     def send(self, rpc_id: str, body: bytes, active: bool) -> Exchange: ...
-    def cancel(self, rpc_id: str, task_id: str, active: bool) -> None: ...
+    def cancel(self, rpc_id: str, task_id: str, active: bool) -> str | None: ...
     def close(self) -> None: ...
 
 
@@ -546,7 +546,7 @@ class Call:
             "error_code": None, "retry_after_ms": None, "decision": None,
             "echo": False, "events": 0, "events_without_seq": 0, "order_violations": 0,
             "http_status": None, "server_worker": None, "active": self.active,
-            "forced_error": t.force_error}
+            "forced_error": t.force_error, "side_effect_reported": None}
 
     def _spawn_copy(self, t: _Turn, ids: Ids, body: bytes, injected: str, side: bool,
                     rpc_id: str | None = None) -> None:
@@ -664,8 +664,9 @@ class Call:
                 now = time.time()
                 if barge_at <= now:
                     outcome = "cancelled"
-                    if t.task_id:
-                        self.ch.cancel(_id("r"), t.task_id, self.active)
+                    if t.task_id:  # the answer says whether the side effect ran
+                        row["side_effect_reported"] = self.ch.cancel(_id("r"), t.task_id,
+                                                                     self.active)
                 elif not got_output and resp_deadline <= now:
                     outcome, failure = "timeout", "turn-response timeout"
                 elif total_deadline <= now:
@@ -691,6 +692,7 @@ class Call:
         if end_ev is not None:
             res.state = end_ev.state
             st = end_ev.state
+            row["side_effect_reported"] = end_ev.side_effect
             if st == "TASK_STATE_COMPLETED":
                 res.outcome = "completed"
             elif st == "TASK_STATE_INPUT_REQUIRED":

@@ -16,7 +16,12 @@ import time
 from typing import Any
 
 from loadtests.live.call import StreamBroken
-from loadtests.live.wire import cancel_request, headers, http_error_frame
+from loadtests.live.wire import (
+    cancel_answer_side_effect,
+    cancel_request,
+    headers,
+    http_error_frame,
+)
 
 REQUEST_NAME = "SendStreamingMessage"
 _DECODE = json.JSONDecoder().decode  # str in: no per-event encoding detection of bytes
@@ -119,15 +124,16 @@ class SseChannel:
         return SseExchange(self.client, body, headers(self.ext_uri, self.token, active),
                            self.ext_uri)
 
-    def cancel(self, rpc_id: str, task_id: str, active: bool) -> None:
-        """``CancelTask`` (best effort: its answer is not needed)."""
+    def cancel(self, rpc_id: str, task_id: str, active: bool) -> str | None:
+        """``CancelTask`` (best effort); the ``rta/sideEffect`` its answer reports, if any."""
         try:
             with self.client.post("/", data=cancel_request(rpc_id, task_id),
                                   headers=headers(self.ext_uri, self.token, active, sse=False),
                                   catch_response=True, name="CancelTask") as r:
                 r.success()
+                return cancel_answer_side_effect(r.json(), self.ext_uri)
         except Exception:  # a cancel is advisory
-            pass
+            return None
 
     def close(self) -> None:
         """Nothing per call: connections belong to the user's pool."""

@@ -135,7 +135,7 @@ class Event:
     """
 
     __slots__ = ("context_id", "directive", "ends_stream", "error_code", "is_output", "kind",
-                 "retry_after_ms", "sequence_id", "state", "task_id")
+                 "retry_after_ms", "sequence_id", "side_effect", "state", "task_id")
 
     def __init__(self, kind: str, state: str | None = None, sequence_id: float | None = None,
                  task_id: str | None = None, context_id: str | None = None,
@@ -149,6 +149,7 @@ class Event:
         self.error_code = error_code
         self.retry_after_ms = retry_after_ms
         self.directive = directive
+        self.side_effect: str | None = None  # rta/sideEffect of an end state (docs/reasoner.md)
         self.ends_stream = ends = kind == "error" or state in STREAM_END_STATES
         self.is_output = ends or directive or kind == "artifact"
 
@@ -163,7 +164,28 @@ class Event:
 
 
 _EVENT_FIELDS: Final = ("kind", "state", "sequence_id", "task_id", "context_id", "error_code",
-                        "retry_after_ms", "directive")
+                        "retry_after_ms", "directive", "side_effect")
+# end states whose status message may say what became of the side effect (rta/sideEffect)
+_SIDE_EFFECT_STATES: Final = frozenset({"TASK_STATE_CANCELED", "TASK_STATE_FAILED",
+                                        "TASK_STATE_COMPLETED"})
+
+
+def reported_side_effect(status: Any, ext_uri: str) -> str | None:
+    """``rta/sideEffect`` of a status (``rolled-forward``: the side effect ran; ``unknown``: it
+    may have run), or None."""
+    if not isinstance(status, dict):
+        return None
+    msg = status.get("message")
+    meta = msg.get("metadata") if isinstance(msg, dict) else None
+    value = meta.get(ext_uri + "/sideEffect") if isinstance(meta, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def cancel_answer_side_effect(frame: Any, ext_uri: str) -> str | None:
+    """``rta/sideEffect`` of a ``CancelTask`` answer (the Task), or None."""
+    result = frame.get("result") if isinstance(frame, dict) else None
+    return reported_side_effect(result.get("status"), ext_uri) if isinstance(result, dict) \
+        else None
 
 
 def decode_frame(text: str) -> Any:
@@ -300,6 +322,8 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
     state = status.get("state") if isinstance(status, dict) else None
     ev = Event(kind, state, seq, body.get("id" if name == "task" else "taskId"),
                body.get("contextId"), None, None, directive)
+    if state in _SIDE_EFFECT_STATES and "message" in status:
+        ev.side_effect = reported_side_effect(status, ext_uri)
     if state == "TASK_STATE_FAILED":
         smsg = status.get("message") or {}
         smeta = smsg.get("metadata") or {}

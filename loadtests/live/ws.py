@@ -25,7 +25,13 @@ from gevent.event import Event
 from websockets.protocol import State
 
 from loadtests.live.call import StreamBroken
-from loadtests.live.wire import cancel_request, decode_frame, headers, http_error_frame
+from loadtests.live.wire import (
+    cancel_answer_side_effect,
+    cancel_request,
+    decode_frame,
+    headers,
+    http_error_frame,
+)
 
 REQUEST_NAME = "SendStreamingMessage"
 _DECODE = decode_frame
@@ -244,23 +250,27 @@ class WsChannel:
             raise StreamBroken(f"send failed: {e}") from None
         return ex
 
-    def cancel(self, rpc_id: str, task_id: str, active: bool, timeout_s: float = 2.0) -> None:
+    def cancel(self, rpc_id: str, task_id: str, active: bool,
+               timeout_s: float = 2.0) -> str | None:
         """``CancelTask`` on the socket; its answer is awaited (at most ``timeout_s``) so a
-        call that ends right after a barge-in does not close the socket under it."""
+        call that ends right after a barge-in does not close the socket under it; the
+        ``rta/sideEffect`` the answer reports, if any."""
         if self.ws is None:
-            return
+            return None
         ex = WsExchange(self, rpc_id, "CancelTask")
         self.routes[rpc_id] = ex
         failure = None
+        reported = None
         try:
             self.ws.send(cancel_request(rpc_id, task_id), text=True)
             with gevent.Timeout(timeout_s, _CancelTimeout):
-                ex.next_frame()
+                reported = cancel_answer_side_effect(ex.next_frame(), self.ext_uri)
         except StreamBroken:
             failure = "socket closed"
         except Exception as e:  # a cancel is advisory: record, never raise
             failure = str(e) or type(e).__name__
         ex.close(failure)
+        return reported
 
     def close(self) -> None:
         """Close the socket."""

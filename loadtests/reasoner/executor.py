@@ -24,13 +24,27 @@ from a2a.types import Task, TaskState
 
 from loadtests.reasoner import metrics
 from loadtests.reasoner.capacity import QueueTimeout
+from loadtests.reasoner.idempotency import (
+    PROGRESS_OF_RESULT,
+    SIDE_EFFECT_STARTED,
+    SideEffectGuard,
+    Ticket,
+)
 from loadtests.reasoner.intake import TurnRequest
 from loadtests.reasoner.runtime import Runtime
 from loadtests.reasoner.tools import ToolCall
-from loadtests.reasoner.wire import Event, EventFactory, Keys, is_stream_end
+from loadtests.reasoner.wire import (
+    ROLLED_FORWARD,
+    SIDE_EFFECT_UNKNOWN,
+    Event,
+    EventFactory,
+    Keys,
+    is_stream_end,
+)
 from sim.policy.codes import ALL_CODES, ErrorCode
 
 PLAN_KEY = "rtalab.plan"
+SIDE_EFFECT_OF = {"ok": ROLLED_FORWARD, "timeout": SIDE_EFFECT_UNKNOWN}  # tool result -> meta
 log = logging.getLogger("rtalab.reasoner")
 
 
@@ -45,6 +59,8 @@ class TurnPlan:
     received_s: float = field(default_factory=time.monotonic)  # request arrival
     refused: bool = False  # set when refused before any work (no dedup record)
     factory: EventFactory | None = None
+    tool: asyncio.Task[str] | None = None  # the side effect's tool call, once started
+    tickets: list[Ticket] = field(default_factory=list)  # the claims the turn runs under
 
 
 def next_seq(task: Task | None, keys: Keys) -> int:
@@ -55,17 +71,29 @@ def next_seq(task: Task | None, keys: Keys) -> int:
     return int(v.number_value) + 1 if v is not None else 0
 
 
+async def _record_progress(plan: TurnPlan, value: str) -> None:
+    """Record the side effect's progress with every claim of the turn (a store failure is
+    logged, never fails the turn: recovery then knows less)."""
+    for ticket in plan.tickets:
+        try:
+            await ticket.progress(value)
+        except Exception:
+            log.exception("could not record progress %s key=%s", value, ticket.key)
+
+
 class _Emitter:
     """Enqueues events, dropping any after the stream ended (e.g. after a cancel)."""
 
-    def __init__(self, queue: EventQueue, factory: EventFactory):
+    def __init__(self, queue: EventQueue, factory: EventFactory, plan: TurnPlan | None = None):
         self.queue = queue
         self.factory = factory
+        self.plan = plan
         self.closed = False
+        self.cancelling = False  # a cancel is settling: only its CANCELED may follow
 
-    async def __call__(self, ev: Event) -> None:
-        """Enqueue ``ev`` unless the stream already ended."""
-        if self.closed:
+    async def __call__(self, ev: Event, cancel: bool = False) -> None:
+        """Enqueue ``ev`` unless the stream already ended (or a cancel is settling)."""
+        if self.closed or (self.cancelling and not cancel):
             return
         if is_stream_end(ev):
             self.closed = True
@@ -88,7 +116,7 @@ class ReasonerExecutor(AgentExecutor):
         factory = EventFactory(self.rt.keys, task_id, context_id, plan.request.active,
                                next_seq(task, self.rt.keys) if continuation else 0)
         plan.factory = factory
-        emit = _Emitter(event_queue, factory)
+        emit = _Emitter(event_queue, factory, plan)
         self._emitters[task_id] = emit
         self.rt.in_flight += 1
         metrics.IN_FLIGHT.inc()
@@ -110,7 +138,13 @@ class ReasonerExecutor(AgentExecutor):
                 del self._emitters[task_id]
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        """Emit CANCELED for a running or parked task; the SDK then cancels ``execute``."""
+        """Emit CANCELED for a running or parked task; the SDK then cancels ``execute``.
+
+        Truthful about the side effect (errors.md §4 roll-forward: nothing is undone): if
+        the turn's tool call has started, it is never interrupted (it runs shielded); the
+        cancel waits for its answer (bounded by ``upstream_timeout_s``) and CANCELED says
+        ``rolled-forward`` (the tool confirmed it), ``unknown`` (no answer in time: it may
+        have run) or nothing (the tool answered that it did not run)."""
         task_id = str(context.task_id)
         emit = self._emitters.pop(task_id, None)
         if emit is None:
@@ -119,7 +153,12 @@ class ReasonerExecutor(AgentExecutor):
             factory = EventFactory(self.rt.keys, task_id, str(context.context_id), active,
                                    next_seq(task, self.rt.keys))
             emit = _Emitter(event_queue, factory)
-        await emit(emit.factory.canceled())
+        emit.cancelling = True
+        tool = emit.plan.tool if emit.plan is not None else None
+        side_effect = None
+        if tool is not None:
+            side_effect = SIDE_EFFECT_OF.get(await asyncio.shield(tool))
+        await emit(emit.factory.canceled(side_effect), cancel=True)
 
     def _handoff_expired(self, task: Task | None) -> bool:
         """True if an INPUT_REQUIRED task waited longer than ``handoff_timeout_s``."""
@@ -202,7 +241,16 @@ class ReasonerExecutor(AgentExecutor):
         call = ToolCall(context_id=context_id, task_id=task_id, turn_id=req.turn_id,
                         request_guid=req.request_guid, interaction_id=req.interaction_id,
                         principal=plan.principal)
+        # Durably before the call: a crash from here on is answered "may have run".
+        await _record_progress(plan, SIDE_EFFECT_STARTED)
+        # Shielded: a cancel (or a client gone) never interrupts a side effect in progress.
+        plan.tool = asyncio.create_task(self._call_tool(plan, call, guard))
+        return await asyncio.shield(plan.tool)
+
+    async def _call_tool(self, plan: TurnPlan, call: ToolCall, guard: SideEffectGuard) -> str:
+        """The tool call and its bookkeeping (runs to its end even if the turn is cancelled)."""
         result = await self.rt.tool.call(call)
+        await _record_progress(plan, PROGRESS_OF_RESULT[result])
         await guard.settle(maybe_executed=result != "error")
         metrics.SIDE_EFFECTS.labels(result).inc()
         return result

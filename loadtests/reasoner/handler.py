@@ -58,10 +58,21 @@ from google.protobuf.message import DecodeError
 
 from loadtests.reasoner import metrics
 from loadtests.reasoner.executor import PLAN_KEY, TurnPlan, next_seq
-from loadtests.reasoner.idempotency import OUTCOME_VERSION, Replay, Ticket, scope_of
+from loadtests.reasoner.idempotency import (
+    OUTCOME_VERSION,
+    SIDE_EFFECT_DONE,
+    SIDE_EFFECT_STARTED,
+    SIDE_EFFECT_UNANSWERED,
+    Replay,
+    Ticket,
+    request_fingerprint,
+    scope_of,
+)
 from loadtests.reasoner.intake import Rejection, TurnRequest, parse_turn
 from loadtests.reasoner.runtime import Runtime
 from loadtests.reasoner.wire import (
+    ROLLED_FORWARD,
+    SIDE_EFFECT_UNKNOWN,
     TERMINAL_STATES,
     Event,
     EventFactory,
@@ -74,6 +85,11 @@ from sim.policy.codes import ErrorCode, is_retryable
 
 log = logging.getLogger("rtalab.reasoner")
 _DONE = object()
+KEY_CONFLICT_DETAIL = "The requestGuid (or turnId) was already used for a different request."
+RECOVERED_UNKNOWN_DETAIL = ("The server restarted during this request's side effect; it may "
+                            "have run: do not assume it did not.")
+RECOVERED_NOT_RUN_DETAIL = ("The server restarted during this request, before any side effect; "
+                            "nothing of it ran.")
 _OUTCOME_NAMES = {
     TaskState.TASK_STATE_COMPLETED: "completed", TaskState.TASK_STATE_FAILED: "failed",
     TaskState.TASK_STATE_CANCELED: "canceled", TaskState.TASK_STATE_REJECTED: "rejected",
@@ -136,7 +152,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
             self, params: SendMessageRequest, context: ServerCallContext,
     ) -> AsyncGenerator[Event, None]:
         """Streaming send: the events of the turn (or of its replay / rejection)."""
-        gen = self._gate(params, context)
+        gen = self._gate(params, context, "SendStreamingMessage")
         try:
             async for ev in gen:
                 yield ev
@@ -147,7 +163,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
             self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         """Non-streaming send: the Task as of the end of this request's stream."""
         task: Task | None = None
-        async for ev in self._gate(params, context):
+        async for ev in self._gate(params, context, "SendMessage"):
             if task is None and not isinstance(ev, Task):  # a continuation: start from the store
                 task = await self.task_store.get(params.message.task_id, context)
             task = fold_event(task, ev)
@@ -172,8 +188,8 @@ class ProfileRequestHandler(DefaultRequestHandler):
 
     # ------------------------------------------------------------------ the pipeline
 
-    async def _gate(self, params: SendMessageRequest,
-                    context: ServerCallContext) -> AsyncIterator[Event]:
+    async def _gate(self, params: SendMessageRequest, context: ServerCallContext,
+                    method: str) -> AsyncIterator[Event]:
         """Steps 1-7 of the module docstring."""
         rt = self.rt
         received_s = time.monotonic()
@@ -205,9 +221,10 @@ class ProfileRequestHandler(DefaultRequestHandler):
             return
         scope = scope_of(principal, client_context)
         ticket: Ticket | None = None
-        key = rt.idem.key_for(parsed.turn_id, parsed.request_guid, bool(msg.task_id))
+        fingerprint = request_fingerprint(method, msg, parsed.side_effect, parsed.handoff)
+        key = rt.idem.key_for(parsed.turn_id, parsed.request_guid, msg.task_id)
         if key is not None:
-            got = await rt.idem.enter(scope, *key)
+            got = await rt.idem.enter(scope, *key, fingerprint)
             if isinstance(got, Replay):
                 metrics.DEDUP.labels(got.kind).inc()
                 async for ev in self._replay(got, context, msg, parsed):
@@ -274,7 +291,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
             own = tickets[0] if tickets and tickets[0].scope == scope else None
             if own is not None:  # D1: its key in the minted context too (a fresh scope: new)
                 minted = await rt.idem.enter(scope_of(principal, msg.context_id), own.key,
-                                             own.turn_key)
+                                             own.turn_key, own.fingerprint)
                 if isinstance(minted, Ticket):
                     tickets.append(minted)
         if rt.rate is not None:
@@ -308,19 +325,53 @@ class ProfileRequestHandler(DefaultRequestHandler):
         """A new Task and its FAILED status (saved for GetTask unless it names a foreign task)."""
         f = EventFactory(self.rt.keys, task_id or uuid.uuid4().hex,
                          msg.context_id or uuid.uuid4().hex, active)
-        task = f.submitted()
         failed = f.failed(rejection.code, retry_after_ms=rejection.retry_after_ms,
                           detail=rejection.detail)
-        if task_id is None:
-            final = Task()
-            final.CopyFrom(task)
-            final.status.CopyFrom(failed.status)
-            await self._save_rejection(final, context)
         metrics.TURNS.labels("failed", rejection.code).inc()
         log.info("rejected code=%s ctx=%s task=%s principal=%s", rejection.code, f.context_id,
                  f.task_id, principal_of(context))
+        async for ev in self._fresh_task(f, failed, context, save=task_id is None):
+            yield ev
+
+    async def _fresh_task(self, f: EventFactory, final: TaskStatusUpdateEvent,
+                          context: ServerCallContext, save: bool = True) -> AsyncIterator[Event]:
+        """A new Task and its final status (saved for GetTask with ``save``)."""
+        task = f.submitted()
+        if save:
+            snapshot = Task()
+            snapshot.CopyFrom(task)
+            snapshot.status.CopyFrom(final.status)
+            await self._save_rejection(snapshot, context)
         yield task
-        yield failed
+        yield final
+
+    async def _recovered(self, outcome: dict[str, Any] | None, context: ServerCallContext,
+                         msg: Message, parsed: TurnRequest) -> AsyncIterator[Event]:
+        """A duplicate of a request whose owner died (lost outcome): what is known of it, from
+        the side-effect progress the owner recorded with its claim and, when that stops at
+        "started" / "unknown", the witness's ledger (docs/reasoner.md)."""
+        progress = (outcome or {}).get("sideEffect")
+        if progress in (SIDE_EFFECT_STARTED, SIDE_EFFECT_UNANSWERED) and msg.context_id \
+                and parsed.request_guid and await self.rt.tool.executed(msg.context_id,
+                                                                        parsed.request_guid):
+            progress = SIDE_EFFECT_DONE  # the witness (the tool's own record) saw it run
+        f = EventFactory(self.rt.keys, uuid.uuid4().hex, msg.context_id or uuid.uuid4().hex,
+                         parsed.active)
+        if progress == SIDE_EFFECT_DONE:
+            final, code = f.completed(ROLLED_FORWARD), ""
+        elif progress in (SIDE_EFFECT_STARTED, SIDE_EFFECT_UNANSWERED):
+            code = ErrorCode.UPSTREAM_TIMEOUT.value
+            final = f.failed(code, detail=RECOVERED_UNKNOWN_DETAIL,
+                             side_effect=SIDE_EFFECT_UNKNOWN)
+        else:
+            code = ErrorCode.INTERNAL.value
+            final = f.failed(code, detail=RECOVERED_NOT_RUN_DETAIL)
+        metrics.TURNS.labels("completed" if not code else "failed", code).inc()
+        log.info("recovered a lost request progress=%s code=%s ctx=%s guid=%s principal=%s",
+                 progress or "-", code or "-", f.context_id, parsed.request_guid,
+                 principal_of(context))
+        async for ev in self._fresh_task(f, final, context):
+            yield ev
 
     async def _save_rejection(self, task: Task, context: ServerCallContext) -> None:
         """Keep a rejection for GetTask, apart from executed tasks when the store can."""
@@ -346,7 +397,16 @@ class ProfileRequestHandler(DefaultRequestHandler):
 
     async def _replay(self, got: Replay, context: ServerCallContext, msg: Message,
                       parsed: TurnRequest) -> AsyncIterator[Event]:
-        """The stored events of the original request, or FAILED internal if unknown."""
+        """The stored events of the original request, or FAILED internal if unknown (a reuse
+        of the key by a different request: ``schema-validation``, nothing runs)."""
+        if got.kind == "conflict":
+            log.info("key reused by a different request ctx=%s task=%s guid=%s turn=%s",
+                     msg.context_id, msg.task_id or "-", parsed.request_guid, parsed.turn_id)
+            async for ev in self._reject(Rejection(ErrorCode.SCHEMA_VALIDATION.value,
+                                                   KEY_CONFLICT_DETAIL), context, msg,
+                                         parsed.active):
+                yield ev
+            return
         events: list[Event] = []
         if got.outcome is not None and got.kind in ("replay", "join"):
             try:
@@ -354,6 +414,10 @@ class ProfileRequestHandler(DefaultRequestHandler):
             except (KeyError, TypeError, ValueError, DecodeError, binascii.Error):
                 log.error("unreadable stored outcome ctx=%s guid=%s", msg.context_id,
                           parsed.request_guid)
+        if got.kind == "lost":
+            async for ev in self._recovered(got.outcome, context, msg, parsed):
+                yield ev
+            return
         if not events:
             detail = ("A duplicate of this request is still in progress." if got.kind == "timeout"
                       else "The outcome of the original request is unknown.")
@@ -372,6 +436,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
                    tickets: list[Ticket]) -> AsyncIterator[Event]:
         """Execute through the SDK in a background pump; relay its events to this client."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
+        plan.tickets = tickets  # the executor records the side effect's progress with them
         for t in tickets:
             t.handed_over = True
         self._background(self._pump(params, context, plan, tickets, queue))

@@ -2,8 +2,10 @@
 
 Modes (``[reasoner].dedup``, overridable with ``--dedup-mode``):
 
-- ``request-guid`` (default): key ``g:<requestGuid>``.  Every outcome, failures
-  included, is stored and replayed to a repeat of the same requestGuid.
+- ``request-guid`` (default): key ``g:<requestGuid>`` (a message naming a taskId:
+  ``g:<taskId>:<requestGuid>``, so a continuation's key never matches another task's
+  outcome).  Every outcome, failures included, is stored and replayed to a repeat of
+  the same requestGuid.
 - ``turn``: key ``t:<turnId>`` (an INPUT_REQUIRED continuation, or a message
   without turnId, falls back to ``g:<requestGuid>``).  A repeat of the turn is
   replayed; after a *retryable* failure the turn key is released so the retry
@@ -19,6 +21,14 @@ atomically for all workers; any other continuation of that pause, while the
 claim is in flight or after it finished, is a retry of the continuation: it
 waits for and gets the claimed continuation's outcome, never a second execution.
 
+Fingerprints (issue 19).  Every claim of a request presents
+:func:`request_fingerprint` (method, taskId, parts, the ``sideEffect`` and
+``handoff`` metadata; the contextId is the scope), stored with the entry.  A live
+entry claimed with another fingerprint is a *conflict* (:func:`sim.dedup_rule.judge`):
+the key was reused for a different request, which gets ``schema-validation`` and
+runs nothing (errors.md §2-3: the request is invalid and MUST NOT be retried
+unmodified).
+
 Scopes are ``<principal>\\x1f<contextId>``: replay detection never crosses a
 context, nor a tenant.  A first message without contextId is scoped to the
 principal's empty context, so a duplicated first message replays rather than
@@ -27,9 +37,12 @@ opening a second session.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from a2a.types import Message
 
 from loadtests.dedup.base import DedupStore, is_lost_outcome
 from loadtests.reasoner.owners import new_owner, owner_gone
@@ -43,6 +56,23 @@ LIVENESS_CHECK_S = 1.0  # a waiting duplicate re-checks the in-flight owner this
 def scope_of(principal: str, context_id: str) -> str:
     """The dedup scope of one principal's context."""
     return f"{principal}\x1f{context_id}"
+
+
+def request_fingerprint(method: str, msg: Message, side_effect: bool | None,
+                        handoff: bool) -> str:
+    """The meaning of a request, stored with its dedup entry: the method, the taskId, every
+    part (deterministic protobuf bytes, length-prefixed) and the profile's side-effect
+    metadata (``sideEffect``: absent, true or false; ``handoff``).  Not the messageId, the
+    requestGuid / turnId (they are the keys) nor the contextId (the scope; a first message
+    without one matches its minted context, DECISIONS D1)."""
+    h = hashlib.sha256()
+    for field_ in (method, msg.task_id, repr(side_effect), repr(handoff)):
+        data = field_.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "big") + data)
+    for part in msg.parts:
+        data = part.SerializeToString(deterministic=True)
+        h.update(len(data).to_bytes(8, "big") + data)
+    return h.hexdigest()[:32]
 
 
 def continuation_key(task_id: str, pause: int) -> str:
@@ -60,6 +90,7 @@ class Ticket:
     owner: str
     turn_key: bool  # key is a turnId (released after retryable failures)
     handed_over: bool = False  # someone took responsibility for settling it
+    fingerprint: str = ""  # of the request holding it
 
     async def complete(self, outcome: dict[str, Any], retryable_failure: bool) -> None:
         """Store the outcome (turn keys: release instead after a retryable failure)."""
@@ -72,12 +103,26 @@ class Ticket:
         """Forget the claim: nothing was executed (refused before any work)."""
         await self.store.abandon(self.scope, self.key, owner=self.owner)
 
+    async def progress(self, value: str) -> None:
+        """Record how far the turn got (its side effect: :data:`PROGRESS_VALUES`)."""
+        await self.store.progress(self.scope, self.key, self.owner, value)
+
+
+# The side-effect progress recorded with a turn's claims, durably, before and after the tool
+# call (a crash leaves the last one in the lost outcome: loadtests.reasoner.handler answers it).
+SIDE_EFFECT_STARTED, SIDE_EFFECT_DONE = "started", "done"
+SIDE_EFFECT_UNANSWERED, SIDE_EFFECT_NOT_RUN = "unknown", "none"
+PROGRESS_VALUES = (SIDE_EFFECT_STARTED, SIDE_EFFECT_DONE, SIDE_EFFECT_UNANSWERED,
+                   SIDE_EFFECT_NOT_RUN)
+PROGRESS_OF_RESULT = {"ok": SIDE_EFFECT_DONE, "timeout": SIDE_EFFECT_UNANSWERED,
+                      "error": SIDE_EFFECT_NOT_RUN}  # tool result -> progress record
+
 
 @dataclass
 class Replay:
     """A previously produced outcome to send again (``outcome`` None: it never arrived)."""
 
-    kind: Literal["replay", "join", "lost", "timeout"]
+    kind: Literal["replay", "join", "lost", "timeout", "conflict"]
     outcome: dict[str, Any] | None = field(default=None)
 
 
@@ -92,32 +137,40 @@ class Idempotency:
         self.wait_s = wait_s
 
     def key_for(self, turn_id: str | None, request_guid: str | None,
-                continuation: bool) -> tuple[str, bool] | None:
-        """``(key, is_turn_key)`` for a request, or None when it is not deduplicated."""
+                task_id: str = "") -> tuple[str, bool] | None:
+        """``(key, is_turn_key)`` for a request (``task_id``: the task it names), or None when
+        it is not deduplicated."""
         if self.store is None or self.mode == "none":
             return None
-        if self.mode == "turn" and turn_id and not continuation:
+        if self.mode == "turn" and turn_id and not task_id:
             return f"t:{turn_id}", True
         if request_guid:
-            return f"g:{request_guid}", False
+            return (f"g:{task_id}:{request_guid}" if task_id else f"g:{request_guid}"), False
         return None
 
     async def claim_continuation(self, scope: str, task_id: str, pause: int) -> Ticket | Replay:
         """The continuation claim of one pause of a task (every dedup mode; see the module
-        docstring): a Ticket for the first continuation, a Replay for any other."""
+        docstring): a Ticket for the first continuation, a Replay for any other.  No
+        fingerprint: errors.md §4 makes every message naming the task a retry of its turn,
+        whatever it holds (as for a running task)."""
         return await self.enter(scope, continuation_key(task_id, pause), False)
 
-    async def enter(self, scope: str, key: str, turn_key: bool) -> Ticket | Replay:
-        """Claim ``key``: a Ticket to execute, or a Replay of the stored / joined outcome."""
+    async def enter(self, scope: str, key: str, turn_key: bool,
+                    fingerprint: str = "") -> Ticket | Replay:
+        """Claim ``key``: a Ticket to execute, or a Replay of the stored / joined outcome (or
+        of a conflict: the key is live for a request with another ``fingerprint``)."""
         if self.store is None:
             raise RuntimeError("no dedup store to claim in")
         owner = new_owner()
         deadline = time.monotonic() + self.wait_s
         dead: str | None = None
         while True:
-            claim = await self.store.claim(scope, key, owner, time.time(), dead_owner=dead)
+            claim = await self.store.claim(scope, key, owner, time.time(), dead_owner=dead,
+                                           fingerprint=fingerprint)
             if claim.state == "new":
-                return Ticket(self.store, scope, key, owner, turn_key)
+                return Ticket(self.store, scope, key, owner, turn_key, fingerprint=fingerprint)
+            if claim.state == "conflict":
+                return Replay("conflict")
             if claim.state == "done":
                 return Replay("lost" if claim.lost else "replay", claim.outcome)
             if claim.owner and claim.owner != dead and owner_gone(claim.owner):

@@ -49,6 +49,11 @@ FIRST_EVENT_SECONDS = Histogram("rta_reasoner_first_output_seconds",
 AUTH_FAILURES = Counter("rta_reasoner_auth_failures_total", "Rejected credentials", ["binding"])
 WS_CONNECTIONS = Gauge("rta_reasoner_ws_connections", "Open WebSocket connections",
                        multiprocess_mode="livesum")
+CONNECTIONS = Gauge("rta_reasoner_connections", "Open client connections (HTTP and WebSocket)",
+                    multiprocess_mode="livesum")
+CONNECTIONS_CLOSED = Counter("rta_reasoner_connections_closed_total",
+                             "Connections closed by a deadline or refused by a limit "
+                             "(loadtests.reasoner.conns)", ["reason"])
 BAD_REQUESTS = Counter("rta_reasoner_jsonrpc_errors_total",
                        "Malformed requests answered with a JSON-RPC error", ["binding", "code"])
 TURN_REQUESTS = Counter("rta_reasoner_turn_requests_total",

@@ -11,6 +11,7 @@ from typing import Any
 
 import uvicorn
 
+from loadtests.reasoner.conns import GuardedHttpToolsProtocol, Limits, raise_file_limit
 from loadtests.reasoner.metrics import MULTIPROC_ENV
 from loadtests.reasoner.settings import SETTINGS_ENV, ServerSettings
 
@@ -44,7 +45,17 @@ def log_config(level: str) -> dict[str, Any]:
 
 
 def run(settings: ServerSettings) -> int:
-    """Serve until SIGINT/SIGTERM; every worker builds its app from :data:`SETTINGS_ENV`."""
+    """Serve until SIGINT/SIGTERM; every worker builds its app from :data:`SETTINGS_ENV`.
+
+    The open-file limit is raised first (workers inherit it), so the connection limits
+    derived from it (:mod:`loadtests.reasoner.conns`) are as high as the system allows."""
+    before, after = raise_file_limit()
+    limits = Limits.of(settings, after)
+    logging.getLogger("rtalab.reasoner").warning(
+        "open-file limit %d%s; per worker: %d connections, %d per client; deadlines: headers "
+        "%.1fs, body %.1fs, idle %.1fs", after, f" (raised from {before})" if after != before
+        else "", limits.max_connections, limits.max_connections_per_client,
+        limits.header_timeout_s, limits.body_timeout_s, limits.idle_timeout_s)
     os.environ[SETTINGS_ENV] = settings.to_env()
     prom_dir = None
     if settings.workers > 1 and not os.environ.get(MULTIPROC_ENV):
@@ -55,6 +66,7 @@ def run(settings: ServerSettings) -> int:
                     workers=settings.workers, log_level=settings.log_level,
                     log_config=log_config(settings.log_level), access_log=settings.access_log,
                     ws_max_size=WS_HARD_MAX_BYTES, timeout_graceful_shutdown=5,
+                    http=GuardedHttpToolsProtocol, timeout_keep_alive=settings.idle_timeout_s,
                     lifespan="on", server_header=False)
     finally:
         if prom_dir is not None:

@@ -39,6 +39,12 @@ class ServerSettings:
     session_ttl_s: float = 3600.0
     log_level: str = "info"
     access_log: bool = False
+    # slow and idle clients (loadtests.reasoner.conns); connection limits 0 = from the file limit
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    idle_timeout_s: float = 5.0
+    max_connections: int = 0
+    max_connections_per_client: int = 0
 
     @property
     def store_url(self) -> str:

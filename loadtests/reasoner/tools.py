@@ -25,6 +25,18 @@ EXECUTE_PATH = "/execute"
 log = logging.getLogger("rtalab.reasoner")
 
 
+LEDGER_PATH = "/ledger"
+LOOKUP_TIMEOUT_S = 5.0  # a recovery lookup in the witness ledger gives up after this
+LOOKUP_MAX_PAGES = 10  # ... or after this many pages of one context's executions
+
+
+def ledger_url(witness: str) -> str | None:
+    """The witness ledger (``GET``), when ``witness`` is a base URL; None for a tool URL with
+    a path (nothing known to ask)."""
+    path = urlsplit(witness).path
+    return witness.rstrip("/") + LEDGER_PATH if path in ("", "/") else None
+
+
 def execute_url(witness: str) -> str:
     """The POST target: ``witness`` itself if it has a path, else ``<witness>/execute``."""
     path = urlsplit(witness).path
@@ -55,10 +67,37 @@ class Tool:
     def __init__(self, witness: str | None, timeout_s: float, latency: Dist,
                  rng: np.random.Generator, client: httpx.AsyncClient | None = None):
         self.url = execute_url(witness) if witness else None
+        self.ledger_url = ledger_url(witness) if witness else None
         self.timeout_s = timeout_s
         self.latency = latency
         self.rng = rng
         self.client = client
+
+    async def executed(self, context_id: str, request_guid: str) -> bool | None:
+        """Whether the witness recorded an execution of ``request_guid`` in ``context_id``
+        (recovery after a crash); None when there is no witness ledger to ask or it did not
+        answer."""
+        if self.ledger_url is None or self.client is None:
+            return None
+        since = 0
+        try:
+            async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+                for _ in range(LOOKUP_MAX_PAGES):
+                    r = await self.client.get(self.ledger_url, params={
+                        "contextId": context_id, "since": since, "limit": 10_000})
+                    if r.status_code != 200:
+                        return None
+                    page = r.json()
+                    if any(row.get("requestGuid") == request_guid for row in page["rows"]):
+                        return True
+                    if not page.get("more"):
+                        return False
+                    since = int(page["nextSince"])
+        except (TimeoutError, httpx.HTTPError, ValueError, KeyError, TypeError,
+                AttributeError) as e:
+            log.warning("witness lookup failed (%s) ctx=%s guid=%s", type(e).__name__,
+                        context_id, request_guid)
+        return None
 
     async def call(self, call: ToolCall) -> ToolResult:
         """``ok``, ``timeout`` (gave up waiting) or ``error`` (the tool answered a failure)."""

@@ -36,6 +36,8 @@ TERMINAL_STATES = frozenset({
 })
 # States at which one request's stream ends (the turn may continue on the same task).
 STREAM_END_STATES = TERMINAL_STATES | {TaskState.TASK_STATE_INPUT_REQUIRED}
+END_STATE_NAMES = frozenset(TaskState.Name(s) for s in STREAM_END_STATES)  # their JSON names
+EVENT_KINDS = ("task", "statusUpdate", "artifactUpdate", "message")  # a StreamResponse's fields
 
 SAFE_TEXT: dict[str, str] = {
     "schema-validation": "The request failed validation.",
@@ -46,6 +48,21 @@ SAFE_TEXT: dict[str, str] = {
     "upstream-timeout": "A dependency did not respond in time.",
     "session-not-found": "Unknown or expired session.",
     "internal": "Something went wrong on our side.",
+}
+
+
+# rta/sideEffect on a terminal status: the turn's side effect ran and is not undone (errors.md
+# §4 roll-forward) / its tool call started and its outcome is unknown (do not assume it did
+# not run)
+ROLLED_FORWARD = "rolled-forward"
+SIDE_EFFECT_UNKNOWN = "unknown"
+RECOVERED_TEXT = ("The request's side effect ran; the server restarted before it could "
+                  "reply (rolled forward, not undone).")
+CANCELED_TEXT = {
+    ROLLED_FORWARD: "canceled: the turn was canceled after its side effect ran "
+                    "(rolled forward, not undone).",
+    SIDE_EFFECT_UNKNOWN: "canceled: the turn was canceled after its side effect was "
+                         "started; whether it ran is unknown.",
 }
 
 
@@ -163,22 +180,36 @@ class EventFactory:
             ev.metadata.CopyFrom(to_struct(meta))
         return ev
 
-    def completed(self) -> TaskStatusUpdateEvent:
-        """Terminal COMPLETED."""
-        return self._status(TaskState.TASK_STATE_COMPLETED, None, self._event_meta())
+    def completed(self, side_effect: str | None = None) -> TaskStatusUpdateEvent:
+        """Terminal COMPLETED (``side_effect``: a recovered turn whose side effect ran, with
+        ``rta/sideEffect`` and a text saying the reply was lost)."""
+        if side_effect is None:
+            return self._status(TaskState.TASK_STATE_COMPLETED, None, self._event_meta())
+        msg = self._message([Part(text=RECOVERED_TEXT)], {self.keys("sideEffect"): side_effect})
+        return self._status(TaskState.TASK_STATE_COMPLETED, msg, self._event_meta())
 
-    def canceled(self) -> TaskStatusUpdateEvent:
-        """Terminal CANCELED."""
-        msg = self._message([Part(text="canceled: the turn was canceled.")])
+    def canceled(self, side_effect: str | None = None) -> TaskStatusUpdateEvent:
+        """Terminal CANCELED; ``side_effect``: what became of the turn's side effect when it
+        had started before the cancel (:data:`ROLLED_FORWARD` or :data:`SIDE_EFFECT_UNKNOWN`,
+        carried as ``rta/sideEffect`` on the status message, negotiated or not, like
+        ``rta/errorCode``, with a text saying so)."""
+        if side_effect is None:
+            msg = self._message([Part(text="canceled: the turn was canceled.")])
+        else:
+            msg = self._message([Part(text=CANCELED_TEXT[side_effect])],
+                                {self.keys("sideEffect"): side_effect})
         return self._status(TaskState.TASK_STATE_CANCELED, msg, self._event_meta())
 
     def failed(self, code: str, retry_after_ms: int | None = None,
-               detail: str = "") -> TaskStatusUpdateEvent:
-        """Terminal FAILED with a safe text part and ``rta/errorCode`` (+ ``rta/retryAfterMs``)."""
+               detail: str = "", side_effect: str | None = None) -> TaskStatusUpdateEvent:
+        """Terminal FAILED with a safe text part and ``rta/errorCode`` (+ ``rta/retryAfterMs``,
+        ``rta/sideEffect``)."""
         text = f"{code}: {detail or SAFE_TEXT.get(code, 'Request failed.')}"
         meta: dict[str, Any] = {self.keys("errorCode"): code}
         if retry_after_ms is not None:
             meta[self.keys("retryAfterMs")] = int(retry_after_ms)
+        if side_effect is not None:
+            meta[self.keys("sideEffect")] = side_effect
         return self._status(TaskState.TASK_STATE_FAILED, self._message([Part(text=text)], meta),
                             self._event_meta())
 
@@ -194,6 +225,28 @@ def is_stream_end(ev: Event) -> bool:
     """True if one request's stream ends at this event (terminal or INPUT_REQUIRED)."""
     state = event_state(ev)
     return state is not None and state in STREAM_END_STATES
+
+
+def json_kind(ev: dict[str, Any]) -> str:
+    """``task``, ``statusUpdate``, ``artifactUpdate`` or ``message`` (a JSON stream payload)."""
+    return next(iter(ev))
+
+
+def json_state(ev: dict[str, Any]) -> str | None:
+    """The task state of a JSON task / statusUpdate payload."""
+    body = ev[json_kind(ev)]
+    return body.get("status", {}).get("state")
+
+
+def frame_ends(frame: dict[str, Any]) -> bool:
+    """True if this JSON-RPC response frame ends its request's stream (an error, a unary
+    result, or an event at a stream-end state)."""
+    if "error" in frame:
+        return True
+    result = frame.get("result") or {}
+    if not isinstance(result, dict) or len(result) != 1 or json_kind(result) not in EVENT_KINDS:
+        return True  # a unary result
+    return json_state(result) in END_STATE_NAMES
 
 
 def error_code_of(ev: Event, keys: Keys) -> str | None:

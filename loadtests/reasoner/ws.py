@@ -32,7 +32,7 @@ from loadtests.reasoner.jsonrpc import (
     ProfileJsonRpcDispatcher,
     decode_request,
 )
-from loadtests.reasoner.wire import Keys
+from loadtests.reasoner.wire import Keys, frame_ends
 
 log = logging.getLogger("rtalab.reasoner")
 
@@ -63,7 +63,8 @@ class _Connection:
     def __init__(self, binding: WsBinding, websocket: WebSocket):
         self.b = binding
         self.ws = websocket
-        self.tasks: dict[Any, asyncio.Task[None]] = {}
+        self.tasks: dict[Any, asyncio.Task[None]] = {}  # the in-flight slots, by request id
+        self.running: set[asyncio.Task[None]] = set()  # every request task not finished yet
         self.send_lock = asyncio.Lock()
         self.open = True
 
@@ -84,9 +85,9 @@ class _Connection:
             pass
         finally:
             self.open = False
-            for task in self.tasks.values():
+            for task in self.running:
                 task.cancel()
-            await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+            await asyncio.gather(*self.running, return_exceptions=True)
 
     async def _on_frame(self, text: str | None, data: bytes | None) -> None:
         """Validate one frame and start its request."""
@@ -110,7 +111,16 @@ class _Connection:
         if problem:
             await self._error(DecodeError(decoded.id, InvalidRequestError(message=problem)))
             return
-        self.tasks[decoded.id] = asyncio.create_task(self._serve(decoded))
+        task = asyncio.create_task(self._serve(decoded))
+        self.tasks[decoded.id] = task
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
+
+    def _free(self, rid: Any) -> None:
+        """Free the slot of request ``rid`` (if it is still this task's: the id may already
+        name a new request)."""
+        if self.tasks.get(rid) is asyncio.current_task():
+            del self.tasks[rid]
 
     async def _error(self, err: DecodeError) -> None:
         """Answer a malformed frame."""
@@ -124,25 +134,31 @@ class _Connection:
             context = self.b.dispatcher._context_builder.build(self.ws)  # type: ignore[arg-type]
             result = await self.b.dispatcher.dispatch(req, context)
             if isinstance(result, dict):
+                self._free(req.id)
                 await self._send(result)
                 return
             try:
                 async for item in result:
-                    if not await self._send(item):
+                    last = frame_ends(item)
+                    if last:  # free the slot BEFORE the final frame: the client may answer it
+                        self._free(req.id)  # with a new request before this task resumes
+                    if not await self._send(item) or last:
                         break
             except Exception as e:
                 log.exception("stream error id=%r", req.id)
+                self._free(req.id)
                 await self._send(build_error_response(req.id, InternalError(message=str(e)[:200])))
         except asyncio.CancelledError:
             raise
         except Exception as e:
             log.exception("request error id=%r", req.id)
+            self._free(req.id)
             await self._send(build_error_response(req.id, InternalError(message=str(e)[:200])))
         finally:
             if result is not None and not isinstance(result, dict):
                 with contextlib.suppress(Exception):
                     await result.aclose()
-            self.tasks.pop(req.id, None)
+            self._free(req.id)
 
     async def _send(self, obj: dict[str, Any]) -> bool:
         """Send one frame; False if the socket is gone."""

@@ -14,7 +14,8 @@ errors and hangs do not execute anything.  Executions still pending when the
 witness stops (or on ``POST /reset``) never happen and are not recorded.
 
 Other routes: ``GET /ledger`` (``?since=ID&contextId=C&limit=N``, oldest first,
-at most 10,000 rows a page), ``GET /ledger/summary`` (``?contextId=C``),
+at most 10,000 rows a page), ``GET /ledger/summary`` (``?contextId=C``; with it,
+``executingInContext``: that context's executions under way),
 ``GET|POST /faults``, ``GET /healthz`` and, with ``--test-hooks`` only,
 ``POST /reset``.  Malformed input gets a 400 (413 if too large) JSON error,
 never a 5xx; injected failures carry ``"fault"`` in the body and an
@@ -139,12 +140,19 @@ class Witness:
         self.rng = np.random.default_rng(seed)
         self.served: Counter[str] = Counter()
         self.pending: set[asyncio.Task[Any]] = set()
+        self.executing: Counter[str] = Counter()  # contextId -> executions under way
 
     def _track(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
         """Keep a reference to a pending execution or hang until it ends."""
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
         return task
+
+    def _executed(self, ctx: str) -> None:
+        """One execution of ``ctx`` is no longer under way."""
+        self.executing[ctx] -= 1
+        if self.executing[ctx] <= 0:
+            del self.executing[ctx]
 
     async def cancel_pending(self) -> None:
         """Cancel pending executions and hangs (they never happen)."""
@@ -188,6 +196,9 @@ class Witness:
         delay = faults.slow_success_delay_s if fate == "slow-success" else (
             faults.latency_s.sample(self.rng))
         task = self._track(asyncio.ensure_future(self._execute(ids, t_start, delay, fate)))
+        ctx = ids.get("contextId") or ""
+        self.executing[ctx] += 1
+        task.add_done_callback(lambda _t: self._executed(ctx))
         try:
             execution_id, t_end = await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -210,6 +221,9 @@ class Witness:
         s = await self.ledger.summary(request.query_params.get("contextId"))
         s["served"] = dict(self.served)
         s["pending"] = len(self.pending)
+        ctx = request.query_params.get("contextId")
+        if ctx is not None:  # executions of this context under way (not hangs)
+            s["executingInContext"] = self.executing.get(ctx, 0)
         return JSONResponse(s)
 
     async def get_faults(self, request: Request) -> Response:

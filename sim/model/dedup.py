@@ -25,6 +25,16 @@ non-retryable ones).  Requests refused before execution (rate limit, full
 queue, unknown session) and requests of degraded sessions (no requestGuid /
 turnId on the wire) create no entry.  Memory = entries (side-effect guards
 included) x ``dedup_entry_bytes``.
+
+Fingerprints (issue 19, :func:`sim.dedup_rule.conflicts`).  An entry keeps the
+fingerprint of the request that opened it (:func:`fingerprint`: the taskId a
+continuation names, the phase and the side-effect and handoff flags); a request
+that finds a live entry under its key with another fingerprint reused the key for
+a different request and is
+refused (``schema-validation``, disposition ``key-conflict``), neither replayed
+nor executed.  The modelled Live layer never reuses a key that way (copies and
+retries of a request carry its own content), so the refusal is the rule's, kept
+identical to the reference Reasoner's, not a modelled hazard.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
-from sim.dedup_rule import expired_after, expires_at
+from sim.dedup_rule import conflicts, expired_after, expires_at
 from sim.model.messages import Request
 
 INF = float("inf")
@@ -42,9 +52,11 @@ INF = float("inf")
 class Entry:
     """One key's execution: in flight (with the requests that joined it) or its stored outcome."""
 
-    __slots__ = ("context_id", "done", "error_code", "expires_s", "started", "status", "waiters")
+    __slots__ = ("context_id", "done", "error_code", "expires_s", "fingerprint", "started",
+                 "status", "waiters")
 
-    def __init__(self, context_id: int) -> None:
+    def __init__(self, context_id: int, fingerprint: Hashable = None) -> None:
+        self.fingerprint = fingerprint  # of the request that opened it (None: never conflicts)
         self.started = False  # a worker has taken the execution (its stream is WORKING)
         self.done = False
         self.status = -1
@@ -52,6 +64,14 @@ class Entry:
         self.context_id = context_id
         self.expires_s = INF
         self.waiters: list[tuple[Request, bool]] | None = None  # (request, is network copy)
+
+
+def fingerprint(req: Request) -> Hashable:
+    """The meaning of a request, as far as the model has one (see the module docstring): the
+    task it names on the wire (a continuation's; a first message names none, whatever its
+    logical turn), its phase and its side-effect and handoff flags."""
+    return (req.task_id if req.resumes_task else None, req.phase, req.side_effect,
+            req.wants_input)
 
 
 class DedupStore:
@@ -84,7 +104,14 @@ class DedupStore:
             return None
         return e
 
-    def open(self, key: Hashable, now_s: float, context_id: int) -> Entry:
+    @staticmethod
+    def conflicts(e: Entry, presented: Hashable) -> bool:
+        """True if a request with fingerprint ``presented`` reused the key of live entry ``e``
+        (THE rule's :func:`sim.dedup_rule.conflicts`)."""
+        return conflicts(e.fingerprint, presented)
+
+    def open(self, key: Hashable, now_s: float, context_id: int,
+             fingerprint: Hashable = None) -> Entry:
         """Create the in-flight entry of an execution admitted at ``now_s`` in ``context_id``.
 
         Expired entries are purged lazily, yet the peak stays exact: ``entries`` holds the
@@ -92,7 +119,7 @@ class DedupStore:
         peak no live count can exceed it; only a candidate new peak needs the purge.
         (:meth:`size`, sampled every simulated second, purges too.)
         """
-        e = Entry(context_id)
+        e = Entry(context_id, fingerprint)
         entries = self.entries
         entries[key] = e
         if len(entries) > self.peak_entries and now_s >= self.peak_from_s:

@@ -49,7 +49,7 @@ import simpy
 
 from sim import schema as S
 from sim.model.clock import scheduler, sim_time
-from sim.model.dedup import DedupStore, Entry
+from sim.model.dedup import DedupStore, Entry, fingerprint
 from sim.model.messages import COMPLETED, FAILED, INPUT_REQUIRED, NO_CONTEXT, Request
 from sim.model.network import Link
 from sim.model.rand import Streams
@@ -66,12 +66,13 @@ _CODE = code_of(ERROR_CODES)
 EXECUTED, REPLAYED, JOINED = _DISP["executed"], _DISP["replayed"], _DISP["joined"]
 RATE_LIMITED_D, QUEUE_FULL_D = _DISP["rate-limited"], _DISP["queue-full"]
 NO_SESSION_D, UNSERVED = _DISP["session-not-found"], _DISP["unserved"]
-QUEUE_TIMEOUT_D = _DISP["queue-timeout"]
+QUEUE_TIMEOUT_D, KEY_CONFLICT_D = _DISP["queue-timeout"], _DISP["key-conflict"]
 CANCEL_DROPPED_D, CANCEL_STOPPED_D = _DISP["cancel-dropped"], _DISP["cancel-stopped"]
 CANCEL_ROLLED_D, CANCEL_LATE_D = _DISP["cancel-rolled-forward"], _DISP["cancel-too-late"]
 UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
 RATE_LIMITED = ErrorCode.RATE_LIMITED.value
 SESSION_NOT_FOUND = ErrorCode.SESSION_NOT_FOUND.value
+SCHEMA_VALIDATION = ErrorCode.SCHEMA_VALIDATION.value
 INTERNAL = ErrorCode.INTERNAL.value
 
 # the executions row, cell by cell (sim.model.recorder.row_writer)
@@ -244,6 +245,9 @@ class Reasoner:
             key = store.key(req, ctx)
             e = store.lookup(key, now)
             if e is not None:
+                if store.conflicts(e, fingerprint(req)):  # the key reused by another request
+                    self._refuse(req, dup, now, ctx, KEY_CONFLICT_D, SCHEMA_VALIDATION, None)
+                    return
                 self._repeat(req, dup, now, e)
                 return
         tkey = None
@@ -290,7 +294,7 @@ class Reasoner:
         """The job of an admitted request: its entry in the dedup store and the task index."""
         entry = None
         if key is not None:
-            entry = self.store.open(key, now, ctx)  # type: ignore[union-attr]
+            entry = self.store.open(key, now, ctx, fingerprint(req))  # type: ignore[union-attr]
         if tkey is not None:
             if entry is None:
                 entry = Entry(ctx)

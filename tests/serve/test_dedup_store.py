@@ -269,6 +269,47 @@ def test_dead_owner_claim_resolves_before_the_lease(store_url: str) -> None:
     run_with(store_url, reclaim, lease_s=120.0, on_stale="reclaim")
 
 
+def test_progress_record_reaches_the_lost_outcome(store_url: str) -> None:
+    """The owner's last progress record is in the lost outcome (``sideEffect``); only the
+    owner of an in-flight entry can write it; a reclaim starts without it; a completed entry
+    replays its outcome, not the record."""
+    t0 = time.time()
+    ctx = f"progress-{os.getpid()}-{t0!r}"
+
+    async def body(s: DedupStore) -> None:
+        await s.claim(ctx, "g", "A", t0)
+        assert await s.progress(ctx, "g", "A", "started")
+        assert await s.progress(ctx, "g", "A", "done")
+        assert not await s.progress(ctx, "g", "B", "none")  # not the owner
+        assert not await s.progress(ctx, "nope", "A", "none")  # no entry
+        c = await s.claim(ctx, "g", "B", t0 + 1, dead_owner="A")
+        assert (c.lost, c.outcome["sideEffect"]) == (True, "done")  # type: ignore[index]
+        await s.claim(ctx, "h", "A", t0)
+        c = await s.claim(ctx, "h", "B", t0 + 1, dead_owner="A")
+        assert c.lost and "sideEffect" not in c.outcome  # type: ignore[operator]
+        await s.claim(ctx, "i", "A", t0)
+        await s.progress(ctx, "i", "A", "started")
+        await s.complete(ctx, "i", OUTCOME, t0 + 1, owner="A")
+        assert not await s.progress(ctx, "i", "A", "done")  # done: no longer in flight
+        assert (await s.claim(ctx, "i", "B", t0 + 2)).outcome == OUTCOME
+
+    run_with(store_url, body, lease_s=120.0)
+
+    async def reclaim(s: DedupStore) -> None:
+        await s.claim(ctx, "j", "A", t0)
+        await s.progress(ctx, "j", "A", "started")
+        assert (await s.claim(ctx, "j", "B", t0 + 1, dead_owner="A")).state == "new"
+        assert not await s.progress(ctx, "j", "A", "done")  # A lost it to B
+
+    async def lose_b(s: DedupStore) -> None:
+        c = await s.claim(ctx, "j", "C", t0 + 2, dead_owner="B")
+        assert c.lost and "sideEffect" not in c.outcome  # type: ignore[operator]
+
+    run_with(store_url, reclaim, lease_s=120.0, on_stale="reclaim")
+    if store_url != "memory":  # (a memory store lives as long as one run)
+        run_with(store_url, lose_b, lease_s=120.0)
+
+
 def test_stale_lease_fail_never_reexecutes(store_url: str) -> None:
     """Policy fail: an expired lease turns into a lost outcome; the late owner may still fill it."""
     t0 = time.time()

@@ -1,0 +1,265 @@
+"""Slow and idle clients cannot starve the Reasoner (issue 19): connection deadlines and limits.
+
+uvicorn (0.54) bounds neither the time a client may take to send a request's
+headers or body nor the number of connections one client may hold, so a client
+trickling bytes (or blank lines, or a body that declares 2**64-1 bytes) held
+sockets forever and, with the open-file limit reached, left every other client
+unserved.  :class:`GuardedHttpToolsProtocol` (uvicorn's httptools protocol, given
+to uvicorn as ``http=``) adds, per worker process:
+
+- a **header deadline** (``header_timeout_s``): from the connection's start, or the
+  first byte after an idle keep-alive pause, to the end of the request's headers;
+- a **body deadline** (``body_timeout_s``): from the end of the headers to the end of
+  the body (the application may answer earlier, e.g. 413: the deadline still ends
+  the connection if the client never finishes);
+- an **idle deadline** (``idle_timeout_s``): uvicorn's keep-alive timeout, counted;
+- a **total connection limit** (``max_connections``) and a **per-client limit**
+  (``max_connections_per_client``, by peer IP address), both below the process's
+  open-file limit: a connection beyond a limit is closed at once, before any read.
+
+A WebSocket keeps its place in the limits until it closes (no deadline after the
+upgrade: the WebSocket protocol has its own ping timeouts).  Every closure is
+counted on ``/metrics`` (``rta_reasoner_connections_closed_total{reason}``) and
+logged: one WARNING line per reason at most every second, with the count of
+closures since the last line and one example peer (a flood of closures cannot
+flood the log).  ``rta_reasoner_connections`` is the number of open connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from loadtests.reasoner import metrics
+from loadtests.reasoner.settings import ServerSettings
+
+log = logging.getLogger("rtalab.reasoner")
+
+REASONS = ("header-timeout", "body-timeout", "idle", "limit-total", "limit-client")
+FD_RESERVE_MIN = 128  # open files kept for everything but client sockets (store, logs, pools)
+LOG_EVERY_S = 1.0
+
+
+def file_limit() -> int:
+    """The process's soft open-file limit (a large number when unlimited)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def raise_file_limit(target: int = 65536) -> tuple[int, int]:
+    """Raise the soft open-file limit towards ``min(hard, target)`` where allowed;
+    ``(before, after)``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = target if hard == resource.RLIM_INFINITY else min(hard, target)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):
+            return soft, soft
+        return soft, want
+    return soft, soft
+
+
+def default_max_connections(limit: int) -> int:
+    """Client sockets allowed per process: the file limit minus a reserve (10 %, >= 128)."""
+    return max(16, limit - max(FD_RESERVE_MIN, limit // 10))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The deadlines and limits in force in one worker process."""
+
+    header_timeout_s: float
+    body_timeout_s: float
+    idle_timeout_s: float
+    max_connections: int
+    max_connections_per_client: int
+
+    @classmethod
+    def of(cls, s: ServerSettings, limit: int | None = None) -> Limits:
+        """From the settings; 0 connection limits mean: derived from the file limit."""
+        total = s.max_connections or default_max_connections(limit or file_limit())
+        per_client = s.max_connections_per_client or max(1, total // 2)
+        return cls(s.header_timeout_s, s.body_timeout_s, s.idle_timeout_s, total,
+                   min(per_client, total))
+
+
+class _Throttled:
+    """One log line per reason at most every :data:`LOG_EVERY_S`, with the count since."""
+
+    def __init__(self) -> None:
+        self.pending: Counter[str] = Counter()
+        self.last: dict[str, float] = {}
+
+    def __call__(self, reason: str, peer: str, limits: Limits) -> None:
+        self.pending[reason] += 1
+        now = time.monotonic()
+        if now - self.last.get(reason, -LOG_EVERY_S) < LOG_EVERY_S:
+            return
+        n, self.pending[reason] = self.pending[reason], 0
+        self.last[reason] = now
+        log.warning("closed %d connection(s): %s (e.g. peer %s; header %.1fs, body %.1fs, "
+                    "idle %.1fs, max %d, per client %d)", n, reason, peer,
+                    limits.header_timeout_s, limits.body_timeout_s, limits.idle_timeout_s,
+                    limits.max_connections, limits.max_connections_per_client)
+
+
+class Guard:
+    """The open connections of this process, by peer."""
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self.open: dict[int, str] = {}  # id(transport) -> peer host
+        self.per_peer: Counter[str] = Counter()
+        self._log = _Throttled()
+
+    def admit(self, transport: asyncio.BaseTransport, peer: str) -> str | None:
+        """Register a new connection; the reason to refuse it, or None."""
+        if self.per_peer[peer] >= self.limits.max_connections_per_client:
+            return "limit-client"
+        if len(self.open) >= self.limits.max_connections:
+            return "limit-total"
+        self.open[id(transport)] = peer
+        self.per_peer[peer] += 1
+        metrics.CONNECTIONS.inc()
+        return None
+
+    def release(self, transport: asyncio.BaseTransport) -> None:
+        """Forget a connection (idempotent)."""
+        peer = self.open.pop(id(transport), None)
+        if peer is None:
+            return
+        self.per_peer[peer] -= 1
+        if self.per_peer[peer] <= 0:
+            del self.per_peer[peer]
+        metrics.CONNECTIONS.dec()
+
+    def closed(self, reason: str, peer: str) -> None:
+        """Count and log one closure."""
+        metrics.CONNECTIONS_CLOSED.labels(reason).inc()
+        self._log(reason, peer, self.limits)
+
+
+_GUARD: Guard | None = None
+
+
+def guard() -> Guard:
+    """This process's guard (settings from :data:`loadtests.reasoner.settings.SETTINGS_ENV`)."""
+    global _GUARD
+    if _GUARD is None:
+        _GUARD = Guard(Limits.of(ServerSettings.from_env()))
+    return _GUARD
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the deadlines and limits of the module docstring."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.guard = guard()
+        self._timer: asyncio.TimerHandle | None = None
+        self._phase = "new"  # new | headers | body | busy | idle | upgraded | refused
+        self._peer = "?"
+
+    # ------------------------------------------------------------------ deadlines
+
+    def _arm(self, phase: str, delay_s: float, reason: str) -> None:
+        """Enter ``phase``; close the connection with ``reason`` after ``delay_s`` (0: never)."""
+        self._disarm()
+        self._phase = phase
+        if delay_s > 0:
+            self._timer = self.loop.call_later(delay_s, self._expire, reason)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self, reason: str) -> None:
+        """A deadline passed: count, log, close (the application sees a disconnect)."""
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        self.guard.closed(reason, self._peer)
+        self.transport.abort()
+
+    # ------------------------------------------------------------------ protocol hooks
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Admit (or refuse at once) and start the header deadline."""
+        super().connection_made(transport)
+        self._peer = self.client[0] if self.client else "?"
+        reason = self.guard.admit(transport, self._peer)
+        if reason is not None:
+            self._phase = "refused"
+            self.guard.closed(reason, self._peer)
+            transport.abort()
+            return
+        self._arm("headers", self.guard.limits.header_timeout_s, "header-timeout")
+
+    def data_received(self, data: bytes) -> None:
+        """The first byte after an idle pause starts a new header deadline."""
+        if self._phase == "refused":
+            return
+        if self._phase == "idle":
+            self._arm("headers", self.guard.limits.header_timeout_s, "header-timeout")
+        super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        """Headers in time: the body deadline starts (ends at the message's end)."""
+        self._arm("body", self.guard.limits.body_timeout_s, "body-timeout")
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        """The request is read: no deadline while the application answers."""
+        if self._phase == "body":
+            if self.cycle is not None and self.cycle.response_complete:
+                # answered before the body ended (e.g. 413): uvicorn's keep-alive timer was
+                # cancelled by the body's bytes and is not re-armed, so idle is ours
+                self._arm("idle", self.guard.limits.idle_timeout_s, "idle")
+            else:
+                self._disarm()
+                self._phase = "busy"
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        """Answered: idle (uvicorn's keep-alive timer) unless a pipelined request waits."""
+        super().on_response_complete()
+        if self.timeout_keep_alive_task is not None and self._phase != "body":
+            self._disarm()
+            self._phase = "idle"
+
+    def timeout_keep_alive_handler(self) -> None:
+        """The idle deadline: count and log, then uvicorn closes."""
+        if not self.transport.is_closing():
+            self.guard.closed("idle", self._peer)
+        super().timeout_keep_alive_handler()
+
+    def handle_websocket_upgrade(self) -> None:
+        """No deadline after the upgrade; the WebSocket protocol releases the slot."""
+        self._disarm()
+        self._phase = "upgraded"
+        transport = self.transport
+        super().handle_websocket_upgrade()
+        ws = transport.get_protocol()
+        lost = ws.connection_lost
+        release = self.guard.release
+
+        def connection_lost(exc: Exception | None) -> None:
+            release(transport)
+            lost(exc)
+
+        ws.connection_lost = connection_lost  # type: ignore[method-assign]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Stop the deadline, free the slot."""
+        self._disarm()
+        self.guard.release(self.transport)
+        super().connection_lost(exc)
