@@ -9,8 +9,8 @@ Two questions, two data functions (no I/O, no formatting: ``compare`` renders th
   metrics of one more run at once, distribution-free.  Each metric is put on a
   scale where it is roughly symmetric (:func:`twin_scale`), standardised by the
   replications' mean and spread, and the run's worst metric ``T = max |z|`` is
-  compared with the same statistic of every replication against the others
-  (leave one out).  If the run is one more draw of the simulated experiment (the
+  compared with the same statistic of every replication against the others and
+  the run.  If the run is one more draw of the simulated experiment (the
   twin hypothesis), all ``R + 1`` statistics are exchangeable, so the run is the
   most extreme of them with probability <= ``1 / (R + 1)``: that is the false
   failure rate, whatever the distributions and correlations of the metrics.  Each
@@ -36,6 +36,9 @@ from typing import Any
 from sim.stats import holm, t_two_sided_p
 
 AGREES, DIFFERS = "agrees", "differs"
+# counts that grow with the run's length (a 90-s load run against 300-s replications):
+# not properties of the system, so not compared
+EXTENSIVE = frozenset({"turns", "calls"})
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -58,7 +61,8 @@ def t_quantile(p: float, df: float) -> float:
 def twin_scale(name: str) -> tuple[Any, Any]:
     """(transform, inverse) putting metric ``name`` on a scale where its run-to-run spread
     is roughly symmetric (measured on baseline and the twin tests' overloaded scenario,
-    300 replications of 30 s: skewness within ±0.8): ``−1/x`` for times, ``sqrt(1 − x)``
+    300 replications of 30 s): ``log`` for times (skewness 0.3-0.8; ``−1/x`` is more
+    symmetric but caps the upper side of the interval, hiding slow runs), ``sqrt(1 − x)``
     for the success rate, ``log(x − 1 + 0.01)`` for attempts per turn (0.01 keeps a run
     without retries finite).  Any monotone transform keeps the false failure bound; a
     symmetric one gives the check its power."""
@@ -66,7 +70,7 @@ def twin_scale(name: str) -> tuple[Any, Any]:
         return (lambda x: math.sqrt(max(0.0, 1.0 - x))), (lambda y: 1.0 - y * abs(y))
     if name == "attempts_per_turn":
         return (lambda x: math.log(max(x - 1.0, 0.0) + 0.01)), (lambda y: math.exp(y) + 0.99)
-    return (lambda x: -1.0 / max(x, 1e-9)), (lambda y: -1.0 / y if y < 0 else math.inf)
+    return (lambda x: math.log(max(x, 1e-9))), math.exp
 
 
 @dataclass(frozen=True)
@@ -109,8 +113,10 @@ class TwinCheck:
 def simultaneous_prediction(sim_runs: Sequence[dict[str, float | None]],
                             run: dict[str, float | None], metrics: Sequence[str]) -> TwinCheck:
     """Is ``run`` (metric values) one more draw of the replications ``sim_runs``?  See the
-    module docstring; a metric undefined in a replication makes that replication's score
-    infinite (it never narrows the check), undefined in ``run`` fails it."""
+    module docstring: each of the R + 1 runs is scored against the R others, so under the
+    twin hypothesis the run is the most extreme with probability 1/(R+1) (ties pass).  A
+    metric undefined in a replication makes that replication's score infinite (it never
+    narrows the check), undefined in ``run`` fails it."""
     r = len(sim_runs)
     if r < 3:
         raise ValueError(f"need at least 3 replications, got {r}")
@@ -128,15 +134,17 @@ def simultaneous_prediction(sim_runs: Sequence[dict[str, float | None]],
         mean = s1 / n
         floor = _sd_floor(name, sim_runs)
         sd = max(floor, math.sqrt(max(0.0, (s2 - n * mean * mean) / (n - 1))))
-        for j, y in enumerate(ys):  # leave one out
-            if y is None:
+        x = run.get(name)
+        y_run = None if x is None or not math.isfinite(x) else g(float(x))
+        z = math.inf if y_run is None else _score(y_run, mean, sd)
+        for j, y in enumerate(ys):  # scored against the others and the run, as the run is
+            if y is None or y_run is None:
                 t_rep[j] = math.inf
                 continue
-            m_j = (s1 - y) / (n - 1)
-            v_j = max(0.0, (s2 - y * y - (n - 1) * m_j * m_j) / (n - 2))
+            a1, a2 = s1 - y + y_run, s2 - y * y + y_run * y_run
+            m_j = a1 / n
+            v_j = max(0.0, (a2 - n * m_j * m_j) / (n - 1))
             t_rep[j] = max(t_rep[j], _score(y, m_j, max(floor, math.sqrt(v_j))))
-        x = run.get(name)
-        z = math.inf if x is None or not math.isfinite(x) else _score(g(float(x)), mean, sd)
         t_run = max(t_run, z)
         cols.append((name, inv, mean, sd, x, z))
     t_star = max(t_rep)
@@ -217,10 +225,13 @@ def _test(metric: str, sim_values: list[float], load: float, se: float | None
 def agreement_rows(sim_summary: dict[str, Any], load_summary: dict[str, Any],
                    alpha: float = 0.05) -> list[Agreement]:
     """Every metric defined in both summaries (at least two simulated replications, a load
-    value), "agrees" or "differs" with Holm's correction over all of them."""
+    value; not the :data:`EXTENSIVE` counts), "agrees" or "differs" with Holm's correction
+    over all of them."""
     sim_m, load_m = sim_summary.get("metrics", {}), load_summary.get("metrics", {})
     tested: list[tuple[str, list[float], float, float | None, tuple[float, ...]]] = []
     for name, lm in load_m.items():
+        if name in EXTENSIVE:
+            continue
         sm = sim_m.get(name)
         if not isinstance(sm, dict) or not isinstance(lm, dict) or lm.get("mean") is None:
             continue

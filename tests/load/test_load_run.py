@@ -57,6 +57,10 @@ def test_sse_run_ledger_matches_server_and_witness(sse_run, read_json):
     assert m["success_rate"]["mean"] == 1.0
     assert 0 < m["ttfc_s.p50"]["mean"] < m["completion_s.p50"]["mean"] < 1.0
     assert m["load_amplification"]["mean"] is None  # not visible to a client: never invented
+    # uncertainty of a load run: a bootstrap over its calls (loadtests/loadrun/uncertainty.py)
+    assert "bootstrap over calls" in summary["uncertainty"]
+    p50 = m["ttfc_s.p50"]
+    assert p50["se"] > 0 and p50["ci_low"] < p50["mean"] < p50["ci_high"]
     assert read_json(run / "meta.json")["status"] == "complete"
     # the run's own HTML report: self-contained (no network resource), with the verdict
     html = (run / "report.html").read_text(encoding="utf-8")
