@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import os
 import shutil
@@ -11,8 +12,10 @@ from typing import Any
 
 import uvicorn
 
+from loadtests.reasoner.capacity import Capacity, start_broker
 from loadtests.reasoner.conns import GuardedHttpToolsProtocol, Limits, raise_file_limit
 from loadtests.reasoner.metrics import MULTIPROC_ENV
+from loadtests.reasoner.runtime import load_config
 from loadtests.reasoner.settings import SETTINGS_ENV, ServerSettings
 
 APP_FACTORY = "loadtests.reasoner.app:create_app"
@@ -56,6 +59,14 @@ def run(settings: ServerSettings) -> int:
         "%.1fs, body %.1fs, idle %.1fs", after, f" (raised from {before})" if after != before
         else "", limits.max_connections, limits.max_connections_per_client,
         limits.header_timeout_s, limits.body_timeout_s, limits.idle_timeout_s)
+    broker_dir = None
+    if settings.workers > 1:  # `workers` is the whole Reasoner's: one pool for all processes
+        broker_dir = tempfile.mkdtemp(prefix="rtalab-capacity-")
+        settings = dataclasses.replace(settings,
+                                       capacity_socket=os.path.join(broker_dir, "capacity.sock"))
+        cfg = load_config(settings).reasoner
+        start_broker(Capacity(cfg.workers, cfg.queue_limit, cfg.queue_discipline,
+                              cfg.queue_timeout_s), settings.capacity_socket)
     os.environ[SETTINGS_ENV] = settings.to_env()
     prom_dir = None
     if settings.workers > 1 and not os.environ.get(MULTIPROC_ENV):
@@ -69,6 +80,7 @@ def run(settings: ServerSettings) -> int:
                     http=GuardedHttpToolsProtocol, timeout_keep_alive=settings.idle_timeout_s,
                     lifespan="on", server_header=False)
     finally:
-        if prom_dir is not None:
-            shutil.rmtree(prom_dir, ignore_errors=True)
+        for d in (prom_dir, broker_dir):
+            if d is not None:
+                shutil.rmtree(d, ignore_errors=True)
     return 0
