@@ -55,6 +55,8 @@ SECTIONS = {
     "retry-after": "errors.md §3 (rate-limited: back off at least retryAfterMs)",
     "extension-echo": "errors.md §2 extension-inactive, §5 (A2A-Extensions echo)",
     "sequence-id": "errors.md §6 (ordering only via rta/sequenceId)",
+    "continuation-answered-twice": "errors.md §4, DECISIONS D2 (one continuation per "
+                                   "INPUT_REQUIRED pause executes; its copies replay it)",
 }
 HAZARDS = ("ghost-success", "turn-re-executed", "duplicate-session")
 RULE_NAMES = tuple(SECTIONS)
@@ -436,6 +438,27 @@ def rule_echo(p: Prepared) -> RuleResult:
     bad = p.a[answered & echo.eq(False).to_numpy()]
     return _violation("extension-echo", len(bad), examples_of(bad["request_guid"][:5]),
                       f"{len(bad)} of {int(answered.sum())} answered attempts lacked the echo")
+
+
+def rule_continuation_twice(p: Prepared) -> RuleResult:
+    """INPUT_REQUIRED pauses whose continuation executed twice: a ``continuation-dup`` copy
+    (sent at the same time as the continuation, with its own requestGuid) and the
+    continuation it copied both ran their side effect."""
+    if p.w is None:
+        return _not_checked("continuation-answered-twice", NO_WITNESS)
+    a = p.a
+    cont = a["phase"].eq("continuation").to_numpy()
+    copy = cont & a["injected"].eq("continuation-dup").to_numpy()
+    executed = a["request_guid"].isin(set(p.w["requestGuid"].dropna())).to_numpy()
+    pair = ["tkey", "attempt"]
+    copies = a.loc[copy & executed, [*pair, "request_guid"]]
+    mains = a.loc[cont & ~a["inj"].to_numpy() & executed, pair].drop_duplicates()
+    both = copies.merge(mains, on=pair)
+    n_checked = int(copy.sum())
+    return _violation("continuation-answered-twice", len(both),
+                      examples_of(both["request_guid"][:5]),
+                      f"{len(both)} of {n_checked} continuation copies executed beside the "
+                      "continuation they copied", per_1k(len(both), p.n_turns))
 
 
 def rule_sequence_id(p: Prepared, events: Events | None) -> RuleResult:

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from loadtests.check import rules as R
+from loadtests.check.coverage import coverage, read_restarts
 from loadtests.check.ledger import Ledgers, read_ledgers
 from loadtests.check.verdict import Verdict
 
@@ -71,7 +72,8 @@ def _stats(led: Ledgers, p: R.Prepared) -> dict[str, Any]:
 
 def evaluate(led: Ledgers, policy: Any | None,
              hazard_limits: Mapping[str, float] | None = None,
-             policy_problem: str = "no retry policy given") -> Verdict:
+             policy_problem: str = "no retry policy given",
+             restarts: pd.DataFrame | None = None) -> Verdict:
     """Every rule over already-read ledgers."""
     limits = dict(hazard_limits or {})
     p = R.prepare(led)
@@ -86,8 +88,12 @@ def evaluate(led: Ledgers, policy: Any | None,
     echo = R.rule_echo(p)
     results = [lost, duplicated, ghost, reexecuted, sessions, unexpected, incomplete,
                R.rule_ordering(p, led.events), non_retryable, retry_limit, retry_after, echo,
-               R.rule_sequence_id(p, led.events)]
-    return Verdict(rules=results, stats=_stats(led, p))
+               R.rule_sequence_id(p, led.events), R.rule_continuation_twice(p)]
+    stats = _stats(led, p)
+    exercised = coverage(p.a, led.chaos, p.w is not None,
+                         restarts if restarts is not None else read_restarts(Path("-")),
+                         int(stats.get("streams_received_out_of_order") or 0))
+    return Verdict(rules=results, stats=stats, coverage=exercised)
 
 
 def check_run(run_dir: str | Path, hazard_limits: Mapping[str, float] | None = None, *,
@@ -96,7 +102,7 @@ def check_run(run_dir: str | Path, hazard_limits: Mapping[str, float] | None = N
     run = Path(run_dir)
     led = read_ledgers(run)
     policy, problem = load_policy(run)
-    verdict = evaluate(led, policy, hazard_limits, problem)
+    verdict = evaluate(led, policy, hazard_limits, problem, read_restarts(run))
     verdict.run_dir = str(run)
     if write:
         verdict.write(run)

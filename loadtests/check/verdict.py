@@ -70,6 +70,7 @@ class Verdict:
     rules: list[RuleResult]
     stats: dict[str, Any] = field(default_factory=dict)
     run_dir: str = ""
+    coverage: list[Any] = field(default_factory=list)  # loadtests.check.coverage.Exercise
 
     @property
     def ok(self) -> bool:
@@ -91,7 +92,8 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         """The verdict.json content."""
         return {"ok": self.ok, "run_dir": self.run_dir, "failed": self.failed,
-                "rules": [r.to_dict() for r in self.rules], "stats": self.stats}
+                "rules": [r.to_dict() for r in self.rules], "stats": self.stats,
+                "coverage": [e.to_dict() for e in self.coverage]}
 
     def to_text(self) -> str:
         """A human-readable table (verdict.txt)."""
@@ -109,6 +111,10 @@ class Verdict:
         if self.stats:
             lines += ["", "stats:"]
             lines += [f"  {k}: {v}" for k, v in self.stats.items()]
+        if self.coverage:
+            from loadtests.check.coverage import coverage_text
+
+            lines += ["", *coverage_text(self.coverage)]
         return "\n".join(lines) + "\n"
 
     def write(self, run_dir: str | Path) -> tuple[Path, Path]:

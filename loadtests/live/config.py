@@ -32,6 +32,7 @@ class LoadSettings:
     seed: int = 1
     ext_uri: str = DEFAULT_EXT_URI
     token: str | None = None
+    tokens: tuple[str, ...] = field(default_factory=tuple)  # >1: calls alternate principals
     reorder: bool = True
     hold_s: float = 0.25
     unsafe_test_retry_codes: tuple[str, ...] = field(default_factory=tuple)
@@ -50,7 +51,7 @@ class LoadSettings:
     def read(cls, path: str | Path) -> LoadSettings:
         """Read the JSON written by :meth:`write`."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        for k in ("unsafe_test_retry_codes", "force_error_codes"):
+        for k in ("unsafe_test_retry_codes", "force_error_codes", "tokens"):
             data[k] = tuple(data.get(k) or ())
         return cls(**data)
 

@@ -133,10 +133,11 @@ class Process:
     def _start_call(self, user: FastHttpUser, n: int) -> None:
         s = self.s
         binding = s.binding if s.binding != "both" else ("sse", "ws")[n % 2]
+        token = s.tokens[(n // 2) % len(s.tokens)] if s.tokens else s.token
         if binding == "sse":
-            channel: Any = SseChannel(user.client, s.ext_uri, s.token)
+            channel: Any = SseChannel(user.client, s.ext_uri, token)
         else:
-            channel = WsChannel(user.host, s.ext_uri, s.token, self.environment.events)
+            channel = WsChannel(user.host, s.ext_uri, token, self.environment.events)
         rng = np.random.default_rng(np.random.SeedSequence([s.seed, self.index, n + 1]))
         assert self.instance is not None and self.ledger is not None
         call = Call(f"{s.run_id}-w{self.index}-{n}", self.scenario, self.instance, channel,

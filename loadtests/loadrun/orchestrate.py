@@ -46,6 +46,9 @@ from sim.scenario import Scenario
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "live" / "locustfile.py"
 TOKEN = "rtalab-load-token"
 PRINCIPAL = "load"
+# the embedded Reasoner knows two principals; calls alternate between them (pairs of calls,
+# so each principal sees both bindings): turnIds reused across principals are exercised
+TOKENS = {TOKEN: PRINCIPAL, f"{TOKEN}-2": f"{PRINCIPAL}-2"}
 EXIT_RULE_FAILED = 1
 
 
@@ -64,12 +67,15 @@ class RunOptions:
     duration_s: float | None = None
     drain_s: float | None = None
     chaos: bool = False
-    crash_at: tuple[float, ...] = ()
+    crash_at: tuple[float, ...] = ()  # restart times (embedded: SIGKILL + restart)
+    restart_cmd: str | None = None  # with --target: the user's restart command
+    unsafe_bugs: tuple[str, ...] = ()  # TEST ONLY: planted bugs of the embedded Reasoner
     workers: int | None = None
     dedup: str | None = None
     dedup_mode: str | None = None
     results: Path = Path("results")
     token: str | None = None
+    tokens: tuple[str, ...] = ()  # --target: several --token, calls alternate principals
     no_reorder: bool = False
     unsafe_test_retry_codes: tuple[str, ...] = ()
     force_error_codes: tuple[str, ...] = ()
@@ -118,26 +124,37 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
     st.witness = start_witness(run_dir / "witness.sqlite", log_path=logs / "witness.log")
     st.procs.append(st.witness)
     dedup = opts.dedup or f"sqlite:///{run_dir / 'dedup.sqlite'}"
-    extra = ["--token", f"{TOKEN}={PRINCIPAL}", "--log-level", "warning"]
+    extra = ["--log-level", "warning"]
+    for tok, principal in TOKENS.items():
+        extra += ["--token", f"{tok}={principal}"]
     if opts.dedup_mode:
         extra += ["--dedup-mode", opts.dedup_mode]
     if opts.force_error_codes:
         extra.append("--test-hooks")
+    for bug in opts.unsafe_bugs:
+        extra += ["--unsafe-bug", bug]
     st.reasoner_args = dict(workers=opts.workers or 1, dedup=dedup, scenario=scenario_path,
                             witness=st.witness.url, extra_args=extra,
                             log_path=logs / "reasoner.log")
     st.reasoner = start_reasoner(**st.reasoner_args)
     target = st.reasoner.url
-    if opts.chaos:  # `rtalab chaos --listen ADDR --upstream URL --scenario FILE` (issue 10)
-        if not _chaos_available():
-            raise RunError("--chaos needs the chaos proxy (loadtests.chaos), not in this build")
-        from loadtests.chaos.procs import start_chaos
-
-        proxy = start_chaos(target, ledger=run_dir / "ledger" / "chaos.jsonl",
-                            scenario=scenario_path, log_path=logs / "chaos.log")
-        st.procs.append(proxy)
-        target = proxy.url
+    if opts.chaos:
+        target = start_proxy(st, target, run_dir, scenario_path)
     return st, target, st.witness.url
+
+
+def start_proxy(st: Stack, upstream: str, run_dir: Path, scenario_path: Path) -> str:
+    """The chaos proxy (``rtalab chaos --upstream URL --scenario FILE``) in front of
+    ``upstream`` (the embedded Reasoner or a --target); its URL."""
+    if not _chaos_available():
+        raise RunError("--chaos needs the chaos proxy (loadtests.chaos), not in this build")
+    from loadtests.chaos.procs import start_chaos
+
+    (run_dir / "logs").mkdir(exist_ok=True)
+    proxy = start_chaos(upstream, ledger=run_dir / "ledger" / "chaos.jsonl",
+                        scenario=scenario_path, log_path=run_dir / "logs" / "chaos.log")
+    st.procs.append(proxy)
+    return proxy.url
 
 
 def crash_restart(st: Stack) -> None:
@@ -146,6 +163,45 @@ def crash_restart(st: Stack) -> None:
     port = st.reasoner.port
     st.reasoner.kill(signal.SIGKILL)
     st.reasoner = start_reasoner(port=port, **st.reasoner_args)
+
+
+RESTART_CMD_TIMEOUT_S = 120.0  # a restart command (e.g. a container restart) must end by then
+READY_TIMEOUT_S = 60.0  # and the target must answer its agent card again by then
+
+
+def restart(opts: RunOptions, st: Stack | None, target: str, run_dir: Path, at_s: float,
+            t0: float) -> dict[str, Any]:
+    """One scheduled restart (embedded: SIGKILL + restart; --target: ``--restart-cmd``, then
+    wait for the agent card); the row it adds to ``ledger/restarts.jsonl``."""
+    from loadtests.procs import url_ready
+
+    start = time.time()
+    row: dict[str, Any] = {"at_s": at_s, "start_s": start - t0, "start_unix": start}
+    if opts.target is None:
+        assert st is not None
+        crash_restart(st)
+        row.update(how="crash", command=None, exit_code=None, ready=True)
+    else:
+        assert opts.restart_cmd is not None
+        with open(run_dir / "logs" / "restart.log", "ab") as log:
+            log.write(f"--- {at_s:g} s: {opts.restart_cmd}\n".encode())
+            log.flush()
+            try:
+                code: int | None = subprocess.run(
+                    opts.restart_cmd, shell=True, stdout=log, stderr=subprocess.STDOUT,
+                    timeout=RESTART_CMD_TIMEOUT_S, check=False).returncode
+            except subprocess.TimeoutExpired:
+                code = None
+        deadline = time.time() + READY_TIMEOUT_S
+        ready = False
+        while not ready and time.time() < deadline:
+            ready = url_ready(f"{target}/.well-known/agent-card.json", timeout_s=1.0)
+        row.update(how="command", command=opts.restart_cmd, exit_code=code, ready=ready)
+    end = time.time()
+    row.update(end_s=end - t0, end_unix=end, took_s=end - start)
+    with open(run_dir / "ledger" / "restarts.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(row, separators=(",", ":")) + "\n")
+    return row
 
 
 def _locust_cmd(opts: RunOptions, target: str, locust_dir: Path, role: str,
@@ -165,8 +221,9 @@ def _locust_cmd(opts: RunOptions, target: str, locust_dir: Path, role: str,
 
 
 def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: Path,
-               st: Stack | None, t_limit_s: float) -> int:
-    """Run Locust (local, or master + workers) to its end; crash the Reasoner on schedule."""
+               st: Stack | None, t_limit_s: float, restart_url: str | None = None) -> int:
+    """Run Locust (local, or master + workers) to its end; restart the Reasoner on schedule
+    (``restart_url``: where a --target answers again after its restart command)."""
     locust_dir = run_dir / "locust"
     locust_dir.mkdir(exist_ok=True)
     settings_path = run_dir / "ledger" / "settings.json"
@@ -193,19 +250,19 @@ def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: P
                 _locust_cmd(opts, target, locust_dir, "worker", master_port), env=env,
                 stdout=wlog, stderr=subprocess.STDOUT, start_new_session=True))
         clock = run_dir / "ledger" / "clock.json"
-        crashes = sorted(opts.crash_at)
+        restarts = sorted(opts.crash_at)
         t_start = time.time()
         while main.poll() is None:
             if time.time() - t_start > t_limit_s:
                 raise RunError(f"Locust did not finish within {t_limit_s:.0f} s "
                                f"(see {logs / 'locust-master.log'})")
-            if crashes and clock.exists() and st is not None:
+            if restarts and clock.exists():
                 t0 = json.loads(clock.read_text(encoding="utf-8"))["t0"]
-                if time.time() - t0 >= crashes[0]:
-                    crashes.pop(0)
-                    crash_restart(st)
-                    _say(opts, f"rtalab load: crashed and restarted the Reasoner at "
-                               f"{time.time() - t0:.1f} s")
+                if time.time() - t0 >= restarts[0]:
+                    row = restart(opts, st, restart_url or target, run_dir, restarts.pop(0), t0)
+                    _say(opts, f"rtalab load: restarted the Reasoner ({row['how']}) at "
+                               f"{row['start_s']:.1f} s, answering again after "
+                               f"{row['took_s']:.1f} s")
             time.sleep(0.05)  # polling the child with a bounded deadline
         main_exit_s = time.time()
         reap_by = time.time() + 2.0  # the master told them to quit; their ledger is gathered
@@ -322,7 +379,9 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
                         argv=opts.argv or None,
                         extra={"target": opts.target, "binding": opts.binding,
                                "processes": opts.processes, "chaos": opts.chaos,
-                               "crash_at": list(opts.crash_at), "duration_s": duration})
+                               "crash_at": list(opts.crash_at), "duration_s": duration,
+                               "restart_cmd": opts.restart_cmd,
+                               "unsafe_bugs": list(opts.unsafe_bugs)})
     start_run(run_dir, sc, meta)
     (run_dir / "ledger").mkdir()
     scenario_path = run_dir / "scenario.toml"
@@ -332,24 +391,30 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
         if opts.target is None:
             _say(opts, "rtalab load: starting witness and Reasoner ...")
             st, target, witness_url = start_stack(opts, run_dir, scenario_path)
-            token = TOKEN
+            token, tokens = TOKEN, tuple(TOKENS)
         else:
-            target, token = opts.target.rstrip("/"), opts.token
+            target, token, tokens = opts.target.rstrip("/"), opts.token, opts.tokens
+            if opts.chaos:
+                st = Stack()
+                target = start_proxy(st, target, run_dir, scenario_path)
         settings = LoadSettings(
             run_dir=str(run_dir), run_id=uuid.uuid4().hex[:8], scenario_path=str(scenario_path),
             binding=opts.binding, duration_s=duration, drain_s=drain, processes=opts.processes,
-            seed=sc.run.seed, token=token, reorder=not opts.no_reorder,
+            seed=sc.run.seed, token=token, tokens=tokens, reorder=not opts.no_reorder,
             unsafe_test_retry_codes=opts.unsafe_test_retry_codes,
             force_error_codes=opts.force_error_codes)
         _say(opts, f"rtalab load: {opts.binding} Live users, {opts.processes} process(es), "
                    f"{duration:g} s + drain ≤ {drain:g} s against {target}")
-        rc = run_locust(opts, settings, target, run_dir, st, duration + drain + 180.0)
+        rc = run_locust(opts, settings, target, run_dir, st, duration + drain + 180.0,
+                        restart_url=opts.target)
         led = run_dir / "ledger"
+        meta["timeline"] = timeline(led)
         if not (led / "clock.json").exists():
             tail = (run_dir / "logs" / "locust-master.log").read_text(
                 encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
             raise RunError(f"Locust did not start (exit {rc}; {run_dir / 'logs'}): {tail[0]}")
-        server_url = st.reasoner.url if st is not None and st.reasoner else target
+        server_url = st.reasoner.url if st is not None and st.reasoner else (
+            opts.target or target)
         metrics = save_server_metrics(server_url, led / "server_metrics.json")
         witness_rows = None
         if witness_url:
@@ -375,6 +440,19 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
     meta["verdict_ok"] = ok
     finish_run(run_dir, meta, "complete")
     return run_dir, 0 if ok else EXIT_RULE_FAILED
+
+
+def timeline(led: Path) -> list[dict[str, Any]]:
+    """The run's timeline for ``meta.json``: load start, restarts, stop (seconds since t0)."""
+    from loadtests.loadrun.tables import read_jsonl
+
+    out: list[dict[str, Any]] = []
+    if (led / "clock.json").exists():
+        out.append({"t_s": 0.0, "event": "load-start"})
+    if (led / "restarts.jsonl").exists():
+        out += [{"t_s": r["start_s"], "event": f"restart ({r['how']})", "took_s": r["took_s"],
+                 "ready": r["ready"]} for r in read_jsonl(led / "restarts.jsonl")]
+    return out
 
 
 def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: float,

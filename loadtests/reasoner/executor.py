@@ -22,7 +22,7 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.types import Task, TaskState
 
-from loadtests.reasoner import metrics
+from loadtests.reasoner import metrics, unsafe
 from loadtests.reasoner.capacity import QueueTimeout
 from loadtests.reasoner.intake import TurnRequest
 from loadtests.reasoner.runtime import Runtime
@@ -182,7 +182,7 @@ class ReasonerExecutor(AgentExecutor):
                 code = ErrorCode.UPSTREAM_TIMEOUT if result == "timeout" else ErrorCode.INTERNAL
                 await emit(self._failure(f, code.value))
                 return
-        if req.handoff:
+        if req.handoff and unsafe.pauses(rt.settings.unsafe_bugs):
             if req.directives is not None and "handoff" not in req.directives:
                 await emit(self._failure(f, ErrorCode.UNSUPPORTED_DIRECTIVE.value))
                 return

@@ -39,6 +39,7 @@ class ServerSettings:
     session_ttl_s: float = 3600.0
     log_level: str = "info"
     access_log: bool = False
+    unsafe_bugs: tuple[str, ...] = ()  # TEST ONLY: planted bugs (loadtests/reasoner/unsafe.py)
 
     @property
     def store_url(self) -> str:
@@ -57,4 +58,5 @@ class ServerSettings:
             return cls()
         data = json.loads(raw)
         data["overrides"] = tuple(data.get("overrides", ()))
+        data["unsafe_bugs"] = tuple(data.get("unsafe_bugs", ()))
         return cls(**data)

@@ -141,12 +141,26 @@ def plant_retry_after(led: Ledger) -> None:
     a.loc[i, ["error_code", "retry_after_ms"]] = ["rate-limited", 800.0]
 
 
+def plant_continuation_twice(led: Ledger) -> None:
+    """A continuation and its ``continuation-dup`` copy (own requestGuid) both executed."""
+    a, w = led["attempts"], led["witness"]
+    guid = side_effect_turn(led)["requestGuid"]
+    i = a.index[(a["request_guid"] == guid) & (a["injected"] == "")][0]
+    a.loc[i, "phase"] = "continuation"
+    copy = a.loc[[i]].assign(request_guid=f"{guid}-cdup", injected="continuation-dup")
+    led["attempts"] = pd.concat([a, copy], ignore_index=True)
+    run = w.loc[w["requestGuid"] == guid].assign(id=int(w["id"].max()) + 1,
+                                                 requestGuid=f"{guid}-cdup")
+    led["witness"] = pd.concat([w, run], ignore_index=True)
+
+
 PLANTS: dict[str, Callable[[Ledger], None]] = {
     "lost": plant_lost, "duplicated": plant_duplicated, "unexpected": plant_unexpected,
     "incomplete": plant_incomplete, "ordering": plant_ordering,
     "retried-non-retryable": plant_non_retryable, "retry-limit": plant_retry_limit,
     "retry-after": plant_retry_after,
     "extension-echo": plant_echo, "sequence-id": plant_sequence_id,
+    "continuation-answered-twice": plant_continuation_twice,
 }
 
 
