@@ -56,7 +56,6 @@ CLASSES = {
     "rate-limited": "rate limiting",
 }
 OUTAGE_KINDS = ("blackhole", "swallowed", "refused")
-ANSWERED = ("completed", "failed", "input-required", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -98,6 +97,14 @@ def _spans_restart(before: np.ndarray, after: np.ndarray, restarts: pd.DataFrame
     return out
 
 
+def _cut_by_restart(send: np.ndarray, end: np.ndarray, restarts: pd.DataFrame) -> np.ndarray:
+    """True where an attempt was in flight when a restart began."""
+    out = np.zeros(len(send), dtype=bool)
+    for start in restarts["start_unix"]:
+        out |= (send < start) & ~(end < start)
+    return out
+
+
 def coverage(a: pd.DataFrame, chaos: pd.DataFrame | None, witness: bool, restarts: pd.DataFrame,
              streams_out_of_order: int) -> list[Exercise]:
     """The coverage of one run from its attempts (``inj`` column: injected copy), the proxy's
@@ -113,16 +120,20 @@ def coverage(a: pd.DataFrame, chaos: pd.DataFrame | None, witness: bool, restart
     c_send = copies["send_s"].to_numpy(dtype=np.float64)
     o_send = orig["send_s"].to_numpy(dtype=np.float64)
     o_end = orig["end_s"].to_numpy(dtype=np.float64)
-    o_answered = orig["outcome"].isin(ANSWERED).to_numpy()
+    # only an original the Reasoner executed gives a copy something to deduplicate (a
+    # refused or unanswered one does not); across a restart, also one the restart cut off
+    o_done = orig["outcome"].eq("completed").to_numpy()
     known = ~np.isnan(o_send)
-    running = known & ((c_send < o_end) | np.isnan(o_end))
-    across = known & _spans_restart(o_send, c_send, restarts)
-    after = known & ~running & o_answered & ~across
+    across = known & _spans_restart(o_send, c_send, restarts) & (
+        o_done | _cut_by_restart(o_send, o_end, restarts))
+    running = known & o_done & (c_send < o_end) & ~across
+    after = known & o_done & (c_send >= o_end) & ~across
     proxy_running = proxy_after = 0
     if chaos is not None and len(chaos):
         dup = chaos[chaos["kind"].eq("duplicate")]
         po = originals.reindex(dup["request_guid"])
-        took = (po["end_s"] - po["send_s"]).to_numpy(dtype=np.float64)
+        took = (po["end_s"] - po["send_s"]).where(po["outcome"].eq("completed")).to_numpy(
+            dtype=np.float64)
         delay = dup["delay_s"].fillna(0.0).to_numpy(dtype=np.float64)
         seen = ~np.isnan(took)
         proxy_running = int((seen & (delay < took)).sum())
@@ -139,14 +150,17 @@ def coverage(a: pd.DataFrame, chaos: pd.DataFrame | None, witness: bool, restart
                   f"{len(restarts)} restarts" if witness else no_w, witness),
     ]
     real = a.loc[~inj]
-    calls_per_id = real.groupby("turn_id")["call_id"].nunique()
+    done = real[real["outcome"].isin(("completed", "input-required"))]  # executed or replayed
+    calls_per_id = done.groupby("turn_id")["call_id"].nunique()
     shared = calls_per_id.index[calls_per_id.to_numpy() > 1]
-    se_turns = real.loc[side[~inj] & real["turn_id"].isin(shared), ["call_id", "turn_index"]]
+    se_turns = done.loc[done["side_effect"].fillna(False).astype(bool)
+                        & done["turn_id"].isin(shared), ["call_id", "turn_index"]]
     n_shared = len(se_turns.drop_duplicates())
     out.append(_exercise("turn-id-reused", n_shared,
                          f"{len(shared)} turnIds used by several calls" if witness else no_w,
                          witness))
-    cont = int((inj & side & (kind == "continuation-dup")).sum())
+    cont = int((inj & side & (kind == "continuation-dup") & a["task_id"].notna().to_numpy()
+                ).sum())
     out.append(_exercise("continuation-twice", cont,
                          "second continuations sent at once" if witness else no_w, witness))
     out.append(_exercise("reordering", streams_out_of_order,

@@ -46,7 +46,7 @@ SCHEMAS: dict[str, dict[str, pa.DataType]] = {
         "side_effect": BOOL, "send_s": F64, "end_s": F64, "outcome": STR, "error_code": STR,
         "retry_after_ms": F64,
         "decision": STR, "echo": BOOL, "events": I64, "events_without_seq": I64,
-        "order_violations": I64, "turn_id": STR, "attempt": I64,
+        "order_violations": I64, "turn_id": STR, "attempt": I64, "task_id": STR,
     },
     "events": {
         "request_guid": STR, "attempt_key": STR, "recv_s": F64, "kind": STR,

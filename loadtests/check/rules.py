@@ -448,7 +448,10 @@ def rule_continuation_twice(p: Prepared) -> RuleResult:
         return _not_checked("continuation-answered-twice", NO_WITNESS)
     a = p.a
     cont = a["phase"].eq("continuation").to_numpy()
-    copy = cont & a["injected"].eq("continuation-dup").to_numpy()
+    # a copy without taskId (the continuation was retried after FAILED: a new task) is a
+    # new request, not a continuation of the pause
+    copy = (cont & a["injected"].eq("continuation-dup").to_numpy()
+            & a["task_id"].notna().to_numpy())
     executed = a["request_guid"].isin(set(p.w["requestGuid"].dropna())).to_numpy()
     pair = ["tkey", "attempt"]
     copies = a.loc[copy & executed, [*pair, "request_guid"]]

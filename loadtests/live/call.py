@@ -491,7 +491,7 @@ class Call:
         if load.concurrent_duplicate_share > 0 and self._uniform() < (
                 load.concurrent_duplicate_share):
             self._spawn_copy(t, ids, body, "concurrent", side)
-        if t.phase == "continuation" and load.continuation_duplicate_share > 0 and (
+        if t.phase == "continuation" and ids.task_id and load.continuation_duplicate_share > 0 and (
                 self._uniform() < load.continuation_duplicate_share):
             dup_ids = Ids(_id("m"), _id("g"), ids.turn_id, ids.interaction_id, ids.context_id,
                           ids.task_id)

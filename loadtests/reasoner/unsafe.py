@@ -34,6 +34,7 @@ The hooks are thin: :func:`idempotency_class`, :func:`store_url`,
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -42,6 +43,7 @@ from typing import Any
 
 UNSAFE_BUGS = ("late-claim", "turn-key", "volatile", "continuation-twice", "refuse-auth",
                "no-input-required")
+RACE_WINDOW_S = 0.2  # continuation-twice: time between reading the task and marking it
 GLOBAL_SCOPE = "\x1fany-principal\x1fany-context"  # turn-key: one scope for everyone
 log = logging.getLogger("rtalab.reasoner")
 
@@ -109,6 +111,9 @@ def idempotency_class(bugs: Iterable[str]) -> type[Any]:
             if "turn-key" in bugs and key.startswith("t:"):
                 scope = GLOBAL_SCOPE
             if "continuation-twice" in bugs and key.startswith("k:"):
+                # check-then-act: the task was read INPUT_REQUIRED before this; a slow step
+                # before it is marked WORKING lets a second continuation read the same
+                await asyncio.sleep(RACE_WINDOW_S)
                 return Unclaimed(self.store, scope, key, new_owner(), False)  # type: ignore[arg-type]
             if "late-claim" in bugs and not key.startswith("k:"):
                 assert self.store is not None

@@ -147,7 +147,10 @@ def plant_continuation_twice(led: Ledger) -> None:
     guid = side_effect_turn(led)["requestGuid"]
     i = a.index[(a["request_guid"] == guid) & (a["injected"] == "")][0]
     a.loc[i, "phase"] = "continuation"
-    copy = a.loc[[i]].assign(request_guid=f"{guid}-cdup", injected="continuation-dup")
+    copy = a.loc[[i]].assign(request_guid=f"{guid}-cdup", injected="continuation-dup",
+                             task_id="task-paused")
+    a["task_id"] = a["task_id"].astype(object) if "task_id" in a else None
+    a.loc[i, "task_id"] = "task-paused"
     led["attempts"] = pd.concat([a, copy], ignore_index=True)
     run = w.loc[w["requestGuid"] == guid].assign(id=int(w["id"].max()) + 1,
                                                  requestGuid=f"{guid}-cdup")
