@@ -139,6 +139,7 @@ def coverage(a: pd.DataFrame, chaos: pd.DataFrame | None, witness: bool, restart
         proxy_running = int((seen & (delay < took)).sum())
         proxy_after = int((seen & (delay >= took)).sum())
     no_w = "no witness ledger: a dedup bug would not be visible"
+    real = a.loc[~inj]
     out = [
         _exercise("duplicate-while-running", int(running.sum()) + proxy_running,
                   f"{int(running.sum())} client copies, {proxy_running} proxy duplicates"
@@ -149,7 +150,6 @@ def coverage(a: pd.DataFrame, chaos: pd.DataFrame | None, witness: bool, restart
         _exercise("resend-across-restart", int(across.sum()),
                   f"{len(restarts)} restarts" if witness else no_w, witness),
     ]
-    real = a.loc[~inj]
     done = real[real["outcome"].isin(("completed", "input-required"))]  # executed or replayed
     calls_per_id = done.groupby("turn_id")["call_id"].nunique()
     shared = calls_per_id.index[calls_per_id.to_numpy() > 1]
@@ -159,8 +159,15 @@ def coverage(a: pd.DataFrame, chaos: pd.DataFrame | None, witness: bool, restart
     out.append(_exercise("turn-id-reused", n_shared,
                          f"{len(shared)} turnIds used by several calls" if witness else no_w,
                          witness))
-    cont = int((inj & side & (kind == "continuation-dup") & a["task_id"].notna().to_numpy()
-                ).sum())
+    # a continuation copy counts when the pause was answered (the copy or the continuation it
+    # copied completed): a refused or cut-off pair gave the Reasoner nothing to claim twice
+    pair = ["call_id", "turn_index", "attempt"]
+    cdup = a.loc[inj & side & (kind == "continuation-dup") & a["task_id"].notna().to_numpy(),
+                 [*pair, "outcome"]]
+    main_done = real.loc[real["phase"].eq("continuation") & real["outcome"].eq("completed"),
+                         pair].drop_duplicates().assign(main_done=True)
+    cdup = cdup.merge(main_done, on=pair, how="left")
+    cont = int((cdup["outcome"].eq("completed") | cdup["main_done"].eq(True)).sum())
     out.append(_exercise("continuation-twice", cont,
                          "second continuations sent at once" if witness else no_w, witness))
     out.append(_exercise("reordering", streams_out_of_order,

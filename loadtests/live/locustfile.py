@@ -168,8 +168,11 @@ class Conductor:
         runner = environment.runner
         self.expected = runner.worker_count if isinstance(runner, MasterRunner) else 1
         t0 = time.time()
-        (Path(self.s.run_dir) / "ledger" / "clock.json").write_text(
-            json.dumps({"t0": t0, "processes": self.expected}) + "\n", encoding="utf-8")
+        clock = Path(self.s.run_dir) / "ledger" / "clock.json"
+        tmp = clock.with_suffix(".tmp")  # written whole, then renamed: never read half-written
+        tmp.write_text(json.dumps({"t0": t0, "processes": self.expected}) + "\n",
+                       encoding="utf-8")
+        tmp.replace(clock)
         gevent.spawn(self._conduct, environment, t0)
 
     def _conduct(self, environment: Any, t0: float) -> None:

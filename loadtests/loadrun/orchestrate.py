@@ -152,7 +152,8 @@ def start_proxy(st: Stack, upstream: str, run_dir: Path, scenario_path: Path) ->
 
     (run_dir / "logs").mkdir(exist_ok=True)
     proxy = start_chaos(upstream, ledger=run_dir / "ledger" / "chaos.jsonl",
-                        scenario=scenario_path, log_path=run_dir / "logs" / "chaos.log")
+                        scenario=scenario_path, log_path=run_dir / "logs" / "chaos.log",
+                        extra_args=["--start-file", str(run_dir / "ledger" / "clock.json")])
     st.procs.append(proxy)
     return proxy.url
 
@@ -220,6 +221,14 @@ def _locust_cmd(opts: RunOptions, target: str, locust_dir: Path, role: str,
     return cmd
 
 
+def read_clock(path: Path) -> float | None:
+    """The load's start (``ledger/clock.json`` ``t0``), None until Locust has written it."""
+    try:
+        return float(json.loads(path.read_text(encoding="utf-8"))["t0"])
+    except (OSError, ValueError, KeyError):  # not there yet, or caught half-written
+        return None
+
+
 def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: Path,
                st: Stack | None, t_limit_s: float, restart_url: str | None = None) -> int:
     """Run Locust (local, or master + workers) to its end; restart the Reasoner on schedule
@@ -256,13 +265,12 @@ def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: P
             if time.time() - t_start > t_limit_s:
                 raise RunError(f"Locust did not finish within {t_limit_s:.0f} s "
                                f"(see {logs / 'locust-master.log'})")
-            if restarts and clock.exists():
-                t0 = json.loads(clock.read_text(encoding="utf-8"))["t0"]
-                if time.time() - t0 >= restarts[0]:
-                    row = restart(opts, st, restart_url or target, run_dir, restarts.pop(0), t0)
-                    _say(opts, f"rtalab load: restarted the Reasoner ({row['how']}) at "
-                               f"{row['start_s']:.1f} s, answering again after "
-                               f"{row['took_s']:.1f} s")
+            t0 = read_clock(clock) if restarts else None
+            if t0 is not None and restarts and time.time() - t0 >= restarts[0]:
+                row = restart(opts, st, restart_url or target, run_dir, restarts.pop(0), t0)
+                _say(opts, f"rtalab load: restarted the Reasoner ({row['how']}) at "
+                           f"{row['start_s']:.1f} s, answering again after "
+                           f"{row['took_s']:.1f} s")
             time.sleep(0.05)  # polling the child with a bounded deadline
         main_exit_s = time.time()
         reap_by = time.time() + 2.0  # the master told them to quit; their ledger is gathered
