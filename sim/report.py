@@ -46,7 +46,11 @@ def _verdict(path: Path) -> dict[str, Any] | None:
         data = json.loads(f.read_text(encoding="utf-8"))
     except ValueError as e:
         raise RunFolderError(f"{f}: not valid JSON: {e}") from None
-    return {"ok": bool(data.get("ok")), "rules": list(data.get("rules") or [])}
+    ok = bool(data.get("ok"))
+    return {"ok": ok, "headline": data.get("verdict") or ("PASS" if ok else "FAIL"),
+            "failed": list(data.get("failed") or []), "rules": list(data.get("rules") or []),
+            "indeterminate": dict(data.get("indeterminate") or {}),
+            "warnings": list(data.get("warnings") or []), "coverage": data.get("coverage")}
 
 
 def _run_section(run: RunFolder) -> dict[str, Any]:

@@ -188,14 +188,17 @@ def coverage(a: pd.DataFrame, chaos: pd.DataFrame | None, witness: bool, restart
     return out
 
 
-def coverage_text(items: list[Exercise]) -> list[str]:
-    """The coverage section of verdict.txt."""
-    width = max(len(e.title) for e in items)
-    lines = [f"coverage ({sum(e.status == 'exercised' for e in items)} of {len(items)} bug "
-             "classes exercised; a PASS proves nothing about the others):"]
+def coverage_text(items: list[dict[str, Any]]) -> list[str]:
+    """The coverage section of verdict.txt (rows of :meth:`Exercise.to_dict`)."""
+    if not items:
+        return ["coverage: nothing measured"]
+    width = max(len(e["title"]) for e in items)
+    done = sum(e["status"] == "exercised" for e in items)
+    lines = [f"coverage ({done} of {len(items)} bug classes exercised; a PASS proves nothing "
+             "about the others):"]
     for e in items:
-        count = str(e.count) if e.status == "exercised" else e.status
-        lines.append(f"  {e.title:<{width}}  {count:>14}  {e.detail}".rstrip())
+        count = str(e["count"]) if e["status"] == "exercised" else e["status"]
+        lines.append(f"  {e['title']:<{width}}  {count:>14}  {e['detail']}".rstrip())
     return lines
 
 

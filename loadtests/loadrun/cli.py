@@ -33,6 +33,16 @@ def _url(text: str) -> str:
     return text.rstrip("/")
 
 
+def _slo(text: str) -> str:
+    from sim.answers.slo import SloError, parse_slo
+
+    try:
+        parse_slo(text)
+    except SloError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text.strip()
+
+
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab load run``."""
     p.add_argument("scenario", metavar="SCENARIO", help="scenario file or preset name")
@@ -71,6 +81,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="embedded Reasoner dedup store (default SQLite in the run folder)")
     p.add_argument("--dedup-mode", choices=("request-guid", "turn", "none"), default=None,
                    help="override [reasoner].dedup")
+    p.add_argument("--slo", type=_slo, action="append", default=[], metavar="'METRIC<=X'",
+                   help="a release gate on the run's summary.json (same syntax as sim "
+                        "capacity, e.g. 'turn_completion_p99_s<=4', 'success_rate>=0.99'; "
+                        "repeatable); without --slo the availability gate applies")
     p.add_argument("--out", default="results", metavar="DIR", help="results root")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -185,7 +199,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         no_reorder=args.no_reorder, unsafe_test_retry_codes=tuple(args.unsafe_test_retry_code),
         force_error_codes=tuple(args.test_force_error), witness_url=args.witness,
         argv=["rtalab", *getattr(args, "rtalab_argv", [])], quiet=args.quiet,
-        plots=not args.no_plots)
+        plots=not args.no_plots, slo=tuple(args.slo))
     if args.target:
         from loadtests.procs import url_ready
 
@@ -197,14 +211,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (RunError, ProcessError) as e:
         print(f"rtalab: load run failed: {str(e).splitlines()[0]}", file=sys.stderr)
         return EXIT_USAGE
+    _print_end(run_dir)
+    return rc
+
+
+def _print_end(run_dir: Path) -> None:
+    """The end of every run: files, then the verdict line, failed rules and key figures."""
+    from loadtests.check import Verdict
+
     print(f"results: {run_dir}")
     for name in ("report.html", "verdict.txt", "summary.json", "locust/locust.html"):
         if (run_dir / name).exists():
             print(f"  {name}: {run_dir / name}")
-    if rc:
-        print("rtalab load: verdict FAILED (see verdict.json, ledger/counts.json)",
-              file=sys.stderr)
-    return rc
+    verdict = Verdict.read(run_dir)
+    if verdict is not None:
+        print(verdict.summary_text(), end="")
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
@@ -216,8 +237,17 @@ def cmd_summarize(args: argparse.Namespace) -> int:
             run / "ledger" / "clock.json").exists():
         print(f"rtalab: {run}: not a load run folder with a gathered ledger", file=sys.stderr)
         return EXIT_USAGE
-    rc = summarize_run(run)
-    print(f"results: {run}")
+    from loadtests.check import LedgerError
+
+    try:
+        rc, verdict = summarize_run(run)
+    except LedgerError as e:
+        print(f"rtalab: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if verdict.interrupted:
+        print(f"rtalab load summarize: {run} was interrupted: tables, summary and verdict "
+              "are over the partial ledger gathered before the interrupt")
+    _print_end(run)
     return rc
 
 
