@@ -47,7 +47,7 @@ SCHEMAS: dict[str, dict[str, pa.DataType]] = {
         "retry_after_ms": F64,
         "decision": STR, "echo": BOOL, "events": I64, "events_without_seq": I64,
         "order_violations": I64, "task_id": STR, "task_id_learned": STR, "http_status": F64,
-        "turn_id": STR, "attempt": I64,
+        "turn_id": STR, "attempt": I64, "active": BOOL,
     },
     "events": {
         "request_guid": STR, "attempt_key": STR, "recv_s": F64, "kind": STR,

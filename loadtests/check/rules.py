@@ -148,8 +148,12 @@ def prepare(led: Ledgers) -> Prepared:
         outcome[last.index] = last.to_numpy()
         told[ok] = "success"
         outcome[ok] = "completed"
+    # degraded turns (core A2A after a failed negotiation: no rta/* metadata, so no
+    # requestGuid, interactionId or sideEffect reaches the server): every attempt inactive
+    active = np.zeros(n, dtype=bool)
+    np.logical_or.at(active, a["tkey"].to_numpy(), ~a["active"].eq(False).to_numpy())
     turns = pd.DataFrame({"side_effect": se, "told": told, "outcome": outcome,
-                          "end_of_run": end_of_run})
+                          "end_of_run": end_of_run, "degraded": ~active})
     n_turns = n
 
     w = None
@@ -167,6 +171,12 @@ def prepare(led: Ledgers) -> Prepared:
         if missing.any():
             tk[missing] = w.loc[missing, "interactionId"].map(i2k)
         w["tkey"] = tk
+        # an execution without any of the profile's ids, in the context of a degraded call:
+        # it cannot be attributed to a turn (reported, neither unexpected nor lost)
+        inactive_ctx = set(a.loc[a["active"].eq(False).to_numpy(), "context_id"].dropna()) | set(
+            a.loc[a["active"].eq(False).to_numpy(), "context_id_learned"].dropna())
+        w["degraded"] = (tk.isna() & w["requestGuid"].isna() & w["interactionId"].isna()
+                         & w["contextId"].isin(inactive_ctx)).to_numpy()
     return Prepared(a=a, turns=turns, w=w, n_turns=n_turns, keys=keys,
                     first=_first_rows(codes, n))
 
@@ -194,11 +204,15 @@ def rule_lost(p: Prepared) -> RuleResult:
     """Side-effect turns the caller was told COMPLETED whose side effect never executed."""
     if p.w is None:
         return _not_checked("lost", NO_WITNESS)
+    degraded = p.turns["degraded"].to_numpy()
     acked = (p.turns["told"].to_numpy() == "success") & p.turns["side_effect"].to_numpy()
-    lost = np.flatnonzero(acked & (_executions(p) == 0))
+    lost = np.flatnonzero(acked & ~degraded & (_executions(p) == 0))
     return _violation("lost", len(lost), _labels(p, lost),
-                      f"{int(acked.sum())} side-effect turns acknowledged COMPLETED, "
-                      f"{len(lost)} with no execution in the witness ledger",
+                      f"{int((acked & ~degraded).sum())} side-effect turns acknowledged "
+                      f"COMPLETED, {len(lost)} with no execution in the witness ledger"
+                      + (f"; {int((acked & degraded).sum())} degraded (no rta/* metadata: "
+                         "the server decides side effects) not judged"
+                         if (acked & degraded).any() else ""),
                       per_1k(len(lost), p.n_turns))
 
 
@@ -277,11 +291,15 @@ def rule_unexpected(p: Prepared) -> RuleResult:
     """Witness executions no attempt of the ledger ever asked for."""
     if p.w is None:
         return _not_checked("unexpected", NO_WITNESS)
-    un = p.w[p.w["tkey"].isna()]
+    unmatched = p.w["tkey"].isna().to_numpy()
+    degraded = p.w["degraded"].to_numpy()
+    un = p.w[unmatched & ~degraded]
     ids = un["requestGuid"].fillna(un["id"].astype(str))
     return _violation("unexpected", len(un), examples_of(ids[:5]),
                       f"{len(un)} of {len(p.w)} executions match no sent requestGuid or "
-                      "interactionId")
+                      "interactionId" + (f"; {int((unmatched & degraded).sum())} without any "
+                                         "profile id in a degraded call's context (not judged)"
+                                         if (unmatched & degraded).any() else ""))
 
 
 def rule_incomplete(p: Prepared, interrupted: bool = False) -> RuleResult:

@@ -89,8 +89,8 @@ def test_clean_ledger_passes_every_rule(tmp_path: Path, led: Ledger) -> None:
                            "resend-across-restart", "turn-id-reused", "continuation-twice",
                            "reordering", "outage", "restart", "non-retryable", "rate-limited"]
     assert cover["duplicate-while-running"][0] == "exercised"
-    for name in ("resend-after-completion", "resend-across-restart", "turn-id-reused", "continuation-twice", "outage",
-                 "restart"):
+    for name in ("resend-after-completion", "resend-across-restart", "turn-id-reused",
+                 "continuation-twice", "outage", "restart"):
         assert cover[name] == ("not exercised", 0), name
     assert "verdict: PASS" in (tmp_path / "verdict.txt").read_text()
 
@@ -387,3 +387,20 @@ def test_several_values_matches_pandas_nunique() -> None:
         v = pd.Series(rng.choice(vals, n), dtype=object)
         nu = pd.DataFrame({"k": k, "v": v}).dropna().groupby("k")["v"].nunique()
         assert list(_several_values(k, v)) == list(nu.index[nu.to_numpy() > 1])
+
+
+@pytest.mark.parametrize("degraded", [True, False])
+def test_a_degraded_call_is_neither_lost_nor_unexpected(tmp_path: Path, led: Ledger,
+                                                        degraded: bool) -> None:
+    """A call that fell back to core A2A sends no rta/* ids: its tool call reaches the witness
+    without requestGuid/interactionId.  Not judged when the call was degraded (every
+    attempt ``active: false``); the same rows from an active call fail lost and unexpected."""
+    w, a = led["witness"], led["attempts"]
+    row = side_effect_turn(led)
+    turn = a["interaction_id"] == row["interactionId"]
+    if degraded:
+        a.loc[turn, "active"] = False
+    i = w.index[w["requestGuid"] == row["requestGuid"]][0]
+    w.loc[i, ["requestGuid", "interactionId", "turnId"]] = [None, None, None]
+    v = judge(tmp_path, led)
+    assert failed(v) == (set() if degraded else {"lost", "unexpected"})

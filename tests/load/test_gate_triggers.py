@@ -38,7 +38,9 @@ SHORT = ["release_gate", "--chaos", "--binding", "both", "--duration", "16", "--
          "--set", "workload.handoff_share=0.4",
          "--set", "load.concurrent_duplicate_share=0.4",
          "--set", "reasoner.errors={schema-validation=0.05,rate-limited=0.1}",
-         "--set", f"run.seed={SEED}", "--quiet", "--no-plots"]
+         "--set", f"run.seed={SEED}", "--quiet", "--no-plots",
+         # the restart takes much of this short run down: an availability SLO that says so
+         "--slo", "success_rate>=0.3"]
 # each planted bug and the one rule that must fail
 CONTROLS = {"late-claim": "duplicated", "turn-key": "lost", "volatile": "duplicated",
             "continuation-twice": "continuation-answered-twice"}
