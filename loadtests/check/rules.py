@@ -57,6 +57,8 @@ SECTIONS = {
     "sequence-id": "errors.md §6 (ordering only via rta/sequenceId)",
     "continuation-answered-twice": "errors.md §4, DECISIONS D2 (one continuation per "
                                    "INPUT_REQUIRED pause executes; its copies replay it)",
+    "cross-session-answer": "errors.md §4 (contextId scopes a session: replay detection "
+                            "never crosses contexts)",
     "task-id-kept": "errors.md §3 (a retry after a timeout keeps the known taskId)",
 }
 HAZARDS = ("ghost-success", "turn-re-executed", "duplicate-session")
@@ -503,6 +505,19 @@ def rule_continuation_twice(p: Prepared) -> RuleResult:
                       examples_of(both["request_guid"][:5]),
                       f"{len(both)} of {n_checked} continuation copies executed beside the "
                       "continuation they copied", per_1k(len(both), p.n_turns))
+
+
+def rule_cross_session(p: Prepared) -> RuleResult:
+    """Attempts sent in one session (a client-minted contextId) and answered with events of
+    another: the server replayed or joined someone else's turn (e.g. dedup by turnId alone,
+    when turnIds repeat across calls)."""
+    a = p.a
+    sent, got = a["context_id"], a["context_id_learned"]
+    judged = sent.notna() & got.notna()
+    bad = a[judged & sent.ne(got)]
+    return _violation("cross-session-answer", len(bad), examples_of(bad["request_guid"][:5]),
+                      f"{len(bad)} of {int(judged.sum())} attempts with a contextId were "
+                      "answered in another session", per_1k(len(bad), p.n_turns))
 
 
 def rule_sequence_id(p: Prepared, events: Events | None) -> RuleResult:

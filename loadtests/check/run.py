@@ -107,7 +107,8 @@ def delivery_rules(ctx: Context) -> list[RuleResult]:
     task_kept = R.rule_task_id_kept(seq, policy)
     return [lost, duplicated, ghost, reexecuted, sessions, unexpected, incomplete,
             R.rule_ordering(p, ctx.led.events), non_retryable, retry_limit, retry_after, echo,
-            R.rule_sequence_id(p, ctx.led.events), R.rule_continuation_twice(p), task_kept]
+            R.rule_sequence_id(p, ctx.led.events), R.rule_continuation_twice(p),
+            R.rule_cross_session(p), task_kept]
 
 
 def integrity_rules(ctx: Context) -> list[RuleResult]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from locust import FastHttpUser, constant, events, task
 from locust.runners import MasterRunner, WorkerRunner
 
 from loadtests.live.call import Call, Instance, LiveOptions
-from loadtests.live.config import LoadSettings
+from loadtests.live.config import ENV, WORKER_DIR_ENV, LoadSettings
 from loadtests.live.ledger import MSG_DONE, MSG_IDLE, MSG_LEDGER, Gatherer, Ledger
 from loadtests.live.sse import SseChannel
 from loadtests.live.ws import WsChannel
@@ -204,28 +205,46 @@ class Conductor:
         environment.runner.quit()
 
 
-SETTINGS = LoadSettings.from_env()
-PROCESS = Process(SETTINGS)
-CONDUCTOR = Conductor(SETTINGS)
+# ``rtalab load run`` (master or local process, and the workers it starts itself) names the
+# settings file; a worker started by ``rtalab load worker`` on another host has none: it gets
+# the settings (and the scenario) from the master when the run starts (a Locust custom
+# argument, forwarded to every worker in the spawn message)
+SETTINGS = LoadSettings.from_env() if os.environ.get(ENV) else None
+PROCESS: Process | None = Process(SETTINGS) if SETTINGS is not None else None
+CONDUCTOR: Conductor | None = Conductor(SETTINGS) if SETTINGS is not None else None
+
+
+@events.init_command_line_parser.add_listener
+def _add_arguments(parser: Any) -> None:
+    parser.add_argument("--rta-settings", default="",
+                        help="(set by the master for remote workers; never by hand)")
 
 
 @events.init.add_listener
 def _on_init(environment: Any, **kw: Any) -> None:
     if not isinstance(environment.runner, WorkerRunner):
+        assert CONDUCTOR is not None and SETTINGS is not None
         CONDUCTOR.register(environment.runner)
+        if isinstance(environment.runner, MasterRunner) and environment.parsed_options:
+            environment.parsed_options.rta_settings = SETTINGS.for_remote_workers()
 
 
 @events.test_start.add_listener
 def _on_test_start(environment: Any, **kw: Any) -> None:
+    global PROCESS
+    if PROCESS is None:  # a remote worker: the settings came with the spawn message
+        PROCESS = Process(LoadSettings.from_remote(environment.parsed_options.rta_settings,
+                                                   os.environ[WORKER_DIR_ENV]))
     if not isinstance(environment.runner, MasterRunner):
         PROCESS.start(environment)
     if not isinstance(environment.runner, WorkerRunner):
+        assert CONDUCTOR is not None
         CONDUCTOR.start(environment)
 
 
 @events.test_stop.add_listener
 def _on_test_stop(environment: Any, **kw: Any) -> None:
-    if not isinstance(environment.runner, MasterRunner):
+    if not isinstance(environment.runner, MasterRunner) and PROCESS is not None:
         PROCESS.stop()
 
 

@@ -43,6 +43,16 @@ def _slo(text: str) -> str:
     return text.strip()
 
 
+def _hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+DEFAULT_MASTER_BIND = ("0.0.0.0", 5557)  # Locust's own default
+
+
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab load run``."""
     p.add_argument("scenario", metavar="SCENARIO", help="scenario file or preset name")
@@ -60,6 +70,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="HTTP/SSE, WebSocket, or both (calls alternate) (default sse)")
     p.add_argument("--processes", type=positive_int, default=1,
                    help="Locust processes: 1 = local, N > 1 = master + N workers (default 1)")
+    p.add_argument("--workers-expected", type=positive_int, default=None, metavar="N",
+                   help="run only the Locust master here and wait for N workers started with "
+                        "'rtalab load worker --master HOST:PORT' (on other hosts)")
+    p.add_argument("--master-bind", type=_hostport, default=None, metavar="HOST:PORT",
+                   help="with --workers-expected: where the master listens for its workers "
+                        "(default 0.0.0.0:5557)")
     p.add_argument("--duration", type=non_negative, default=None, metavar="S",
                    help="seconds of call arrivals (default [run].duration_s)")
     p.add_argument("--drain", type=non_negative, default=None, metavar="S",
@@ -124,6 +140,10 @@ def check_flags(args: argparse.Namespace, sc: Any) -> str | None:
     if args.target and embedded_only:
         return (f"{'/'.join(embedded_only)} need the embedded Reasoner (no --target); "
                 "with --target use --restart-cmd CMD --restart-at S")
+    if args.master_bind and not args.workers_expected:
+        return "--master-bind needs --workers-expected N"
+    if args.workers_expected and args.processes > 1:
+        return "--workers-expected (remote workers) and --processes (local ones) exclude each other"
     if args.restart_cmd and not args.target:
         return "--restart-cmd needs --target (the embedded Reasoner is restarted by --restart-at)"
     if args.target and args.restart_at and not args.restart_cmd:
@@ -189,7 +209,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for warning in flag_warnings(args, sc):
         print(f"rtalab load: warning: {warning}", file=sys.stderr)
     opts = RunOptions(
-        scenario=sc, target=args.target, binding=args.binding, processes=args.processes,
+        scenario=sc, target=args.target, binding=args.binding,
+        processes=args.workers_expected or args.processes,
+        master_bind=(args.master_bind or DEFAULT_MASTER_BIND) if args.workers_expected else None,
         duration_s=args.duration, drain_s=args.drain, chaos=args.chaos,
         crash_at=restart_times(args, sc),
         restart_cmd=args.restart_cmd, unsafe_bugs=tuple(args.unsafe_bug), workers=args.workers,
@@ -252,6 +274,18 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    """``rtalab load worker --master HOST:PORT``: one Locust worker of a master on another
+    host; the settings and the scenario come from the master, the ledger goes to it."""
+    from loadtests.loadrun.orchestrate import run_worker
+
+    host, port = args.master
+    run_dir, rc = run_worker(host, port, Path(args.out), quiet=args.quiet,
+                             timeout_s=args.timeout)
+    print(f"worker folder: {run_dir} (exit {rc})")
+    return rc
+
+
 def register(subparsers: Any) -> None:
     """Add ``load`` with ``run`` and ``bench`` to the root parser."""
     load = subparsers.add_parser("load", help="load-test a Reasoner with Locust Live users",
@@ -270,6 +304,19 @@ def register(subparsers: Any) -> None:
                                       "on another host).")
     summ.add_argument("run_dir", metavar="RUN_DIR")
     summ.set_defaults(func=cmd_summarize)
+    worker = sub.add_parser("worker", help="a Locust worker for a master on another host",
+                            description="Join the load run of 'rtalab load run ... "
+                                        "--workers-expected N --master-bind HOST:PORT' as one "
+                                        "of its N workers: settings and scenario come from the "
+                                        "master, the ledger rows go to it; this host keeps its "
+                                        "logs in its own run folder.")
+    worker.add_argument("--master", type=_hostport, required=True, metavar="HOST:PORT",
+                        help="the master's --master-bind address")
+    worker.add_argument("--out", default="results", metavar="DIR", help="results root")
+    worker.add_argument("--timeout", type=non_negative, default=None, metavar="S",
+                        help="give up after S seconds (default: until the master ends the run)")
+    worker.add_argument("--quiet", action="store_true", help="no progress lines")
+    worker.set_defaults(func=cmd_worker)
     try:
         from loadtests.loadrun.bench import add_arguments, run_bench
     except ImportError:

@@ -73,6 +73,7 @@ class RunOptions:
     target: str | None = None
     binding: str = "sse"
     processes: int = 1
+    master_bind: tuple[str, int] | None = None  # --workers-expected: workers on other hosts
     duration_s: float | None = None
     drain_s: float | None = None
     chaos: bool = False
@@ -227,9 +228,15 @@ def _locust_cmd(opts: RunOptions, target: str, locust_dir: Path, role: str,
             "--json-file", str(locust_dir / "locust"), "--html", str(locust_dir / "locust.html"),
             "--only-summary"]
     if role == "master":
-        cmd += ["--master", "--master-bind-host", LOCALHOST, "--master-bind-port",
-                str(master_port), "--expect-workers", str(n)]
+        host, port = opts.master_bind or (LOCALHOST, master_port)
+        cmd += ["--master", "--master-bind-host", host, "--master-bind-port", str(port),
+                "--expect-workers", str(n)]
+        if opts.master_bind:  # remote workers: give up if they do not all come
+            cmd += ["--expect-workers-max-wait", str(REMOTE_WORKERS_WAIT_S)]
     return cmd
+
+
+REMOTE_WORKERS_WAIT_S = 300  # a master waits this long for its remote workers
 
 
 def read_clock(path: Path) -> float | None:
@@ -256,14 +263,15 @@ def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: P
     files = []
     try:
         master_port = free_port()
-        role = "master" if opts.processes > 1 else "local"
+        role = "master" if opts.processes > 1 or opts.master_bind else "local"
         log = open(logs / "locust-master.log", "wb")  # noqa: SIM115 - closed in finally
         files.append(log)
         main = subprocess.Popen(_locust_cmd(opts, target, locust_dir, role, master_port),
                                 env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=_pdeathsig_preexec())
         children.append(main)
-        for i in range(opts.processes if role == "master" else 0):
+        local_workers = opts.processes if role == "master" and not opts.master_bind else 0
+        for i in range(local_workers):
             wlog = open(logs / f"locust-worker{i}.log", "wb")  # noqa: SIM115 - closed below
             files.append(wlog)
             children.append(subprocess.Popen(
@@ -343,6 +351,46 @@ def signals_interrupt() -> Any:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+def run_worker(master_host: str, master_port: int, results: Path, quiet: bool = False,
+                timeout_s: float | None = None) -> tuple[Path, int]:
+    """``rtalab load worker``: a Locust worker of a remote master, in its own process group,
+    with its own run folder (``results/<UTC>-load-worker-<host>-s0``: the settings and
+    scenario it received, its log); its exit code."""
+    import socket
+
+    from loadtests.live.config import WORKER_DIR_ENV
+
+    run_dir = new_run_dir(results, kind="load-worker", scenario_name=socket.gethostname(),
+                          seed=0)
+    (run_dir / "logs").mkdir()
+    env = dict(os.environ, **{WORKER_DIR_ENV: str(run_dir)})
+    env.pop(ENV, None)
+    env.pop("PYTEST_CURRENT_TEST", None)
+    cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker", "--master-host",
+           master_host, "--master-port", str(master_port), "--loglevel", "WARNING"]
+    if not quiet:
+        print(f"rtalab load worker: joining {master_host}:{master_port} (log "
+              f"{run_dir / 'logs' / 'locust-worker.log'})", file=sys.stderr, flush=True)
+    with open(run_dir / "logs" / "locust-worker.log", "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=_pdeathsig_preexec())
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            rc = EXIT_RULE_FAILED
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+    return run_dir, rc
 
 
 def fetch_json(url: str, timeout_s: float = 10.0) -> Any:

@@ -14,9 +14,10 @@ bug                    what the Reasoner does wrong                      rule th
 ``late-claim``         claims a request's dedup key only when its        ``duplicated``
                        outcome is stored: a duplicate that arrives while
                        the original runs executes again
-``turn-key``           dedups by ``turnId`` alone, across contexts and   ``lost``
-                       principals: turn ``t-1`` of a second call replays
-                       the first call's answer and never runs
+``turn-key``           dedups by ``turnId`` alone, across contexts and   ``cross-session-answer``
+                       principals: turn ``t-1`` of a second call replays (and ``lost`` when a
+                       the first call's answer and never runs            side-effect turn is
+                                                                         told COMPLETED)
 ``volatile``           keeps dedup entries in process memory only: a     ``duplicated``
                        resend after a restart executes again
 ``continuation-twice`` executes every continuation of an INPUT_REQUIRED  ``continuation-answered-

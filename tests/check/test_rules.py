@@ -180,6 +180,13 @@ def plant_task_id_dropped(led: Ledger) -> None:
                                                                "task-known"]
 
 
+def plant_cross_session(led: Ledger) -> None:
+    """An attempt answered with another call's session (its events carry that contextId)."""
+    a = led["attempts"]
+    a.loc[9, "context_id_learned"] = a.loc[a["call_id"] != a.loc[9, "call_id"],
+                                           "context_id"].iloc[0]
+
+
 PLANTS: dict[str, Callable[[Ledger], None]] = {
     "lost": plant_lost, "duplicated": plant_duplicated, "unexpected": plant_unexpected,
     "incomplete": plant_incomplete, "ordering": plant_ordering,
@@ -187,6 +194,7 @@ PLANTS: dict[str, Callable[[Ledger], None]] = {
     "retry-after": plant_retry_after,
     "extension-echo": plant_echo, "sequence-id": plant_sequence_id,
     "continuation-answered-twice": plant_continuation_twice,
+    "cross-session-answer": plant_cross_session,
     "task-id-kept": plant_task_id_dropped,
 }
 
@@ -223,8 +231,11 @@ def plant_reexecuted(led: Ledger) -> None:
 
 
 def plant_session(led: Ledger) -> None:
+    """A first message sent without contextId (server-minted sessions) opened a second one.
+    (With a client-minted contextId an answer in another session is cross-session-answer.)"""
     a = led["attempts"]
-    a.loc[a.index[a["call_id"] == "c3"][0], "context_id_learned"] = "ctx-second-session"
+    i = a.index[a["call_id"] == "c3"][0]
+    a.loc[i, ["context_id", "context_id_learned"]] = [None, "ctx-second-session"]
 
 
 HAZARD_PLANTS = {"ghost-success": plant_ghost, "turn-re-executed": plant_reexecuted,

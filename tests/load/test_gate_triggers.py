@@ -42,8 +42,12 @@ SHORT = ["release_gate", "--chaos", "--binding", "both", "--duration", "16", "--
          # the restart takes much of this short run down: an availability SLO that says so
          "--slo", "success_rate>=0.3"]
 # each planted bug and the one rule that must fail
-CONTROLS = {"late-claim": "duplicated", "turn-key": "lost", "volatile": "duplicated",
-            "continuation-twice": "continuation-answered-twice"}
+CONTROLS = {"late-claim": "duplicated", "turn-key": "cross-session-answer",
+            "volatile": "duplicated", "continuation-twice": "continuation-answered-twice"}
+# what else a planted bug may bring down: turn-key answers one call's t-1 with another call's
+# outcome -- a side-effect turn told COMPLETED without running (lost), or every later t-1
+# failed by a replayed failure (the success SLO)
+CONSEQUENCES = {"turn-key": {"lost", "slo success_rate>=0.3"}}
 ALL_CLASSES = {"duplicate-while-running", "resend-after-completion", "resend-across-restart",
                "turn-id-reused", "continuation-twice", "reordering", "outage", "restart",
                "non-retryable", "rate-limited"}
@@ -73,12 +77,11 @@ def _bindings_duplicated(run: Path) -> set[str]:
             if a["request_guid"] in dup}
 
 
-def _bindings_lost(run: Path) -> set[str]:
-    """Bindings of side-effect turns told COMPLETED without any execution of their own."""
-    executed = {w["interactionId"] for w in jsonl(run / "ledger" / "witness.jsonl")}
-    return {t["binding"] for t in jsonl(run / "ledger" / "turns.jsonl")
-            if t["side_effect"] and t["told_caller"] == "success"
-            and t["interaction_id"] not in executed}
+def _bindings_cross_session(run: Path) -> set[str]:
+    """Bindings of attempts sent in their call's session and answered in another one."""
+    return {a["binding"] for a in jsonl(run / "ledger" / "attempts.jsonl")
+            if a["context_id"] and a["context_id_learned"]
+            and a["context_id"] != a["context_id_learned"]}
 
 
 def _bindings_continuation_twice(run: Path) -> set[str]:
@@ -94,7 +97,7 @@ def _bindings_continuation_twice(run: Path) -> set[str]:
             and (a["call_id"], a["turn_index"], a["attempt"]) in mains}
 
 
-EVIDENCE = {"late-claim": _bindings_duplicated, "turn-key": _bindings_lost,
+EVIDENCE = {"late-claim": _bindings_duplicated, "turn-key": _bindings_cross_session,
             "volatile": _bindings_duplicated,
             "continuation-twice": _bindings_continuation_twice}
 
@@ -149,7 +152,8 @@ def test_release_gate_passes_the_correct_reasoner_and_fails_each_planted_bug(tmp
         p, run = done[bug]
         assert p.returncode == 1, (bug, p.stderr)
         verdict = _json(run / "verdict.json")
-        assert verdict["failed"] == [rule], (bug, verdict["failed"])
+        assert rule in verdict["failed"], (bug, verdict["failed"])
+        assert set(verdict["failed"]) <= {rule, *CONSEQUENCES.get(bug, ())}, (bug, verdict)
         assert _json(run / "meta.json")["unsafe_bugs"] == [bug]
         assert "TEST ONLY" in p.stderr and bug in p.stderr
         assert EVIDENCE[bug](run) == {"sse", "ws"}, bug
