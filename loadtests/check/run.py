@@ -169,6 +169,12 @@ def check_run(run_dir: str | Path, hazard_limits: Mapping[str, float] | None = N
     policy, problem = load_policy(run)
     verdict = evaluate(led, policy, hazard_limits, problem, files)
     verdict.run_dir = str(run)
+    try:
+        before = Verdict.read(run)
+    except (OSError, ValueError, KeyError, TypeError):  # an unreadable old verdict: replaced
+        before = None
+    if before is not None:  # measured by the load run, not by the checker: kept
+        verdict.overhead = before.overhead
     if write:
         verdict.write(run)
     return verdict

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import locust.stats
 import numpy as np
 from gevent.pool import Group
 from locust import FastHttpUser, constant, events, task
@@ -38,7 +39,8 @@ from loadtests.live.ws import WsChannel
 from sim.scenario import load_scenario
 
 REPORT_WAIT_S = 3.5  # > Locust's worker report interval (3 s)
-CSV_WAIT_S = 1.3  # > Locust's CSV write interval (1 s)
+CSV_INTERVAL_S = 0.25  # Locust's CSV write interval (its default: 1 s)
+CSV_WAIT_S = 2 * CSV_INTERVAL_S  # past the next CSV write after the stop
 GATHER_TIMEOUT_S = 60.0
 SHIP_EVERY_S = 1.0
 
@@ -205,6 +207,7 @@ class Conductor:
         environment.runner.quit()
 
 
+locust.stats.CSV_STATS_INTERVAL_SEC = CSV_INTERVAL_S  # read by its writer at every write
 # ``rtalab load run`` (master or local process, and the workers it starts itself) names the
 # settings file; a worker started by ``rtalab load worker`` on another host has none: it gets
 # the settings (and the scenario) from the master when the run starts (a Locust custom

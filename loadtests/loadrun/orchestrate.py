@@ -32,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -48,6 +49,7 @@ from loadtests.procs import (
     free_port,
     start_reasoner,
     start_witness,
+    wait_ready,
 )
 from sim.results import collect_meta, finish_run, new_run_dir, start_run, write_json
 from sim.scenario import Scenario
@@ -132,7 +134,9 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
     st = Stack()
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
-    st.witness = start_witness(run_dir / "witness.sqlite", log_path=logs / "witness.log")
+    # the witness starts while the Reasoner does (both from this thread: see procs)
+    st.witness = start_witness(run_dir / "witness.sqlite", log_path=logs / "witness.log",
+                               wait=False)
     st.procs.append(st.witness)
     dedup = opts.dedup or f"sqlite:///{run_dir / 'dedup.sqlite'}"
     extra = ["--log-level", "warning"]
@@ -147,7 +151,12 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
     st.reasoner_args = dict(workers=opts.workers or 1, dedup=dedup, scenario=scenario_path,
                             witness=st.witness.url, extra_args=extra,
                             log_path=logs / "reasoner.log")
-    st.reasoner = start_reasoner(**st.reasoner_args)
+    try:
+        st.reasoner = start_reasoner(**st.reasoner_args)
+        wait_ready(st.witness, "/healthz")
+    except BaseException:
+        st.stop()
+        raise
     target = st.reasoner.url
     if opts.chaos:
         target = start_proxy(st, target, run_dir, scenario_path)
@@ -336,7 +345,6 @@ def signals_interrupt() -> Any:
     """Within the block, SIGTERM and SIGHUP raise :class:`Interrupted` (SIGINT raises
     KeyboardInterrupt as always), so every process the run started is stopped and the run
     is marked ``interrupted``.  Only in the main thread (signal handlers live there)."""
-    import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -456,7 +464,8 @@ def server_turns_answered(metrics: dict[str, float]) -> float:
 
 
 def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: int | None,
-                comparable: bool, side_effects_comparable: bool = True) -> dict[str, Any]:
+                comparable: bool, side_effects_comparable: bool = True,
+                metrics_before: dict[str, float] | None = None) -> dict[str, Any]:
     """Ledger counts next to the server's /metrics and the witness (``ledger/counts.json``).
 
     ``comparable`` is False when chaos or crashes make the server see other requests
@@ -479,7 +488,8 @@ def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: i
                            "completed_side_effect_request_guids": len(se_guids)}
     if metrics is not None and any(k.startswith("rta_reasoner_turns_total{") for k in metrics):
         # only a server that exports the reference Reasoner's counter can be compared
-        out["server_turns_answered"] = server_turns_answered(metrics)
+        out["server_turns_answered"] = server_turns_answered(metrics) - (
+            server_turns_answered(metrics_before) if metrics_before else 0.0)
         out["server_matches"] = (out["server_turns_answered"] == len(ended)) if comparable \
             else None
     if witness_rows is not None:
@@ -511,13 +521,15 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
                                "unsafe_bugs": list(opts.unsafe_bugs),
                                "slo": list(opts.slo)})
     start_run(run_dir, sc, meta)
-    (run_dir / "ledger").mkdir()
-    write_json(run_dir / "ledger" / "gates.json", {"slo": list(opts.slo),
+    led_dir = run_dir / "ledger"
+    led_dir.mkdir()
+    write_json(led_dir / "gates.json", {"slo": list(opts.slo),
                                                     "availability_min": AVAILABILITY_MIN})
     scenario_path = run_dir / "scenario.toml"
     st: Stack | None = None
     marks: dict[str, float] = {}
     witness_url, witness_since = opts.witness_url, 0
+    stopping: threading.Thread | None = None
     try:
         if opts.target is None:
             _say(opts, "rtalab load: starting witness and Reasoner ...")
@@ -537,6 +549,12 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             force_error_codes=opts.force_error_codes)
         _say(opts, f"rtalab load: {opts.binding} Live users, {opts.processes} process(es), "
                    f"{duration:g} s + drain ≤ {drain:g} s against {target}")
+        # the proxy (if any) sits in front of a --target: /metrics is the target's own
+        server_url = st.reasoner.url if st is not None and st.reasoner else (
+            opts.target or target)
+        # a server reused across runs counts from its start: this run's share is the difference
+        before = save_server_metrics(server_url, led_dir / "server_metrics_before.json") \
+            if opts.target else None
         rc = run_locust(opts, settings, target, run_dir, st, duration + drain + 180.0,
                         restart_url=opts.target)
         marks["locust_end"] = time.time()
@@ -546,8 +564,6 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             tail = (run_dir / "logs" / "locust-master.log").read_text(
                 encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
             raise RunError(f"Locust did not start (exit {rc}; {run_dir / 'logs'}): {tail[0]}")
-        server_url = st.reasoner.url if st is not None and st.reasoner else (
-            opts.target or target)
         metrics = save_server_metrics(server_url, led / "server_metrics.json")
         witness_rows = None
         if witness_url:
@@ -556,18 +572,21 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             led / "gather.json").exists() else {"complete": False}
         counts = count_check(run_dir, metrics, witness_rows,
                              comparable=not opts.chaos and not opts.crash_at,
-                             side_effects_comparable=sc.load.barge_in_share == 0)
+                             side_effects_comparable=sc.load.barge_in_share == 0,
+                             metrics_before=before)
         counts["witness_since"] = witness_since
         counts["ledger_complete"] = bool(gather.get("complete"))
         counts["locust_exit_code"] = rc
         write_json(led / "counts.json", counts)
-        if st is not None:
-            st.stop()
-            st = None
+        if st is not None:  # the servers stop while the tables and the verdict are made
+            stopping = threading.Thread(target=st.stop, name="rtalab-stop-servers")
+            stopping.start()
         marks["gathered"] = time.time()
         write_results(run_dir, sc, duration, warmup, opts.plots)
         marks["tables"] = time.time()
     except BaseException as e:
+        if stopping is not None:
+            stopping.join()
         interrupted = isinstance(e, KeyboardInterrupt)
         if interrupted and witness_url and (run_dir / "ledger" / "clock.json").exists():
             _save_partial_witness(run_dir, witness_url, witness_since)
@@ -579,6 +598,8 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             _say(opts, f"rtalab load: interrupted ({e or 'SIGINT'}); every process stopped; "
                        f"judge the partial ledger with: rtalab load summarize {run_dir}")
         raise
+    if stopping is not None:
+        stopping.join()
     verdict = judge(run_dir, meta, status="complete")
     marks["checked"] = time.time()
     write_report(run_dir)
