@@ -176,6 +176,10 @@ def flag_warnings(args: argparse.Namespace, sc: Any) -> list[str]:
                    "--restart-cmd: no restart, resends across a restart not exercised")
     if args.target and args.chaos:
         out.append("--chaos with --target: the chaos proxy goes in front of the target")
+    if args.workers_expected and (not args.target or args.chaos):
+        out.append("--workers-expected: the embedded servers and the chaos proxy listen on "
+                   "127.0.0.1 only; workers on other hosts need a --target they can reach "
+                   "(without --chaos)")
     for t in restart_times(args, sc):
         if t < warmup:
             out.append(f"restart at {t:g} s falls inside the {warmup:g}-s warm-up, which the "

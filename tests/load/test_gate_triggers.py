@@ -123,7 +123,8 @@ def _copies_across_restart(run: Path) -> int:
 
 @needs_chaos
 def test_release_gate_passes_the_correct_reasoner_and_fails_each_planted_bug(tmp_path):
-    variants = {"correct": [], **{bug: ["--unsafe-bug", bug] for bug in CONTROLS}}
+    variants = {"correct": [], **{bug: ["--unsafe-bug", bug] for bug in
+                                  [*CONTROLS, "refuse-auth", "no-input-required"]}}
     with ThreadPoolExecutor(len(variants)) as pool:
         futures = {name: pool.submit(rtalab_load, tmp_path / name, *SHORT, *extra)
                    for name, extra in variants.items()}
@@ -158,6 +159,28 @@ def test_release_gate_passes_the_correct_reasoner_and_fails_each_planted_bug(tmp
         assert "TEST ONLY" in p.stderr and bug in p.stderr
         assert EVIDENCE[bug](run) == {"sse", "ws"}, bug
     assert _copies_across_restart(done["volatile"][1]) > 0
+
+    # a server that refuses every credential: the auth gate, on both bindings, never retried
+    p, run = done["refuse-auth"]
+    assert p.returncode == 1, p.stderr
+    verdict = _json(run / "verdict.json")
+    assert "auth" in verdict["failed"], verdict["failed"]
+    assert set(verdict["failed"]) <= {"auth", "slo success_rate>=0.3"}, verdict["failed"]
+    refused = {(a["binding"], a["http_status"], a["error_code"])
+               for a in jsonl(run / "ledger" / "attempts.jsonl") if a["http_status"] == 401}
+    assert refused == {("sse", 401, "auth"), ("ws", 401, "auth")}
+    cover = {c["name"]: c["status"] for c in verdict["coverage"]}
+    for name in ("duplicate-while-running", "resend-after-completion", "turn-id-reused",
+                 "continuation-twice"):  # nothing was executed: nothing to deduplicate
+        assert cover[name] == "not exercised", (name, cover)
+
+    # a server that never asks for input: no false lost, a warning, the class not exercised
+    p, run = done["no-input-required"]
+    verdict = _json(run / "verdict.json")
+    assert p.returncode == 0 and verdict["ok"], (p.stderr, verdict["failed"])
+    assert any("never asked for input" in w for w in verdict["warnings"]), verdict["warnings"]
+    cover = {c["name"]: c["status"] for c in verdict["coverage"]}
+    assert cover["continuation-twice"] == "not exercised"
 
 
 def test_bad_flags_are_refused_in_one_line(tmp_path):
