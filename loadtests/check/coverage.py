@@ -97,6 +97,23 @@ def _spans_restart(before: np.ndarray, after: np.ndarray, restarts: pd.DataFrame
     return out
 
 
+def turns_across_restarts(a: pd.DataFrame, n_turns: int, restarts: pd.DataFrame) -> np.ndarray:
+    """Turns (by ``tkey``) with an own attempt in flight while a restart ran (from its start
+    until the server answered again): the availability gate does not judge them, the
+    server was down on purpose."""
+    out = np.zeros(n_turns, dtype=bool)
+    if not len(restarts) or not len(a):
+        return out
+    real = a.loc[~a["inj"].to_numpy()]
+    send = real["send_s"].to_numpy(dtype=np.float64)
+    end = real["end_s"].to_numpy(dtype=np.float64)
+    hit = np.zeros(len(real), dtype=bool)
+    for start, stop in zip(restarts["start_unix"], restarts["end_unix"], strict=True):
+        hit |= (send <= stop) & ~(end < start)
+    out[real["tkey"].to_numpy()[hit].astype(np.int64)] = True
+    return out
+
+
 def _cut_by_restart(send: np.ndarray, end: np.ndarray, restarts: pd.DataFrame) -> np.ndarray:
     """True where an attempt was in flight when a restart began."""
     out = np.zeros(len(send), dtype=bool)

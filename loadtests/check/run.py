@@ -24,7 +24,7 @@ import pandas as pd
 
 from loadtests.check import integrity as I
 from loadtests.check import rules as R
-from loadtests.check.coverage import coverage, read_restarts
+from loadtests.check.coverage import coverage, read_restarts, turns_across_restarts
 from loadtests.check.ledger import Ledgers, read_ledgers
 from loadtests.check.verdict import RuleResult, Verdict
 
@@ -119,7 +119,8 @@ def integrity_rules(ctx: Context) -> list[RuleResult]:
 
 def gate_rules(ctx: Context) -> list[RuleResult]:
     """Release gates: auth, availability (without --slo) and one rule per --slo."""
-    cut = R.indeterminate_turns(ctx.p, ctx.files.interrupted)
+    cut = R.indeterminate_turns(ctx.p, ctx.files.interrupted) | turns_across_restarts(
+        ctx.p.a, ctx.p.n_turns, read_restarts(ctx.files.run_dir))
     return [I.rule_auth(ctx.led.attempts),
             I.rule_availability(ctx.files, ctx.p.turns["outcome"], cut),
             *I.slo_rules(ctx.files)]

@@ -87,3 +87,14 @@ def test_proxy_duplicates_continuations_outages_and_no_witness():
                  "turn-id-reused", "continuation-twice"):
         assert blind[name] == ("not observable", 0), name
     assert blind["outage"] == ("exercised", 2)
+
+
+def test_turns_in_flight_during_a_restart_are_not_judged_for_availability():
+    from loadtests.check.coverage import turns_across_restarts
+
+    rows = [_attempt("a", 95.0, 99.0), _attempt("b", 99.0, 100.5),      # before / into it
+            _attempt("c", 101.0, 101.2), _attempt("d", 102.5, 103.0),   # during / after
+            _attempt("e", 90.0, 99.5, injected="resend")]              # a copy: not its turn's
+    a = pd.DataFrame(rows).assign(tkey=[0, 1, 2, 3, 4])
+    assert turns_across_restarts(a, 5, RESTART).tolist() == [False, True, True, False, False]
+    assert turns_across_restarts(a, 5, RESTART.iloc[0:0]).tolist() == [False] * 5
