@@ -29,7 +29,8 @@ SEED = int(os.environ.get("RTALAB_GATE_SEED", "1"))  # the test passes on other 
 # release_gate, short: an outage at 2 s, a restart at 4 s, arrivals for 16 s; resends 10 s
 # after the attempt ended, so those ending in the seconds before the restart reach the
 # restarted server (a restart takes 0.7-9 s here while five runs share two busy cores);
-# more injected errors and handoffs so that few turns show them
+# more injected errors and handoffs so that few turns show them. Turns in flight while the
+# Reasoner restarts fail (it is down) and are not judged by the availability gate.
 SHORT = ["release_gate", "--chaos", "--binding", "both", "--duration", "16", "--drain", "25",
          "--set", "run.warmup_s=1", "--set", "load.restart_at_s=[4.0]",
          "--set", 'network.outages=[{start_s=2.0,duration_s=0.8,direction="both"}]',
@@ -38,16 +39,14 @@ SHORT = ["release_gate", "--chaos", "--binding", "both", "--duration", "16", "--
          "--set", "workload.handoff_share=0.4",
          "--set", "load.concurrent_duplicate_share=0.4",
          "--set", "reasoner.errors={schema-validation=0.05,rate-limited=0.1}",
-         "--set", f"run.seed={SEED}", "--quiet", "--no-plots",
-         # the restart takes much of this short run down: an availability SLO that says so
-         "--slo", "success_rate>=0.3"]
+         "--set", f"run.seed={SEED}", "--quiet", "--no-plots"]
 # each planted bug and the one rule that must fail
 CONTROLS = {"late-claim": "duplicated", "turn-key": "cross-session-answer",
             "volatile": "duplicated", "continuation-twice": "continuation-answered-twice"}
 # what else a planted bug may bring down: turn-key answers one call's t-1 with another call's
 # outcome -- a side-effect turn told COMPLETED without running (lost), or every later t-1
 # failed by a replayed failure (the success SLO)
-CONSEQUENCES = {"turn-key": {"lost", "slo success_rate>=0.3"}}
+CONSEQUENCES = {"turn-key": {"lost", "availability"}}
 ALL_CLASSES = {"duplicate-while-running", "resend-after-completion", "resend-across-restart",
                "turn-id-reused", "continuation-twice", "reordering", "outage", "restart",
                "non-retryable", "rate-limited"}
@@ -165,7 +164,7 @@ def test_release_gate_passes_the_correct_reasoner_and_fails_each_planted_bug(tmp
     assert p.returncode == 1, p.stderr
     verdict = _json(run / "verdict.json")
     assert "auth" in verdict["failed"], verdict["failed"]
-    assert set(verdict["failed"]) <= {"auth", "slo success_rate>=0.3"}, verdict["failed"]
+    assert set(verdict["failed"]) <= {"auth", "availability"}, verdict["failed"]
     refused = {(a["binding"], a["http_status"], a["error_code"])
                for a in jsonl(run / "ledger" / "attempts.jsonl") if a["http_status"] == 401}
     assert refused == {("sse", 401, "auth"), ("ws", 401, "auth")}
