@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -228,7 +229,7 @@ class Witness:
     async def healthz(self, request: Request) -> Response:
         """``GET /healthz``."""
         return JSONResponse({"ok": True, "testHooks": self.test_hooks,
-                             "pending": len(self.pending)})
+                             "pending": len(self.pending), "pid": os.getpid()})
 
     async def reset(self, request: Request) -> Response:
         """``POST /reset`` (test hooks): cancel pending work, empty the ledger, restore faults."""
