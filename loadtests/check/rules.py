@@ -508,16 +508,20 @@ def rule_continuation_twice(p: Prepared) -> RuleResult:
 
 
 def rule_cross_session(p: Prepared) -> RuleResult:
-    """Attempts sent in one session (a client-minted contextId) and answered with events of
-    another: the server replayed or joined someone else's turn (e.g. dedup by turnId alone,
-    when turnIds repeat across calls)."""
+    """Attempts answered with events of *another call's* session (a contextId that another
+    call of the run sent): the server replayed or joined someone else's turn (e.g. dedup
+    by turnId alone, when turnIds repeat across calls).  A server that answers in a
+    context of its own making is not judged here (``duplicate-session`` counts that)."""
     a = p.a
     sent, got = a["context_id"], a["context_id_learned"]
-    judged = sent.notna() & got.notna()
-    bad = a[judged & sent.ne(got)]
+    owner = (pd.DataFrame({"ctx": sent, "call": a["call_id"]}).dropna()
+             .drop_duplicates("ctx").set_index("ctx")["call"])
+    got_owner = got.map(owner)
+    judged = got.notna()
+    bad = a[judged & got_owner.notna() & got_owner.ne(a["call_id"])]
     return _violation("cross-session-answer", len(bad), examples_of(bad["request_guid"][:5]),
-                      f"{len(bad)} of {int(judged.sum())} attempts with a contextId were "
-                      "answered in another session", per_1k(len(bad), p.n_turns))
+                      f"{len(bad)} of {int(judged.sum())} answered attempts carried another "
+                      "call's contextId", per_1k(len(bad), p.n_turns))
 
 
 def rule_sequence_id(p: Prepared, events: Events | None) -> RuleResult:
