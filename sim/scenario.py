@@ -207,6 +207,9 @@ class LoadConfig:
         0.0, doc="INPUT_REQUIRED continuation sent twice at once")
     barge_in_share: float = prob(0.0, doc="turn interrupted by the caller (CancelTask)")
     barge_in_after_s: Dist = Exp(0.3)  # from the first playable chunk to the interruption
+    availability_min: float = prob(
+        0.9, doc="release gate of a load run without --slo: least share of judged turns "
+                 "that completed (docs/check.md)")
     # "unique": every turnId is globally unique; "per_call": t-1, t-2, ... counted per call
     # (reused across calls, contexts and principals, as many Live layers do)
     turn_ids: Literal["unique", "per_call"] = "unique"

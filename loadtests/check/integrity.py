@@ -30,6 +30,7 @@ import pandas as pd
 from loadtests.check.verdict import (
     FAIL,
     INTERRUPTED,
+    KEY_FIGURES,
     NOT_CHECKED,
     PASS,
     RuleResult,
@@ -231,7 +232,6 @@ def figures(f: RunFiles) -> dict[str, Any]:
     """Key figures from summary.json (means; None when undefined)."""
     if f.summary is None:
         return {}
-    from loadtests.check.verdict import KEY_FIGURES
     from sim.answers.slo import metric_value
 
     out: dict[str, Any] = {k: metric_value(f.summary, k) for k, _, _ in KEY_FIGURES}

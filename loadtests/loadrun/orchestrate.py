@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadtests.check.integrity import AVAILABILITY_MIN
 from loadtests.live.config import ENV, LoadSettings
 from loadtests.procs import (
     LOCALHOST,
@@ -524,7 +523,7 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
     led_dir = run_dir / "ledger"
     led_dir.mkdir()
     write_json(led_dir / "gates.json", {"slo": list(opts.slo),
-                                                    "availability_min": AVAILABILITY_MIN})
+                                        "availability_min": sc.load.availability_min})
     scenario_path = run_dir / "scenario.toml"
     st: Stack | None = None
     marks: dict[str, float] = {}
