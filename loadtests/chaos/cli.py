@@ -100,7 +100,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "file once it appears (a load run's ledger/clock.json); no outage "
                         "before that")
     p.add_argument("--log-level", default="warning",
-                   choices=("critical", "error", "warning", "info", "debug"))
+                   choices=("critical", "error", "warning", "info", "debug"),
+                   help="proxy log level (default warning)")
 
 
 class FlagError(Exception):

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.reasoner.unsafe import UNSAFE_BUGS
-from sim.argtypes import EXIT_USAGE, help_of, non_negative, positive_int
+from sim.argtypes import EXIT_USAGE, add_results_root, help_of, non_negative, positive_int
+from sim.junit import add_junit_argument
 from sim.policy.codes import ALL_CODES, is_retryable
 
 PROG = "rtalab load run"
@@ -101,8 +102,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="a release gate on the run's summary.json (same syntax as sim "
                         "capacity, e.g. 'turn_completion_p99_s<=4', 'success_rate>=0.99'; "
                         "repeatable); without --slo the availability gate applies")
-    p.add_argument("--out", default="results", metavar="DIR", help="results root")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_results_root(p)
+    add_junit_argument(p)
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     test = p.add_argument_group("test-only switches (negative controls and conformance)")
     test.add_argument("--no-reorder", action="store_true",
@@ -237,6 +239,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (RunError, ProcessError) as e:
         print(f"rtalab: load run failed: {str(e).splitlines()[0]}", file=sys.stderr)
         return EXIT_USAGE
+    if args.junit:
+        try:
+            _write_junit(args.junit, run_dir)
+        except OSError as e:
+            print(f"rtalab: cannot write {args.junit}: {e.strerror or e}", file=sys.stderr)
+            return EXIT_USAGE
     _print_end(run_dir)
     return rc
 
@@ -251,7 +259,23 @@ def _print_end(run_dir: Path) -> None:
             print(f"  {name}: {run_dir / name}")
     verdict = Verdict.read(run_dir)
     if verdict is not None:
-        print(verdict.summary_text(), end="")
+        from loadtests.check.show import wrap_text
+
+        print(wrap_text(verdict.summary_text()), end="")
+
+
+def _write_junit(path: Path, run_dir: Path) -> None:
+    """The run's verdict as JUnit XML: ledger and count checks, then every rule."""
+    import json
+
+    from sim import junit
+
+    def read(p: Path) -> dict[str, Any] | None:
+        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
+
+    counts = read(run_dir / "ledger" / "counts.json") or {}
+    junit.write(path, f"rtalab load run {run_dir.name}",
+                junit.load_run_cases(run_dir, read(run_dir / "verdict.json"), counts))
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
@@ -306,7 +330,8 @@ def register(subparsers: Any) -> None:
                           description="Rebuild the tables, summary.json and the verdict of a "
                                       "load run folder (e.g. gathered by a Locust master "
                                       "on another host).")
-    summ.add_argument("run_dir", metavar="RUN_DIR")
+    summ.add_argument("run_dir", metavar="RUN_DIR",
+                      help="a load-run folder whose ledger/ holds the gathered JSONL files")
     summ.set_defaults(func=cmd_summarize)
     worker = sub.add_parser("worker", help="a Locust worker for a master on another host",
                             description="Join the load run of 'rtalab load run ... "
@@ -316,7 +341,7 @@ def register(subparsers: Any) -> None:
                                         "logs in its own run folder.")
     worker.add_argument("--master", type=_hostport, required=True, metavar="HOST:PORT",
                         help="the master's --master-bind address")
-    worker.add_argument("--out", default="results", metavar="DIR", help="results root")
+    add_results_root(worker)
     worker.add_argument("--timeout", type=non_negative, default=None, metavar="S",
                         help="give up after S seconds (default: until the master ends the run)")
     worker.add_argument("--quiet", action="store_true", help="no progress lines")

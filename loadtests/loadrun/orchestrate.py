@@ -726,6 +726,8 @@ def _plots(run_dir: Path, sc: Scenario, out: Any) -> None:
     try:
         from sim.plots import plot_run
 
-        plot_run(run_dir, sc, out.turns, out.timeseries)
+        meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
+        plot_run(run_dir, sc, out.turns, out.timeseries, clock="real",
+                 crashes=[float(t) for t in meta.get("crash_at") or []])
     except Exception as e:  # a plot must never lose the run
         print(f"rtalab load: warning: plots not written: {e}", file=sys.stderr)
