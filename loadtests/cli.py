@@ -45,6 +45,7 @@ def positive_float(text: str) -> float:
 def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab serve reasoner``."""
     from loadtests.reasoner.idempotency import MODES
+    from loadtests.reasoner.unsafe import UNSAFE_BUGS
     from loadtests.reasoner.wire import DEFAULT_EXT_URI
 
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
@@ -75,6 +76,9 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--test-hooks", action="store_true",
                    help="honour rta/test.forceError, rta/test.delayS and rta/test.raise "
                         "(tests only)")
+    p.add_argument("--unsafe-bug", choices=UNSAFE_BUGS, action="append", default=[],
+                   metavar="BUG", help="TEST ONLY: plant one class of bug (negative controls of "
+                                       f"the release gate): {', '.join(UNSAFE_BUGS)}")
     p.add_argument("--max-tasks", type=positive_int, default=10_000,
                    help="executed tasks kept in memory per worker (fair per-principal LRU; "
                         "default 10000, ~60 MiB); rejections: 1000 per principal apart")
@@ -123,7 +127,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         max_tasks=args.max_tasks, log_level=args.log_level, access_log=args.access_log,
         header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
         idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections,
-        max_connections_per_client=args.max_connections_per_client)
+        max_connections_per_client=args.max_connections_per_client,
+        unsafe_bugs=tuple(args.unsafe_bug))
     try:
         backend, target, _ = parse_store_url(settings.store_url)
     except ValueError as e:
@@ -166,6 +171,10 @@ def cmd_reasoner(args: argparse.Namespace) -> int:
     if settings.workers > 1 and settings.store_url.strip() == "memory":
         print(f"{REASONER_PROG}: warning: --dedup memory is per worker; duplicates reaching "
               "another worker are executed again (negative control)", file=sys.stderr)
+    if settings.unsafe_bugs:
+        from loadtests.reasoner.unsafe import banner
+
+        print(f"{REASONER_PROG}: WARNING: {banner(settings.unsafe_bugs)}", file=sys.stderr)
     if not settings.tokens:
         print(f"{REASONER_PROG}: warning: no bearer tokens configured; authentication is off",
               file=sys.stderr)

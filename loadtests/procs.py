@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import ctypes
 import ctypes.util
+import json
 import os
 import shutil
 import signal
@@ -65,6 +66,24 @@ def url_ready(url: str, timeout_s: float = 1.0) -> bool:
     except urllib.error.HTTPError as e:
         return e.code < 500
     except (OSError, ValueError):
+        return False
+
+
+def serves_from(url: str, pgid: int, timeout_s: float = 1.0) -> bool:
+    """True if ``url`` answers JSON whose ``pid`` is in process group ``pgid`` (ours), so a
+    server that lost the free-port race to another one is never taken for ready; True too
+    when the answer names no pid (nothing to tell)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            data = json.loads(r.read())
+    except (OSError, ValueError):
+        return False
+    pid = data.get("pid") if isinstance(data, dict) else None
+    if not isinstance(pid, int):
+        return True
+    try:
+        return os.getpgid(pid) == pgid
+    except OSError:
         return False
 
 
@@ -243,7 +262,7 @@ def start_process(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                   host: str = LOCALHOST, port: int | None = None, url: str | None = None,
                   name: str | None = None,
                   log_path: str | Path | None = None, cwd: str | Path | None = None,
-                  cleanup: Sequence[Path] = ()) -> ManagedProcess:
+                  cleanup: Sequence[Path] = (), owner_url: str | None = None) -> ManagedProcess:
     """Start ``cmd`` in a new process group and wait until it is ready (URL, port or check)."""
     cmd = [str(c) for c in cmd]
     name = name or Path(cmd[0]).name
@@ -276,6 +295,8 @@ def start_process(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
         checks.append(lambda: url_ready(ready_url))
     if ready_check is not None:
         checks.append(ready_check)
+    if owner_url is not None:  # the answer must come from this process group, not another's
+        checks.append(lambda: serves_from(owner_url, proc.pid))
     try:
         _wait_ready(proc, checks, timeout_s)
     except BaseException:
@@ -380,7 +401,8 @@ def start_witness(db_path: str | Path, port: int | None = None,
             return start_process(cmd, env, ready_check=lambda: True, host=host, port=p,
                                  name="witness", log_path=log_path)
         return start_process(cmd, env, ready_url=f"http://{host}:{p}/healthz", host=host,
-                             port=p, timeout_s=timeout_s, name="witness", log_path=log_path)
+                             port=p, timeout_s=timeout_s, name="witness", log_path=log_path,
+                             owner_url=f"http://{host}:{p}/healthz")
 
     return _start_on_port(port if wait else (port or free_port()), start)
 
@@ -388,7 +410,8 @@ def start_witness(db_path: str | Path, port: int | None = None,
 def wait_ready(proc: ManagedProcess, path: str, timeout_s: float = 30.0) -> ManagedProcess:
     """Wait until ``proc.url + path`` answers (ProcessError if it dies or time is up)."""
     try:
-        _wait_ready(proc, [lambda: url_ready(f"{proc.url}{path}")], timeout_s)
+        _wait_ready(proc, [lambda: url_ready(f"{proc.url}{path}"),
+                           lambda: serves_from(f"{proc.url}{path}", proc.pid)], timeout_s)
     except BaseException:
         proc.stop(timeout_s=5.0)
         raise
@@ -422,6 +445,7 @@ def start_reasoner(*, port: int | None = None, host: str = LOCALHOST, workers: i
         cmd = reasoner_command(port=p, host=host, workers=workers, dedup=dedup,
                                scenario=scenario, witness=witness, extra_args=extra_args)
         return start_process(cmd, env, ready_url=f"http://{host}:{p}{ready_path}", host=host,
-                             port=p, timeout_s=timeout_s, name="reasoner", log_path=log_path)
+                             port=p, timeout_s=timeout_s, name="reasoner", log_path=log_path,
+                             owner_url=f"http://{host}:{p}/healthz")
 
     return _start_on_port(port, start)

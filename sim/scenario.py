@@ -210,6 +210,16 @@ class LoadConfig:
     availability_min: float = prob(
         0.9, doc="release gate of a load run without --slo: least share of judged turns "
                  "that completed (docs/check.md)")
+    # "unique": every turnId is globally unique; "per_call": t-1, t-2, ... counted per call
+    # (reused across calls, contexts and principals, as many Live layers do)
+    turn_ids: Literal["unique", "per_call"] = "unique"
+    # restart the Reasoner this many seconds after the load started (embedded: SIGKILL and
+    # restart; --target: the run's --restart-cmd); added to --restart-at / --crash-at
+    restart_at_s: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if any(t < 0 for t in self.restart_at_s):
+            raise ConfigError("restart_at_s", f"times must be >= 0, got {list(self.restart_at_s)}")
 
 
 # --------------------------------------------------------------------------- scenario

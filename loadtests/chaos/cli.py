@@ -95,6 +95,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="let reordering move events past the terminal status")
     p.add_argument("--start-at", type=float, default=None, metavar="UNIX_TIME",
                    help="second 0 of the outage schedule (default: proxy start)")
+    p.add_argument("--start-file", default=None, metavar="PATH",
+                   help="second 0 of the outage schedule is the 't0' (unix time) of this JSON "
+                        "file once it appears (a load run's ledger/clock.json); no outage "
+                        "before that")
     p.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"),
                    help="proxy log level (default warning)")
@@ -131,7 +135,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         raise FlagError("--listen and --upstream are the same address")
     return ChaosSettings(host=host, port=port, upstream=args.upstream, cfg=cfg,
                          ledger=Path(args.ledger) if args.ledger else None,
-                         start_at_unix=args.start_at, log_level=args.log_level)
+                         start_at_unix=args.start_at,
+                         start_file=args.start_file, log_level=args.log_level)
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:

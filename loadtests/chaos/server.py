@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import logging
 import socket
 import sys
@@ -34,6 +35,7 @@ class ChaosSettings:
     cfg: ChaosConfig
     ledger: Path | None
     start_at_unix: float | None = None
+    start_file: str | None = None  # second 0 = this JSON file's "t0", once it exists
     log_level: str = "warning"
 
 
@@ -66,9 +68,25 @@ def _clock_start(start_at_unix: float | None) -> float:
     return now if start_at_unix is None else now - (time.time() - start_at_unix)
 
 
+START_FILE_POLL_S = 0.05
+
+
+async def _outages_from_file(path: str, gate: Gate, proxy: ChaosProxy) -> None:
+    """Wait for ``path`` (JSON with ``t0``), start the schedule's clock there, run outages."""
+    while True:
+        try:
+            t0_unix = float(json.loads(Path(path).read_text(encoding="utf-8"))["t0"])
+            break
+        except (OSError, ValueError, KeyError, TypeError):  # not there yet or half-written
+            await asyncio.sleep(START_FILE_POLL_S)
+    gate.t0 = proxy.t0 = _clock_start(t0_unix)
+    await gate.run_outages()
+
+
 async def serve(s: ChaosSettings) -> int:
     """Serve until stopped; 0 on a clean stop."""
-    t0 = _clock_start(s.start_at_unix)
+    # with a start file, second 0 lies in the far future until the file appears
+    t0 = time.monotonic() + 1e9 if s.start_file else _clock_start(s.start_at_unix)
     ledger = ChaosLedger(s.ledger)
     app_sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     app_sock.bind(("127.0.0.1", 0))
@@ -95,7 +113,8 @@ async def serve(s: ChaosSettings) -> int:
         return 2
     print(f"chaos proxy on http://{s.host}:{gate.port} -> {s.upstream} "
           f"(ledger {s.ledger or 'off'})", flush=True)
-    outages = asyncio.create_task(gate.run_outages())
+    outages = asyncio.create_task(_outages_from_file(s.start_file, gate, proxy) if s.start_file
+                                  else gate.run_outages())
     try:
         await task
     finally:

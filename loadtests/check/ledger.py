@@ -48,6 +48,7 @@ SCHEMAS: dict[str, dict[str, pa.DataType]] = {
         "decision": STR, "echo": BOOL, "events": I64, "events_without_seq": I64,
         "order_violations": I64, "task_id": STR, "task_id_learned": STR, "http_status": F64,
         "side_effect_reported": STR,
+        "turn_id": STR, "attempt": I64, "active": BOOL,
     },
     "events": {
         "request_guid": STR, "attempt_key": STR, "recv_s": F64, "kind": STR,
@@ -61,7 +62,7 @@ SCHEMAS: dict[str, dict[str, pa.DataType]] = {
     "witness": {
         "id": I64, "contextId": STR, "requestGuid": STR, "interactionId": STR,
     },
-    "chaos": {"kind": STR, "request_guid": STR},
+    "chaos": {"kind": STR, "request_guid": STR, "t": F64, "delay_s": F64},
 }
 # event kinds that carry no rta/sequenceId by design: the Task, and a JSON-RPC error frame
 UNSEQUENCED_KINDS = ("task", "error")

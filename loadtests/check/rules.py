@@ -58,6 +58,10 @@ SECTIONS = {
     "retry-after": "errors.md §3 (rate-limited: back off at least retryAfterMs)",
     "extension-echo": "errors.md §2 extension-inactive, §5 (A2A-Extensions echo)",
     "sequence-id": "errors.md §6 (ordering only via rta/sequenceId)",
+    "continuation-answered-twice": "errors.md §4, DECISIONS D2 (one continuation per "
+                                   "INPUT_REQUIRED pause executes; its copies replay it)",
+    "cross-session-answer": "errors.md §4 (contextId scopes a session: replay detection "
+                            "never crosses contexts)",
     "task-id-kept": "errors.md §3 (a retry after a timeout keeps the known taskId)",
 }
 HAZARDS = ("ghost-success", "turn-re-executed", "duplicate-session")
@@ -152,8 +156,13 @@ def prepare(led: Ledgers) -> Prepared:
     reported = np.zeros(n, dtype=bool)  # the server said the side effect ran or may have
     told_ran = a["side_effect_reported"].isin(SIDE_EFFECT_TOLD).to_numpy()
     np.logical_or.at(reported, a["tkey"].to_numpy()[told_ran], True)
+    # degraded turns (core A2A after a failed negotiation: no rta/* metadata, so no
+    # requestGuid, interactionId or sideEffect reaches the server): every attempt inactive
+    active = np.zeros(n, dtype=bool)
+    np.logical_or.at(active, a["tkey"].to_numpy(), ~a["active"].eq(False).to_numpy())
     turns = pd.DataFrame({"side_effect": se, "told": told, "outcome": outcome,
-                          "end_of_run": end_of_run, "reported": reported})
+                          "end_of_run": end_of_run, "reported": reported,
+                          "degraded": ~active})
     n_turns = n
 
     w = None
@@ -171,6 +180,12 @@ def prepare(led: Ledgers) -> Prepared:
         if missing.any():
             tk[missing] = w.loc[missing, "interactionId"].map(i2k)
         w["tkey"] = tk
+        # an execution without any of the profile's ids, in the context of a degraded call:
+        # it cannot be attributed to a turn (reported, neither unexpected nor lost)
+        inactive_ctx = set(a.loc[a["active"].eq(False).to_numpy(), "context_id"].dropna()) | set(
+            a.loc[a["active"].eq(False).to_numpy(), "context_id_learned"].dropna())
+        w["degraded"] = (tk.isna() & w["requestGuid"].isna() & w["interactionId"].isna()
+                         & w["contextId"].isin(inactive_ctx)).to_numpy()
     return Prepared(a=a, turns=turns, w=w, n_turns=n_turns, keys=keys,
                     first=_first_rows(codes, n))
 
@@ -198,11 +213,15 @@ def rule_lost(p: Prepared) -> RuleResult:
     """Side-effect turns the caller was told COMPLETED whose side effect never executed."""
     if p.w is None:
         return _not_checked("lost", NO_WITNESS)
+    degraded = p.turns["degraded"].to_numpy()
     acked = (p.turns["told"].to_numpy() == "success") & p.turns["side_effect"].to_numpy()
-    lost = np.flatnonzero(acked & (_executions(p) == 0))
+    lost = np.flatnonzero(acked & ~degraded & (_executions(p) == 0))
     return _violation("lost", len(lost), _labels(p, lost),
-                      f"{int(acked.sum())} side-effect turns acknowledged COMPLETED, "
-                      f"{len(lost)} with no execution in the witness ledger",
+                      f"{int((acked & ~degraded).sum())} side-effect turns acknowledged "
+                      f"COMPLETED, {len(lost)} with no execution in the witness ledger"
+                      + (f"; {int((acked & degraded).sum())} degraded (no rta/* metadata: "
+                         "the server decides side effects) not judged"
+                         if (acked & degraded).any() else ""),
                       per_1k(len(lost), p.n_turns))
 
 
@@ -290,11 +309,15 @@ def rule_unexpected(p: Prepared) -> RuleResult:
     """Witness executions no attempt of the ledger ever asked for."""
     if p.w is None:
         return _not_checked("unexpected", NO_WITNESS)
-    un = p.w[p.w["tkey"].isna()]
+    unmatched = p.w["tkey"].isna().to_numpy()
+    degraded = p.w["degraded"].to_numpy()
+    un = p.w[unmatched & ~degraded]
     ids = un["requestGuid"].fillna(un["id"].astype(str))
     return _violation("unexpected", len(un), examples_of(ids[:5]),
                       f"{len(un)} of {len(p.w)} executions match no sent requestGuid or "
-                      "interactionId")
+                      "interactionId" + (f"; {int((unmatched & degraded).sum())} without any "
+                                         "profile id in a degraded call's context (not judged)"
+                                         if (unmatched & degraded).any() else ""))
 
 
 def rule_incomplete(p: Prepared, interrupted: bool = False) -> RuleResult:
@@ -474,6 +497,47 @@ def rule_echo(p: Prepared) -> RuleResult:
     bad = p.a[answered & echo.eq(False).to_numpy()]
     return _violation("extension-echo", len(bad), examples_of(bad["request_guid"][:5]),
                       f"{len(bad)} of {int(answered.sum())} answered attempts lacked the echo")
+
+
+def rule_continuation_twice(p: Prepared) -> RuleResult:
+    """INPUT_REQUIRED pauses whose continuation executed twice: a ``continuation-dup`` copy
+    (sent at the same time as the continuation, with its own requestGuid) and the
+    continuation it copied both ran their side effect."""
+    if p.w is None:
+        return _not_checked("continuation-answered-twice", NO_WITNESS)
+    a = p.a
+    cont = a["phase"].eq("continuation").to_numpy()
+    # a copy without taskId (the continuation was retried after FAILED: a new task) is a
+    # new request, not a continuation of the pause
+    copy = (cont & a["injected"].eq("continuation-dup").to_numpy()
+            & a["task_id"].notna().to_numpy())
+    executed = a["request_guid"].isin(set(p.w["requestGuid"].dropna())).to_numpy()
+    pair = ["tkey", "attempt"]
+    copies = a.loc[copy & executed, [*pair, "request_guid"]]
+    mains = a.loc[cont & ~a["inj"].to_numpy() & executed, pair].drop_duplicates()
+    both = copies.merge(mains, on=pair)
+    n_checked = int(copy.sum())
+    return _violation("continuation-answered-twice", len(both),
+                      examples_of(both["request_guid"][:5]),
+                      f"{len(both)} of {n_checked} continuation copies executed beside the "
+                      "continuation they copied", per_1k(len(both), p.n_turns))
+
+
+def rule_cross_session(p: Prepared) -> RuleResult:
+    """Attempts answered with events of *another call's* session (a contextId that another
+    call of the run sent): the server replayed or joined someone else's turn (e.g. dedup
+    by turnId alone, when turnIds repeat across calls).  A server that answers in a
+    context of its own making is not judged here (``duplicate-session`` counts that)."""
+    a = p.a
+    sent, got = a["context_id"], a["context_id_learned"]
+    owner = (pd.DataFrame({"ctx": sent, "call": a["call_id"]}).dropna()
+             .drop_duplicates("ctx").set_index("ctx")["call"])
+    got_owner = got.map(owner)
+    judged = got.notna()
+    bad = a[judged & got_owner.notna() & got_owner.ne(a["call_id"])]
+    return _violation("cross-session-answer", len(bad), examples_of(bad["request_guid"][:5]),
+                      f"{len(bad)} of {int(judged.sum())} answered attempts carried another "
+                      "call's contextId", per_1k(len(bad), p.n_turns))
 
 
 def rule_sequence_id(p: Prepared, events: Events | None) -> RuleResult:

@@ -24,6 +24,7 @@ import pandas as pd
 
 from loadtests.check import integrity as I
 from loadtests.check import rules as R
+from loadtests.check.coverage import coverage, read_restarts, turns_across_restarts
 from loadtests.check.ledger import Ledgers, read_ledgers
 from loadtests.check.verdict import RuleResult, Verdict
 
@@ -106,7 +107,8 @@ def delivery_rules(ctx: Context) -> list[RuleResult]:
     task_kept = R.rule_task_id_kept(seq, policy)
     return [lost, duplicated, ghost, reexecuted, sessions, unexpected, incomplete,
             R.rule_ordering(p, ctx.led.events), non_retryable, retry_limit, retry_after, echo,
-            R.rule_sequence_id(p, ctx.led.events), task_kept]
+            R.rule_sequence_id(p, ctx.led.events), R.rule_continuation_twice(p),
+            R.rule_cross_session(p), task_kept]
 
 
 def integrity_rules(ctx: Context) -> list[RuleResult]:
@@ -117,15 +119,26 @@ def integrity_rules(ctx: Context) -> list[RuleResult]:
 
 def gate_rules(ctx: Context) -> list[RuleResult]:
     """Release gates: auth, availability (without --slo) and one rule per --slo."""
-    cut = R.indeterminate_turns(ctx.p, ctx.files.interrupted)
+    cut = R.indeterminate_turns(ctx.p, ctx.files.interrupted) | turns_across_restarts(
+        ctx.p.a, ctx.p.n_turns, read_restarts(ctx.files.run_dir))
     return [I.rule_auth(ctx.led.attempts),
             I.rule_availability(ctx.files, ctx.p.turns["outcome"], cut),
             *I.slo_rules(ctx.files)]
 
 
+def coverage_table(ctx: Context) -> list[dict[str, Any]]:
+    """The verdict's coverage section (:mod:`loadtests.check.coverage`)."""
+    stats_reordered = 0
+    if ctx.led.events is not None and len(ctx.led.events):
+        stats_reordered = len(R.stream_order(ctx.led.events, played=False))
+    items = coverage(ctx.p.a, ctx.led.chaos, ctx.p.w is not None,
+                     read_restarts(ctx.files.run_dir), stats_reordered)
+    return [e.to_dict() for e in items]
+
+
 RuleSet = Callable[[Context], list[RuleResult]]
 RULE_SETS: list[RuleSet] = [delivery_rules, integrity_rules, gate_rules]
-COVERAGE: Callable[[Context], list[dict[str, Any]]] | None = None
+COVERAGE: Callable[[Context], list[dict[str, Any]]] | None = coverage_table
 
 
 def evaluate(led: Ledgers, policy: Any | None,

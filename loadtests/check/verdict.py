@@ -241,15 +241,15 @@ class Verdict:
             lines += ["", "warnings:"] + [f"  {w}" for w in self.warnings]
         if self.figures:
             lines += ["", "key figures:", self.figure_line()]
-        if self.coverage is not None:
-            lines += ["", "coverage:"]
-            for row in self.coverage:
-                lines.append("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
         if self.stats:
             lines += ["", "stats:"]
             lines += [f"  {k}: {v}" for k, v in self.stats.items()]
         if self.overhead:
             lines += ["", overhead_line(self.overhead)]
+        if self.coverage is not None:  # last: what this verdict proved
+            from loadtests.check.coverage import coverage_text
+
+            lines += ["", *coverage_text(self.coverage)]
         return "\n".join(lines) + "\n"
 
     def write(self, run_dir: str | Path) -> tuple[Path, Path]:

@@ -283,7 +283,16 @@ class Call:
         self._uniforms: list[float] = []  # share draws of ``rng``, a block at a time
         self._open_attempt: dict[str, Any] | None = None
         self._turn: _Turn | None = None
+        self.turn_ids_minted = 0
+        self.per_call_turn_ids = scenario.load.turn_ids == "per_call"
         self.arrival_s = time.time()
+
+    def _new_turn_id(self) -> str:
+        """A new turnId: globally unique, or ``t-1``, ``t-2``, ... per call (``load.turn_ids``)."""
+        self.turn_ids_minted += 1
+        if self.per_call_turn_ids:
+            return f"t-{self.turn_ids_minted}"
+        return _id("turn")
 
     def _uniform(self) -> float:
         """One U[0, 1) draw of the call's ``rng`` for a share decision (side effect, handoff,
@@ -352,7 +361,7 @@ class Call:
         self.turns_started += 1
         codes = self.opts.force_error_codes
         u_side, u_handoff = self._uniform(), self._uniform()
-        t = _Turn(i, f"{self.call_id}.{i}", _id("turn"), u_side < wl.side_effect_share,
+        t = _Turn(i, f"{self.call_id}.{i}", self._new_turn_id(), u_side < wl.side_effect_share,
                   u_handoff < wl.handoff_share, time.time(),
                   codes[i % len(codes)] if codes else None)
         if self.sc.load.barge_in_share > 0 and self._uniform() < self.sc.load.barge_in_share:
@@ -448,7 +457,7 @@ class Call:
             if not first and renew:
                 t.task_id = None  # errors.md §4: a retry after FAILED is a new task
                 if retry.new_turn_id:
-                    t.turn_id = _id("turn")
+                    t.turn_id = self._new_turn_id()
             if t.phase == "continuation" and first:
                 t.task_id = t.input_task_id
             res = self._attempt(t, delay_before)
@@ -520,7 +529,7 @@ class Call:
         if load.concurrent_duplicate_share > 0 and self._uniform() < (
                 load.concurrent_duplicate_share):
             self._spawn_copy(t, ids, body, "concurrent", side)
-        if t.phase == "continuation" and load.continuation_duplicate_share > 0 and (
+        if t.phase == "continuation" and ids.task_id and load.continuation_duplicate_share > 0 and (
                 self._uniform() < load.continuation_duplicate_share):
             dup_ids = Ids(_id("m"), _id("g"), ids.turn_id, ids.interaction_id, ids.context_id,
                           ids.task_id)

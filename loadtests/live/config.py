@@ -15,6 +15,7 @@ from pathlib import Path
 from loadtests.live.wire import DEFAULT_EXT_URI
 
 ENV = "RTALAB_LOAD_SETTINGS"
+WORKER_DIR_ENV = "RTALAB_LOAD_WORKER_DIR"  # a remote worker's own run folder (rtalab load worker)
 BINDINGS = ("sse", "ws", "both")
 
 
@@ -32,6 +33,7 @@ class LoadSettings:
     seed: int = 1
     ext_uri: str = DEFAULT_EXT_URI
     token: str | None = None
+    tokens: tuple[str, ...] = field(default_factory=tuple)  # >1: calls alternate principals
     reorder: bool = True
     hold_s: float = 0.25
     unsafe_test_retry_codes: tuple[str, ...] = field(default_factory=tuple)
@@ -50,9 +52,31 @@ class LoadSettings:
     def read(cls, path: str | Path) -> LoadSettings:
         """Read the JSON written by :meth:`write`."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        for k in ("unsafe_test_retry_codes", "force_error_codes"):
+        for k in ("unsafe_test_retry_codes", "force_error_codes", "tokens"):
             data[k] = tuple(data.get(k) or ())
         return cls(**data)
+
+    def for_remote_workers(self) -> str:
+        """JSON for workers on other hosts (``rtalab load worker``): these settings plus the
+        scenario's text, so a worker needs neither the settings file nor the scenario file."""
+        data = asdict(self)
+        data["scenario_toml"] = Path(self.scenario_path).read_text(encoding="utf-8")
+        return json.dumps(data)
+
+    @classmethod
+    def from_remote(cls, text: str, run_dir: str | Path) -> LoadSettings:
+        """The settings a master sent (:meth:`for_remote_workers`), with this worker's own run
+        folder: the scenario is written there, and the settings next to it."""
+        data = json.loads(text)
+        run = Path(run_dir)
+        (run / "ledger").mkdir(parents=True, exist_ok=True)
+        scenario = run / "scenario.toml"
+        scenario.write_text(data.pop("scenario_toml"), encoding="utf-8")
+        for k in ("unsafe_test_retry_codes", "force_error_codes", "tokens"):
+            data[k] = tuple(data.get(k) or ())
+        settings = cls(**{**data, "run_dir": str(run), "scenario_path": str(scenario)})
+        settings.write(run / "ledger" / "settings.json")
+        return settings
 
     @classmethod
     def from_env(cls) -> LoadSettings:

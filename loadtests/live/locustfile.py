@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from locust import FastHttpUser, constant, events, task
 from locust.runners import MasterRunner, WorkerRunner
 
 from loadtests.live.call import Call, Instance, LiveOptions
-from loadtests.live.config import LoadSettings
+from loadtests.live.config import ENV, WORKER_DIR_ENV, LoadSettings
 from loadtests.live.ledger import MSG_DONE, MSG_IDLE, MSG_LEDGER, Gatherer, Ledger
 from loadtests.live.sse import SseChannel
 from loadtests.live.ws import WsChannel
@@ -136,10 +137,11 @@ class Process:
     def _start_call(self, user: FastHttpUser, n: int) -> None:
         s = self.s
         binding = s.binding if s.binding != "both" else ("sse", "ws")[n % 2]
+        token = s.tokens[(n // 2) % len(s.tokens)] if s.tokens else s.token
         if binding == "sse":
-            channel: Any = SseChannel(user.client, s.ext_uri, s.token)
+            channel: Any = SseChannel(user.client, s.ext_uri, token)
         else:
-            channel = WsChannel(user.host, s.ext_uri, s.token, self.environment.events)
+            channel = WsChannel(user.host, s.ext_uri, token, self.environment.events)
         rng = np.random.default_rng(np.random.SeedSequence([s.seed, self.index, n + 1]))
         assert self.instance is not None and self.ledger is not None
         call = Call(f"{s.run_id}-w{self.index}-{n}", self.scenario, self.instance, channel,
@@ -170,8 +172,11 @@ class Conductor:
         runner = environment.runner
         self.expected = runner.worker_count if isinstance(runner, MasterRunner) else 1
         t0 = time.time()
-        (Path(self.s.run_dir) / "ledger" / "clock.json").write_text(
-            json.dumps({"t0": t0, "processes": self.expected}) + "\n", encoding="utf-8")
+        clock = Path(self.s.run_dir) / "ledger" / "clock.json"
+        tmp = clock.with_suffix(".tmp")  # written whole, then renamed: never read half-written
+        tmp.write_text(json.dumps({"t0": t0, "processes": self.expected}) + "\n",
+                       encoding="utf-8")
+        tmp.replace(clock)
         gevent.spawn(self._conduct, environment, t0)
 
     def _conduct(self, environment: Any, t0: float) -> None:
@@ -203,28 +208,46 @@ class Conductor:
 
 
 locust.stats.CSV_STATS_INTERVAL_SEC = CSV_INTERVAL_S  # read by its writer at every write
-SETTINGS = LoadSettings.from_env()
-PROCESS = Process(SETTINGS)
-CONDUCTOR = Conductor(SETTINGS)
+# ``rtalab load run`` (master or local process, and the workers it starts itself) names the
+# settings file; a worker started by ``rtalab load worker`` on another host has none: it gets
+# the settings (and the scenario) from the master when the run starts (a Locust custom
+# argument, forwarded to every worker in the spawn message)
+SETTINGS = LoadSettings.from_env() if os.environ.get(ENV) else None
+PROCESS: Process | None = Process(SETTINGS) if SETTINGS is not None else None
+CONDUCTOR: Conductor | None = Conductor(SETTINGS) if SETTINGS is not None else None
+
+
+@events.init_command_line_parser.add_listener
+def _add_arguments(parser: Any) -> None:
+    parser.add_argument("--rta-settings", default="",
+                        help="(set by the master for remote workers; never by hand)")
 
 
 @events.init.add_listener
 def _on_init(environment: Any, **kw: Any) -> None:
     if not isinstance(environment.runner, WorkerRunner):
+        assert CONDUCTOR is not None and SETTINGS is not None
         CONDUCTOR.register(environment.runner)
+        if isinstance(environment.runner, MasterRunner) and environment.parsed_options:
+            environment.parsed_options.rta_settings = SETTINGS.for_remote_workers()
 
 
 @events.test_start.add_listener
 def _on_test_start(environment: Any, **kw: Any) -> None:
+    global PROCESS
+    if PROCESS is None:  # a remote worker: the settings came with the spawn message
+        PROCESS = Process(LoadSettings.from_remote(environment.parsed_options.rta_settings,
+                                                   os.environ[WORKER_DIR_ENV]))
     if not isinstance(environment.runner, MasterRunner):
         PROCESS.start(environment)
     if not isinstance(environment.runner, WorkerRunner):
+        assert CONDUCTOR is not None
         CONDUCTOR.start(environment)
 
 
 @events.test_stop.add_listener
 def _on_test_stop(environment: Any, **kw: Any) -> None:
-    if not isinstance(environment.runner, MasterRunner):
+    if not isinstance(environment.runner, MasterRunner) and PROCESS is not None:
         PROCESS.stop()
 
 

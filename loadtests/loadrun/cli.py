@@ -12,6 +12,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from loadtests.reasoner.unsafe import UNSAFE_BUGS
 from sim.argtypes import EXIT_USAGE, add_results_root, help_of, non_negative, positive_int
 from sim.junit import add_junit_argument
 from sim.policy.codes import ALL_CODES, is_retryable
@@ -43,6 +44,16 @@ def _slo(text: str) -> str:
     return text.strip()
 
 
+def _hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+DEFAULT_MASTER_BIND = ("0.0.0.0", 5557)  # Locust's own default
+
+
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab load run``."""
     p.add_argument("scenario", metavar="SCENARIO", help="scenario file or preset name")
@@ -51,13 +62,21 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", type=_url, default=None, metavar="URL",
                    help="base URL of a deployment to test (default: start the reference "
                         "Reasoner, witness and chaos proxy here)")
-    p.add_argument("--token", default=None, help="bearer token for --target")
+    p.add_argument("--token", action="append", default=[],
+                   help="bearer token for --target (repeatable: calls alternate between the "
+                        "principals, so per-call turnIds are reused across principals)")
     p.add_argument("--witness", type=_url, default=None, metavar="URL",
                    help="with --target: the witness the deployment sends its tool calls to")
     p.add_argument("--binding", choices=("sse", "ws", "both"), default="sse",
                    help="HTTP/SSE, WebSocket, or both (calls alternate) (default sse)")
     p.add_argument("--processes", type=positive_int, default=1,
                    help="Locust processes: 1 = local, N > 1 = master + N workers (default 1)")
+    p.add_argument("--workers-expected", type=positive_int, default=None, metavar="N",
+                   help="run only the Locust master here and wait for N workers started with "
+                        "'rtalab load worker --master HOST:PORT' (on other hosts)")
+    p.add_argument("--master-bind", type=_hostport, default=None, metavar="HOST:PORT",
+                   help="with --workers-expected: where the master listens for its workers "
+                        "(default 0.0.0.0:5557)")
     p.add_argument("--duration", type=non_negative, default=None, metavar="S",
                    help="seconds of call arrivals (default [run].duration_s)")
     p.add_argument("--drain", type=non_negative, default=None, metavar="S",
@@ -66,7 +85,14 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="put the L7 chaos proxy (scenario [network]) in front; default: when "
                         "any [network] key is not zero; --no-chaos: the real loopback")
     p.add_argument("--crash-at", type=non_negative, action="append", default=[], metavar="S",
-                   help="SIGKILL the embedded Reasoner at S s and restart it (repeatable)")
+                   help="SIGKILL the embedded Reasoner at S s and restart it (repeatable; the "
+                        "embedded case of --restart-at)")
+    p.add_argument("--restart-at", type=non_negative, action="append", default=[], metavar="S",
+                   help="restart the Reasoner S s after the load started (repeatable): with "
+                        "--target, run --restart-cmd; embedded, SIGKILL and restart it")
+    p.add_argument("--restart-cmd", default=None, metavar="CMD",
+                   help="with --target: shell command that restarts the deployment (e.g. "
+                        "'docker restart reasoner'); the run waits for it and for the agent card")
     p.add_argument("--workers", type=positive_int, default=None,
                    help="embedded Reasoner worker processes (default 1)")
     p.add_argument("--dedup", default=None, metavar="URL",
@@ -89,6 +115,82 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     test.add_argument("--test-force-error", type=_code, action="append", default=[],
                       metavar="CODE", help="TEST ONLY: turn i forces code i %% n through the "
                                            "Reasoner's --test-hooks (embedded only)")
+    test.add_argument("--unsafe-bug", choices=UNSAFE_BUGS, action="append", default=[],
+                      metavar="BUG", help="TEST ONLY: plant one class of dedup bug in the "
+                                          "embedded Reasoner (negative control; one of "
+                                          f"{', '.join(UNSAFE_BUGS)})")
+
+
+def _duration(args: argparse.Namespace, sc: Any) -> float:
+    return args.duration if args.duration is not None else sc.run.duration_s
+
+
+def restart_times(args: argparse.Namespace, sc: Any) -> tuple[float, ...]:
+    """When the run restarts the Reasoner: --crash-at, --restart-at and the scenario's
+    ``load.restart_at_s`` (skipped for a --target without --restart-cmd)."""
+    times = {*args.crash_at, *args.restart_at}
+    if not args.target or args.restart_cmd:
+        times |= set(sc.load.restart_at_s)
+    return tuple(sorted(times))
+
+
+def check_flags(args: argparse.Namespace, sc: Any) -> str | None:
+    """The one-line reason a flag combination cannot run, or None."""
+    embedded_only = [name for name, on in (
+        ("--crash-at", args.crash_at), ("--workers", args.workers), ("--dedup", args.dedup),
+        ("--dedup-mode", args.dedup_mode), ("--test-force-error", args.test_force_error),
+        ("--unsafe-bug", args.unsafe_bug)) if on]
+    if args.target and embedded_only:
+        return (f"{'/'.join(embedded_only)} need the embedded Reasoner (no --target); "
+                "with --target use --restart-cmd CMD --restart-at S")
+    if args.master_bind and not args.workers_expected:
+        return "--master-bind needs --workers-expected N"
+    if args.workers_expected and args.processes > 1:
+        return "--workers-expected (remote workers) and --processes (local ones) exclude each other"
+    if args.restart_cmd and not args.target:
+        return "--restart-cmd needs --target (the embedded Reasoner is restarted by --restart-at)"
+    if args.target and args.restart_at and not args.restart_cmd:
+        return "--restart-at with --target needs --restart-cmd CMD (how to restart it)"
+    if args.target and args.restart_cmd and not (args.restart_at or sc.load.restart_at_s):
+        return "--restart-cmd needs at least one --restart-at S (or load.restart_at_s)"
+    if args.dedup:
+        from loadtests.dedup import parse_store_url
+
+        try:
+            parse_store_url(args.dedup)
+        except ValueError as e:
+            return f"--dedup: {e}"
+    duration = _duration(args, sc)
+    for flag, times in (("--crash-at", args.crash_at), ("--restart-at", args.restart_at),
+                        ("load.restart_at_s", restart_times(args, sc))):
+        late = [t for t in times if t >= duration]
+        if late:
+            return (f"{flag} {late[0]:g} is not before the end of arrivals (--duration "
+                    f"{duration:g}): it would restart nothing the load can see")
+    return None
+
+
+def flag_warnings(args: argparse.Namespace, sc: Any) -> list[str]:
+    """Flag combinations that run but prove less than the user may think."""
+    out = []
+    warmup = min(sc.run.warmup_s, _duration(args, sc) / 2)
+    if args.target and not args.restart_cmd and sc.load.restart_at_s:
+        out.append("the scenario restarts the Reasoner (load.restart_at_s) but --target has no "
+                   "--restart-cmd: no restart, resends across a restart not exercised")
+    if args.target and args.chaos:
+        out.append("--chaos with --target: the chaos proxy goes in front of the target")
+    if args.workers_expected and (not args.target or args.chaos):
+        out.append("--workers-expected: the embedded servers and the chaos proxy listen on "
+                   "127.0.0.1 only; workers on other hosts need a --target they can reach "
+                   "(without --chaos)")
+    for t in restart_times(args, sc):
+        if t < warmup:
+            out.append(f"restart at {t:g} s falls inside the {warmup:g}-s warm-up, which the "
+                       "key figures drop (the verdict still sees it)")
+    if args.unsafe_bug:
+        out.append(f"TEST ONLY: the embedded Reasoner runs with planted bugs "
+                   f"({', '.join(args.unsafe_bug)}): this run must FAIL")
+    return out
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -107,16 +209,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         if is_retryable(c):
             print(f"rtalab: --unsafe-test-retry-code {c}: already retryable", file=sys.stderr)
             return EXIT_USAGE
-    if args.target and (args.crash_at or args.workers or args.dedup or args.dedup_mode
-                        or args.test_force_error):
-        print("rtalab: --crash-at/--workers/--dedup/--dedup-mode/--test-force-error need the "
-              "embedded Reasoner (no --target)", file=sys.stderr)
+    problem = check_flags(args, sc)
+    if problem:
+        print(f"rtalab: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    for warning in flag_warnings(args, sc):
+        print(f"rtalab load: warning: {warning}", file=sys.stderr)
     opts = RunOptions(
-        scenario=sc, target=args.target, binding=args.binding, processes=args.processes,
+        scenario=sc, target=args.target, binding=args.binding,
+        processes=args.workers_expected or args.processes,
+        master_bind=(args.master_bind or DEFAULT_MASTER_BIND) if args.workers_expected else None,
         duration_s=args.duration, drain_s=args.drain, chaos=args.chaos,
-        crash_at=tuple(args.crash_at), workers=args.workers, dedup=args.dedup,
-        dedup_mode=args.dedup_mode, results=Path(args.out), token=args.token,
+        crash_at=restart_times(args, sc),
+        restart_cmd=args.restart_cmd, unsafe_bugs=tuple(args.unsafe_bug), workers=args.workers,
+        dedup=args.dedup,
+        dedup_mode=args.dedup_mode, results=Path(args.out),
+        token=args.token[0] if args.token else None, tokens=tuple(args.token),
         no_reorder=args.no_reorder, unsafe_test_retry_codes=tuple(args.unsafe_test_retry_code),
         force_error_codes=tuple(args.test_force_error), witness_url=args.witness,
         argv=["rtalab", *getattr(args, "rtalab_argv", [])], quiet=args.quiet,
@@ -195,6 +303,18 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    """``rtalab load worker --master HOST:PORT``: one Locust worker of a master on another
+    host; the settings and the scenario come from the master, the ledger goes to it."""
+    from loadtests.loadrun.orchestrate import run_worker
+
+    host, port = args.master
+    run_dir, rc = run_worker(host, port, Path(args.out), quiet=args.quiet,
+                             timeout_s=args.timeout)
+    print(f"worker folder: {run_dir} (exit {rc})")
+    return rc
+
+
 def register(subparsers: Any) -> None:
     """Add ``load`` with ``run`` and ``bench`` to the root parser."""
     load = subparsers.add_parser("load", help="load-test a Reasoner with Locust Live users",
@@ -214,6 +334,19 @@ def register(subparsers: Any) -> None:
     summ.add_argument("run_dir", metavar="RUN_DIR",
                       help="a load-run folder whose ledger/ holds the gathered JSONL files")
     summ.set_defaults(func=cmd_summarize)
+    worker = sub.add_parser("worker", help="a Locust worker for a master on another host",
+                            description="Join the load run of 'rtalab load run ... "
+                                        "--workers-expected N --master-bind HOST:PORT' as one "
+                                        "of its N workers: settings and scenario come from the "
+                                        "master, the ledger rows go to it; this host keeps its "
+                                        "logs in its own run folder.")
+    worker.add_argument("--master", type=_hostport, required=True, metavar="HOST:PORT",
+                        help="the master's --master-bind address")
+    add_results_root(worker)
+    worker.add_argument("--timeout", type=non_negative, default=None, metavar="S",
+                        help="give up after S seconds (default: until the master ends the run)")
+    worker.add_argument("--quiet", action="store_true", help="no progress lines")
+    worker.set_defaults(func=cmd_worker)
     try:
         from loadtests.loadrun.bench import add_arguments, run_bench
     except ImportError:

@@ -60,6 +60,9 @@ from sim.scenario import Scenario
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "live" / "locustfile.py"
 TOKEN = "rtalab-load-token"
 PRINCIPAL = "load"
+# the embedded Reasoner knows two principals; calls alternate between them (pairs of calls,
+# so each principal sees both bindings): turnIds reused across principals are exercised
+TOKENS = {TOKEN: PRINCIPAL, f"{TOKEN}-2": f"{PRINCIPAL}-2"}
 EXIT_RULE_FAILED = 1
 
 
@@ -75,15 +78,19 @@ class RunOptions:
     target: str | None = None
     binding: str = "sse"
     processes: int = 1
+    master_bind: tuple[str, int] | None = None  # --workers-expected: workers on other hosts
     duration_s: float | None = None
     drain_s: float | None = None
     chaos: bool | None = None  # None: the proxy iff the scenario's [network] is not zero
-    crash_at: tuple[float, ...] = ()
+    crash_at: tuple[float, ...] = ()  # restart times (embedded: SIGKILL + restart)
+    restart_cmd: str | None = None  # with --target: the user's restart command
+    unsafe_bugs: tuple[str, ...] = ()  # TEST ONLY: planted bugs of the embedded Reasoner
     workers: int | None = None
     dedup: str | None = None
     dedup_mode: str | None = None
     results: Path = Path("results")
     token: str | None = None
+    tokens: tuple[str, ...] = ()  # --target: several --token, calls alternate principals
     no_reorder: bool = False
     unsafe_test_retry_codes: tuple[str, ...] = ()
     force_error_codes: tuple[str, ...] = ()
@@ -161,11 +168,15 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
                                log_path=logs / "witness.log", wait=False)
     st.procs.append(st.witness)
     dedup = opts.dedup or f"sqlite:///{run_dir / 'dedup.sqlite'}"
-    extra = ["--token", f"{TOKEN}={PRINCIPAL}", "--log-level", "warning"]
+    extra = ["--log-level", "warning"]
+    for tok, principal in TOKENS.items():
+        extra += ["--token", f"{tok}={principal}"]
     if opts.dedup_mode:
         extra += ["--dedup-mode", opts.dedup_mode]
     if opts.force_error_codes:
         extra.append("--test-hooks")
+    for bug in opts.unsafe_bugs:
+        extra += ["--unsafe-bug", bug]
     st.reasoner_args = dict(workers=opts.workers or 1, dedup=dedup, scenario=scenario_path,
                             witness=st.witness.url, extra_args=extra,
                             log_path=logs / "reasoner.log")
@@ -176,33 +187,72 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
         st.stop()
         raise
     target = st.reasoner.url
-    if use_chaos(opts):  # `rtalab chaos --listen ADDR --upstream URL --scenario FILE` (issue 10)
-        if not _chaos_available():
-            raise RunError("--chaos needs the chaos proxy (loadtests.chaos), not in this build")
-        from loadtests.chaos.procs import start_chaos
-
-        proxy = start_chaos(target, ledger=run_dir / "ledger" / "chaos.jsonl",
-                            scenario=scenario_path, log_path=logs / "chaos.log")
-        st.procs.append(proxy)
-        target = proxy.url
+    if use_chaos(opts):  # `rtalab chaos --listen ADDR --upstream URL --scenario FILE`
+        target = start_proxy(st, target, run_dir, scenario_path)
     return st, target, st.witness.url
 
 
-def record_restart(run_dir: Path, t: float, how: str) -> None:
-    """Append a restart of the server to ``ledger/restarts.jsonl`` (the checker classifies
-    executions of requests open across it as *in flight at a restart*)."""
-    with open(run_dir / "ledger" / "restarts.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps({"t": t, "how": how}) + "\n")
+def start_proxy(st: Stack, upstream: str, run_dir: Path, scenario_path: Path) -> str:
+    """The chaos proxy (``rtalab chaos --upstream URL --scenario FILE``) in front of
+    ``upstream`` (the embedded Reasoner or a --target); its URL."""
+    if not _chaos_available():
+        raise RunError("--chaos needs the chaos proxy (loadtests.chaos), not in this build")
+    from loadtests.chaos.procs import start_chaos
+
+    (run_dir / "logs").mkdir(exist_ok=True)
+    proxy = start_chaos(upstream, ledger=run_dir / "ledger" / "chaos.jsonl",
+                        scenario=scenario_path, log_path=run_dir / "logs" / "chaos.log",
+                        extra_args=["--start-file", str(run_dir / "ledger" / "clock.json")])
+    st.procs.append(proxy)
+    return proxy.url
 
 
-def crash_restart(st: Stack, run_dir: Path | None = None) -> None:
+def crash_restart(st: Stack) -> None:
     """SIGKILL the Reasoner's process group and start it again on the same port and store."""
     assert st.reasoner is not None
     port = st.reasoner.port
-    if run_dir is not None:
-        record_restart(run_dir, time.time(), "crash-at")
     st.reasoner.kill(signal.SIGKILL)
     st.reasoner = start_reasoner(port=port, **st.reasoner_args)
+
+
+RESTART_CMD_TIMEOUT_S = 120.0  # a restart command (e.g. a container restart) must end by then
+READY_TIMEOUT_S = 60.0  # and the target must answer its agent card again by then
+
+
+def restart(opts: RunOptions, st: Stack | None, target: str, run_dir: Path, at_s: float,
+            t0: float) -> dict[str, Any]:
+    """One scheduled restart (embedded: SIGKILL + restart; --target: ``--restart-cmd``, then
+    wait for the agent card); the row it adds to ``ledger/restarts.jsonl``."""
+    from loadtests.procs import url_ready
+
+    start = time.time()
+    # "t": when the server went away (the checker classifies requests open across it)
+    row: dict[str, Any] = {"t": start, "at_s": at_s, "start_s": start - t0, "start_unix": start}
+    if opts.target is None:
+        assert st is not None
+        crash_restart(st)
+        row.update(how="crash", command=None, exit_code=None, ready=True)
+    else:
+        assert opts.restart_cmd is not None
+        with open(run_dir / "logs" / "restart.log", "ab") as log:
+            log.write(f"--- {at_s:g} s: {opts.restart_cmd}\n".encode())
+            log.flush()
+            try:
+                code: int | None = subprocess.run(
+                    opts.restart_cmd, shell=True, stdout=log, stderr=subprocess.STDOUT,
+                    timeout=RESTART_CMD_TIMEOUT_S, check=False).returncode
+            except subprocess.TimeoutExpired:
+                code = None
+        deadline = time.time() + READY_TIMEOUT_S
+        ready = False
+        while not ready and time.time() < deadline:
+            ready = url_ready(f"{target}/.well-known/agent-card.json", timeout_s=1.0)
+        row.update(how="command", command=opts.restart_cmd, exit_code=code, ready=ready)
+    end = time.time()
+    row.update(end_s=end - t0, end_unix=end, took_s=end - start)
+    with open(run_dir / "ledger" / "restarts.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(row, separators=(",", ":")) + "\n")
+    return row
 
 
 def _locust_cmd(opts: RunOptions, target: str, locust_dir: Path, role: str,
@@ -216,14 +266,29 @@ def _locust_cmd(opts: RunOptions, target: str, locust_dir: Path, role: str,
             "--json-file", str(locust_dir / "locust"), "--html", str(locust_dir / "locust.html"),
             "--only-summary"]
     if role == "master":
-        cmd += ["--master", "--master-bind-host", LOCALHOST, "--master-bind-port",
-                str(master_port), "--expect-workers", str(n)]
+        host, port = opts.master_bind or (LOCALHOST, master_port)
+        cmd += ["--master", "--master-bind-host", host, "--master-bind-port", str(port),
+                "--expect-workers", str(n)]
+        if opts.master_bind:  # remote workers: give up if they do not all come
+            cmd += ["--expect-workers-max-wait", str(REMOTE_WORKERS_WAIT_S)]
     return cmd
 
 
+REMOTE_WORKERS_WAIT_S = 300  # a master waits this long for its remote workers
+
+
+def read_clock(path: Path) -> float | None:
+    """The load's start (``ledger/clock.json`` ``t0``), None until Locust has written it."""
+    try:
+        return float(json.loads(path.read_text(encoding="utf-8"))["t0"])
+    except (OSError, ValueError, KeyError):  # not there yet, or caught half-written
+        return None
+
+
 def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: Path,
-               st: Stack | None, t_limit_s: float) -> int:
-    """Run Locust (local, or master + workers) to its end; crash the Reasoner on schedule."""
+               st: Stack | None, t_limit_s: float, restart_url: str | None = None) -> int:
+    """Run Locust (local, or master + workers) to its end; restart the Reasoner on schedule
+    (``restart_url``: where a --target answers again after its restart command)."""
     locust_dir = run_dir / "locust"
     locust_dir.mkdir(exist_ok=True)
     settings_path = run_dir / "ledger" / "settings.json"
@@ -236,14 +301,15 @@ def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: P
     files = []
     try:
         master_port = free_port()
-        role = "master" if opts.processes > 1 else "local"
+        role = "master" if opts.processes > 1 or opts.master_bind else "local"
         log = open(logs / "locust-master.log", "wb")  # noqa: SIM115 - closed in finally
         files.append(log)
         main = subprocess.Popen(_locust_cmd(opts, target, locust_dir, role, master_port),
                                 env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=_pdeathsig_preexec())
         children.append(main)
-        for i in range(opts.processes if role == "master" else 0):
+        local_workers = opts.processes if role == "master" and not opts.master_bind else 0
+        for i in range(local_workers):
             wlog = open(logs / f"locust-worker{i}.log", "wb")  # noqa: SIM115 - closed below
             files.append(wlog)
             children.append(subprocess.Popen(
@@ -251,19 +317,18 @@ def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: P
                 stdout=wlog, stderr=subprocess.STDOUT, start_new_session=True,
                 preexec_fn=_pdeathsig_preexec()))
         clock = run_dir / "ledger" / "clock.json"
-        crashes = sorted(opts.crash_at)
+        restarts = sorted(opts.crash_at)
         t_start = time.time()
         while main.poll() is None:
             if time.time() - t_start > t_limit_s:
                 raise RunError(f"Locust did not finish within {t_limit_s:.0f} s "
                                f"(see {logs / 'locust-master.log'})")
-            if crashes and clock.exists() and st is not None:
-                t0 = json.loads(clock.read_text(encoding="utf-8"))["t0"]
-                if time.time() - t0 >= crashes[0]:
-                    crashes.pop(0)
-                    crash_restart(st, run_dir)
-                    _say(opts, f"rtalab load: crashed and restarted the Reasoner at "
-                               f"{time.time() - t0:.1f} s")
+            t0 = read_clock(clock) if restarts else None
+            if t0 is not None and restarts and time.time() - t0 >= restarts[0]:
+                row = restart(opts, st, restart_url or target, run_dir, restarts.pop(0), t0)
+                _say(opts, f"rtalab load: restarted the Reasoner ({row['how']}) at "
+                           f"{row['start_s']:.1f} s, answering again after "
+                           f"{row['took_s']:.1f} s")
             time.sleep(0.05)  # polling the child with a bounded deadline
         main_exit_s = time.time()
         reap_by = time.time() + 2.0  # the master told them to quit; their ledger is gathered
@@ -323,6 +388,46 @@ def signals_interrupt() -> Any:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+def run_worker(master_host: str, master_port: int, results: Path, quiet: bool = False,
+                timeout_s: float | None = None) -> tuple[Path, int]:
+    """``rtalab load worker``: a Locust worker of a remote master, in its own process group,
+    with its own run folder (``results/<UTC>-load-worker-<host>-s0``: the settings and
+    scenario it received, its log); its exit code."""
+    import socket
+
+    from loadtests.live.config import WORKER_DIR_ENV
+
+    run_dir = new_run_dir(results, kind="load-worker", scenario_name=socket.gethostname(),
+                          seed=0)
+    (run_dir / "logs").mkdir()
+    env = dict(os.environ, **{WORKER_DIR_ENV: str(run_dir)})
+    env.pop(ENV, None)
+    env.pop("PYTEST_CURRENT_TEST", None)
+    cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker", "--master-host",
+           master_host, "--master-port", str(master_port), "--loglevel", "WARNING"]
+    if not quiet:
+        print(f"rtalab load worker: joining {master_host}:{master_port} (log "
+              f"{run_dir / 'logs' / 'locust-worker.log'})", file=sys.stderr, flush=True)
+    with open(run_dir / "logs" / "locust-worker.log", "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=_pdeathsig_preexec())
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            rc = EXIT_RULE_FAILED
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+    return run_dir, rc
 
 
 def fetch_json(url: str, timeout_s: float = 10.0) -> Any:
@@ -451,6 +556,8 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
                                "processes": opts.processes, "chaos": chaos,
                                "network": "chaos-proxy" if chaos else "real-loopback",
                                "crash_at": list(opts.crash_at), "duration_s": duration,
+                               "restart_cmd": opts.restart_cmd,
+                               "unsafe_bugs": list(opts.unsafe_bugs),
                                "slo": list(opts.slo)})
     start_run(run_dir, sc, meta)
     led_dir = run_dir / "ledger"
@@ -466,27 +573,34 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
         if opts.target is None:
             _say(opts, "rtalab load: starting witness and Reasoner ...")
             st, target, witness_url = start_stack(opts, run_dir, scenario_path)
-            token = TOKEN
+            token, tokens = TOKEN, tuple(TOKENS)
         else:
-            target, token = opts.target.rstrip("/"), opts.token
+            target, token, tokens = opts.target.rstrip("/"), opts.token, opts.tokens
+            if use_chaos(opts):
+                st = Stack()
+                target = start_proxy(st, target, run_dir, scenario_path)
         witness_since = witness_position(witness_url) if witness_url else 0
         settings = LoadSettings(
             run_dir=str(run_dir), run_id=uuid.uuid4().hex[:8], scenario_path=str(scenario_path),
             binding=opts.binding, duration_s=duration, drain_s=drain, processes=opts.processes,
-            seed=sc.run.seed, token=token, reorder=not opts.no_reorder,
+            seed=sc.run.seed, token=token, tokens=tokens, reorder=not opts.no_reorder,
             unsafe_test_retry_codes=opts.unsafe_test_retry_codes,
             force_error_codes=opts.force_error_codes)
         _say(opts, f"rtalab load: {opts.binding} Live users, {opts.processes} process(es), "
                    f"{duration:g} s + drain ≤ {drain:g} s against {target}; network: "
                    + ("[network] by the chaos proxy" if chaos else "real loopback"
                       + ("" if network_is_zero(sc) else " ([network] NOT applied)")))
-        server_url = st.reasoner.url if st is not None and st.reasoner else target
+        # the proxy (if any) sits in front of a --target: /metrics is the target's own
+        server_url = st.reasoner.url if st is not None and st.reasoner else (
+            opts.target or target)
         # a server reused across runs counts from its start: this run's share is the difference
         before = save_server_metrics(server_url, led_dir / "server_metrics_before.json") \
             if opts.target else None
-        rc = run_locust(opts, settings, target, run_dir, st, duration + drain + 180.0)
+        rc = run_locust(opts, settings, target, run_dir, st, duration + drain + 180.0,
+                        restart_url=opts.target)
         marks["locust_end"] = time.time()
         led = run_dir / "ledger"
+        meta["timeline"] = timeline(led)
         if not (led / "clock.json").exists():
             tail = (run_dir / "logs" / "locust-master.log").read_text(
                 encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
@@ -565,6 +679,19 @@ def overhead(run_dir: Path, t_begin: float, marks: dict[str, float]) -> dict[str
     return {"total_s": round(total, 3), "load_s": round(load_s, 3),
             "overhead_s": round(total - load_s, 3),
             "parts": {k: round(v, 3) for k, v in parts.items()}}
+
+
+def timeline(led: Path) -> list[dict[str, Any]]:
+    """The run's timeline for ``meta.json``: load start, restarts, stop (seconds since t0)."""
+    from loadtests.loadrun.tables import read_jsonl
+
+    out: list[dict[str, Any]] = []
+    if (led / "clock.json").exists():
+        out.append({"t_s": 0.0, "event": "load-start"})
+    if (led / "restarts.jsonl").exists():
+        out += [{"t_s": r["start_s"], "event": f"restart ({r['how']})", "took_s": r["took_s"],
+                 "ready": r["ready"]} for r in read_jsonl(led / "restarts.jsonl")]
+    return out
 
 
 def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: float,

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp
 
-from loadtests.reasoner import metrics
+from loadtests.reasoner import metrics, unsafe
 from loadtests.reasoner.auth import BearerAuth
 from loadtests.reasoner.bodylimit import BodyLimit, RestBodyCheck
 from loadtests.reasoner.card import build_card
@@ -68,9 +68,11 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
 
     async def healthz(request: Request) -> JSONResponse:
         """GET /healthz: liveness plus a few gauges of this worker."""
-        return JSONResponse({"status": "ok", "pid": os.getpid(), "dedup": rt.store.name,
-                             "mode": rt.cfg.dedup, "tasks": len(task_store),
-                             "inFlight": rt.in_flight})
+        body = {"status": "ok", "pid": os.getpid(), "dedup": rt.store.name,
+                "mode": rt.cfg.dedup, "tasks": len(task_store), "inFlight": rt.in_flight}
+        if settings.unsafe_bugs:
+            body["unsafeBugs"] = list(settings.unsafe_bugs)
+        return JSONResponse(body)
 
     routes: list[BaseRoute] = [
         Route("/", dispatcher.handle_requests, methods=["POST"]),
@@ -88,6 +90,8 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
         purge = asyncio.create_task(_purge_loop(rt))
         log.info("reasoner worker ready dedup=%s mode=%s auth=%s", rt.store.name, rt.cfg.dedup,
                  "on" if settings.tokens else "off")
+        if settings.unsafe_bugs:
+            log.warning(unsafe.banner(settings.unsafe_bugs))
         try:
             yield
         finally:
@@ -99,7 +103,8 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
     app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
     app = ExtensionEcho(app, settings.ext_uri)
     app = RestBodyCheck(app)
-    app = BearerAuth(app, settings.tokens, rt.keys, public_paths=PUBLIC_PATHS)
+    app = BearerAuth(app, unsafe.tokens(settings.tokens, settings.unsafe_bugs), rt.keys,
+                     public_paths=PUBLIC_PATHS)
     return BodyLimit(app, rt.bounds.body_bytes)
 
 

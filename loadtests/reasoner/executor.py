@@ -31,7 +31,7 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.types import Task, TaskState
 
-from loadtests.reasoner import metrics
+from loadtests.reasoner import metrics, unsafe
 from loadtests.reasoner.capacity import QueueFull, QueueTimeout
 from loadtests.reasoner.idempotency import (
     PROGRESS_OF_RESULT,
@@ -284,7 +284,7 @@ class ReasonerExecutor(AgentExecutor):
         if code:
             await emit(self._failure(f, code))
             return
-        if req.handoff:
+        if req.handoff and unsafe.pauses(rt.settings.unsafe_bugs):
             if req.directives is not None and "handoff" not in req.directives:
                 await emit(self._failure(f, ErrorCode.UNSUPPORTED_DIRECTIVE.value))
                 return

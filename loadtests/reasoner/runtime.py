@@ -10,6 +10,7 @@ import numpy as np
 
 from loadtests.dedup import open_store
 from loadtests.dedup.base import DedupStore
+from loadtests.reasoner import unsafe
 from loadtests.reasoner.capacity import Capacity, RemoteCapacity
 from loadtests.reasoner.idempotency import Idempotency
 from loadtests.reasoner.intake import Bounds
@@ -70,7 +71,8 @@ def build_runtime(settings: ServerSettings, scenario: Scenario | None = None) ->
     scenario = scenario or load_config(settings)
     cfg = scenario.reasoner
     rng = np.random.default_rng(np.random.SeedSequence([scenario.run.seed, os.getpid()]))
-    store = open_store(settings.store_url, cfg.dedup_window_s)
+    store = open_store(unsafe.store_url(settings.store_url, settings.unsafe_bugs),
+                       cfg.dedup_window_s)
     http = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=512)) \
         if settings.witness else None
     rate = (KeyedTokenBucket(cfg.context_rate_per_s, cfg.context_burst)
@@ -78,7 +80,8 @@ def build_runtime(settings: ServerSettings, scenario: Scenario | None = None) ->
     return Runtime(
         settings=settings, cfg=cfg, workload=scenario.workload, keys=Keys(settings.ext_uri),
         bounds=Bounds(), rng=rng, store=store,
-        idem=Idempotency(store, cfg.dedup, wait_s=settings.dedup_wait_s),
+        idem=unsafe.idempotency_class(settings.unsafe_bugs)(store, cfg.dedup,
+                                                            wait_s=settings.dedup_wait_s),
         sessions=SessionRegistry(store, ttl_s=settings.session_ttl_s),
         rate=rate, capacity=(RemoteCapacity(settings.capacity_socket, cfg.workers)
                              if settings.capacity_socket else

@@ -46,6 +46,7 @@ class ServerSettings:
     idle_timeout_s: float = 5.0
     max_connections: int = 0
     max_connections_per_client: int = 0
+    unsafe_bugs: tuple[str, ...] = ()  # TEST ONLY: planted bugs (loadtests/reasoner/unsafe.py)
 
     @property
     def store_url(self) -> str:
@@ -64,4 +65,5 @@ class ServerSettings:
             return cls()
         data = json.loads(raw)
         data["overrides"] = tuple(data.get("overrides", ()))
+        data["unsafe_bugs"] = tuple(data.get("unsafe_bugs", ()))
         return cls(**data)

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -242,7 +243,7 @@ class Witness:
     async def healthz(self, request: Request) -> Response:
         """``GET /healthz``."""
         return JSONResponse({"ok": True, "testHooks": self.test_hooks,
-                             "pending": len(self.pending)})
+                             "pending": len(self.pending), "pid": os.getpid()})
 
     async def reset(self, request: Request) -> Response:
         """``POST /reset`` (test hooks): cancel pending work, empty the ledger, restore faults."""

@@ -80,7 +80,18 @@ def test_clean_ledger_passes_every_rule(tmp_path: Path, led: Ledger) -> None:
     assert 0 < v.stats["duplicates_absorbed"] == v.stats["duplicates_of_side_effect_requests"]
     written = json.loads((tmp_path / "verdict.json").read_text())
     assert written["ok"] is True and len(written["rules"]) == len(names)
-    assert written["verdict"] == "PASS" and written["coverage"] is None
+    assert written["verdict"] == "PASS"
+    # the coverage section: the synthetic ledger copies completed side-effect requests
+    # (same requestGuid) 1 ms after the original, while it runs; no restart, proxy, resend
+    # after the answer, per-call turnIds or continuation
+    cover = {c["name"]: (c["status"], c["count"]) for c in written["coverage"]}
+    assert list(cover) == ["duplicate-while-running", "resend-after-completion",
+                           "resend-across-restart", "turn-id-reused", "continuation-twice",
+                           "reordering", "outage", "restart", "non-retryable", "rate-limited"]
+    assert cover["duplicate-while-running"][0] == "exercised"
+    for name in ("resend-after-completion", "resend-across-restart", "turn-id-reused",
+                 "continuation-twice", "outage", "restart"):
+        assert cover[name] == ("not exercised", 0), name
     assert "verdict: PASS" in (tmp_path / "verdict.txt").read_text()
 
 
@@ -148,11 +159,32 @@ def plant_retry_after(led: Ledger) -> None:
     a.loc[i, ["error_code", "retry_after_ms"]] = ["rate-limited", 800.0]
 
 
+def plant_continuation_twice(led: Ledger) -> None:
+    """A continuation and its ``continuation-dup`` copy (own requestGuid) both executed."""
+    a, w = led["attempts"], led["witness"]
+    guid = side_effect_turn(led)["requestGuid"]
+    i = a.index[(a["request_guid"] == guid) & (a["injected"] == "")][0]
+    a.loc[i, "phase"] = "continuation"
+    copy = a.loc[[i]].assign(request_guid=f"{guid}-cdup", injected="continuation-dup",
+                             task_id="task-paused")
+    a["task_id"] = a["task_id"].astype(object) if "task_id" in a else None
+    a.loc[i, "task_id"] = "task-paused"
+    led["attempts"] = pd.concat([a, copy], ignore_index=True)
+    run = w.loc[w["requestGuid"] == guid].assign(id=int(w["id"].max()) + 1,
+                                                 requestGuid=f"{guid}-cdup")
+    led["witness"] = pd.concat([w, run], ignore_index=True)
 def plant_task_id_dropped(led: Ledger) -> None:
     a = led["attempts"]
     i = a.index[a["outcome"] == "failed"][0]  # retried once, 0.5 s later, in the same phase
     a.loc[i, ["outcome", "error_code", "task_id_learned"]] = ["timeout", "upstream-timeout",
                                                                "task-known"]
+
+
+def plant_cross_session(led: Ledger) -> None:
+    """An attempt answered with another call's session (its events carry that contextId)."""
+    a = led["attempts"]
+    a.loc[9, "context_id_learned"] = a.loc[a["call_id"] != a.loc[9, "call_id"],
+                                           "context_id"].iloc[0]
 
 
 PLANTS: dict[str, Callable[[Ledger], None]] = {
@@ -161,6 +193,8 @@ PLANTS: dict[str, Callable[[Ledger], None]] = {
     "retried-non-retryable": plant_non_retryable, "retry-limit": plant_retry_limit,
     "retry-after": plant_retry_after,
     "extension-echo": plant_echo, "sequence-id": plant_sequence_id,
+    "continuation-answered-twice": plant_continuation_twice,
+    "cross-session-answer": plant_cross_session,
     "task-id-kept": plant_task_id_dropped,
 }
 
@@ -197,8 +231,11 @@ def plant_reexecuted(led: Ledger) -> None:
 
 
 def plant_session(led: Ledger) -> None:
+    """A first message sent without contextId (server-minted sessions) opened a second one.
+    (With a client-minted contextId an answer in another session is cross-session-answer.)"""
     a = led["attempts"]
-    a.loc[a.index[a["call_id"] == "c3"][0], "context_id_learned"] = "ctx-second-session"
+    i = a.index[a["call_id"] == "c3"][0]
+    a.loc[i, ["context_id", "context_id_learned"]] = [None, "ctx-second-session"]
 
 
 HAZARD_PLANTS = {"ghost-success": plant_ghost, "turn-re-executed": plant_reexecuted,
@@ -361,3 +398,20 @@ def test_several_values_matches_pandas_nunique() -> None:
         v = pd.Series(rng.choice(vals, n), dtype=object)
         nu = pd.DataFrame({"k": k, "v": v}).dropna().groupby("k")["v"].nunique()
         assert list(_several_values(k, v)) == list(nu.index[nu.to_numpy() > 1])
+
+
+@pytest.mark.parametrize("degraded", [True, False])
+def test_a_degraded_call_is_neither_lost_nor_unexpected(tmp_path: Path, led: Ledger,
+                                                        degraded: bool) -> None:
+    """A call that fell back to core A2A sends no rta/* ids: its tool call reaches the witness
+    without requestGuid/interactionId.  Not judged when the call was degraded (every
+    attempt ``active: false``); the same rows from an active call fail lost and unexpected."""
+    w, a = led["witness"], led["attempts"]
+    row = side_effect_turn(led)
+    turn = a["interaction_id"] == row["interactionId"]
+    if degraded:
+        a.loc[turn, "active"] = False
+    i = w.index[w["requestGuid"] == row["requestGuid"]][0]
+    w.loc[i, ["requestGuid", "interactionId", "turnId"]] = [None, None, None]
+    v = judge(tmp_path, led)
+    assert failed(v) == (set() if degraded else {"lost", "unexpected"})

@@ -181,3 +181,18 @@ def test_reasoner_command() -> None:
                    "8123", "--workers", "2", "--dedup", "sqlite:///tmp/d.db", "--scenario",
                    "baseline", "--witness", "http://127.0.0.1:9/", "--test-hooks"]
     assert reasoner_command(port=1)[-2:] == ["--workers", "1"]
+
+
+def test_a_server_that_lost_its_port_is_never_taken_for_ready(tmp_path):
+    """Another witness already answers on the port: the new one must not count as ready
+    (it dies with 'address in use'), though the port's /healthz answers."""
+    from loadtests.procs import ProcessError, start_reasoner, start_witness
+
+    with start_witness(tmp_path / "a.sqlite") as first:
+        with pytest.raises(ProcessError):
+            start_witness(tmp_path / "b.sqlite", port=first.port, timeout_s=20)
+        assert first.alive()
+    with start_reasoner(dedup="memory") as first:
+        with pytest.raises(ProcessError):
+            start_reasoner(port=first.port, dedup="memory", timeout_s=30)
+        assert first.alive()

@@ -264,7 +264,7 @@ def test_ledger_survives_sigkill_and_restart_and_reset_needs_hooks(tmp_path: Pat
         r = HTTP.post(f"{w.url}/reset")
         assert r.status_code == 404 and "--test-hooks" in r.json()["error"]
         health = HTTP.get(f"{w.url}/healthz").json()
-        assert health == {"ok": True, "testHooks": False, "pending": 0}
+        assert health == {"ok": True, "testHooks": False, "pending": 0, "pid": w.pid}
         w.kill()
     assert w.returncode == -9
     with start_witness(db, log_path=tmp_path / "w2.log") as w:

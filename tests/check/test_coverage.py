@@ -1,0 +1,100 @@
+"""The coverage section on a hand-written ledger: every count written out, one case per row."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from loadtests.check.coverage import coverage
+
+
+def _attempt(guid: str, send: float, end: float, outcome: str = "completed", injected: str = "",
+             call: str = "c1", turn: int = 0, turn_id: str = "t-1", side: bool = True,
+             phase: str = "initial", attempt: int = 1, task: str | None = None,
+             code: str | None = None) -> dict:
+    return {"request_guid": guid, "send_s": send, "end_s": end, "outcome": outcome,
+            "injected": injected, "inj": injected != "", "call_id": call, "turn_index": turn,
+            "turn_id": turn_id, "side_effect": side, "phase": phase, "attempt": attempt,
+            "task_id": task, "error_code": code}
+
+
+RESTART = pd.DataFrame({"start_unix": [100.0], "end_unix": [102.0]})
+
+
+def _counts(rows: list[dict], chaos: pd.DataFrame | None = None, witness: bool = True,
+            restarts: pd.DataFrame = RESTART, reordered: int = 0) -> dict[str, tuple[str, int]]:
+    got = coverage(pd.DataFrame(rows), chaos, witness, restarts, reordered)
+    return {e.name: (e.status, e.count) for e in got}
+
+
+def test_each_copy_counts_in_exactly_its_class():
+    rows = [
+        _attempt("g1", 10.0, 11.0), _attempt("g1", 10.5, 11.2, injected="concurrent"),
+        _attempt("g2", 20.0, 21.0, call="c2"), _attempt("g2", 23.0, 23.5, "completed",
+                                                        injected="resend", call="c2"),
+        _attempt("g3", 99.0, 99.5, call="c3"), _attempt("g3", 103.0, 103.2,
+                                                        injected="resend", call="c3"),
+        # cut off by the restart, resent after it: across
+        _attempt("g4", 99.8, 100.5, "response-lost", call="c4", turn_id="t-2"),
+        _attempt("g4", 104.0, 104.1, injected="resend", call="c4", turn_id="t-2"),
+        # refused (never executed): no class counts its copy
+        _attempt("g5", 30.0, 30.1, "failed", call="c5", turn_id="t-3", code="auth"),
+        _attempt("g5", 30.05, 30.2, "failed", injected="concurrent", call="c5",
+                 turn_id="t-3", code="auth"),
+        # a copy without a side effect: invisible to the witness, not counted
+        _attempt("g6", 40.0, 41.0, call="c6", turn_id="t-4", side=False),
+        _attempt("g6", 40.1, 41.0, injected="concurrent", call="c6", turn_id="t-4",
+                 side=False),
+    ]
+    c = _counts(rows)
+    assert c["duplicate-while-running"] == ("exercised", 1)        # g1
+    assert c["resend-after-completion"] == ("exercised", 1)        # g2
+    assert c["resend-across-restart"] == ("exercised", 2)          # g3, g4
+    assert c["restart"] == ("exercised", 1)
+    assert c["non-retryable"] == ("exercised", 1)                  # g5 (its copy is injected)
+    # t-1 completed in calls c1, c2 and c3 (side effect): three turns share it
+    assert c["turn-id-reused"] == ("exercised", 3)
+    for name in ("continuation-twice", "reordering", "outage", "rate-limited"):
+        assert c[name] == ("not exercised", 0), name
+
+
+def test_proxy_duplicates_continuations_outages_and_no_witness():
+    rows = [
+        _attempt("g1", 10.0, 11.0), _attempt("g2", 20.0, 20.2, call="c2", turn_id="t-9"),
+        _attempt("k1", 30.0, 30.5, phase="continuation", task="task-1", call="c3",
+                 turn_id="t-5"),
+        _attempt("k2", 30.0, 30.6, "completed", injected="continuation-dup", phase="continuation",
+                 task="task-1", call="c3", turn_id="t-5"),
+        # a continuation copy without a taskId (a new task after FAILED) is no continuation
+        _attempt("k3", 40.0, 40.5, phase="continuation", call="c4", turn_id="t-6"),
+        _attempt("k4", 40.0, 40.5, injected="continuation-dup", phase="continuation",
+                 call="c4", turn_id="t-6"),
+        _attempt("r1", 50.0, 50.3, "failed", call="c5", turn_id="t-7", code="rate-limited"),
+    ]
+    chaos = pd.DataFrame({"kind": ["duplicate", "duplicate", "blackhole", "swallowed",
+                                   "outage-start", "reorder"],
+                          "request_guid": ["g1", "g2", "", "", "", "g1"],
+                          "delay_s": [0.05, 0.5, None, None, None, None]})
+    c = _counts(rows, chaos, reordered=2, restarts=RESTART.iloc[0:0])
+    assert c["duplicate-while-running"] == ("exercised", 1)   # g1: 0.05 s into a 1-s request
+    assert c["resend-after-completion"] == ("exercised", 1)   # g2: 0.5 s after a 0.2-s one
+    assert c["continuation-twice"] == ("exercised", 1)        # k2 only
+    assert c["outage"] == ("exercised", 2)
+    assert c["reordering"] == ("exercised", 2)
+    assert c["rate-limited"] == ("exercised", 1)
+    assert c["restart"] == ("not exercised", 0)
+    blind = _counts(rows, chaos, witness=False, reordered=2, restarts=RESTART.iloc[0:0])
+    for name in ("duplicate-while-running", "resend-after-completion", "resend-across-restart",
+                 "turn-id-reused", "continuation-twice"):
+        assert blind[name] == ("not observable", 0), name
+    assert blind["outage"] == ("exercised", 2)
+
+
+def test_turns_in_flight_during_a_restart_are_not_judged_for_availability():
+    from loadtests.check.coverage import turns_across_restarts
+
+    rows = [_attempt("a", 95.0, 99.0), _attempt("b", 99.0, 100.5),      # before / into it
+            _attempt("c", 101.0, 101.2), _attempt("d", 102.5, 103.0),   # during / after
+            _attempt("e", 90.0, 99.5, injected="resend")]              # a copy: not its turn's
+    a = pd.DataFrame(rows).assign(tkey=[0, 1, 2, 3, 4])
+    assert turns_across_restarts(a, 5, RESTART).tolist() == [False, True, True, False, False]
+    assert turns_across_restarts(a, 5, RESTART.iloc[0:0]).tolist() == [False] * 5
