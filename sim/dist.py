@@ -27,6 +27,7 @@ All randomness comes from the ``numpy.random.Generator`` passed in; nothing here
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -434,7 +435,7 @@ def _histogram(spec: dict) -> Histogram:
         raise DistError("'le' may hold \"+Inf\" only as its last bound")
     if finite[0] < 0:
         raise DistError(f"'le' bounds must be >= 0, got {le[0]!r}")
-    if any(b <= a for a, b in zip(finite, finite[1:], strict=False)):
+    if any(b <= a for a, b in itertools.pairwise(finite)):
         raise DistError(f"'le' bounds must increase strictly, got {le}")
     if not isinstance(counts, list) or len(counts) != len(bounds):
         raise DistError(f"'counts' must list one cumulative count per 'le' bound ({len(bounds)})")
@@ -443,7 +444,7 @@ def _histogram(spec: dict) -> Histogram:
         if isinstance(c, bool) or not isinstance(c, int | float) or not math.isfinite(c) or c < 0:
             raise DistError(f"'counts' must hold finite numbers >= 0, got {c!r}")
         cum.append(float(c))
-    if any(b < a for a, b in zip(cum, cum[1:], strict=False)):
+    if any(b < a for a, b in itertools.pairwise(cum)):
         raise DistError(f"'counts' must be cumulative (non-decreasing), got {counts}")
     if cum[-1] <= 0:
         raise DistError("'counts' must end with a total > 0")

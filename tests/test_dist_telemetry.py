@@ -98,12 +98,13 @@ def test_empirical_from_samples_file_relative_to_scenario(suffix: str, tmp_path:
 def test_histogram_round_trips_through_toml() -> None:
     s = from_dict({"reasoner": {"reasoning_time_s": BUCKETS}})
     text = dumps(s)
-    assert 'le = [ 0.1, 0.5, 1.0, 2.5, "+Inf",]' in text.replace("\n", "") or "+Inf" in text
+    assert '"+Inf"' in text
     assert from_dict(tomllib.loads(text)) == s
     assert isinstance(s.reasoner.reasoning_time_s, Histogram)
     # TOML's own inf is accepted too
-    s2 = from_dict(tomllib.loads('[reasoner]\nreasoning_time_s = { dist = "histogram", '
-                                 'le = [0.1, 0.5, 1, 2.5, inf], counts = [12, 340, 810, 990, 1000] }'))
+    s2 = from_dict(tomllib.loads(
+        '[reasoner]\nreasoning_time_s = { dist = "histogram", '
+        'le = [0.1, 0.5, 1, 2.5, inf], counts = [12, 340, 810, 990, 1000] }'))
     assert s2 == s
 
 
