@@ -51,7 +51,7 @@ import gevent
 import numpy as np
 
 from loadtests.live.playback import Playback
-from loadtests.live.wire import Event, Ids, parse_event, streaming_request
+from loadtests.live.wire import TIMING_COLUMNS, Event, Ids, parse_event, streaming_request
 from sim.model.rand import sampler
 from sim.policy import Escalation, RetryBudget, RetryPolicy, make_budget
 from sim.policy.codes import ErrorCode, is_retryable
@@ -62,6 +62,8 @@ _TOLD = {"completed": "success", "failed": "failure"}  # what the caller was tol
 NAN = float("nan")
 TEXT = "what is my balance"
 UNIFORM_BLOCK = 64  # share draws per numpy call (Call._uniform)
+# the Reasoner's per-turn timings (docs/load.md): empty until a stream-end event carries them
+_NO_TIMING: dict[str, None] = dict.fromkeys(column for _, column in TIMING_COLUMNS)
 
 
 class StreamBroken(Exception):
@@ -196,6 +198,13 @@ _BASE = uuid.uuid4().hex[:12]  # unique per process; ids are this plus a counter
 _COUNTER = itertools.count()
 
 
+def _timing_of(row: dict[str, Any] | None) -> dict[str, Any]:
+    """The server timing columns of the attempt that ended a turn (empty if none)."""
+    if row is None:
+        return _NO_TIMING
+    return {column: row.get(column) for _, column in TIMING_COLUMNS}
+
+
 def _id(prefix: str) -> str:
     """A fresh identifier, unique across processes and runs."""
     return f"{prefix}-{_BASE}{next(_COUNTER):x}"
@@ -222,6 +231,7 @@ class _Turn:
     barge_in_s: float | None = None
     next_seq: float | None = None  # where the task's sequenceIds go on (continuation)
     sends: dict[str, int] = field(default_factory=dict)  # requestGuid -> times sent
+    last_row: dict[str, Any] | None = None  # the attempt row of the turn's latest attempt
 
 
 @dataclass(slots=True)
@@ -383,7 +393,8 @@ class Call:
             "ttfc_s": None if math.isnan(ttfc) else ttfc,
             "completion_s": None if math.isnan(completion) else completion,
             "handoff_wait_s": t.handoff_wait_s,
-            "told_caller": told, "forced_error": t.force_error})
+            "told_caller": told, "forced_error": t.force_error,
+            **_timing_of(t.last_row)})
         self._turn = None
 
     def _flush_unfinished(self) -> None:
@@ -404,7 +415,7 @@ class Call:
                 "outcome": "unfinished", "end_reason": "end-of-run", "error_code": None,
                 "attempts": t.attempts, "retries": t.attempts - t.first_sends, "ttfc_s": None,
                 "completion_s": None, "handoff_wait_s": t.handoff_wait_s, "told_caller": "none",
-                "forced_error": t.force_error})
+                "forced_error": t.force_error, **_NO_TIMING})
             self._turn = None
 
     # ------------------------------------------------------------------ one phase
@@ -492,7 +503,7 @@ class Call:
                                          extra_meta=extra)
             self._spawn_copy(t, dup_ids, dup_body, "continuation-dup", side, dup_rpc)
         res = self._exchange(t, ids, rpc_id, body, row, main=True)
-        self._last_row = row
+        self._last_row = t.last_row = row
         if res.outcome in ("completed", "input-required", "cancelled"):
             self._commit_attempt()
         if load.resend_share > 0 and self._uniform() < load.resend_share:
@@ -519,7 +530,7 @@ class Call:
             "error_code": None, "retry_after_ms": None, "decision": None,
             "echo": False, "events": 0, "events_without_seq": 0, "order_violations": 0,
             "http_status": None, "server_worker": None, "active": self.active,
-            "forced_error": t.force_error}
+            "forced_error": t.force_error, **_NO_TIMING}
 
     def _spawn_copy(self, t: _Turn, ids: Ids, body: bytes, injected: str, side: bool,
                     rpc_id: str | None = None) -> None:
@@ -662,6 +673,8 @@ class Call:
         res = _Result(outcome, end_s, first_chunk_s=pb.first_chunk_s,
                       timeout=outcome in ("timeout", "total-timeout", "response-lost"))
         if end_ev is not None:
+            if end_ev.timing:
+                row.update(end_ev.timing)
             res.state = end_ev.state
             st = end_ev.state
             if st == "TASK_STATE_COMPLETED":

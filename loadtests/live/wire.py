@@ -135,7 +135,7 @@ class Event:
     """
 
     __slots__ = ("context_id", "directive", "ends_stream", "error_code", "is_output", "kind",
-                 "retry_after_ms", "sequence_id", "state", "task_id")
+                 "retry_after_ms", "sequence_id", "state", "task_id", "timing")
 
     def __init__(self, kind: str, state: str | None = None, sequence_id: float | None = None,
                  task_id: str | None = None, context_id: str | None = None,
@@ -151,6 +151,7 @@ class Event:
         self.directive = directive
         self.ends_stream = ends = kind == "error" or state in STREAM_END_STATES
         self.is_output = ends or directive or kind == "artifact"
+        self.timing: dict[str, float] | None = None  # server timings of a stream's end event
 
     def __repr__(self) -> str:
         return "Event(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in _EVENT_FIELDS) + ")"
@@ -192,6 +193,28 @@ def _num(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
     return float(v)
+
+
+# The Reasoner's per-turn timings (docs/reasoner.md "Per-turn timings"): metadata key name
+# (milliseconds, under the extension URI) -> ledger column (seconds).  A server that does not
+# send them leaves the columns empty.
+TIMING_COLUMNS: Final = (("serverIntakeMs", "server_intake_s"),
+                         ("serverQueueWaitMs", "server_queue_wait_s"),
+                         ("serverServiceMs", "server_service_s"),
+                         ("serverFirstChunkDelayMs", "server_first_chunk_delay_s"))
+
+
+def read_timing(meta: dict[str, Any], ext_uri: str) -> dict[str, float] | None:
+    """The timing columns present in a stream-end event's metadata (None if none is)."""
+    p = ext_uri + "/"
+    out = None
+    for key, column in TIMING_COLUMNS:
+        v = _num(meta.get(p + key))
+        if v is not None and v >= 0.0:
+            if out is None:
+                out = {}
+            out[column] = v / 1000.0
+    return out
 
 
 _JSONRPC_ERROR_CODES: Final = {-32040: "auth", -32602: "schema-validation",
@@ -241,6 +264,8 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
     state = status.get("state") if isinstance(status, dict) else None
     ev = Event(kind, state, seq, body.get("id" if name == "task" else "taskId"),
                body.get("contextId"), None, None, directive)
+    if ev.ends_stream and isinstance(meta, dict):
+        ev.timing = read_timing(meta, ext_uri)
     if state == "TASK_STATE_FAILED":
         smsg = status.get("message") or {}
         smeta = smsg.get("metadata") or {}

@@ -1,14 +1,23 @@
 """The Reasoner's agent logic: one turn = progress directive, reasoning, tool, spoken chunks.
 
-Timing and failures come from ``[reasoner]``.  Per execution: a capacity slot
-(``workers``/``queue_limit``/``queue_timeout_s``/``queue_discipline``; a full
-queue, or a wait past the queue deadline, refuses with ``queue_full_code``), a
-``progress`` directive, ``reasoning_time_s`` (+ load latency), one injected
-error drawn from ``errors`` (or the ``rta/test.forceError`` hook), the tool call
-of a side-effect turn, then either a ``handoff`` directive at INPUT_REQUIRED or
-``first_chunk_s`` + ``chunks`` spoken chunks every ``chunk_interval_s`` and
-COMPLETED.  A continuation of an INPUT_REQUIRED task runs the same pipeline on
-the same task, unless the handoff expired (``session-not-found``).
+Timing and failures come from ``[reasoner]``, with the simulator's meaning
+(``sim/model/reasoner.py``; docs/ARCHITECTURE.md "How each scenario key is
+realised").  Per execution: a capacity slot (``workers``/``queue_limit``/
+``queue_timeout_s``/``queue_discipline``; a full queue, or a wait past the
+queue deadline, refuses with ``queue_full_code``), a ``progress`` directive,
+``reasoning_time_s`` + ``load_latency_base_s`` + ``load_latency_k_s`` x (turns
+in service + waiting when it starts), one injected error drawn from ``errors``
+(or the ``rta/test.forceError`` hook), the tool call of a side-effect turn (the
+worker is held through it, bounded by ``upstream_timeout_s``), then either a
+``handoff`` directive at INPUT_REQUIRED or ``first_chunk_s`` + ``chunks`` spoken
+chunks every ``chunk_interval_s`` and COMPLETED.  A continuation of an
+INPUT_REQUIRED task runs the same pipeline on the same task, unless the handoff
+expired (``session-not-found``).
+
+Every execution measures itself (:class:`Timing`): intake, queue wait, service
+and first-chunk delay travel on the event that ends the request's stream
+(profile metadata, docs/reasoner.md "Per-turn timings"), into ``/metrics``
+histograms and, for a non-streaming answer, a ``Server-Timing`` header.
 """
 
 from __future__ import annotations
@@ -32,6 +41,39 @@ from sim.policy.codes import ALL_CODES, ErrorCode
 
 PLAN_KEY = "rtalab.plan"
 log = logging.getLogger("rtalab.reasoner")
+# The per-turn timing observations (docs/reasoner.md "Per-turn timings"): metadata key
+# name (under the extension URI), Server-Timing metric name, Timing attribute.
+TIMING_FIELDS = (("serverIntakeMs", "intake", "intake_s"),
+                 ("serverQueueWaitMs", "queue", "queue_wait_s"),
+                 ("serverServiceMs", "service", "service_s"),
+                 ("serverFirstChunkDelayMs", "first-chunk", "first_chunk_delay_s"))
+
+
+@dataclass
+class Timing:
+    """What one execution measured of itself (seconds; None = that step did not happen).
+
+    ``intake_s``: request received by the handler -> queue entry (parsing, sessions,
+    dedup store, the SDK's task set-up); ``queue_wait_s``: queue entry -> a worker
+    (or the refusal); ``service_s``: the worker held (reasoning + load latency + the
+    tool call of a side-effect turn); ``first_chunk_delay_s``: worker freed -> first
+    spoken chunk handed to the stream.
+    """
+
+    intake_s: float | None = None
+    queue_wait_s: float | None = None
+    service_s: float | None = None
+    first_chunk_delay_s: float | None = None
+
+    def metadata(self, keys: Keys) -> dict[str, float]:
+        """The profile metadata of the stream's end event (milliseconds, 3 decimals)."""
+        return {keys(name): round(getattr(self, attr) * 1000.0, 3)
+                for name, _, attr in TIMING_FIELDS if getattr(self, attr) is not None}
+
+    def server_timing(self) -> str:
+        """A ``Server-Timing`` header value (``intake;dur=1.2, queue;dur=0, ...``)."""
+        return ", ".join(f"{metric};dur={getattr(self, attr) * 1000.0:.3f}"
+                         for _, metric, attr in TIMING_FIELDS if getattr(self, attr) is not None)
 
 
 @dataclass
@@ -45,6 +87,7 @@ class TurnPlan:
     received_s: float = field(default_factory=time.monotonic)  # request arrival
     refused: bool = False  # set when refused before any work (no dedup record)
     factory: EventFactory | None = None
+    timing: Timing = field(default_factory=Timing)
 
 
 def next_seq(task: Task | None, keys: Keys) -> int:
@@ -56,11 +99,15 @@ def next_seq(task: Task | None, keys: Keys) -> int:
 
 
 class _Emitter:
-    """Enqueues events, dropping any after the stream ended (e.g. after a cancel)."""
+    """Enqueues events, dropping any after the stream ended (e.g. after a cancel).
 
-    def __init__(self, queue: EventQueue, factory: EventFactory):
+    The event ending the stream carries the execution's :class:`Timing` (profile
+    metadata, when the extension is active) and feeds the timing histograms."""
+
+    def __init__(self, queue: EventQueue, factory: EventFactory, timing: Timing | None = None):
         self.queue = queue
         self.factory = factory
+        self.timing = timing
         self.closed = False
 
     async def __call__(self, ev: Event) -> None:
@@ -69,6 +116,10 @@ class _Emitter:
             return
         if is_stream_end(ev):
             self.closed = True
+            if self.timing is not None:
+                if self.factory.active:
+                    ev.metadata.update(self.timing.metadata(self.factory.keys))
+                metrics.observe_timing(self.timing)
         await self.queue.enqueue_event(ev)
 
 
@@ -88,7 +139,7 @@ class ReasonerExecutor(AgentExecutor):
         factory = EventFactory(self.rt.keys, task_id, context_id, plan.request.active,
                                next_seq(task, self.rt.keys) if continuation else 0)
         plan.factory = factory
-        emit = _Emitter(event_queue, factory)
+        emit = _Emitter(event_queue, factory, plan.timing)
         self._emitters[task_id] = emit
         self.rt.in_flight += 1
         metrics.IN_FLIGHT.inc()
@@ -147,19 +198,30 @@ class ReasonerExecutor(AgentExecutor):
         return factory.failed(code, retry_after_ms=retry, detail=detail)
 
     async def _turn(self, plan: TurnPlan, task_id: str, context_id: str, emit: _Emitter) -> None:
-        """Capacity, directive, reasoning, error injection, tool, handoff or speech."""
+        """Capacity, directive, reasoning, error injection, tool, handoff or speech.
+
+        The worker is held from service start through reasoning, the load latency and the
+        tool call of a side-effect turn, as in the simulator (``Reasoner._start``)."""
         rt, cfg, req, f = self.rt, self.rt.cfg, plan.request, emit.factory
-        if rt.capacity.full():
+        timing = plan.timing
+        t_queue = time.monotonic()
+        timing.intake_s = max(0.0, t_queue - plan.received_s)
+        cap = rt.capacity
+        if cap.full():
             plan.refused = True
+            timing.queue_wait_s = 0.0
             await emit(self._failure(f, cfg.queue_full_code, "The Reasoner is at capacity."))
             return
         try:
-            await rt.capacity.acquire()
+            await cap.acquire()
         except QueueTimeout:
             plan.refused = True
+            timing.queue_wait_s = time.monotonic() - t_queue
             await emit(self._failure(f, cfg.queue_full_code,
                                      "The request waited too long for the Reasoner."))
             return
+        t_start = time.monotonic()
+        timing.queue_wait_s = t_start - t_queue
         try:
             if req.active and cfg.progress_directive and (req.directives is None
                                                           or "progress" in req.directives):
@@ -168,20 +230,21 @@ class ReasonerExecutor(AgentExecutor):
             else:
                 await emit(f.working())
             delay = req.delay_s if req.delay_s is not None else cfg.reasoning_time_s.sample(rt.rng)
+            # load latency: k x turns at the Reasoner (in service, this one included, + waiting)
             await asyncio.sleep(delay + cfg.load_latency_base_s
-                                + cfg.load_latency_k_s * rt.in_flight)
+                                + cfg.load_latency_k_s * (cap.busy + cap.waiting))
+            code = req.force_error or self._draw_error()
+            if not code and plan.side_effect and not req.handoff:
+                result = await self._side_effect(plan, task_id, context_id)
+                if result != "ok":
+                    code = (ErrorCode.UPSTREAM_TIMEOUT if result == "timeout"
+                            else ErrorCode.INTERNAL).value
         finally:
-            rt.capacity.release()
-        code = req.force_error or self._draw_error()
+            cap.release()
+            timing.service_s = time.monotonic() - t_start
         if code:
             await emit(self._failure(f, code))
             return
-        if plan.side_effect:
-            result = await self._side_effect(plan, task_id, context_id)
-            if result != "ok":
-                code = ErrorCode.UPSTREAM_TIMEOUT if result == "timeout" else ErrorCode.INTERNAL
-                await emit(self._failure(f, code.value))
-                return
         if req.handoff:
             if req.directives is not None and "handoff" not in req.directives:
                 await emit(self._failure(f, ErrorCode.UNSUPPORTED_DIRECTIVE.value))
@@ -190,7 +253,7 @@ class ReasonerExecutor(AgentExecutor):
                                    {"fields": ["answer"], "timeoutS": cfg.handoff_timeout_s},
                                    text="Please provide the requested details."))
             return
-        await self._speak(emit)
+        await self._speak(emit, time.monotonic())
 
     async def _side_effect(self, plan: TurnPlan, task_id: str, context_id: str) -> str:
         """Call the tool once per request (mode ``turn``: once per logical turn)."""
@@ -207,12 +270,17 @@ class ReasonerExecutor(AgentExecutor):
         metrics.SIDE_EFFECTS.labels(result).inc()
         return result
 
-    async def _speak(self, emit: _Emitter) -> None:
-        """First-chunk delay, the spoken chunks at their cadence, COMPLETED."""
+    async def _speak(self, emit: _Emitter, t_free: float) -> None:
+        """First-chunk delay, the spoken chunks at their cadence, COMPLETED (right after the
+        last chunk).  Chunk ``i`` is due ``first_chunk_s + i x chunk_interval_s`` after the
+        worker was freed (``t_free``): deadlines, so event-loop lag does not accumulate."""
         cfg, f = self.rt.cfg, emit.factory
-        await asyncio.sleep(cfg.first_chunk_s.sample(self.rt.rng))
+        first_due = t_free + cfg.first_chunk_s.sample(self.rt.rng)
         for i in range(cfg.chunks):
-            if i:
-                await asyncio.sleep(cfg.chunk_interval_s)
+            wait = first_due + i * cfg.chunk_interval_s - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if i == 0 and emit.timing is not None:
+                emit.timing.first_chunk_delay_s = time.monotonic() - t_free
             await emit(f.chunk(i, cfg.chunks, f"Spoken chunk {i + 1} of {cfg.chunks}."))
         await emit(f.completed())

@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from loadtests.reasoner import metrics
+from loadtests.reasoner.executor import PLAN_KEY
 from loadtests.reasoner.jsontext import BadJson, load_strict
 
 STREAMING_METHODS = frozenset({"SendStreamingMessage", "SubscribeToTask"})
@@ -133,4 +134,10 @@ class ProfileJsonRpcDispatcher(JsonRpcDispatcher):
             return JSONResponse(decoded.response())
         context = self._context_builder.build(request)
         result = await self.dispatch(decoded, context)
-        return self._create_response(context, result)
+        response = self._create_response(context, result)
+        plan = context.state.get(PLAN_KEY)
+        if isinstance(result, dict) and plan is not None:  # known once the answer is complete
+            value = plan.timing.server_timing()
+            if value:
+                response.headers["Server-Timing"] = value
+        return response

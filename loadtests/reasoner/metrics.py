@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -46,6 +47,19 @@ TURN_SECONDS = Histogram("rta_reasoner_turn_seconds",
 FIRST_EVENT_SECONDS = Histogram("rta_reasoner_first_output_seconds",
                                 "Request received to first progress directive or chunk",
                                 buckets=_LATENCY_BUCKETS)
+# the per-turn timings of docs/reasoner.md (executor.Timing), one observation per execution
+INTAKE_SECONDS = Histogram("rta_reasoner_intake_seconds",
+                           "Request received to queue entry (parsing, sessions, dedup store)",
+                           buckets=_LATENCY_BUCKETS)
+QUEUE_WAIT_SECONDS = Histogram("rta_reasoner_queue_wait_seconds",
+                               "Queue entry to a worker (or to the refusal)",
+                               buckets=_LATENCY_BUCKETS)
+SERVICE_SECONDS = Histogram("rta_reasoner_service_seconds",
+                            "Worker held: reasoning + load latency + tool call",
+                            buckets=_LATENCY_BUCKETS)
+FIRST_CHUNK_DELAY_SECONDS = Histogram("rta_reasoner_first_chunk_delay_seconds",
+                                      "Worker freed to the first spoken chunk",
+                                      buckets=_LATENCY_BUCKETS)
 AUTH_FAILURES = Counter("rta_reasoner_auth_failures_total", "Rejected credentials", ["binding"])
 WS_CONNECTIONS = Gauge("rta_reasoner_ws_connections", "Open WebSocket connections",
                        multiprocess_mode="livesum")
@@ -58,6 +72,16 @@ UNHANDLED = Counter("rta_reasoner_unhandled_exceptions_total",
                     "Tracebacks logged by the server: exceptions that reached a last-resort "
                     "handler (ours, the SDK's or uvicorn's); must stay 0", ["logger"])
 TRACEBACK_LOGGERS = ("rtalab", "a2a", "uvicorn", "starlette")
+
+
+def observe_timing(timing: Any) -> None:
+    """Feed the timing histograms from one execution's ``executor.Timing``."""
+    for hist, value in ((INTAKE_SECONDS, timing.intake_s),
+                        (QUEUE_WAIT_SECONDS, timing.queue_wait_s),
+                        (SERVICE_SECONDS, timing.service_s),
+                        (FIRST_CHUNK_DELAY_SECONDS, timing.first_chunk_delay_s)):
+        if value is not None:
+            hist.observe(value)
 
 
 class _TracebackCounter(logging.Handler):

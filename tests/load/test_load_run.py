@@ -37,6 +37,11 @@ def test_sse_run_ledger_matches_server_and_witness(sse_run, read_json):
     assert len(turns) == 3 * len(calls)  # turns_per_call = 3, nothing left open
     assert {t["outcome"] for t in turns} == {"completed"}
     assert any(t["handoff"] for t in turns)
+    # the Reasoner's per-turn timings (docs/load.md "Server timings"), per turn and attempt
+    for t in turns:
+        assert t["server_service_s"] > 0 and t["server_queue_wait_s"] >= 0, t
+        assert t["server_first_chunk_delay_s"] >= 0 and t["server_intake_s"] >= 0, t
+    assert all(a["server_service_s"] > 0 for a in jsonl(led / "attempts.jsonl"))
     # Locust stats rows: the stream requests, time to first chunk and turn completion
     with open(run / "locust" / "locust_stats.csv", encoding="utf-8") as f:
         rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(f)}
