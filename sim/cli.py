@@ -540,6 +540,9 @@ def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dic
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_sim_parser(sub)
     add_results_parsers(sub)
+    from sim.calibrate.cli import add_parser as add_calibrate_parser
+
+    add_calibrate_parser(sub)
     failed = {} if _first_command(argv) == "sim" else load_plugins(sub)
     return parser, failed
 
