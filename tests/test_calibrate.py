@@ -77,6 +77,14 @@ def test_capacity_from_the_queued_turns(processes: int, per: int, rate: float) -
         rate * (0.5 + 0.3 * 0.3) / (processes * per), rel=0.06)
 
 
+@pytest.mark.parametrize("seed", [11, 12])
+def test_capacity_survives_a_jittery_client_clock(seed: int) -> None:
+    """The service that freed a worker ends when the waiting one starts; with a few ms of
+    uplink jitter the client's reconstruction must not count it as still running."""
+    truth = Truth(rate_per_s=9.0, n=8000, uplink_jitter_s=0.003)
+    assert _find(calibrate(synth_observations(truth, seed)), "reasoner.workers").value == 8
+
+
 def test_capacity_without_queueing_is_only_a_lower_bound() -> None:
     cal = calibrate(synth_observations(Truth(rate_per_s=0.5, n=800, workers_per_process=8), 5))
     why = dict(cal.unidentified)["reasoner.workers"]

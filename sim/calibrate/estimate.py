@@ -40,8 +40,9 @@ from sim.policy.codes import ALL_CODES
 from sim.scenario import ReasonerConfig, Scenario
 
 WAITED_S = 0.002  # a queue wait longer than this means every worker was busy
-MIN_WAITED = 10  # waited attempts needed to read the capacity off the concurrency
+MIN_WAITED = 5  # waited attempts (per process) needed to read the capacity off the concurrency
 LEAST_LOADED_SHARE = 0.2
+FREED_JITTER_S = 0.01
 # codes the model produces itself (capacity refusals, the tool's timeout): not injected errors
 EMERGENT_CODES = {"rate-limited": "capacity refusals (queue_limit / queue_timeout_s)",
                   "upstream-timeout": "the tool's timeout (upstream_timeout_s)",
@@ -128,9 +129,10 @@ def capacity_from_concurrency(start: np.ndarray, end: np.ndarray, waited: np.nda
 
     Per process: the number of services in progress when each service started (itself
     included).  A turn that waited found every worker busy and took the one just freed,
-    so the count at its start is that process's capacity: its median over the waited
-    turns is the estimate (``identified``); with fewer than :data:`MIN_WAITED` waited
-    turns the largest count seen is only a lower bound.
+    so the count at its start (services ending within :data:`FREED_JITTER_S` after it
+    counted as ended: the client's clock jitters) is that process's capacity: its median
+    over the waited turns is the estimate (``identified``); with fewer than
+    :data:`MIN_WAITED` waited turns the largest count seen is only a lower bound.
     """
     per: dict[str, dict[str, Any]] = {}
     for w in np.unique(worker):
@@ -138,7 +140,11 @@ def capacity_from_concurrency(start: np.ndarray, end: np.ndarray, waited: np.nda
         s, e, wt = start[m], end[m], waited[m]
         ss, es = np.sort(s), np.sort(e)
         conc = np.searchsorted(ss, s, side="right") - np.searchsorted(es, s, side="right")
-        at_wait = conc[wt]
+        # at a waited start, the service that freed the worker ended at that very instant;
+        # on the client's clock the two carry independent jitter, so a service ending up to
+        # FREED_JITTER_S later is taken as the one that freed it (not as still running)
+        at_wait = (np.searchsorted(ss, s[wt], side="right")
+                   - np.searchsorted(es, s[wt] + FREED_JITTER_S, side="right"))
         if len(at_wait) >= MIN_WAITED:
             per[str(w)] = {"capacity": int(np.median(at_wait)), "identified": True,
                            "waited": len(at_wait), "max_concurrency": int(conc.max())}

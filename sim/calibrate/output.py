@@ -37,11 +37,12 @@ def paths(out: Path) -> dict[str, Path]:
             "qq": Path(f"{stem}.qq.png"), "samples": Path(f"{stem}.samples")}
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
+    """Plain JSON data: numpy numbers as Python's, NaN/inf as None."""
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, np.integer):
         return int(x)
     if isinstance(x, float | np.floating):
@@ -90,7 +91,7 @@ def write(cal: Calibration, out: str | Path, plots: bool = True) -> dict[str, Pa
               "unidentified": [{"key": k, "why": w} for k, w in cal.unidentified],
               "fits": {k: f.summary() for k, f in cal.fits.items()},
               "figures": cal.figures}
-    p["json"].write_text(json.dumps(_jsonable(report), indent=2) + "\n", encoding="utf-8")
+    p["json"].write_text(json.dumps(jsonable(report), indent=2) + "\n", encoding="utf-8")
     if plots and cal.fits:
         qq_plot(list(cal.fits.values()), p["qq"])
     return p

@@ -40,6 +40,7 @@ class Truth:
     wire_s: float = 0.004  # network round trip (both directions)
     intake_s: float = 0.002
     error_share: float = 0.02
+    uplink_jitter_s: float = 0.0  # mean of an exponential extra uplink delay per request
 
     def draw_reasoning(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` reasoning times of the true law."""
@@ -71,6 +72,8 @@ def synth_attempts(truth: Truth, seed: int = 0) -> pd.DataFrame:
     proc = rng.integers(truth.processes, size=n)
     half = truth.wire_s / 2
     arrive = send + half + truth.intake_s
+    if truth.uplink_jitter_s > 0:  # the client cannot see it: its clock of the service jitters
+        arrive = arrive + rng.exponential(truth.uplink_jitter_s, n)
     start = np.empty(n)
     free = [[0.0] * truth.workers_per_process for _ in range(truth.processes)]
     for i in range(n):  # FIFO: in arrival order, the earliest free worker of the process
