@@ -132,6 +132,13 @@ def test_tool_first_chunk_chunks_errors_and_network() -> None:
     assert _find(cal, "network.downlink.latency_s").value == pytest.approx(0.002, rel=0.10)
 
 
+def test_a_tool_that_takes_no_time_is_calibrated_to_zero_not_left_at_the_default() -> None:
+    cal = calibrate(synth_observations(Truth(tool_mean_s=0.0), 13))
+    tool = _find(cal, "reasoner.tool_latency_s")
+    assert tool.value == 0.0 and "not measurably slower" in tool.source
+    assert cal.scenario().reasoner.tool_latency_s.mean == 0.0
+
+
 def test_client_only_calibration_says_what_it_could_not_separate() -> None:
     cal = calibrate(synth_observations(Truth(), 7, server_timings=False))
     assert cal.method == "client-only"

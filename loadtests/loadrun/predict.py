@@ -36,6 +36,7 @@ import pandas as pd
 from sim.argtypes import EXIT_USAGE, non_negative, positive_int
 
 OUTAGE_DIRECTION = "both"
+FALLBACK_FACTOR = 2.0  # B = 2 x A when the utilisation at A is unknown
 
 
 class CpuWatch:
@@ -45,7 +46,7 @@ class CpuWatch:
         import psutil
 
         self._psutil = psutil
-        self.seen: dict[int, tuple[float, float, float]] = {}  # pid -> (created, last, cpu)
+        self.seen: dict[int, list[tuple[float, float]]] = {}  # pid -> [(time, cpu seconds)]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -69,15 +70,24 @@ class CpuWatch:
                     if "locust" not in " ".join(p.cmdline()):
                         continue
                     t = p.cpu_times()
-                    self.seen[p.pid] = (p.create_time(), time.time(), t.user + t.system)
+                    self.seen.setdefault(p.pid, []).append((time.monotonic(),
+                                                            t.user + t.system))
                 except self._psutil.Error:
                     continue
 
-    def busiest_share(self) -> float:
-        """CPU seconds / wall seconds of the busiest Locust process (1.0 = one full core)."""
-        shares = [cpu / (last - created) for created, last, cpu in self.seen.values()
-                  if last - created > 1.0]
-        return max(shares) if shares else math.nan
+    def busiest_share(self, window_s: float = 5.0) -> float:
+        """The busiest Locust process's CPU share over its busiest ``window_s`` seconds
+        (1.0 = one full core): a client saturated for a few seconds queues its own work."""
+        best = math.nan
+        for samples in self.seen.values():
+            j = 0
+            for i, (t1, c1) in enumerate(samples):
+                while j < i and t1 - samples[j][0] > window_s:
+                    j += 1
+                if j < i and t1 - samples[j][0] >= window_s / 2:
+                    share = (c1 - samples[j][1]) / (t1 - samples[j][0])
+                    best = share if not best >= share else best
+        return best
 
 
 def _say(quiet: bool, t0: float, text: str) -> None:
@@ -126,6 +136,7 @@ def run_predict(args: argparse.Namespace) -> int:
     from sim import results
     from sim.calibrate import calibrate, from_run_dir, write
     from sim.calibrate.cli import describe
+    from sim.calibrate.output import jsonable
     from sim.calibrate.validate import (
         CLIENT_CPU_VOID,
         bootstrap,
@@ -161,14 +172,14 @@ def run_predict(args: argparse.Namespace) -> int:
         say("    " + line.strip())
     if args.predict_rate:
         rate_b = args.predict_rate
-    else:
-        if not (util_a and math.isfinite(util_a)):
-            print("rtalab: --predict-utilisation needs the capacity, which the calibration "
-                  "could not identify; give --predict-rate", file=sys.stderr)
-            return EXIT_USAGE
+    elif util_a and math.isfinite(util_a):
         rate_b = base.workload.calls_per_s * args.predict_utilisation / util_a
-    say(f"    B = {rate_b:.3g} calls/s (calibrated utilisation at A: {util_a:.2f}; predicted "
-        f"at B: {util_a * rate_b / base.workload.calls_per_s:.2f})")
+    else:
+        rate_b = FALLBACK_FACTOR * base.workload.calls_per_s
+        say(f"    capacity not identified (no turn waited): B = {FALLBACK_FACTOR:g} x A "
+            "instead of --predict-utilisation")
+    say(f"    B = {rate_b:.3g} calls/s (calibrated utilisation at A: {util_a:.2f}; at B: "
+        f"{util_a * rate_b / base.workload.calls_per_s:.2f})")
     cases = [("B", {})] + ([(f"B + {args.outage:g}-s outage", _outage(args))]
                            if args.outage > 0 else [])
     report_cases, out_cases = [], []
@@ -199,7 +210,7 @@ def run_predict(args: argparse.Namespace) -> int:
                           "void": void, "rows": rows_json(rows)})
         for line in table_lines(rows):
             say("    " + line)
-        say(f"    load generator CPU (busiest Locust process): {cpu:.0%} of a core"
+        say(f"    load generator CPU (busiest Locust process, busiest 5 s): {cpu:.0%} of a core"
             + (" — VOID" if void else ""))
     header = {"calibrated on": str(run_a), "method": cal.method,
               "A (calls/s)": f"{base.workload.calls_per_s:g}",
@@ -215,11 +226,11 @@ def run_predict(args: argparse.Namespace) -> int:
         "<!doctype html><meta charset='utf-8'><title>rtalab prediction</title>\n" + section,
         encoding="utf-8")
     (folder / "prediction.section.html").write_text(section, encoding="utf-8")
-    (folder / "prediction.json").write_text(json.dumps(
+    (folder / "prediction.json").write_text(json.dumps(jsonable(
         {"calibration_run": str(run_a), "calibrated": str(paths["toml"]), "rate_a": float(
             base.workload.calls_per_s), "rate_b": rate_b, "utilisation_a": util_a,
-         "cases": out_cases, "elapsed_s": time.monotonic() - t0},
-        indent=2, default=lambda x: None) + "\n", encoding="utf-8")
+         "cases": out_cases, "elapsed_s": time.monotonic() - t0}), indent=2) + "\n",
+        encoding="utf-8")
     text = []
     for c in report_cases:
         text += [c["name"], *table_lines(c["rows"]), ""]

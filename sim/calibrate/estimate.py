@@ -223,9 +223,12 @@ def calibrate(obs: Observations, base: Scenario | None = None, seed: int = 0) ->
                     "side-effect turns' service minus the others' (moments; lognormal assumed)",
                     f"mean {m:.4g} s [{m - 1.96 * se:.4g}, {m + 1.96 * se:.4g}]",
                     f"n = {len(s_se)} / {len(s_ns)}"))
-            else:
-                unident.append(("reasoner.tool_latency_s",
-                                "side-effect turns are not measurably slower"))
+            else:  # measured: no slower (the simulator's default would add a tool that is not)
+                values.append(Value(
+                    "reasoner.tool_latency_s", 0.0,
+                    "side-effect turns are not measurably slower than the others: 0",
+                    f"difference of means {m:.4g} s [{m - 1.96 * se:.4g}, {m + 1.96 * se:.4g}]",
+                    f"n = {len(s_se)} / {len(s_ns)}"))
         else:
             unident.append(("reasoner.tool_latency_s", "fewer than 10 side-effect turns timed"))
         # the round trip: the time to the first event not spent queueing

@@ -198,8 +198,8 @@ def html_section(cases: list[dict[str, Any]], header: dict[str, Any]) -> str:
         cpu = c.get("client_cpu")
         cpu_text = "–" if cpu is None or not math.isfinite(cpu) else f"{cpu:.0%} of a core"
         void = " — prediction VOID (client saturated)" if c.get("void") else ""
-        parts.append(f'<p class="client-cpu">load generator CPU (busiest Locust process): '
-                     f"{e(cpu_text)}{void}</p>")
+        parts.append('<p class="client-cpu">load generator CPU (busiest Locust process, '
+                     f"busiest 5 s): {e(cpu_text)}{void}</p>")
         parts.append('<table class="prediction-table"><thead><tr><th>metric</th>'
                      "<th>predicted [95 % CI]</th><th>measured [95 % CI]</th><th>error</th>"
                      "<th>tolerance</th><th>verdict</th></tr></thead><tbody>")
