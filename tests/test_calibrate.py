@@ -62,7 +62,7 @@ def test_no_family_fits_a_bimodal_law_so_the_samples_are_used(tmp_path: Path) ->
     p = write(cal, tmp_path / "cal.toml", plots=False)
     sc = load_scenario(p["toml"])
     d = sc.reasoner.reasoning_time_s
-    assert d.kind == "empirical" and len(d.values) == f.n
+    assert d.kind == "empirical" and len(d.values) == min(f.n, 10_000)  # quantile-thinned
     assert Path(d.file).parent.name == "cal.samples"
 
 
