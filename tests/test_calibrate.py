@@ -77,6 +77,18 @@ def test_capacity_from_the_queued_turns(processes: int, per: int, rate: float) -
         rate * (0.5 + 0.3 * 0.3) / (processes * per), rel=0.06)
 
 
+@pytest.mark.parametrize("seed", [14, 15])
+@pytest.mark.parametrize("shared", [True, False])
+def test_capacity_tells_one_shared_pool_from_a_pool_per_process(shared: bool, seed: int) -> None:
+    truth = Truth(rate_per_s=11.0, n=10_000, processes=2, workers_per_process=4,
+                  shared_pool=shared)
+    cal = calibrate(synth_observations(truth, seed))
+    assert _find(cal, "reasoner.workers").value == 8
+    cap = cal.figures["capacity"]
+    assert cap["layout"] == ("one pool shared by the processes" if shared
+                             else "one pool per process")
+
+
 @pytest.mark.parametrize("seed", [11, 12])
 def test_capacity_survives_a_jittery_client_clock(seed: int) -> None:
     """The service that freed a worker ends when the waiting one starts; with a few ms of

@@ -123,39 +123,48 @@ def _wilson(k: int, n: int) -> tuple[float, float]:
     return (max(0.0, c - h), min(1.0, c + h))
 
 
+def _count_at_waits(s: np.ndarray, e: np.ndarray, wt: np.ndarray) -> dict[str, Any]:
+    """Services in progress when each waited service started (one pool of workers)."""
+    ss, es = np.sort(s), np.sort(e)
+    conc = np.searchsorted(ss, s, side="right") - np.searchsorted(es, s, side="right")
+    # at a waited start, the service that freed the worker ended at that very instant; on
+    # the client's clock the two carry independent jitter, so a service ending up to
+    # FREED_JITTER_S later is taken as the one that freed it (not as still running)
+    at_wait = (np.searchsorted(ss, s[wt], side="right")
+               - np.searchsorted(es, s[wt] + FREED_JITTER_S, side="right"))
+    top = int(conc.max()) if len(conc) else 0
+    if len(at_wait) >= MIN_WAITED:
+        c = int(np.median(at_wait))
+        return {"capacity": c, "identified": True, "waited": len(at_wait),
+                "max_concurrency": top, "agreement": float(np.mean(at_wait == c))}
+    return {"capacity": top, "identified": False, "waited": len(at_wait),
+            "max_concurrency": top, "agreement": 0.0}
+
+
 def capacity_from_concurrency(start: np.ndarray, end: np.ndarray, waited: np.ndarray,
                               worker: np.ndarray) -> dict[str, Any]:
-    """Concurrent turns per server process, read where a turn had to wait for a worker.
+    """Concurrent turns, read where a turn had to wait for a worker.
 
-    Per process: the number of services in progress when each service started (itself
-    included).  A turn that waited found every worker busy and took the one just freed,
-    so the count at its start (services ending within :data:`FREED_JITTER_S` after it
-    counted as ended: the client's clock jitters) is that process's capacity: its median
-    over the waited turns is the estimate (``identified``); with fewer than
-    :data:`MIN_WAITED` waited turns the largest count seen is only a lower bound.
+    A turn that waited found every worker of its pool busy and took the one just freed,
+    so the number of services in progress at its start (itself included; services ending
+    within :data:`FREED_JITTER_S` after it counted as ended: the client's clock jitters)
+    is the pool's capacity: its median over the waited turns is the estimate
+    (``identified``; with fewer than :data:`MIN_WAITED` waited turns the largest count
+    seen is only a lower bound).  Two layouts are tried: one pool shared by every server
+    process, or one pool per process (summed); the layout whose counts at the waits agree
+    most often with their median is the deployment's (``layout``).
     """
-    per: dict[str, dict[str, Any]] = {}
-    for w in np.unique(worker):
-        m = worker == w
-        s, e, wt = start[m], end[m], waited[m]
-        ss, es = np.sort(s), np.sort(e)
-        conc = np.searchsorted(ss, s, side="right") - np.searchsorted(es, s, side="right")
-        # at a waited start, the service that freed the worker ended at that very instant;
-        # on the client's clock the two carry independent jitter, so a service ending up to
-        # FREED_JITTER_S later is taken as the one that freed it (not as still running)
-        at_wait = (np.searchsorted(ss, s[wt], side="right")
-                   - np.searchsorted(es, s[wt] + FREED_JITTER_S, side="right"))
-        if len(at_wait) >= MIN_WAITED:
-            per[str(w)] = {"capacity": int(np.median(at_wait)), "identified": True,
-                           "waited": len(at_wait), "max_concurrency": int(conc.max())}
-        else:
-            per[str(w)] = {"capacity": int(conc.max()) if len(conc) else 0,
-                           "identified": False, "waited": len(at_wait),
-                           "max_concurrency": int(conc.max()) if len(conc) else 0}
-    total = sum(p["capacity"] for p in per.values())
-    return {"workers": total, "identified": bool(per) and all(p["identified"]
-                                                              for p in per.values()),
-            "per_process": per}
+    pooled = _count_at_waits(start, end, waited)
+    per = {str(w): _count_at_waits(start[worker == w], end[worker == w], waited[worker == w])
+           for w in np.unique(worker)}
+    per_ok = bool(per) and all(p["identified"] for p in per.values())
+    per_agree = float(np.mean([p["agreement"] for p in per.values()])) if per else 0.0
+    if len(per) <= 1 or (pooled["identified"] and pooled["agreement"] >= per_agree):
+        return {"workers": pooled["capacity"], "identified": pooled["identified"],
+                "layout": "one pool" if len(per) <= 1 else "one pool shared by the processes",
+                "pooled": pooled, "per_process": per}
+    return {"workers": sum(p["capacity"] for p in per.values()), "identified": per_ok,
+            "layout": "one pool per process", "pooled": pooled, "per_process": per}
 
 
 def capacity_from_probe(obs: Observations, mean_service_s: float) -> dict[str, Any] | None:
@@ -364,13 +373,15 @@ def _capacity_value(obs: Observations, values: list[Value], unident: list[tuple[
             f"mean service {probe['mean_service_s']:.3g} s (Little's law)"))
         return
     if from_timings and from_timings["identified"]:
-        per = from_timings["per_process"]
+        per, pooled = from_timings["per_process"], from_timings["pooled"]
         values.append(Value(
             "reasoner.workers", from_timings["workers"],
-            "services in progress when a queued turn got a worker, summed over "
-            f"{len(per)} server process(es)",
-            quality="; ".join(f"process {w}: {p['capacity']} ({p['waited']} waited)"
-                              for w, p in per.items())))
+            "services in progress when a queued turn got a worker "
+            f"({from_timings['layout']}, {len(per)} server process(es))",
+            quality=f"pooled: {pooled['capacity']} ({pooled['agreement']:.0%} of "
+                    f"{pooled['waited']} waits agree); " + "; ".join(
+                        f"process {w}: {p['capacity']} ({p['agreement']:.0%} of {p['waited']})"
+                        for w, p in per.items())))
         return
     lower = from_timings["workers"] if from_timings else None
     why = ("no turn waited for a worker: at least "

@@ -41,6 +41,7 @@ class Truth:
     intake_s: float = 0.002
     error_share: float = 0.02
     uplink_jitter_s: float = 0.0  # mean of an exponential extra uplink delay per request
+    shared_pool: bool = False  # one pool of processes x workers_per_process for all processes
 
     def draw_reasoning(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` reasoning times of the true law."""
@@ -75,8 +76,12 @@ def synth_attempts(truth: Truth, seed: int = 0) -> pd.DataFrame:
     if truth.uplink_jitter_s > 0:  # the client cannot see it: its clock of the service jitters
         arrive = arrive + rng.exponential(truth.uplink_jitter_s, n)
     start = np.empty(n)
-    free = [[0.0] * truth.workers_per_process for _ in range(truth.processes)]
-    for i in range(n):  # FIFO: in arrival order, the earliest free worker of the process
+    if truth.shared_pool:  # one queue in front of every worker (a capacity broker)
+        pool = [0.0] * (truth.workers_per_process * truth.processes)
+        free = [pool] * truth.processes
+    else:
+        free = [[0.0] * truth.workers_per_process for _ in range(truth.processes)]
+    for i in range(n):  # FIFO: in arrival order, the earliest free worker of the pool
         h = free[proc[i]]
         t = heapq.heappop(h)
         start[i] = max(arrive[i], t)
