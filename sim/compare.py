@@ -7,7 +7,10 @@ the first (the reference): the difference of means with Welch's 95 % CI on the
 replication values (:func:`sim.stats.welch`), whether that CI excludes 0, and
 ``differs`` — the difference is significant after Holm's correction over all the
 metrics of that pair (family-wise error ≤ 5 %), so comparing ~60 metrics of two
-runs of the same scenario does not raise a few false alarms by chance.
+runs of the same scenario does not raise a few false alarms by chance.  A load
+run (one replication) against a simulation is compared by :mod:`sim.agreement`
+instead: the load run's bootstrap ``se`` and the simulator's spread between
+replications, Holm over the shared metrics.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sim.stats import holm, welch
+from sim.agreement import AGREES, DIFFERS, agreement_rows, is_load
+from sim.stats import Difference, holm, welch
 from sim.summary import unit
 
 if TYPE_CHECKING:
@@ -111,6 +115,9 @@ def compare_table(runs: Sequence[RunFolder]) -> pd.DataFrame:
     flags: dict[int, dict[str, bool]] = {}
     diffs: dict[tuple[int, str], Any] = {}
     for k in range(1, len(runs)):
+        if _sim_and_load(runs[0], runs[k]):  # one replication against many: sim.agreement
+            flags[k] = _agreement_cells(runs[0], runs[k], diffs, k)
+            continue
         tested = []
         for name in names:
             d = welch(runs[0].metric_values(name), runs[k].metric_values(name))
@@ -139,6 +146,31 @@ def compare_table(runs: Sequence[RunFolder]) -> pd.DataFrame:
     for c in ("mean", "ci_low", "ci_high", "diff", "diff_ci_low", "diff_ci_high", "p_value"):
         df[c] = df[c].astype("float64")
     return df
+
+
+def _sim_and_load(a: RunFolder, b: RunFolder) -> bool:
+    """One is a load run, the other has replications to compare it with."""
+    return is_load(a.summary) != is_load(b.summary)
+
+
+def _agreement_cells(ref: RunFolder, other: RunFolder, diffs: dict[tuple[int, str], Any],
+                     k: int) -> dict[str, bool]:
+    """Fill ``diffs[(k, metric)]`` with ``other − ref`` from :func:`sim.agreement.agreement_rows`
+    (the simulation against the load run's bootstrap); return which metrics differ."""
+    sim, load, sign = (ref, other, 1.0) if is_load(other.summary) else (other, ref, -1.0)
+    flags: dict[str, bool] = {}
+    for a in agreement_rows(sim.summary, load.summary):
+        lo, hi = sorted((sign * a.diff_ci_low, sign * a.diff_ci_high))
+        diffs[(k, a.metric)] = Difference(sign * a.diff, lo, hi, a.p_value, math.nan)
+        flags[a.metric] = a.verdict == DIFFERS
+    return flags
+
+
+def agreement_verdicts(table: pd.DataFrame, run: int = 1) -> dict[str, str]:
+    """``{metric: "agrees" | "differs"}`` for run ``run`` against run 0, every metric tested."""
+    rows = table[(table["run"] == run) & table["differs"].notna()]
+    return {m: DIFFERS if d else AGREES for m, d in zip(rows["metric"], rows["differs"],
+                                                         strict=True)}
 
 
 def differing(table: pd.DataFrame, run: int = 1) -> list[str]:

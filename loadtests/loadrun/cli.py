@@ -51,8 +51,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds of call arrivals (default [run].duration_s)")
     p.add_argument("--drain", type=non_negative, default=None, metavar="S",
                    help="at most this long for open calls to end (default [run].drain_s)")
-    p.add_argument("--chaos", action=argparse.BooleanOptionalAction, default=False,
-                   help="put the L7 chaos proxy (scenario [network]) in front (default off)")
+    p.add_argument("--chaos", action=argparse.BooleanOptionalAction, default=None,
+                   help="put the L7 chaos proxy (scenario [network]) in front; default: when "
+                        "any [network] key is not zero; --no-chaos: the real loopback")
     p.add_argument("--crash-at", type=non_negative, action="append", default=[], metavar="S",
                    help="SIGKILL the embedded Reasoner at S s and restart it (repeatable)")
     p.add_argument("--workers", type=positive_int, default=None,

@@ -3,8 +3,12 @@
 Without ``--target`` the run starts, on free ports of 127.0.0.1 and with
 :mod:`loadtests.procs`: the witness (its ledger in the run folder), the
 reference Reasoner (workers and dedup store from the flags, else the
-scenario's ``[reasoner]``; ``--witness`` pointing at the witness), and with
-``--chaos`` the L7 proxy (``rtalab chaos``) in front of it.  ``--crash-at S``
+scenario's ``[reasoner]``; ``--witness`` pointing at the witness; the witness
+takes ``[reasoner].tool_latency_s`` per side effect, as the simulator's tool),
+and the L7 proxy (``rtalab chaos``) in front of it when the scenario's
+``[network]`` has any key that is not zero (``--chaos`` forces it, ``--no-chaos``
+runs over the real loopback: docs/ARCHITECTURE.md "How each scenario key is
+realised").  ``--crash-at S``
 SIGKILLs the Reasoner's process group S seconds after the load started and
 restarts it on the same port and the same dedup store.
 
@@ -63,7 +67,7 @@ class RunOptions:
     processes: int = 1
     duration_s: float | None = None
     drain_s: float | None = None
-    chaos: bool = False
+    chaos: bool | None = None  # None: the proxy iff the scenario's [network] is not zero
     crash_at: tuple[float, ...] = ()
     workers: int | None = None
     dedup: str | None = None
@@ -110,12 +114,39 @@ def _chaos_available() -> bool:
     return True
 
 
+def network_is_zero(sc: Scenario) -> bool:
+    """True if no ``[network]`` key of ``sc`` is non-zero: no latency, loss, duplication,
+    reordering or outage on either direction (the real loopback is then the model's link)."""
+    return not sc.network.outages and all(
+        link.latency_s.mean == 0.0 and link.loss == 0.0 and link.duplication == 0.0
+        and link.reorder == 0.0 for link in (sc.network.uplink, sc.network.downlink))
+
+
+def network_changes_counts(sc: Scenario) -> bool:
+    """True if the proxy, applying ``[network]``, makes the server see other requests than
+    the clients sent or the clients lose answers (loss, duplication, outages)."""
+    return bool(sc.network.outages) or any(
+        link.loss > 0.0 or link.duplication > 0.0
+        for link in (sc.network.uplink, sc.network.downlink))
+
+
+def use_chaos(opts: RunOptions) -> bool:
+    """The proxy is in front: forced by ``--chaos``/``--no-chaos``, else iff the network is
+    not zero (and the Reasoner is the embedded one)."""
+    if opts.chaos is not None:
+        return opts.chaos
+    return opts.target is None and not network_is_zero(opts.scenario)
+
+
 def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[Stack, str, str]:
     """Start witness, Reasoner (and chaos proxy); return the stack, the target and witness URL."""
     st = Stack()
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
-    st.witness = start_witness(run_dir / "witness.sqlite", log_path=logs / "witness.log")
+    # the tool's latency is the witness's: the side effect happens when it ends (slow success)
+    tool = json.dumps(opts.scenario.reasoner.tool_latency_s.to_toml())
+    st.witness = start_witness(run_dir / "witness.sqlite", extra_args=["--latency-s", tool],
+                               log_path=logs / "witness.log")
     st.procs.append(st.witness)
     dedup = opts.dedup or f"sqlite:///{run_dir / 'dedup.sqlite'}"
     extra = ["--token", f"{TOKEN}={PRINCIPAL}", "--log-level", "warning"]
@@ -128,7 +159,7 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
                             log_path=logs / "reasoner.log")
     st.reasoner = start_reasoner(**st.reasoner_args)
     target = st.reasoner.url
-    if opts.chaos:  # `rtalab chaos --listen ADDR --upstream URL --scenario FILE` (issue 10)
+    if use_chaos(opts):  # `rtalab chaos --listen ADDR --upstream URL --scenario FILE` (issue 10)
         if not _chaos_available():
             raise RunError("--chaos needs the chaos proxy (loadtests.chaos), not in this build")
         from loadtests.chaos.procs import start_chaos
@@ -318,10 +349,12 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
     drain = opts.drain_s if opts.drain_s is not None else sc.run.drain_s
     warmup = min(sc.run.warmup_s, duration / 2)
     run_dir = new_run_dir(opts.results, kind="load", scenario_name=sc.name, seed=sc.run.seed)
+    chaos = use_chaos(opts)
     meta = collect_meta(kind="load", scenario=sc, seed=sc.run.seed, replications=1,
                         argv=opts.argv or None,
                         extra={"target": opts.target, "binding": opts.binding,
-                               "processes": opts.processes, "chaos": opts.chaos,
+                               "processes": opts.processes, "chaos": chaos,
+                               "network": "chaos-proxy" if chaos else "real-loopback",
                                "crash_at": list(opts.crash_at), "duration_s": duration})
     start_run(run_dir, sc, meta)
     (run_dir / "ledger").mkdir()
@@ -342,7 +375,9 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
             unsafe_test_retry_codes=opts.unsafe_test_retry_codes,
             force_error_codes=opts.force_error_codes)
         _say(opts, f"rtalab load: {opts.binding} Live users, {opts.processes} process(es), "
-                   f"{duration:g} s + drain ≤ {drain:g} s against {target}")
+                   f"{duration:g} s + drain ≤ {drain:g} s against {target}; network: "
+                   + ("[network] by the chaos proxy" if chaos else "real loopback"
+                      + ("" if network_is_zero(sc) else " ([network] NOT applied)")))
         rc = run_locust(opts, settings, target, run_dir, st, duration + drain + 180.0)
         led = run_dir / "ledger"
         if not (led / "clock.json").exists():
@@ -357,7 +392,8 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
         gather = json.loads((led / "gather.json").read_text(encoding="utf-8")) if (
             led / "gather.json").exists() else {"complete": False}
         counts = count_check(run_dir, metrics, witness_rows,
-                             comparable=not opts.chaos and not opts.crash_at,
+                             comparable=not (chaos and network_changes_counts(sc))
+                             and not opts.crash_at,
                              side_effects_comparable=sc.load.barge_in_share == 0)
         counts["ledger_complete"] = bool(gather.get("complete"))
         counts["locust_exit_code"] = rc

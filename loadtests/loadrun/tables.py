@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadtests.loadrun.uncertainty import add_uncertainty
 from sim import schema as S
 from sim.summary import summarize
 
@@ -205,7 +206,8 @@ def timeseries(out: LoadOutput, end_s: float) -> pd.DataFrame:
 
 
 def load_summary(out: LoadOutput, warmup_s: float) -> dict[str, Any]:
-    """``sim.summary.summarize`` of the load run, server-only metrics set undefined."""
+    """``sim.summary.summarize`` of the load run, server-only metrics set undefined, every
+    measured metric with its bootstrap ``se`` and 95 % CI (:mod:`loadtests.loadrun.uncertainty`)."""
     summary = summarize([out], warmup_s)
     for name in list(summary["metrics"]):
         if server_only(name):
@@ -213,4 +215,5 @@ def load_summary(out: LoadOutput, warmup_s: float) -> dict[str, Any]:
                                         "values": [None]}
     summary["kind"] = "load"
     summary["not_measured"] = sorted(n for n in summary["metrics"] if server_only(n))
+    add_uncertainty(summary, out, warmup_s, out.seed)  # se + CI: a bootstrap over calls
     return summary

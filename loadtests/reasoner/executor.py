@@ -32,7 +32,7 @@ from a2a.server.events import EventQueue
 from a2a.types import Task, TaskState
 
 from loadtests.reasoner import metrics
-from loadtests.reasoner.capacity import QueueTimeout
+from loadtests.reasoner.capacity import QueueFull, QueueTimeout
 from loadtests.reasoner.intake import TurnRequest
 from loadtests.reasoner.runtime import Runtime
 from loadtests.reasoner.tools import ToolCall
@@ -207,13 +207,13 @@ class ReasonerExecutor(AgentExecutor):
         t_queue = time.monotonic()
         timing.intake_s = max(0.0, t_queue - plan.received_s)
         cap = rt.capacity
-        if cap.full():
+        try:
+            in_system = await cap.admit()
+        except QueueFull:
             plan.refused = True
-            timing.queue_wait_s = 0.0
+            timing.queue_wait_s = time.monotonic() - t_queue
             await emit(self._failure(f, cfg.queue_full_code, "The Reasoner is at capacity."))
             return
-        try:
-            await cap.acquire()
         except QueueTimeout:
             plan.refused = True
             timing.queue_wait_s = time.monotonic() - t_queue
@@ -232,7 +232,7 @@ class ReasonerExecutor(AgentExecutor):
             delay = req.delay_s if req.delay_s is not None else cfg.reasoning_time_s.sample(rt.rng)
             # load latency: k x turns at the Reasoner (in service, this one included, + waiting)
             await asyncio.sleep(delay + cfg.load_latency_base_s
-                                + cfg.load_latency_k_s * (cap.busy + cap.waiting))
+                                + cfg.load_latency_k_s * in_system)
             code = req.force_error or self._draw_error()
             if not code and plan.side_effect and not req.handoff:
                 result = await self._side_effect(plan, task_id, context_id)

@@ -10,7 +10,7 @@ import numpy as np
 
 from loadtests.dedup import open_store
 from loadtests.dedup.base import DedupStore
-from loadtests.reasoner.capacity import Capacity
+from loadtests.reasoner.capacity import Capacity, RemoteCapacity
 from loadtests.reasoner.idempotency import Idempotency
 from loadtests.reasoner.intake import Bounds
 from loadtests.reasoner.ratelimit import KeyedTokenBucket
@@ -47,7 +47,7 @@ class Runtime:
     idem: Idempotency
     sessions: SessionRegistry
     rate: KeyedTokenBucket | None
-    capacity: Capacity
+    capacity: Capacity | RemoteCapacity
     tool: Tool
     http: httpx.AsyncClient | None
     in_flight: int = 0
@@ -57,7 +57,9 @@ class Runtime:
         await self.store.start()
 
     async def close(self) -> None:
-        """Close the store and the HTTP client."""
+        """Close the store, the HTTP client and the broker connection."""
+        if isinstance(self.capacity, RemoteCapacity):
+            await self.capacity.close()
         if self.http is not None:
             await self.http.aclose()
         await self.store.close()
@@ -78,8 +80,10 @@ def build_runtime(settings: ServerSettings, scenario: Scenario | None = None) ->
         bounds=Bounds(), rng=rng, store=store,
         idem=Idempotency(store, cfg.dedup, wait_s=settings.dedup_wait_s),
         sessions=SessionRegistry(store, ttl_s=settings.session_ttl_s),
-        rate=rate, capacity=Capacity(cfg.workers, cfg.queue_limit, cfg.queue_discipline,
-                          cfg.queue_timeout_s),
+        rate=rate, capacity=(RemoteCapacity(settings.capacity_socket, cfg.workers)
+                             if settings.capacity_socket else
+                             Capacity(cfg.workers, cfg.queue_limit, cfg.queue_discipline,
+                                      cfg.queue_timeout_s)),
         tool=Tool(settings.witness, cfg.upstream_timeout_s, cfg.tool_latency_s, rng, http),
         http=http,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import os
 import shutil
@@ -11,7 +12,9 @@ from typing import Any
 
 import uvicorn
 
+from loadtests.reasoner.capacity import Capacity, start_broker
 from loadtests.reasoner.metrics import MULTIPROC_ENV
+from loadtests.reasoner.runtime import load_config
 from loadtests.reasoner.settings import SETTINGS_ENV, ServerSettings
 
 APP_FACTORY = "loadtests.reasoner.app:create_app"
@@ -45,6 +48,14 @@ def log_config(level: str) -> dict[str, Any]:
 
 def run(settings: ServerSettings) -> int:
     """Serve until SIGINT/SIGTERM; every worker builds its app from :data:`SETTINGS_ENV`."""
+    broker_dir = None
+    if settings.workers > 1:  # `workers` is the whole Reasoner's: one pool for all processes
+        broker_dir = tempfile.mkdtemp(prefix="rtalab-capacity-")
+        settings = dataclasses.replace(settings,
+                                       capacity_socket=os.path.join(broker_dir, "capacity.sock"))
+        cfg = load_config(settings).reasoner
+        start_broker(Capacity(cfg.workers, cfg.queue_limit, cfg.queue_discipline,
+                              cfg.queue_timeout_s), settings.capacity_socket)
     os.environ[SETTINGS_ENV] = settings.to_env()
     prom_dir = None
     if settings.workers > 1 and not os.environ.get(MULTIPROC_ENV):
@@ -57,6 +68,7 @@ def run(settings: ServerSettings) -> int:
                     ws_max_size=WS_HARD_MAX_BYTES, timeout_graceful_shutdown=5,
                     lifespan="on", server_header=False)
     finally:
-        if prom_dir is not None:
-            shutil.rmtree(prom_dir, ignore_errors=True)
+        for d in (prom_dir, broker_dir):
+            if d is not None:
+                shutil.rmtree(d, ignore_errors=True)
     return 0

@@ -37,6 +37,7 @@ class ServerSettings:
     test_hooks: bool = False
     max_tasks: int = 10_000  # taskstore.DEFAULT_MAX_TASKS
     session_ttl_s: float = 3600.0
+    capacity_socket: str = ""  # set by server.run with workers > 1: the shared pool's broker
     log_level: str = "info"
     access_log: bool = False
 

@@ -84,3 +84,24 @@ def test_queue_deadline_on_the_wire(tmp_path: Path, witness_server: ManagedProce
     assert refused.error_code == "rate-limited"
     assert status_message(refused.final)["metadata"][k("retryAfterMs")] == 500
     assert ledger_summary(witness, ctx)["executions"] == 0
+
+
+def test_worker_processes_share_one_pool(tmp_path: Path, witness_server: ManagedProcess) -> None:
+    """``workers`` is the whole Reasoner's, as in the simulator: with 2 processes, workers = 1
+    and queue_limit = 1, of 8 concurrent 1-s turns exactly 2 are admitted (one served, one
+    waiting) whichever processes they reached; per-process pools would admit 2 per process."""
+    from tests.serve.conftest import start_test_reasoner
+    from tests.serve.test_wire_modes import serve_on_both_workers
+
+    scenario = FAST_SCENARIO + "workers = 1\nqueue_limit = 1\n"
+    with start_test_reasoner(tmp_path, witness=witness_server.url, scenario=scenario,
+                             workers=2) as proc:
+        r = Reasoner(proc)
+        by_worker = serve_on_both_workers(
+            r, lambda i: stream(message(ctx=uid("c"), meta={k("test.delayS"): 1.0})))
+    turns = [t for ts in by_worker.values() for t in ts]
+    assert len(by_worker) == 2 and len(turns) % 8 == 0
+    completed = sum(t.final_state == "TASK_STATE_COMPLETED" for t in turns)
+    refused = [t.error_code for t in turns if t.final_state != "TASK_STATE_COMPLETED"]
+    assert completed == 2 * (len(turns) // 8), (completed, len(turns))
+    assert set(refused) == {"rate-limited"}

@@ -1,0 +1,242 @@
+"""Does a measured run agree with the simulator's prediction of the same scenario?
+
+Two questions, two data functions (no I/O, no formatting: ``compare`` renders them):
+
+* :func:`prediction_interval` — where one more run of the same length as the
+  simulator's replications falls, from the replications' values: Student's
+  ``mean ± t(1 − a/2, R − 1) · s · sqrt(1 + 1/R)`` (one metric, normal values).
+* :func:`simultaneous_prediction` — the twin tests' check (``tests/twin``): several
+  metrics of one more run at once, distribution-free.  Each metric is put on a
+  scale where it is roughly symmetric (:func:`twin_scale`), standardised by the
+  replications' mean and spread, and the run's worst metric ``T = max |z|`` is
+  compared with the same statistic of every replication against the others
+  (leave one out).  If the run is one more draw of the simulated experiment (the
+  twin hypothesis), all ``R + 1`` statistics are exchangeable, so the run is the
+  most extreme of them with probability <= ``1 / (R + 1)``: that is the false
+  failure rate, whatever the distributions and correlations of the metrics.  Each
+  metric's interval is ``mean ± T* · sd`` on its scale with ``T*`` the largest
+  replication statistic (a simultaneous prediction interval).
+* :func:`agreement_rows` — for every metric both runs define, "agrees" or
+  "differs" for a simulation (R >= 2 replications) and a load run (one
+  replication, ``se`` from its bootstrap over calls, :mod:`loadtests.loadrun.uncertainty`):
+  ``z = (load − mean_sim) / sqrt(s²/R + se²)`` on Student's t with
+  Welch–Satterthwaite degrees of freedom, two-sided p-values, Holm's step-down over
+  all compared metrics (family-wise false "differs" <= 5 % when the worlds are twins).
+  A load run without ``se`` is compared with the prediction interval's spread
+  (``s²(1 + 1/R)``), which assumes the replications are as long as the load run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sim.stats import holm, t_two_sided_p
+
+AGREES, DIFFERS = "agrees", "differs"
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile (0.5 < p < 1) of Student's t with ``df`` degrees of freedom."""
+    if not 0.5 < p < 1.0:
+        raise ValueError(f"p must be in (0.5, 1), got {p}")
+    target = 2.0 * (1.0 - p)  # two-sided tail
+    lo, hi = 0.0, 1.0
+    while t_two_sided_p(hi, df) > target:
+        hi *= 2.0
+    for _ in range(100):
+        mid = (lo + hi) / 2.0
+        if t_two_sided_p(mid, df) > target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def twin_scale(name: str) -> tuple[Any, Any]:
+    """(transform, inverse) putting metric ``name`` on a scale where its run-to-run spread
+    is roughly symmetric (measured on baseline and the twin tests' overloaded scenario,
+    300 replications of 30 s: skewness within ±0.8): ``−1/x`` for times, ``sqrt(1 − x)``
+    for the success rate, ``log(x − 1 + 0.01)`` for attempts per turn (0.01 keeps a run
+    without retries finite).  Any monotone transform keeps the false failure bound; a
+    symmetric one gives the check its power."""
+    if name == "success_rate":
+        return (lambda x: math.sqrt(max(0.0, 1.0 - x))), (lambda y: 1.0 - y * abs(y))
+    if name == "attempts_per_turn":
+        return (lambda x: math.log(max(x - 1.0, 0.0) + 0.01)), (lambda y: math.exp(y) + 0.99)
+    return (lambda x: -1.0 / max(x, 1e-9)), (lambda y: -1.0 / y if y < 0 else math.inf)
+
+
+@dataclass(frozen=True)
+class TwinMetric:
+    """One metric of a simultaneous prediction: interval, the run's value and its score."""
+
+    metric: str
+    sim_centre: float  # the replications' mean on the metric's scale, back-transformed
+    low: float
+    high: float
+    value: float | None
+    z: float  # the run's standardised distance on the metric's scale (inf: undefined)
+
+    @property
+    def inside(self) -> bool:
+        """The run's value lies inside the interval."""
+        return self.value is not None and self.low <= self.value <= self.high
+
+
+@dataclass(frozen=True)
+class TwinCheck:
+    """:func:`simultaneous_prediction`: the run's worst score against the replications'."""
+
+    rows: tuple[TwinMetric, ...]
+    t_run: float
+    t_star: float
+    replications: int
+
+    @property
+    def ok(self) -> bool:
+        """The run is not more extreme than every replication (false failure <= 1/(R+1))."""
+        return self.t_run <= self.t_star
+
+    @property
+    def false_failure_rate(self) -> float:
+        """The bound ``1 / (R + 1)`` of failing a run that is a twin."""
+        return 1.0 / (self.replications + 1)
+
+
+def simultaneous_prediction(sim_runs: Sequence[dict[str, float | None]],
+                            run: dict[str, float | None], metrics: Sequence[str]) -> TwinCheck:
+    """Is ``run`` (metric values) one more draw of the replications ``sim_runs``?  See the
+    module docstring; a metric undefined in a replication makes that replication's score
+    infinite (it never narrows the check), undefined in ``run`` fails it."""
+    r = len(sim_runs)
+    if r < 3:
+        raise ValueError(f"need at least 3 replications, got {r}")
+    t_rep = [0.0] * r
+    t_run = 0.0
+    cols = []
+    for name in metrics:
+        g, inv = twin_scale(name)
+        ys = [None if (v := m.get(name)) is None or not math.isfinite(v) else g(float(v))
+              for m in sim_runs]
+        ok = [y for y in ys if y is not None]
+        if len(ok) < 3:
+            raise ValueError(f"{name}: fewer than 3 replications define it")
+        n, s1, s2 = len(ok), math.fsum(ok), math.fsum(y * y for y in ok)
+        mean = s1 / n
+        floor = _sd_floor(name, sim_runs)
+        sd = max(floor, math.sqrt(max(0.0, (s2 - n * mean * mean) / (n - 1))))
+        for j, y in enumerate(ys):  # leave one out
+            if y is None:
+                t_rep[j] = math.inf
+                continue
+            m_j = (s1 - y) / (n - 1)
+            v_j = max(0.0, (s2 - y * y - (n - 1) * m_j * m_j) / (n - 2))
+            t_rep[j] = max(t_rep[j], _score(y, m_j, max(floor, math.sqrt(v_j))))
+        x = run.get(name)
+        z = math.inf if x is None or not math.isfinite(x) else _score(g(float(x)), mean, sd)
+        t_run = max(t_run, z)
+        cols.append((name, inv, mean, sd, x, z))
+    t_star = max(t_rep)
+    rows = []
+    for name, inv, mean, sd, x, z in cols:
+        lo, hi = (-math.inf, math.inf) if math.isinf(t_star) else (
+            inv(mean - t_star * sd), inv(mean + t_star * sd))
+        rows.append(TwinMetric(name, inv(mean), min(lo, hi), max(lo, hi), x, z))
+    return TwinCheck(tuple(rows), t_run, t_star, r)
+
+
+def _sd_floor(name: str, sim_runs: Sequence[dict[str, float | None]]) -> float:
+    """The smallest spread a metric is standardised by: the success rate moves in steps of
+    one turn, and when (nearly) every replication succeeds completely its spread is ~0, so
+    one failed turn would look infinitely far; its floor is half a failed turn of an average
+    run on the ``sqrt(1 − x)`` scale (the same for every run scored: exchangeability holds)."""
+    if name != "success_rate":
+        return 0.0
+    turns = [v for m in sim_runs if (v := m.get("turns")) is not None and v > 0]
+    return 0.5 / math.sqrt(sum(turns) / len(turns)) if turns else 0.0
+
+
+def _score(y: float, mean: float, sd: float) -> float:
+    if sd > 0.0:
+        return abs(y - mean) / sd
+    return 0.0 if y == mean else math.inf
+
+
+def _clean(values: Sequence[float | None]) -> list[float]:
+    return [float(v) for v in values if v is not None and math.isfinite(v)]
+
+
+def prediction_interval(values: Sequence[float | None], alpha: float = 0.05
+                        ) -> tuple[float, float] | None:
+    """The ``1 − alpha`` prediction interval of one more value (None below two values)."""
+    x = _clean(values)
+    n = len(x)
+    if n < 2:
+        return None
+    m = math.fsum(x) / n
+    s = math.sqrt(math.fsum((v - m) ** 2 for v in x) / (n - 1))
+    half = t_quantile(1.0 - alpha / 2.0, n - 1) * s * math.sqrt(1.0 + 1.0 / n)
+    return m - half, m + half
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """One metric of a simulation (run 0) against a load run."""
+
+    metric: str
+    sim_mean: float
+    sim_n: int
+    load_value: float
+    load_se: float | None  # None: the load run reported none (prediction spread used)
+    diff: float  # load − sim
+    diff_ci_low: float
+    diff_ci_high: float
+    p_value: float
+    verdict: str  # AGREES or DIFFERS (after Holm)
+
+
+def _test(metric: str, sim_values: list[float], load: float, se: float | None
+          ) -> tuple[float, float, float, float]:
+    """(diff, ci_low, ci_high, p) of ``load − mean(sim)``."""
+    n = len(sim_values)
+    m = math.fsum(sim_values) / n
+    var_s = math.fsum((v - m) ** 2 for v in sim_values) / (n - 1)
+    d = load - m
+    var = var_s / n + se * se if se is not None else var_s * (1.0 + 1.0 / n)
+    if var <= 0.0:
+        return d, d, d, 0.0 if d != 0.0 else 1.0
+    sim_part = var_s / n if se is not None else var_s * (1.0 + 1.0 / n)
+    df = var * var / (sim_part * sim_part / (n - 1)) if sim_part > 0 else 1e9
+    half = t_quantile(0.975, df) * math.sqrt(var)
+    return d, d - half, d + half, t_two_sided_p(d / math.sqrt(var), df)
+
+
+def agreement_rows(sim_summary: dict[str, Any], load_summary: dict[str, Any],
+                   alpha: float = 0.05) -> list[Agreement]:
+    """Every metric defined in both summaries (at least two simulated replications, a load
+    value), "agrees" or "differs" with Holm's correction over all of them."""
+    sim_m, load_m = sim_summary.get("metrics", {}), load_summary.get("metrics", {})
+    tested: list[tuple[str, list[float], float, float | None, tuple[float, ...]]] = []
+    for name, lm in load_m.items():
+        sm = sim_m.get(name)
+        if not isinstance(sm, dict) or not isinstance(lm, dict) or lm.get("mean") is None:
+            continue
+        xs = _clean(sm.get("values") or [])
+        if len(xs) < 2:
+            continue
+        se = lm.get("se")
+        load = float(lm["mean"])
+        tested.append((name, xs, load, None if se is None else float(se),
+                       _test(name, xs, load, None if se is None else float(se))))
+    rejected = holm([t[4][3] for t in tested], alpha)
+    return [Agreement(name, math.fsum(xs) / len(xs), len(xs), load, se, *res,
+                      verdict=DIFFERS if r else AGREES)
+            for (name, xs, load, se, res), r in zip(tested, rejected, strict=True)]
+
+
+def is_load(summary: dict[str, Any]) -> bool:
+    """True for a load run's summary."""
+    return summary.get("kind") == "load"
