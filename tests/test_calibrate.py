@@ -89,6 +89,16 @@ def test_capacity_tells_one_shared_pool_from_a_pool_per_process(shared: bool, se
                              else "one pool per process")
 
 
+@pytest.mark.parametrize("seed", [16, 17])
+def test_capacity_through_a_broker_whose_round_trip_is_in_every_queue_wait(seed: int) -> None:
+    """Every wait carries the broker's ~15 ms: a 2-ms threshold would take every turn for a
+    queued one (the count at its start is then anything up to the capacity)."""
+    truth = Truth(rate_per_s=8.0, n=8000, shared_pool=True, queue_overhead_s=0.015)
+    cal = calibrate(synth_observations(truth, seed))
+    assert _find(cal, "reasoner.workers").value == 8
+    assert cal.figures["capacity"]["queue_overhead_s"] > 0.005
+
+
 @pytest.mark.parametrize("seed", [11, 12])
 def test_capacity_survives_a_jittery_client_clock(seed: int) -> None:
     """The service that freed a worker ends when the waiting one starts; with a few ms of

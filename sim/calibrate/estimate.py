@@ -39,7 +39,8 @@ from sim.dist import Histogram, LogNormal
 from sim.policy.codes import ALL_CODES
 from sim.scenario import ReasonerConfig, Scenario
 
-WAITED_S = 0.002  # a queue wait longer than this means every worker was busy
+WAITED_S = 0.002  # a queue wait counts as "every worker was busy" above this and above
+WAITED_SERVICE_SHARE = 0.2  # this share of the mean service (a broker's round trip is not)
 MIN_WAITED = 5  # waited attempts (per process) needed to read the capacity off the concurrency
 LEAST_LOADED_SHARE = 0.2
 FREED_JITTER_S = 0.01
@@ -123,7 +124,8 @@ def _wilson(k: int, n: int) -> tuple[float, float]:
     return (max(0.0, c - h), min(1.0, c + h))
 
 
-def _count_at_waits(s: np.ndarray, e: np.ndarray, wt: np.ndarray) -> dict[str, Any]:
+def _count_at_waits(s: np.ndarray, e: np.ndarray, wt: np.ndarray,
+                    jitter_s: float = 0.0) -> dict[str, Any]:
     """Services in progress when each waited service started (one pool of workers)."""
     ss, es = np.sort(s), np.sort(e)
     conc = np.searchsorted(ss, s, side="right") - np.searchsorted(es, s, side="right")
@@ -131,7 +133,7 @@ def _count_at_waits(s: np.ndarray, e: np.ndarray, wt: np.ndarray) -> dict[str, A
     # the client's clock the two carry independent jitter, so a service ending up to
     # FREED_JITTER_S later is taken as the one that freed it (not as still running)
     at_wait = (np.searchsorted(ss, s[wt], side="right")
-               - np.searchsorted(es, s[wt] + FREED_JITTER_S, side="right"))
+               - np.searchsorted(es, s[wt] + max(FREED_JITTER_S, jitter_s), side="right"))
     top = int(conc.max()) if len(conc) else 0
     if len(at_wait) >= MIN_WAITED:
         c = int(np.median(at_wait))
@@ -141,8 +143,21 @@ def _count_at_waits(s: np.ndarray, e: np.ndarray, wt: np.ndarray) -> dict[str, A
             "max_concurrency": top, "agreement": 0.0}
 
 
+def waited_threshold_s(queue_wait: np.ndarray, mean_service_s: float) -> tuple[float, float]:
+    """(threshold above which a queue wait means "every worker was busy", the queue's own
+    overhead).  The threshold is :data:`WAITED_SERVICE_SHARE` of the mean service (at
+    least :data:`WAITED_S`): a queue's own overhead — a capacity broker's round trip,
+    event-loop lag, a few ms — stays below it, a real wait for a worker mostly exceeds it
+    (turns that waited less are merely not used).  The overhead is the median of the
+    waits below the threshold."""
+    q = queue_wait[np.isfinite(queue_wait)]
+    thr = max(WAITED_S, WAITED_SERVICE_SHARE * mean_service_s)
+    low = q[q <= thr]
+    return thr, float(np.median(low)) if len(low) else 0.0
+
+
 def capacity_from_concurrency(start: np.ndarray, end: np.ndarray, waited: np.ndarray,
-                              worker: np.ndarray) -> dict[str, Any]:
+                              worker: np.ndarray, jitter_s: float = 0.0) -> dict[str, Any]:
     """Concurrent turns, read where a turn had to wait for a worker.
 
     A turn that waited found every worker of its pool busy and took the one just freed,
@@ -154,9 +169,9 @@ def capacity_from_concurrency(start: np.ndarray, end: np.ndarray, waited: np.nda
     process, or one pool per process (summed); the layout whose counts at the waits agree
     most often with their median is the deployment's (``layout``).
     """
-    pooled = _count_at_waits(start, end, waited)
-    per = {str(w): _count_at_waits(start[worker == w], end[worker == w], waited[worker == w])
-           for w in np.unique(worker)}
+    pooled = _count_at_waits(start, end, waited, jitter_s)
+    per = {str(w): _count_at_waits(start[worker == w], end[worker == w], waited[worker == w],
+                                   jitter_s) for w in np.unique(worker)}
     per_ok = bool(per) and all(p["identified"] for p in per.values())
     per_agree = float(np.mean([p["agreement"] for p in per.values()])) if per else 0.0
     if len(per) <= 1 or (pooled["identified"] and pooled["agreement"] >= per_agree):
@@ -256,11 +271,14 @@ def calibrate(obs: Observations, base: Scenario | None = None, seed: int = 0) ->
         # capacity: concurrency of the services, per server process
         st = send + np.where(np.isfinite(intake), intake, 0.0) + np.where(
             np.isfinite(qwait), qwait, 0.0)
-        cap = capacity_from_concurrency(st[timed], st[timed] + svc[timed],
-                                        (np.nan_to_num(qwait[timed]) > WAITED_S),
-                                        a["worker"].to_numpy()[timed])
+        thr, floor = waited_threshold_s(qwait[timed], float(svc[timed].mean()))
+        waited = np.nan_to_num(qwait[timed]) > thr
+        # the overhead is paid when a worker is taken and again when it is handed back
+        cap = capacity_from_concurrency(st[timed], st[timed] + svc[timed], waited,
+                                        a["worker"].to_numpy()[timed], jitter_s=floor)
+        cap.update(waited_threshold_s=thr, queue_overhead_s=floor)
         fig["capacity"] = cap
-        fig["queue_wait_share"] = float(np.mean(np.nan_to_num(qwait[timed]) > WAITED_S))
+        fig["queue_wait_share"] = float(np.mean(waited))
         fig["mean_service_s"] = float(svc[timed].mean())
     elif any(HISTOGRAMS[k] in obs.server_histograms for k in ("service",)):
         method = "server-histograms"

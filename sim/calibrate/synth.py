@@ -42,6 +42,7 @@ class Truth:
     error_share: float = 0.02
     uplink_jitter_s: float = 0.0  # mean of an exponential extra uplink delay per request
     shared_pool: bool = False  # one pool of processes x workers_per_process for all processes
+    queue_overhead_s: float = 0.0  # mean of an exponential cost of taking a worker (a broker)
 
     def draw_reasoning(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` reasoning times of the true law."""
@@ -86,6 +87,8 @@ def synth_attempts(truth: Truth, seed: int = 0) -> pd.DataFrame:
         t = heapq.heappop(h)
         start[i] = max(arrive[i], t)
         heapq.heappush(h, start[i] + svc[i])
+    if truth.queue_overhead_s > 0:  # the grant reaches the process later: service starts later
+        start = start + rng.exponential(truth.queue_overhead_s, n)
     wait = start - arrive
     failed = rng.random(n) < truth.error_share
     first_resp = start + half
