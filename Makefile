@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint seed-check bench bench-sim bench-server bench-sweep clean system-deps bench-check bench-load bench-answers fuzz-long bench-calibrate
+.PHONY: venv demo test lint seed-check bench bench-sim bench-server bench-sweep clean system-deps bench-check bench-load bench-answers fuzz-long lab report-screenshots bench-report bench-calibrate
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,12 +17,16 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# redis-server is a Debian package the Redis dedup-store tests start themselves.
+# Debian packages the tests start themselves: redis-server (the Redis dedup-store tests) and
+# chromium (the reports checked in a real browser, driven by Playwright without a browser download).
+SYSTEM_DEPS := redis-server:redis-server chromium:chromium
 system-deps:
-	@command -v redis-server >/dev/null 2>&1 || { \
+	@missing=""; for dep in $(SYSTEM_DEPS); do \
+	  command -v $${dep%%:*} >/dev/null 2>&1 || missing="$$missing $${dep##*:}"; done; \
+	if [ -n "$$missing" ]; then \
 	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
-	  else echo "warning: redis-server not found and cannot install it; Redis tests will fail" >&2; fi; }
+	    apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "warning: not found and cannot install:$$missing; their tests will fail" >&2; fi; fi
 
 demo: $(STAMP) system-deps
 	$(BIN)/python -m loadtests.loadrun.demo
@@ -38,7 +42,7 @@ lint: $(STAMP)
 seed-check: $(STAMP)
 	nice -n 10 $(BIN)/python tests/oneoff/seeds.py --rounds 20
 
-bench: bench-sim bench-server bench-sweep bench-check bench-load bench-answers bench-calibrate
+bench: bench-sim bench-server bench-sweep bench-check bench-load bench-answers bench-report bench-calibrate
 
 bench-sim: $(STAMP)
 	$(BIN)/rtalab sim bench --memory
@@ -67,6 +71,19 @@ bench-load: $(STAMP)
 # Not in CI: >= 10,000 fuzzed requests per binding (a few minutes), figures in README.
 fuzz-long: $(STAMP)
 	nice -n 10 $(BIN)/rtalab serve fuzz --requests 10000
+
+# JupyterLab on the notebooks; its default kernel is this venv's Python (the project's kernel)
+lab: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[lab]'
+	$(BIN)/jupyter lab --notebook-dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+# README figures: a screenshot of each report kind (docs/screenshots/), from small runs
+report-screenshots: $(STAMP) system-deps
+	nice -n 5 $(BIN)/python -m tests.oneoff.report_screenshots docs/screenshots
+
+# time of `rtalab report` on a 50-point sweep (target <= 5 s)
+bench-report: $(STAMP)
+	$(BIN)/python -m tests.oneoff.report_bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -66,7 +66,8 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
                    help="executed tasks kept in memory per worker (fair per-principal LRU; "
                         "default 10000, ~60 MiB); rejections: 1000 per principal apart")
     p.add_argument("--log-level", default="info",
-                   choices=("critical", "error", "warning", "info", "debug"))
+                   choices=("critical", "error", "warning", "info", "debug"),
+                   help="server log level (default info)")
     p.add_argument("--access-log", action="store_true", help="uvicorn access log")
 
 
@@ -94,11 +95,29 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         witness=args.witness, tokens=tokens, ext_uri=args.ext_uri, test_hooks=args.test_hooks,
         max_tasks=args.max_tasks, log_level=args.log_level, access_log=args.access_log)
     try:
-        parse_store_url(settings.store_url)
+        backend, target, _ = parse_store_url(settings.store_url)
     except ValueError as e:
         raise FlagError(str(e)) from None
+    if backend == "sqlite":
+        _check_sqlite_file(target)
     load_config(settings)  # raises ConfigError on a broken scenario or override
     return settings
+
+
+def _check_sqlite_file(target: str) -> None:
+    """The dedup SQLite file can be created and opened (else FlagError, one line), so an
+    unwritable path is a usage error before the server starts, not a startup traceback."""
+    import sqlite3
+    from pathlib import Path
+
+    path = Path(target)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sqlite3.connect(path).close()
+    except OSError as e:
+        raise FlagError(f"--dedup: cannot create {path.parent}: {e.strerror or e}") from None
+    except sqlite3.Error as e:
+        raise FlagError(f"--dedup: cannot open SQLite file {path}: {e}") from None
 
 
 def cmd_reasoner(args: argparse.Namespace) -> int:

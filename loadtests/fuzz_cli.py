@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "instead of starting one")
     p.add_argument("--results", default="results", metavar="DIR",
                    help="results root (default results/)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
 
 def _rss_mib(client: Client) -> float | None:

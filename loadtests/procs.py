@@ -367,16 +367,32 @@ def start_redis(port: int | None = None, dir: str | Path | None = None, *,
 def start_witness(db_path: str | Path, port: int | None = None,
                   extra_args: Sequence[str] = (), *, host: str = LOCALHOST,
                   env: Mapping[str, str] | None = None, log_path: str | Path | None = None,
-                  timeout_s: float = 30.0) -> ManagedProcess:
-    """``python -m loadtests.witness`` on ``host:port`` with its ledger at ``db_path``."""
+                  timeout_s: float = 30.0, wait: bool = True) -> ManagedProcess:
+    """``python -m loadtests.witness`` on ``host:port`` with its ledger at ``db_path``.
+
+    ``wait=False`` returns as soon as it is started (start something else meanwhile, then
+    :func:`wait_ready`)."""
 
     def start(p: int) -> ManagedProcess:
         cmd = [sys.executable, "-m", "loadtests.witness", "--host", host, "--port", str(p),
                "--db", str(db_path), *extra_args]
+        if not wait:
+            return start_process(cmd, env, ready_check=lambda: True, host=host, port=p,
+                                 name="witness", log_path=log_path)
         return start_process(cmd, env, ready_url=f"http://{host}:{p}/healthz", host=host,
                              port=p, timeout_s=timeout_s, name="witness", log_path=log_path)
 
-    return _start_on_port(port, start)
+    return _start_on_port(port if wait else (port or free_port()), start)
+
+
+def wait_ready(proc: ManagedProcess, path: str, timeout_s: float = 30.0) -> ManagedProcess:
+    """Wait until ``proc.url + path`` answers (ProcessError if it dies or time is up)."""
+    try:
+        _wait_ready(proc, [lambda: url_ready(f"{proc.url}{path}")], timeout_s)
+    except BaseException:
+        proc.stop(timeout_s=5.0)
+        raise
+    return proc
 
 
 def reasoner_command(*, port: int, host: str = LOCALHOST, workers: int = 1,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 EXIT_USAGE = 2
@@ -66,8 +68,20 @@ def help_of(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], i
     """A command function printing ``parser``'s help (for a command group run bare)."""
 
     def func(args: argparse.Namespace) -> int:
-        """Print the help."""
-        parser.print_help()
-        return 0
+        """Print the help on stderr; a group run bare is a usage mistake (exit 2, as
+        ``rtalab sim``)."""
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
 
     return func
+
+
+def add_results_root(p: argparse.ArgumentParser, default: str = "results") -> None:
+    """``--results DIR``: the folder under which a command creates its new run folder
+    (``sim run``, ``load run``).  ``--out`` names the output folder itself in every other
+    command (sweep, capacity, tune, storm) and the file in ``report``; here it is still
+    accepted, hidden, as the old spelling of ``--results``."""
+    p.add_argument("--results", dest="out", type=Path, default=Path(default), metavar="DIR",
+                   help=f"folder under which the new run folder <UTC time>-<kind>-<name>-s<seed> "
+                        f"is created (default: {default})")
+    p.add_argument("--out", dest="out", type=Path, help=argparse.SUPPRESS)

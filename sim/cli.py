@@ -23,11 +23,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from sim.argtypes import EXIT_USAGE, OneLineParser, positive_int
+from sim.argtypes import EXIT_USAGE, OneLineParser, add_results_root, positive_int
 from sim.config import ConfigError
 
 PROG = "rtalab"
 PLUGIN_GROUP = "rtalab.commands"
+CORE_COMMANDS = ("sim", "report", "compare", "results", "calibrate")
 EXIT_INTERRUPTED = 130
 
 
@@ -322,7 +323,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """``rtalab compare``: metrics of several run folders side by side, differences with CIs."""
     import datetime as dt
 
-    from sim.compare import compare_table, differing, plot_compare
+    from sim.compare import RunFolderError, compare_table, differing, plot_compare
 
     if len(args.runs) < 2:
         raise UsageError("compare needs at least two run folders")
@@ -335,37 +336,66 @@ def cmd_compare(args: argparse.Namespace) -> int:
             plot_compare(runs, png)
         except OSError as e:
             raise UsageError(f"cannot write {png}: {e.strerror or e}") from None
+        except RunFolderError as e:
+            raise UsageError(str(e)) from None
         print(f"plot: {png}", file=sys.stderr)
     if args.csv:
         sys.stdout.write(table.to_csv(index=False, lineterminator="\n"))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    out = Table(title="compare (differences vs run 0, Welch 95 % CI; "
-                      "≠ = significant after Holm over all metrics)",
-                title_justify="left", box=None, pad_edge=False)
-    out.add_column("metric")
-    for k, run in enumerate(runs):
-        out.add_column(f"[{k}] {run.label}", justify="right")
-        if k:
-            out.add_column(f"[{k}]−[0]", justify="right")
-    for name, rows in table.groupby("metric", sort=False):
-        if rows["mean"].isna().all():
-            continue
-        cells = [name]
-        for _, r in rows.iterrows():
-            cells.append(f"{_num(r['mean'])} [{_num(r['ci_low'])}, {_num(r['ci_high'])}]")
-            if r["run"]:
-                mark = " ≠" if r["differs"] is True else (" ·" if r["ci_excludes_0"] else "")
-                cells.append(f"{_num(r['diff'])} [{_num(r['diff_ci_low'])}, "
-                             f"{_num(r['diff_ci_high'])}]{mark}")
-        out.add_row(*cells)
-    Console(soft_wrap=True).print(out)
+    print_compare(table, runs)
     for k in range(1, len(runs)):
         flagged = differing(table, k)
         print(f"[{k}] vs [0]: {len(flagged)} metric(s) differ: {', '.join(flagged) or 'none'}")
     return 0
+
+
+COMPARE_FOOTER = ("means over replications; difference = run − [0] with Welch's 95 % CI; "
+                  "pp = percentage points; ≠ differs after Holm's correction over all metrics; "
+                  "· its CI excludes 0 but it is not significant after the correction; "
+                  "– not defined (e.g. one replication: no CI). All columns: --csv.")
+
+
+def print_compare(table: Any, runs: Sequence[Any], width: int | None = None) -> None:
+    """The comparison as a terminal table readable at 80 columns: labels with units, both
+    point estimates, the difference with its CI and a marker, and a footer saying what the
+    markers mean."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim.fmt import fmt_diff, fmt_value, metric_label
+
+    console = Console(width=width, soft_wrap=False)
+    for k, run in enumerate(runs):
+        console.print(f"[{k}] {run.label}", highlight=False, markup=False)
+    out = Table(box=None, pad_edge=False, show_edge=False)
+    out.add_column("metric", overflow="fold", ratio=3)
+    for k in range(len(runs)):
+        out.add_column(f"[{k}]", justify="right", no_wrap=True)
+        if k:
+            out.add_column(f"[{k}] − [0]", justify="right", overflow="fold")
+    for name, rows in table.groupby("metric", sort=False):
+        if rows["mean"].isna().all():
+            continue
+        cells = [metric_label(str(name))]
+        for _, r in rows.iterrows():
+            mean = None if r["mean"] != r["mean"] else r["mean"]
+            cells.append(fmt_value(mean, str(name)))
+            if r["run"]:
+                mark = " ≠" if r["differs"] is True else (" ·" if r["ci_excludes_0"] is True
+                                                          else "  ")
+                d = r["diff"]
+                if d != d or d is None:  # no replication values: the difference of the means
+                    m0 = rows.iloc[0]["mean"]
+                    d = (r["mean"] - m0) if (m0 == m0 and r["mean"] == r["mean"]) else None
+                cells.append(fmt_diff(d, _nan_none(r["diff_ci_low"]),
+                                      _nan_none(r["diff_ci_high"]), str(name)) + mark)
+        out.add_row(*cells)
+    console.print(out)
+    console.print(COMPARE_FOOTER, highlight=False, markup=False)
+
+
+def _nan_none(v: Any) -> Any:
+    return None if v is None or (isinstance(v, float) and v != v) else v
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -378,7 +408,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = args.out or Path("results") / (
         dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-report.html")
     try:
-        html = render_report(args.paths)
+        html = render_report(args.paths, progress=not args.quiet)
     except RunFolderError as e:
         raise UsageError(str(e)) from None
     try:
@@ -386,7 +416,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         out.write_text(html, encoding="utf-8")
     except OSError as e:
         raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
-    print(out)
+    if args.quiet:
+        print(out)
+    else:
+        print(f"report: {out} (one self-contained file; open it in a browser)")
     return 0
 
 
@@ -394,7 +427,7 @@ def add_results_parsers(subparsers: Any) -> None:
     """Register the top-level ``rtalab compare`` and ``rtalab report`` (any results folder)."""
     cmp = subparsers.add_parser(
         "compare", help="compare results folders (runs, sweep points, load runs)",
-        description="Metrics of RUN_A RUN_B [RUN...] side by side with 95 %% CIs; each run "
+        description="Metrics of RUN_A RUN_B [RUN...] side by side with 95 % CIs; each run "
                     "after the first is compared with the first (Welch CI of the difference "
                     "over replications; ≠ marks differences significant after Holm).")
     cmp.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folders (>= 2)")
@@ -411,7 +444,12 @@ def add_results_parsers(subparsers: Any) -> None:
                      help="run folders and/or sweep folders")
     rep.add_argument("--out", type=Path, metavar="FILE.html",
                      help="output file (default: results/<UTC time>-report.html)")
+    rep.add_argument("--quiet", "-q", action="store_true",
+                     help="no progress line; print only the report's path")
     rep.set_defaults(func=cmd_report)
+    from sim.manage import add_parser as add_results_parser
+
+    add_results_parser(subparsers)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -424,7 +462,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     """The SCENARIO positional and the repeatable ``--set key.path=value``."""
     p.add_argument("scenario", metavar="SCENARIO",
-                   help="scenario file path or preset name (see 'rtalab sim presets')")
+                   help="scenario file path or preset name; preset:NAME always means the "
+                        "preset (see 'rtalab sim presets')")
     p.add_argument("--set", metavar="KEY.PATH=VALUE", nargs="+", action="extend", default=[],
                    help="override a scenario value (TOML syntax, e.g. run.seed=7 "
                         "network.uplink.loss=0.05); repeatable")
@@ -441,13 +480,12 @@ def add_sim_parser(subparsers: Any) -> None:
 
     run = sub.add_parser("run", help="run a scenario and write a results folder",
                          description="Simulate SCENARIO (replications with CIs) and write "
-                                     "<out>/<UTC time>-sim-<name>-s<seed>/.")
+                                     "<results>/<UTC time>-sim-<name>-s<seed>/.")
     _add_scenario_args(run)
     run.add_argument("--seed", type=int, help="root seed (default: the scenario's run.seed)")
     run.add_argument("--replications", type=positive_int, metavar="R",
                      help="independent replications (default: run.replications)")
-    run.add_argument("--out", type=Path, default=Path("results"), metavar="DIR",
-                     help="folder under which the run folder is created (default: results)")
+    add_results_root(run)
     run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     run.add_argument("--quiet", "-q", action="store_true",
                      help="no progress bar or table; print only the run folder")
@@ -512,6 +550,91 @@ def _help(parser: argparse.ArgumentParser) -> int:
     return EXIT_USAGE
 
 
+# --------------------------------------------------------------------------- help texts
+
+# one example per command, shown at the end of its --help (tests/test_cli_edges.py checks
+# that every command has one)
+EXAMPLES: dict[str, str] = {
+    "": "rtalab sim run baseline",
+    "sim": "rtalab sim run baseline --replications 5",
+    "sim run": "rtalab sim run baseline --set network.uplink.loss=0.05 --replications 5",
+    "sim sweep": "rtalab sim sweep baseline --grid reasoner.workers=4,8,16 --replications 3",
+    "sim capacity": "rtalab sim capacity baseline --load workload.calls_per_s=1,2,4 "
+                    "--knob reasoner.workers --slo 'turn_completion_p99_s<=4'",
+    "sim tune": "rtalab sim tune baseline --minimize turn_completion_p99_s "
+                "--constraint 'success_rate>=0.99' --trials 20",
+    "sim storm": "rtalab sim storm retry_storm --strategies exponential,breaker",
+    "sim presets": "rtalab sim presets",
+    "sim show": "rtalab sim show preset:baseline --set reasoner.workers=4",
+    "sim sweep-bench": "rtalab sim sweep-bench",
+    "sim bench": "rtalab sim bench --memory",
+    "compare": "rtalab compare results/RUN_A results/RUN_B",
+    "report": "rtalab report results/RUN_OR_SWEEP_OR_ANSWER_FOLDER --out report.html",
+    "results": "rtalab results list",
+    "results list": "rtalab results list --kind sweep",
+    "results prune": "rtalab results prune --older-than 7d --yes",
+    "calibrate": "rtalab calibrate results/LOAD_RUN --out calibrated.toml",
+    "predict": "rtalab predict docs/examples/calibration_deployment.toml --calibrate-rate 1.8 "
+               "--predict-utilisation 0.88 --outage 10 --workers 2",
+    "chaos": "rtalab chaos --listen 127.0.0.1:8092 --upstream http://127.0.0.1:8090",
+    "check": "rtalab check results/RUN --junit verdict.xml",
+    "load": "rtalab load run baseline --duration 15 --drain 15",
+    "load run": "rtalab load run baseline --duration 15 --drain 15 --binding both",
+    "load summarize": "rtalab load summarize results/RUN",
+    "load bench": "rtalab load bench --seconds 5 --rounds 3 --users 50",
+    "serve": "rtalab serve reasoner --port 8090",
+    "serve reasoner": "rtalab serve reasoner --port 8090 --workers 2 --scenario baseline",
+    "serve witness": "rtalab serve witness --port 8091 --db witness.db",
+    "serve bench": "rtalab serve bench",
+    "serve fuzz": "rtalab serve fuzz --requests 1000",
+}
+
+
+def commands(parser: argparse.ArgumentParser, path: str = "") -> dict[str, Any]:
+    """Every parser under ``parser`` by its command path ("" the root, "sim run" ...)."""
+    out = {path: parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out.update(commands(sub, f"{path} {name}".strip()))
+    return out
+
+
+def add_examples(parser: argparse.ArgumentParser) -> None:
+    """Put each command's example (:data:`EXAMPLES`) at the end of its --help."""
+    for path, p in commands(parser).items():
+        example = EXAMPLES.get(path)
+        if example and not (p.epilog or "").startswith("example:"):
+            p.epilog = f"example:\n  {example}"
+            p.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+def normalise_sets(argv: Sequence[str]) -> list[str]:
+    """``--set K=V K2=V2`` -> ``--set=K=V --set=K2=V2``, so ``--set`` may stand anywhere
+    (before SCENARIO too) in every command: the words after ``--set`` that look like
+    ``KEY=VALUE`` are its values; the first other word ends the list (``--`` too)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            out.extend(argv[i:])
+            break
+        if a == "--set":
+            j = i + 1
+            while j < len(argv) and "=" in argv[j] and not argv[j].startswith("-"):
+                out.append(f"--set={argv[j]}")
+                j += 1
+            if j == i + 1:  # no KEY=VALUE after it: leave it for argparse to complain
+                out.append(a)
+                j = i + 1
+            i = j
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 # --------------------------------------------------------------------------- plugins
 
 
@@ -534,8 +657,12 @@ def load_plugins(subparsers: Any) -> dict[str, str]:
 
 def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dict[str, str]]:
     """The root parser; plugins are loaded unless the command is ``sim``."""
+    from sim.results import package_versions
+
     parser = OneLineParser(prog=PROG,
                            description="Simulate and load-test realtime-agent retry policies.")
+    parser.add_argument("--version", action="version",
+                        version=f"rtalab {package_versions().get('rtalab')}")
     parser.set_defaults(func=lambda a: _help(parser))
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_sim_parser(sub)
@@ -543,13 +670,15 @@ def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dic
     from sim.calibrate.cli import add_parser as add_calibrate_parser
 
     add_calibrate_parser(sub)
-    failed = {} if _first_command(argv) == "sim" else load_plugins(sub)
+    # the core commands need no plugin: skip their imports (they cost ~0.2 s)
+    failed = {} if _first_command(argv) in CORE_COMMANDS else load_plugins(sub)
+    add_examples(parser)
     return parser, failed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rtalab`` console script; returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = normalise_sets(sys.argv[1:] if argv is None else argv)
     try:
         parser, failed = build_parser(argv)
         command = _first_command(argv)

@@ -67,6 +67,17 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise RunFolderError(f"{path}: not valid JSON: {e}") from None
 
 
+def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """A Parquet table; a damaged or truncated file raises :class:`RunFolderError`."""
+    import pandas as pd
+
+    try:
+        return pd.read_parquet(path, columns=list(columns) if columns else None)
+    except Exception as e:  # pyarrow raises many types for a damaged file
+        raise RunFolderError(f"{path}: not a readable Parquet file "
+                             f"({type(e).__name__})") from None
+
+
 def is_sweep(path: Path) -> bool:
     """True for a sweep folder (it holds ``sweep.json``)."""
     return (Path(path) / "sweep.json").is_file()
@@ -194,7 +205,6 @@ def plot_compare(runs: Sequence[RunFolder], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-    import pandas as pd
 
     from sim.plots import DPI, SMOOTH_S, _ax_seconds_log, _quantile_curve
 
@@ -212,8 +222,7 @@ def plot_compare(runs: Sequence[RunFolder], path: Path) -> Path:
         color = cmap(i % 10)
         turns_path, ts_path = run.path / "turns.parquet", run.path / "timeseries.parquet"
         if turns_path.is_file():
-            t = pd.read_parquet(turns_path, columns=["start_s", "outcome", "ttfc_s",
-                                                     "completion_s"])
+            t = read_parquet(turns_path, ["start_s", "outcome", "ttfc_s", "completion_s"])
             done = t[(t["start_s"] >= run.warmup_s)
                      & (t["outcome"].astype(str).to_numpy() == "completed")]
             for col, ax in cdf_axes.items():
@@ -224,7 +233,7 @@ def plot_compare(runs: Sequence[RunFolder], path: Path) -> Path:
                     ax.step(x, p, where="post", color=color, lw=1.4,
                             label=f"{run.label} (n={len(v):,})")
         if ts_path.is_file():
-            ts = pd.read_parquet(ts_path)
+            ts = read_parquet(ts_path)
             mean = ts.groupby("t_s").mean(numeric_only=True)
             for ax, (col, _) in zip(ts_axes, TS_PANELS, strict=True):
                 if col in mean:

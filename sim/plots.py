@@ -165,8 +165,9 @@ def _shade_schedule(ax: Axes, scenario: Scenario) -> None:
     ax.axvline(scenario.run.duration_s, color="0.4", ls=":", lw=1.0, zorder=1)
 
 
-def _schedule_legend(scenario: Scenario) -> list[Any]:
-    """Legend handles for the shaded spans present in this scenario."""
+def _schedule_legend(scenario: Scenario, t_max: float | None = None) -> list[Any]:
+    """Legend handles for the shaded spans present in this scenario (the end of arrivals
+    only when it lies inside the plotted time, ``t_max``)."""
     handles: list[Any] = [Patch(color=WARMUP_COLOR, alpha=0.6,
                                 label=f"warm-up ({scenario.run.warmup_s:g} s, excluded)")]
     for o in scenario.network.outages:
@@ -176,7 +177,8 @@ def _schedule_legend(scenario: Scenario) -> list[Any]:
         handles.append(Patch(color=DROP_COLOR, alpha=0.35,
                              label=f"capacity drop to {d.workers} worker{'s' * (d.workers != 1)} "
                                    f"({d.duration_s:g} s)"))
-    handles.append(plt.Line2D([], [], color="0.4", ls=":", label="arrivals stop"))
+    if t_max is None or scenario.run.duration_s < t_max:
+        handles.append(plt.Line2D([], [], color="0.4", ls=":", label="arrivals stop"))
     return handles
 
 
@@ -203,45 +205,105 @@ def _series(ax: Axes, ts: pd.DataFrame, col: str, label: str, color: Any,
     draw(x, mean.to_numpy(dtype=float), color=color, lw=1.6, label=label, **kwargs)
 
 
-def plot_timeseries(ts: pd.DataFrame, scenario: Scenario, path: Path) -> Path:
-    """Stacked panels over time: load, in flight, workers, queue, retries, goodput, dedup store."""
-    panels: Sequence[tuple[str, str, list[tuple[str, str, bool, bool]]]] = [
-        ("Offered load and server work", "per second", [
-            (S.OFFERED_TURNS_PER_S, "offered turns/s", True, False),
-            (S.ATTEMPTS_PER_S, "attempts sent/s", True, False),
-            (S.SERVER_EXECUTIONS_PER_S, "server executions/s", True, False),
-        ]),
-        ("In flight", "count", [
-            (S.TURNS_IN_PROGRESS, "turns in progress (Live)", False, False),
-            (S.SERVER_IN_FLIGHT, "requests in the Reasoner", False, False),
-        ]),
-        ("Reasoner workers", "workers", [
-            (S.BUSY_WORKERS, "busy workers", False, False),
-            (S.WORKER_CAPACITY, "worker capacity", False, True),
-        ]),
-        ("Reasoner queue length", "waiting turns", [
-            (S.QUEUE_LENGTH, "queue length", False, False),
-        ]),
-        ("Retries", "per second", [
-            (S.RETRIES_PER_S, "retries/s", True, False),
-            (S.FAILED_TURNS_PER_S, "failed turns/s", True, False),
-        ]),
-        ("Goodput", "turns per second", [
-            (S.COMPLETED_TURNS_PER_S, "completed turns/s", True, False),
-            (S.OFFERED_TURNS_PER_S, "offered turns/s", True, False),
-        ]),
-        ("Dedup store size", "entries", [
-            (S.DEDUP_ENTRIES, "entries", False, False),
-        ]),
-    ]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(13, 1.9 * len(panels) + 1.2),
-                             sharex=True, constrained_layout=True)
+CLOCK_LABELS = {"simulated": "simulated time (s)",
+                "real": "real (wall-clock) time since the load started (s)"}
+CRASH_COLOR = "black"
+INTEGER_UNITS = ("count", "workers", "waiting turns", "entries")
+BARGE_IN_COLOR = "tab:purple"
+
+
+def barge_in_spikes(turns: pd.DataFrame | None, z: float = 3.0, min_count: int = 3
+                    ) -> list[float]:
+    """Seconds (bin starts) in which cancelled (barged-in) turns spike: at least ``min_count``
+    per second (pooled over replications) and more than mean + ``z`` standard deviations of
+    the per-second counts.  Empty when no turn was cancelled."""
+    if turns is None or not len(turns) or S.OUTCOME not in turns:
+        return []
+    cancelled = turns[turns[S.OUTCOME].astype(str).to_numpy() == "cancelled"]
+    if not len(cancelled):
+        return []
+    starts = cancelled[S.START_S].to_numpy(dtype=float)  # the turns' start: where they pile up
+    starts = starts[np.isfinite(starts)]
+    horizon = int(np.nanmax(turns[S.START_S].to_numpy(dtype=float))) + 1
+    counts = np.bincount(np.floor(starts).astype(int).clip(0), minlength=horizon)
+    limit = max(float(min_count), counts.mean() + z * counts.std())
+    return [float(t) for t in np.flatnonzero(counts >= limit)]
+
+
+def _has_data(ts: pd.DataFrame, cols: Sequence[str]) -> bool:
+    """True when any of ``cols`` has a finite value in the time series."""
+    return any(c in ts.columns and bool(np.isfinite(ts[c].to_numpy(dtype=float)).any())
+               for c in cols)
+
+
+# (title, y unit, [(column, label, smoothed, step)]) of the time-series panels
+TIMESERIES_PANELS: Sequence[tuple[str, str, list[tuple[str, str, bool, bool]]]] = (
+    ("Offered load and server work", "per second", [
+        (S.OFFERED_TURNS_PER_S, "offered turns/s", True, False),
+        (S.ATTEMPTS_PER_S, "attempts sent/s", True, False),
+        (S.SERVER_EXECUTIONS_PER_S, "server executions/s", True, False),
+    ]),
+    ("In flight", "count", [
+        (S.TURNS_IN_PROGRESS, "turns in progress (Live)", False, False),
+        (S.SERVER_IN_FLIGHT, "requests in the Reasoner", False, False),
+    ]),
+    ("Reasoner workers", "workers", [
+        (S.BUSY_WORKERS, "busy workers", False, False),
+        (S.WORKER_CAPACITY, "worker capacity", False, True),
+    ]),
+    ("Reasoner queue length", "waiting turns", [
+        (S.QUEUE_LENGTH, "queue length", False, False),
+    ]),
+    ("Retries", "per second", [
+        (S.RETRIES_PER_S, "retries/s", True, False),
+        (S.FAILED_TURNS_PER_S, "failed turns/s", True, False),
+    ]),
+    ("Goodput", "turns per second", [
+        (S.COMPLETED_TURNS_PER_S, "completed turns/s", True, False),
+        (S.OFFERED_TURNS_PER_S, "offered turns/s", True, False),
+    ]),
+    ("Dedup store size", "entries", [
+        (S.DEDUP_ENTRIES, "entries", False, False),
+    ]),
+)
+
+
+def timeseries_panels(ts: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """Titles of the time-series panels with data in ``ts`` and of those without any."""
+    shown, empty = [], []
+    for title, _, lines in TIMESERIES_PANELS:
+        (shown if _has_data(ts, [c for c, *_ in lines]) else empty).append(title)
+    return shown, empty
+
+
+def plot_timeseries(ts: pd.DataFrame, scenario: Scenario, path: Path, *,
+                    clock: str = "simulated", crashes: Sequence[float] = (),
+                    barge_in: Sequence[float] = ()) -> Path:
+    """Stacked panels over time: load, in flight, workers, queue, retries, goodput, dedup store.
+
+    ``clock`` names the time axis ("simulated" or "real" for a load run); ``crashes`` are
+    Reasoner crash-and-restart times and ``barge_in`` the seconds with a spike of barged-in
+    turns (:func:`barge_in_spikes`), drawn as vertical lines.  Panels without any data
+    (a load run sees no Reasoner workers, queue or dedup store) are left out, and the figure
+    says which.
+    """
+    shown, empty = timeseries_panels(ts)
+    panels = [p for p in TIMESERIES_PANELS if p[0] in shown] or list(TIMESERIES_PANELS[:1])
+    fig, axes = plt.subplots(len(panels), 1, figsize=(13, 1.9 * len(panels) + 1.6),
+                             sharex=True, constrained_layout=True, squeeze=False)
+    axes = axes[:, 0]
     for ax, (title, unit, lines) in zip(axes, panels, strict=True):
         _shade_schedule(ax, scenario)
+        for t in crashes:
+            ax.axvline(t, color=CRASH_COLOR, lw=1.4, ls="--", zorder=3)
+        for t in barge_in:
+            ax.axvline(t + 0.5, color=BARGE_IN_COLOR, lw=1.0, ls=":", zorder=3)
         for col, label, smooth, step in lines:
             _series(ax, ts, col, label, COLORS.get(col, "0.3"), smooth, step)
         ax.set_title(title, loc="left", fontsize=10)
         ax.set_ylabel(unit)
+        if unit in INTEGER_UNITS:  # counts: no 0.5 ticks
+            ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
         top = ax.get_ylim()[1]
         ax.set_ylim(0, top * 1.08 if top > 0 else 1)
         ax.grid(True, alpha=0.3)
@@ -249,23 +311,33 @@ def plot_timeseries(ts: pd.DataFrame, scenario: Scenario, path: Path) -> Path:
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
                       frameon=False, borderaxespad=0)
     dedup_ax = axes[-1]
-    if S.DEDUP_BYTES in ts.columns and len(ts):
+    if "Dedup store size" not in empty and S.DEDUP_BYTES in ts.columns and len(ts):
         per_entry = scenario.reasoner.dedup_entry_bytes
         if per_entry > 0:
             sec = dedup_ax.secondary_yaxis(
                 "right", functions=(lambda e: e * per_entry / 2**20,
                                     lambda m: m * 2**20 / per_entry))
             sec.set_ylabel("MiB")
-    axes[-1].set_xlabel("simulated time (s)")
+    axes[-1].set_xlabel(CLOCK_LABELS.get(clock, clock))
     t_max = (float(ts[S.T_S].max()) + 1 if len(ts)
              else scenario.run.duration_s + scenario.run.drain_s)
     axes[-1].set_xlim(0, t_max)
     reps = ts[S.REPLICATION].nunique() if len(ts) else 0
-    fig.suptitle(f"{scenario.name}: time series (seed {scenario.run.seed}, {reps} "
-                 f"replication{'s' * (reps != 1)}; faint = each replication, bold = mean)")
-    fig.legend(handles=_schedule_legend(scenario), loc="outside lower center",
-               ncol=min(5, 1 + len(scenario.network.outages) + len(scenario.reasoner.capacity_drops)
-                        + 1), fontsize=8, frameon=False)
+    many = (f"{reps} replications; faint = each replication, bold = mean" if reps > 1
+            else "one run")
+    fig.suptitle(f"{scenario.name}: time series (seed {scenario.run.seed}, {many})")
+    handles = _schedule_legend(scenario, t_max)
+    if crashes:
+        handles.append(plt.Line2D([], [], color=CRASH_COLOR, ls="--",
+                                  label=f"Reasoner crash + restart ({len(crashes)})"))
+    if barge_in:
+        handles.append(plt.Line2D([], [], color=BARGE_IN_COLOR, ls=":",
+                                  label=f"barge-in spike ({len(barge_in)} s)"))
+    if empty:
+        handles.append(Patch(color="none", label="not shown, no data in this run: "
+                                                 + ", ".join(empty)))
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)),
+               fontsize=9, frameon=False)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
@@ -275,10 +347,12 @@ def plot_timeseries(ts: pd.DataFrame, scenario: Scenario, path: Path) -> Path:
 
 
 def plot_run(run_dir: Path, scenario: Scenario, turns: pd.DataFrame,
-             timeseries: pd.DataFrame) -> list[Path]:
+             timeseries: pd.DataFrame, *, clock: str = "simulated",
+             crashes: Sequence[float] = ()) -> list[Path]:
     """Write every PNG of a run folder; return their paths."""
     run_dir = Path(run_dir)
     return [
         plot_latency_cdf(turns, scenario, run_dir / LATENCY_CDF_PNG),
-        plot_timeseries(timeseries, scenario, run_dir / TIMESERIES_PNG),
+        plot_timeseries(timeseries, scenario, run_dir / TIMESERIES_PNG, clock=clock,
+                        crashes=crashes, barge_in=barge_in_spikes(turns)),
     ]

@@ -207,6 +207,9 @@ class LoadConfig:
         0.0, doc="INPUT_REQUIRED continuation sent twice at once")
     barge_in_share: float = prob(0.0, doc="turn interrupted by the caller (CancelTask)")
     barge_in_after_s: Dist = Exp(0.3)  # from the first playable chunk to the interruption
+    availability_min: float = prob(
+        0.9, doc="release gate of a load run without --slo: least share of judged turns "
+                 "that completed (docs/check.md)")
 
 
 # --------------------------------------------------------------------------- scenario
@@ -281,15 +284,37 @@ def preset_names() -> list[str]:
     return sorted(f.name[:-5] for f in files if f.name.endswith(".toml"))
 
 
+PRESET_PREFIX = "preset:"
+
+
 def resolve_path(ref: str | Path) -> Path:
-    """A scenario reference is a file path or the name of a preset."""
+    """A scenario reference is a file path, the name of a preset, or ``preset:NAME`` (always
+    the preset).  A bare name that is both a preset and a file or folder in the current
+    directory is refused with both spellings (``preset:NAME`` / ``./NAME``): neither hides
+    the other."""
+    text = str(ref)
+    names = preset_names()
+
+    def preset(name: str) -> Path:
+        return Path(str(resources.files(PRESETS_PACKAGE).joinpath(f"{name}.toml")))
+
+    if text.startswith(PRESET_PREFIX):
+        name = text[len(PRESET_PREFIX):]
+        if name not in names:
+            raise ConfigError("", f"no preset named {name!r} (presets: {', '.join(names)})")
+        return preset(name)
     p = Path(ref)
+    bare = isinstance(ref, str) and "/" not in text and p.suffix == "" and text in names
+    if bare and p.exists():
+        what = "folder" if p.is_dir() else "file"
+        raise ConfigError("", f"{text!r} is both a preset and a {what} here: write "
+                              f"{PRESET_PREFIX}{text} for the preset or ./{text} for the {what}")
     if p.exists():
         return p
-    if p.suffix == "" and str(ref) in preset_names():
-        return Path(str(resources.files(PRESETS_PACKAGE).joinpath(f"{ref}.toml")))
-    raise ConfigError("", f"no scenario file or preset named {str(ref)!r} "
-                          f"(presets: {', '.join(preset_names())})")
+    if bare:
+        return preset(text)
+    raise ConfigError("", f"no scenario file or preset named {text!r} "
+                          f"(presets: {', '.join(names)})")
 
 
 def _anchor_files(node: Any, base: Path) -> None:

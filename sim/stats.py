@@ -111,3 +111,59 @@ def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
             break
         rejected[i] = True
     return rejected
+
+
+def f_upper_p(f: float, d1: float, d2: float) -> float:
+    """P(F >= f) for Fisher's F with (``d1``, ``d2``) degrees of freedom."""
+    if f <= 0.0:
+        return 1.0
+    if math.isinf(f):
+        return 0.0
+    return betainc(d2 / 2.0, d1 / 2.0, d2 / (d2 + d1 * f))
+
+
+def welch_anova(groups: Sequence[Sequence[float]]) -> float | None:
+    """p-value of Welch's heteroscedastic one-way ANOVA: do the groups' means differ?
+
+    Groups with fewer than two finite values are left out; None when fewer than two
+    groups remain.  Groups without spread: if none has any, p = 0 when their means
+    differ and 1 when not; otherwise a group's zero variance is raised to the smallest
+    positive variance of the others (it cannot claim infinite precision).
+    """
+    data = [[float(v) for v in g if v is not None and math.isfinite(v)] for g in groups]
+    data = [g for g in data if len(g) >= 2]
+    k = len(data)
+    if k < 2:
+        return None
+    n = [len(g) for g in data]
+    m = [math.fsum(g) / len(g) for g in data]
+    var = [math.fsum((x - mi) ** 2 for x in g) / (len(g) - 1) for g, mi in zip(data, m,
+                                                                                strict=True)]
+    positive = [v for v in var if v > 0.0]
+    if not positive:
+        return 0.0 if max(m) != min(m) else 1.0
+    floor = min(positive)
+    w = [ni / max(v, floor) for ni, v in zip(n, var, strict=True)]
+    sw = math.fsum(w)
+    mw = math.fsum(wi * mi for wi, mi in zip(w, m, strict=True)) / sw
+    a = math.fsum(wi * (mi - mw) ** 2 for wi, mi in zip(w, m, strict=True)) / (k - 1)
+    tmp = math.fsum((1 - wi / sw) ** 2 / (ni - 1) for wi, ni in zip(w, n, strict=True))
+    if tmp <= 0.0:
+        return 1.0 if a == 0.0 else 0.0
+    b = 1 + 2 * (k - 2) / (k * k - 1) * tmp
+    return f_upper_p(a / b, k - 1, (k * k - 1) / (3 * tmp))
+
+
+def benjamini_hochberg(p_values: Sequence[float], q: float = 0.05) -> list[bool]:
+    """Benjamini–Hochberg step-up: which hypotheses are rejected with false discovery rate
+    <= ``q`` (the expected share of false alarms among the metrics flagged)."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    cut = 0
+    for rank, i in enumerate(order, start=1):
+        if p_values[i] <= q * rank / m:
+            cut = rank
+    rejected = [False] * m
+    for i in order[:cut]:
+        rejected[i] = True
+    return rejected

@@ -96,7 +96,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start-at", type=float, default=None, metavar="UNIX_TIME",
                    help="second 0 of the outage schedule (default: proxy start)")
     p.add_argument("--log-level", default="warning",
-                   choices=("critical", "error", "warning", "info", "debug"))
+                   choices=("critical", "error", "warning", "info", "debug"),
+                   help="proxy log level (default warning)")
 
 
 class FlagError(Exception):

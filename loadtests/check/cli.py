@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from sim.argtypes import EXIT_USAGE, positive_int
+from sim.junit import add_junit_argument
 
 PROG = "rtalab check"
 EXIT_FAILED = 1
@@ -54,8 +55,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"{PROG}: error: cannot write the verdict: {e}", file=sys.stderr)
         return EXIT_USAGE
+    if args.junit:
+        import json
+        from pathlib import Path
+
+        from sim import junit
+
+        try:
+            data = json.loads((Path(args.run_dir) / "verdict.json").read_text(encoding="utf-8"))
+            junit.write(args.junit, f"rtalab check {args.run_dir}", junit.verdict_cases(data))
+        except OSError as e:
+            print(f"{PROG}: error: cannot write {args.junit}: {e.strerror or e}",
+                  file=sys.stderr)
+            return EXIT_USAGE
     if not args.quiet:
-        print(verdict.to_text(), end="")
+        from loadtests.check.show import verdict_lines
+
+        print("\n".join(verdict_lines(verdict.to_dict())))
     return 0 if verdict.ok else EXIT_FAILED
 
 
@@ -71,7 +87,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hazard-limit", type=hazard_limit, action="append", default=[],
                    metavar="NAME=PER_1K",
                    help="fail a hazard rule above this rate per 1,000 turns (repeatable)")
-    p.add_argument("--quiet", action="store_true", help="print nothing (exit status only)")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="print nothing (exit status only)")
+    add_junit_argument(p)
     p.add_argument("--bench", action="store_true",
                    help="time the checker on synthetic ledger rows instead")
     p.add_argument("--rows", type=positive_int, default=1_000_000,

@@ -46,7 +46,7 @@ SCHEMAS: dict[str, dict[str, pa.DataType]] = {
         "side_effect": BOOL, "send_s": F64, "end_s": F64, "outcome": STR, "error_code": STR,
         "retry_after_ms": F64,
         "decision": STR, "echo": BOOL, "events": I64, "events_without_seq": I64,
-        "order_violations": I64,
+        "order_violations": I64, "task_id": STR, "task_id_learned": STR, "http_status": F64,
     },
     "events": {
         "request_guid": STR, "attempt_key": STR, "recv_s": F64, "kind": STR,
@@ -54,7 +54,8 @@ SCHEMAS: dict[str, dict[str, pa.DataType]] = {
     },
     "turns": {
         "call_id": STR, "turn_index": I64, "interaction_id": STR, "side_effect": BOOL,
-        "outcome": STR, "end_reason": STR, "told_caller": STR,
+        "outcome": STR, "end_reason": STR, "told_caller": STR, "handoff": BOOL,
+        "input_required": BOOL,
     },
     "witness": {
         "id": I64, "contextId": STR, "requestGuid": STR, "interactionId": STR,
@@ -288,8 +289,11 @@ def _frame(table: pa.Table, name: str) -> pd.DataFrame:
     return table.to_pandas(deduplicate_objects=False)
 
 
-def read_ledgers(run_dir: str | Path) -> Ledgers:
+def read_ledgers(run_dir: str | Path, witness_since: int = 0) -> Ledgers:
     """All ledgers of ``run_dir`` (``ledger/`` inside it, or the folder itself).
+
+    Witness rows with ``id <= witness_since`` (a witness reused across runs: the
+    rows before this run started) are left out.
 
     The files are parsed concurrently (DuckDB and Arrow work without the GIL).
     The events ledger, the largest, is returned still parsing: the rules that do
@@ -319,5 +323,8 @@ def read_ledgers(run_dir: str | Path) -> Ledgers:
     missing = [c for c in ATTEMPT_KEYS if attempts[c].isna().all()]
     if missing:
         raise LedgerError(f"{attempts_path}: no values for {', '.join(missing)}")
-    return Ledgers(attempts=attempts, turns=got.get("turns"), witness=got.get("witness"),
+    witness = got.get("witness")
+    if witness is not None and witness_since > 0:
+        witness = witness[~(witness["id"] <= witness_since)].reset_index(drop=True)
+    return Ledgers(attempts=attempts, turns=got.get("turns"), witness=witness,
                    chaos=got.get("chaos"), pending_events=futures.get("events"))

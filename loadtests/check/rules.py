@@ -55,6 +55,7 @@ SECTIONS = {
     "retry-after": "errors.md §3 (rate-limited: back off at least retryAfterMs)",
     "extension-echo": "errors.md §2 extension-inactive, §5 (A2A-Extensions echo)",
     "sequence-id": "errors.md §6 (ordering only via rta/sequenceId)",
+    "task-id-kept": "errors.md §3 (a retry after a timeout keeps the known taskId)",
 }
 HAZARDS = ("ghost-success", "turn-re-executed", "duplicate-session")
 RULE_NAMES = tuple(SECTIONS)
@@ -281,23 +282,34 @@ def rule_unexpected(p: Prepared) -> RuleResult:
                       "interactionId")
 
 
-def rule_incomplete(p: Prepared) -> RuleResult:
+def rule_incomplete(p: Prepared, interrupted: bool = False) -> RuleResult:
     """Logical turns without a terminal outcome.
 
     A turn still in flight when the load run stopped (turn row ``outcome``
     ``unfinished`` with ``end_reason`` ``end-of-run``) is indeterminate, as in
-    Jepsen: reported, not counted.  Every other turn without a terminal outcome
+    Jepsen: reported, not counted; so is every open turn of a run stopped by a
+    signal (``interrupted``).  Every other turn without a terminal outcome
     — ``unfinished`` for another reason, or attempts without any turn row (a
     lost ledger row) — fails.
     """
     out = p.turns["outcome"].to_numpy()
     open_ = pd.isna(out) | (out == "unfinished")
-    cut = p.turns["end_of_run"].to_numpy()
+    cut = indeterminate_turns(p, interrupted)
     bad = np.flatnonzero(open_ & ~cut)
     return _violation("incomplete", len(bad), _labels(p, bad),
                       f"{len(bad)} of {p.n_turns} turns never reached a terminal state; "
                       f"{int(cut.sum())} in flight when the run stopped (indeterminate, "
                       "not counted)", per_1k(len(bad), p.n_turns))
+
+
+def indeterminate_turns(p: Prepared, interrupted: bool = False) -> np.ndarray:
+    """Turns still in flight when the run stopped (by its end, or by a signal): their
+    outcome is unknown, never a violation."""
+    cut = p.turns["end_of_run"].to_numpy()
+    if interrupted:
+        out = p.turns["outcome"].to_numpy()
+        cut = cut | pd.isna(out) | (out == "unfinished")
+    return cut
 
 
 def _decreasing(keys: np.ndarray, order_by: np.ndarray, seq: np.ndarray) -> np.ndarray:
@@ -354,7 +366,7 @@ def _attempt_sequence(p: Prepared) -> pd.DataFrame:
     """Non-injected attempts ordered per (turn, phase) with ordinal and has_next."""
     a = p.a.loc[~p.a["inj"], ["tkey", "phase", "send_s", "end_s", "request_guid",
                                "error_code", "retry_after_ms", "outcome", "decision",
-                               "context_id"]]
+                               "context_id", "task_id", "task_id_learned"]]
     phase = pd.factorize(a["phase"].fillna(""))[0]
     send = a["send_s"].to_numpy(dtype=np.float64)
     order = np.lexsort((np.nan_to_num(send, nan=np.inf), phase, a["tkey"].to_numpy()))
@@ -365,11 +377,14 @@ def _attempt_sequence(p: Prepared) -> pd.DataFrame:
     ctx = a["context_id"].fillna("").to_numpy()
     same_ctx = np.zeros(len(a), dtype=bool)
     same_ctx[:-1] = ctx[1:] == ctx[:-1]
+    task = a["task_id"].fillna(a["task_id_learned"]).to_numpy(dtype=object)
+    next_task = np.full(len(a), None, dtype=object)
+    next_task[:-1] = a["task_id"].to_numpy(dtype=object)[1:]
     next_send = np.full(len(a), np.nan)
     next_send[:-1] = a["send_s"].to_numpy(dtype=np.float64)[1:]
     next_send[~same_next] = np.nan
     out = a.assign(has_next=same_next, next_same_context=same_next & same_ctx,
-                   next_send_s=next_send)
+                   next_send_s=next_send, known_task=task, next_task_id=next_task)
     out["ordinal"] = out.groupby(g, sort=False).cumcount().to_numpy() + 1
     return out
 
@@ -377,12 +392,14 @@ def _attempt_sequence(p: Prepared) -> pd.DataFrame:
 def rule_non_retryable(p: Prepared, seq: pd.DataFrame) -> RuleResult:
     """Attempts failed with a non-retryable code that the Live layer retried unmodified.
 
-    A resend in another session (a new contextId: "start a new session" after
+    Judged from what was actually sent next in the same turn and phase (the ledger's
+    next attempt), never from the client's own ``decision`` column.  A resend in
+    another session (a new contextId: "start a new session" after
     ``session-not-found``) is a modified request and allowed.
     """
     code = seq["error_code"]
-    nonretry = code.notna() & ~code.isin(RETRYABLE_CODES)
-    bad = seq[nonretry & (seq["next_same_context"] | seq["decision"].eq("retry"))]
+    nonretry = code.notna() & ~code.isin(RETRYABLE_CODES) & ~seq["outcome"].isin(NO_ANSWER)
+    bad = seq[nonretry & seq["next_same_context"]]
     codes = bad["error_code"].value_counts()
     detail = (f"{len(bad)} of {int(nonretry.sum())} non-retryable failures were retried"
               + (f" ({', '.join(f'{c}: {n}' for c, n in codes.items())})" if len(codes) else ""))
@@ -398,7 +415,10 @@ def rule_retry_limit(p: Prepared, seq: pd.DataFrame, policy: object | None,
     limit_of = {c: policy.max_attempts_for(c) for c in RETRYABLE_CODES}  # type: ignore[attr-defined]
     timeout_limit = policy.max_attempts_for("upstream-timeout", timeout=True)  # type: ignore[attr-defined]
     code = seq["error_code"]
-    timeout_like = code.isna() & ~seq["outcome"].isin(NOT_FAILED)
+    # no answer (timeout, response-lost, total-timeout, cut off): the timeout limit, whatever
+    # code the client wrote (the Live layer decides these as upstream-timeout, timeout=True)
+    timeout_like = seq["outcome"].isin(NO_ANSWER) | (code.isna()
+                                                       & ~seq["outcome"].isin(NOT_FAILED))
     limit = code.map(limit_of).astype("float64")
     limit = limit.where(~timeout_like, float(timeout_limit))
     judged = seq["has_next"] & limit.notna()
@@ -432,7 +452,10 @@ def rule_echo(p: Prepared) -> RuleResult:
     echo = p.a["echo"]
     if echo.isna().all():
         return _not_checked("extension-echo", "no echo column in the attempts ledger")
-    answered = p.a["events"].fillna(0).to_numpy() > 0
+    http = pd.to_numeric(p.a["http_status"], errors="coerce")
+    accepted = (http.isna() | http.between(200, 299) | http.eq(101)).to_numpy()
+    # a refused request (401, 429, a refused upgrade ...) carries no echo by design
+    answered = (p.a["events"].fillna(0).to_numpy() > 0) & accepted
     bad = p.a[answered & echo.eq(False).to_numpy()]
     return _violation("extension-echo", len(bad), examples_of(bad["request_guid"][:5]),
                       f"{len(bad)} of {int(answered.sum())} answered attempts lacked the echo")
@@ -455,3 +478,82 @@ def rule_sequence_id(p: Prepared, events: Events | None) -> RuleResult:
         return _violation("sequence-id", n, examples_of(flagged["request_guid"][:5]),
                           f"{n} events without sequenceId (attempts.events_without_seq)")
     return _not_checked("sequence-id", "no events ledger and no events_without_seq")
+
+
+def rule_task_id_kept(seq: pd.DataFrame, policy: object | None = None) -> RuleResult:
+    """Retries after a timeout or a lost response (no FAILED state) of a request whose task
+    was known that were sent without that taskId (errors.md §3: keep it; the Reasoner joins
+    the running task instead of starting the turn again).  Not checked when the run's policy
+    cancels the task on a timeout (``live.cancel_on_timeout``: the retry is a new task)."""
+    if policy is not None and policy.cfg.cancel_on_timeout:  # type: ignore[attr-defined]
+        return _not_checked("task-id-kept", "live.cancel_on_timeout = true: a retry after a "
+                                            "timeout starts a new task")
+    known = pd.Series(seq["known_task"].to_numpy(), index=seq.index)
+    judged = seq["outcome"].isin(NO_ANSWER) & seq["has_next"] & known.notna()
+    nxt = pd.Series(seq["next_task_id"].to_numpy(), index=seq.index)
+    bad = seq[judged & nxt.ne(known)]
+    return _violation("task-id-kept", len(bad), examples_of(bad["request_guid"][:5]),
+                      f"{len(bad)} of {int(judged.sum())} retries after a timeout dropped or "
+                      "changed the known taskId")
+
+
+# ------------------------------------------------------------------------------ indeterminate
+
+INDETERMINATE = {
+    "cut-off-by-stop": "executions whose request was still open when the run stopped",
+    "in-flight-at-restart": "executions whose request was open while the server restarted",
+    "ghost-success": "executions of turns the caller was told failed (hazard ghost-success)",
+    "slow-success": "executions whose request's own answer never came (timed out, lost or "
+                    "cancelled), the side effect ran anyway",
+}
+
+
+def indeterminate(p: Prepared, restarts: list[float], interrupted: bool = False
+                  ) -> dict[str, dict[str, object]]:
+    """Executions whose request never completed, classified; and turns in flight at the stop."""
+    cut = indeterminate_turns(p, interrupted)
+    key = "turns-in-flight-at-interrupt" if interrupted else "turns-cut-off-by-stop"
+    out: dict[str, dict[str, object]] = {key: {
+        "count": int(cut.sum()), "examples": list(_labels(p, np.flatnonzero(cut))),
+        "detail": "turns still open when the run stopped (outcome unknown)"}}
+    if p.w is None:
+        return out
+    a = p.a
+    # completed as far as the caller knows: a real (not client-injected) attempt completed
+    done = set(a.loc[~a["inj"] & a["outcome"].isin((*SUCCESS_OUTCOMES, "input-required")),
+                     "request_guid"].dropna())
+    main = a.sort_values("inj", kind="stable").drop_duplicates("request_guid")
+    main = main.set_index("request_guid")
+    w = p.w[p.w["requestGuid"].notna() & p.w["requestGuid"].isin(main.index)
+            & ~p.w["requestGuid"].isin(done)]
+    guids = w["requestGuid"].to_numpy()
+    att = main.loc[guids]
+    told = p.turns["told"].to_numpy()[att["tkey"].to_numpy(dtype=np.int64)]
+    send = att["send_s"].to_numpy(dtype=np.float64)
+    end = np.nan_to_num(att["end_s"].to_numpy(dtype=np.float64), nan=np.inf)
+    at_restart = np.zeros(len(att), dtype=bool)
+    for r in restarts:
+        at_restart |= (send <= r) & (r <= end)
+    cls = np.where(att["outcome"].eq("unfinished").to_numpy()
+                   | cut[att["tkey"].to_numpy(dtype=np.int64)], "cut-off-by-stop",
+                   np.where(at_restart, "in-flight-at-restart",
+                            np.where(told == "failure", "ghost-success", "slow-success")))
+    for name, detail in INDETERMINATE.items():
+        sel = cls == name
+        out[name] = {"count": int(sel.sum()), "examples": list(examples_of(guids[sel][:5])),
+                     "detail": detail}
+    return out
+
+
+def handoff_warnings(p: Prepared, turns: pd.DataFrame | None) -> list[str]:
+    """A warning when handoff turns were answered without INPUT_REQUIRED (the server never
+    asked for input: nothing to judge about continuations, never a loss)."""
+    if turns is None or turns["input_required"].isna().all():
+        return []
+    h = _truthy(turns["handoff"])
+    never = h & turns["input_required"].eq(False) & turns["outcome"].eq("completed")
+    if not never.any():
+        return []
+    return [f"{int(never.sum())} of {int(h.sum())} handoff turns were answered COMPLETED "
+            "without INPUT_REQUIRED: the server never asked for input (its continuation "
+            "and side effect were not sent; handoff not exercised)"]

@@ -1,23 +1,31 @@
-"""``check_run(run_dir) -> Verdict``: the Jepsen-style delivery verdict of one load run.
+"""``check_run(run_dir) -> Verdict``: the one verdict of a load run.
 
-Reads ``RUN_DIR/ledger/*.jsonl`` (LEDGER.md) and ``RUN_DIR/scenario.toml`` (the
-Live policy whose attempt limits ``retry-limit`` applies), evaluates every rule of
-:mod:`loadtests.check.rules` and writes ``verdict.json`` + ``verdict.txt`` into
-the run folder.  Raises :class:`~loadtests.check.ledger.LedgerError` on unusable
-input.
+Reads ``RUN_DIR/ledger/*.jsonl`` (LEDGER.md), ``RUN_DIR/scenario.toml`` (the
+Live policy whose attempt limits ``retry-limit`` applies) and what the load run
+wrote besides (:mod:`loadtests.check.integrity`), evaluates every rule set of
+:data:`RULE_SETS` and writes ``verdict.json`` + ``verdict.txt`` into the run
+folder.  ``rtalab load run``, ``rtalab load summarize`` and ``rtalab check`` all
+call this, so they give the same verdict.  Raises
+:class:`~loadtests.check.ledger.LedgerError` on unusable input.
+
+Extending the verdict: append a function ``(ctx: Context) -> list[RuleResult]`` to
+:data:`RULE_SETS` (more named rules), or set :data:`COVERAGE` to a function
+``(ctx: Context) -> list[dict]`` (the verdict's ``coverage`` table).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from loadtests.check import integrity as I
 from loadtests.check import rules as R
 from loadtests.check.ledger import Ledgers, read_ledgers
-from loadtests.check.verdict import Verdict
+from loadtests.check.verdict import RuleResult, Verdict
 
 
 def load_policy(run_dir: Path) -> tuple[Any | None, str]:
@@ -69,38 +77,101 @@ def _stats(led: Ledgers, p: R.Prepared) -> dict[str, Any]:
     return stats
 
 
-def evaluate(led: Ledgers, policy: Any | None,
-             hazard_limits: Mapping[str, float] | None = None,
-             policy_problem: str = "no retry policy given") -> Verdict:
-    """Every rule over already-read ledgers."""
-    limits = dict(hazard_limits or {})
-    p = R.prepare(led)
-    seq = R._attempt_sequence(p)
+@dataclass
+class Context:
+    """Everything a rule set may read: the ledgers, their joins, the policy, the run's files."""
+
+    led: Ledgers
+    p: R.Prepared
+    seq: pd.DataFrame
+    policy: Any | None
+    policy_problem: str
+    limits: dict[str, float]
+    files: I.RunFiles
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def delivery_rules(ctx: Context) -> list[RuleResult]:
+    """The delivery rules of errors.md (:mod:`loadtests.check.rules`), in RULE_NAMES order."""
+    p, seq, limits, policy, why = ctx.p, ctx.seq, ctx.limits, ctx.policy, ctx.policy_problem
     # the rules without the events ledger first: its parse may still be running
     lost, duplicated, ghost = R.rule_lost(p), R.rule_duplicated(p), R.rule_ghost(p, limits)
     reexecuted, sessions = R.rule_reexecuted(p, limits), R.rule_sessions(p, limits)
-    unexpected, incomplete = R.rule_unexpected(p), R.rule_incomplete(p)
+    unexpected = R.rule_unexpected(p)
+    incomplete = R.rule_incomplete(p, ctx.files.interrupted)
     non_retryable = R.rule_non_retryable(p, seq)
-    retry_limit = R.rule_retry_limit(p, seq, policy, policy_problem)
-    retry_after = R.rule_retry_after(seq, policy, policy_problem)
+    retry_limit = R.rule_retry_limit(p, seq, policy, why)
+    retry_after = R.rule_retry_after(seq, policy, why)
     echo = R.rule_echo(p)
-    results = [lost, duplicated, ghost, reexecuted, sessions, unexpected, incomplete,
-               R.rule_ordering(p, led.events), non_retryable, retry_limit, retry_after, echo,
-               R.rule_sequence_id(p, led.events)]
-    return Verdict(rules=results, stats=_stats(led, p))
+    task_kept = R.rule_task_id_kept(seq, policy)
+    return [lost, duplicated, ghost, reexecuted, sessions, unexpected, incomplete,
+            R.rule_ordering(p, ctx.led.events), non_retryable, retry_limit, retry_after, echo,
+            R.rule_sequence_id(p, ctx.led.events), task_kept]
+
+
+def integrity_rules(ctx: Context) -> list[RuleResult]:
+    """Named run-integrity checks (ledger gathered; server and witness agree)."""
+    return [I.rule_ledger_gathered(ctx.files), I.rule_server_agrees(ctx.files, ctx.led.attempts),
+            I.rule_witness_agrees(ctx.files, ctx.led.witness)]
+
+
+def gate_rules(ctx: Context) -> list[RuleResult]:
+    """Release gates: auth, availability (without --slo) and one rule per --slo."""
+    cut = R.indeterminate_turns(ctx.p, ctx.files.interrupted)
+    return [I.rule_auth(ctx.led.attempts),
+            I.rule_availability(ctx.files, ctx.p.turns["outcome"], cut),
+            *I.slo_rules(ctx.files)]
+
+
+RuleSet = Callable[[Context], list[RuleResult]]
+RULE_SETS: list[RuleSet] = [delivery_rules, integrity_rules, gate_rules]
+COVERAGE: Callable[[Context], list[dict[str, Any]]] | None = None
+
+
+def evaluate(led: Ledgers, policy: Any | None,
+             hazard_limits: Mapping[str, float] | None = None,
+             policy_problem: str = "no retry policy given",
+             files: I.RunFiles | None = None) -> Verdict:
+    """Every rule set over already-read ledgers (``files``: what the load run wrote)."""
+    p = R.prepare(led)
+    files = files or I.RunFiles(run_dir=Path("."))
+    ctx = Context(led=led, p=p, seq=R._attempt_sequence(p), policy=policy,
+                  policy_problem=policy_problem, limits=dict(hazard_limits or {}), files=files)
+    results: list[RuleResult] = []
+    for rule_set in RULE_SETS:
+        results += rule_set(ctx)
+    v = Verdict(rules=results, stats=_stats(led, p), run_status=files.status,
+                indeterminate=R.indeterminate(p, files.restarts, files.interrupted),
+                warnings=R.handoff_warnings(p, led.turns), figures=I.figures(files))
+    if COVERAGE is not None:
+        v.coverage = COVERAGE(ctx)
+    return v
 
 
 def check_run(run_dir: str | Path, hazard_limits: Mapping[str, float] | None = None, *,
               write: bool = True) -> Verdict:
     """The verdict of ``run_dir`` (written to verdict.json / verdict.txt unless ``write=False``)."""
     run = Path(run_dir)
-    led = read_ledgers(run)
+    files = I.RunFiles.read(run)
+    led = read_ledgers(run, witness_since=witness_mark(files))
     policy, problem = load_policy(run)
-    verdict = evaluate(led, policy, hazard_limits, problem)
+    verdict = evaluate(led, policy, hazard_limits, problem, files)
     verdict.run_dir = str(run)
+    try:
+        before = Verdict.read(run)
+    except (OSError, ValueError, KeyError, TypeError):  # an unreadable old verdict: replaced
+        before = None
+    if before is not None:  # measured by the load run, not by the checker: kept
+        verdict.overhead = before.overhead
     if write:
         verdict.write(run)
     return verdict
 
 
-__all__ = ["check_run", "evaluate", "load_policy"]
+def witness_mark(files: I.RunFiles) -> int:
+    """The witness ledger's last id before this run started (``counts.json``
+    ``witness_since``): rows up to it belong to earlier runs of a reused witness."""
+    return int((files.counts or {}).get("witness_since") or 0)
+
+
+__all__ = ["COVERAGE", "RULE_SETS", "Context", "check_run", "evaluate", "load_policy"]

@@ -230,6 +230,8 @@ class _Turn:
     guid: str | None = None
     barge_in_s: float | None = None
     next_seq: float | None = None  # where the task's sequenceIds go on (continuation)
+    side_sent: bool = False  # a request of this turn was sent with sideEffect: true
+    input_required: bool = False  # the server answered the first phase INPUT_REQUIRED
     sends: dict[str, int] = field(default_factory=dict)  # requestGuid -> times sent
     last_row: dict[str, Any] | None = None  # the attempt row of the turn's latest attempt
 
@@ -358,6 +360,7 @@ class Call:
         t.phase_start_s = t.start_s
         outcome, reason, code, end_s, first_chunk_s = self._run_phase(t)
         if outcome == "input-required":
+            t.input_required = True
             wait = self.caller_response()
             limit = self.sc.live.timeouts.handoff_s
             if 0.0 < limit < wait:
@@ -387,7 +390,8 @@ class Call:
             "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
             "call_id": self.call_id, "turn_index": t.index, "interaction_id": t.interaction_id,
             "turn_id": t.turn_id, "live_instance": self.inst.index,
-            "side_effect": t.side_effect, "handoff": t.handoff, "start_s": t.start_s,
+            "side_effect": t.side_sent, "side_effect_planned": t.side_effect,
+            "handoff": t.handoff, "input_required": t.input_required, "start_s": t.start_s,
             "end_s": end_s, "outcome": outcome, "end_reason": reason, "error_code": code,
             "attempts": t.attempts, "retries": t.attempts - t.first_sends,
             "ttfc_s": None if math.isnan(ttfc) else ttfc,
@@ -410,8 +414,9 @@ class Call:
                 "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
                 "call_id": self.call_id, "turn_index": t.index,
                 "interaction_id": t.interaction_id, "turn_id": t.turn_id,
-                "live_instance": self.inst.index, "side_effect": t.side_effect,
-                "handoff": t.handoff, "start_s": t.start_s, "end_s": None,
+                "live_instance": self.inst.index, "side_effect": t.side_sent,
+                "side_effect_planned": t.side_effect, "handoff": t.handoff,
+                "input_required": t.input_required, "start_s": t.start_s, "end_s": None,
                 "outcome": "unfinished", "end_reason": "end-of-run", "error_code": None,
                 "attempts": t.attempts, "retries": t.attempts - t.first_sends, "ttfc_s": None,
                 "completion_s": None, "handoff_wait_s": t.handoff_wait_s, "told_caller": "none",
@@ -484,6 +489,7 @@ class Call:
         extra = {"test.forceError": t.force_error} if t.force_error else None
         wants_input = t.handoff and t.phase == "initial"
         side = t.side_effect and not wants_input
+        t.side_sent = t.side_sent or side
         rpc_id = _id("r")
         body = streaming_request(rpc_id, ids, self.opts.ext_uri, self.active, text=TEXT,
                                  side_effect=side, handoff=wants_input, extra_meta=extra)

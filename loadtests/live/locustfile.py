@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import locust.stats
 import numpy as np
 from gevent.pool import Group
 from locust import FastHttpUser, constant, events, task
@@ -37,6 +38,8 @@ from loadtests.live.ws import WsChannel
 from sim.scenario import load_scenario
 
 REPORT_WAIT_S = 3.5  # > Locust's worker report interval (3 s)
+CSV_INTERVAL_S = 0.25  # Locust's CSV write interval (its default: 1 s)
+CSV_WAIT_S = 2 * CSV_INTERVAL_S  # past the next CSV write after the stop
 GATHER_TIMEOUT_S = 60.0
 SHIP_EVERY_S = 1.0
 
@@ -184,7 +187,10 @@ class Conductor:
         deadline = stop_t + GATHER_TIMEOUT_S
         while not self.gatherer.complete(self.expected) and time.time() < deadline:
             gevent.sleep(0.1)
-        gevent.sleep(max(0.0, stop_t + REPORT_WAIT_S - time.time()))
+        # past the workers' last stats report (master), or past Locust's next periodic CSV
+        # write (its stats CSV is not rewritten at exit; local process)
+        wait_s = REPORT_WAIT_S if isinstance(environment.runner, MasterRunner) else CSV_WAIT_S
+        gevent.sleep(max(0.0, stop_t + wait_s - time.time()))
         report = self.gatherer.report(self.expected)
         report["stopped_s"] = stop_t
         report["drained"] = len(self.gatherer.idle) >= self.expected
@@ -196,6 +202,7 @@ class Conductor:
         environment.runner.quit()
 
 
+locust.stats.CSV_STATS_INTERVAL_SEC = CSV_INTERVAL_S  # read by its writer at every write
 SETTINGS = LoadSettings.from_env()
 PROCESS = Process(SETTINGS)
 CONDUCTOR = Conductor(SETTINGS)

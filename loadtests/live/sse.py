@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from loadtests.live.call import StreamBroken
-from loadtests.live.wire import cancel_request, headers
+from loadtests.live.wire import cancel_request, headers, http_error_frame
 
 REQUEST_NAME = "SendStreamingMessage"
 _DECODE = json.JSONDecoder().decode  # str in: no per-event encoding detection of bytes
@@ -43,12 +43,24 @@ class SseExchange:
         if self._raw is None or not self.http_status:
             self.close(f"connection failed: {err}")
             raise StreamBroken(f"connection failed: {err}")
+        # a refused request (non-2xx): Locust has read its body already (the raw stream
+        # gives b''; NOTES.md): it is in ``content``, read as sent and mapped to a code
+        self._refused: dict[str, Any] | None = None
+        if not 200 <= self.http_status < 300:
+            try:
+                body = r.content
+            except Exception:  # an unreadable body: the status alone decides the code
+                body = b""
+            self._refused = http_error_frame(self.http_status, body, h, ext_uri)
         self._json = self.http_status != 200 or "event-stream" not in (
             h.get("content-type") or "")
 
     def next_frame(self) -> dict[str, Any] | None:
         """The next JSON-RPC object of the stream, or None at its end (raises StreamBroken)."""
         raw = self._raw
+        if self._refused is not None:  # one error frame, then the end
+            frame, self._refused, self._json = self._refused, None, False
+            return frame
         if self._json:  # a plain JSON answer (401, JSON-RPC error): one frame
             self._json = False
             try:

@@ -221,6 +221,62 @@ _JSONRPC_ERROR_CODES: Final = {-32040: "auth", -32602: "schema-validation",
                                -32600: "schema-validation", -32700: "schema-validation"}
 
 
+# HTTP statuses of a refused request (or WebSocket upgrade) and the profile's code each maps to
+# when its body carries none (errors.md §2; rate-limited covers size bounds: 413)
+HTTP_STATUS_CODES: Final = {400: "schema-validation", 401: "auth", 403: "auth",
+                            404: "session-not-found", 408: "upstream-timeout",
+                            413: "rate-limited", 429: "rate-limited", 504: "upstream-timeout"}
+
+
+def code_of_http_status(status: int) -> str:
+    """The profile's code for a non-2xx HTTP status (5xx not listed: ``internal``)."""
+    return HTTP_STATUS_CODES.get(status) or ("internal" if status >= 500 else "schema-validation")
+
+
+def _retry_after_ms(headers: Any) -> float | None:
+    """``Retry-After`` (seconds) of an HTTP answer in milliseconds, or None."""
+    try:
+        v = headers.get("retry-after") or headers.get("Retry-After")
+    except AttributeError:
+        return None
+    try:
+        return max(0.0, float(v)) * 1000.0 if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def http_error_frame(status: int, body: bytes | str | None, headers: Any,
+                     ext_uri: str) -> dict[str, Any]:
+    """A refused request (non-2xx answer or refused WebSocket upgrade) as one JSON-RPC error
+    frame: the body's own profile code when it carries one (JSON-RPC ``error.data`` or a
+    FAILED status), else the code of its HTTP status (:data:`HTTP_STATUS_CODES`);
+    ``Retry-After`` becomes ``retryAfterMs``.  The body text is kept in ``error.message``."""
+    _, _, code_key, retry_key = _KEYS.get(ext_uri) or _keys(ext_uri)
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
+    code = None
+    retry_ms = _retry_after_ms(headers)
+    try:
+        data = json.loads(text) if text.strip() else None
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        ev = parse_event(data, ext_uri)
+        err = data.get("error")
+        own = err.get("data") if isinstance(err, dict) else None
+        if isinstance(own, dict) and isinstance(own.get(code_key), str):
+            code = own[code_key]
+        elif ev.kind == "status" and ev.state == "TASK_STATE_FAILED":
+            code = ev.error_code
+        if ev.retry_after_ms is not None:
+            retry_ms = ev.retry_after_ms
+    code = code or code_of_http_status(status)
+    meta: dict[str, Any] = {code_key: code}
+    if retry_ms is not None:
+        meta[retry_key] = retry_ms
+    return {"jsonrpc": "2.0", "id": None,
+            "error": {"code": status, "message": f"HTTP {status}: {text[:200]}", "data": meta}}
+
+
 _KEYS: dict[str, tuple[str, str, str, str]] = {}
 
 
@@ -245,7 +301,10 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
             code = data.get(code_key)
         if code is None and isinstance(err, dict):
             code = _JSONRPC_ERROR_CODES.get(err.get("code"))  # type: ignore[arg-type]
-        return Event("error", error_code=code or "internal")
+        ev = Event("error", error_code=code or "internal")
+        if isinstance(data, dict) and retry_key in data:
+            ev.retry_after_ms = _num(data.get(retry_key))
+        return ev
     result = frame.get("result")
     if not isinstance(result, dict) or len(result) != 1:
         return Event("message")

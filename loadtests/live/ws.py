@@ -25,7 +25,7 @@ from gevent.event import Event
 from websockets.protocol import State
 
 from loadtests.live.call import StreamBroken
-from loadtests.live.wire import cancel_request, decode_frame, headers
+from loadtests.live.wire import cancel_request, decode_frame, headers, http_error_frame
 
 REQUEST_NAME = "SendStreamingMessage"
 _DECODE = decode_frame
@@ -123,6 +123,46 @@ class WsExchange:
             exception=RuntimeError(failure) if failure else None, context={})
 
 
+class UpgradeRefused(StreamBroken):
+    """The server answered the WebSocket upgrade with an HTTP status instead of 101."""
+
+    def __init__(self, status: int, body: bytes, headers: Any) -> None:
+        super().__init__(f"upgrade refused: HTTP {status}")
+        self.status, self.body, self.headers = status, body, headers
+
+
+class RefusedExchange:
+    """A request that could not be sent because the upgrade was refused: its answer is the
+    refusal (status and body, mapped to the profile's code), one error frame."""
+
+    def __init__(self, channel: WsChannel, refused: UpgradeRefused) -> None:
+        self.channel = channel
+        self.http_status: int | None = refused.status
+        self.worker = None
+        self.echo = False
+        self._frame: dict[str, Any] | None = http_error_frame(
+            refused.status, refused.body, refused.headers, channel.ext_uri)
+        self._t0 = time.perf_counter()
+        self._start = time.time()
+        self._done = False
+
+    def next_frame(self) -> dict[str, Any] | None:
+        """The refusal as one error frame, then the end."""
+        frame, self._frame = self._frame, None
+        return frame
+
+    def close(self, failure: str | None = None) -> None:
+        """Report the request (always a failure: the upgrade was refused)."""
+        if self._done:
+            return
+        self._done = True
+        self.channel.events.request.fire(
+            request_type="WS", name=REQUEST_NAME, start_time=self._start,
+            response_time=(time.perf_counter() - self._t0) * 1000.0, response_length=0,
+            exception=RuntimeError(failure or f"upgrade refused: HTTP {self.http_status}"),
+            context={})
+
+
 class WsChannel:
     """A call's WebSocket: opened at the start of the call, closed at its end."""
 
@@ -153,11 +193,18 @@ class WsChannel:
 
         t0 = time.perf_counter()
         self.active = active
+        from websockets.exceptions import InvalidStatus
+
         try:
             self.ws = connect(self.url, additional_headers=headers(self.ext_uri, self.token,
                                                                    active, sse=False),
                               open_timeout=10.0, close_timeout=1.0, max_size=2**22,
                               compression=None)
+        except InvalidStatus as e:  # refused (401, 403, 404, 429, 5xx ...): read its body
+            resp = e.response
+            self.close_reason = f"upgrade refused: HTTP {resp.status_code}"
+            raise UpgradeRefused(resp.status_code, bytes(resp.body or b""),
+                                 resp.headers) from None
         except Exception as e:
             self.close_reason = str(e)
             raise StreamBroken(f"upgrade failed: {e}") from None
@@ -177,13 +224,17 @@ class WsChannel:
         if self.ws is ws:
             self.ws = None
 
-    def send(self, rpc_id: str, body: bytes, active: bool) -> WsExchange:
-        """Send one request frame (reconnecting first if the socket was lost)."""
+    def send(self, rpc_id: str, body: bytes, active: bool) -> WsExchange | RefusedExchange:
+        """Send one request frame (reconnecting first if the socket was lost); a refused
+        upgrade is this request's answer (:class:`RefusedExchange`)."""
         ws = self.ws
         if ws is not None and ws.protocol.state is not _OPEN:  # it ended while nobody read
             self.lost(ws, "socket closed")
         if self.ws is None:
-            self._connect(self.active)
+            try:
+                self._connect(self.active)
+            except UpgradeRefused as e:
+                return RefusedExchange(self, e)
         ex = WsExchange(self, rpc_id)
         self.routes[rpc_id] = ex
         try:

@@ -32,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=non_negative, default=5.0, help="measuring window")
     p.add_argument("--users", type=positive_int, default=20, help="concurrent users")
     p.add_argument("--rounds", type=positive_int, default=3, help="alternating rounds")
-    p.add_argument("--binding", choices=("sse", "ws", "both"), default="both")
+    p.add_argument("--binding", choices=("sse", "ws", "both"), default="both",
+                   help="which Live users to measure (default both)")
     p.add_argument("--no-pin", action="store_true", help="do not pin server and client CPUs")
 
 

@@ -12,7 +12,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from sim.argtypes import EXIT_USAGE, help_of, non_negative, positive_int
+from sim.argtypes import EXIT_USAGE, add_results_root, help_of, non_negative, positive_int
+from sim.junit import add_junit_argument
 from sim.policy.codes import ALL_CODES, is_retryable
 
 PROG = "rtalab load run"
@@ -30,6 +31,16 @@ def _url(text: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise argparse.ArgumentTypeError(f"expected an http(s) URL, got {text!r}")
     return text.rstrip("/")
+
+
+def _slo(text: str) -> str:
+    from sim.answers.slo import SloError, parse_slo
+
+    try:
+        parse_slo(text)
+    except SloError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text.strip()
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,8 +73,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="embedded Reasoner dedup store (default SQLite in the run folder)")
     p.add_argument("--dedup-mode", choices=("request-guid", "turn", "none"), default=None,
                    help="override [reasoner].dedup")
-    p.add_argument("--out", default="results", metavar="DIR", help="results root")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--slo", type=_slo, action="append", default=[], metavar="'METRIC<=X'",
+                   help="a release gate on the run's summary.json (same syntax as sim "
+                        "capacity, e.g. 'turn_completion_p99_s<=4', 'success_rate>=0.99'; "
+                        "repeatable); without --slo the availability gate applies")
+    add_results_root(p)
+    add_junit_argument(p)
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     test = p.add_argument_group("test-only switches (negative controls and conformance)")
     test.add_argument("--no-reorder", action="store_true",
@@ -104,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         no_reorder=args.no_reorder, unsafe_test_retry_codes=tuple(args.unsafe_test_retry_code),
         force_error_codes=tuple(args.test_force_error), witness_url=args.witness,
         argv=["rtalab", *getattr(args, "rtalab_argv", [])], quiet=args.quiet,
-        plots=not args.no_plots)
+        plots=not args.no_plots, slo=tuple(args.slo))
     if args.target:
         from loadtests.procs import url_ready
 
@@ -116,14 +132,43 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (RunError, ProcessError) as e:
         print(f"rtalab: load run failed: {str(e).splitlines()[0]}", file=sys.stderr)
         return EXIT_USAGE
+    if args.junit:
+        try:
+            _write_junit(args.junit, run_dir)
+        except OSError as e:
+            print(f"rtalab: cannot write {args.junit}: {e.strerror or e}", file=sys.stderr)
+            return EXIT_USAGE
+    _print_end(run_dir)
+    return rc
+
+
+def _print_end(run_dir: Path) -> None:
+    """The end of every run: files, then the verdict line, failed rules and key figures."""
+    from loadtests.check import Verdict
+
     print(f"results: {run_dir}")
     for name in ("report.html", "verdict.txt", "summary.json", "locust/locust.html"):
         if (run_dir / name).exists():
             print(f"  {name}: {run_dir / name}")
-    if rc:
-        print("rtalab load: verdict FAILED (see verdict.json, ledger/counts.json)",
-              file=sys.stderr)
-    return rc
+    verdict = Verdict.read(run_dir)
+    if verdict is not None:
+        from loadtests.check.show import wrap_text
+
+        print(wrap_text(verdict.summary_text()), end="")
+
+
+def _write_junit(path: Path, run_dir: Path) -> None:
+    """The run's verdict as JUnit XML: ledger and count checks, then every rule."""
+    import json
+
+    from sim import junit
+
+    def read(p: Path) -> dict[str, Any] | None:
+        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
+
+    counts = read(run_dir / "ledger" / "counts.json") or {}
+    junit.write(path, f"rtalab load run {run_dir.name}",
+                junit.load_run_cases(run_dir, read(run_dir / "verdict.json"), counts))
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
@@ -135,8 +180,17 @@ def cmd_summarize(args: argparse.Namespace) -> int:
             run / "ledger" / "clock.json").exists():
         print(f"rtalab: {run}: not a load run folder with a gathered ledger", file=sys.stderr)
         return EXIT_USAGE
-    rc = summarize_run(run)
-    print(f"results: {run}")
+    from loadtests.check import LedgerError
+
+    try:
+        rc, verdict = summarize_run(run)
+    except LedgerError as e:
+        print(f"rtalab: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if verdict.interrupted:
+        print(f"rtalab load summarize: {run} was interrupted: tables, summary and verdict "
+              "are over the partial ledger gathered before the interrupt")
+    _print_end(run)
     return rc
 
 
@@ -157,7 +211,8 @@ def register(subparsers: Any) -> None:
                           description="Rebuild the tables, summary.json and the verdict of a "
                                       "load run folder (e.g. gathered by a Locust master "
                                       "on another host).")
-    summ.add_argument("run_dir", metavar="RUN_DIR")
+    summ.add_argument("run_dir", metavar="RUN_DIR",
+                      help="a load-run folder whose ledger/ holds the gathered JSONL files")
     summ.set_defaults(func=cmd_summarize)
     try:
         from loadtests.loadrun.bench import add_arguments, run_bench

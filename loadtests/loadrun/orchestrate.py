@@ -16,9 +16,16 @@ Locust runs headless as subprocesses (one local process, or a master and N
 workers), with :mod:`loadtests.live.locustfile`; its CSV/JSON/HTML land in
 ``locust/``.  Afterwards the witness ledger and the Reasoner's ``/metrics``
 are saved next to the Live users' ledgers, the ledgers become the simulator's
-tables and ``summary.json`` (:mod:`loadtests.loadrun.tables`), the counts are
-cross-checked (``ledger/counts.json``), and the checker writes ``verdict.json``.
-Everything started is stopped on success, failure and Ctrl-C.
+tables and ``summary.json`` (:mod:`loadtests.loadrun.tables`), the server's and the
+witness's counts are saved (``ledger/counts.json``), and the checker
+(:func:`loadtests.check.check_run`) writes the run's one verdict (``verdict.json``:
+delivery rules, run-integrity checks, gates), which ``meta.json``, ``report.html``
+(written after the run is final), the terminal and the exit status repeat.
+
+Everything started is stopped on success, failure, Ctrl-C, SIGTERM and SIGHUP
+(every child runs in its own process group and is signalled as a group); an
+interrupted run is marked ``interrupted`` in ``meta.json`` and can be judged
+afterwards with ``rtalab load summarize``.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -40,9 +48,11 @@ from loadtests.live.config import ENV, LoadSettings
 from loadtests.procs import (
     LOCALHOST,
     ManagedProcess,
+    _pdeathsig_preexec,
     free_port,
     start_reasoner,
     start_witness,
+    wait_ready,
 )
 from sim.results import collect_meta, finish_run, new_run_dir, start_run, write_json
 from sim.scenario import Scenario
@@ -81,6 +91,7 @@ class RunOptions:
     argv: list[str] = field(default_factory=list)
     quiet: bool = False
     plots: bool = True
+    slo: tuple[str, ...] = ()
 
 
 @dataclass
@@ -143,10 +154,11 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
     st = Stack()
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
-    # the tool's latency is the witness's: the side effect happens when it ends (slow success)
+    # the tool's latency is the witness's: the side effect happens when it ends (slow success);
+    # the witness starts while the Reasoner does (both from this thread: see procs)
     tool = json.dumps(opts.scenario.reasoner.tool_latency_s.to_toml())
     st.witness = start_witness(run_dir / "witness.sqlite", extra_args=["--latency-s", tool],
-                               log_path=logs / "witness.log")
+                               log_path=logs / "witness.log", wait=False)
     st.procs.append(st.witness)
     dedup = opts.dedup or f"sqlite:///{run_dir / 'dedup.sqlite'}"
     extra = ["--token", f"{TOKEN}={PRINCIPAL}", "--log-level", "warning"]
@@ -157,7 +169,12 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
     st.reasoner_args = dict(workers=opts.workers or 1, dedup=dedup, scenario=scenario_path,
                             witness=st.witness.url, extra_args=extra,
                             log_path=logs / "reasoner.log")
-    st.reasoner = start_reasoner(**st.reasoner_args)
+    try:
+        st.reasoner = start_reasoner(**st.reasoner_args)
+        wait_ready(st.witness, "/healthz")
+    except BaseException:
+        st.stop()
+        raise
     target = st.reasoner.url
     if use_chaos(opts):  # `rtalab chaos --listen ADDR --upstream URL --scenario FILE` (issue 10)
         if not _chaos_available():
@@ -171,10 +188,19 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
     return st, target, st.witness.url
 
 
-def crash_restart(st: Stack) -> None:
+def record_restart(run_dir: Path, t: float, how: str) -> None:
+    """Append a restart of the server to ``ledger/restarts.jsonl`` (the checker classifies
+    executions of requests open across it as *in flight at a restart*)."""
+    with open(run_dir / "ledger" / "restarts.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"t": t, "how": how}) + "\n")
+
+
+def crash_restart(st: Stack, run_dir: Path | None = None) -> None:
     """SIGKILL the Reasoner's process group and start it again on the same port and store."""
     assert st.reasoner is not None
     port = st.reasoner.port
+    if run_dir is not None:
+        record_restart(run_dir, time.time(), "crash-at")
     st.reasoner.kill(signal.SIGKILL)
     st.reasoner = start_reasoner(port=port, **st.reasoner_args)
 
@@ -188,7 +214,7 @@ def _locust_cmd(opts: RunOptions, target: str, locust_dir: Path, role: str,
     n = opts.processes
     cmd += ["--headless", "-u", str(n), "-r", str(n), "--csv", str(locust_dir / "locust"),
             "--json-file", str(locust_dir / "locust"), "--html", str(locust_dir / "locust.html"),
-            "--only-summary", "--stop-timeout", "5"]
+            "--only-summary"]
     if role == "master":
         cmd += ["--master", "--master-bind-host", LOCALHOST, "--master-bind-port",
                 str(master_port), "--expect-workers", str(n)]
@@ -215,14 +241,15 @@ def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: P
         files.append(log)
         main = subprocess.Popen(_locust_cmd(opts, target, locust_dir, role, master_port),
                                 env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_pdeathsig_preexec())
         children.append(main)
         for i in range(opts.processes if role == "master" else 0):
             wlog = open(logs / f"locust-worker{i}.log", "wb")  # noqa: SIM115 - closed below
             files.append(wlog)
             children.append(subprocess.Popen(
                 _locust_cmd(opts, target, locust_dir, "worker", master_port), env=env,
-                stdout=wlog, stderr=subprocess.STDOUT, start_new_session=True))
+                stdout=wlog, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_pdeathsig_preexec()))
         clock = run_dir / "ledger" / "clock.json"
         crashes = sorted(opts.crash_at)
         t_start = time.time()
@@ -234,7 +261,7 @@ def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: P
                 t0 = json.loads(clock.read_text(encoding="utf-8"))["t0"]
                 if time.time() - t0 >= crashes[0]:
                     crashes.pop(0)
-                    crash_restart(st)
+                    crash_restart(st, run_dir)
                     _say(opts, f"rtalab load: crashed and restarted the Reasoner at "
                                f"{time.time() - t0:.1f} s")
             time.sleep(0.05)  # polling the child with a bounded deadline
@@ -249,16 +276,53 @@ def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: P
                    "workers)")
         return int(main.returncode)
     finally:
-        for c in children:
-            if c.poll() is None:
-                try:
-                    os.killpg(c.pid, signal.SIGTERM)
-                    c.wait(timeout=5)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(c.pid, signal.SIGKILL)
+        stop_groups(children)
         for f in files:
             f.close()
+
+
+def stop_groups(children: list[subprocess.Popen[bytes]], timeout_s: float = 3.0) -> None:
+    """SIGTERM the process group of every child still running, then SIGKILL what is left
+    after ``timeout_s`` (all groups at once, so N children take ``timeout_s``, not N times)."""
+    live = [c for c in children if c.poll() is None]
+    for c in live:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(c.pid, signal.SIGTERM)
+    deadline = time.time() + timeout_s
+    for c in live:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            c.wait(timeout=max(0.01, deadline - time.time()))
+    for c in children:  # the group may outlive its leader (workers, grandchildren)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(c.pid, signal.SIGKILL)
+        if c.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                c.wait(timeout=1.0)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP reached ``rtalab load run`` (handled like Ctrl-C)."""
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Any:
+    """Within the block, SIGTERM and SIGHUP raise :class:`Interrupted` (SIGINT raises
+    KeyboardInterrupt as always), so every process the run started is stopped and the run
+    is marked ``interrupted``.  Only in the main thread (signal handlers live there)."""
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_interrupted(signum: int, frame: Any) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def fetch_json(url: str, timeout_s: float = 10.0) -> Any:
@@ -267,9 +331,21 @@ def fetch_json(url: str, timeout_s: float = 10.0) -> Any:
         return json.loads(r.read())
 
 
-def save_witness(witness_url: str, path: Path) -> int:
-    """Page through the witness's ``/ledger`` into ``path`` (JSON lines); rows written."""
-    since, n = 0, 0
+def witness_position(witness_url: str) -> int:
+    """The id of the witness's last execution now (0 when empty): a reused witness's rows
+    up to it belong to earlier runs."""
+    since = 0
+    while True:
+        page = fetch_json(f"{witness_url}/ledger?since={since}&limit=10000")
+        since = page["nextSince"]
+        if not page["more"]:
+            return int(since)
+
+
+def save_witness(witness_url: str, path: Path, since: int = 0) -> int:
+    """Page through the witness's ``/ledger`` after ``since`` into ``path`` (JSON lines);
+    rows written."""
+    n = 0
     with open(path, "w", encoding="utf-8") as f:
         while True:
             page = fetch_json(f"{witness_url}/ledger?since={since}&limit=10000")
@@ -312,13 +388,16 @@ def server_turns_answered(metrics: dict[str, float]) -> float:
 
 
 def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: int | None,
-                comparable: bool, side_effects_comparable: bool = True) -> dict[str, Any]:
-    """Ledger counts against the server's /metrics and the witness (``ledger/counts.json``).
+                comparable: bool, side_effects_comparable: bool = True,
+                metrics_before: dict[str, float] | None = None) -> dict[str, Any]:
+    """Ledger counts next to the server's /metrics and the witness (``ledger/counts.json``).
 
     ``comparable`` is False when chaos or crashes make the server see other requests
     than the clients sent (duplicates upstream, counters reset by a restart);
     ``side_effects_comparable`` is False with barge-in (a cancelled turn's tool call
-    may or may not have run).
+    may or may not have run).  The raw ``*_matches`` flags are informative only: the
+    verdict's integrity rules (:mod:`loadtests.check.integrity`) judge these counts
+    with the requests that never completed taken into account.
     """
     from loadtests.loadrun.tables import read_jsonl
 
@@ -331,8 +410,10 @@ def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: i
     out: dict[str, Any] = {"comparable": comparable, "attempts": len(attempts),
                            "attempts_answered": len(ended),
                            "completed_side_effect_request_guids": len(se_guids)}
-    if metrics is not None:
-        out["server_turns_answered"] = server_turns_answered(metrics)
+    if metrics is not None and any(k.startswith("rta_reasoner_turns_total{") for k in metrics):
+        # only a server that exports the reference Reasoner's counter can be compared
+        out["server_turns_answered"] = server_turns_answered(metrics) - (
+            server_turns_answered(metrics_before) if metrics_before else 0.0)
         out["server_matches"] = (out["server_turns_answered"] == len(ended)) if comparable \
             else None
     if witness_rows is not None:
@@ -344,6 +425,12 @@ def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: i
 
 def run_load(opts: RunOptions) -> tuple[Path, int]:
     """Carry out a load run; return its folder and exit code (0 ok, 1 a rule failed)."""
+    with signals_interrupt():
+        return _run_load(opts)
+
+
+def _run_load(opts: RunOptions) -> tuple[Path, int]:
+    t_begin = time.time()
     sc = opts.scenario
     duration = opts.duration_s if opts.duration_s is not None else sc.run.duration_s
     drain = opts.drain_s if opts.drain_s is not None else sc.run.drain_s
@@ -355,19 +442,26 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
                         extra={"target": opts.target, "binding": opts.binding,
                                "processes": opts.processes, "chaos": chaos,
                                "network": "chaos-proxy" if chaos else "real-loopback",
-                               "crash_at": list(opts.crash_at), "duration_s": duration})
+                               "crash_at": list(opts.crash_at), "duration_s": duration,
+                               "slo": list(opts.slo)})
     start_run(run_dir, sc, meta)
-    (run_dir / "ledger").mkdir()
+    led_dir = run_dir / "ledger"
+    led_dir.mkdir()
+    write_json(led_dir / "gates.json", {"slo": list(opts.slo),
+                                        "availability_min": sc.load.availability_min})
     scenario_path = run_dir / "scenario.toml"
     st: Stack | None = None
+    marks: dict[str, float] = {}
+    witness_url, witness_since = opts.witness_url, 0
+    stopping: threading.Thread | None = None
     try:
-        witness_url = opts.witness_url
         if opts.target is None:
             _say(opts, "rtalab load: starting witness and Reasoner ...")
             st, target, witness_url = start_stack(opts, run_dir, scenario_path)
             token = TOKEN
         else:
             target, token = opts.target.rstrip("/"), opts.token
+        witness_since = witness_position(witness_url) if witness_url else 0
         settings = LoadSettings(
             run_dir=str(run_dir), run_id=uuid.uuid4().hex[:8], scenario_path=str(scenario_path),
             binding=opts.binding, duration_s=duration, drain_s=drain, processes=opts.processes,
@@ -378,39 +472,91 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
                    f"{duration:g} s + drain ≤ {drain:g} s against {target}; network: "
                    + ("[network] by the chaos proxy" if chaos else "real loopback"
                       + ("" if network_is_zero(sc) else " ([network] NOT applied)")))
+        server_url = st.reasoner.url if st is not None and st.reasoner else target
+        # a server reused across runs counts from its start: this run's share is the difference
+        before = save_server_metrics(server_url, led_dir / "server_metrics_before.json") \
+            if opts.target else None
         rc = run_locust(opts, settings, target, run_dir, st, duration + drain + 180.0)
+        marks["locust_end"] = time.time()
         led = run_dir / "ledger"
         if not (led / "clock.json").exists():
             tail = (run_dir / "logs" / "locust-master.log").read_text(
                 encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
             raise RunError(f"Locust did not start (exit {rc}; {run_dir / 'logs'}): {tail[0]}")
-        server_url = st.reasoner.url if st is not None and st.reasoner else target
         metrics = save_server_metrics(server_url, led / "server_metrics.json")
         witness_rows = None
         if witness_url:
-            witness_rows = save_witness(witness_url, led / "witness.jsonl")
+            witness_rows = save_witness(witness_url, led / "witness.jsonl", witness_since)
         gather = json.loads((led / "gather.json").read_text(encoding="utf-8")) if (
             led / "gather.json").exists() else {"complete": False}
         counts = count_check(run_dir, metrics, witness_rows,
                              comparable=not (chaos and network_changes_counts(sc))
                              and not opts.crash_at,
-                             side_effects_comparable=sc.load.barge_in_share == 0)
+                             side_effects_comparable=sc.load.barge_in_share == 0,
+                             metrics_before=before)
+        counts["witness_since"] = witness_since
         counts["ledger_complete"] = bool(gather.get("complete"))
         counts["locust_exit_code"] = rc
         write_json(led / "counts.json", counts)
+        if st is not None:  # the servers stop while the tables and the verdict are made
+            stopping = threading.Thread(target=st.stop, name="rtalab-stop-servers")
+            stopping.start()
+        marks["gathered"] = time.time()
         write_results(run_dir, sc, duration, warmup, opts.plots)
+        marks["tables"] = time.time()
     except BaseException as e:
+        if stopping is not None:
+            stopping.join()
+        interrupted = isinstance(e, KeyboardInterrupt)
+        if interrupted and witness_url and (run_dir / "ledger" / "clock.json").exists():
+            _save_partial_witness(run_dir, witness_url, witness_since)
         if st is not None:
             st.stop()
-        status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        status = "interrupted" if interrupted else "failed"
         finish_run(run_dir, meta, status, f"{type(e).__name__}: {e}".splitlines()[0])
+        if interrupted:
+            _say(opts, f"rtalab load: interrupted ({e or 'SIGINT'}); every process stopped; "
+                       f"judge the partial ledger with: rtalab load summarize {run_dir}")
         raise
-    if st is not None:
-        st.stop()
-    ok = judge(run_dir, counts)
-    meta["verdict_ok"] = ok
-    finish_run(run_dir, meta, "complete")
-    return run_dir, 0 if ok else EXIT_RULE_FAILED
+    if stopping is not None:
+        stopping.join()
+    verdict = judge(run_dir, meta, status="complete")
+    marks["checked"] = time.time()
+    write_report(run_dir)
+    marks["reported"] = time.time()
+    verdict.overhead = overhead(run_dir, t_begin, marks)
+    verdict.write(run_dir)
+    return run_dir, 0 if verdict.ok else EXIT_RULE_FAILED
+
+
+def _save_partial_witness(run_dir: Path, witness_url: str, since: int) -> None:
+    """Best effort on an interrupt: this run's witness rows so far (and their count), so that
+    ``rtalab load summarize`` can judge the partial ledger's side effects."""
+    led = run_dir / "ledger"
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        rows = save_witness(witness_url, led / "witness.jsonl", since)
+        write_json(led / "counts.json", {"witness_rows": rows, "witness_since": since,
+                                         "comparable": False, "interrupted": True})
+
+
+def overhead(run_dir: Path, t_begin: float, marks: dict[str, float]) -> dict[str, Any]:
+    """Wall-clock time of the run beyond its load (duration + the drain it took): start
+    (servers, Locust), gather (Locust's end, ledgers, witness, metrics), tables, check,
+    report."""
+    led = run_dir / "ledger"
+    t0 = json.loads((led / "clock.json").read_text(encoding="utf-8"))["t0"]
+    gather = json.loads((led / "gather.json").read_text(encoding="utf-8")) if (
+        led / "gather.json").exists() else {}
+    stopped = float(gather.get("stopped_s") or marks["locust_end"])
+    load_s = stopped - t0
+    parts = {"start": t0 - t_begin, "gather": marks["gathered"] - stopped,
+             "tables": marks["tables"] - marks["gathered"],
+             "check": marks["checked"] - marks["tables"],
+             "report": marks["reported"] - marks["checked"]}
+    total = marks["reported"] - t_begin
+    return {"total_s": round(total, 3), "load_s": round(load_s, 3),
+            "overhead_s": round(total - load_s, 3),
+            "parts": {k: round(v, 3) for k, v in parts.items()}}
 
 
 def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: float,
@@ -426,17 +572,21 @@ def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: floa
         _plots(run_dir, sc, out)
 
 
-def judge(run_dir: Path, counts: dict[str, Any]) -> bool:
-    """The run's verdict: ledger complete, counts consistent, and every checker rule passed
-    (``loadtests.check.check_run`` writes ``verdict.json``/``verdict.txt``); then the run's
-    self-contained HTML report (``report.html``, the same as ``rtalab report RUN``)."""
+def judge(run_dir: Path, meta: dict[str, Any] | None = None, status: str | None = None) -> Any:
+    """The run's one verdict (:func:`loadtests.check.check_run` writes ``verdict.json`` /
+    ``verdict.txt``); with ``meta``, ``meta.json`` is made final first (``status``, and
+    ``verdict`` / ``verdict_ok`` / ``failed_rules`` copied from the verdict)."""
     from loadtests.check import check_run
 
-    ok = bool(counts.get("ledger_complete")) and counts.get("server_matches") is not False \
-        and counts.get("witness_matches") is not False
+    if meta is not None and status is not None:
+        meta["status"] = status  # the checker reads the final status
+        write_json(run_dir / "meta.json", meta)
     verdict = check_run(run_dir)
-    write_report(run_dir)
-    return ok and bool(verdict.ok)
+    if meta is not None and status is not None:
+        meta.update(verdict_ok=verdict.ok, verdict=verdict.headline,
+                    failed_rules=verdict.failed)
+        finish_run(run_dir, meta, status)
+    return verdict
 
 
 def write_report(run_dir: Path) -> None:
@@ -446,9 +596,10 @@ def write_report(run_dir: Path) -> None:
     (run_dir / "report.html").write_text(render_report([run_dir]), encoding="utf-8")
 
 
-def summarize_run(run_dir: Path) -> int:
-    """``rtalab load summarize``: tables, summary and verdict of a gathered ledger (e.g. a
-    master on another host); 0 ok, 1 a rule failed."""
+def summarize_run(run_dir: Path) -> tuple[int, Any]:
+    """``rtalab load summarize``: tables, summary, verdict and report of a gathered (or
+    interrupted) run folder; (exit code: 0 ok, 1 a rule failed or the run was interrupted;
+    the verdict)."""
     from sim.scenario import load_scenario
 
     settings = LoadSettings.read(run_dir / "ledger" / "settings.json")
@@ -456,11 +607,9 @@ def summarize_run(run_dir: Path) -> int:
         else load_scenario(settings.scenario_path)
     write_results(run_dir, sc, settings.duration_s, min(sc.run.warmup_s,
                                                          settings.duration_s / 2))
-    led = run_dir / "ledger"
-    gather = json.loads((led / "gather.json").read_text(encoding="utf-8")) if (
-        led / "gather.json").exists() else {}
-    counts = {"ledger_complete": bool(gather.get("complete"))}
-    return 0 if judge(run_dir, counts) else EXIT_RULE_FAILED
+    verdict = judge(run_dir)
+    write_report(run_dir)
+    return (0 if verdict.ok else EXIT_RULE_FAILED), verdict
 
 
 def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
@@ -485,6 +634,8 @@ def _plots(run_dir: Path, sc: Scenario, out: Any) -> None:
     try:
         from sim.plots import plot_run
 
-        plot_run(run_dir, sc, out.turns, out.timeseries)
+        meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
+        plot_run(run_dir, sc, out.turns, out.timeseries, clock="real",
+                 crashes=[float(t) for t in meta.get("crash_at") or []])
     except Exception as e:  # a plot must never lose the run
         print(f"rtalab load: warning: plots not written: {e}", file=sys.stderr)

@@ -12,6 +12,7 @@ from sim.argtypes import non_negative, port, probability
 
 PROG = "rtalab serve witness"
 EXIT_USAGE = 2
+DEFAULT_PORT = 8091
 
 
 
@@ -34,7 +35,8 @@ def _statuses(text: str) -> tuple[int, ...]:
 def add_witness_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab serve witness``."""
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=port, default=8090, help="TCP port (default 8090)")
+    p.add_argument("--port", type=port, default=DEFAULT_PORT,
+                   help=f"TCP port (default {DEFAULT_PORT}; the Reasoner's README port is 8090)")
     p.add_argument("--db", default="witness.db", metavar="PATH",
                    help="SQLite ledger file, created if missing (default ./witness.db)")
     p.add_argument("--latency-s", default="0", metavar="SPEC",
@@ -56,7 +58,8 @@ def add_witness_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed of the fault draws")
     p.add_argument("--test-hooks", action="store_true", help="enable POST /reset (tests only)")
     p.add_argument("--log-level", default="warning",
-                   choices=("critical", "error", "warning", "info", "debug"))
+                   choices=("critical", "error", "warning", "info", "debug"),
+                   help="server log level (default warning)")
 
 
 def faults_from_args(args: argparse.Namespace) -> Faults:
@@ -81,9 +84,15 @@ def run_witness(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(args.db, faults, test_hooks=args.test_hooks, seed=args.seed)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
-                                           log_level=args.log_level, access_log=False,
-                                           lifespan="on"))
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # bound: say where, once (uvicorn logs only at info level)
+                print(f"{PROG}: listening on http://{args.host}:{args.port} (ledger "
+                      f"{args.db}); Ctrl-C to stop", file=sys.stderr, flush=True)
+
+    server = Server(uvicorn.Config(app, host=args.host, port=args.port,
+                                   log_level=args.log_level, access_log=False, lifespan="on"))
     try:
         server.run()
     except SystemExit as e:  # uvicorn exits (code 1 or 3) when it cannot bind

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from sim.argtypes import positive_int
+from sim.junit import add_junit_argument
 
 
 def _usage(message: str) -> Exception:
@@ -140,8 +141,33 @@ def cmd_capacity(args: argparse.Namespace) -> int:
                  f"{scenario.name}: required {knob.key} per {load_key}")
     print(sentence)
     print(bench)
+    if args.junit:
+        from sim import junit
+
+        _write_junit(args.junit, "rtalab sim capacity", junit.capacity_cases(res, slos))
+    _prune(args, out)
     print(f"results: {out}")
     return 0
+
+
+def _prune(args: argparse.Namespace, out: Path, keep: tuple[str, ...] = ()) -> None:
+    """Keep only what the answer and its report need, unless ``--keep-records``."""
+    if args.keep_records:
+        return
+    from sim.manage import human_size, prune_records
+
+    freed = prune_records(out, keep)
+    if freed and not args.quiet:
+        print(f"record tables removed ({human_size(freed)}; --keep-records keeps them)")
+
+
+def _write_junit(path: Path, suite: str, cases: list[Any]) -> None:
+    from sim import junit
+
+    try:
+        junit.write(path, suite, cases)
+    except OSError as e:
+        raise _usage(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def _range(text: str | None) -> tuple[float | None, float | None]:
@@ -202,7 +228,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     _print_table(_ci(shown, metrics), f"{scenario.name}: candidates re-run on fresh seeds "
                                       f"(change = candidate − current)")
     print(sentence)
+    if args.junit:
+        from sim import junit
+
+        _write_junit(args.junit, "rtalab sim tune", junit.tune_cases(res.candidates, cons))
     print(f"study: {res.study_path} ({len(res.trials)} trials, {res.evaluations} run now)")
+    _prune(args, out)
     print(f"results: {out}")
     return 0
 
@@ -257,6 +288,7 @@ def cmd_storm(args: argparse.Namespace) -> int:
     rec = [n for n in res.runs if res.verdict(n) == "recovered"]
     stuck = [n for n in res.runs if res.verdict(n) == "metastable"]
     print(f"recovered: {', '.join(rec) or 'none'}; metastable: {', '.join(stuck) or 'none'}")
+    _prune(args, out, keep=("timeseries", "turns"))  # the storm analysis reads these two
     print(f"results: {out}")
     return 0
 
@@ -274,6 +306,9 @@ def _executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="output folder (default: a new results/<time>-<command>-<name>-s<seed>)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--keep-records", action="store_true",
+                   help="keep every probe's record tables (by default only what the answer "
+                        "and its report need stays: summaries, tables, plots)")
 
 
 def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -281,7 +316,7 @@ def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], Non
     cap = sub.add_parser(
         "capacity", help="smallest knob value meeting SLOs with confidence, per load level",
         description="For each load level, find the smallest value of --knob for which every "
-                    "--slo holds with 95 %% confidence (bracketing + bisection).")
+                    "--slo holds with 95 % confidence (bracketing + bisection).")
     scenario_args(cap)
     cap.add_argument("--load", required=True, metavar="KEY.PATH=V1,V2,...",
                      help="the load levels, e.g. workload.calls_per_s=2,4,8,16")
@@ -294,6 +329,7 @@ def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], Non
     cap.add_argument("--replications", type=positive_int, default=3, metavar="R",
                      help="replications per probe (>= 2; default 3)")
     _executor_args(cap)
+    add_junit_argument(cap)
     cap.set_defaults(func=cmd_capacity)
 
     tu = sub.add_parser(
@@ -302,9 +338,13 @@ def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], Non
                     "default policy space) with Optuna TPE; re-run the best candidates and "
                     "today's settings on fresh seeds; recommend.")
     scenario_args(tu)
-    tu.add_argument("--minimize", action="append", default=[], metavar="METRIC")
-    tu.add_argument("--maximize", action="append", default=[], metavar="METRIC")
-    tu.add_argument("--constraint", action="append", default=[], metavar="'METRIC<=X'")
+    tu.add_argument("--minimize", action="append", default=[], metavar="METRIC",
+                    help="an objective to make small, e.g. turn_completion_p99_s; repeatable")
+    tu.add_argument("--maximize", action="append", default=[], metavar="METRIC",
+                    help="an objective to make large, e.g. success_rate; repeatable")
+    tu.add_argument("--constraint", action="append", default=[], metavar="'METRIC<=X'",
+                    help="must hold with 95 %% confidence, e.g. 'success_rate>=0.99'; "
+                         "repeatable")
     tu.add_argument("--trials", type=positive_int, default=30, metavar="N",
                     help="trials in the study (a resumed study runs only the missing ones)")
     tu.add_argument("--space", type=Path, metavar="FILE", help="TOML file with a [tune] table")
@@ -317,6 +357,7 @@ def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], Non
     tu.add_argument("--batch", type=positive_int, default=2, metavar="B",
                     help="trials asked and evaluated together (default 2)")
     _executor_args(tu)
+    add_junit_argument(tu)
     tu.set_defaults(func=cmd_tune)
 
     st = sub.add_parser(

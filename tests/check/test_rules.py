@@ -67,13 +67,20 @@ def add_row(df: pd.DataFrame, **values: object) -> pd.DataFrame:
 def test_clean_ledger_passes_every_rule(tmp_path: Path, led: Ledger) -> None:
     v = judge(tmp_path, led)
     assert v.ok
-    assert [r.name for r in v.rules] == list(RULE_NAMES)
-    assert {r.status for r in v.rules} == {"pass"}
+    names = [r.name for r in v.rules]
+    assert names == [*RULE_NAMES, "ledger-gathered", "server-ledger-agree",
+                     "witness-ledger-agree", "auth", "availability"]
+    status = {r.name: r.status for r in v.rules}
+    assert {status[n] for n in RULE_NAMES} == {"pass"}
+    # a bare ledger folder: no gather.json / counts.json to check integrity against
+    assert {status[n] for n in names[len(RULE_NAMES):len(RULE_NAMES) + 3]} == {"not-checked"}
+    assert status["auth"] == status["availability"] == "pass"
     assert v.stats["turns"] == N_TURNS
     assert v.stats["client_injected_copies"] > 0
     assert 0 < v.stats["duplicates_absorbed"] == v.stats["duplicates_of_side_effect_requests"]
     written = json.loads((tmp_path / "verdict.json").read_text())
-    assert written["ok"] is True and len(written["rules"]) == len(RULE_NAMES)
+    assert written["ok"] is True and len(written["rules"]) == len(names)
+    assert written["verdict"] == "PASS" and written["coverage"] is None
     assert "verdict: PASS" in (tmp_path / "verdict.txt").read_text()
 
 
@@ -111,7 +118,7 @@ def plant_ordering(led: Ledger) -> None:
 def plant_non_retryable(led: Ledger) -> None:
     a = led["attempts"]
     i = a.index[a["outcome"] == "failed"][0]
-    a.loc[i, "error_code"] = "auth"
+    a.loc[i, "error_code"] = "schema-validation"
 
 
 def plant_retry_limit(led: Ledger) -> None:
@@ -141,12 +148,20 @@ def plant_retry_after(led: Ledger) -> None:
     a.loc[i, ["error_code", "retry_after_ms"]] = ["rate-limited", 800.0]
 
 
+def plant_task_id_dropped(led: Ledger) -> None:
+    a = led["attempts"]
+    i = a.index[a["outcome"] == "failed"][0]  # retried once, 0.5 s later, in the same phase
+    a.loc[i, ["outcome", "error_code", "task_id_learned"]] = ["timeout", "upstream-timeout",
+                                                               "task-known"]
+
+
 PLANTS: dict[str, Callable[[Ledger], None]] = {
     "lost": plant_lost, "duplicated": plant_duplicated, "unexpected": plant_unexpected,
     "incomplete": plant_incomplete, "ordering": plant_ordering,
     "retried-non-retryable": plant_non_retryable, "retry-limit": plant_retry_limit,
     "retry-after": plant_retry_after,
     "extension-echo": plant_echo, "sequence-id": plant_sequence_id,
+    "task-id-kept": plant_task_id_dropped,
 }
 
 

@@ -27,6 +27,7 @@ HAVE_CHAOS = importlib.util.find_spec("loadtests.chaos") is not None
 FAULTS = FAST.replace("duration_s = 4", "duration_s = 9").replace(
     "handoff_share = 0.2", "handoff_share = 0.3") + """
 [load]
+availability_min = 0.3  # a crash-restart and proxy faults in a 9-s run: many turns fail
 resend_share = 0.25
 concurrent_duplicate_share = 0.25
 continuation_duplicate_share = 0.5
@@ -126,8 +127,10 @@ def test_live_users_retry_exactly_the_retryable_codes(tmp_path, read_json):
         rules = {r["name"]: r for r in read_json(run / "verdict.json")["rules"]}
         assert rules["retried-non-retryable"]["status"] == "pass"
         assert rules["retry-limit"]["status"] == "pass"
-    # failing turns are failures, not violations: the verdict decides the exit code
-    assert p.returncode == 0, p.stderr
+    # failing turns are failures, not delivery violations: only the release gates fail (every
+    # turn failed, some with auth: a run where nothing succeeded never passes)
+    assert read_json(run / "verdict.json")["failed"] == ["auth", "availability"]
+    assert p.returncode == 1, p.stderr
 
 
 @pytest.mark.skipif(not HAVE_CHECK, reason="needs the checker (loadtests.check, chaos branch)")

@@ -1,0 +1,90 @@
+"""Headless Chromium through Playwright (Debian's ``/usr/bin/chromium``, no browser download).
+
+:func:`inspect_pages` opens each HTML file in one browser session at 1280 px and reports
+what a person would notice: console errors, images that did not decode, horizontal
+overflow, and whether the answer block comes before the first figure.  Used by
+``tests/test_report_browser.py`` and by ``make report-screenshots``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = os.environ.get("RTALAB_CHROMIUM", "/usr/bin/chromium")
+WIDTH = 1280
+# flags for a sandboxed machine without network (docs/reports.md)
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-dev-shm-usage"]
+
+PAGE_FACTS_JS = """() => {
+  const imgs = Array.from(document.images);
+  const answers = Array.from(document.querySelectorAll('[data-role=answer]'));
+  const figs = Array.from(document.querySelectorAll('section figure'));
+  const top = el => el.getBoundingClientRect().top + window.scrollY;
+  return {
+    images: imgs.length,
+    broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.alt),
+    scrollWidth: document.documentElement.scrollWidth,
+    clientWidth: document.documentElement.clientWidth,
+    sections: document.querySelectorAll('section.section').length,
+    answers: answers.length,
+    answerTop: answers.length ? top(answers[0]) : null,
+    firstFigureTop: figs.length ? top(figs[0]) : null,
+    answerText: answers.map(a => a.innerText),
+  };
+}"""
+
+
+def available() -> str | None:
+    """Why the browser cannot run here (None if it can)."""
+    if not (Path(CHROMIUM).is_file() or shutil.which(CHROMIUM)):
+        return f"{CHROMIUM} not found (make system-deps installs Debian's chromium)"
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -e '.[dev]')"
+    return None
+
+
+@contextmanager
+def browser_page(tmp: Path) -> Iterator[Any]:
+    """A Playwright page in a fresh headless Chromium profile; network requests are refused."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(
+            str(tmp / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=ARGS,
+            viewport={"width": WIDTH, "height": 900})
+        try:
+            ctx.route("http*://**/*", lambda route: route.abort())
+            yield ctx.pages[0] if ctx.pages else ctx.new_page()
+        finally:
+            ctx.close()
+
+
+def inspect_pages(files: Sequence[Path], tmp: Path, screenshots: Path | None = None
+                  ) -> dict[str, dict[str, Any]]:
+    """Facts of each page (see :data:`PAGE_FACTS_JS`) plus its console errors and failed
+    requests; with ``screenshots``, a PNG of each page's top (1280 × 900) there."""
+    out: dict[str, dict[str, Any]] = {}
+    with browser_page(tmp) as page:
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+        for f in files:
+            errors.clear()
+            page.goto(Path(f).resolve().as_uri(), wait_until="load")
+            facts = page.evaluate(PAGE_FACTS_JS)
+            facts["console_errors"] = list(errors)
+            if screenshots is not None:
+                screenshots.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(screenshots / (Path(f).stem + ".png")))
+            out[str(f)] = facts
+    return out
