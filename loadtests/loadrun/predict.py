@@ -271,14 +271,15 @@ def register(subparsers: Any) -> None:
                    help="drain after arrivals stop (default 20)")
     p.add_argument("--workers", type=positive_int, default=2,
                    help="embedded Reasoner worker processes (default 2)")
-    p.add_argument("--binding", choices=("sse", "ws"), default="sse")
+    p.add_argument("--binding", choices=("sse", "ws"), default="sse",
+                   help="the Live users' binding in every load run (default sse)")
     p.add_argument("--chaos", action=argparse.BooleanOptionalAction, default=None,
                    help="chaos proxy in front of every run (default: on iff --outage > 0)")
     p.add_argument("--replications", type=positive_int, default=5,
                    help="simulator replications per case (default 5)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="seed of every run (default 1)")
     p.add_argument("--out", default="results", metavar="DIR", help="results root")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_predict)
 
 
