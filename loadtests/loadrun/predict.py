@@ -90,6 +90,11 @@ class CpuWatch:
         return best
 
 
+def _num(x: float) -> str:
+    """A figure for the report ("–" when undefined, e.g. no capacity identified)."""
+    return f"{x:.2f}" if x == x and math.isfinite(x) else "– (capacity not identified)"
+
+
 def _say(quiet: bool, t0: float, text: str) -> None:
     if not quiet:
         load = os.getloadavg()[0]
@@ -214,9 +219,9 @@ def run_predict(args: argparse.Namespace) -> int:
             + (" — VOID" if void else ""))
     header = {"calibrated on": str(run_a), "method": cal.method,
               "A (calls/s)": f"{base.workload.calls_per_s:g}",
-              "utilisation at A (calibrated)": f"{util_a:.2f}",
+              "utilisation at A (calibrated)": _num(util_a),
               "B (calls/s)": f"{rate_b:.3g}",
-              "predicted utilisation at B": f"{util_a * rate_b / base.workload.calls_per_s:.2f}",
+              "predicted utilisation at B": _num(util_a * rate_b / base.workload.calls_per_s),
               "load generator CPU at A": f"{cpu_a:.0%}" if math.isfinite(cpu_a) else "–",
               "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
                          "(shared: timings are noisy)",
