@@ -1,12 +1,13 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo   -- simulate the baseline scenario, then load-test the embedded Reasoner with it
+#   make demo   -- simulate baseline, load-test the embedded deployment at a low load, calibrate,
+#                  predict a higher load, measure it, compare: one HTML report (~3 min)
 #   make test   -- run the whole test suite
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint seed-check bench bench-sim bench-server bench-sweep clean system-deps bench-check bench-load bench-answers fuzz-long lab report-screenshots bench-report
+.PHONY: venv demo test lint seed-check bench bench-sim bench-server bench-sweep clean system-deps bench-check bench-load bench-answers fuzz-long lab report-screenshots bench-report bench-calibrate
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,10 +29,7 @@ system-deps:
 	  else echo "warning: not found and cannot install:$$missing; their tests will fail" >&2; fi; fi
 
 demo: $(STAMP) system-deps
-	$(BIN)/rtalab sim run baseline
-	$(BIN)/rtalab load run baseline --duration 15 --drain 15 --binding both
-	@echo "simulation: $$(ls -td results/*-sim-baseline-* | head -1)  (summary.json, PNGs)"
-	@echo "load run:   $$(ls -td results/*-load-baseline-* | head -1)  (report.html, verdict.txt, locust/locust.html)"
+	$(BIN)/python -m loadtests.loadrun.demo
 
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .
@@ -44,7 +42,7 @@ lint: $(STAMP)
 seed-check: $(STAMP)
 	nice -n 10 $(BIN)/python tests/oneoff/seeds.py --rounds 20
 
-bench: bench-sim bench-server bench-sweep bench-check bench-load bench-answers bench-report
+bench: bench-sim bench-server bench-sweep bench-check bench-load bench-answers bench-report bench-calibrate
 
 bench-sim: $(STAMP)
 	$(BIN)/rtalab sim bench --memory
@@ -62,6 +60,10 @@ bench-server: $(STAMP) system-deps
 
 bench-check: $(STAMP)
 	$(BIN)/rtalab check --bench
+
+# calibration of 1M ledger rows (target <= 10 s)
+bench-calibrate: $(STAMP)
+	nice -n 5 $(BIN)/python -m sim.calibrate.bench --rows 1000000
 
 bench-load: $(STAMP)
 	$(BIN)/rtalab load bench --seconds 5 --rounds 3 --users 50

@@ -28,7 +28,7 @@ from sim.config import ConfigError
 
 PROG = "rtalab"
 PLUGIN_GROUP = "rtalab.commands"
-CORE_COMMANDS = ("sim", "report", "compare", "results")
+CORE_COMMANDS = ("sim", "report", "compare", "results", "calibrate")
 EXIT_INTERRUPTED = 130
 
 
@@ -579,6 +579,9 @@ EXAMPLES: dict[str, str] = {
     "results": "rtalab results list",
     "results list": "rtalab results list --kind sweep",
     "results prune": "rtalab results prune --older-than 7d --yes",
+    "calibrate": "rtalab calibrate results/LOAD_RUN --out calibrated.toml",
+    "predict": "rtalab predict docs/examples/calibration_deployment.toml --calibrate-rate 1.8 "
+               "--predict-utilisation 0.88 --outage 10 --workers 2",
     "chaos": "rtalab chaos --listen 127.0.0.1:8092 --upstream http://127.0.0.1:8090",
     "check": "rtalab check results/RUN --junit verdict.xml",
     "load": "rtalab load run baseline --duration 15 --drain 15",
@@ -670,6 +673,9 @@ def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dic
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_sim_parser(sub)
     add_results_parsers(sub)
+    from sim.calibrate.cli import add_parser as add_calibrate_parser
+
+    add_calibrate_parser(sub)
     # the core commands need no plugin: skip their imports (they cost ~0.2 s)
     failed = {} if _first_command(argv) in CORE_COMMANDS else load_plugins(sub)
     add_examples(parser)

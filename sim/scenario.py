@@ -327,6 +327,20 @@ def resolve_path(ref: str | Path) -> Path:
                           f"(presets: {', '.join(names)})")
 
 
+def _anchor_files(node: Any, base: Path) -> None:
+    """Make every ``file`` of an empirical distribution absolute, relative to ``base``."""
+    if isinstance(node, dict):
+        f = node.get("file")
+        if node.get("dist") == "empirical" and isinstance(f, str) and f \
+                and not Path(f).is_absolute():
+            node["file"] = str(base / f)
+        for v in node.values():
+            _anchor_files(v, base)
+    elif isinstance(node, list):
+        for v in node:
+            _anchor_files(v, base)
+
+
 def load_scenario(ref: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
     """Read, override and validate a scenario file or preset (raises :class:`ConfigError`)."""
     path = resolve_path(ref)
@@ -337,6 +351,7 @@ def load_scenario(ref: str | Path, overrides: list[str] | dict[str, Any] | None 
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("", f"{path}: cannot read: {e}") from None
     data.setdefault("name", path.stem)
+    _anchor_files(data, path.resolve().parent)
     data.pop("tune", None)  # search ranges of `rtalab sim tune` (sim/answers/tune.py); not a run
     if overrides:
         data = apply_overrides(data, overrides)

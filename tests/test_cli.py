@@ -216,8 +216,11 @@ BROKEN_FILES = {
     "negative_rate": ("[workload]\ncalls_per_s = -2\n", "workload.calls_per_s: must be >= 0"),
     "probability": ("[network.uplink]\nloss = 1.5\n",
                     "network.uplink.loss: must be in [0, 1], got 1.5"),
-    "bad_dist": ('[reasoner]\nreasoning_time_s = { dist = "weibull" }\n',
+    "bad_dist": ('[reasoner]\nreasoning_time_s = { dist = "pareto" }\n',
                  "reasoner.reasoning_time_s: 'dist' must be one of"),
+    "bad_histogram": ('[reasoner]\nreasoning_time_s = { dist = "histogram", le = [0.5, 1], '
+                      'counts = [3, 4] }\n',
+                      "reasoner.reasoning_time_s: 'le' must end with \"+Inf\""),
     "bad_syntax": ("[workload\ncalls_per_s = 1\n", "not valid TOML"),
 }
 

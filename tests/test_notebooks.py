@@ -9,7 +9,7 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-NAMES = ["retry_storms", "timeout_tuning", "capacity_planning"]
+NAMES = ["retry_storms", "timeout_tuning", "capacity_planning", "calibration"]
 MAX_BYTES = 1_000_000
 
 

@@ -107,7 +107,7 @@ def test_resolve_path_prefers_an_existing_file(tmp_path: Path) -> None:
         ("[reasoner]\nerrors = { internal = 0.7, auth = 0.6 }\n", "reasoner.errors",
          "must sum to <= 1"),
         # bad distributions
-        ('[reasoner]\nreasoning_time_s = { dist = "weibull", mean = 1 }\n',
+        ('[reasoner]\nreasoning_time_s = { dist = "pareto", mean = 1 }\n',
          "reasoner.reasoning_time_s", "'dist' must be one of"),
         ('[reasoner]\nreasoning_time_s = { dist = "exp" }\n', "reasoner.reasoning_time_s",
          "missing 'mean'"),

@@ -108,4 +108,7 @@ def sampler(dist: Dist, rng: np.random.Generator) -> Draw:
     if isinstance(dist, Empirical):
         values = np.asarray(dist.values, dtype=float)
         return _blocks(lambda: values[rng.integers(len(values), size=BLOCK)].tolist())
+    sample_n = getattr(dist, "sample_n", None)  # Weibull, Histogram: vectorised draws
+    if sample_n is not None:
+        return _blocks(lambda: sample_n(rng, BLOCK).tolist())
     return lambda: float(dist.sample(rng))  # a Dist subclass unknown here: scalar draws

@@ -1,0 +1,311 @@
+"""``rtalab predict``: calibrate at load A, predict load B (and B with an outage), measure B.
+
+Steps (a progress line each, with the elapsed time and the machine's load average):
+
+1. a load run of SCENARIO at ``--calibrate-rate`` calls/s (or ``--calibration-run DIR``);
+2. ``sim.calibrate`` on it -> ``calibrated.toml`` (the deployment's keys; the client's
+   settings from SCENARIO);
+3. per case (B; B with a ``--outage``-second outage in the middle of the measured
+   window): the simulator on the calibrated scenario at rate B (``--replications``),
+   then the real load run of SCENARIO at rate B, the busiest Locust process's CPU share
+   sampled meanwhile;
+4. :mod:`sim.calibrate.validate` compares them (CIs, a verdict per metric) and the folder
+   gets ``prediction.json``, ``prediction.txt`` and ``prediction.html`` (a self-contained
+   report section).
+
+Every run uses the same chaos setting (the proxy is needed for an outage, so it is on
+when one is asked for), so A and B see the same path.  The folder:
+``results/<UTC>-predict-<scenario>-s<seed>/`` with ``runs/`` (the load runs) and
+``sim-*/`` (the simulations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.argtypes import EXIT_USAGE, non_negative, positive_int
+
+OUTAGE_DIRECTION = "both"
+FALLBACK_FACTOR = 2.0  # B = 2 x A when the utilisation at A is unknown
+
+
+class CpuWatch:
+    """Samples the CPU time of this process's Locust descendants (psutil) every 0.5 s."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.seen: dict[int, list[tuple[float, float]]] = {}  # pid -> [(time, cpu seconds)]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> CpuWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        me = self._psutil.Process()
+        while not self._stop.wait(0.5):
+            try:
+                kids = me.children(recursive=True)
+            except self._psutil.Error:
+                continue
+            for p in kids:
+                try:
+                    if "locust" not in " ".join(p.cmdline()):
+                        continue
+                    t = p.cpu_times()
+                    self.seen.setdefault(p.pid, []).append((time.monotonic(),
+                                                            t.user + t.system))
+                except self._psutil.Error:
+                    continue
+
+    def busiest_share(self, window_s: float = 5.0) -> float:
+        """The busiest Locust process's CPU share over its busiest ``window_s`` seconds
+        (1.0 = one full core): a client saturated for a few seconds queues its own work."""
+        best = math.nan
+        for samples in self.seen.values():
+            j = 0
+            for i, (t1, c1) in enumerate(samples):
+                while j < i and t1 - samples[j][0] > window_s:
+                    j += 1
+                if j < i and t1 - samples[j][0] >= window_s / 2:
+                    share = (c1 - samples[j][1]) / (t1 - samples[j][0])
+                    best = share if not best >= share else best
+        return best
+
+
+def _num(x: float) -> str:
+    """A figure for the report ("–" when undefined, e.g. no capacity identified)."""
+    return f"{x:.2f}" if x == x and math.isfinite(x) else "– (capacity not identified)"
+
+
+def _say(quiet: bool, t0: float, text: str) -> None:
+    if not quiet:
+        load = os.getloadavg()[0]
+        print(f"[{time.monotonic() - t0:6.1f} s] {text}  (load avg {load:.1f})", flush=True)
+
+
+def _load_run(sc: Any, args: argparse.Namespace, out: Path, chaos: bool) -> tuple[Path, float]:
+    from loadtests.loadrun.orchestrate import RunOptions, run_load
+
+    opts = RunOptions(scenario=sc, binding=args.binding, duration_s=args.duration,
+                      drain_s=args.drain, chaos=chaos, workers=args.workers, results=out,
+                      argv=["rtalab", "predict"], quiet=True, plots=False)
+    with CpuWatch() as watch:
+        run_dir, _ = run_load(opts)
+    return run_dir, watch.busiest_share()
+
+
+def _window(sc: Any, args: argparse.Namespace, rate: float) -> Any:
+    return sc.with_overrides({"workload.calls_per_s": rate, "run.duration_s": args.duration,
+                              "run.warmup_s": args.warmup, "run.drain_s": args.drain,
+                              "run.seed": args.seed})
+
+
+def _outage(args: argparse.Namespace) -> dict[str, Any]:
+    mid = args.warmup + (args.duration - args.warmup) / 2
+    return {"network.outages": [{"start_s": max(0.0, mid - args.outage / 2),
+                                 "duration_s": args.outage, "direction": OUTAGE_DIRECTION}]}
+
+
+def _simulate(sc: Any, reps: int, run_dir: Path) -> list[pd.DataFrame]:
+    """Replications of ``sc`` into ``run_dir``; the turns of each."""
+    from sim import results
+    from sim.stream import replication_plan, run_streaming
+
+    run_dir.mkdir(parents=True)
+    summary = run_streaming(sc, replication_plan(sc.run.seed, reps), run_dir, plots=False)
+    results.write_summary(run_dir, summary)
+    turns = pd.read_parquet(run_dir / "turns.parquet")
+    return [g for _, g in turns.groupby("replication", sort=True)]
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """Carry out the steps of the module docstring; 0 when the comparison was written."""
+    from sim import results
+    from sim.calibrate import calibrate, from_run_dir, write
+    from sim.calibrate.cli import describe
+    from sim.calibrate.output import jsonable
+    from sim.calibrate.validate import (
+        CLIENT_CPU_VOID,
+        bootstrap,
+        cdf_png,
+        compare,
+        html_section,
+        rows_json,
+        table_lines,
+        turn_metrics,
+    )
+    from sim.scenario import load_scenario
+
+    t0 = time.monotonic()
+    sc = load_scenario(args.scenario, list(args.set))
+    chaos = args.outage > 0 if args.chaos is None else args.chaos
+    folder = results.new_run_dir(Path(args.out), "predict", scenario_name=sc.name,
+                                 seed=args.seed)
+    say = lambda text: _say(args.quiet, t0, text)  # noqa: E731
+    if args.calibration_run:
+        run_a, cpu_a = Path(args.calibration_run), math.nan
+        say(f"1/5 calibration run given: {run_a}")
+    else:
+        say(f"1/5 load run at A = {args.calibrate_rate:g} calls/s for {args.duration:g} s ...")
+        run_a, cpu_a = _load_run(_window(sc, args, args.calibrate_rate), args,
+                                 folder / "runs", chaos)
+    say("2/5 calibrating ...")
+    base = load_scenario(run_a / "scenario.toml") if (run_a / "scenario.toml").exists() else sc
+    cal = calibrate(from_run_dir(run_a), base)
+    paths = write(cal, folder / "calibrated.toml")
+    calibrated = load_scenario(paths["toml"])
+    util_a = cal.figures.get("utilisation", math.nan)
+    for line in describe(cal):
+        say("    " + line.strip())
+    if args.predict_rate:
+        rate_b = args.predict_rate
+    elif util_a and math.isfinite(util_a):
+        rate_b = base.workload.calls_per_s * args.predict_utilisation / util_a
+    else:
+        rate_b = FALLBACK_FACTOR * base.workload.calls_per_s
+        say(f"    capacity not identified (no turn waited): B = {FALLBACK_FACTOR:g} x A "
+            "instead of --predict-utilisation")
+    say(f"    B = {rate_b:.3g} calls/s (calibrated utilisation at A: {util_a:.2f}; at B: "
+        f"{util_a * rate_b / base.workload.calls_per_s:.2f})")
+    cases = [("B", {})] + ([(f"B + {args.outage:g}-s outage", _outage(args))]
+                           if args.outage > 0 else [])
+    report_cases, out_cases = [], []
+    for i, (name, extra) in enumerate(cases):
+        tag = "b" if not extra else "b-outage"
+        pred_sc = _window(calibrated, args, rate_b).with_overrides(extra)
+        say(f"{3 + i}/5 {name}: simulating {args.replications} replications ...")
+        sim_turns = _simulate(pred_sc, args.replications, folder / f"sim-{tag}")
+        predicted = [turn_metrics(t, args.warmup, args.duration) for t in sim_turns]
+        say(f"{3 + i}/5 {name}: load run at {rate_b:.3g} calls/s for {args.duration:g} s ...")
+        real_sc = _window(sc, args, rate_b).with_overrides(extra)
+        run_b, cpu = _load_run(real_sc, args, folder / "runs", chaos)
+        turns_b = pd.read_parquet(run_b / "turns.parquet")
+        measured = turn_metrics(turns_b, args.warmup, args.duration)
+        ci = bootstrap(turns_b, args.warmup, args.duration, seed=args.seed)
+        void = math.isfinite(cpu) and cpu > CLIENT_CPU_VOID
+        rows = compare(predicted, measured, ci, void=void)
+        comp = turns_b[(turns_b["outcome"].astype(str) == "completed")
+                       & (turns_b["start_s"] >= args.warmup)]["completion_s"].to_numpy()
+        sim_comp = [t[(t["outcome"].astype(str) == "completed") & (t["start_s"] >= args.warmup)]
+                    ["completion_s"].to_numpy() for t in sim_turns]
+        png = cdf_png(sim_comp, comp, f"{name}: {rate_b:.3g} calls/s")
+        notes = [f"load run: {run_b}", f"simulation: {folder / f'sim-{tag}'}"]
+        report_cases.append({"name": name, "rows": rows, "png": png, "client_cpu": cpu,
+                             "void": void, "notes": notes})
+        out_cases.append({"name": name, "rate_calls_per_s": rate_b, "load_run": str(run_b),
+                          "simulation": str(folder / f"sim-{tag}"), "client_cpu_share": cpu,
+                          "void": void, "rows": rows_json(rows)})
+        for line in table_lines(rows):
+            say("    " + line)
+        say(f"    load generator CPU (busiest Locust process, busiest 5 s): {cpu:.0%} of a core"
+            + (" — VOID" if void else ""))
+    header = {"calibrated on": str(run_a), "method": cal.method,
+              "A (calls/s)": f"{base.workload.calls_per_s:g}",
+              "utilisation at A (calibrated)": _num(util_a),
+              "B (calls/s)": f"{rate_b:.3g}",
+              "predicted utilisation at B": _num(util_a * rate_b / base.workload.calls_per_s),
+              "load generator CPU at A": f"{cpu_a:.0%}" if math.isfinite(cpu_a) else "–",
+              "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
+                         "(shared: timings are noisy)",
+              "not identified (defaults)": ", ".join(k for k, _ in cal.unidentified)}
+    section = html_section(report_cases, header)
+    (folder / "prediction.html").write_text(
+        "<!doctype html><meta charset='utf-8'><title>rtalab prediction</title>\n" + section,
+        encoding="utf-8")
+    (folder / "prediction.section.html").write_text(section, encoding="utf-8")
+    (folder / "prediction.json").write_text(json.dumps(jsonable(
+        {"calibration_run": str(run_a), "calibrated": str(paths["toml"]), "rate_a": float(
+            base.workload.calls_per_s), "rate_b": rate_b, "utilisation_a": util_a,
+         "cases": out_cases, "elapsed_s": time.monotonic() - t0}), indent=2) + "\n",
+        encoding="utf-8")
+    text = []
+    for c in report_cases:
+        text += [c["name"], *table_lines(c["rows"]), ""]
+    (folder / "prediction.txt").write_text("\n".join(text), encoding="utf-8")
+    verdicts = [r.verdict for c in report_cases for r in c["rows"]]
+    say(f"5/5 done: {verdicts.count('agrees')} agree, {verdicts.count('differs')} differ, "
+        f"{verdicts.count('void')} void -> {folder / 'prediction.html'}")
+    print(folder)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``rtalab predict`` to the root parser."""
+    p = subparsers.add_parser(
+        "predict", help="calibrate at load A, predict load B, measure B, compare",
+        description="Load-test SCENARIO's embedded deployment at rate A, calibrate a "
+                    "scenario on it, simulate rate B (and B with an outage), load-test B, "
+                    "and compare prediction with measurement (docs/calibration.md).")
+    p.add_argument("scenario", metavar="SCENARIO", help="the deployment: scenario or preset")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="scenario override (repeatable)")
+    p.add_argument("--calibrate-rate", type=float, default=1.0, metavar="CALLS_PER_S",
+                   help="load A, calls/s (default 1)")
+    p.add_argument("--calibration-run", default=None, metavar="RUN_DIR",
+                   help="calibrate on this load run instead of running A")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--predict-rate", type=float, default=None, metavar="CALLS_PER_S",
+                   help="load B, calls/s")
+    g.add_argument("--predict-utilisation", type=float, default=0.9, metavar="U",
+                   help="load B as the calibrated utilisation U (default 0.9)")
+    p.add_argument("--outage", type=non_negative, default=10.0, metavar="S",
+                   help="also predict B with an S-second outage mid-window (0 = not; default 10)")
+    p.add_argument("--duration", type=non_negative, default=60.0, metavar="S",
+                   help="seconds of arrivals of every run (default 60)")
+    p.add_argument("--warmup", type=non_negative, default=10.0, metavar="S",
+                   help="warm-up excluded from every metric (default 10)")
+    p.add_argument("--drain", type=non_negative, default=20.0, metavar="S",
+                   help="drain after arrivals stop (default 20)")
+    p.add_argument("--workers", type=positive_int, default=2,
+                   help="embedded Reasoner worker processes (default 2)")
+    p.add_argument("--binding", choices=("sse", "ws"), default="sse",
+                   help="the Live users' binding in every load run (default sse)")
+    p.add_argument("--chaos", action=argparse.BooleanOptionalAction, default=None,
+                   help="chaos proxy in front of every run (default: on iff --outage > 0)")
+    p.add_argument("--replications", type=positive_int, default=5,
+                   help="simulator replications per case (default 5)")
+    p.add_argument("--seed", type=int, default=1, help="seed of every run (default 1)")
+    p.add_argument("--out", default="results", metavar="DIR", help="results root")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_predict)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    """User errors exit 2 with one line."""
+    from loadtests.loadrun.orchestrate import RunError
+    from loadtests.procs import ProcessError
+    from sim.calibrate import ObservationError
+
+    if args.warmup >= args.duration:
+        print("rtalab: --warmup must be < --duration", file=sys.stderr)
+        return EXIT_USAGE
+    if args.calibration_run and not (Path(args.calibration_run) / "ledger").is_dir():
+        print(f"rtalab: --calibration-run {args.calibration_run}: not a load-run folder",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return run_predict(args)
+    except (RunError, ProcessError) as e:
+        print(f"rtalab: load run failed: {str(e).splitlines()[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    except ObservationError as e:
+        print(f"rtalab: calibrate: {e}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,76 @@
+"""``rtalab calibrate RUN_DIR [RUN_DIR...] --out calibrated.toml`` (registered by sim/cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``rtalab calibrate``."""
+    p = subparsers.add_parser(
+        "calibrate", help="fit a scenario to load runs of a real deployment",
+        description="Fit the deployment's scenario keys ([reasoner], [network]) to one or "
+                    "more load-run folders: distributions by maximum likelihood (lognormal, "
+                    "gamma, Weibull, empirical; AIC, KS distance), network / queueing / "
+                    "service apart, capacity, error rates. Writes a commented TOML, a JSON "
+                    "of every figure and QQ plots (docs/calibration.md).")
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="load-run folders")
+    p.add_argument("--out", type=Path, required=True, metavar="FILE.toml",
+                   help="the calibrated scenario (next to it: .calibration.json, .qq.png)")
+    p.add_argument("--base", metavar="SCENARIO",
+                   help="client settings ([workload], [live], [run], [load]) from this "
+                        "scenario (default: the first run's scenario.toml)")
+    p.add_argument("--no-plots", action="store_true", help="no QQ plot")
+    p.add_argument("--quiet", action="store_true", help="print only the output path")
+    p.set_defaults(func=cmd_calibrate)
+
+
+def describe(cal: Any) -> list[str]:
+    """Key figures of a calibration, one line each (for the terminal)."""
+    lines = [f"method: {cal.method}"]
+    for v in cal.values:
+        val = v.value
+        if isinstance(val, dict) and "dist" in val:
+            shown = ", ".join(f"{k}={x:.4g}" if isinstance(x, float) else f"{k}={x}"
+                              for k, x in val.items() if k not in ("values", "le", "counts"))
+        else:
+            shown = str(val)
+        lines.append(f"  {v.key} = {shown}")
+    f = cal.figures
+    util = f.get("utilisation")
+    if util is not None and math.isfinite(util):
+        lines.append(f"  utilisation during the run: {util:.2f}")
+    if cal.unidentified:
+        lines.append("  not identified (defaults): " + ", ".join(k for k, _ in cal.unidentified))
+    return lines
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Calibrate and write; user errors exit 2 with one line."""
+    from sim.calibrate import ObservationError, calibrate, combine, from_run_dir, write
+    from sim.cli import UsageError
+    from sim.scenario import load_scenario
+
+    for r in args.runs:
+        if not r.is_dir():
+            raise UsageError(f"calibrate: {r} is not a folder")
+    try:
+        obs = combine([from_run_dir(r) for r in args.runs])
+    except ObservationError as e:
+        raise UsageError(f"calibrate: {e}") from None
+    base_ref = args.base or args.runs[0] / "scenario.toml"
+    base = load_scenario(base_ref) if (args.base or Path(base_ref).exists()) else None
+    cal = calibrate(obs, base)
+    try:
+        paths = write(cal, args.out, plots=not args.no_plots)
+        load_scenario(paths["toml"])  # what we wrote must load (a bug otherwise)
+    except OSError as e:
+        raise UsageError(f"cannot write {args.out}: {e.strerror or e}") from None
+    if not args.quiet:
+        for line in describe(cal):
+            print(line)
+    print(paths["toml"])
+    return 0
