@@ -45,10 +45,10 @@ seed-check: $(STAMP)
 bench: bench-sim bench-server bench-sweep bench-check bench-load bench-answers bench-report bench-calibrate
 
 bench-sim: $(STAMP)
-	$(BIN)/rtalab sim bench --memory
+	$(BIN)/rtalab bench sim --memory
 
 bench-sweep: $(STAMP)
-	nice -n 10 $(BIN)/rtalab sim sweep-bench
+	nice -n 10 $(BIN)/rtalab bench sweep
 # capacity search economy: points evaluated vs a full sweep of the knob (target <= 40 %)
 bench-answers: $(STAMP)
 	$(BIN)/rtalab sim capacity baseline --load workload.calls_per_s=1,2,4,8 \
@@ -63,7 +63,7 @@ bench-check: $(STAMP)
 
 # calibration of 1M ledger rows (target <= 10 s)
 bench-calibrate: $(STAMP)
-	nice -n 5 $(BIN)/python -m sim.calibrate.bench --rows 1000000
+	nice -n 5 $(BIN)/rtalab bench calibrate --rows 1000000
 
 bench-load: $(STAMP)
 	$(BIN)/rtalab load bench --seconds 5 --rounds 3 --users 50

@@ -183,28 +183,28 @@ def cmd_reasoner(args: argparse.Namespace) -> int:
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab serve bench``."""
-    from loadtests.bench import add_arguments
+    from benchmarks.serve import add_arguments
 
     add_arguments(p)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """``rtalab serve bench``."""
-    from loadtests.bench import run_bench
+    from benchmarks.serve import run_bench
 
     return run_bench(args)
 
 
 def add_fuzz_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab serve fuzz``."""
-    from loadtests.fuzz_cli import add_arguments
+    from loadtests.fuzz.cli import add_arguments
 
     add_arguments(p)
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
     """``rtalab serve fuzz``."""
-    from loadtests.fuzz_cli import run_fuzz
+    from loadtests.fuzz.cli import run_fuzz
 
     return run_fuzz(args)
 

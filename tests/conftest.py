@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from loadtests.procs import ManagedProcess, start_redis, start_witness
+from loadtests.common.procs import ManagedProcess, start_redis, start_witness
 
 # Property tests are derandomized so a CI run is reproducible; explore new examples with
 # `pytest --hypothesis-profile=explore`.

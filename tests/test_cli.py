@@ -369,8 +369,8 @@ def test_bench_runs_with_tiny_sizes(capsys: pytest.CaptureFixture[str]) -> None:
 def test_bench_cost_ratio_arithmetic() -> None:
     """A turn at 50,000 turns/s costs 20 us, a customer at 200,000/s 5 us: 4x, over a 3x target.
     An inverted ratio (turns/s ÷ customers/s = 0.25) would PASS; this fails it."""
-    from sim.bench import cost_ratio
-    from sim.benchutil import Measurement
+    from benchmarks.sim import cost_ratio
+    from benchmarks.util import Measurement
 
     sim = Measurement("baseline simulation", "turns", (40_000.0, 60_000.0), 1000)
     mmc = Measurement("bare", "customers", (200_000.0,), 1000)

@@ -83,7 +83,7 @@ def test_preset_prefix_and_clash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_serve_witness_says_where_it_listens(tmp_path: Path, parsers) -> None:
-    from loadtests.procs import free_port
+    from loadtests.common.procs import free_port
 
     assert parsers["serve witness"].get_default("port") == 8091  # the README's Reasoner: 8090
     port = free_port()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sim import sweepbench as sb
+from benchmarks import sweep as sb
 
 REPO = Path(__file__).resolve().parents[1]
 

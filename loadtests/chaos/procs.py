@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from loadtests.procs import LOCALHOST, ManagedProcess, _start_on_port, start_process
+from loadtests.common.procs import LOCALHOST, ManagedProcess, _start_on_port, start_process
 
 
 def chaos_command(*, port: int, upstream: str, ledger: str | Path | None = None,

@@ -38,7 +38,7 @@ def hazard_limit(text: str) -> tuple[str, float]:
 def cmd_check(args: argparse.Namespace) -> int:
     """Run the checker (or its benchmark)."""
     if args.bench:
-        from loadtests.check.bench import format_bench, run_bench
+        from benchmarks.check import format_bench, run_bench
 
         print(format_bench(run_bench(rows=args.rows, repeat=args.repeat)), end="")
         return 0

@@ -195,8 +195,8 @@ def flag_warnings(args: argparse.Namespace, sc: Any) -> list[str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``rtalab load run``."""
+    from loadtests.common.procs import ProcessError
     from loadtests.loadrun.orchestrate import RunError, RunOptions, run_load
-    from loadtests.procs import ProcessError
     from sim.config import ConfigError
     from sim.scenario import load_scenario
 
@@ -230,7 +230,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         argv=["rtalab", *getattr(args, "rtalab_argv", [])], quiet=args.quiet,
         plots=not args.no_plots, slo=tuple(args.slo))
     if args.target:
-        from loadtests.procs import url_ready
+        from loadtests.common.procs import url_ready
 
         if not url_ready(f"{args.target}/.well-known/agent-card.json", timeout_s=5.0):
             print(f"rtalab: target {args.target} does not answer", file=sys.stderr)
@@ -348,7 +348,7 @@ def register(subparsers: Any) -> None:
     worker.add_argument("--quiet", action="store_true", help="no progress lines")
     worker.set_defaults(func=cmd_worker)
     try:
-        from loadtests.loadrun.bench import add_arguments, run_bench
+        from benchmarks.load import add_arguments, run_bench
     except ImportError:
         return
     bench = sub.add_parser("bench", help="Live user turns/s vs a bare FastHttpUser",

@@ -1,7 +1,7 @@
 """``rtalab load run``: servers, Locust, crash schedule, ledgers, tables, verdict, results folder.
 
 Without ``--target`` the run starts, on free ports of 127.0.0.1 and with
-:mod:`loadtests.procs`: the witness (its ledger in the run folder), the
+:mod:`loadtests.common.procs`: the witness (its ledger in the run folder), the
 reference Reasoner (workers and dedup store from the flags, else the
 scenario's ``[reasoner]``; ``--witness`` pointing at the witness; the witness
 takes ``[reasoner].tool_latency_s`` per side effect, as the simulator's tool),
@@ -44,8 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadtests.live.config import ENV, LoadSettings
-from loadtests.procs import (
+from loadtests.common.procs import (
     LOCALHOST,
     ManagedProcess,
     _pdeathsig_preexec,
@@ -54,6 +53,7 @@ from loadtests.procs import (
     start_witness,
     wait_ready,
 )
+from loadtests.live.config import ENV, LoadSettings
 from sim.results import collect_meta, finish_run, new_run_dir, start_run, write_json
 from sim.scenario import Scenario
 
@@ -223,7 +223,7 @@ def restart(opts: RunOptions, st: Stack | None, target: str, run_dir: Path, at_s
             t0: float) -> dict[str, Any]:
     """One scheduled restart (embedded: SIGKILL + restart; --target: ``--restart-cmd``, then
     wait for the agent card); the row it adds to ``ledger/restarts.jsonl``."""
-    from loadtests.procs import url_ready
+    from loadtests.common.procs import url_ready
 
     start = time.time()
     # "t": when the server went away (the checker classifies requests open across it)

@@ -290,8 +290,8 @@ def register(subparsers: Any) -> None:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     """User errors exit 2 with one line."""
+    from loadtests.common.procs import ProcessError
     from loadtests.loadrun.orchestrate import RunError
-    from loadtests.procs import ProcessError
     from sim.calibrate import ObservationError
 
     if args.warmup >= args.duration:

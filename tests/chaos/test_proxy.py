@@ -19,7 +19,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from loadtests.chaos.procs import start_chaos
-from loadtests.procs import ManagedProcess, free_port, start_reasoner
+from loadtests.common.procs import ManagedProcess, free_port, start_reasoner
 from tests.serve.conftest import (
     BOB,
     TOKENS,

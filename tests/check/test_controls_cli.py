@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from benchmarks.check import count_lines, format_bench, run_bench
 from loadtests.check import check_run
-from loadtests.check.bench import count_lines, format_bench, run_bench
 from loadtests.check.synth import clean_ledger, write_ledger
 from sim.cli import main
 

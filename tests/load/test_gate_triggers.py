@@ -213,7 +213,7 @@ def test_restart_command_against_a_target_behind_the_chaos_proxy(tmp_path, read_
     """--target with --restart-cmd: the user's command runs at --restart-at (here a script
     that leaves a marker), the run waits for the agent card and records the restart;
     --chaos puts the proxy in front of the target; two --token: two principals."""
-    from loadtests.procs import free_port, start_reasoner, start_witness
+    from loadtests.common.procs import free_port, start_reasoner, start_witness
 
     scenario = FAST + "[network.downlink]\nreorder = 0.3\n"
     sc = tmp_path / "server.toml"

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from loadtests.loadrun.bench import ratio_table
+from benchmarks.load import ratio_table
 
 
 def test_ratio_table_arithmetic():

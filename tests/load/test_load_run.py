@@ -176,7 +176,7 @@ def test_summarize_rebuilds_tables_and_summary_from_the_ledger(sse_run, tmp_path
 
 def test_target_any_deployment_with_its_witness(tmp_path, read_json):
     """--target: the run starts nothing; the deployment's tool calls reach --witness."""
-    from loadtests.procs import start_reasoner, start_witness
+    from loadtests.common.procs import start_reasoner, start_witness
 
     sc = tmp_path / "server.toml"
     sc.write_text(FAST, encoding="utf-8")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from loadtests.procs import free_port
+from loadtests.common.procs import free_port
 from tests.load.conftest import FAST, jsonl
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.procs import free_port, start_process, start_reasoner, start_witness
+from loadtests.common.procs import free_port, start_process, start_reasoner, start_witness
 from tests.load.conftest import FAST, jsonl, load_run
 
 

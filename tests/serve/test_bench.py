@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.bench import Calls, TurnChecker, TurnError, default_turns_per_context, parse_stores
-from loadtests.bench_report import Sample, StoreSummary, comparison_lines, paired_ratios, ratios
+from benchmarks.serve import Calls, TurnChecker, TurnError, default_turns_per_context, parse_stores
+from benchmarks.serve_report import Sample, StoreSummary, comparison_lines, paired_ratios, ratios
 from loadtests.dedup import open_store
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.procs import ManagedProcess
+from loadtests.common.procs import ManagedProcess
 from loadtests.reasoner.capacity import Capacity, QueueTimeout
 from tests.serve.conftest import (
     FAST_SCENARIO,

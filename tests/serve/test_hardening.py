@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.procs import ManagedProcess
+from loadtests.common.procs import ManagedProcess
 from tests.serve.conftest import (
     ALICE,
     BOB,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from loadtests.common.procs import ManagedProcess
 from loadtests.live.wire import parse_event
-from loadtests.procs import ManagedProcess
 from tests.serve.conftest import (
     EXT,
     FAST_SCENARIO,

@@ -1,6 +1,6 @@
 """The fuzzer reaches the handler on every binding, and its oracle catches a planted crash.
 
-:mod:`loadtests.fuzz` sends mostly valid profile requests with mutated
+:mod:`loadtests.fuzz.engine` sends mostly valid profile requests with mutated
 metadata, parts, identifiers, headers and sizes over JSON-RPC/SSE, REST and
 WebSocket.  Each run must: get a stable answer to every request (no 5xx, no
 -32603, no cut stream, no lost socket, FAILED only with stable codes), leave
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.fuzz import BINDINGS, MIN_REACHED, fuzz_binding
+from loadtests.fuzz.engine import BINDINGS, MIN_REACHED, fuzz_binding
 from tests.serve.conftest import Reasoner
 
 REQUESTS = 240  # per binding

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loadtests.procs import start_witness
+from loadtests.common.procs import start_witness
 from loadtests.witness.cli import faults_from_args, register_witness, run_witness
 from loadtests.witness.faults import FaultError, Faults
 

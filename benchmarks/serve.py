@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtests.bench_client import (  # noqa: F401 - re-exported
+from benchmarks.serve_client import (  # noqa: F401 - re-exported
     CHUNKS,
     MIN_RATE_PER_S,
     PRINCIPAL,
@@ -83,8 +83,8 @@ from loadtests.bench_client import (  # noqa: F401 - re-exported
     request_bytes,
     turn_body,
 )
-from loadtests.bench_cpu import cpu_split, group_cpu_s, pin_process
-from loadtests.bench_report import (  # noqa: F401 - re-exported
+from benchmarks.serve_cpu import cpu_split, group_cpu_s, pin_process
+from benchmarks.serve_report import (  # noqa: F401 - re-exported
     MIN_CPU_S,
     RATIO_TARGET,
     SLOW_REMEDY,
@@ -96,8 +96,14 @@ from loadtests.bench_report import (  # noqa: F401 - re-exported
     table,
     versions_line,
 )
-from loadtests.procs import LOCALHOST, ManagedProcess, ProcessError, start_reasoner, start_redis
-from sim.benchutil import Measurement, warn_if_busy, warn_unstable_all
+from benchmarks.util import Measurement, warn_if_busy, warn_unstable_all
+from loadtests.common.procs import (
+    LOCALHOST,
+    ManagedProcess,
+    ProcessError,
+    start_reasoner,
+    start_redis,
+)
 
 STORES: tuple[str, ...] = ("none", "sqlite", "redis")
 # Per store and round: ~1 minute in all with the defaults (2 cores).  Many short rounds

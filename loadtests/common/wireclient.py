@@ -1,7 +1,7 @@
 """The project's one synchronous wire client of the Reasoner, and the wire constants.
 
-Used by the tests (``tests/serve``), the fuzzer (:mod:`loadtests.fuzz`) and, for
-the constants, the bench's raw asyncio client (:mod:`loadtests.bench`):
+Used by the tests (``tests/serve``), the fuzzer (:mod:`loadtests.fuzz.engine`) and, for
+the constants, the bench's raw asyncio client (:mod:`benchmarks.serve`):
 
 - wire constants: the extension URI (:data:`EXT`), the states that end one
   request's stream (:data:`END_STATES`), the event kinds of a stream response

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim import benchutil
+from benchmarks import util as benchutil
 from sim.argtypes import positive_int
 
 MB = 1_000_000
@@ -117,7 +117,7 @@ def _maxrss_bytes() -> int:
 
 
 def _child(args: Sequence[str]) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "sim.sweepbench", *args]
+    cmd = [sys.executable, "-m", "benchmarks.sweep", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -217,7 +217,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _child_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sim.sweepbench")
+    p = argparse.ArgumentParser(prog="python -m benchmarks.sweep")
     p.add_argument("--coordinator-child", type=int)
     p.add_argument("--run-child", type=int)
     p.add_argument("--duration", type=float, required=True)

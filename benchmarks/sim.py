@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sim import benchutil
+from benchmarks import util as benchutil
+from benchmarks.util import Measurement, warn_if_busy, warn_unstable
 from sim.argtypes import positive_int
-from sim.benchutil import Measurement, warn_if_busy, warn_unstable
 
 RATIO_TARGET = 2.0  # issue 6: a simulated turn at most 2x a bare SimPy customer
 RSS_TARGET_BYTES = int(1.5 * 1024**3)  # issue 6: 1M turns under 1.5 GB
@@ -158,7 +158,8 @@ def _maxrss_bytes(ru_maxrss: int) -> int:
 
 def measure_memory(turns: int, seed: int) -> tuple[dict[str, Any], int]:
     """Simulate ``turns`` turns in a child process; return its report and its peak RSS in bytes."""
-    cmd = [sys.executable, "-m", "sim.bench", "--memory-child", str(turns), "--seed", str(seed)]
+    cmd = [sys.executable, "-m", "benchmarks.sim", "--memory-child", str(turns),
+           "--seed", str(seed)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -267,8 +268,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _child_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sim.bench --memory-child N``: the memory run's child process."""
-    p = argparse.ArgumentParser(prog="python -m sim.bench")
+    """``python -m benchmarks.sim --memory-child N``: the memory run's child process."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.sim")
     p.add_argument("--memory-child", type=int, required=True, metavar="TURNS")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args(argv)

@@ -1,7 +1,7 @@
 """``rtalab load bench``: turns/s of the Live users against bare clients, same canned stream.
 
 A canned server (:mod:`loadtests.loadrun.canned`) runs on one CPU; each client
-variant (:mod:`loadtests.loadrun.benchclient`) runs in its own process pinned
+variant (:mod:`benchmarks.load_client`) runs in its own process pinned
 to another CPU (one core), with ``--users`` users for ``--seconds`` after a
 1-s warm-up.  Rounds alternate the variants (bare, live, bare, live, ...) so
 machine noise hits both; the table shows the median turns/s per variant,
@@ -20,7 +20,7 @@ import subprocess
 import sys
 from typing import Any
 
-from loadtests.procs import LOCALHOST, free_port, port_open, start_process
+from loadtests.common.procs import LOCALHOST, free_port, port_open, start_process
 from sim.argtypes import non_negative, positive_int
 
 TARGET_RATIO = 0.7
@@ -43,7 +43,7 @@ def measure(variant: str, url: str, seconds: float, users: int, cpu: int | None
     env = dict(os.environ)
     if cpu is not None:
         env["RTALAB_BENCH_CPU"] = str(cpu)
-    out = subprocess.run([sys.executable, "-m", "loadtests.loadrun.benchclient", variant, url,
+    out = subprocess.run([sys.executable, "-m", "benchmarks.load_client", variant, url,
                           str(seconds), str(users)], capture_output=True, text=True, env=env,
                          timeout=seconds + 60)
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]

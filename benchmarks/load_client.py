@@ -1,4 +1,4 @@
-"""One benchmark client process: ``python -m loadtests.loadrun.benchclient VARIANT URL S USERS``.
+"""One benchmark client process: ``python -m benchmarks.load_client VARIANT URL S USERS``.
 
 Runs Locust users of one variant in process (local runner) for a warm-up second
 plus ``S`` seconds and prints ``{"turns": n, "seconds": s, "cpu_s": c}`` for the

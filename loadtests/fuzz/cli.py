@@ -2,7 +2,7 @@
 
 Starts a Reasoner (1 worker, SQLite store, test hooks, the tests' fast
 scenario and tokens) unless ``--url`` names one, fuzzes each binding with
-``--requests`` requests (:mod:`loadtests.fuzz`), and prints per binding: the
+``--requests`` requests (:mod:`loadtests.fuzz.engine`), and prints per binding: the
 requests, the share that reached turn parsing, completed turns, 5xx,
 unanswered, sockets lost, server-side unhandled exceptions and the oracle's
 verdict, plus the server's RSS before and after (own server only).  Writes
@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from loadtests.fuzz import BINDINGS, MIN_REACHED, BindingReport, fuzz_binding
-from loadtests.wireclient import FAST_SCENARIO, TOKENS, Client
+from loadtests.common.wireclient import FAST_SCENARIO, TOKENS, Client
+from loadtests.fuzz.engine import BINDINGS, MIN_REACHED, BindingReport, fuzz_binding
 from sim.argtypes import positive_int
 from sim.progress import progress_bar, should_show
 
@@ -83,7 +83,7 @@ def _run(client: Client, args: argparse.Namespace) -> tuple[list[BindingReport],
 
 def run_fuzz(args: argparse.Namespace) -> int:
     """Run the long fuzz; print the table; 0 if every binding passed."""
-    from loadtests.procs import start_reasoner
+    from loadtests.common.procs import start_reasoner
     from sim.results import new_run_dir
 
     if args.url:

@@ -1,4 +1,4 @@
-"""Calibration speed: ``python -m sim.calibrate.bench [--rows N]`` (``make bench-calibrate``).
+"""Calibration speed: ``python -m benchmarks.calibrate [--rows N]`` (``make bench-calibrate``).
 
 Writes a synthetic load-run folder of N attempt rows (``ledger/attempts.jsonl`` with the
 columns a Live user writes that calibration reads, plus ids; sim/calibrate/synth.py's
@@ -14,14 +14,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from sim.argtypes import positive_int
 from sim.calibrate.synth import Truth, write_run_dir
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sim.calibrate.bench")
-    p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--repeat", type=int, default=3)
-    args = p.parse_args(argv)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``rtalab bench calibrate``."""
+    p.add_argument("--rows", type=positive_int, default=1_000_000, metavar="N",
+                   help="synthetic ledger rows (default 1,000,000)")
+    p.add_argument("--repeat", type=positive_int, default=3, metavar="K",
+                   help="timed calibrations; best and worst are printed (default 3)")
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Time calibration of ``args.rows`` synthetic ledger rows; print one line."""
     from sim.calibrate import calibrate, from_run_dir, write
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -42,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{load:.1f} on {os.cpu_count()} CPUs: on a shared machine read the CPU time); "
           f"recovered workers = {workers} (truth 8)")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.calibrate`` (same as ``rtalab bench calibrate``)."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.calibrate")
+    add_arguments(p)
+    return run_bench(p.parse_args(argv))
 
 
 if __name__ == "__main__":
