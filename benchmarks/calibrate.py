@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from sim.argtypes import positive_int
 from sim.calibrate.synth import Truth, write_run_dir
+from sim.shared.argtypes import positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from loadtests.common.procs import LOCALHOST, free_port, port_open, start_process
-from sim.argtypes import non_negative, positive_int
+from sim.shared.argtypes import non_negative, positive_int
 
 TARGET_RATIO = 0.7
 PAIRS = (("sse", "bare-sse", "live-sse"), ("ws", "bare-ws", "live-ws"))

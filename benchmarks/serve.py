@@ -409,7 +409,7 @@ def _target(store: str, tmp: Path, concurrency: int, redis: ManagedProcess | Non
 def _save_json(path: Path, args: argparse.Namespace, summaries: Sequence[StoreSummary],
                figures: dict[str, dict[str, Any]]) -> None:
     """Write settings, host, raw samples, summaries and ratios to ``path``."""
-    from sim.results import host_info
+    from sim.shared.results import host_info
 
     data = {"command": "rtalab serve bench", "argv": sys.argv,
             "settings": {"turns": args.turns, "rounds": args.rounds,

@@ -32,7 +32,7 @@ from typing import Any
 
 from benchmarks import util as benchutil
 from benchmarks.util import Measurement, warn_if_busy, warn_unstable
-from sim.argtypes import positive_int
+from sim.shared.argtypes import positive_int
 
 RATIO_TARGET = 2.0  # issue 6: a simulated turn at most 2x a bare SimPy customer
 RSS_TARGET_BYTES = int(1.5 * 1024**3)  # issue 6: 1M turns under 1.5 GB
@@ -133,9 +133,9 @@ def _child_memory_run(turns: int, seed: int) -> dict[str, Any]:
     plots) for ``turns`` turns, in a temporary folder; report counts and timings."""
     import tempfile
 
-    from sim import results
     from sim.runner import run_once
-    from sim.summary import summarize
+    from sim.shared import results
+    from sim.shared.summary import summarize
 
     scenario = bench_scenario(turns, scale=MEMORY_SCALE)
     t0 = time.perf_counter()
@@ -207,7 +207,7 @@ def cost_ratio(sim: Measurement, mmc: Measurement, target: float = RATIO_TARGET)
 
 def host_line() -> str:
     """One line naming the machine and software the figures were measured on."""
-    from sim.results import package_versions
+    from sim.shared.results import package_versions
 
     v = package_versions()
     return benchutil.host_line({"Python": v["python"], "simpy": v["simpy"],

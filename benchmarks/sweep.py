@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import util as benchutil
-from sim.argtypes import positive_int
+from sim.shared.argtypes import positive_int
 
 MB = 1_000_000
 
@@ -150,7 +150,7 @@ def _run_child(replications: int, duration_s: float) -> dict[str, Any]:
 
 def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     """Measure and print (a)-(d); 0 unless a measurement itself failed."""
-    from sim.results import package_versions
+    from sim.shared.results import package_versions
 
     v = package_versions()
     out("rtalab sim sweep-bench")

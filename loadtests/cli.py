@@ -13,7 +13,7 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
-from sim.argtypes import help_of, non_negative, port, positive_int
+from sim.shared.argtypes import help_of, non_negative, port, positive_int
 
 EXIT_USAGE = 2
 REASONER_PROG = "rtalab serve reasoner"

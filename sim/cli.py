@@ -23,8 +23,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from sim.argtypes import EXIT_USAGE, OneLineParser, add_results_root, positive_int
 from sim.config import ConfigError
+from sim.shared.argtypes import EXIT_USAGE, OneLineParser, add_results_root, positive_int
 
 PROG = "rtalab"
 PLUGIN_GROUP = "rtalab.commands"
@@ -83,8 +83,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if extra:
         scenario = scenario.with_overrides(extra)
 
-    from sim import results
-    from sim.progress import progress_bar, should_show
+    from sim.shared import results
+    from sim.shared.progress import progress_bar, should_show
     from sim.stream import replication_plan, run_streaming, seeds_meta
 
     seed, reps = scenario.run.seed, scenario.run.replications
@@ -231,7 +231,8 @@ def print_summary(summary: dict[str, Any], run_dir: Path, meta: dict[str, Any]) 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``rtalab sim sweep``: run a grid of scenario variants; one run folder per point."""
-    from sim import results, sweep
+    from sim import sweep
+    from sim.shared import results
 
     scenario = _load(args.scenario, args.set)
     reps = args.replications or scenario.run.replications
@@ -285,11 +286,11 @@ SWEEP_METRICS = ("success_rate", "caller_completion_s.p99", "completion_s.p99",
 def print_sweep(points: Sequence[dict[str, Any]], summaries: Sequence[dict[str, Any]],
                 limit: int = 40) -> None:
     """Key metrics (means with 95 % CIs) per point, the first ``limit`` points, one card each
-    (sim/cards.py: full names, units, 80 columns)."""
+    (sim/shared/cards.py: full names, units, 80 columns)."""
     import pandas as pd
 
-    from sim.cards import frame_cards, render
-    from sim.summary import unit
+    from sim.shared.cards import frame_cards, render
+    from sim.shared.summary import unit
 
     rows = []
     for i, (p, s) in enumerate(zip(points[:limit], summaries[:limit], strict=True)):
@@ -317,7 +318,7 @@ def _num(v: Any) -> str:
 
 
 def _load_runs(paths: Sequence[Path]) -> list[Any]:
-    from sim.compare import RunFolderError, load_run
+    from sim.shared.compare import RunFolderError, load_run
 
     try:
         return [load_run(p) for p in paths]
@@ -329,7 +330,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """``rtalab compare``: metrics of several run folders side by side, differences with CIs."""
     import datetime as dt
 
-    from sim.compare import RunFolderError, compare_table, differing, plot_compare
+    from sim.shared.compare import RunFolderError, compare_table, differing, plot_compare
 
     if len(args.runs) < 2:
         raise UsageError("compare needs at least two run folders")
@@ -368,7 +369,7 @@ def print_compare(table: Any, runs: Sequence[Any], width: int | None = None) -> 
     from rich.console import Console
     from rich.table import Table
 
-    from sim.fmt import fmt_diff, fmt_value, metric_label
+    from sim.shared.fmt import fmt_diff, fmt_value, metric_label
 
     console = Console(width=width, soft_wrap=False)
     for k, run in enumerate(runs):
@@ -408,8 +409,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     """``rtalab report``: one self-contained HTML page of runs and sweeps."""
     import datetime as dt
 
-    from sim.compare import RunFolderError
-    from sim.report import render_report
+    from sim.shared.compare import RunFolderError
+    from sim.shared.report import render_report
 
     out = args.out or Path("results") / (
         dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-report.html")
@@ -453,7 +454,7 @@ def add_results_parsers(subparsers: Any) -> None:
     rep.add_argument("--quiet", "-q", action="store_true",
                      help="no progress line; print only the report's path")
     rep.set_defaults(func=cmd_report)
-    from sim.manage import add_parser as add_results_parser
+    from sim.shared.manage import add_parser as add_results_parser
 
     add_results_parser(subparsers)
 
@@ -661,7 +662,7 @@ def load_plugins(subparsers: Any) -> dict[str, str]:
 
 def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dict[str, str]]:
     """The root parser; plugins are loaded unless the command is ``sim``."""
-    from sim.results import package_versions
+    from sim.shared.results import package_versions
 
     parser = OneLineParser(prog=PROG,
                            description="Simulate and load-test realtime-agent retry policies.")

@@ -17,18 +17,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim import schema as S
 from sim.model.recorder import Table
 from sim.model.witness import per_turn
 from sim.model.world import World, WorldResult
 from sim.scenario import Scenario
+from sim.shared import schema as S
 
 Progress = Callable[[float], None]
 
 
 @dataclass(frozen=True, eq=False)
 class RunOutput:
-    """The records of one replication (columns as in :mod:`sim.schema`); picklable, no SimPy.
+    """The records of one replication (columns as in :mod:`sim.shared.schema`); picklable, no SimPy.
 
     ``wall_s`` (the run's wall-clock time) is the only field that varies between
     runs of the same scenario and seed; compare runs table by table.
@@ -81,7 +81,7 @@ def run_replications(scenario: Scenario, seed: int | None = None,
 
 def simulate(scenario: Scenario, seed: int) -> dict[str, Any]:
     """One replication's summary (``summarize([run_once(...)], run.warmup_s)``); for sweeps."""
-    from sim.summary import summarize
+    from sim.shared.summary import summarize
 
     return summarize([run_once(scenario, seed)], scenario.run.warmup_s)
 

@@ -2,10 +2,10 @@
 with its number of replications.
 
 Each replication is simulated (:func:`sim.runner.run_once`), its metrics are computed at
-once (:func:`sim.summary.replication_metrics`), its records are appended to the run
-folder's Parquet tables (:class:`sim.results.RecordWriter`) and its DataFrames are
+once (:func:`sim.shared.summary.replication_metrics`), its records are appended to the run
+folder's Parquet tables (:class:`sim.shared.results.RecordWriter`) and its DataFrames are
 dropped; the summary is built from the per-replication metric values
-(:func:`sim.summary.summarize_metrics`).  The plots keep only what they draw: the
+(:func:`sim.shared.summary.summarize_metrics`).  The plots keep only what they draw: the
 plotted columns of the turns after the warm-up (~33 bytes a turn) and the per-second
 time series — reading them back from Parquet costs more memory than holding them.
 Used by ``rtalab sim run`` and by every point of a sweep.
@@ -22,7 +22,7 @@ from sim.scenario import Scenario
 
 Progress = Callable[[float], None]
 
-# columns the plots read back from a run folder (see sim.plots)
+# columns the plots read back from a run folder (see sim.shared.plots)
 PLOT_TURN_COLUMNS = ("replication", "start_s", "outcome", "ttfc_s", "completion_s")
 
 
@@ -41,12 +41,12 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
 
     With ``run_dir``, each replication's records are appended to ``<table>.parquet``
     there and, with ``plots``, the PNGs are drawn from the written tables; the caller
-    owns ``meta.json`` and ``summary.json`` (see :func:`sim.results.write_summary`).
+    owns ``meta.json`` and ``summary.json`` (see :func:`sim.shared.results.write_summary`).
     Without ``run_dir`` nothing is written (metrics only, e.g. for an optimiser).
     """
-    from sim.results import RecordWriter
     from sim.runner import run_once
-    from sim.summary import replication_metrics, summarize_metrics
+    from sim.shared.results import RecordWriter
+    from sim.shared.summary import replication_metrics, summarize_metrics
 
     if not plan:
         raise ValueError("a run needs at least one replication")
@@ -100,7 +100,7 @@ def plot_columns(out: Any, warmup_s: float) -> tuple[Any, Any]:
 def _plot(run_dir: Path, scenario: Scenario, turns: list[Any], timeseries: list[Any]) -> None:
     import pandas as pd
 
-    from sim.plots import plot_run
+    from sim.shared.plots import plot_run
 
     plot_run(run_dir, scenario, pd.concat(turns, ignore_index=True),
              pd.concat(timeseries, ignore_index=True))

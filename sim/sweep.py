@@ -50,7 +50,8 @@ SWEEP_PARQUET = "sweep.parquet"
 POINTS_DIR = "points"
 TABLE_COLUMNS = ("point", "metric", "mean", "ci_low", "ci_high", "n", "unit")
 _SEED_DOMAIN = "rtalab-sweep-v1"
-_PRELOAD = ["sim.sweep", "sim.stream", "sim.runner", "sim.summary", "sim.results", "sim.plots"]
+_PRELOAD = ["sim.sweep", "sim.stream", "sim.runner", "sim.shared.summary", "sim.shared.results",
+            "sim.shared.plots"]
 
 Point = Mapping[str, Any]
 ProgressFn = Callable[[float], None]
@@ -290,7 +291,7 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
             summaries[i] = _finished(d, identities[i])
     todo = [i for i, s in enumerate(summaries) if s is None]
 
-    from sim.progress import progress_bar, should_show
+    from sim.shared.progress import progress_bar, should_show
 
     desc = f"sweep {scenario.name}: {len(points)} points × {replications}"
     if callable(progress):
@@ -315,7 +316,7 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
         for i in todo:
             if dirs[i] is not None:
                 if base_meta is None:  # host, versions, git: once per sweep, not per point
-                    from sim import results
+                    from sim.shared import results
 
                     base_meta = results.collect_meta(kind="sim", scenario=scenario,
                                                      seed=int(root_seed),
@@ -408,7 +409,7 @@ def _stop(executor: cf.Executor | None) -> None:
 def _claim_sweep_dir(out_dir: Path, scenario: Scenario, points: list[dict[str, Any]],
                      root_seed: int, replications: int) -> None:
     """Create ``out_dir`` with ``sweep.json``, or check that the one there is this sweep."""
-    from sim.results import write_json, write_scenario
+    from sim.shared.results import write_json, write_scenario
 
     spec = {"scenario": to_plain(scenario), "root_seed": int(root_seed),
             "replications": int(replications),
@@ -436,7 +437,7 @@ def _start_point(point_dir: Path, scenario: Scenario, ov: Point, identity: dict[
     import datetime as dt
     import time
 
-    from sim import results
+    from sim.shared import results
 
     if point_dir.exists():
         shutil.rmtree(point_dir)
@@ -454,7 +455,7 @@ def _start_point(point_dir: Path, scenario: Scenario, ov: Point, identity: dict[
 def _complete_point(point_dir: Path, summary: dict[str, Any],
                     plan: Sequence[tuple[int, int]]) -> None:
     """Write the point's summary files and mark its ``meta.json`` complete."""
-    from sim import results
+    from sim.shared import results
     from sim.stream import seeds_meta
 
     meta = json.loads((point_dir / "meta.json").read_text(encoding="utf-8"))
@@ -465,7 +466,7 @@ def _complete_point(point_dir: Path, summary: dict[str, Any],
 
 def _mark(point_dir: Path, meta: dict[str, Any], status: str, e: BaseException) -> None:
     """Stamp an unfinished point ``interrupted``/``failed`` (never a complete one)."""
-    from sim import results
+    from sim.shared import results
 
     with contextlib.suppress(OSError, ValueError):
         if json.loads((point_dir / "meta.json").read_text("utf-8")).get("status") == "complete":
@@ -492,7 +493,7 @@ def tidy_table(points: Sequence[Point], summaries: Sequence[Mapping[str, Any]]) 
     ``ci_low``, ``ci_high``, ``n`` (defined replication values) and ``unit``."""
     import pandas as pd
 
-    from sim.summary import metric_rows
+    from sim.shared.summary import metric_rows
 
     if len(points) != len(summaries):
         raise ValueError("one summary per point is needed")

@@ -1,4 +1,4 @@
-"""sim.agreement: prediction intervals, the twin tests' simultaneous check, sim vs load."""
+"""sim.shared.agreement: prediction intervals, the twin tests' simultaneous check, sim vs load."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.agreement import (
+from sim.shared.agreement import (
     AGREES,
     DIFFERS,
     agreement_rows,
@@ -16,7 +16,7 @@ from sim.agreement import (
     simultaneous_prediction,
     t_quantile,
 )
-from sim.compare import RunFolder, agreement_verdicts, compare_table
+from sim.shared.compare import RunFolder, agreement_verdicts, compare_table
 
 
 def test_t_quantiles_match_the_tables() -> None:

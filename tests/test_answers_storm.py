@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim import schema as S
 from sim.answers.storm import (
     STRATEGIES,
     Detector,
@@ -19,9 +18,10 @@ from sim.answers.storm import (
     validate_strategies,
 )
 from sim.config import ConfigError
-from sim.results import read_meta
 from sim.runner import run_once
 from sim.scenario import load_scenario
+from sim.shared import schema as S
+from sim.shared.results import read_meta
 
 
 def synthetic(goodput_after: float, back_at_s: float | None, end_s: float = 100.0,

@@ -1,10 +1,10 @@
-"""Result cards (sim/cards.py): 80 columns, full names, units and CIs, nothing cut."""
+"""Result cards (sim/shared/cards.py): 80 columns, full names, units and CIs, nothing cut."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from sim.cards import frame_cards, render
+from sim.shared.cards import frame_cards, render
 
 
 def test_cards_wrap_long_names_and_values_and_keep_everything() -> None:

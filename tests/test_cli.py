@@ -17,9 +17,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from sim import cli, schema
-from sim.progress import progress_bar, should_show
+from sim import cli
 from sim.scenario import from_dict, load_scenario, preset_names
+from sim.shared import schema
+from sim.shared.progress import progress_bar, should_show
 
 REPO = Path(__file__).resolve().parents[1]
 SHORT = ["run.duration_s=40", "run.warmup_s=5", "run.drain_s=30", "run.replications=2"]

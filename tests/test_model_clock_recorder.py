@@ -200,11 +200,11 @@ def test_row_writer_names_every_cell_and_packs_in_schema_order() -> None:
 
 
 def test_the_model_writers_cover_their_tables() -> None:
-    """Every table the model writes has one named writer matching sim.schema exactly
+    """Every table the model writes has one named writer matching sim.shared.schema exactly
     (built when the model is built: a column added to the schema without a cell fails here)."""
     from sim.model import live, reasoner, witness
     from sim.model.recorder import row_writer
-    from sim.schema import (
+    from sim.shared.schema import (
         ATTEMPTS_TABLE,
         CALLS_TABLE,
         EXECUTIONS_TABLE,

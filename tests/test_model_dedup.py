@@ -9,7 +9,7 @@ import pytest
 
 from sim.runner import run_once, run_replications
 from sim.scenario import Scenario
-from sim.summary import metric, summarize
+from sim.shared.summary import metric, summarize
 from tests.stats import assert_close, assert_rejects, seed
 
 P_DUP = 0.2

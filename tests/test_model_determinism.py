@@ -14,7 +14,7 @@ import pytest
 
 from sim.runner import RunOutput, run_once, run_replications, simulate
 from sim.scenario import load_scenario
-from sim.summary import summarize
+from sim.shared.summary import summarize
 
 TABLES = ("attempts", "turns", "calls", "executions", "side_effects", "timeseries")
 SHORT = {"run.duration_s": 120.0, "run.warmup_s": 10.0, "run.drain_s": 30.0}
@@ -92,7 +92,7 @@ def _fingerprint_code(preset: str, seed: int) -> str:
         "import hashlib, json, pandas as pd\n"
         "from sim.runner import run_once\n"
         "from sim.scenario import load_scenario\n"
-        "from sim.summary import summarize\n"
+        "from sim.shared.summary import summarize\n"
         f"sc = load_scenario({preset!r}, {SHORT!r})\n"
         f"out = run_once(sc, {seed})\n"
         "h = hashlib.sha256()\n"

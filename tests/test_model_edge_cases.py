@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from sim import schema as S
 from sim.answers.slo import parse_slo
 from sim.model.playout import playout
 from sim.runner import run_once
-from sim.summary import summarize
+from sim.shared import schema as S
+from sim.shared.summary import summarize
 from tests.scenarios import one_turn
 
 INF = math.inf

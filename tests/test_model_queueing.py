@@ -15,7 +15,7 @@ import pytest
 from sim import theory
 from sim.runner import RunOutput, run_replications
 from sim.scenario import Scenario, load_scenario
-from sim.summary import metric, summarize
+from sim.shared.summary import metric, summarize
 from tests.stats import assert_close, assert_rejects, seed
 
 C, LAM, MEAN_S = 4, 3.2, 1.0  # ρ = 0.8

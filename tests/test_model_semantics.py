@@ -17,7 +17,7 @@ import pytest
 
 from sim.runner import run_once
 from sim.scenario import Scenario
-from sim.summary import metric, summarize
+from sim.shared.summary import metric, summarize
 from tests.scenarios import one_turn
 
 # --------------------------------------------------------------------------- taskId renewal

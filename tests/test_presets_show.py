@@ -9,7 +9,7 @@ import numpy as np
 from sim.recovery import recovery
 from sim.runner import run_replications
 from sim.scenario import load_scenario
-from sim.summary import summarize
+from sim.shared.summary import summarize
 
 SEEDS = (1, 2)
 

@@ -22,9 +22,9 @@ import pandas as pd
 import pytest
 
 from sim import cli
-from sim.fmt import fmt_ci, fmt_diff, fmt_value, metric_label, plain
-from sim.report import folder_kind, render_report, svg_sparkline
-from sim.stats import benjamini_hochberg, welch_anova
+from sim.shared.fmt import fmt_ci, fmt_diff, fmt_value, metric_label, plain
+from sim.shared.report import folder_kind, render_report, svg_sparkline
+from sim.shared.stats import benjamini_hochberg, welch_anova
 from tests import browser
 from tests.kinds import make_folders, rtalab
 
@@ -137,7 +137,7 @@ def test_load_run_junit_mirrors_its_verdict(folders: dict[str, Path]) -> None:
 
 
 def test_load_timeline_says_real_time_and_omits_empty_panels(folders: dict[str, Path]) -> None:
-    from sim.plots import CLOCK_LABELS, timeseries_panels
+    from sim.shared.plots import CLOCK_LABELS, timeseries_panels
 
     ts = pd.read_parquet(folders["load"] / "timeseries.parquet")
     shown, empty = timeseries_panels(ts)
@@ -150,7 +150,7 @@ def test_load_timeline_says_real_time_and_omits_empty_panels(folders: dict[str, 
 
 
 def test_barge_in_spikes_are_found_where_they_are() -> None:
-    from sim.plots import barge_in_spikes
+    from sim.shared.plots import barge_in_spikes
 
     rng = np.random.default_rng(5)
     start = rng.uniform(0, 100, 2000)

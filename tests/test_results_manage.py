@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
-from sim.manage import human_size, parse_duration, prune_records, scan
+from sim.shared.manage import human_size, parse_duration, prune_records, scan
 from tests.kinds import MMC, TINY
 
 DAY = 86400.0

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from sim import schema as S
 from sim.runner import RunOutput, empty_output
 from sim.scenario import Scenario
-from sim.summary import mean_ci, metric, queue_metrics, summarize, t_quantile_975
+from sim.shared import schema as S
+from sim.shared.summary import mean_ci, metric, queue_metrics, summarize, t_quantile_975
 
 # --------------------------------------------------------------------------- statistics
 
@@ -196,7 +196,7 @@ def test_summary_of_an_empty_run_is_all_nulls() -> None:
 
 def test_ci_is_clipped_to_the_metric_domain() -> None:
     """A rare non-negative rate gets no negative lower bound; a share never exceeds 1."""
-    from sim.summary import domain, mean_ci
+    from sim.shared.summary import domain, mean_ci
 
     rare = mean_ci([0.0, 0.0, 9.0], domain("hazard.reexecuted_turns_per_1k_turns"))
     assert rare["ci_low"] == 0.0 and rare["ci_high"] > 9.0
@@ -247,7 +247,7 @@ def test_caller_p99_is_inf_when_more_than_one_percent_are_not_served(
 
 
 def test_mean_ci_inf_keeps_inf() -> None:
-    from sim.summary import mean_ci_inf
+    from sim.shared.summary import mean_ci_inf
 
     assert mean_ci_inf([1.0, 3.0])["mean"] == 2.0
     r = mean_ci_inf([1.0, None])  # one replication infinite: the mean is too

@@ -17,11 +17,12 @@ import pandas as pd
 import psutil
 import pytest
 
-from sim import results, sweep
+from sim import sweep
 from sim.runner import run_replications
 from sim.scenario import load_scenario
+from sim.shared import results
+from sim.shared.summary import summarize, unit
 from sim.stream import replication_plan, run_streaming
-from sim.summary import summarize, unit
 
 REPO = Path(__file__).resolve().parents[1]
 # a small, quick scenario: ~40 turns per replication

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from loadtests.chaos.cli import PROG, add_arguments, cmd_chaos
-from sim.argtypes import OneLineParser
+from sim.shared.argtypes import OneLineParser
 
 
 def main(argv: list[str] | None = None) -> int:

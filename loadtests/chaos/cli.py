@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from sim.argtypes import EXIT_USAGE, non_negative, probability
+from sim.shared.argtypes import EXIT_USAGE, non_negative, probability
 
 PROG = "rtalab chaos"
 

@@ -11,8 +11,8 @@ import argparse
 import sys
 from typing import Any
 
-from sim.argtypes import EXIT_USAGE, positive_int
-from sim.junit import add_junit_argument
+from sim.shared.argtypes import EXIT_USAGE, positive_int
+from sim.shared.junit import add_junit_argument
 
 PROG = "rtalab check"
 EXIT_FAILED = 1
@@ -59,7 +59,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         import json
         from pathlib import Path
 
-        from sim import junit
+        from sim.shared import junit
 
         try:
             data = json.loads((Path(args.run_dir) / "verdict.json").read_text(encoding="utf-8"))

@@ -1,6 +1,6 @@
 """Pieces shared by the Python-side backends: local wake-ups, the wait loop, counters.
 
-The entry rule itself (:func:`judge`, :class:`Row`) is :mod:`sim.dedup_rule`'s,
+The entry rule itself (:func:`judge`, :class:`Row`) is :mod:`sim.shared.dedup_rule`'s,
 re-exported here for the backends."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from loadtests.dedup.base import StoreStats
-from sim.dedup_rule import Row, Verdict, judge  # noqa: F401 - THE rule (DECISIONS D4)
+from sim.shared.dedup_rule import Row, Verdict, judge  # noqa: F401 - THE rule (DECISIONS D4)
 
 PeekState = Literal["done", "in_flight", "gone"]
 Peek = Callable[[str, str], Awaitable[tuple[PeekState, dict[str, Any] | None]]]

@@ -21,7 +21,7 @@ Protocol of use by the Reasoner, for one incoming request:
      :func:`lost_outcome`: answer FAILED with its ``errorCode`` (``internal``).
    - ``"conflict"``: the key is live for a request with another fingerprint
      (``claim(..., fingerprint=...)``, stored with the entry; rule:
-     :func:`sim.dedup_rule.judge`): a reuse of the key by a different request,
+     :func:`sim.shared.dedup_rule.judge`): a reuse of the key by a different request,
      neither replayed nor executed; nothing is written.
 2. Entries are kept at least while in flight and ``window_s`` after completion.
    A claim with ``now_s > completed_at + window_s`` treats the entry as new
@@ -69,7 +69,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sim.dedup_rule import StalePolicy
+from sim.shared.dedup_rule import StalePolicy
 
 ClaimState = Literal["new", "in_flight", "done", "conflict"]
 STALE_POLICIES: tuple[str, ...] = ("fail", "reclaim")

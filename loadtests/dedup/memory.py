@@ -25,7 +25,7 @@ from loadtests.dedup._common import (
     poll_wait,
 )
 from loadtests.dedup.base import Claim, DedupStore, StoreStats, lost_outcome
-from sim.dedup_rule import expired
+from sim.shared.dedup_rule import expired
 
 
 class MemoryStore(DedupStore):

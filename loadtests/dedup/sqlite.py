@@ -28,7 +28,7 @@ stalled the store for ~70 ms.)
 Concurrency.  Every statement is its own autocommit transaction (or part of a
 group commit on the thread, below).  A claim is ``INSERT ... ON CONFLICT DO
 NOTHING`` (one statement, atomic across processes); when the row exists, the
-decision (:func:`sim.dedup_rule.judge`) is applied with
+decision (:func:`sim.shared.dedup_rule.judge`) is applied with
 compare-and-set ``UPDATE``\\ s naming the row's previous owner and time, so two
 processes resolving the same stale row cannot both win.  A context binding
 (:meth:`SqliteStore.bind`) is one upsert into the ``bindings`` table that only
@@ -99,7 +99,7 @@ CREATE TABLE IF NOT EXISTS dedup (
     completed_at REAL,
     t            REAL NOT NULL,   -- claimed_at while in flight, completed_at when done
     outcome      TEXT,            -- JSON
-    fingerprint  TEXT NOT NULL DEFAULT '',  -- of the claiming request (sim.dedup_rule)
+    fingerprint  TEXT NOT NULL DEFAULT '',  -- of the claiming request (sim.shared.dedup_rule)
     PRIMARY KEY (context_id, key)
 );
 CREATE INDEX IF NOT EXISTS dedup_state_t ON dedup (state, t);
@@ -465,7 +465,8 @@ class SqliteStore(DedupStore):
 
     def _purge_sync(self, db: Db, now_s: float) -> int:
         """Delete done rows and bindings past the window, in-flight rows past lease + window."""
-        # ``t + window < now``: the arithmetic of sim.dedup_rule.expired (IEEE doubles in both)
+        # ``t + window < now``: the arithmetic of sim.shared.dedup_rule.expired
+        # (IEEE doubles in both)
         w, lw = self.window_s, self.lease_s + self.window_s
         n = db.execute("DELETE FROM dedup WHERE state = 'done' AND t + ? < ?",
                        (w, now_s)).rowcount

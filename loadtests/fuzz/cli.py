@@ -20,8 +20,8 @@ from typing import Any
 
 from loadtests.common.wireclient import FAST_SCENARIO, TOKENS, Client
 from loadtests.fuzz.engine import BINDINGS, MIN_REACHED, BindingReport, fuzz_binding
-from sim.argtypes import positive_int
-from sim.progress import progress_bar, should_show
+from sim.shared.argtypes import positive_int
+from sim.shared.progress import progress_bar, should_show
 
 DEFAULT_REQUESTS = 10_000
 
@@ -84,7 +84,7 @@ def _run(client: Client, args: argparse.Namespace) -> tuple[list[BindingReport],
 def run_fuzz(args: argparse.Namespace) -> int:
     """Run the long fuzz; print the table; 0 if every binding passed."""
     from loadtests.common.procs import start_reasoner
-    from sim.results import new_run_dir
+    from sim.shared.results import new_run_dir
 
     if args.url:
         reports, rss = _run(Client(args.url.rstrip("/")), args)

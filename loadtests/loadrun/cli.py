@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.reasoner.unsafe import UNSAFE_BUGS
-from sim.argtypes import EXIT_USAGE, add_results_root, help_of, non_negative, positive_int
-from sim.junit import add_junit_argument
 from sim.policy.codes import ALL_CODES, is_retryable
+from sim.shared.argtypes import EXIT_USAGE, add_results_root, help_of, non_negative, positive_int
+from sim.shared.junit import add_junit_argument
 
 PROG = "rtalab load run"
 
@@ -269,7 +269,7 @@ def _write_junit(path: Path, run_dir: Path) -> None:
     """The run's verdict as JUnit XML: ledger and count checks, then every rule."""
     import json
 
-    from sim import junit
+    from sim.shared import junit
 
     def read(p: Path) -> dict[str, Any] | None:
         return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None

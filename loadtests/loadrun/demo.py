@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     pred = _newest(root, "*-predict-*", before)
     say("6/6 writing one HTML report ...")
-    from sim.report import render_report
+    from sim.shared.report import render_report
 
     runs = sorted((pred / "runs").glob("*-load-*"))
     html = render_report([sim_run, *runs])

@@ -54,8 +54,8 @@ from loadtests.common.procs import (
     wait_ready,
 )
 from loadtests.live.config import ENV, LoadSettings
-from sim.results import collect_meta, finish_run, new_run_dir, start_run, write_json
 from sim.scenario import Scenario
+from sim.shared.results import collect_meta, finish_run, new_run_dir, start_run, write_json
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "live" / "locustfile.py"
 TOKEN = "rtalab-load-token"
@@ -698,7 +698,7 @@ def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: floa
                   plots: bool = True) -> None:
     """Tables, ``summary.json``/``summary.csv`` and plots from the gathered ledgers."""
     from loadtests.loadrun.tables import build_output, load_summary
-    from sim.results import write_records
+    from sim.shared.results import write_records
 
     out = build_output(run_dir, duration_s, sc.run.seed)
     write_records(run_dir, [out])
@@ -726,7 +726,7 @@ def judge(run_dir: Path, meta: dict[str, Any] | None = None, status: str | None 
 
 def write_report(run_dir: Path) -> None:
     """``report.html`` of the run folder: scenario, figures with CIs, verdict, plots."""
-    from sim.report import render_report
+    from sim.shared.report import render_report
 
     (run_dir / "report.html").write_text(render_report([run_dir]), encoding="utf-8")
 
@@ -750,7 +750,7 @@ def summarize_run(run_dir: Path) -> tuple[int, Any]:
 def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     """``summary.json`` + ``summary.csv`` with the sweeps branch's writer when present."""
     try:
-        from sim.results import write_summary  # type: ignore[attr-defined]
+        from sim.shared.results import write_summary  # type: ignore[attr-defined]
     except ImportError:  # until the sweeps branch is merged: a plain metric table
         import csv
 
@@ -767,7 +767,7 @@ def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 def _plots(run_dir: Path, sc: Scenario, out: Any) -> None:
     """The simulator's run plots, from the load run's tables."""
     try:
-        from sim.plots import plot_run
+        from sim.shared.plots import plot_run
 
         meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
         plot_run(run_dir, sc, out.turns, out.timeseries, clock="real",

@@ -33,7 +33,7 @@ from typing import Any
 
 import pandas as pd
 
-from sim.argtypes import EXIT_USAGE, non_negative, positive_int
+from sim.shared.argtypes import EXIT_USAGE, non_negative, positive_int
 
 OUTAGE_DIRECTION = "both"
 FALLBACK_FACTOR = 2.0  # B = 2 x A when the utilisation at A is unknown
@@ -126,7 +126,7 @@ def _outage(args: argparse.Namespace) -> dict[str, Any]:
 
 def _simulate(sc: Any, reps: int, run_dir: Path) -> list[pd.DataFrame]:
     """Replications of ``sc`` into ``run_dir``; the turns of each."""
-    from sim import results
+    from sim.shared import results
     from sim.stream import replication_plan, run_streaming
 
     run_dir.mkdir(parents=True)
@@ -138,7 +138,6 @@ def _simulate(sc: Any, reps: int, run_dir: Path) -> list[pd.DataFrame]:
 
 def run_predict(args: argparse.Namespace) -> int:
     """Carry out the steps of the module docstring; 0 when the comparison was written."""
-    from sim import results
     from sim.calibrate import calibrate, from_run_dir, write
     from sim.calibrate.cli import describe
     from sim.calibrate.output import jsonable
@@ -153,6 +152,7 @@ def run_predict(args: argparse.Namespace) -> int:
         turn_metrics,
     )
     from sim.scenario import load_scenario
+    from sim.shared import results
 
     t0 = time.monotonic()
     sc = load_scenario(args.scenario, list(args.set))

@@ -1,4 +1,4 @@
-"""A load run's ledgers as the simulator's tables (``sim/schema.py``), then ``summarize``.
+"""A load run's ledgers as the simulator's tables (``sim/shared/schema.py``), then ``summarize``.
 
 Ids are strings; times are seconds since the run's start (``ledger/clock.json``);
 missing measurements are NaN.  What a client cannot see is left undefined,
@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from loadtests.loadrun.uncertainty import add_uncertainty
-from sim import schema as S
-from sim.summary import summarize
+from sim.shared import schema as S
+from sim.shared.summary import summarize
 
 EXTRA_CATEGORIES = {S.OUTCOME: ("cancelled",), S.END_REASON: ("barge-in",)}
 # what only the Reasoner's own per-request records can tell (queue, workers, dedup store,
@@ -206,7 +206,7 @@ def timeseries(out: LoadOutput, end_s: float) -> pd.DataFrame:
 
 
 def load_summary(out: LoadOutput, warmup_s: float) -> dict[str, Any]:
-    """``sim.summary.summarize`` of the load run, server-only metrics set undefined, every
+    """``sim.shared.summary.summarize`` of the load run, server-only metrics set undefined, every
     measured metric with its bootstrap ``se`` and 95 % CI (:mod:`loadtests.loadrun.uncertainty`)."""
     summary = summarize([out], warmup_s)
     for name in list(summary["metrics"]):

@@ -11,7 +11,7 @@ made unique per draw), compute every metric with the simulator's
 is seeded from the run's seed: the same ledgers give the same numbers.
 
 What it does not cover: run-to-run effects shared by every call of the run (a
-slower machine, a warm-up that differs); :func:`sim.agreement.agreement_rows`
+slower machine, a warm-up that differs); :func:`sim.shared.agreement.agreement_rows`
 adds the simulator's spread between replications on top.
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim import schema as S
-from sim.summary import domain, replication_metrics
+from sim.shared import schema as S
+from sim.shared.summary import domain, replication_metrics
 
 BOOTSTRAP_RESAMPLES = 200
 METHOD = f"bootstrap over calls ({BOOTSTRAP_RESAMPLES} resamples, 95 % percentile interval)"

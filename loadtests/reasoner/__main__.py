@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from loadtests.cli import REASONER_PROG, add_reasoner_arguments, cmd_reasoner
-from sim.argtypes import OneLineParser
+from sim.shared.argtypes import OneLineParser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

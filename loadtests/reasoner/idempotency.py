@@ -24,7 +24,7 @@ waits for and gets the claimed continuation's outcome, never a second execution.
 Fingerprints (issue 19).  Every claim of a request presents
 :func:`request_fingerprint` (method, taskId, parts, the ``sideEffect`` and
 ``handoff`` metadata; the contextId is the scope), stored with the entry.  A live
-entry claimed with another fingerprint is a *conflict* (:func:`sim.dedup_rule.judge`):
+entry claimed with another fingerprint is a *conflict* (:func:`sim.shared.dedup_rule.judge`):
 the key was reused for a different request, which gets ``schema-validation`` and
 runs nothing (errors.md §2-3: the request is invalid and MUST NOT be retried
 unmodified).

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from loadtests.witness.cli import PROG, add_witness_arguments, run_witness
-from sim.argtypes import OneLineParser
+from sim.shared.argtypes import OneLineParser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from loadtests.witness.faults import ERROR_STATUSES, FaultError, Faults, parse_dist_text
-from sim.argtypes import non_negative, port, probability
+from sim.shared.argtypes import non_negative, port, probability
 
 PROG = "rtalab serve witness"
 EXIT_USAGE = 2

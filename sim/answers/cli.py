@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from sim.argtypes import positive_int
-from sim.junit import add_junit_argument
+from sim.shared.argtypes import positive_int
+from sim.shared.junit import add_junit_argument
 
 
 def _usage(message: str) -> Exception:
@@ -42,7 +42,7 @@ def _user_errors() -> Iterator[None]:
 
 
 def _out_dir(args: argparse.Namespace, kind: str, scenario: Any) -> Path:
-    from sim import results
+    from sim.shared import results
 
     try:
         if args.out is not None:
@@ -73,9 +73,9 @@ def _executor(args: argparse.Namespace) -> Any:
 
 def _print_cards(df: pd.DataFrame, title: str, heading: Callable[[pd.Series], str],
                  skip: tuple[str, ...] = ()) -> None:
-    """The table as one card per row (sim/cards.py): full names, units, CIs, 80 columns."""
-    from sim.cards import frame_cards, render
-    from sim.summary import unit
+    """The table as one card per row (sim/shared/cards.py): full names, units, CIs, 80 columns."""
+    from sim.shared.cards import frame_cards, render
+    from sim.shared.summary import unit
 
     print(render(frame_cards(df, heading, unit, skip=skip), title))
 
@@ -137,7 +137,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     _say(sentence)
     _say(bench)
     if args.junit:
-        from sim import junit
+        from sim.shared import junit
 
         _write_junit(args.junit, "rtalab sim capacity", junit.capacity_cases(res, slos))
     _prune(args, out)
@@ -149,7 +149,7 @@ def _prune(args: argparse.Namespace, out: Path, keep: tuple[str, ...] = ()) -> N
     """Keep only what the answer and its report need, unless ``--keep-records``."""
     if args.keep_records:
         return
-    from sim.manage import human_size, prune_records
+    from sim.shared.manage import human_size, prune_records
 
     freed = prune_records(out, keep)
     if freed and not args.quiet:
@@ -157,7 +157,7 @@ def _prune(args: argparse.Namespace, out: Path, keep: tuple[str, ...] = ()) -> N
 
 
 def _write_junit(path: Path, suite: str, cases: list[Any]) -> None:
-    from sim import junit
+    from sim.shared import junit
 
     try:
         junit.write(path, suite, cases)
@@ -234,7 +234,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         (out / "answer.txt").write_text(sentence + "\n" + "\n".join(lines) + "\n",
                                         encoding="utf-8")
     if args.junit:
-        from sim import junit
+        from sim.shared import junit
 
         _write_junit(args.junit, "rtalab sim tune", junit.tune_cases(res.candidates, cons))
     print(f"study: {res.study_path} ({len(res.trials)} trials, {res.evaluations} run now)")

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sim import schema as S
+from sim.shared import schema as S
 
 ALIASES: dict[str, str] = {
     # caller-perceived by default: a turn not served counts as +inf (docs/answers.md)
@@ -48,7 +48,7 @@ class SloError(ValueError):
 
 
 def _known_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(exact metric names, name prefixes) declared in :mod:`sim.schema` (``M_*`` constants)."""
+    """(exact metric names, name prefixes) declared in :mod:`sim.shared.schema` (``M_*``)."""
     exact, prefixes = [], []
     for key, value in vars(S).items():
         if key.startswith("M_") and isinstance(value, str):

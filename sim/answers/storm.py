@@ -44,10 +44,10 @@ import numpy as np
 import pandas as pd
 
 from sim import recovery
-from sim import schema as S
 from sim.config import ConfigError
 from sim.scenario import Scenario
-from sim.summary import mean_ci
+from sim.shared import schema as S
+from sim.shared.summary import mean_ci
 from sim.sweep import POINTS_DIR, point_dir_name, run_points
 
 # name -> (what it is, overrides).  One line per strategy; keys that do not exist in this
@@ -208,7 +208,7 @@ def _amplification(ts: pd.DataFrame, start_s: float, end_s: float, window_s: flo
 def case_figures(run_dir: Path, trigger: tuple[float, float], det: Detector = Detector(),
                  ) -> list[dict[str, Any]]:
     """Per replication: the storm figures of one run folder (see the module docstring)."""
-    from sim.results import read_meta
+    from sim.shared.results import read_meta
 
     run_dir = Path(run_dir)
     meta = read_meta(run_dir)

@@ -32,7 +32,7 @@ objective, at most ``top`` of them) and the scenario's current settings are re-r
 fresh root seed with ``confirm_replications`` replications, every candidate with the
 *same* seeds as the current settings (common random numbers).  Each candidate is
 compared with today's settings replication by replication (paired:
-:func:`sim.stats.paired`), on every objective and on ``success_rate``; the p-values of
+:func:`sim.shared.stats.paired`), on every objective and on ``success_rate``; the p-values of
 all candidate × objective comparisons are corrected together (Holm).  A candidate is
 *recommended* when every constraint holds with confidence (the CI end on the
 unfavourable side meets the target), it is significantly better on at least one
@@ -63,8 +63,8 @@ import pandas as pd
 from sim.answers.slo import Slo, SloError, metric_value, resolve_metric
 from sim.config import ConfigError
 from sim.scenario import Scenario, resolve_path
-from sim.stats import holm, paired, welch
-from sim.summary import INF_PREFIXES
+from sim.shared.stats import holm, paired, welch
+from sim.shared.summary import INF_PREFIXES
 from sim.sweep import run_points
 
 SUCCESS = "success_rate"
@@ -392,7 +392,7 @@ def tune(scenario: Scenario, out_dir: Path, *, objectives: Sequence[Objective],
 
     done = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.FAIL)]
     evaluations = 0
-    from sim.progress import progress_bar, should_show
+    from sim.shared.progress import progress_bar, should_show
 
     with progress_bar(f"tune {scenario.name}: {trials} trials",
                       enabled=progress and should_show(False)) as bar:

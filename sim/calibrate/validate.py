@@ -1,11 +1,11 @@
 """Prediction against measurement: the compared metrics, their CIs, a verdict per metric.
 
-Both sides are computed by :func:`turn_metrics` from a ``turns`` table (``sim/schema.py``
+Both sides are computed by :func:`turn_metrics` from a ``turns`` table (``sim/shared/schema.py``
 columns; one replication): turns starting after the warm-up, TTFC and completion
-percentiles of completed turns (:func:`sim.summary.percentile`, the one percentile),
+percentiles of completed turns (:func:`sim.shared.summary.percentile`, the one percentile),
 success rate, attempts per turn, goodput (turns completed in [warm-up, duration) per
 second).  The prediction's CI is the 95 % Student-t interval over the simulator's
-replications (:func:`sim.summary.mean_ci`); the measurement's is a 95 % percentile
+replications (:func:`sim.shared.summary.mean_ci`); the measurement's is a 95 % percentile
 bootstrap over *calls* (a call's turns share a caller and a fate, so calls are the
 independent units), :data:`BOOTSTRAP_ROUNDS` resamples.
 
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim import schema as S
-from sim.summary import mean_ci, percentile
+from sim.shared import schema as S
+from sim.shared.summary import mean_ci, percentile
 
 PERCENTILES = (50, 95, 99)
 METRICS = (*[f"ttfc_s.p{q}" for q in PERCENTILES], *[f"completion_s.p{q}" for q in PERCENTILES],

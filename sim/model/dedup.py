@@ -16,7 +16,7 @@ Modes (``[reasoner] dedup``):
 
 An entry is created when a request is admitted for execution, is *in flight*
 until the execution ends, then holds the stored outcome for ``dedup_window_s``
-(closed window, :mod:`sim.dedup_rule`: still replayed at ``end + window``,
+(closed window, :mod:`sim.shared.dedup_rule`: still replayed at ``end + window``,
 purged after it; window 0: no retention at all, purged at once).  A repeat of an in-flight key joins
 the execution (gets its outcome when it ends, also a released failure); a
 repeat of a stored key gets the stored outcome replayed at once, without a
@@ -26,7 +26,7 @@ queue, unknown session) and requests of degraded sessions (no requestGuid /
 turnId on the wire) create no entry.  Memory = entries (side-effect guards
 included) x ``dedup_entry_bytes``.
 
-Fingerprints (issue 19, :func:`sim.dedup_rule.conflicts`).  An entry keeps the
+Fingerprints (issue 19, :func:`sim.shared.dedup_rule.conflicts`).  An entry keeps the
 fingerprint of the request that opened it (:func:`fingerprint`: the taskId a
 continuation names, the phase and the side-effect and handoff flags); a request
 that finds a live entry under its key with another fingerprint reused the key for
@@ -43,8 +43,8 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
-from sim.dedup_rule import conflicts, expired_after, expires_at
 from sim.model.messages import Request
+from sim.shared.dedup_rule import conflicts, expired_after, expires_at
 
 INF = float("inf")
 
@@ -107,7 +107,7 @@ class DedupStore:
     @staticmethod
     def conflicts(e: Entry, presented: Hashable) -> bool:
         """True if a request with fingerprint ``presented`` reused the key of live entry ``e``
-        (THE rule's :func:`sim.dedup_rule.conflicts`)."""
+        (THE rule's :func:`sim.shared.dedup_rule.conflicts`)."""
         return conflicts(e.fingerprint, presented)
 
     def open(self, key: Hashable, now_s: float, context_id: int,

@@ -86,7 +86,6 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim import schema as S
 from sim.model.clock import Deadlines, scheduler, sim_time
 from sim.model.messages import COMPLETED, INPUT_REQUIRED, NO_CONTEXT, Request
 from sim.model.network import DROPPED, Link
@@ -98,7 +97,8 @@ from sim.policy import Escalation, RetryBudget, RetryPolicy, is_retryable, make_
 from sim.policy.budget import Ending, ending_of
 from sim.policy.codes import ErrorCode
 from sim.scenario import Scenario
-from sim.schema import (
+from sim.shared import schema as S
+from sim.shared.schema import (
     ATTEMPT_OUTCOMES,
     ATTEMPTS_TABLE,
     CALL_END_REASONS,
@@ -292,7 +292,7 @@ class LiveLayer:
         self.attempts = Table(ATTEMPTS_TABLE)
         self.turns = Table(TURNS_TABLE)
         self.calls = Table(CALLS_TABLE)
-        # one writer per table, its cells named (sim.schema order checked when built)
+        # one writer per table, its cells named (sim.shared.schema order checked when built)
         self._record = row_writer(self.attempts, globals(), *ATTEMPT_ROW)
         self._record_turn = row_writer(self.turns, globals(), *TURN_ROW)
         self._record_call = row_writer(self.calls, globals(), *CALL_ROW)

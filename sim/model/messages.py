@@ -12,7 +12,7 @@ from typing import Any
 
 INF = float("inf")
 
-# response status of an attempt (index into sim.schema.STATUSES)
+# response status of an attempt (index into sim.shared.schema.STATUSES)
 COMPLETED, INPUT_REQUIRED, FAILED = 0, 1, 2
 NO_CONTEXT = -1  # context_id of a first message without a client-minted contextId
 

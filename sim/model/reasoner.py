@@ -47,7 +47,6 @@ from typing import Any
 
 import simpy
 
-from sim import schema as S
 from sim.model.clock import scheduler, sim_time
 from sim.model.dedup import DedupStore, Entry, fingerprint
 from sim.model.messages import COMPLETED, FAILED, INPUT_REQUIRED, NO_CONTEXT, Request
@@ -57,7 +56,8 @@ from sim.model.recorder import Table, code_of, row_writer
 from sim.model.witness import Witness
 from sim.policy.codes import ErrorCode, is_retryable
 from sim.scenario import ReasonerConfig
-from sim.schema import DISPOSITIONS, ERROR_CODES, EXECUTIONS_TABLE
+from sim.shared import schema as S
+from sim.shared.schema import DISPOSITIONS, ERROR_CODES, EXECUTIONS_TABLE
 
 NAN = float("nan")
 INF = float("inf")

@@ -14,7 +14,7 @@ import pandas as pd
 
 from sim.model.messages import Request
 from sim.model.recorder import Table, row_writer
-from sim.schema import (
+from sim.shared.schema import (
     CALL_ID,
     CONTEXT_ID,
     EXECUTED_S,

@@ -40,7 +40,7 @@ class WorldResult:
     calls: Table
     executions: Table
     side_effects: Table
-    # per 1-s bin: one value per gauge of ``sim.schema.SAMPLED_GAUGES``, in that order
+    # per 1-s bin: one value per gauge of ``sim.shared.schema.SAMPLED_GAUGES``, in that order
     gauges: list[tuple[int, ...]]
     sessions_opened: dict[int, int]
     end_s: float
@@ -116,7 +116,7 @@ class World:
         in_flight, queue, busy, cap = self.reasoner.gauges(now)
         store = self.reasoner.store
         entries = store.size(now) if store is not None else 0
-        # the order of sim.schema.SAMPLED_GAUGES
+        # the order of sim.shared.schema.SAMPLED_GAUGES
         self.gauges.append((self.live.in_progress, len(self.live.sessions), in_flight, queue, busy,
                             cap, entries))
 

@@ -44,7 +44,7 @@ each, so memory is bounded and an event expires between ``window - slice`` and
 How the caller drives a budget (one per Live-layer instance) — the simulator's Live
 layer and the Locust user both report every attempt's end through ONE call,
 :meth:`RetryBudget.end_attempt` with an :class:`Ending` (:func:`ending_of` maps an
-attempt outcome of ``sim/schema.py`` to it), which calls the hooks below in order:
+attempt outcome of ``sim/shared/schema.py`` to it), which calls the hooks below in order:
 
 1. before a first send: ``allow_first(now, rng)`` (False ⇒ fail the turn locally);
 2. for each attempt actually sent: ``on_attempt(now, is_retry)`` — a first send
@@ -124,7 +124,7 @@ _OVERLOAD_CODE = "rate-limited"
 
 
 def ending_of(outcome: str, code: str | None = None, retryable: bool = False) -> Ending:
-    """The :class:`Ending` of an attempt with ``outcome`` (``sim.schema.ATTEMPT_OUTCOMES``);
+    """The :class:`Ending` of an attempt with ``outcome`` (``sim.shared.schema.ATTEMPT_OUTCOMES``);
     for ``failed``, ``code`` and whether the caller treats it as ``retryable`` decide."""
     e = _OUTCOME_ENDINGS.get(outcome)
     if e is not None:

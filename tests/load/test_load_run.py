@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
-from sim import schema as S
+from sim.shared import schema as S
 from tests.load.conftest import FAST, jsonl, load_run
 
 
@@ -115,7 +115,7 @@ def test_same_schema_as_the_simulator(sse_run, tmp_path, read_json):
         assert name in measured
     for name in ("success_rate", "ttfc_s.p50", "completion_s.p50"):
         assert sim_metrics[name]["mean"] is not None
-    if importlib.util.find_spec("sim.compare") is None:
+    if importlib.util.find_spec("sim.shared.compare") is None:
         pytest.skip("rtalab compare comes with the sweeps branch: enable on merge")
     p = subprocess.run([sys.executable, "-m", "sim.cli", "compare", str(sim_run), str(sse_run),
                         "--csv", "--no-plot"],

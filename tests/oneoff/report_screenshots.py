@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sim.report import render_report
+from sim.shared.report import render_report
 from tests import browser
 from tests.kinds import make_folders
 

@@ -1,4 +1,4 @@
-"""Parity of THE dedup rule (sim.dedup_rule, DECISIONS D4) and the Redis store's Lua script.
+"""Parity of THE dedup rule (sim.shared.dedup_rule, DECISIONS D4) and the Redis store's Lua script.
 
 One table of cases (a stored row or none, the claim's time, window, lease, stale
 policy, dead owner) is judged by the Python rule, which the simulator's store
@@ -15,7 +15,7 @@ import math
 import pytest
 
 from loadtests.dedup.redis import RedisStore
-from sim.dedup_rule import Row, StalePolicy, Verdict, judge
+from sim.shared.dedup_rule import Row, StalePolicy, Verdict, judge
 
 C = 1_000_000.0  # completed_at / claimed_at of the stored rows (exact in binary)
 W, L = 60.0, 120.0

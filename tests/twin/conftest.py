@@ -4,7 +4,7 @@ A load run (``rtalab load run``, real Reasoner, witness, chaos proxy for the
 scenario's ``[network]``, Locust Live users) against ``TWIN_REPLICATIONS``
 simulated replications with the load run's duration, warm-up and drain
 (:mod:`loadtests.loadrun.twin`).  The check is the simultaneous prediction of
-:func:`sim.agreement.simultaneous_prediction`: a load run that is a twin of the
+:func:`sim.shared.agreement.simultaneous_prediction`: a load run that is a twin of the
 simulation fails it with probability <= 1/(R+1) (= 0.33 % per run, <= 1.3 % for
 the four runs of this package).
 """
@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 
 from loadtests.loadrun.twin import TWIN_METRICS, report, simulate_like, twin_check
-from sim.agreement import TwinCheck
 from sim.scenario import load_scenario, resolve_path
+from sim.shared.agreement import TwinCheck
 from tests.load.conftest import load_run
 
 TWIN_REPLICATIONS = 300

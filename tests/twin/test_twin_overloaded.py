@@ -12,7 +12,7 @@ import pytest
 
 from sim.runner import run_replications
 from sim.scenario import load_scenario
-from sim.summary import summarize
+from sim.shared.summary import summarize
 from tests.twin.conftest import OVERLOADED, simulate, twin
 
 DURATION_S, WARMUP_S, DRAIN_S = 30.0, 5.0, 10.0

@@ -4,11 +4,11 @@ A run folder is read through its ``summary.json`` (metric values per replication
 ``scenario.toml`` and ``meta.json``; the plots read ``turns.parquet`` and
 ``timeseries.parquet`` when present.  Every run after the first is compared with
 the first (the reference): the difference of means with Welch's 95 % CI on the
-replication values (:func:`sim.stats.welch`), whether that CI excludes 0, and
+replication values (:func:`sim.shared.stats.welch`), whether that CI excludes 0, and
 ``differs`` — the difference is significant after Holm's correction over all the
 metrics of that pair (family-wise error ≤ 5 %), so comparing ~60 metrics of two
 runs of the same scenario does not raise a few false alarms by chance.  A load
-run (one replication) against a simulation is compared by :mod:`sim.agreement`
+run (one replication) against a simulation is compared by :mod:`sim.shared.agreement`
 instead: the load run's bootstrap ``se`` and the simulator's spread between
 replications, Holm over the shared metrics.
 """
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sim.agreement import AGREES, DIFFERS, agreement_rows, is_load
-from sim.stats import Difference, holm, welch
-from sim.summary import unit
+from sim.shared.agreement import AGREES, DIFFERS, agreement_rows, is_load
+from sim.shared.stats import Difference, holm, welch
+from sim.shared.summary import unit
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -126,7 +126,7 @@ def compare_table(runs: Sequence[RunFolder]) -> pd.DataFrame:
     flags: dict[int, dict[str, bool]] = {}
     diffs: dict[tuple[int, str], Any] = {}
     for k in range(1, len(runs)):
-        if _sim_and_load(runs[0], runs[k]):  # one replication against many: sim.agreement
+        if _sim_and_load(runs[0], runs[k]):  # one replication against many: sim.shared.agreement
             flags[k] = _agreement_cells(runs[0], runs[k], diffs, k)
             continue
         tested = []
@@ -166,7 +166,8 @@ def _sim_and_load(a: RunFolder, b: RunFolder) -> bool:
 
 def _agreement_cells(ref: RunFolder, other: RunFolder, diffs: dict[tuple[int, str], Any],
                      k: int) -> dict[str, bool]:
-    """Fill ``diffs[(k, metric)]`` with ``other − ref`` from :func:`sim.agreement.agreement_rows`
+    """Fill ``diffs[(k, metric)]`` with ``other − ref`` from
+    :func:`sim.shared.agreement.agreement_rows`
     (the simulation against the load run's bootstrap); return which metrics differ."""
     sim, load, sign = (ref, other, 1.0) if is_load(other.summary) else (other, ref, -1.0)
     flags: dict[str, bool] = {}
@@ -206,7 +207,7 @@ def plot_compare(runs: Sequence[RunFolder], path: Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from sim.plots import DPI, SMOOTH_S, _ax_seconds_log, _quantile_curve
+    from sim.shared.plots import DPI, SMOOTH_S, _ax_seconds_log, _quantile_curve
 
     fig, axes = plt.subplots(3, 2, figsize=(13, 12), constrained_layout=True)
     cmap = plt.get_cmap("tab10")

@@ -29,9 +29,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.compare import RunFolder, RunFolderError, compare_table, load_run, read_parquet
-from sim.fmt import fmt_ci, fmt_value, metric_label, plain
-from sim.summary import metric_rows, unit
+from sim.shared.compare import RunFolder, RunFolderError, compare_table, load_run, read_parquet
+from sim.shared.fmt import fmt_ci, fmt_value, metric_label, plain
+from sim.shared.summary import metric_rows, unit
 
 TEMPLATE = "report.html.j2"
 KINDS = ("run", "load", "sweep", "capacity", "tune", "storm")
@@ -185,7 +185,7 @@ def _verdict(path: Path) -> dict[str, Any] | None:
 
 
 def _run_figures(run: RunFolder) -> tuple[list[dict[str, str]], list[str]]:
-    from sim.plots import LATENCY_CDF_PNG, TIMESERIES_PNG
+    from sim.shared.plots import LATENCY_CDF_PNG, TIMESERIES_PNG
 
     clock = "real (wall-clock) time" if run.meta.get("kind") == "load" else "simulated time"
     captions = {TIMESERIES_PNG: f"Time series over {clock}: the warm-up shaded grey, outages "
@@ -330,7 +330,7 @@ def sweep_differences(table: Any, point_metrics: Sequence[dict[str, Any]]
     three replications).  Rows sorted by p-value: metric, p, lowest and highest point."""
     import numpy as np
 
-    from sim.stats import benjamini_hochberg, welch_anova
+    from sim.shared.stats import benjamini_hochberg, welch_anova
 
     points = table["point"].to_numpy()
     means = table["mean"].to_numpy(dtype=float)
@@ -722,7 +722,7 @@ def _storm_section(path: Path) -> dict[str, Any]:
 
 
 def _comparison(runs: Sequence[RunFolder]) -> dict[str, Any]:
-    from sim.compare import plot_compare
+    from sim.shared.compare import plot_compare
 
     table = compare_table(runs)
     headers = ["metric"]
@@ -790,7 +790,7 @@ def _render(paths: Sequence[str | Path], t0: float, progress: bool) -> str:
 
     import jinja2
 
-    from sim.results import package_versions
+    from sim.shared.results import package_versions
 
     sections, runs = [], []
     for p in map(Path, paths):
@@ -802,7 +802,7 @@ def _render(paths: Sequence[str | Path], t0: float, progress: bool) -> str:
         sections.append(s)
         if run is not None:
             runs.append(run)
-    env = jinja2.Environment(loader=jinja2.PackageLoader("sim", "templates"),
+    env = jinja2.Environment(loader=jinja2.PackageLoader("sim.shared", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              undefined=jinja2.StrictUndefined)
     title = "rtalab report: " + ", ".join(s["label"] for s in sections)

@@ -1,6 +1,6 @@
 """PNG plots of one run folder: latency CDFs and a time-series panel (matplotlib, Agg backend).
 
-Plots read only the record tables (columns of :mod:`sim.schema`) and the
+Plots read only the record tables (columns of :mod:`sim.shared.schema`) and the
 resolved scenario, so a load run's folder is plotted the same way.
 """
 
@@ -21,8 +21,8 @@ from matplotlib import ticker
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
-from sim import schema as S
-from sim.summary import PERCENTILE_METHOD, percentile
+from sim.shared import schema as S
+from sim.shared.summary import PERCENTILE_METHOD, percentile
 
 if TYPE_CHECKING:
     from sim.scenario import Scenario

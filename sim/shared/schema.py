@@ -43,7 +43,7 @@ DISPOSITIONS: Final = (
     # one row per CancelTask received: queued work dropped / running work stopped at its next
     # step / side effect already ran, the task rolls forward / task already ended (or unknown)
     "cancel-dropped", "cancel-stopped", "cancel-rolled-forward", "cancel-too-late",
-    # a request reusing a live key with another fingerprint (sim.dedup_rule.conflicts)
+    # a request reusing a live key with another fingerprint (sim.shared.dedup_rule.conflicts)
     "key-conflict",
 )
 CANCEL_DISPOSITIONS: Final = ("cancel-dropped", "cancel-stopped", "cancel-rolled-forward",

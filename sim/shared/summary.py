@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from sim import schema as S
+from sim.shared import schema as S
 
 # Student t 0.975 quantiles for 1..30 degrees of freedom (beyond: Cornish-Fisher, error < 1e-7)
 _T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,

@@ -39,7 +39,7 @@ EXTRA_TABLES = ("calls", "executions", "side_effects")  # written when the outpu
 REPLICATION_COLUMN = "replication"
 STATUSES = ("running", "complete", "failed", "interrupted")
 VERSIONED_PACKAGES = ("rtalab", "simpy", "numpy", "pandas", "pyarrow", "matplotlib")
-_PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class Records(Protocol):
@@ -349,7 +349,7 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     import csv
     import io
 
-    from sim.summary import SUMMARY_CSV_COLUMNS, metric_rows
+    from sim.shared.summary import SUMMARY_CSV_COLUMNS, metric_rows
 
     run_dir = Path(run_dir)
     write_json(run_dir / "summary.json", summary)
@@ -445,7 +445,7 @@ def write_run(
     tables = write_records(run_dir, outputs)
     write_summary(run_dir, summary)
     if plots:
-        from sim.plots import plot_run
+        from sim.shared.plots import plot_run
 
         plot_run(run_dir, scenario, tables["turns"], tables["timeseries"])
     finish_run(run_dir, meta, "complete")

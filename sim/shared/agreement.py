@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sim.stats import holm, t_two_sided_p
+from sim.shared.stats import holm, t_two_sided_p
 
 AGREES, DIFFERS = "agrees", "differs"
 # counts that grow with the run's length (a 90-s load run against 300-s replications):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.results import EXTRA_TABLES, RECORD_TABLES
+from sim.shared.results import EXTRA_TABLES, RECORD_TABLES
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -65,8 +65,8 @@ def _rows(p: Path) -> list[dict[str, str]]:
 
 def describe(path: Path) -> tuple[str, str]:
     """(kind, verdict) of one item: the verdict is one short phrase per kind."""
-    from sim.compare import RunFolderError
-    from sim.report import folder_kind
+    from sim.shared.compare import RunFolderError
+    from sim.shared.report import folder_kind
 
     if path.is_file():
         return "file", path.suffix.lstrip(".") or "-"
@@ -232,7 +232,7 @@ def prune_records(folder: Path, keep: tuple[str, ...] = ()) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``rtalab results list | prune``."""
-    from sim.argtypes import help_of
+    from sim.shared.argtypes import help_of
 
     res = subparsers.add_parser("results", help="list and prune results folders",
                                 description="What is in results/ (size, kind, age, verdict), "

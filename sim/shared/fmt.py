@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sim.summary import unit
+from sim.shared.summary import unit
 
 # exact metric keys whose label is not just the key with its unit
 _LABELS: dict[str, str] = {
