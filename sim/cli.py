@@ -24,16 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from sim.config import ConfigError
-from sim.shared.argtypes import EXIT_USAGE, OneLineParser, add_results_root, positive_int
+from sim.shared.argtypes import (  # UsageError re-exported: plugins raise sim.cli.UsageError
+    EXIT_USAGE,
+    OneLineParser,
+    UsageError,
+    add_results_root,
+    positive_int,
+)
 
 PROG = "rtalab"
 PLUGIN_GROUP = "rtalab.commands"
 CORE_COMMANDS = ("sim", "report", "compare", "results", "calibrate")
 EXIT_INTERRUPTED = 130
-
-
-class UsageError(Exception):
-    """A mistake the user can fix; printed as one line, exit status 2."""
 
 
 def _err(message: str) -> None:
@@ -46,9 +48,9 @@ def _err(message: str) -> None:
 
 def _load(ref: str, overrides: Sequence[str] | None) -> Any:
     """Load a scenario file or preset with ``--set`` overrides (raises ConfigError)."""
-    from sim.scenario import load_scenario
+    from sim.scenario import load_scenario_args
 
-    return load_scenario(ref, list(overrides or []))
+    return load_scenario_args(ref, overrides)
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
@@ -125,90 +127,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- summary table
 
-# (metric key or prefix, label, format); "%" = share shown in percent, "s" = seconds,
-# "B" = bytes, "x" = ratio, "n" = count, "/1k" = per 1,000 turns, "/s" = per second
-KEY_METRICS: tuple[tuple[str, str, str], ...] = (
-    # every counted turn is in exactly one of the five outcome rows (they add up to 100 %)
-    ("turns", "turns after warm-up", "n"),
-    ("success_rate", "completed (success rate)", "%"),
-    ("failed_share", "failed", "%"),
-    ("failed_by_reason.", "  failed: ", "%"),
-    ("failure_rate.", "  failed with ", "%"),
-    ("abandoned_share", "abandoned (handoff timeout)", "%"),
-    ("cancelled_share", "cancelled (barge-in)", "%"),
-    ("unfinished_share", "unfinished at end of run", "%"),
-    # every counted call ends in exactly one way
-    ("calls", "calls after warm-up", "n"),
-    ("call_end.", "  calls ended: ", "%"),
-    ("escalation.removed_turn_share", "  planned turns removed by escalation", "%"),
-    ("degraded_call_share", "  degraded (no extension echo)", "%"),
-    ("concurrent_calls.mean", "  concurrent calls, mean", "x"),
-    ("concurrent_calls.peak", "  concurrent calls, peak", "n"),
-    ("ttfc_s.p50", "time to first playable chunk p50", "s"),
-    ("ttfc_s.p95", "time to first playable chunk p95", "s"),
-    ("ttfc_s.p99", "time to first playable chunk p99", "s"),
-    ("completion_s.p50", "turn completion p50", "s"),
-    ("completion_s.p95", "turn completion p95", "s"),
-    ("completion_s.p99", "turn completion p99", "s"),
-    ("attempts_per_turn", "attempts per turn", "x"),
-    ("attempt_outcome.", "  attempts ended ", "%"),
-    ("spurious_timeouts_per_1k_turns", "spurious timeouts /1k turns", "/1k"),
-    ("load_amplification", "load amplification (exec./offered turn)", "x"),
-    ("goodput_turns_per_s", "goodput (turns/s)", "/s"),
-    ("worker_utilisation", "worker utilisation", "%"),
-    ("queue.wait_s.p50", "queue wait p50", "s"),
-    ("queue.wait_s.p99", "queue wait p99", "s"),
-    ("queue.shed_per_1k_turns", "shed by queue deadline /1k turns", "/1k"),
-    ("cancel.", "CancelTask ", "/1k"),
-    ("hazard.duplicate_request_executions_per_1k_turns",
-     "MUST violation: dup. requestGuid runs /1k", "/1k"),
-    ("hazard.reexecuted_turns_per_1k_turns", "re-executed turns /1k turns", "/1k"),
-    ("hazard.duplicated_sessions_per_1k_turns", "duplicated sessions /1k turns", "/1k"),
-    ("hazard.ghost_successes_per_1k_turns", "ghost successes /1k turns", "/1k"),
-    ("dedup.peak_bytes", "dedup store peak", "B"),
-)
-
-
-def _fmt(value: Any, kind: str) -> str:
-    """Format one number for the summary table."""
-    if value is None or (isinstance(value, float) and value != value):
-        return "–"
-    v = float(value)
-    if kind == "%":
-        return f"{round(v * 100, 2) + 0.0:.2f} %"  # + 0.0 turns -0.0 into 0.0
-    if kind == "s":
-        return f"{v * 1000:.0f} ms" if abs(v) < 1 else f"{v:.2f} s"
-    if kind == "B":
-        return f"{v / 2**20:.2f} MiB" if v >= 2**20 else f"{v / 1024:.1f} KiB"
-    if kind == "n":
-        return f"{v:,.0f}"
-    if kind in ("/1k", "/s"):
-        return f"{round(v, 2) + 0.0:.2f}"
-    return f"{v:.3f}"
-
-
-def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(label, mean, 95 % CI) rows of the key metrics present in a ``summary.json``."""
-    metrics: dict[str, Any] = summary.get("metrics", {})
-    rows = []
-    for key, label, kind in KEY_METRICS:
-        names = ([k for k in sorted(metrics) if k.startswith(key)] if key.endswith(".")
-                 else [key] if key in metrics else [])
-        for name in names:
-            m = metrics[name]
-            if not isinstance(m, dict):
-                continue
-            if key.endswith(".") and not m.get("mean"):
-                continue  # only the failure codes that occurred
-            lo, hi = m.get("ci_low"), m.get("ci_high")
-            ci = (f"[{_fmt(lo, kind)}, {_fmt(hi, kind)}]"
-                  if lo is not None and hi is not None else "–")
-            text = (f"{label}{name[len(key):].removesuffix('_share')}" if key.endswith(".")
-                    else label)
-            rows.append((text, _fmt(m.get("mean"), kind), ci))
-    return rows
-
-
 def print_summary(summary: dict[str, Any], run_dir: Path, meta: dict[str, Any]) -> None:
     """Print the key metrics with 95 % CIs and the run folder (rich table on stdout)."""
     from rich.console import Console
@@ -222,6 +140,8 @@ def print_summary(summary: dict[str, Any], run_dir: Path, meta: dict[str, Any]) 
     table.add_column("metric")
     table.add_column("mean", justify="right")
     table.add_column("95 % CI over replications", justify="right")
+    from sim.shared.fmt import summary_rows
+
     for row in summary_rows(summary):
         table.add_row(*row)
     console = Console(soft_wrap=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import tomllib
 import types
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -356,6 +357,12 @@ def load_scenario(ref: str | Path, overrides: list[str] | dict[str, Any] | None 
     if overrides:
         data = apply_overrides(data, overrides)
     return from_dict(data)
+
+
+
+def load_scenario_args(ref: str | Path, overrides: Sequence[str] | None) -> Scenario:
+    """:func:`load_scenario` with a command's ``--set`` values (``None`` = none)."""
+    return load_scenario(ref, list(overrides or []))
 
 
 def dumps(scenario: Scenario) -> str:

@@ -22,7 +22,7 @@ from sim.shared.junit import add_junit_argument
 
 
 def _usage(message: str) -> Exception:
-    from sim.cli import UsageError
+    from sim.shared.argtypes import UsageError
 
     return UsageError(message)
 
@@ -57,9 +57,9 @@ def _out_dir(args: argparse.Namespace, kind: str, scenario: Any) -> Path:
 
 def _scenario(args: argparse.Namespace) -> Any:
     """The command's scenario: SCENARIO with its ``--set`` overrides and ``--seed``."""
-    from sim.cli import _load
+    from sim.scenario import load_scenario_args
 
-    scenario = _load(args.scenario, args.set)
+    scenario = load_scenario_args(args.scenario, args.set)
     if args.seed is not None:
         scenario = scenario.with_overrides({"run.seed": args.seed})
     return scenario

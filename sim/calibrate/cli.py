@@ -51,8 +51,8 @@ def describe(cal: Any) -> list[str]:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Calibrate and write; user errors exit 2 with one line."""
     from sim.calibrate import ObservationError, calibrate, combine, from_run_dir, write
-    from sim.cli import UsageError
     from sim.scenario import load_scenario
+    from sim.shared.argtypes import UsageError
 
     for r in args.runs:
         if not r.is_dir():

@@ -12,6 +12,10 @@ from typing import NoReturn
 EXIT_USAGE = 2
 
 
+class UsageError(Exception):
+    """A mistake the user can fix; printed as one line, exit status 2."""
+
+
 class OneLineParser(argparse.ArgumentParser):
     """ArgumentParser whose errors are one line on stderr (no usage dump), exit status 2."""
 

@@ -159,7 +159,7 @@ def _print(entries: list[Entry], title: str) -> None:
 
 
 def _root(args: argparse.Namespace) -> Path:
-    from sim.cli import UsageError
+    from sim.shared.argtypes import UsageError
 
     root = Path(args.root)
     if not root.is_dir():
@@ -188,7 +188,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_prune(args: argparse.Namespace) -> int:
     """``rtalab results prune``: a dry run unless ``--yes``."""
-    from sim.cli import UsageError
+    from sim.shared.argtypes import UsageError
 
     if args.older_than is None and not args.kind and not args.unfinished:
         raise UsageError("say what to prune: --older-than DURATION, --kind KIND and/or "

@@ -31,6 +31,7 @@ from typing import Any
 
 from sim.shared.compare import RunFolder, RunFolderError, compare_table, load_run, read_parquet
 from sim.shared.fmt import fmt_ci, fmt_value, metric_label, plain
+from sim.shared.fmt import summary_rows as key_rows
 from sim.shared.summary import metric_rows, unit
 
 TEMPLATE = "report.html.j2"
@@ -214,8 +215,6 @@ def _metric_table(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_section(run: RunFolder, kind: str) -> dict[str, Any]:
-    from sim.cli import summary_rows as key_rows
-
     m = run.meta
     status = m.get("status", "?")
     facts = _facts([("folder", run.path), ("status", status), ("scenario", m.get("scenario")),

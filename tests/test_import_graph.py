@@ -1,0 +1,190 @@
+"""The import graph of ``sim``, ``loadtests`` and ``benchmarks``: no cycles, and one-way rules.
+
+Read from the source (AST), every ``import`` anywhere in a module (function bodies too), so a
+lazy import cannot hide a cycle.  ``from pkg import name`` depends on the module ``pkg.name``
+when there is one, otherwise on ``pkg`` (a package's ``__init__`` that re-exports its modules
+is not a cycle with them).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("sim", "loadtests", "benchmarks")
+# sim is the base: it never imports the load side, the benchmarks or a web/load framework
+SIM_MUST_NOT_IMPORT = ("loadtests", "benchmarks", "locust", "gevent", "starlette", "uvicorn",
+                       "fastapi", "a2a", "websockets", "httpx")
+
+
+def modules(root: Path, packages: Iterable[str] = PACKAGES) -> dict[str, tuple[Path, bool]]:
+    """{dotted name: (file, is a package's __init__)} of every module under ``root``."""
+    out: dict[str, tuple[Path, bool]] = {}
+    for pkg in packages:
+        for p in sorted((root / pkg).rglob("*.py")):
+            parts = list(p.relative_to(root).with_suffix("").parts)
+            is_pkg = parts[-1] == "__init__"
+            out[".".join(parts[:-1] if is_pkg else parts)] = (p, is_pkg)
+    return out
+
+
+def imported_names(path: Path, module: str, is_pkg: bool) -> list[str]:
+    """Every dotted name ``path`` imports, relative imports resolved (``a.b.c`` of
+    ``from a.b import c``)."""
+    package = module if is_pkg else module.rpartition(".")[0]
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")
+                up = up[:len(up) - (node.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            names.extend(f"{base}.{a.name}" for a in node.names)
+    return names
+
+
+def graph(root: Path, packages: Iterable[str] = PACKAGES) -> dict[str, set[str]]:
+    """{module: modules of the tree it imports}; ``x.y.Name`` resolves to the longest module
+    prefix (``x.y``)."""
+    mods = modules(root, packages)
+    g: dict[str, set[str]] = {}
+    for name, (path, is_pkg) in mods.items():
+        deps = set()
+        for target in imported_names(path, name, is_pkg):
+            while target and target not in mods:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                deps.add(target)
+        g[name] = deps
+    return g
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(g):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(g[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(g.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def forbidden_imports(root: Path, package: str, banned: Iterable[str]) -> list[str]:
+    """``module -> name`` for every import in ``package`` of a banned top-level name."""
+    banned = set(banned)
+    bad = []
+    for name, (path, is_pkg) in modules(root, [package]).items():
+        for target in imported_names(path, name, is_pkg):
+            if target.split(".")[0] in banned:
+                bad.append(f"{name} -> {target}")
+    return bad
+
+
+# --------------------------------------------------------------------------- the tree
+
+
+def test_no_import_cycle_in_the_tree() -> None:
+    assert cycles(graph(REPO)) == []
+
+
+def test_sim_never_imports_the_load_side_or_a_web_framework() -> None:
+    assert forbidden_imports(REPO, "sim", SIM_MUST_NOT_IMPORT) == []
+
+
+def test_nothing_in_sim_reaches_up_into_the_cli() -> None:
+    """Rendering and answers take data; only sim/cli.py is the command line."""
+    g = graph(REPO, ["sim"])
+    assert sorted(m for m, deps in g.items() if "sim.cli" in deps) == []
+    shared_up = {m: sorted(d for d in deps if d.startswith(("sim.cli", "sim.answers",
+                                                             "sim.calibrate")))
+                 for m, deps in g.items() if m.startswith("sim.shared")}
+    assert {m: d for m, d in shared_up.items() if d} == {}
+
+
+def test_the_graph_sees_the_tree() -> None:
+    """A check that reads nothing passes everything: the known edges must be there."""
+    g = graph(REPO)
+    assert "sim.shared.summary" in g["sim.runner"] | g["sim.stream"]
+    assert "sim.shared.fmt" in g["sim.shared.report"]  # from sim.shared.fmt import ...
+    assert "sim.shared.schema" in g["sim.runner"]  # from sim.shared import schema as S
+    assert "sim.cli" in g["benchmarks.sweep"]  # an import inside a function body
+    assert len(g) > 150
+
+
+# --------------------------------------------------------------------------- the checker
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize("files, expected", [
+    # a planted cycle through a lazy (function-level) import
+    ({"sim/__init__.py": "", "sim/a.py": "from sim.b import f\n",
+      "sim/b.py": "def f():\n    from sim import a\n"}, [["sim.a", "sim.b"]]),
+    # a three-module cycle with a relative import
+    ({"sim/__init__.py": "", "sim/p/__init__.py": "", "sim/p/x.py": "from . import y\n",
+      "sim/p/y.py": "import sim.z\n", "sim/z.py": "from sim.p.x import X\n"},
+     [["sim.p.x", "sim.p.y", "sim.z"]]),
+    # a package __init__ re-exporting its module, which imports a sibling: no cycle
+    ({"sim/__init__.py": "", "sim/c/__init__.py": "from sim.c.run import go\n",
+      "sim/c/run.py": "from sim.c import rules as R\n", "sim/c/rules.py": "X = 1\n"}, []),
+    # one-way imports only: no cycle
+    ({"sim/__init__.py": "", "sim/a.py": "import sim.b\n", "sim/b.py": "import os\n"}, []),
+])
+def test_cycle_checker_finds_planted_cycles_and_no_false_ones(
+        tmp_path: Path, files: dict[str, str], expected: list[list[str]]) -> None:
+    assert cycles(graph(_tree(tmp_path, files), ["sim"])) == expected
+
+
+def test_one_way_rule_catches_a_planted_import(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"sim/__init__.py": "",
+                            "sim/ok.py": "import numpy\nfrom sim import ok2\n",
+                            "sim/ok2.py": "",
+                            "sim/bad.py": "def f():\n    from loadtests.common import procs\n",
+                            "sim/web.py": "import uvicorn.server\n"})
+    assert forbidden_imports(root, "sim", SIM_MUST_NOT_IMPORT) == [
+        "sim.bad -> loadtests.common.procs", "sim.web -> uvicorn.server"]
