@@ -42,7 +42,9 @@ lint: $(STAMP)
 seed-check: $(STAMP)
 	nice -n 10 $(BIN)/python tests/oneoff/seeds.py --rounds 20
 
-bench: bench-sim bench-server bench-sweep bench-check bench-load bench-answers bench-report bench-calibrate
+# every benchmark, one table: results/<time>-bench-all-s0/bench.md + .csv, and docs/benchmarks.md
+bench: $(STAMP) system-deps
+	nice -n 5 $(BIN)/rtalab bench all --docs docs/benchmarks.md
 
 bench-sim: $(STAMP)
 	$(BIN)/rtalab bench sim --memory

@@ -14,13 +14,18 @@ from typing import Any
 
 def register(subparsers: Any) -> None:
     """Add ``rtalab bench`` and its sub-commands."""
-    from benchmarks import calibrate, sim, sweep
+    from benchmarks import calibrate, run, sim, sweep
 
     bench = subparsers.add_parser("bench", help="benchmarks: simulator, sweeps, calibration",
                                   description="Measure rtalab's speed and memory against its "
                                               "stated targets (docs/benchmarks.md).")
     bench.set_defaults(func=lambda a: _help(bench))
     sub = bench.add_subparsers(title="commands", metavar="COMMAND")
+    p = sub.add_parser("all", help="every benchmark, one table (make bench)",
+                       description="Run every benchmark and write one table (figure, spread, "
+                                   "target, PASS/WARN, command) as Markdown and CSV.")
+    run.add_arguments(p)
+    p.set_defaults(func=run.run_all)
     p = sub.add_parser("sim", help="simulator speed vs bare SimPy; --memory for peak RSS",
                        description="pyperf-style benchmark of the simulator.")
     sim.add_arguments(p)

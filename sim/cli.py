@@ -489,6 +489,7 @@ EXAMPLES: dict[str, str] = {
     "sim presets": "rtalab sim presets",
     "sim show": "rtalab sim show preset:baseline --set reasoner.workers=4",
     "bench": "rtalab bench sim --memory",
+    "bench all": "rtalab bench all --only sim,check --docs docs/benchmarks.md",
     "bench sim": "rtalab bench sim --memory",
     "bench sweep": "rtalab bench sweep",
     "bench calibrate": "rtalab bench calibrate --rows 1000000",

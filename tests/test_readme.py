@@ -1,7 +1,7 @@
-"""The README followed line by line (issue 18, acceptance 5): every command block parses with
-the real command line, calls `.venv/bin/rtalab` (not a bare `rtalab` that a fresh shell
-does not have), and the simulation, sweep, report and answer commands and the Python
-snippets run as written, made small by appended options (later options win)."""
+"""The README and the user guide (docs/guide.md) followed line by line: every command block
+parses with the real command line, calls `.venv/bin/rtalab` (not a bare `rtalab` that a
+fresh shell does not have), and the simulation, sweep, report and answer commands and the
+Python snippets run as written, made small by appended options (later options win)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from sim.cli import build_parser, normalise_sets
 from tests.kinds import REPO
 
 README = REPO / "README.md"
+GUIDE = REPO / "docs" / "guide.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 SMALL = ["--set", "run.duration_s=30", "run.warmup_s=5", "run.drain_s=5"]
 # appended to make a README command small; argparse keeps the last value of an option
@@ -40,8 +41,9 @@ SHRINK = {
 
 
 def blocks(lang: str) -> list[str]:
-    return [body for kind, body in FENCE.findall(README.read_text(encoding="utf-8"))
-            if kind == lang]
+    """The ``lang`` fenced blocks of the README, then of the guide (commands run in order)."""
+    return [body for doc in (README, GUIDE)
+            for kind, body in FENCE.findall(doc.read_text(encoding="utf-8")) if kind == lang]
 
 
 def shell_commands() -> list[list[str]]:
@@ -98,9 +100,11 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_simulation_blocks_run_as_written(workdir: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="100")
     ran = []
+    seen: set[tuple[str, ...]] = set()
     for words in shell_commands():
-        if words[0] != ".venv/bin/rtalab" or "--dask" in words:
+        if words[0] != ".venv/bin/rtalab" or "--dask" in words or tuple(words) in seen:
             continue
+        seen.add(tuple(words))
         cmd = _command(words)
         if cmd not in SHRINK:
             continue

@@ -7,7 +7,7 @@ scenario's ``[reasoner]``; ``--witness`` pointing at the witness; the witness
 takes ``[reasoner].tool_latency_s`` per side effect, as the simulator's tool),
 and the L7 proxy (``rtalab chaos``) in front of it when the scenario's
 ``[network]`` has any key that is not zero (``--chaos`` forces it, ``--no-chaos``
-runs over the real loopback: docs/ARCHITECTURE.md "How each scenario key is
+runs over the real loopback: docs/contracts.md "How each scenario key is
 realised").  ``--crash-at S``
 SIGKILLs the Reasoner's process group S seconds after the load started and
 restarts it on the same port and the same dedup store.

@@ -6,7 +6,7 @@ experiment if the two worlds are twins); :func:`twin_check` says whether the
 load run's :data:`TWIN_METRICS` lie inside the simulator's simultaneous
 prediction intervals (:func:`sim.shared.agreement.simultaneous_prediction`; false
 failure <= 1/(R+1) for a twin).  ``tests/twin`` runs it on ``baseline`` and an overloaded scenario,
-across bindings and Reasoner processes; docs/ARCHITECTURE.md says how each scenario
+across bindings and Reasoner processes; docs/contracts.md says how each scenario
 key is realised in the embedded deployment.
 """
 

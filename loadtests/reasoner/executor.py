@@ -1,7 +1,7 @@
 """The Reasoner's agent logic: one turn = progress directive, reasoning, tool, spoken chunks.
 
 Timing and failures come from ``[reasoner]``, with the simulator's meaning
-(``sim/model/reasoner.py``; docs/ARCHITECTURE.md "How each scenario key is
+(``sim/model/reasoner.py``; docs/contracts.md "How each scenario key is
 realised").  Per execution: a capacity slot (``workers``/``queue_limit``/
 ``queue_timeout_s``/``queue_discipline``; a full queue, or a wait past the
 queue deadline, refuses with ``queue_full_code``), a ``progress`` directive,

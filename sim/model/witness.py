@@ -4,7 +4,7 @@ It plays the part of the external system a side effect lands in (a payment, a
 booking): it sees each tool execution at the time the tool *finishes* — also
 when the Reasoner had already given up on it (``upstream-timeout``, the "slow
 success").  Counting its ledger per requestGuid, per logical turn and per
-session gives the three hazards of docs/ARCHITECTURE.md; the load tests' witness
+session gives the three hazards of docs/contracts.md; the load tests' witness
 service writes the same ledger.
 """
 
