@@ -258,7 +258,7 @@ def splice(doc: str, table: str) -> str:
     return doc[:a + len(START)] + "\n" + table + doc[b:]
 
 
-def run_all(args: argparse.Namespace) -> int:
+def run_bench(args: argparse.Namespace) -> int:
     """Run the selected benchmarks; write the table; 0 unless a benchmark failed to run."""
     from benchmarks.util import host_line
     from sim.shared.results import new_run_dir, package_versions
@@ -316,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m benchmarks.run`` (same as ``rtalab bench all``)."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.run")
     add_arguments(p)
-    return run_all(p.parse_args(argv))
+    return run_bench(p.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
-from sim.shared.argtypes import help_of, non_negative, port, positive_int
+from sim.shared.argtypes import add_group, add_scenario, non_negative, port, positive_int
 
 EXIT_USAGE = 2
 REASONER_PROG = "rtalab serve reasoner"
@@ -61,10 +61,7 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
                    help="override [reasoner].dedup_window_s")
     p.add_argument("--dedup-wait-s", type=non_negative, default=30.0,
                    help="how long a duplicate waits for the in-flight original (default 30)")
-    p.add_argument("--scenario", metavar="FILE|PRESET", default=None,
-                   help="scenario whose [reasoner] section drives the behaviour")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="scenario override, e.g. reasoner.chunks=5 (repeatable)")
+    add_scenario(p, option="whose [reasoner] section drives the behaviour")
     p.add_argument("--witness", metavar="URL", default=None,
                    help="witness service for side effects (POST <URL>/execute); "
                         "default: simulated in process")
@@ -223,11 +220,9 @@ def _unavailable(name: str, reason: str) -> Any:
 
 def register(subparsers: Any) -> None:
     """Add ``serve`` with ``reasoner``, ``witness`` and ``bench`` to the root parser."""
-    serve = subparsers.add_parser("serve", help="run the reference servers and benchmarks",
-                                  description="Run the reference Reasoner, the witness, "
-                                              "or the server benchmark.")
-    serve.set_defaults(func=help_of(serve))
-    sub = serve.add_subparsers(title="commands", metavar="COMMAND")
+    sub = add_group(subparsers, "serve", help="run the reference servers and benchmarks",
+                    description="Run the reference Reasoner, the witness, "
+                                "or the server benchmark.")
     reasoner = sub.add_parser("reasoner", help="the reference A2A Reasoner",
                               description="Serve the reference Reasoner (A2A JSON-RPC/SSE, REST, "
                                           "WebSocket /ws).")

@@ -28,7 +28,12 @@ from sim.shared.argtypes import (  # UsageError re-exported: plugins raise sim.c
     EXIT_USAGE,
     OneLineParser,
     UsageError,
+    add_group,
+    add_quiet,
     add_results_root,
+    add_scenario,
+    add_seed,
+    help_of,
     positive_int,
 )
 
@@ -371,44 +376,28 @@ def add_results_parsers(subparsers: Any) -> None:
                      help="run folders and/or sweep folders")
     rep.add_argument("--out", type=Path, metavar="FILE.html",
                      help="output file (default: results/<UTC time>-report.html)")
-    rep.add_argument("--quiet", "-q", action="store_true",
-                     help="no progress line; print only the report's path")
+    add_quiet(rep, "no progress line; print only the report's path")
     rep.set_defaults(func=cmd_report)
     from sim.shared.manage import add_parser as add_results_parser
 
     add_results_parser(subparsers)
 
 
-def _add_scenario_args(p: argparse.ArgumentParser) -> None:
-    """The SCENARIO positional and the repeatable ``--set key.path=value``."""
-    p.add_argument("scenario", metavar="SCENARIO",
-                   help="scenario file path or preset name; preset:NAME always means the "
-                        "preset (see 'rtalab sim presets')")
-    p.add_argument("--set", metavar="KEY.PATH=VALUE", nargs="+", action="extend", default=[],
-                   help="override a scenario value (TOML syntax, e.g. run.seed=7 "
-                        "network.uplink.loss=0.05); repeatable")
-
-
-
-
 def add_sim_parser(subparsers: Any) -> None:
     """Register ``rtalab sim`` and its sub-commands."""
-    sim = subparsers.add_parser("sim", help="simulate scenarios (SimPy)",
-                                description="Simulate Live-layer clients and A2A Reasoners.")
-    sim.set_defaults(func=lambda a: _help(sim))
-    sub = sim.add_subparsers(title="commands", metavar="COMMAND")
+    sub = add_group(subparsers, "sim", help="simulate scenarios (SimPy)",
+                    description="Simulate Live-layer clients and A2A Reasoners.")
 
     run = sub.add_parser("run", help="run a scenario and write a results folder",
                          description="Simulate SCENARIO (replications with CIs) and write "
                                      "<results>/<UTC time>-sim-<name>-s<seed>/.")
-    _add_scenario_args(run)
-    run.add_argument("--seed", type=int, help="root seed (default: the scenario's run.seed)")
+    add_scenario(run)
+    add_seed(run)
     run.add_argument("--replications", type=positive_int, metavar="R",
                      help="independent replications (default: run.replications)")
     add_results_root(run)
     run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    run.add_argument("--quiet", "-q", action="store_true",
-                     help="no progress bar or table; print only the run folder")
+    add_quiet(run, "no progress bar or table; print only the run folder")
     run.set_defaults(func=cmd_run)
 
     sw = sub.add_parser("sweep", help="run a grid of scenario variants (local cores or Dask)",
@@ -416,14 +405,14 @@ def add_sim_parser(subparsers: Any) -> None:
                                     "scenario keys; each point is a run folder under "
                                     "DIR/points/, the tidy table is DIR/sweep.csv + .parquet. "
                                     "Rerunning into the same DIR skips finished points.")
-    _add_scenario_args(sw)
+    add_scenario(sw)
     sw.add_argument("--grid", metavar="KEY.PATH=V1,V2,...", action="append", default=[],
                     help="a factorial axis (values are TOML); repeatable, axes are crossed")
     sw.add_argument("--zip", metavar="KEY.PATH=V1,V2,...", action="append", default=[],
                     help="axes of equal length that vary together; repeatable")
     sw.add_argument("--replications", type=positive_int, metavar="R",
                     help="replications per point (default: run.replications)")
-    sw.add_argument("--seed", type=int, help="root seed (default: the scenario's run.seed)")
+    add_seed(sw)
     where = sw.add_mutually_exclusive_group()
     where.add_argument("--processes", type=positive_int, metavar="N",
                        help="local worker processes (default: every usable CPU)")
@@ -433,18 +422,18 @@ def add_sim_parser(subparsers: Any) -> None:
     sw.add_argument("--out", type=Path, metavar="DIR",
                     help="the sweep folder (default: a new results/<time>-sweep-<name>-s<seed>)")
     sw.add_argument("--no-plots", action="store_true", help="skip the PNG plots of each point")
-    sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    add_quiet(sw)
     sw.set_defaults(func=cmd_sweep)
 
     from sim.answers.cli import add_parsers as add_answer_parsers  # capacity, tune, storm
 
-    add_answer_parsers(sub, _add_scenario_args)
+    add_answer_parsers(sub)
 
     presets = sub.add_parser("presets", help="list the shipped scenarios")
     presets.set_defaults(func=cmd_presets)
 
     show = sub.add_parser("show", help="print the resolved scenario as TOML")
-    _add_scenario_args(show)
+    add_scenario(show)
     show.set_defaults(func=cmd_show)
 
 
@@ -464,12 +453,6 @@ def resolve_aliases(argv: Sequence[str]) -> list[str]:
         if tuple(words[:len(old)]) == old:
             return [*new, *words[len(old):]]
     return words
-
-
-def _help(parser: argparse.ArgumentParser) -> int:
-    """Print a parser's help on stderr and return the usage exit status."""
-    parser.print_help(sys.stderr)
-    return EXIT_USAGE
 
 
 # --------------------------------------------------------------------------- help texts
@@ -589,7 +572,7 @@ def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dic
                            description="Simulate and load-test realtime-agent retry policies.")
     parser.add_argument("--version", action="version",
                         version=f"rtalab {package_versions().get('rtalab')}")
-    parser.set_defaults(func=lambda a: _help(parser))
+    parser.set_defaults(func=help_of(parser))
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_sim_parser(sub)
     add_results_parsers(sub)

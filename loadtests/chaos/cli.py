@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from sim.shared.argtypes import EXIT_USAGE, non_negative, probability
+from sim.shared.argtypes import (
+    EXIT_USAGE,
+    add_scenario,
+    add_seed,
+    checked,
+    non_negative,
+    probability,
+)
 
 PROG = "rtalab chaos"
 
@@ -23,12 +30,8 @@ def listen_addr(text: str) -> tuple[str, int]:
     """``HOST:PORT``, ``:PORT`` or ``PORT`` (host 127.0.0.1; port 0 = any free port)."""
     host, sep, port = text.rpartition(":")
     host = host.strip("[]") if sep else ""
-    try:
-        p = int(port)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}") from None
-    if not 0 <= p <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {p}")
+    p = checked(port, int, "expected HOST:PORT, got {text!r}", lambda v: 0 <= v <= 65535,
+                "port must be in 0..65535, got {value}", shown=text)
     return host or "127.0.0.1", p
 
 
@@ -68,11 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="address to listen on (port 0: any free port, printed)")
     p.add_argument("--upstream", type=upstream_url, required=True, metavar="URL",
                    help="the Reasoner, e.g. http://127.0.0.1:8000")
-    p.add_argument("--scenario", metavar="FILE|PRESET", default=None,
-                   help="scenario whose [network] section gives the rates and outages")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="scenario override, e.g. network.downlink.reorder=0.3 (repeatable)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (default [run].seed)")
+    add_scenario(p, option="whose [network] section gives the rates and outages")
+    add_seed(p)
     p.add_argument("--ledger", metavar="FILE", default="chaos.jsonl",
                    help="injection ledger (JSONL, appended; '' = none; default chaos.jsonl)")
     p.add_argument("--duplicate", type=probability, default=None, metavar="P",

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from sim.shared.argtypes import EXIT_USAGE, positive_int
+from sim.shared.argtypes import EXIT_USAGE, add_quiet, positive_int
 from sim.shared.junit import add_junit_argument
 
 PROG = "rtalab check"
@@ -87,8 +87,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hazard-limit", type=hazard_limit, action="append", default=[],
                    metavar="NAME=PER_1K",
                    help="fail a hazard rule above this rate per 1,000 turns (repeatable)")
-    p.add_argument("--quiet", "-q", action="store_true",
-                   help="print nothing (exit status only)")
+    add_quiet(p, "print nothing (exit status only)")
     add_junit_argument(p)
     p.add_argument("--bench", action="store_true",
                    help="time the checker on synthetic ledger rows instead")

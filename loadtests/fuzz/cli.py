@@ -20,7 +20,7 @@ from typing import Any
 
 from loadtests.common.wireclient import FAST_SCENARIO, TOKENS, Client
 from loadtests.fuzz.engine import BINDINGS, MIN_REACHED, BindingReport, fuzz_binding
-from sim.shared.argtypes import positive_int
+from sim.shared.argtypes import add_quiet, positive_int
 from sim.shared.progress import progress_bar, should_show
 
 DEFAULT_REQUESTS = 10_000
@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "instead of starting one")
     p.add_argument("--results", default="results", metavar="DIR",
                    help="results root (default results/)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    add_quiet(p)
 
 
 def _rss_mib(client: Client) -> float | None:

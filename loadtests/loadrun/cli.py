@@ -14,7 +14,15 @@ from typing import Any
 
 from loadtests.reasoner.unsafe import UNSAFE_BUGS
 from sim.policy.codes import ALL_CODES, is_retryable
-from sim.shared.argtypes import EXIT_USAGE, add_results_root, help_of, non_negative, positive_int
+from sim.shared.argtypes import (
+    EXIT_USAGE,
+    add_group,
+    add_quiet,
+    add_results_root,
+    add_scenario,
+    non_negative,
+    positive_int,
+)
 from sim.shared.junit import add_junit_argument
 
 PROG = "rtalab load run"
@@ -56,9 +64,7 @@ DEFAULT_MASTER_BIND = ("0.0.0.0", 5557)  # Locust's own default
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab load run``."""
-    p.add_argument("scenario", metavar="SCENARIO", help="scenario file or preset name")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="scenario override, e.g. workload.calls_per_s=5 (repeatable)")
+    add_scenario(p)
     p.add_argument("--target", type=_url, default=None, metavar="URL",
                    help="base URL of a deployment to test (default: start the reference "
                         "Reasoner, witness and chaos proxy here)")
@@ -105,7 +111,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "repeatable); without --slo the availability gate applies")
     add_results_root(p)
     add_junit_argument(p)
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    add_quiet(p, "no progress lines")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     test = p.add_argument_group("test-only switches (negative controls and conformance)")
     test.add_argument("--no-reorder", action="store_true",
@@ -317,11 +323,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``load`` with ``run`` and ``bench`` to the root parser."""
-    load = subparsers.add_parser("load", help="load-test a Reasoner with Locust Live users",
-                                 description="Load runs with Locust Live users, ledgers "
-                                             "and a delivery verdict.")
-    load.set_defaults(func=help_of(load))
-    sub = load.add_subparsers(title="commands", metavar="COMMAND")
+    sub = add_group(subparsers, "load", help="load-test a Reasoner with Locust Live users",
+                    description="Load runs with Locust Live users, ledgers "
+                                "and a delivery verdict.")
     run = sub.add_parser("run", help="run a scenario against a Reasoner",
                          description="Run SCENARIO's workload with Locust Live users; gather "
                                      "ledgers, tables, summary and verdict in results/.")
@@ -345,7 +349,7 @@ def register(subparsers: Any) -> None:
     add_results_root(worker)
     worker.add_argument("--timeout", type=non_negative, default=None, metavar="S",
                         help="give up after S seconds (default: until the master ends the run)")
-    worker.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_quiet(worker, "no progress lines")
     worker.set_defaults(func=cmd_worker)
     try:
         from benchmarks.load import add_arguments, run_bench

@@ -33,7 +33,14 @@ from typing import Any
 
 import pandas as pd
 
-from sim.shared.argtypes import EXIT_USAGE, non_negative, positive_int
+from sim.shared.argtypes import (
+    EXIT_USAGE,
+    add_quiet,
+    add_scenario,
+    add_seed,
+    non_negative,
+    positive_int,
+)
 
 OUTAGE_DIRECTION = "both"
 FALLBACK_FACTOR = 2.0  # B = 2 x A when the utilisation at A is unknown
@@ -254,9 +261,7 @@ def register(subparsers: Any) -> None:
         description="Load-test SCENARIO's embedded deployment at rate A, calibrate a "
                     "scenario on it, simulate rate B (and B with an outage), load-test B, "
                     "and compare prediction with measurement (docs/calibration.md).")
-    p.add_argument("scenario", metavar="SCENARIO", help="the deployment: scenario or preset")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="scenario override (repeatable)")
+    add_scenario(p)  # the deployment
     p.add_argument("--calibrate-rate", type=float, default=1.0, metavar="CALLS_PER_S",
                    help="load A, calls/s (default 1)")
     p.add_argument("--calibration-run", default=None, metavar="RUN_DIR",
@@ -282,9 +287,9 @@ def register(subparsers: Any) -> None:
                    help="chaos proxy in front of every run (default: on iff --outage > 0)")
     p.add_argument("--replications", type=positive_int, default=5,
                    help="simulator replications per case (default 5)")
-    p.add_argument("--seed", type=int, default=1, help="seed of every run (default 1)")
+    add_seed(p, default=1)
     p.add_argument("--out", default="results", metavar="DIR", help="results root")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_quiet(p, "no progress lines")
     p.set_defaults(func=cmd_predict)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from sim.shared.argtypes import positive_int
+from sim.shared.argtypes import add_quiet, add_scenario, add_seed, positive_int
 from sim.shared.junit import add_junit_argument
 
 
@@ -305,22 +305,22 @@ def _executor_args(p: argparse.ArgumentParser) -> None:
                        help="local worker processes (default: every usable CPU)")
     where.add_argument("--dask", metavar="ADDRESS",
                        help="tcp://HOST:8786 or local[:N] (see rtalab sim sweep)")
-    p.add_argument("--seed", type=int, help="root seed (default: the scenario's run.seed)")
+    add_seed(p)
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="output folder (default: a new results/<time>-<command>-<name>-s<seed>)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    add_quiet(p)
     p.add_argument("--keep-records", action="store_true",
                    help="keep every probe's record tables (by default only what the answer "
                         "and its report need stays: summaries, tables, plots)")
 
 
-def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_parsers(sub: Any) -> None:
     """Register ``capacity``, ``tune`` and ``storm`` under ``rtalab sim``."""
     cap = sub.add_parser(
         "capacity", help="smallest knob value meeting SLOs with confidence, per load level",
         description="For each load level, find the smallest value of --knob for which every "
                     "--slo holds with 95 % confidence (bracketing + bisection).")
-    scenario_args(cap)
+    add_scenario(cap)
     cap.add_argument("--load", required=True, metavar="KEY.PATH=V1,V2,...",
                      help="the load levels, e.g. workload.calls_per_s=2,4,8,16")
     cap.add_argument("--knob", required=True, metavar="KEY.PATH",
@@ -340,7 +340,7 @@ def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], Non
         description="Search the [tune] space (scenario section, --space FILE, or the "
                     "default policy space) with Optuna TPE; re-run the best candidates and "
                     "today's settings on fresh seeds; recommend.")
-    scenario_args(tu)
+    add_scenario(tu)
     tu.add_argument("--minimize", action="append", default=[], metavar="METRIC",
                     help="an objective to make small, e.g. turn_completion_p99_s; repeatable")
     tu.add_argument("--maximize", action="append", default=[], metavar="METRIC",
@@ -367,7 +367,7 @@ def add_parsers(sub: Any, scenario_args: Callable[[argparse.ArgumentParser], Non
         "storm", help="every retry strategy through the scenario's trigger: who recovers",
         description="Run each retry strategy through the scenario's outage, capacity drop or "
                     "load spike; report amplification, goodput dip, recovery and hazards.")
-    scenario_args(st)
+    add_scenario(st)
     st.add_argument("--strategies", action="append", default=[], metavar="A,B,...",
                     help="strategies to run (default: all this build has)")
     st.add_argument("--replications", type=positive_int, metavar="R",

@@ -10,6 +10,8 @@ from typing import Any
 
 def add_parser(subparsers: Any) -> None:
     """Register ``rtalab calibrate``."""
+    from sim.shared.argtypes import add_quiet
+
     p = subparsers.add_parser(
         "calibrate", help="fit a scenario to load runs of a real deployment",
         description="Fit the deployment's scenario keys ([reasoner], [network]) to one or "
@@ -24,7 +26,7 @@ def add_parser(subparsers: Any) -> None:
                    help="client settings ([workload], [live], [run], [load]) from this "
                         "scenario (default: the first run's scenario.toml)")
     p.add_argument("--no-plots", action="store_true", help="no QQ plot")
-    p.add_argument("--quiet", action="store_true", help="print only the output path")
+    add_quiet(p, "print only the output path")
     p.set_defaults(func=cmd_calibrate)
 
 

@@ -7,7 +7,7 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 EXIT_USAGE = 2
 
@@ -24,48 +24,43 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+def checked(text: str, cast: Callable[[str], Any], bad: str, ok: Callable[[Any], bool],
+            out_of_range: str, shown: str | None = None) -> Any:
+    """``cast(text)`` if it parses and passes ``ok``; else an ArgumentTypeError: ``bad`` or
+    ``out_of_range``, with ``{text}`` (``shown``, default ``text``) and ``{value}`` filled in."""
+    shown = text if shown is None else shown
+    try:
+        v = cast(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(bad.format(text=shown)) from None
+    if not ok(v):
+        raise argparse.ArgumentTypeError(out_of_range.format(value=v, text=shown))
+    return v
+
+
 def port(text: str) -> int:
     """A TCP port number 1..65535."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 1 <= v <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 1..65535, got {v}")
-    return v
+    return checked(text, int, "not a port number: {text!r}", lambda v: 1 <= v <= 65535,
+                   "port must be in 1..65535, got {value}")
 
 
 def positive_int(text: str) -> int:
     """An integer >= 1 (underscores allowed, e.g. 1_000_000)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
+    return checked(text, int, "expected an integer, got {text!r}", lambda v: v >= 1,
+                   "must be >= 1, got {value}")
 
 
 def non_negative(text: str) -> float:
     """A finite number >= 0 (e.g. seconds)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(v) and v >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return v
+    return checked(text, float, "not a number: {text!r}",
+                   lambda v: math.isfinite(v) and v >= 0,
+                   "must be a finite number >= 0, got {text}")
 
 
 def probability(text: str) -> float:
     """A probability in [0, 1]."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.0 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1], got {text}")
-    return v
+    return checked(text, float, "not a number: {text!r}", lambda v: 0.0 <= v <= 1.0,
+                   "must be a probability in [0, 1], got {text}")
 
 
 def help_of(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
@@ -78,6 +73,45 @@ def help_of(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], i
         return EXIT_USAGE
 
     return func
+
+
+def add_group(subparsers: Any, name: str, help: str, description: str) -> Any:
+    """A command group ``name`` (run bare: its help, exit 2); returns its sub-parsers."""
+    group = subparsers.add_parser(name, help=help, description=description)
+    group.set_defaults(func=help_of(group))
+    return group.add_subparsers(title="commands", metavar="COMMAND")
+
+
+# --------------------------------------------------------------------------- option groups
+# Written once, used by every command, so an option means the same everywhere.
+
+
+def add_scenario(p: argparse.ArgumentParser, *, option: str | None = None) -> None:
+    """SCENARIO (a positional; or the option ``option``, e.g. ``--scenario``, with the
+    text saying what the command takes from it) and the repeatable ``--set KEY.PATH=VALUE``
+    (``rtalab`` normalises ``--set K=V K2=V2`` to one ``--set`` per value)."""
+    if option is None:
+        p.add_argument("scenario", metavar="SCENARIO",
+                       help="scenario file path or preset name; preset:NAME always means the "
+                            "preset (see 'rtalab sim presets')")
+    else:
+        p.add_argument("--scenario", metavar="FILE|PRESET", default=None,
+                       help=f"scenario {option} (file path or preset name)")
+    p.add_argument("--set", metavar="KEY.PATH=VALUE", nargs="+", action="extend", default=[],
+                   help="override a scenario value (TOML syntax, e.g. run.seed=7 "
+                        "network.uplink.loss=0.05); repeatable")
+
+
+def add_seed(p: argparse.ArgumentParser, default: int | None = None) -> None:
+    """``--seed``: the root seed (default: the scenario's ``run.seed``, or ``default``)."""
+    p.add_argument("--seed", type=int, default=default,
+                   help="root seed (default: the scenario's run.seed)" if default is None
+                   else f"root seed of every run (default {default})")
+
+
+def add_quiet(p: argparse.ArgumentParser, what: str = "no progress bar") -> None:
+    """``--quiet`` / ``-q``: ``what`` the command leaves out."""
+    p.add_argument("--quiet", "-q", action="store_true", help=what)
 
 
 def add_results_root(p: argparse.ArgumentParser, default: str = "results") -> None:

@@ -232,13 +232,11 @@ def prune_records(folder: Path, keep: tuple[str, ...] = ()) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``rtalab results list | prune``."""
-    from sim.shared.argtypes import help_of
+    from sim.shared.argtypes import add_group, add_quiet
 
-    res = subparsers.add_parser("results", help="list and prune results folders",
-                                description="What is in results/ (size, kind, age, verdict), "
-                                            "and removing what is no longer needed.")
-    res.set_defaults(func=help_of(res))
-    sub = res.add_subparsers(title="commands", metavar="COMMAND")
+    sub = add_group(subparsers, "results", help="list and prune results folders",
+                    description="What is in results/ (size, kind, age, verdict), "
+                                "and removing what is no longer needed.")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--root", default="results", metavar="DIR",
@@ -261,5 +259,5 @@ def add_parser(subparsers: Any) -> None:
                                     "only lists what it would remove.")
     common(pr)
     pr.add_argument("--yes", action="store_true", help="really remove them")
-    pr.add_argument("--quiet", "-q", action="store_true", help="no table")
+    add_quiet(pr, "no table")
     pr.set_defaults(func=cmd_prune)
