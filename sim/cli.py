@@ -277,7 +277,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         sys.stdout.write(table.to_csv(index=False, lineterminator="\n"))
         return 0
     print_compare(table, runs)
-    from sim.fmt import metric_label
+    from sim.shared.fmt import metric_label
 
     width = min(shutil.get_terminal_size().columns, 100)
     for k in range(1, len(runs)):

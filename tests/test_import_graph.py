@@ -126,6 +126,23 @@ def test_no_import_cycle_in_the_tree() -> None:
     assert cycles(graph(REPO)) == []
 
 
+def unresolved_imports(root: Path, packages: Iterable[str] = PACKAGES) -> list[str]:
+    """``module -> name`` for every import of the tree that names no module of the tree
+    (``from a.b import c``: ``a.b.c`` or ``a.b`` must be one): a path left behind by a move."""
+    mods = modules(root, packages)
+    bad = []
+    for name, (path, is_pkg) in mods.items():
+        for target in imported_names(path, name, is_pkg):
+            if target.split(".")[0] in packages and not (
+                    target in mods or target.rpartition(".")[0] in mods):
+                bad.append(f"{name} -> {target}")
+    return bad
+
+
+def test_every_import_of_the_tree_names_a_module_of_it() -> None:
+    assert unresolved_imports(REPO) == []
+
+
 def test_sim_never_imports_the_load_side_or_a_web_framework() -> None:
     assert forbidden_imports(REPO, "sim", SIM_MUST_NOT_IMPORT) == []
 
@@ -178,6 +195,15 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 def test_cycle_checker_finds_planted_cycles_and_no_false_ones(
         tmp_path: Path, files: dict[str, str], expected: list[list[str]]) -> None:
     assert cycles(graph(_tree(tmp_path, files), ["sim"])) == expected
+
+
+def test_a_path_left_behind_by_a_move_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"sim/__init__.py": "", "sim/shared/__init__.py": "",
+                            "sim/shared/fmt.py": "X = 1\n",
+                            "sim/cli.py": "from sim.shared.fmt import X\n"
+                                          "from sim.shared import fmt\n"
+                                          "def f():\n    from sim.fmt import X\n"})
+    assert unresolved_imports(root, ["sim"]) == ["sim.cli -> sim.fmt.X"]
 
 
 def test_one_way_rule_catches_a_planted_import(tmp_path: Path) -> None:
