@@ -347,6 +347,16 @@ def register(subparsers: Any) -> None:
                         help="give up after S seconds (default: until the master ends the run)")
     worker.add_argument("--quiet", action="store_true", help="no progress lines")
     worker.set_defaults(func=cmd_worker)
+    from loadtests.loadrun.probe import add_arguments as probe_arguments
+    from loadtests.loadrun.probe import cmd_probe
+
+    probe = sub.add_parser("probe", help="step the load up until throughput stops growing",
+                           description="A time-bounded step-load (one short load run per "
+                                       "step) that finds the knee: the saturation throughput "
+                                       "and, with the mean service, the capacity; writes "
+                                       "probe.json for rtalab calibrate (docs/load.md).")
+    probe_arguments(probe)
+    probe.set_defaults(func=cmd_probe)
     try:
         from loadtests.loadrun.bench import add_arguments, run_bench
     except ImportError:
