@@ -15,10 +15,10 @@ rate from the step's first second.  Per step, over its window (after ``--step-wa
 
 The probe stops at the first step that is **saturated** (completed < ``SATURATED`` × offered:
 the throughput stopped following the load; and, after the first step, TTFC p50 above
-``QUEUED`` × the first step's: a queue built up, not a few seconds of Poisson noise), whose throughput grew less than
-``FLAT_GROWTH`` over the previous step's, whose TTFC p99 exceeds ``--max-p99-s`` or whose
-success share falls below ``--min-success``, or when the next step would not fit in
-``--max-seconds``.  The folder ``results/<UTC>-probe-<scenario>-s<seed>/`` holds
+``QUEUED`` × the first step's: a queue built up, not a few seconds of Poisson noise), whose
+throughput grew less than ``FLAT_GROWTH`` over the previous step's, whose TTFC p99 exceeds
+``--max-p99-s`` or whose success share falls below ``--min-success``, or when the next step
+would not fit in ``--max-seconds``.  The folder ``results/<UTC>-probe-<scenario>-s<seed>/`` holds
 ``probe.json`` (the steps, the knee, why it stopped), ``probe.png`` (throughput and TTFC
 p50/p99 against the offered load), ``probe.txt`` and ``steps/`` (the load runs).
 ``rtalab calibrate PROBE_DIR`` reads it (``sim.calibrate.observations.from_run_dir``):
