@@ -110,3 +110,24 @@ def test_calibrate_of_an_unsaturated_probe_leaves_capacity_unidentified(tmp_path
     obs.probe = [Probe(5.0, 5.0, 0.2), Probe(10.0, 9.8, 0.2)]
     cal = calibrate(obs)
     assert "reasoner.workers" in dict(cal.unidentified)
+
+
+def test_predict_says_when_capacity_is_not_identified() -> None:
+    """`rtalab predict` (and the demo) state on screen and in the report whether the capacity
+    was identified; without queueing or a probe the default is kept, and said so."""
+    from loadtests.loadrun.predict import capacity_statement
+    from sim.calibrate import calibrate
+    from sim.calibrate.observations import Probe
+    from sim.calibrate.synth import Truth, synth_observations
+
+    light = Truth(rate_per_s=1.0, n=2_000)  # 8 workers at ~7 % utilisation: no turn waits
+    cal = calibrate(synth_observations(light, 3))
+    st = capacity_statement(cal, default=8, probe="never", probe_dir=None)
+    assert st["identified"] is False and st["workers"] == 8 and st["source"] == "default"
+    assert "NOT identified" in st["text"] and "default 8" in st["text"]
+    assert "rtalab load probe" in st["text"] and "--probe" in st["text"]
+    obs = synth_observations(light, 3)
+    obs.probe = [Probe(4.0, 4.0, 0.5), Probe(8.0, 7.9, 0.5), Probe(16.0, 12.0, 0.5)]
+    st = capacity_statement(calibrate(obs), default=8, probe="auto", probe_dir=Path("p"))
+    assert st["identified"] is True and st["workers"] == 6  # 12 turns/s x 0.5 s
+    assert "knee" in st["text"]
