@@ -240,6 +240,10 @@ def from_probe_dir(d: Path) -> Observations:
         raise ObservationError(f"{d}: probe.json has no steps")
     calm = [r for r, s in runs if s["completed_turns_per_s"] >= 0.9 * s["offered_turns_per_s"]]
     obs = combine([from_run_dir(r) for r in (calm or [r for r, _ in runs])])
+    # the server's histograms count from its start: the last step's scrape holds every step
+    # once (the steps' scrapes summed would count the early turns several times)
+    obs.server_histograms = parse_histograms(_json(runs[-1][0] / "ledger"
+                                                   / "server_metrics.json"))
     obs.probe = steps
     obs.source = f"{d} (step-load probe: {len(steps)} steps)"
     return obs
