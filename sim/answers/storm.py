@@ -333,9 +333,10 @@ def plot_storm(result: StormResult, path: Path) -> Path:
     from matplotlib.lines import Line2D
 
     names = list(result.runs)
-    cols = min(4, max(1, len(names)))
+    # readable when the report shows it at 1280 px: at most 3 panels a row, text >= 10 pt
+    cols = min(3, max(1, len(names)))
     rows = math.ceil(len(names) / cols)
-    fig = Figure(figsize=(3.2 * cols, 2.4 * rows), dpi=90)
+    fig = Figure(figsize=(4.2 * cols, 3.0 * rows + 0.8), dpi=100)
     axes = fig.subplots(rows, cols, sharex=True, squeeze=False)
     w = result.detector.window_s
     for ax, name in zip(axes.flat, names, strict=False):
@@ -355,18 +356,20 @@ def plot_storm(result: StormResult, path: Path) -> Path:
         ax2 = ax.twinx()
         if ref > 0:  # executions per normal offered load, as in the table
             ax2.plot(t, ex / ref, color="tab:red", lw=0.8, label="amplification")
-        ax2.tick_params(labelsize=7, colors="tab:red")
-        ax.tick_params(labelsize=7)
-        ax.set_title(f"{name}: {result.verdict(name)}", fontsize=8)
+        ax2.tick_params(labelsize=10, colors="tab:red")
+        ax.tick_params(labelsize=10)
+        ax.set_title(f"{name}: {result.verdict(name)}", fontsize=11)
+    for ax in axes[-1]:
+        ax.set_xlabel("simulated time (s)", fontsize=10)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
     handles = [Line2D([], [], color=c, label=lab) for c, lab in
                (("0.4", "offered turns/s"), ("tab:green", "goodput turns/s"),
                 ("tab:red", "amplification (right)"))]
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8)
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=10)
     fig.suptitle(f"{result.scenario}: trigger {result.trigger[0]:g}–{result.trigger[1]:g} s "
-                 f"(shaded), {w:g} s windows", fontsize=9)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+                 f"(shaded), {w:g} s windows", fontsize=12)
+    fig.tight_layout(rect=(0, 0.8 / (3.0 * rows + 0.8), 1, 0.96))
     path = Path(path)
     fig.savefig(path)
     return path
