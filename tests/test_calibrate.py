@@ -232,3 +232,14 @@ def test_cli_calibrates_a_run_folder_and_refuses_bad_input(tmp_path: Path, capsy
         assert main(["calibrate", *args, "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and expected in err
+
+
+def test_capacity_lower_bound_is_the_pooled_maximum_without_waits() -> None:
+    """No turn waited: the largest number of services at once over every process (2) is the
+    lower bound, not the sum of per-process maxima reached at different times (4)."""
+    start = np.array([0.0, 0.1, 2.0, 2.1])
+    end = np.array([1.0, 1.1, 3.0, 3.1])
+    out = capacity_from_concurrency(start, end, np.zeros(4, dtype=bool),
+                                    np.array(["a", "a", "b", "b"]))
+    assert out["identified"] is False
+    assert out["workers"] == 2

@@ -174,7 +174,11 @@ def capacity_from_concurrency(start: np.ndarray, end: np.ndarray, waited: np.nda
                                    jitter_s) for w in np.unique(worker)}
     per_ok = bool(per) and all(p["identified"] for p in per.values())
     per_agree = float(np.mean([p["agreement"] for p in per.values()])) if per else 0.0
-    if len(per) <= 1 or (pooled["identified"] and pooled["agreement"] >= per_agree):
+    # without an identified per-process estimate the pooled count stands: identified, or the
+    # largest number of services seen at once, a lower bound whatever the layout (the sum of
+    # per-process maxima reached at different times is not one for a shared pool)
+    if len(per) <= 1 or not per_ok or (pooled["identified"]
+                                       and pooled["agreement"] >= per_agree):
         return {"workers": pooled["capacity"], "identified": pooled["identified"],
                 "layout": "one pool" if len(per) <= 1 else "one pool shared by the processes",
                 "pooled": pooled, "per_process": per}
