@@ -131,3 +131,19 @@ def test_predict_says_when_capacity_is_not_identified() -> None:
     st = capacity_statement(calibrate(obs), default=8, probe="auto", probe_dir=Path("p"))
     assert st["identified"] is True and st["workers"] == 6  # 12 turns/s x 0.5 s
     assert "knee" in st["text"]
+
+
+def test_predict_runs_the_probe_when_a_leaves_capacity_unidentified(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`predict --probe auto` on a calibration run without queueing goes to the probe (here
+    bounded too tightly for one step: one line, exit 2, before any server starts)."""
+    from sim.calibrate.synth import Truth, write_run_dir
+
+    run_a = write_run_dir(Truth(rate_per_s=1.0, n=2_000), tmp_path / "a", seed=3)
+    rc = main(["predict", "docs/examples/calibration_deployment.toml", "--calibration-run",
+               str(run_a), "--probe-seconds", "5", "--outage", "0", "--quiet",
+               "--out", str(tmp_path / "out")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert "leaves no time for one step" in err and len(err.splitlines()) == 1
+    assert not list((tmp_path / "out").glob("*/probe/*")), "no probe folder was started"

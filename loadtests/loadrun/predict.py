@@ -121,7 +121,7 @@ def _probe(sc: Any, args: argparse.Namespace, folder: Path) -> Path:
     turn rate up by 1.5 x per step, bounded by ``--probe-seconds``; its folder."""
     from loadtests.loadrun.probe import ProbeOptions, run_probe
 
-    turns = sc.workload.turns_per_call.mean()
+    turns = float(sc.workload.turns_per_call.mean)
     probe_dir, _ = run_probe(ProbeOptions(
         scenario=sc.with_overrides({"run.seed": args.seed}), workers=args.workers,
         start_rate=args.calibrate_rate * max(1.0, float(turns)), factor=1.5,
@@ -349,6 +349,7 @@ def register(subparsers: Any) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     """User errors exit 2 with one line."""
     from loadtests.loadrun.orchestrate import RunError
+    from loadtests.loadrun.probe import ProbeError
     from loadtests.procs import ProcessError
     from sim.calibrate import ObservationError
 
@@ -361,7 +362,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         return run_predict(args)
-    except (RunError, ProcessError) as e:
+    except (RunError, ProcessError, ProbeError) as e:
         print(f"rtalab: load run failed: {str(e).splitlines()[0]}", file=sys.stderr)
         return EXIT_USAGE
     except ObservationError as e:
