@@ -7,18 +7,21 @@ call is one turn (``workload.turns_per_call = 1``), so the offered turn rate is 
 rate from the step's first second.  Per step, over its window (after ``--step-warmup``):
 
 * offered  = requests sent per second (retries included);
-* completed = requests the server answered (completed, input-required, or a FAILED state)
-  per second, counted when the worker was freed (the send time plus the server's intake,
-  queue wait and service, when it reports them; else the first chunk);
+* completed = requests the server answered (completed, input-required, or a FAILED state
+  other than ``rate-limited``, a rejection that used no worker) per second, counted when
+  the worker was freed (the send time plus the server's intake, queue wait and service,
+  when it reports them; else the first chunk);
 * the mean service time (the server's ``server_service_s``, when it reports it), TTFC p99
   and the success share.
 
-The probe stops at the first step that is **saturated** (completed < ``SATURATED`` × offered:
-the throughput stopped following the load; and, after the first step, TTFC p50 above
-``QUEUED`` × the first step's: a queue built up, not a few seconds of Poisson noise), whose
-throughput grew less than ``FLAT_GROWTH`` over the previous step's, whose TTFC p99 exceeds
-``--max-p99-s`` or whose success share falls below ``--min-success``, or when the next step
-would not fit in ``--max-seconds``.  The folder ``results/<UTC>-probe-<scenario>-s<seed>/`` holds
+The probe stops at the second step running that is **saturated** (completed <
+``SATURATED`` × offered: the throughput stopped following the load; and, after the first
+step, TTFC p50 above ``QUEUED`` × the first step's: a queue built up, not a few seconds of
+Poisson noise; twice, because just past the knee a queue still empties now and then and one
+more step shows the plateau), at a step whose throughput grew less than ``FLAT_GROWTH``
+over the previous step's, whose TTFC p99 exceeds ``--max-p99-s`` or whose success share
+falls below ``--min-success``, or when the next step would not fit in ``--max-seconds``.
+The folder ``results/<UTC>-probe-<scenario>-s<seed>/`` holds
 ``probe.json`` (the steps, the knee, why it stopped), ``probe.png`` (throughput and TTFC
 p50/p99 against the offered load), ``probe.txt`` and ``steps/`` (the load runs).
 ``rtalab calibrate PROBE_DIR`` reads it (``sim.calibrate.observations.from_run_dir``):
@@ -92,7 +95,9 @@ def step_figures(run_dir: Path, warmup_s: float, duration_s: float) -> dict[str,
     window = duration_s - warmup_s
     sent = (send >= warmup_s) & (send < duration_s)
     outcome = a["outcome"].astype(str).to_numpy()
-    answered = np.isin(outcome, ANSWERED) & (freed >= warmup_s) & (freed < duration_s)
+    rejected = a["error_code"].astype(str).to_numpy() == "rate-limited"  # no worker used
+    answered = np.isin(outcome, ANSWERED) & ~rejected & (freed >= warmup_s) & (
+        freed < duration_s)
     svc = a["server_service_s"].to_numpy()[answered]
     svc = svc[np.isfinite(svc)]
     ttfc = (a["first_chunk_s"].to_numpy() - a["send_s"].to_numpy())[sent]
@@ -118,7 +123,10 @@ def saturated(s: dict[str, Any], first: dict[str, Any]) -> bool:
 def stop_reason(steps: list[dict[str, Any]], opts: ProbeOptions) -> str | None:
     """Why the probe stops after the last of ``steps`` (None: go on)."""
     s = steps[-1]
-    if saturated(s, steps[0]):
+    # saturated twice running: just past the knee a queue still empties now and then, so the
+    # first saturated step's throughput can fall short of the capacity; one more step shows
+    # the plateau (or that the throughput stopped growing)
+    if saturated(s, steps[0]) and (len(steps) == 1 or saturated(steps[-2], steps[0])):
         return (f"saturated: {s['completed_turns_per_s']:.3g} of "
                 f"{s['offered_turns_per_s']:.3g} turns/s completed")
     if len(steps) > 1 and s["completed_turns_per_s"] < (1 + FLAT_GROWTH) * steps[-2][
