@@ -136,6 +136,10 @@ def test_capacity_from_a_step_load_knee() -> None:
     w = _find(cal, "reasoner.workers")
     assert w.value == 6  # 12.1 turns/s x 0.5 s (Little's law at saturation)
     assert "knee" in w.source
+    # a slower service past the knee: 11 turns/s x 0.7 s = 7.7 turns in service beat
+    # 12.1 x 0.5 = 6.05
+    obs.probe = [Probe(8, 7.9, 0.5), Probe(16, 12.1, 0.5), Probe(24, 11.0, 0.7)]
+    assert _find(calibrate(obs), "reasoner.workers").value == 8
 
 
 def test_tool_first_chunk_chunks_errors_and_network() -> None:

@@ -49,6 +49,12 @@ def test_stop_rules_written_out() -> None:
     assert k["throughput_turns_per_s"] == 10.0 and k["saturated"]
     assert k["concurrent_turns"] == pytest.approx(2.0)
     assert not knee([first, noisy])["saturated"]
+    # past the knee a busier server serves slower: 12.33/s x 0.61 s = 7.5 turns in service
+    # beat 15/s x 0.456 s = 6.8 (a probe of the 8-turn deployment at load average 6)
+    slow = knee([_step(15.5, 15.0) | {"mean_service_s": 0.456},
+                 _step(23.8, 12.33, p50=3.3) | {"mean_service_s": 0.61}])
+    assert slow["throughput_turns_per_s"] == 12.33
+    assert slow["concurrent_turns"] == pytest.approx(7.5213)
 
 
 def test_probe_finds_the_knee_and_calibrate_uses_it(tmp_path: Path,

@@ -140,9 +140,12 @@ def stop_reason(steps: list[dict[str, Any]], opts: ProbeOptions) -> str | None:
 
 
 def knee(steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """The saturation throughput (the highest completed rate), whether any step was
-    saturated, and the capacity it gives (throughput × that step's mean service)."""
-    best = max(steps, key=lambda s: s["completed_turns_per_s"])
+    """The knee: the step with the most turns in service (completed rate × its mean service,
+    Little's law; the highest completed rate without server timings) — past the knee a
+    busier server may serve slower and complete fewer turns per second —, whether any step
+    was saturated, and the capacity it gives."""
+    best = max(steps, key=lambda s: s["completed_turns_per_s"] * (
+        s["mean_service_s"] if math.isfinite(s["mean_service_s"]) else 1.0))
     svc = best["mean_service_s"]
     return {"throughput_turns_per_s": best["completed_turns_per_s"],
             "saturated": any(saturated(s, steps[0]) for s in steps),
