@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -349,9 +351,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         sys.stdout.write(table.to_csv(index=False, lineterminator="\n"))
         return 0
     print_compare(table, runs)
+    from sim.fmt import metric_label
+
+    width = min(shutil.get_terminal_size().columns, 100)
     for k in range(1, len(runs)):
-        flagged = differing(table, k)
-        print(f"[{k}] vs [0]: {len(flagged)} metric(s) differ: {', '.join(flagged) or 'none'}")
+        flagged = [metric_label(m, with_unit=False) for m in differing(table, k)]
+        print(textwrap.fill(f"[{k}] vs [0]: {len(flagged)} metric(s) differ: "
+                            f"{'; '.join(flagged) or 'none'}", width=width,
+                            subsequent_indent="    "))
     return 0
 
 
@@ -587,6 +594,7 @@ EXAMPLES: dict[str, str] = {
     "load": "rtalab load run baseline --duration 15 --drain 15",
     "load run": "rtalab load run baseline --duration 15 --drain 15 --binding both",
     "load summarize": "rtalab load summarize results/RUN",
+    "load worker": "rtalab load worker --master 10.0.0.5:5557",
     "load bench": "rtalab load bench --seconds 5 --rounds 3 --users 50",
     "serve": "rtalab serve reasoner --port 8090",
     "serve reasoner": "rtalab serve reasoner --port 8090 --workers 2 --scenario baseline",

@@ -45,7 +45,13 @@ _LABELS: dict[str, str] = {
     "mean_turns_in_progress": "turns in progress, mean",
     "server_rejections_per_turn": "server rejections per turn",
     "side_effect_executions_per_side_effect_turn": "side-effect executions per side-effect turn",
+    "not_served_share": "turns not served (failed, abandoned, unfinished)",
 }
+# caller-perceived latency (docs/answers.md): every offered turn, not served = infinite
+_LABELS.update({f"caller_{key}.p{q}": f"{what} p{q}, caller-perceived"
+                for key, what in (("ttfc_s", "time to first chunk"),
+                                  ("completion_s", "turn completion"))
+                for q in (50, 95, 99)})
 # key prefixes whose rest is a code or reason: (prefix, label before the rest)
 _PREFIXES: tuple[tuple[str, str], ...] = (
     ("failed_by_reason.", "failed: "), ("failure_rate.", "attempts failing with "),

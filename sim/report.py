@@ -681,8 +681,13 @@ def _tune_section(path: Path) -> dict[str, Any]:
     answer = {"status": "pass" if rec else "info",
               "headline": answer_txt[0] if answer_txt else "(no answer.txt)",
               "lines": answer_txt[1:], "table": evidence}
-    figures = ([_figure(path / "pareto.png", "Trials of the search: objectives, Pareto front "
-                        "and constraints")] if (path / "pareto.png").is_file() else [])
+    # two objectives: the Pareto front; one: the convergence of the best feasible trial
+    figures = [_figure(path / name, caption) for name, caption in (
+        ("pareto.png", "Trials of the search: objectives, Pareto front and constraints"),
+        ("convergence.png", "Trials of the search: the objective, the best feasible trial so "
+                            "far, and today's settings and the candidates re-run on fresh "
+                            "seeds"),
+    ) if (path / name).is_file()]
     tables = [_csv_table(f"All {len(trials)} trials of the study", trials)] if trials else []
     return _section("tune", path.name, path, facts=_facts([("folder", path), (
         "study", path / "study.db" if (path / "study.db").is_file() else None)]),

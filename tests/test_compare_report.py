@@ -122,7 +122,8 @@ def test_compare_cli_csv_parses_and_works_on_sweep_points(runs: dict[str, Path],
     assert png.read_bytes().startswith(PNG_MAGIC)
 
     text = rtalab("compare", str(runs["w8_s1"]), str(runs["w4_s2"]), "--no-plot")
-    assert text.returncode == 0 and "worker_utilisation" in text.stdout
+    assert text.returncode == 0 and "differ: " in text.stdout
+    assert "worker utilisation" in text.stdout.split("[1] vs [0]:")[1]  # labels, not keys
     assert "[1] vs [0]:" in text.stdout
 
     sc = load_scenario("baseline", ["run.duration_s=30", "run.warmup_s=5", "run.drain_s=5"])

@@ -103,14 +103,16 @@ def idempotency_class(bugs: Iterable[str]) -> type[Any]:
         """Idempotency with the planted bugs of ``bugs``."""
 
         def key_for(self, turn_id: str | None, request_guid: str | None,
-                    continuation: bool) -> tuple[str, bool] | None:
-            if "turn-key" in bugs and self.store is not None and turn_id and not continuation:
+                    task_id: str = "") -> tuple[str, bool] | None:
+            if "turn-key" in bugs and self.store is not None and turn_id and not task_id:
                 return f"t:{turn_id}", True
-            return super().key_for(turn_id, request_guid, continuation)
+            return super().key_for(turn_id, request_guid, task_id)
 
-        async def enter(self, scope: str, key: str, turn_key: bool) -> Ticket | Replay:
+        async def enter(self, scope: str, key: str, turn_key: bool,
+                        fingerprint: str = "") -> Ticket | Replay:
             if "turn-key" in bugs and key.startswith("t:"):
-                scope = GLOBAL_SCOPE
+                scope = GLOBAL_SCOPE  # and no request fingerprint: the turnId alone decides
+                fingerprint = ""
             if "continuation-twice" in bugs and key.startswith("k:"):
                 # check-then-act: the task was read INPUT_REQUIRED before this; a slow step
                 # before it is marked WORKING lets a second continuation read the same
@@ -119,12 +121,16 @@ def idempotency_class(bugs: Iterable[str]) -> type[Any]:
             if "late-claim" in bugs and not key.startswith("k:"):
                 assert self.store is not None
                 owner = new_owner()
-                claim = await self.store.claim(scope, key, owner, time.time())
+                claim = await self.store.claim(scope, key, owner, time.time(),
+                                               fingerprint=fingerprint)
                 if claim.state == "new":
-                    return Ticket(self.store, scope, key, owner, turn_key)
+                    return Ticket(self.store, scope, key, owner, turn_key,
+                                  fingerprint=fingerprint)
+                if claim.state == "conflict":
+                    return Replay("conflict")
                 if claim.state == "done":
                     return Replay("lost" if claim.lost else "replay", claim.outcome)
                 return Unclaimed(self.store, scope, key, owner, turn_key)  # runs it again
-            return await super().enter(scope, key, turn_key)
+            return await super().enter(scope, key, turn_key, fingerprint)
 
     return UnsafeIdempotency

@@ -51,6 +51,7 @@ sampler seeds give overlapping ranges.
 from __future__ import annotations
 
 import math
+import numbers
 import tomllib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
@@ -587,6 +588,20 @@ def _non_dominated(df: pd.DataFrame, objectives: Sequence[Objective]) -> pd.Seri
     return pd.Series(out, index=df.index)
 
 
+
+def _finite(v: object) -> bool:
+    """A drawable number (not None, NaN or infinite)."""
+    return isinstance(v, numbers.Real) and math.isfinite(v)
+
+
+def _err_bar(row: pd.Series, metric: str, value: float) -> list[list[float]] | None:
+    """Matplotlib's asymmetric error bar of ``metric`` around ``value``; None when its CI is
+    undefined (a replication's percentile was infinite: the CI is null in the summary)."""
+    lo, hi = row.get(metric + ".ci_low"), row.get(metric + ".ci_high")
+    if not (_finite(lo) and _finite(hi)):
+        return None
+    return [[value - lo], [hi - value]]
+
 def plot_pareto(result: TuneResult, path: Path) -> Path:
     """Two objectives: trials in objective space (feasible / infeasible), the Pareto front,
     and the confirmed candidates and today's settings with their 95 % CIs.  One
@@ -632,15 +647,12 @@ def plot_pareto(result: TuneResult, path: Path) -> Path:
     for _, r in c.iterrows():
         color = "tab:green" if r["recommended"] else "tab:red" if r["candidate"] == "current" \
             else "tab:orange"
-        if two:
-            xv, yv = r[objs[0]], r[objs[1]]
-            xerr = [[xv - r[objs[0] + ".ci_low"]], [r[objs[0] + ".ci_high"] - xv]]
-        else:
-            xv, yv, xerr = (df["trial"].max() + 1 if len(df) else 0), r[objs[0]], None
-        yerr = [[yv - r[(objs[1] if two else objs[0]) + ".ci_low"]],
-                [r[(objs[1] if two else objs[0]) + ".ci_high"] - yv]]
-        if any(v is None or v != v for v in (xv, yv)):
-            continue
+        xv = r[objs[0]] if two else (df["trial"].max() + 1 if len(df) else 0)
+        yv = r[objs[1] if two else objs[0]]
+        if not all(_finite(v) for v in (xv, yv)):
+            continue  # not served (an infinite percentile) or undefined: nothing to draw
+        xerr = _err_bar(r, objs[0], xv) if two else None
+        yerr = _err_bar(r, objs[1] if two else objs[0], yv)
         ax.errorbar([xv], [yv], xerr=xerr, yerr=yerr, fmt="s", color=color, ms=6, capsize=3,
                     label=f"{r['candidate']} (fresh seeds)")
     ax.set_xlabel(objs[0] if two else "trial")

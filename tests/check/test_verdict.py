@@ -279,13 +279,15 @@ def test_availability_threshold_is_inclusive(tmp_path: Path, led: Ledger):
 
 
 def test_slo_gates_replace_availability(tmp_path: Path, led: Ledger):
-    summary = {"metrics": {"completion_s.p99": {"mean": 4.5}, "success_rate": {"mean": 0.995}}}
+    summary = {"metrics": {"caller_completion_s.p99": {"mean": 4.5},
+                           "success_rate": {"mean": 0.995}}}
     gates = {"slo": ["turn_completion_p99_s<=4", "success_rate>=0.99"]}
     v = judge(tmp_path, led, gates=gates, summary=summary)
     assert v.failed == ["slo turn_completion_p99_s<=4"]
     assert v.rule("slo success_rate>=0.99").status == "pass"
     assert v.rule("availability").status == "not-checked"
-    assert "completion_s.p99 = 4.5 (target <= 4)" in v.rule("slo turn_completion_p99_s<=4").detail
+    detail = v.rule("slo turn_completion_p99_s<=4").detail
+    assert "caller_completion_s.p99 = 4.5 (target <= 4)" in detail
 
 
 def test_auth_refusals_fail_the_auth_rule(tmp_path: Path, led: Ledger):

@@ -83,7 +83,8 @@ def test_a_server_that_never_asks_for_input_warns_and_slo_gates_decide(tmp_path:
     rules = {r["name"]: r for r in v["rules"]}
     assert rules["slo success_rate>=0.9"]["status"] == "pass"
     assert rules["availability"]["status"] == "not-checked"
-    assert rules["slo turn_completion_p99_s<=0.000001"]["detail"].startswith("completion_s.p99 = ")
+    assert rules["slo turn_completion_p99_s<=0.000001"]["detail"].startswith(
+            "caller_completion_s.p99 = ")
     assert v["warnings"] == [f"{len(hand)} of {len(hand)} handoff turns were answered COMPLETED "
                              "without INPUT_REQUIRED: the server never asked for input (its "
                              "continuation and side effect were not sent; handoff not "
