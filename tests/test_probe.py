@@ -76,7 +76,10 @@ def test_probe_finds_the_knee_and_calibrate_uses_it(tmp_path: Path,
     assert (folder / "probe.png").stat().st_size > 5_000
     k = probe["knee"]
     assert k["saturated"], seen
-    assert probe["stopped"].startswith(("saturated", "throughput stopped growing")), seen
+    # stopped by what it saw past the knee (saturation, a flat throughput, or the callers'
+    # success collapsing as their timeouts fire), not by the time bound
+    assert probe["stopped"].startswith(("saturated", "throughput stopped growing",
+                                        "success")), seen
     assert abs(k["throughput_turns_per_s"] / CAPACITY_TURNS_PER_S - 1) <= TOLERANCE, seen
     assert k["mean_service_s"] == pytest.approx(0.2, rel=0.05)
     assert k["concurrent_turns"] == pytest.approx(2.0, rel=TOLERANCE), seen
