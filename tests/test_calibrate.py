@@ -136,6 +136,10 @@ def test_capacity_from_a_step_load_knee() -> None:
     w = _find(cal, "reasoner.workers")
     assert w.value == 6  # 12.1 turns/s x 0.5 s (Little's law at saturation)
     assert "knee" in w.source
+    # a slower service past the knee: 11 turns/s x 0.7 s = 7.7 turns in service beat
+    # 12.1 x 0.5 = 6.05
+    obs.probe = [Probe(8, 7.9, 0.5), Probe(16, 12.1, 0.5), Probe(24, 11.0, 0.7)]
+    assert _find(calibrate(obs), "reasoner.workers").value == 8
 
 
 def test_tool_first_chunk_chunks_errors_and_network() -> None:
@@ -232,3 +236,14 @@ def test_cli_calibrates_a_run_folder_and_refuses_bad_input(tmp_path: Path, capsy
         assert main(["calibrate", *args, "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and expected in err
+
+
+def test_capacity_lower_bound_is_the_pooled_maximum_without_waits() -> None:
+    """No turn waited: the largest number of services at once over every process (2) is the
+    lower bound, not the sum of per-process maxima reached at different times (4)."""
+    start = np.array([0.0, 0.1, 2.0, 2.1])
+    end = np.array([1.0, 1.1, 3.0, 3.1])
+    out = capacity_from_concurrency(start, end, np.zeros(4, dtype=bool),
+                                    np.array(["a", "a", "b", "b"]))
+    assert out["identified"] is False
+    assert out["workers"] == 2

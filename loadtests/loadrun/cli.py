@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from sim.shared.argtypes import (
     add_quiet,
     add_results_root,
     add_scenario,
+    http_url,
     non_negative,
     positive_int,
 )
@@ -33,13 +33,6 @@ def _code(text: str) -> str:
         raise argparse.ArgumentTypeError(f"unknown error code {text!r} "
                                          f"(one of {', '.join(ALL_CODES)})")
     return text
-
-
-def _url(text: str) -> str:
-    parts = urllib.parse.urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise argparse.ArgumentTypeError(f"expected an http(s) URL, got {text!r}")
-    return text.rstrip("/")
 
 
 def _slo(text: str) -> str:
@@ -65,13 +58,13 @@ DEFAULT_MASTER_BIND = ("0.0.0.0", 5557)  # Locust's own default
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab load run``."""
     add_scenario(p)
-    p.add_argument("--target", type=_url, default=None, metavar="URL",
+    p.add_argument("--target", type=http_url, default=None, metavar="URL",
                    help="base URL of a deployment to test (default: start the reference "
                         "Reasoner, witness and chaos proxy here)")
     p.add_argument("--token", action="append", default=[],
                    help="bearer token for --target (repeatable: calls alternate between the "
                         "principals, so per-call turnIds are reused across principals)")
-    p.add_argument("--witness", type=_url, default=None, metavar="URL",
+    p.add_argument("--witness", type=http_url, default=None, metavar="URL",
                    help="with --target: the witness the deployment sends its tool calls to")
     p.add_argument("--binding", choices=("sse", "ws", "both"), default="sse",
                    help="HTTP/SSE, WebSocket, or both (calls alternate) (default sse)")
@@ -351,6 +344,16 @@ def register(subparsers: Any) -> None:
                         help="give up after S seconds (default: until the master ends the run)")
     add_quiet(worker, "no progress lines")
     worker.set_defaults(func=cmd_worker)
+    from loadtests.loadrun.probe import add_arguments as probe_arguments
+    from loadtests.loadrun.probe import cmd_probe
+
+    probe = sub.add_parser("probe", help="step the load up until throughput stops growing",
+                           description="A time-bounded step-load (one short load run per "
+                                       "step) that finds the knee: the saturation throughput "
+                                       "and, with the mean service, the capacity; writes "
+                                       "probe.json for rtalab calibrate (docs/load.md).")
+    probe_arguments(probe)
+    probe.set_defaults(func=cmd_probe)
     try:
         from benchmarks.load import add_arguments, run_bench
     except ImportError:

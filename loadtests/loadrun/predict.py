@@ -4,7 +4,11 @@ Steps (a progress line each, with the elapsed time and the machine's load averag
 
 1. a load run of SCENARIO at ``--calibrate-rate`` calls/s (or ``--calibration-run DIR``);
 2. ``sim.calibrate`` on it -> ``calibrated.toml`` (the deployment's keys; the client's
-   settings from SCENARIO);
+   settings from SCENARIO); when A does not identify the capacity (no turn waited for a
+   worker), ``--probe auto`` (the default) runs the step-load probe
+   (:mod:`loadtests.loadrun.probe`, bounded by ``--probe-seconds``) on the deployment and
+   calibrates on A and the probe; either way the capacity's origin, or that the default
+   was kept, is said on screen and in the report;
 3. per case (B; B with a ``--outage``-second outage in the middle of the measured
    window): the simulator on the calibrated scenario at rate B (``--replications``),
    then the real load run of SCENARIO at rate B, the busiest Locust process's CPU share
@@ -119,6 +123,38 @@ def _load_run(sc: Any, args: argparse.Namespace, out: Path, chaos: bool) -> tupl
     return run_dir, watch.busiest_share()
 
 
+def _probe(sc: Any, args: argparse.Namespace, folder: Path) -> Path:
+    """``rtalab load probe`` of the deployment (the embedded Reasoner of SCENARIO), from A's
+    turn rate up by 1.5 x per step, bounded by ``--probe-seconds``; its folder."""
+    from loadtests.loadrun.probe import ProbeOptions, run_probe
+
+    turns = float(sc.workload.turns_per_call.mean)
+    probe_dir, _ = run_probe(ProbeOptions(
+        scenario=sc.with_overrides({"run.seed": args.seed}), workers=args.workers,
+        start_rate=args.calibrate_rate * max(1.0, float(turns)), factor=1.5,
+        max_seconds=args.probe_seconds, results=folder / "probe", quiet=args.quiet))
+    return probe_dir
+
+
+def capacity_statement(cal: Any, default: int, probe: str,
+                       probe_dir: Path | None) -> dict[str, Any]:
+    """Whether the calibration identified the capacity (``reasoner.workers``), from what, and
+    if not, that the default was kept and how the probe would give it (screen and report)."""
+    found = next((v for v in cal.values if v.key == "reasoner.workers"), None)
+    if found is not None:
+        return {"identified": True, "workers": found.value, "source": found.source,
+                "probe": str(probe_dir) if probe_dir else None,
+                "text": f"capacity identified: {found.value} concurrent turns ({found.source})"}
+    why = dict(cal.unidentified).get("reasoner.workers", "")
+    hint = ("the probe ran but no step saturated: raise --probe-seconds" if probe_dir else
+            "--probe always (or auto) runs the step-load probe that finds it; or `rtalab load "
+            "probe SCENARIO` then `rtalab calibrate RUN_A PROBE_DIR`")
+    return {"identified": False, "workers": default, "source": "default", "why": why,
+            "probe": str(probe_dir) if probe_dir else None,
+            "text": f"capacity NOT identified ({why}): reasoner.workers kept at the "
+                    f"simulator's default {default}, which the prediction at B assumes; {hint}"}
+
+
 def _window(sc: Any, args: argparse.Namespace, rate: float) -> Any:
     return sc.with_overrides({"workload.calls_per_s": rate, "run.duration_s": args.duration,
                               "run.warmup_s": args.warmup, "run.drain_s": args.drain,
@@ -145,7 +181,7 @@ def _simulate(sc: Any, reps: int, run_dir: Path) -> list[pd.DataFrame]:
 
 def run_predict(args: argparse.Namespace) -> int:
     """Carry out the steps of the module docstring; 0 when the comparison was written."""
-    from sim.calibrate import calibrate, from_run_dir, write
+    from sim.calibrate import calibrate, combine, from_run_dir, write
     from sim.calibrate.cli import describe
     from sim.calibrate.output import jsonable
     from sim.calibrate.validate import (
@@ -177,11 +213,26 @@ def run_predict(args: argparse.Namespace) -> int:
     say("2/5 calibrating ...")
     base = load_scenario(run_a / "scenario.toml") if (run_a / "scenario.toml").exists() else sc
     cal = calibrate(from_run_dir(run_a), base)
+    probe_dir = None
+    if args.probe == "always" or (args.probe == "auto"
+                                  and "reasoner.workers" in dict(cal.unidentified)):
+        say(f"2/5 capacity {'not identified from A' if args.probe == 'auto' else 'asked for'}"
+            f": step-load probe of the deployment (rtalab load probe, <= "
+            f"{args.probe_seconds:g} s) ...")
+        probe_dir = _probe(sc, args, folder)
+        obs_a = from_run_dir(run_a)
+        cal = calibrate(combine([from_run_dir(run_a), from_run_dir(probe_dir)]), base)
+        workers = [v.value for v in cal.values if v.key == "reasoner.workers"]
+        if workers:  # the utilisation at A, not over A and the probe's steps together
+            cal.figures["utilisation"] = (len(obs_a.attempts) / obs_a.duration_s
+                                          * cal.figures["mean_service_s"] / workers[0])
     paths = write(cal, folder / "calibrated.toml")
     calibrated = load_scenario(paths["toml"])
     util_a = cal.figures.get("utilisation", math.nan)
     for line in describe(cal):
         say("    " + line.strip())
+    capacity = capacity_statement(cal, calibrated.reasoner.workers, args.probe, probe_dir)
+    say(("    " if capacity["identified"] else "    WARNING: ") + capacity["text"])
     if args.predict_rate:
         rate_b = args.predict_rate
     elif util_a and math.isfinite(util_a):
@@ -226,6 +277,7 @@ def run_predict(args: argparse.Namespace) -> int:
             + (" — VOID" if void else ""))
     header = {"calibrated on": str(run_a), "method": cal.method,
               "A (calls/s)": f"{base.workload.calls_per_s:g}",
+              "capacity (reasoner.workers)": capacity["text"],
               "utilisation at A (calibrated)": _num(util_a),
               "B (calls/s)": f"{rate_b:.3g}",
               "predicted utilisation at B": _num(util_a * rate_b / base.workload.calls_per_s),
@@ -241,7 +293,8 @@ def run_predict(args: argparse.Namespace) -> int:
     (folder / "prediction.json").write_text(json.dumps(jsonable(
         {"calibration_run": str(run_a), "calibrated": str(paths["toml"]), "rate_a": float(
             base.workload.calls_per_s), "rate_b": rate_b, "utilisation_a": util_a,
-         "cases": out_cases, "elapsed_s": time.monotonic() - t0}), indent=2) + "\n",
+         "capacity": capacity, "cases": out_cases, "elapsed_s": time.monotonic() - t0}),
+        indent=2) + "\n",
         encoding="utf-8")
     text = []
     for c in report_cases:
@@ -285,6 +338,11 @@ def register(subparsers: Any) -> None:
                    help="the Live users' binding in every load run (default sse)")
     p.add_argument("--chaos", action=argparse.BooleanOptionalAction, default=None,
                    help="chaos proxy in front of every run (default: on iff --outage > 0)")
+    p.add_argument("--probe", choices=("auto", "always", "never"), default="auto",
+                   help="step-load probe of the deployment for its capacity: when run A "
+                        "does not identify it (auto, the default), always, or never")
+    p.add_argument("--probe-seconds", type=non_negative, default=90.0, metavar="S",
+                   help="the probe's time bound (default 90)")
     p.add_argument("--replications", type=positive_int, default=5,
                    help="simulator replications per case (default 5)")
     add_seed(p, default=1)
@@ -297,6 +355,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     """User errors exit 2 with one line."""
     from loadtests.common.procs import ProcessError
     from loadtests.loadrun.orchestrate import RunError
+    from loadtests.loadrun.probe import ProbeError
     from sim.calibrate import ObservationError
 
     if args.warmup >= args.duration:
@@ -308,7 +367,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         return run_predict(args)
-    except (RunError, ProcessError) as e:
+    except (RunError, ProcessError, ProbeError) as e:
         print(f"rtalab: load run failed: {str(e).splitlines()[0]}", file=sys.stderr)
         return EXIT_USAGE
     except ObservationError as e:

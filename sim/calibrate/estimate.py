@@ -174,7 +174,11 @@ def capacity_from_concurrency(start: np.ndarray, end: np.ndarray, waited: np.nda
                                    jitter_s) for w in np.unique(worker)}
     per_ok = bool(per) and all(p["identified"] for p in per.values())
     per_agree = float(np.mean([p["agreement"] for p in per.values()])) if per else 0.0
-    if len(per) <= 1 or (pooled["identified"] and pooled["agreement"] >= per_agree):
+    # without an identified per-process estimate the pooled count stands: identified, or the
+    # largest number of services seen at once, a lower bound whatever the layout (the sum of
+    # per-process maxima reached at different times is not one for a shared pool)
+    if len(per) <= 1 or not per_ok or (pooled["identified"]
+                                       and pooled["agreement"] >= per_agree):
         return {"workers": pooled["capacity"], "identified": pooled["identified"],
                 "layout": "one pool" if len(per) <= 1 else "one pool shared by the processes",
                 "pooled": pooled, "per_process": per}
@@ -183,10 +187,13 @@ def capacity_from_concurrency(start: np.ndarray, end: np.ndarray, waited: np.nda
 
 
 def capacity_from_probe(obs: Observations, mean_service_s: float) -> dict[str, Any] | None:
-    """Saturation throughput × mean service time (Little's law at the knee of a step-load)."""
+    """Saturation throughput × mean service time (Little's law at the knee of a step-load):
+    the step with the most turns in service (throughput × its own mean service), since past
+    the knee a busier server may serve slower and complete fewer turns per second."""
     if not obs.probe:
         return None
-    best = max(obs.probe, key=lambda p: p.completed_turns_per_s)
+    best = max(obs.probe, key=lambda p: p.completed_turns_per_s * (
+        p.mean_service_s if math.isfinite(p.mean_service_s) else mean_service_s))
     saturated = best.completed_turns_per_s < 0.9 * best.offered_turns_per_s or any(
         p.completed_turns_per_s < 0.9 * p.offered_turns_per_s for p in obs.probe)
     svc = best.mean_service_s if math.isfinite(best.mean_service_s) else mean_service_s

@@ -199,6 +199,8 @@ def from_run_dir(run_dir: str | Path) -> Observations:
     """The observations of one ``rtalab load run`` folder (raises :class:`ObservationError`)."""
     d = Path(run_dir)
     led = d / "ledger"
+    if not (led / "attempts.jsonl").exists() and (d / "probe.json").exists():
+        return from_probe_dir(d)
     if not (led / "attempts.jsonl").exists():
         raise ObservationError(f"{d}: not a load run folder (no ledger/attempts.jsonl)")
     raw = _read_jsonl(led / "attempts.jsonl")
@@ -226,6 +228,25 @@ def from_run_dir(run_dir: str | Path) -> Observations:
                         chunk_gaps_s=gaps, chunks=chunks,
                         server_histograms=parse_histograms(metrics), capacity=capacity,
                         capacity_source=cap_source, probe=probe, source=str(d))
+
+
+def from_probe_dir(d: Path) -> Observations:
+    """An ``rtalab load probe`` folder: its steps as probe observations, and the attempts of
+    its unsaturated steps (all steps if every one saturated) as one combined set."""
+    probe = _json(d / "probe.json")
+    steps = [Probe(**p) for p in probe.get("steps", [])]
+    runs = [(d / s["run"], s) for s in probe.get("detail", []) if s.get("run")]
+    if not steps or not runs:
+        raise ObservationError(f"{d}: probe.json has no steps")
+    calm = [r for r, s in runs if s["completed_turns_per_s"] >= 0.9 * s["offered_turns_per_s"]]
+    obs = combine([from_run_dir(r) for r in (calm or [r for r, _ in runs])])
+    # the server's histograms count from its start: the last step's scrape holds every step
+    # once (the steps' scrapes summed would count the early turns several times)
+    obs.server_histograms = parse_histograms(_json(runs[-1][0] / "ledger"
+                                                   / "server_metrics.json"))
+    obs.probe = steps
+    obs.source = f"{d} (step-load probe: {len(steps)} steps)"
+    return obs
 
 
 def _json(path: Path) -> dict[str, Any]:

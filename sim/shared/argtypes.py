@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -61,6 +62,14 @@ def probability(text: str) -> float:
     """A probability in [0, 1]."""
     return checked(text, float, "not a number: {text!r}", lambda v: 0.0 <= v <= 1.0,
                    "must be a probability in [0, 1], got {text}")
+
+
+def http_url(text: str) -> str:
+    """An ``http(s)://host...`` URL, without a trailing slash."""
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"expected an http(s) URL, got {text!r}")
+    return text.rstrip("/")
 
 
 def help_of(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
