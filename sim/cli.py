@@ -497,6 +497,7 @@ EXAMPLES: dict[str, str] = {
     "load run": "rtalab load run baseline --duration 15 --drain 15 --binding both",
     "load summarize": "rtalab load summarize results/RUN",
     "load worker": "rtalab load worker --master 10.0.0.5:5557",
+    "load probe": "rtalab load probe docs/examples/calibration_deployment.toml --max-seconds 90",
     "load bench": "rtalab load bench --seconds 5 --rounds 3 --users 50",
     "serve": "rtalab serve reasoner --port 8090",
     "serve reasoner": "rtalab serve reasoner --port 8090 --workers 2 --scenario baseline",
