@@ -323,20 +323,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _positive(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(x) and x > 0):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return x
+    from sim.shared.argtypes import checked
+
+    return checked(text, float, "expected a number, got {text!r}",
+                   lambda x: math.isfinite(x) and x > 0, "expected a number > 0, got {text!r}")
 
 
 def _above_one(text: str) -> float:
-    x = _positive(text)
-    if x <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number > 1, got {text!r}")
-    return x
+    from sim.shared.argtypes import checked
+
+    return checked(text, _positive, "expected a number, got {text!r}", lambda x: x > 1.0,
+                   "expected a number > 1, got {text!r}")
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
