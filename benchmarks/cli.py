@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.shared.argtypes import add_group
+from sim.shared.argtypes import add_command, add_group
 
 
 def register(subparsers: Any) -> None:
@@ -31,6 +31,4 @@ def register(subparsers: Any) -> None:
              "sweep, RSS of a 60- vs 3-replication run."),
             ("calibrate", calibrate, "calibration time of N synthetic ledger rows",
              "Time `rtalab calibrate` on a synthetic load run.")):
-        p = sub.add_parser(name, help=help, description=description)
-        module.add_arguments(p)
-        p.set_defaults(func=module.run_bench)
+        add_command(sub, name, module.run_bench, module.add_arguments, help, description)

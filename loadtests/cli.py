@@ -13,7 +13,14 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
-from sim.shared.argtypes import add_group, add_scenario, non_negative, port, positive_int
+from sim.shared.argtypes import (
+    add_command,
+    add_group,
+    add_scenario,
+    non_negative,
+    port,
+    positive_int,
+)
 
 EXIT_USAGE = 2
 REASONER_PROG = "rtalab serve reasoner"
@@ -223,11 +230,10 @@ def register(subparsers: Any) -> None:
     sub = add_group(subparsers, "serve", help="run the reference servers and benchmarks",
                     description="Run the reference Reasoner, the witness, "
                                 "or the server benchmark.")
-    reasoner = sub.add_parser("reasoner", help="the reference A2A Reasoner",
-                              description="Serve the reference Reasoner (A2A JSON-RPC/SSE, REST, "
-                                          "WebSocket /ws).")
-    add_reasoner_arguments(reasoner)
-    reasoner.set_defaults(func=cmd_reasoner)
+    add_command(sub, "reasoner", cmd_reasoner, add_reasoner_arguments,
+                help="the reference A2A Reasoner",
+                description="Serve the reference Reasoner (A2A JSON-RPC/SSE, REST, "
+                            "WebSocket /ws).")
     try:
         from loadtests.witness.cli import register_witness
     except ImportError as e:

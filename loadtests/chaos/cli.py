@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from sim.shared.argtypes import (
     EXIT_USAGE,
+    add_command,
     add_scenario,
     add_seed,
     checked,
@@ -168,10 +169,9 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``chaos`` to the root parser."""
-    p = subparsers.add_parser(
-        "chaos", help="L7 chaos proxy for JSON-RPC HTTP/SSE and WebSocket",
-        description="Proxy a Reasoner, injecting the scenario's [network] faults at the "
-                    "message level: duplicated requests, reordered and delayed stream events, "
-                    "mid-stream drops, refuse / black-hole outages. See docs/chaos.md.")
-    add_arguments(p)
-    p.set_defaults(func=cmd_chaos)
+    add_command(subparsers, "chaos", cmd_chaos, add_arguments,
+                help="L7 chaos proxy for JSON-RPC HTTP/SSE and WebSocket",
+                description="Proxy a Reasoner, injecting the scenario's [network] faults at "
+                            "the message level: duplicated requests, reordered and delayed "
+                            "stream events, mid-stream drops, refuse / black-hole outages. See "
+                            "docs/chaos.md.")

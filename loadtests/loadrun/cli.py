@@ -15,6 +15,7 @@ from loadtests.reasoner.unsafe import UNSAFE_BUGS
 from sim.policy.codes import ALL_CODES, is_retryable
 from sim.shared.argtypes import (
     EXIT_USAGE,
+    add_command,
     add_group,
     add_quiet,
     add_results_root,
@@ -319,11 +320,10 @@ def register(subparsers: Any) -> None:
     sub = add_group(subparsers, "load", help="load-test a Reasoner with Locust Live users",
                     description="Load runs with Locust Live users, ledgers "
                                 "and a delivery verdict.")
-    run = sub.add_parser("run", help="run a scenario against a Reasoner",
-                         description="Run SCENARIO's workload with Locust Live users; gather "
-                                     "ledgers, tables, summary and verdict in results/.")
-    add_run_arguments(run)
-    run.set_defaults(func=cmd_run)
+    add_command(sub, "run", cmd_run, add_run_arguments,
+                help="run a scenario against a Reasoner",
+                description="Run SCENARIO's workload with Locust Live users; gather "
+                            "ledgers, tables, summary and verdict in results/.")
     summ = sub.add_parser("summarize", help="tables, summary and verdict of a gathered ledger",
                           description="Rebuild the tables, summary.json and the verdict of a "
                                       "load run folder (e.g. gathered by a Locust master "
@@ -347,13 +347,12 @@ def register(subparsers: Any) -> None:
     from loadtests.loadrun.probe import add_arguments as probe_arguments
     from loadtests.loadrun.probe import cmd_probe
 
-    probe = sub.add_parser("probe", help="step the load up until throughput stops growing",
-                           description="A time-bounded step-load (one short load run per "
-                                       "step) that finds the knee: the saturation throughput "
-                                       "and, with the mean service, the capacity; writes "
-                                       "probe.json for rtalab calibrate (docs/load.md).")
-    probe_arguments(probe)
-    probe.set_defaults(func=cmd_probe)
+    add_command(sub, "probe", cmd_probe, probe_arguments,
+                help="step the load up until throughput stops growing",
+                description="A time-bounded step-load (one short load run per step) that "
+                            "finds the knee: the saturation throughput and, with the mean "
+                            "service, the capacity; writes probe.json for rtalab calibrate "
+                            "(docs/load.md).")
     try:
         from benchmarks.load import add_arguments, run_bench
     except ImportError:

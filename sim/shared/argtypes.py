@@ -91,6 +91,16 @@ def add_group(subparsers: Any, name: str, help: str, description: str) -> Any:
     return group.add_subparsers(title="commands", metavar="COMMAND")
 
 
+def add_command(sub: Any, name: str, func: Callable[[argparse.Namespace], int],
+                arguments: Callable[[argparse.ArgumentParser], None], help: str,
+                description: str) -> argparse.ArgumentParser:
+    """A command ``name`` of ``sub``: its options from ``arguments``, run by ``func``."""
+    p = sub.add_parser(name, help=help, description=description)
+    arguments(p)
+    p.set_defaults(func=func)
+    return p
+
+
 # --------------------------------------------------------------------------- option groups
 # Written once, used by every command, so an option means the same everywhere.
 
