@@ -1,4 +1,6 @@
-"""Pieces shared by the Python-side backends: local wake-ups, the wait loop, counters.
+"""Pieces shared by the backends: local wake-ups, the wait loop, a waiter's view of an
+entry (:func:`peek_view`) and :class:`PollingStore`, their base class (per-process
+counters, ``wait``).
 
 The entry rule itself (:func:`judge`, :class:`Row`) is :mod:`sim.shared.dedup_rule`'s,
 re-exported here for the backends."""
@@ -6,12 +8,14 @@ re-exported here for the backends."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from abc import abstractmethod
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from loadtests.dedup.base import StoreStats
+from loadtests.dedup.base import Claim, DedupStore, StoreStats
 from sim.shared.dedup_rule import Row, Verdict, judge  # noqa: F401 - THE rule (DECISIONS D4)
 
 PeekState = Literal["done", "in_flight", "gone"]
@@ -70,17 +74,54 @@ async def poll_wait(peek: Peek, wakeups: LocalWakeups, context_id: str, key: str
         delay = min(delay * 2, poll_max_s)
 
 
-def make_stats(entries: int, in_flight: int, counters: Counter[str],
-               **extra: Any) -> StoreStats:
-    """A :class:`StoreStats` with the per-process counters in ``extra``."""
-    hits = counters["claim_in_flight"] + counters["claim_done"]
-    return StoreStats(entries=entries, in_flight=in_flight, hits=hits,
-                      extra={**dict(sorted(counters.items())), **extra})
+def peek_view(row: Row | None, verdict: Verdict) -> tuple[PeekState, dict[str, Any] | None] | None:
+    """A waiter's view of ``row`` judged ``verdict`` (by :func:`judge` without a fingerprint):
+    ``gone`` (absent, expired or to be reclaimed), ``done`` with the stored outcome, or
+    ``in_flight``; ``None`` for a stale lease (``lost``), which the store resolves."""
+    if verdict in ("insert", "reclaim"):
+        return "gone", None
+    assert row is not None
+    if verdict == "done":
+        assert row.outcome is not None
+        return "done", json.loads(row.outcome)
+    if verdict == "in_flight":
+        return "in_flight", None
+    return None
 
 
-def count_claim(counters: Counter[str], state: str, stale: bool) -> None:
-    """Book one claim result in the per-process counters."""
-    counters["claims"] += 1
-    counters[f"claim_{state}"] += 1
-    if stale:
-        counters["stale_lost" if state == "done" else "stale_reclaimed"] += 1
+class PollingStore(DedupStore):
+    """A backend whose waiters are woken at once by a local future when this process ends the
+    entry and otherwise poll :meth:`_peek` (``poll_min_s`` doubling to ``poll_max_s``);
+    it keeps the per-process counters that :meth:`_stats` reports."""
+
+    poll_min_s = 0.002
+    poll_max_s = 0.05
+
+    def __init__(self, window_s: float = 300.0, **kwargs: Any):
+        super().__init__(window_s, **kwargs)
+        self._wakeups = LocalWakeups()
+        self._counters: Counter[str] = Counter()
+
+    @abstractmethod
+    async def _peek(self, context_id: str, key: str) -> tuple[PeekState, dict[str, Any] | None]:
+        """A waiter's view of the entry now; resolves a stale lease under policy ``fail``."""
+
+    async def wait(self, context_id: str, key: str, timeout_s: float) -> dict[str, Any] | None:
+        """Wait for the outcome: local futures for this process, backoff polling for others."""
+        return await poll_wait(self._peek, self._wakeups, context_id, key, timeout_s,
+                               self.poll_min_s, self.poll_max_s, self._counters)
+
+    def _count_claim(self, claim: Claim) -> None:
+        """Book one claim result in the per-process counters."""
+        counters = self._counters
+        counters["claims"] += 1
+        counters[f"claim_{claim.state}"] += 1
+        if claim.stale:
+            counters["stale_lost" if claim.state == "done" else "stale_reclaimed"] += 1
+
+    def _stats(self, entries: int, in_flight: int, **extra: Any) -> StoreStats:
+        """A :class:`StoreStats` with the per-process counters in ``extra``."""
+        counters = self._counters
+        hits = counters["claim_in_flight"] + counters["claim_done"]
+        return StoreStats(entries=entries, in_flight=in_flight, hits=hits,
+                          extra={**dict(sorted(counters.items())), **extra})

@@ -11,31 +11,29 @@ from __future__ import annotations
 import heapq
 import json
 import time
-from collections import Counter
 from typing import Any
 
 from loadtests.dedup._common import (
     EntryKey,
-    LocalWakeups,
     PeekState,
+    PollingStore,
     Row,
-    count_claim,
     judge,
-    make_stats,
-    poll_wait,
+    peek_view,
 )
-from loadtests.dedup.base import Claim, DedupStore, StoreStats, lost_outcome
+from loadtests.dedup.base import Claim, StoreStats, lost_outcome
 from sim.shared.dedup_rule import expired
 
 
-class MemoryStore(DedupStore):
+class MemoryStore(PollingStore):
     """A dict of entries plus a completion-time heap for purging."""
 
     name = "memory"
     durable = False
     shared = False
 
-    poll_max_s = 1.0  # only to notice an expired lease; completions wake waiters at once
+    # no other process to poll: only to notice an expired lease; completions wake waiters at once
+    poll_min_s = poll_max_s = 1.0
 
     def __init__(self, window_s: float = 300.0, **kwargs: Any):
         super().__init__(window_s, **kwargs)
@@ -44,8 +42,6 @@ class MemoryStore(DedupStore):
         self._done_heap: list[tuple[float, EntryKey]] = []
         self._bindings: dict[str, tuple[str, float]] = {}  # contextId -> (principal, bound at)
         self._bind_heap: list[tuple[float, str]] = []
-        self._wakeups = LocalWakeups()
-        self._counters: Counter[str] = Counter()
 
     async def claim(self, context_id: str, key: str, owner: str, now_s: float,
                     dead_owner: str | None = None, fingerprint: str = "") -> Claim:
@@ -78,7 +74,7 @@ class MemoryStore(DedupStore):
             assert row is not None
             outcome = self._mark_lost(k, row, now_s)
             claim = Claim("done", outcome, owner=row.owner, stale=True)
-        count_claim(self._counters, claim.state, claim.stale)
+        self._count_claim(claim)
         return claim
 
     def _mark_lost(self, k: EntryKey, row: Row, now_s: float) -> dict[str, Any]:
@@ -145,21 +141,11 @@ class MemoryStore(DedupStore):
         k = (context_id, key)
         row = self._rows.get(k)
         now_s = time.time()
-        verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale)
-        if verdict in ("insert", "reclaim"):
-            return "gone", None
+        view = peek_view(row, judge(row, now_s, self.window_s, self.lease_s, self.on_stale))
+        if view is not None:
+            return view
         assert row is not None
-        if verdict == "done":
-            assert row.outcome is not None
-            return "done", json.loads(row.outcome)
-        if verdict == "lost":
-            return "done", self._mark_lost(k, row, now_s)
-        return "in_flight", None
-
-    async def wait(self, context_id: str, key: str, timeout_s: float) -> dict[str, Any] | None:
-        """Wait on the local future of the entry; ``None`` on timeout or abandon."""
-        return await poll_wait(self._peek, self._wakeups, context_id, key, timeout_s,
-                               self.poll_max_s, self.poll_max_s, self._counters)
+        return "done", self._mark_lost(k, row, now_s)
 
     async def purge(self, now_s: float) -> int:
         """Drop done entries and bindings older than the window, in-flight ones past lease +
@@ -191,5 +177,5 @@ class MemoryStore(DedupStore):
 
     async def stats(self) -> StoreStats:
         """Counts of this process's dict."""
-        return make_stats(len(self._rows), len(self._in_flight), self._counters,
-                          bindings=len(self._bindings), waiting_keys=len(self._wakeups))
+        return self._stats(len(self._rows), len(self._in_flight),
+                           bindings=len(self._bindings), waiting_keys=len(self._wakeups))

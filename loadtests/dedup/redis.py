@@ -39,13 +39,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import Counter
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from loadtests.dedup._common import LocalWakeups, PeekState, count_claim, make_stats, poll_wait
-from loadtests.dedup.base import Claim, DedupStore, StoreStats
+from loadtests.dedup._common import PeekState, PollingStore
+from loadtests.dedup.base import Claim, StoreStats
 
 # sim.shared.dedup_rule.judge in Lua (closed window: expired at now > completed + window; a live
 # entry whose fingerprint differs from the claim's is a conflict; stale at now - claimed >
@@ -145,15 +144,12 @@ def _esc(part: str) -> str:
     return part.translate(_ESCAPES)
 
 
-class RedisStore(DedupStore):
+class RedisStore(PollingStore):
     """Entries as Redis hashes with TTLs; claim/complete/abandon are Lua scripts."""
 
     name = "redis"
     durable = True  # w.r.t. the Reasoner process (Redis itself: see module docstring)
     shared = True
-
-    poll_min_s = 0.002
-    poll_max_s = 0.05
 
     def __init__(self, url: str, window_s: float = 300.0, *, prefix: str = "rta:dedup",
                  max_connections: int = 64, **kwargs: Any):
@@ -164,8 +160,6 @@ class RedisStore(DedupStore):
         self._index = f"{prefix}:~in_flight"
         self._client: aioredis.Redis | None = None
         self._scripts: dict[str, Any] = {}
-        self._wakeups = LocalWakeups()
-        self._counters: Counter[str] = Counter()
         self._background: set[asyncio.Future[Any]] = set()
         self._slots = asyncio.Semaphore(self.max_connections)
         self._inflight_ttl_ms = max(1, int((self.lease_s + self.window_s) * 1000))
@@ -249,7 +243,7 @@ class RedisStore(DedupStore):
             claim = Claim("done", json.loads(outcome), owner=prev, stale=verdict == "lost")
             if claim.stale:
                 self._wakeups.notify((context_id, key))
-        count_claim(self._counters, claim.state, claim.stale)
+        self._count_claim(claim)
         return claim
 
     def _abandon_orphan(self, context_id: str, key: str, owner: str) -> None:
@@ -319,11 +313,6 @@ class RedisStore(DedupStore):
             return "done", json.loads(outcome)
         return ("in_flight", None) if verdict == "in_flight" else ("gone", None)
 
-    async def wait(self, context_id: str, key: str, timeout_s: float) -> dict[str, Any] | None:
-        """Wait for the outcome: local futures for this process, backoff polling for others."""
-        return await poll_wait(self._peek, self._wakeups, context_id, key, timeout_s,
-                               self.poll_min_s, self.poll_max_s, self._counters)
-
     async def purge(self, now_s: float) -> int:
         """Entries expire by TTL; drop index entries of owners gone past lease + window."""
         if self._client is None:
@@ -351,9 +340,8 @@ class RedisStore(DedupStore):
             in_flight = int(await self._client.zcard(self._index))
             memory = await self._client.info("memory")
         entries -= 1 if in_flight else 0  # the index itself matches the pattern
-        return make_stats(max(entries, 0), in_flight, self._counters,
-                          entries_approximate=approximate,
-                          redis_used_memory_bytes=int(memory.get("used_memory", 0)))
+        return self._stats(max(entries, 0), in_flight, entries_approximate=approximate,
+                           redis_used_memory_bytes=int(memory.get("used_memory", 0)))
 
 
 def _esc_glob(text: str) -> str:

@@ -68,21 +68,18 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from loadtests.dedup._common import (
-    LocalWakeups,
     PeekState,
+    PollingStore,
     Row,
-    count_claim,
     judge,
-    make_stats,
-    poll_wait,
+    peek_view,
 )
-from loadtests.dedup.base import Claim, DedupStore, StoreStats, lost_outcome
+from loadtests.dedup.base import Claim, StoreStats, lost_outcome
 from loadtests.dedup.dbthread import DbThread
 
 T = TypeVar("T")
@@ -176,16 +173,13 @@ def _lose(db: Db, context_id: str, key: str, row: Row, now_s: float) -> dict[str
     return outcome if n == 1 else None
 
 
-class SqliteStore(DedupStore):
+class SqliteStore(PollingStore):
     """WAL-mode SQLite file; statements inline on the event loop (backing off while locked),
     or on a dedicated thread with ``synchronous=full`` / ``inline=False``."""
 
     name = "sqlite"
     durable = True
     shared = True  # by the processes of one host
-
-    poll_min_s = 0.002
-    poll_max_s = 0.05
 
     def __init__(self, path: str | Path, window_s: float = 300.0, *,
                  synchronous: Synchronous = "normal", busy_timeout_ms: int = 10_000,
@@ -205,8 +199,6 @@ class SqliteStore(DedupStore):
         self._checkpoint_pending = False  # a checkpoint is queued or running on the thread
         self._restarting = False  # its RESTART step runs (set on the thread): inline ops wait
         self._restart: asyncio.Future[Any] | None = None  # ... for this, the RESTART's call
-        self._wakeups = LocalWakeups()
-        self._counters: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -449,15 +441,10 @@ class SqliteStore(DedupStore):
         """A waiter's view of a row; resolves a stale lease under policy ``fail``."""
         for _ in range(_MAX_ROUNDS):
             row = _select(db, context_id, key)
-            verdict = judge(row, now_s, self.window_s, self.lease_s, self.on_stale)
-            if verdict in ("insert", "reclaim"):
-                return "gone", None
+            view = peek_view(row, judge(row, now_s, self.window_s, self.lease_s, self.on_stale))
+            if view is not None:
+                return view
             assert row is not None
-            if verdict == "done":
-                assert row.outcome is not None
-                return "done", json.loads(row.outcome)
-            if verdict == "in_flight":
-                return "in_flight", None
             outcome = _lose(db, context_id, key, row, now_s)
             if outcome is not None:
                 return "done", outcome
@@ -497,7 +484,7 @@ class SqliteStore(DedupStore):
 
         claim = await self._call(self._claim_sync, context_id, key, owner, now_s, dead_owner,
                                  fingerprint, on_orphan=orphan)
-        count_claim(self._counters, claim.state, claim.stale)
+        self._count_claim(claim)
         if claim.stale and claim.state == "done":
             self._wakeups.notify((context_id, key))
         return claim
@@ -538,11 +525,6 @@ class SqliteStore(DedupStore):
         """A waiter's view of the row at the current wall-clock time."""
         return await self._call(self._peek_sync, context_id, key, time.time(), write=False)
 
-    async def wait(self, context_id: str, key: str, timeout_s: float) -> dict[str, Any] | None:
-        """Wait for the outcome: local futures for this process, backoff polling for others."""
-        return await poll_wait(self._peek, self._wakeups, context_id, key, timeout_s,
-                               self.poll_min_s, self.poll_max_s, self._counters)
-
     async def purge(self, now_s: float) -> int:
         """Delete done rows older than the window and in-flight rows past lease + window."""
         if self._thread is None:
@@ -556,5 +538,5 @@ class SqliteStore(DedupStore):
         if self._thread is None:
             raise RuntimeError("SqliteStore used before start() or after close()")
         by_state, bindings, size = await self._thread.call(self._on_thread, self._stats_sync)
-        return make_stats(sum(by_state.values()), by_state.get("in_flight", 0), self._counters,
-                          bindings=bindings, file_bytes=size, path=str(self.path))
+        return self._stats(sum(by_state.values()), by_state.get("in_flight", 0),
+                           bindings=bindings, file_bytes=size, path=str(self.path))
