@@ -744,24 +744,19 @@ class CompositeBudget(RetryBudget):
         return out
 
 
+#: the budgets in the order a composite checks them, each configured by ``BudgetConfig.<name>``;
+#: the adaptive throttle last: it draws from the rng only if the others allow
+CHECK_ORDER: tuple[type[RetryBudget], ...] = (
+    CircuitBreaker, RetryBreaker, TokenBucket, CallBucket, AwsRetryQuota, EnvoyRetryBudget,
+    FinagleBudget, AdaptiveThrottle)
+
+
 def make_budget(cfg: BudgetConfig) -> CompositeBudget:
-    """The composite of the enabled budgets, checked in this order: circuit breaker, retry
-    breaker, token bucket, call bucket, AWS quota, Envoy, Finagle, adaptive."""
+    """The composite of the enabled budgets, checked in :data:`CHECK_ORDER`: circuit breaker,
+    retry breaker, token bucket, call bucket, AWS quota, Envoy, Finagle, adaptive."""
     parts: list[RetryBudget] = []
-    if cfg.circuit_breaker.enabled:
-        parts.append(CircuitBreaker(cfg.circuit_breaker))
-    if cfg.retry_breaker.enabled:
-        parts.append(RetryBreaker(cfg.retry_breaker))
-    if cfg.token_bucket.enabled:
-        parts.append(TokenBucket(cfg.token_bucket))
-    if cfg.call_bucket.enabled:
-        parts.append(CallBucket(cfg.call_bucket))
-    if cfg.aws_quota.enabled:
-        parts.append(AwsRetryQuota(cfg.aws_quota))
-    if cfg.envoy.enabled:
-        parts.append(EnvoyRetryBudget(cfg.envoy))
-    if cfg.finagle.enabled:
-        parts.append(FinagleBudget(cfg.finagle))
-    if cfg.adaptive.enabled:
-        parts.append(AdaptiveThrottle(cfg.adaptive))  # last: draws rng only if the others allow
+    for kind in CHECK_ORDER:
+        part_cfg = getattr(cfg, kind.name)
+        if part_cfg.enabled:
+            parts.append(kind(part_cfg))
     return CompositeBudget(parts)

@@ -236,43 +236,32 @@ def _has_data(ts: pd.DataFrame, cols: Sequence[str]) -> bool:
                for c in cols)
 
 
-# (title, y unit, [(column, label, smoothed, step)]) of the time-series panels
-TIMESERIES_PANELS: Sequence[tuple[str, str, list[tuple[str, str, bool, bool]]]] = (
-    ("Offered load and server work", "per second", [
-        (S.OFFERED_TURNS_PER_S, "offered turns/s", True, False),
-        (S.ATTEMPTS_PER_S, "attempts sent/s", True, False),
-        (S.SERVER_EXECUTIONS_PER_S, "server executions/s", True, False),
-    ]),
-    ("In flight", "count", [
-        (S.TURNS_IN_PROGRESS, "turns in progress (Live)", False, False),
-        (S.SERVER_IN_FLIGHT, "requests in the Reasoner", False, False),
-    ]),
-    ("Reasoner workers", "workers", [
-        (S.BUSY_WORKERS, "busy workers", False, False),
-        (S.WORKER_CAPACITY, "worker capacity", False, True),
-    ]),
-    ("Reasoner queue length", "waiting turns", [
-        (S.QUEUE_LENGTH, "queue length", False, False),
-    ]),
-    ("Retries", "per second", [
-        (S.RETRIES_PER_S, "retries/s", True, False),
-        (S.FAILED_TURNS_PER_S, "failed turns/s", True, False),
-    ]),
-    ("Goodput", "turns per second", [
-        (S.COMPLETED_TURNS_PER_S, "completed turns/s", True, False),
-        (S.OFFERED_TURNS_PER_S, "offered turns/s", True, False),
-    ]),
-    ("Dedup store size", "entries", [
-        (S.DEDUP_ENTRIES, "entries", False, False),
-    ]),
+# (title, y unit, ((column, label), ...)) of the time-series panels; a rate
+# (S.TIMESERIES_RATES) is drawn as a moving mean, a gauge as sampled, these gauges as steps
+TIMESERIES_PANELS: Sequence[tuple[str, str, Sequence[tuple[str, str]]]] = (
+    ("Offered load and server work", "per second",
+     ((S.OFFERED_TURNS_PER_S, "offered turns/s"), (S.ATTEMPTS_PER_S, "attempts sent/s"),
+      (S.SERVER_EXECUTIONS_PER_S, "server executions/s"))),
+    ("In flight", "count",
+     ((S.TURNS_IN_PROGRESS, "turns in progress (Live)"),
+      (S.SERVER_IN_FLIGHT, "requests in the Reasoner"))),
+    ("Reasoner workers", "workers",
+     ((S.BUSY_WORKERS, "busy workers"), (S.WORKER_CAPACITY, "worker capacity"))),
+    ("Reasoner queue length", "waiting turns", ((S.QUEUE_LENGTH, "queue length"),)),
+    ("Retries", "per second",
+     ((S.RETRIES_PER_S, "retries/s"), (S.FAILED_TURNS_PER_S, "failed turns/s"))),
+    ("Goodput", "turns per second",
+     ((S.COMPLETED_TURNS_PER_S, "completed turns/s"), (S.OFFERED_TURNS_PER_S, "offered turns/s"))),
+    ("Dedup store size", "entries", ((S.DEDUP_ENTRIES, "entries"),)),
 )
+STEP_COLUMNS = frozenset({S.WORKER_CAPACITY})
 
 
 def timeseries_panels(ts: pd.DataFrame) -> tuple[list[str], list[str]]:
     """Titles of the time-series panels with data in ``ts`` and of those without any."""
     shown, empty = [], []
     for title, _, lines in TIMESERIES_PANELS:
-        (shown if _has_data(ts, [c for c, *_ in lines]) else empty).append(title)
+        (shown if _has_data(ts, [c for c, _ in lines]) else empty).append(title)
     return shown, empty
 
 
@@ -298,8 +287,9 @@ def plot_timeseries(ts: pd.DataFrame, scenario: Scenario, path: Path, *,
             ax.axvline(t, color=CRASH_COLOR, lw=1.4, ls="--", zorder=3)
         for t in barge_in:
             ax.axvline(t + 0.5, color=BARGE_IN_COLOR, lw=1.0, ls=":", zorder=3)
-        for col, label, smooth, step in lines:
-            _series(ax, ts, col, label, COLORS.get(col, "0.3"), smooth, step)
+        for col, label in lines:
+            _series(ax, ts, col, label, COLORS.get(col, "0.3"),
+                    smooth=col in S.TIMESERIES_RATES, step=col in STEP_COLUMNS)
         ax.set_title(title, loc="left", fontsize=10)
         ax.set_ylabel(unit)
         if unit in INTEGER_UNITS:  # counts: no 0.5 ticks
