@@ -47,19 +47,18 @@ TURN_SECONDS = Histogram("rta_reasoner_turn_seconds",
 FIRST_EVENT_SECONDS = Histogram("rta_reasoner_first_output_seconds",
                                 "Request received to first progress directive or chunk",
                                 buckets=_LATENCY_BUCKETS)
-# the per-turn timings of docs/reasoner.md (executor.Timing), one observation per execution
-INTAKE_SECONDS = Histogram("rta_reasoner_intake_seconds",
-                           "Request received to queue entry (parsing, sessions, dedup store)",
-                           buckets=_LATENCY_BUCKETS)
-QUEUE_WAIT_SECONDS = Histogram("rta_reasoner_queue_wait_seconds",
-                               "Queue entry to a worker (or to the refusal)",
-                               buckets=_LATENCY_BUCKETS)
-SERVICE_SECONDS = Histogram("rta_reasoner_service_seconds",
-                            "Worker held: reasoning + load latency + tool call",
-                            buckets=_LATENCY_BUCKETS)
-FIRST_CHUNK_DELAY_SECONDS = Histogram("rta_reasoner_first_chunk_delay_seconds",
-                                      "Worker freed to the first spoken chunk",
-                                      buckets=_LATENCY_BUCKETS)
+# the per-turn timings of docs/reasoner.md: executor.Timing attribute -> histogram, one
+# observation per execution
+TIMING_SECONDS = {attr: Histogram(name, doc, buckets=_LATENCY_BUCKETS) for attr, name, doc in (
+    ("intake_s", "rta_reasoner_intake_seconds",
+     "Request received to queue entry (parsing, sessions, dedup store)"),
+    ("queue_wait_s", "rta_reasoner_queue_wait_seconds",
+     "Queue entry to a worker (or to the refusal)"),
+    ("service_s", "rta_reasoner_service_seconds",
+     "Worker held: reasoning + load latency + tool call"),
+    ("first_chunk_delay_s", "rta_reasoner_first_chunk_delay_seconds",
+     "Worker freed to the first spoken chunk"),
+)}
 AUTH_FAILURES = Counter("rta_reasoner_auth_failures_total", "Rejected credentials", ["binding"])
 WS_CONNECTIONS = Gauge("rta_reasoner_ws_connections", "Open WebSocket connections",
                        multiprocess_mode="livesum")
@@ -81,10 +80,8 @@ TRACEBACK_LOGGERS = ("rtalab", "a2a", "uvicorn", "starlette")
 
 def observe_timing(timing: Any) -> None:
     """Feed the timing histograms from one execution's ``executor.Timing``."""
-    for hist, value in ((INTAKE_SECONDS, timing.intake_s),
-                        (QUEUE_WAIT_SECONDS, timing.queue_wait_s),
-                        (SERVICE_SECONDS, timing.service_s),
-                        (FIRST_CHUNK_DELAY_SECONDS, timing.first_chunk_delay_s)):
+    for attr, hist in TIMING_SECONDS.items():
+        value = getattr(timing, attr)
         if value is not None:
             hist.observe(value)
 
