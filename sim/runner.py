@@ -27,24 +27,15 @@ Progress = Callable[[float], None]
 
 
 @dataclass(frozen=True, eq=False)
-class RunOutput:
-    """The records of one replication (columns as in :mod:`sim.shared.schema`); picklable, no SimPy.
+class RunOutput(S.RunRecords):
+    """The records of one replication (:class:`sim.shared.schema.RunRecords`) and the run's
+    warm-up, workers and wall-clock time; picklable, no SimPy.
 
     ``wall_s`` (the run's wall-clock time) is the only field that varies between
     runs of the same scenario and seed; compare runs table by table.
     """
 
-    attempts: pd.DataFrame
-    turns: pd.DataFrame
-    calls: pd.DataFrame
-    executions: pd.DataFrame
-    side_effects: pd.DataFrame
-    timeseries: pd.DataFrame
-    counters: dict[str, Any]
-    seed: int
-    replication: int
     warmup_s: float = 0.0
-    duration_s: float = 0.0
     workers: int = 0
     wall_s: float = 0.0
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -77,23 +77,7 @@ def _frame(rows: list[dict[str, Any]], spec: tuple[S.ColumnSpec, ...]) -> pd.Dat
     return pd.DataFrame(data)
 
 
-@dataclass
-class LoadOutput:
-    """A load run's records in the shape of ``sim.runner.RunOutput`` (one replication)."""
-
-    attempts: pd.DataFrame
-    turns: pd.DataFrame
-    calls: pd.DataFrame
-    executions: pd.DataFrame
-    side_effects: pd.DataFrame
-    timeseries: pd.DataFrame
-    counters: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
-    replication: int = 0
-    duration_s: float = 0.0
-
-
-def build_output(run_dir: Path, duration_s: float, seed: int) -> LoadOutput:
+def build_output(run_dir: Path, duration_s: float, seed: int) -> S.RunRecords:
     """Read ``ledger/*.jsonl`` of ``run_dir`` into schema tables."""
     led = Path(run_dir) / "ledger"
     t0 = json.loads((led / "clock.json").read_text(encoding="utf-8"))["t0"]
@@ -154,20 +138,18 @@ def build_output(run_dir: Path, duration_s: float, seed: int) -> LoadOutput:
                      S.REQUEST_GUID: w.get("requestGuid"), S.CONTEXT_ID: w.get("contextId"),
                      S.EXECUTED_S: _rel(w.get("tEnd"), t0)})
 
-    out = LoadOutput(
+    out = S.RunRecords(
         attempts=_frame(attempts, S.ATTEMPTS_TABLE),
         turns=_frame(turns, S.TURNS_TABLE + S.TURNS_WITNESS_COLUMNS),
         calls=_frame(calls, S.CALLS_TABLE + S.CALLS_SERVER_COLUMNS),
         executions=_frame([], S.EXECUTIONS_TABLE),
         side_effects=_frame(side, S.SIDE_EFFECTS_TABLE),
-        timeseries=pd.DataFrame(),
-        seed=seed, duration_s=duration_s)
+        timeseries=pd.DataFrame(), counters={}, seed=seed, replication=0,
+        duration_s=duration_s)
     end = max([duration_s, *[x for x in out.turns[S.END_S].to_numpy() if math.isfinite(x)]])
-    out.timeseries = timeseries(out, end)
-    out.counters = {"end_s": end, "calls": len(calls), "turns": len(turns),
-                    "attempts": len(attempts), "injected_copies": len(raw_attempts) - len(
-                        attempts), "witness_rows": len(witness)}
-    return out
+    return replace(out, timeseries=timeseries(out, end), counters={
+        "end_s": end, "calls": len(calls), "turns": len(turns), "attempts": len(attempts),
+        "injected_copies": len(raw_attempts) - len(attempts), "witness_rows": len(witness)})
 
 
 def _in_progress(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> list[float]:
@@ -176,7 +158,7 @@ def _in_progress(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> list[
     return [float(((start < b) & (open_end >= b)).sum()) for b in edges[1:]]
 
 
-def timeseries(out: LoadOutput, end_s: float) -> pd.DataFrame:
+def timeseries(out: S.RunRecords, end_s: float) -> pd.DataFrame:
     """1-s bins of the client's records; server gauges are NaN (not visible to a client)."""
     n = max(1, math.ceil(end_s))
     edges = np.arange(n + 1, dtype=float)
@@ -205,7 +187,7 @@ def timeseries(out: LoadOutput, end_s: float) -> pd.DataFrame:
     return ts[list(S.TIMESERIES_COLUMNS)]
 
 
-def load_summary(out: LoadOutput, warmup_s: float) -> dict[str, Any]:
+def load_summary(out: S.RunRecords, warmup_s: float) -> dict[str, Any]:
     """``sim.shared.summary.summarize`` of the load run, server-only metrics set undefined, every
     measured metric with its bootstrap ``se`` and 95 % CI (:mod:`loadtests.loadrun.uncertainty`)."""
     summary = summarize([out], warmup_s)

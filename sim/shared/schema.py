@@ -17,9 +17,13 @@ integers, a load run may use strings.  The meaning of every column is in
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
 
 from sim.policy.codes import ALL_CODES
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION: Final[int] = 1
 
@@ -197,6 +201,26 @@ def columns(table: str) -> tuple[str, ...]:
     if table == "timeseries":
         return TIMESERIES_COLUMNS
     return (REPLICATION, *(name for name, _ in TABLES[table]))
+
+
+@dataclass(frozen=True, eq=False)
+class RunRecords:
+    """One replication's six tables (columns as above) and what the summary reads with them.
+
+    ``sim.runner.RunOutput`` adds the simulator's own facts; a load run builds one from
+    its ledgers (``loadtests.loadrun.tables.build_output``); ``sim.shared.summary`` reads
+    either."""
+
+    attempts: pd.DataFrame
+    turns: pd.DataFrame
+    calls: pd.DataFrame
+    executions: pd.DataFrame
+    side_effects: pd.DataFrame
+    timeseries: pd.DataFrame
+    counters: dict[str, Any]
+    seed: int
+    replication: int
+    duration_s: float = 0.0
 
 
 # --------------------------------------------------------------------------- summary keys

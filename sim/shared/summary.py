@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,21 +30,6 @@ _T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 
          2.100922, 2.093024, 2.085963, 2.079614, 2.073873, 2.068658, 2.063899, 2.059539,
          2.055529, 2.051831, 2.048407, 2.04523, 2.042272)
 _Z975 = 1.959963984540054
-
-
-class RunLike(Protocol):
-    """What :func:`summarize` reads from a run (``sim.runner.RunOutput`` has it)."""
-
-    attempts: pd.DataFrame
-    turns: pd.DataFrame
-    calls: pd.DataFrame
-    executions: pd.DataFrame
-    side_effects: pd.DataFrame
-    timeseries: pd.DataFrame
-    counters: dict[str, Any]
-    seed: int
-    replication: int
-    duration_s: float
 
 
 def t_quantile_975(df: int) -> float:
@@ -98,7 +83,7 @@ def mean_ci_inf(values: Sequence[float | None],
     return out
 
 
-def summarize(outputs: Sequence[RunLike], warmup_s: float) -> dict[str, Any]:
+def summarize(outputs: Sequence[S.RunRecords], warmup_s: float) -> dict[str, Any]:
     """Metrics of each replication and their mean/95 % CI (JSON-serialisable)."""
     if not outputs:
         raise ValueError("summarize needs at least one run output")
@@ -183,7 +168,7 @@ def _col(df: pd.DataFrame, name: str, mask: np.ndarray) -> np.ndarray:
     return df[name].to_numpy()[mask]
 
 
-def replication_metrics(out: RunLike, warmup_s: float) -> dict[str, float | None]:
+def replication_metrics(out: S.RunRecords, warmup_s: float) -> dict[str, float | None]:
     """Every metric of one replication (None where undefined)."""
     m: dict[str, float | None] = {}
     t_all = out.turns
