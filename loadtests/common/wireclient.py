@@ -7,7 +7,8 @@ the constants, the bench's raw asyncio client (:mod:`benchmarks.serve`):
   request's stream (:data:`END_STATES`), the event kinds of a stream response
   (:data:`EVENT_KINDS`) and the frame-end rule (:func:`frame_ends`), derived from
   the server's own definitions in :mod:`loadtests.reasoner.wire`;
-- request builders (:func:`message`, :func:`rpc`, :func:`stream`, :func:`headers`);
+- request builders (:func:`message`, :func:`rpc`, :func:`stream`, :func:`headers`, the
+  Live users' header rule of :mod:`loadtests.live.wire` with this client's defaults);
 - :class:`Client` (HTTP JSON-RPC/SSE and WebSocket sessions over real sockets,
   httpx and ``websockets.sync``) and :class:`Turn`, what one request produced.
 """
@@ -23,6 +24,7 @@ from typing import Any
 import httpx
 from websockets.sync.client import ClientConnection, connect
 
+from loadtests.live.wire import headers as wire_headers
 from loadtests.reasoner.wire import (  # noqa: F401 - the JSON-side wire rules, re-exported
     DEFAULT_EXT_URI,
     EVENT_KINDS,
@@ -106,16 +108,7 @@ def stream(msg: dict[str, Any], rid: Any = None) -> dict[str, Any]:
 def headers(token: str | None = ALICE, ext: bool = True, version: bool = True,
             sse: bool = True) -> dict[str, str]:
     """Request headers of the profile (each piece optional)."""
-    h = {"Content-Type": "application/json"}
-    if sse:
-        h["Accept"] = "text/event-stream"
-    if version:
-        h["A2A-Version"] = "1.0"
-    if ext:
-        h["A2A-Extensions"] = EXT
-    if token:
-        h["Authorization"] = f"Bearer {token}"
-    return h
+    return wire_headers(EXT, token, ext, sse, version)
 
 
 # ---------------------------------------------------------------------------- results

@@ -23,9 +23,13 @@ SHORT_KIND: Final = {"task": "task", "statusUpdate": "status", "artifactUpdate":
                      "message": "message"}
 
 
-def headers(ext_uri: str, token: str | None, active: bool, sse: bool = True) -> dict[str, str]:
-    """HTTP (or upgrade) headers; ``active`` asks for the profile with ``A2A-Extensions``."""
-    h = {"Content-Type": "application/json", "A2A-Version": "1.0"}
+def headers(ext_uri: str, token: str | None, active: bool, sse: bool = True,
+            version: bool = True) -> dict[str, str]:
+    """HTTP (or upgrade) headers; ``active`` asks for the profile with ``A2A-Extensions``
+    (``version=False`` leaves out ``A2A-Version``: a negative test's request)."""
+    h = {"Content-Type": "application/json"}
+    if version:
+        h["A2A-Version"] = "1.0"
     if sse:
         h["Accept"] = "text/event-stream"
     if active:
