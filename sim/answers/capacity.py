@@ -33,6 +33,7 @@ from typing import Any
 
 import pandas as pd
 
+from sim.answers.figure import new_figure, save_figure
 from sim.answers.slo import Slo
 from sim.config import ConfigError, to_plain
 from sim.scenario import Scenario
@@ -240,9 +241,7 @@ def find_capacity(scenario: Scenario, *, load_key: str, loads: Sequence[float], 
 
 def plot_capacity(result: CapacityResult, path: Path) -> Path:
     """Required knob value against load (with every probe marked pass/fail); PNG at ``path``."""
-    from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend alone
-
-    fig = Figure(figsize=(6, 4), dpi=100)
+    fig = new_figure(6, 4)
     ax = fig.subplots()
     ok = [p for p in result.probes if p.holds]
     bad = [p for p in result.probes if not p.holds]
@@ -259,7 +258,4 @@ def plot_capacity(result: CapacityResult, path: Path) -> Path:
     ax.set_title("; ".join(str(s) for s in result.slos), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    return path
+    return save_figure(fig, path)

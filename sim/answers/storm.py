@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from sim import recovery
+from sim.answers.figure import new_figure, save_figure
 from sim.config import ConfigError
 from sim.scenario import Scenario
 from sim.shared import schema as S
@@ -329,14 +330,13 @@ def plot_storm(result: StormResult, path: Path) -> Path:
     """Small multiples, one panel per strategy: goodput and offered load (turns/s, left) and
     load amplification (executions ÷ normal offered load, right) over time, mean over
     replications, ``window_s`` windows; the trigger shaded."""
-    from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend alone
     from matplotlib.lines import Line2D
 
     names = list(result.runs)
     # readable when the report shows it at 1280 px: at most 3 panels a row, text >= 10 pt
     cols = min(3, max(1, len(names)))
     rows = math.ceil(len(names) / cols)
-    fig = Figure(figsize=(4.2 * cols, 3.0 * rows + 0.8), dpi=100)
+    fig = new_figure(4.2 * cols, 3.0 * rows + 0.8)
     axes = fig.subplots(rows, cols, sharex=True, squeeze=False)
     w = result.detector.window_s
     for ax, name in zip(axes.flat, names, strict=False):
@@ -369,7 +369,4 @@ def plot_storm(result: StormResult, path: Path) -> Path:
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=10)
     fig.suptitle(f"{result.scenario}: trigger {result.trigger[0]:g}–{result.trigger[1]:g} s "
                  f"(shaded), {w:g} s windows", fontsize=12)
-    fig.tight_layout(rect=(0, 0.8 / (3.0 * rows + 0.8), 1, 0.96))
-    path = Path(path)
-    fig.savefig(path)
-    return path
+    return save_figure(fig, path, rect=(0, 0.8 / (3.0 * rows + 0.8), 1, 0.96))

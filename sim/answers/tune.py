@@ -61,6 +61,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from sim.answers.figure import new_figure, save_figure
 from sim.answers.slo import Slo, SloError, metric_value, resolve_metric
 from sim.config import ConfigError
 from sim.scenario import Scenario, resolve_path
@@ -608,12 +609,10 @@ def plot_pareto(result: TuneResult, path: Path) -> Path:
     objective: a convergence plot — each trial's value against its number and the best
     feasible value so far (step line), with the confirmed points at the right.  PNG at
     ``path``."""
-    from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend alone
-
     df = result.trials[result.trials["state"] == "COMPLETE"]
     objs = [o.metric for o in result.objectives]
     two = len(objs) >= 2
-    fig = Figure(figsize=(6, 4.2), dpi=100)
+    fig = new_figure(6, 4.2)
     ax = fig.subplots()
     x = df[objs[0]] if two else df["trial"]
     y = df[objs[1]] if two else df[objs[0]]
@@ -659,7 +658,4 @@ def plot_pareto(result: TuneResult, path: Path) -> Path:
     ax.set_ylabel(objs[1] if two else objs[0])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    return path
+    return save_figure(fig, path)
