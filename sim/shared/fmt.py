@@ -21,9 +21,6 @@ _LABELS: dict[str, str] = {
     "cancelled_share": "cancelled turns (barge-in)",
     "unfinished_share": "turns unfinished at end of run",
     "degraded_call_share": "degraded calls (no extension echo)",
-    "ttfc_s.p50": "time to first chunk p50", "ttfc_s.p95": "time to first chunk p95",
-    "ttfc_s.p99": "time to first chunk p99", "completion_s.p50": "turn completion p50",
-    "completion_s.p95": "turn completion p95", "completion_s.p99": "turn completion p99",
     "attempts_per_turn": "attempts per turn", "retries_per_turn": "retries per turn",
     "load_amplification": "load amplification (executions per offered turn)",
     "goodput_turns_per_s": "goodput", "offered_turns_per_s": "offered load",
@@ -47,8 +44,10 @@ _LABELS: dict[str, str] = {
     "side_effect_executions_per_side_effect_turn": "side-effect executions per side-effect turn",
     "not_served_share": "turns not served (failed, abandoned, unfinished)",
 }
-# caller-perceived latency (docs/answers.md): every offered turn, not served = infinite
-_LABELS.update({f"caller_{key}.p{q}": f"{what} p{q}, caller-perceived"
+# the latency percentiles of the served turns, and caller-perceived (docs/answers.md: every
+# offered turn, not served = infinite)
+_LABELS.update({f"{caller}{key}.p{q}": f"{what} p{q}{perceived}"
+                for caller, perceived in (("", ""), ("caller_", ", caller-perceived"))
                 for key, what in (("ttfc_s", "time to first chunk"),
                                   ("completion_s", "turn completion"))
                 for q in (50, 95, 99)})
