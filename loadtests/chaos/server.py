@@ -7,7 +7,6 @@ what is still open and closes ``chaos.jsonl``.
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import logging
 import socket
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+
+from loadtests.common.logs import uvicorn_log_config
 
 from .config import ChaosConfig
 from .gate import Gate
@@ -53,13 +54,7 @@ class NoiseFilter(logging.Filter):
 
 def log_config(level: str) -> dict[str, Any]:
     """uvicorn's logging config with the noise filter and the proxy's logger."""
-    cfg = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
-    cfg.setdefault("filters", {})["chaos"] = {"()": NoiseFilter}
-    cfg["loggers"]["uvicorn.error"] = {**cfg["loggers"].get("uvicorn.error", {}),
-                                       "filters": ["chaos"]}
-    cfg["loggers"]["rtalab"] = {"handlers": ["default"], "level": level.upper(),
-                                "propagate": False}
-    return cfg
+    return uvicorn_log_config(level, NoiseFilter)
 
 
 def _clock_start(start_at_unix: float | None) -> float:

@@ -1,2 +1,3 @@
-"""Shared by every load-side package: the raw wire client (:mod:`.wireclient`) and the
-process helpers that start and stop servers (:mod:`.procs`)."""
+"""Shared by every load-side package: the raw wire client (:mod:`.wireclient`), the
+process helpers that start and stop servers (:mod:`.procs`) and the servers' uvicorn
+logging (:mod:`.logs`)."""

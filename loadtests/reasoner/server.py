@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import os
@@ -12,6 +11,7 @@ from typing import Any
 
 import uvicorn
 
+from loadtests.common.logs import uvicorn_log_config
 from loadtests.reasoner.capacity import Capacity, start_broker
 from loadtests.reasoner.conns import GuardedHttpToolsProtocol, Limits, raise_file_limit
 from loadtests.reasoner.metrics import MULTIPROC_ENV
@@ -37,14 +37,7 @@ class DenialNoiseFilter(logging.Filter):
 
 def log_config(level: str) -> dict[str, Any]:
     """uvicorn's logging config plus the Reasoner's and the SDK's loggers."""
-    cfg = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
-    cfg.setdefault("filters", {})["denial"] = {"()": DenialNoiseFilter}
-    cfg["loggers"]["uvicorn.error"] = {**cfg["loggers"].get("uvicorn.error", {}),
-                                       "filters": ["denial"]}
-    cfg["loggers"]["rtalab"] = {"handlers": ["default"], "level": level.upper(),
-                                "propagate": False}
-    cfg["loggers"]["a2a"] = {"handlers": ["default"], "level": "ERROR", "propagate": False}
-    return cfg
+    return uvicorn_log_config(level, DenialNoiseFilter, {"a2a": "ERROR"})
 
 
 def run(settings: ServerSettings) -> int:
