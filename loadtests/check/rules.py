@@ -1,6 +1,6 @@
 """The rules of the delivery verdict, vectorised over the ledgers (pandas / numpy).
 
-Keys (LEDGER.md): a *logical turn* is ``(call_id, turn_index)`` of the attempts /
+Keys (docs/ledger.md): a *logical turn* is ``(call_id, turn_index)`` of the attempts /
 turns ledgers; an *attempt* is one request the Live layer sent (``request_guid``;
 client-injected copies have ``injected != ""``); a witness row is one side-effect
 execution.  A witness row belongs to the turn whose attempt carried its

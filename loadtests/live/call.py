@@ -33,7 +33,7 @@ Wire-level choices (docs/load.md):
   turn's outcome.
 
 Every attempt, received event, turn and call is written to the :class:`Ledger`
-(see /work/wt/LEDGER.md); time to first chunk and turn completion are also
+(see docs/ledger.md); time to first chunk and turn completion are also
 Locust stats rows (``TTFC`` and ``TURN``).
 """
 
