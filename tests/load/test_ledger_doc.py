@@ -18,27 +18,15 @@ from typing import Any
 import pytest
 
 from loadtests.check.ledger import ATTEMPT_KEYS, SCHEMAS
-from tests.load.conftest import jsonl, load_run
+from tests.load.conftest import FAST, jsonl, load_run
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "ledger.md"
 
-SCENARIO = """
-name = "ledgerdoc"
-[workload]
-calls_per_s = 6.0
-turns_per_call = 3
-think_time_s = { dist = "exp", mean = 0.1 }
-side_effect_share = 0.5
-handoff_share = 0.3
-caller_response_time_s = { dist = "exp", mean = 0.1 }
-[live.timeouts]
-turn_response_s = 1.0
-[reasoner]
-reasoning_time_s = 0.05
-chunks = 3
-chunk_interval_s = 0.02
-tool_latency_s = 0.02
+# FAST, shorter, with every client-injected copy, barge-in, every proxy fault a load run
+# can inject (an outage in both directions) and a crash-restart (ARGS)
+SCENARIO = FAST.replace("duration_s = 4", "duration_s = 3").replace(
+    "drain_s = 10", "drain_s = 5").replace("turn_response_s = 2.0", "turn_response_s = 1.0") + """
 [load]
 availability_min = 0.0  # proxy faults and a crash in a 3-s run: the verdict is not the point
 resend_share = 0.2
@@ -56,11 +44,6 @@ loss = 0.05
 start_s = 0.6
 duration_s = 0.5
 direction = "both"
-[run]
-duration_s = 3
-warmup_s = 0.5
-drain_s = 5
-seed = 3
 """
 ARGS = ("--binding", "both", "--chaos", "--crash-at", "1.5")
 
