@@ -58,7 +58,7 @@ SECTIONS = {
     "retry-after": "errors.md §3 (rate-limited: back off at least retryAfterMs)",
     "extension-echo": "errors.md §2 extension-inactive, §5 (A2A-Extensions echo)",
     "sequence-id": "errors.md §6 (ordering only via rta/sequenceId)",
-    "continuation-answered-twice": "errors.md §4, DECISIONS D2 (one continuation per "
+    "continuation-answered-twice": "errors.md §4, docs/decisions.md D2 (one continuation per "
                                    "INPUT_REQUIRED pause executes; its copies replay it)",
     "cross-session-answer": "errors.md §4 (contextId scopes a session: replay detection "
                             "never crosses contexts)",
