@@ -216,14 +216,6 @@ def test_the_check_column_is_what_the_checker_reads(doc: str) -> None:
         ATTEMPT_KEYS)
 
 
-def test_no_reference_to_a_ledger_doc_that_does_not_exist() -> None:
-    gone = "LEDGER" + ".md"
-    files = [REPO / "README.md", *REPO.glob("docs/*.md"), *REPO.glob("loadtests/**/*.py"),
-             *REPO.glob("sim/**/*.py"), *REPO.glob("benchmarks/**/*.py")]
-    assert [str(f.relative_to(REPO)) for f in files if gone in f.read_text(encoding="utf-8")
-            ] == []
-
-
 def test_the_parser_sees_a_missing_and_an_undocumented_field() -> None:
     doc = ("### `x.jsonl`\n\n| field | meaning |\n| --- | --- |\n"
            "| `a` | one |\n| `b` (optional) | two |\n| `c.<k>.d` | three |\n")
