@@ -9,14 +9,14 @@ from typing import Any
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    from sim.shared.argtypes import add_quiet, flag, opt
+    from sim.shared.argtypes import NO_PLOTS, add_quiet, opt
 
     opt(p, "runs RUN_DIR", "load-run folders", Path, nargs="+")
     opt(p, "--out FILE.toml", "the calibrated scenario (next to it: .calibration.json, .qq.png)",
         Path, required=True)
     opt(p, "--base SCENARIO", "client settings ([workload], [live], [run], [load]) from this "
                               "scenario (default: the first run's scenario.toml)")
-    flag(p, "--no-plots", "no QQ plot")
+    NO_PLOTS.add(p)  # the QQ plots
     add_quiet(p, "print only the output path")
 
 

@@ -253,12 +253,15 @@ def add_scenario(p: argparse.ArgumentParser, *, option: str | None = None) -> No
         nargs="+", action="extend", default=[])
 
 
+SEED = Option("--seed", "root seed", int, shown="the scenario's run.seed")
+
+
 def add_seed(p: argparse.ArgumentParser, default: int | None = None) -> None:
     """``--seed``: the root seed (default: the scenario's ``run.seed``, or ``default``)."""
     if default is None:
-        opt(p, "--seed", "root seed", int, shown="the scenario's run.seed")
+        SEED.add(p)
     else:
-        opt(p, "--seed", "root seed of every run", int, default)
+        SEED.add(p, default=default)
 
 
 def add_quiet(p: argparse.ArgumentParser, what: str = "no progress bar") -> None:
