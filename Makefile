@@ -85,7 +85,7 @@ report-screenshots: $(STAMP) system-deps
 
 # time of `rtalab report` on a 50-point sweep (target <= 5 s)
 bench-report: $(STAMP)
-	$(BIN)/python -m tests.oneoff.report_bench
+	$(BIN)/rtalab bench report
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -3,7 +3,7 @@
 Writes a synthetic load-run folder of N attempt rows (``ledger/attempts.jsonl`` with the
 columns a Live user writes that calibration reads, plus ids; sim/calibrate/synth.py's
 known deployment), then times what ``rtalab calibrate`` does with it: read the ledger,
-calibrate, write the TOML/JSON/QQ plot.  Target (issue 17): 1,000,000 rows in <= 10 s.
+calibrate, write the TOML/JSON/QQ plot.  Target: 1,000,000 rows in <= 10 s.
 """
 
 from __future__ import annotations

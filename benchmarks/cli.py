@@ -15,7 +15,7 @@ from sim.shared.argtypes import add_command, add_group
 
 def register(subparsers: Any) -> None:
     """Add ``rtalab bench`` and its sub-commands."""
-    from benchmarks import calibrate, run, sim, sweep
+    from benchmarks import calibrate, report, run, sim, sweep
 
     sub = add_group(subparsers, "bench", help="benchmarks against their stated targets",
                     description="Measure rtalab's speed and memory against its stated "
@@ -30,5 +30,7 @@ def register(subparsers: Any) -> None:
              "Speed-up 1 -> 2 processes, Dask vs processes, coordinator RSS of a 200-point "
              "sweep, RSS of a 60- vs 3-replication run."),
             ("calibrate", calibrate, "calibration time of N synthetic ledger rows",
-             "Time `rtalab calibrate` on a synthetic load run.")):
+             "Time `rtalab calibrate` on a synthetic load run."),
+            ("report", report, "rtalab report's time on a 50-point sweep",
+             "Time `rtalab report` of a 50-point sweep, Python start-up included.")):
         add_command(sub, name, module.run_bench, module.add_arguments, help, description)

@@ -154,7 +154,7 @@ def parse_answers(out: str, cmd: str) -> list[Row]:
 
 
 def parse_report(out: str, cmd: str) -> list[Row]:
-    """``python -m tests.oneoff.report_bench``: HTML report of a 50-point sweep."""
+    """``rtalab bench report``: HTML report of a 50-point sweep."""
     m = re.search(rf"median {NUM} s wall \(range {NUM}-{NUM}\).*target <= {NUM} s", out)
     if not m:
         return []
@@ -172,7 +172,6 @@ class Bench:
     full: tuple[str, ...]  # the stated sizes (added to argv)
     quick: tuple[str, ...] | None  # tiny sizes; None: not run with --quick
     parse: Parse
-    prog: tuple[str, ...] = ()  # default: the rtalab command
     out: str | None = None  # the option naming its output folder (put in the bench folder)
 
 
@@ -197,20 +196,20 @@ BENCHES: tuple[Bench, ...] = (
                       "--slo", "turn_completion_p99_s<=4", "--slo", "success_rate>=0.99"),
           (), ("--set", "run.duration_s=60", "--replications", "2"), parse_answers,
           out="--out"),
-    Bench("report", (), (), None, parse_report, prog=("-m", "tests.oneoff.report_bench")),
+    Bench("report", ("bench", "report"), (), None, parse_report),
 )
 NAMES = tuple(b.name for b in BENCHES)
 
 
 def command_text(b: Bench, quick: bool) -> str:
     """The command a reader runs to reproduce the row."""
-    return " ".join((*(("python", *b.prog) if b.prog else ("rtalab",)), *b.argv,
+    return " ".join(("rtalab", *b.argv,
                      *((b.quick or ()) if quick else b.full)))
 
 
 def run_one(b: Bench, quick: bool, out_dir: Path) -> tuple[list[Row], str]:
     """Run one benchmark (its report goes to stderr); its rows and the error, if any."""
-    argv = [*((sys.executable, *b.prog) if b.prog else RTALAB), *b.argv,
+    argv = [*RTALAB, *b.argv,
             *((b.quick or ()) if quick else b.full),
             *((b.out, str(out_dir / b.name)) if b.out else ())]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)

@@ -34,8 +34,8 @@ from benchmarks import util as benchutil
 from benchmarks.util import Measurement, warn_if_busy, warn_unstable
 from sim.shared.argtypes import add_seed, flag, opt, positive_int
 
-RATIO_TARGET = 2.0  # issue 6: a simulated turn at most 2x a bare SimPy customer
-RSS_TARGET_BYTES = int(1.5 * 1024**3)  # issue 6: 1M turns under 1.5 GB
+RATIO_TARGET = 2.0  # a simulated turn at most 2x a bare SimPy customer
+RSS_TARGET_BYTES = int(1.5 * 1024**3)  # 1M turns under 1.5 GB
 UNSTABLE_REMEDY = ("Close other programs, use more --repeats or a larger size, "
                    "or pin the CPU (taskset -c 1 ...; python -m pyperf system tune).")
 MMC_SERVERS = 8

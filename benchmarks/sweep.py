@@ -1,4 +1,4 @@
-"""``rtalab sim sweep-bench``: the sweep engine's figures (issue 8, acceptance 5).
+"""``rtalab sim sweep-bench``: the sweep engine's figures.
 
 (a) speed-up of one sweep from 1 to 2 local processes (target >= 1.8x on 2 cores);
 (b) the same sweep on a Dask LocalCluster of 2 workers vs 2 local processes (>= 0.85x);

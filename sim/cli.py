@@ -484,6 +484,7 @@ EXAMPLES: dict[str, str] = {
     "bench sim": "rtalab bench sim --memory",
     "bench sweep": "rtalab bench sweep",
     "bench calibrate": "rtalab bench calibrate --rows 1000000",
+    "bench report": "rtalab bench report --rounds 5",
     "compare": "rtalab compare results/RUN_A results/RUN_B",
     "report": "rtalab report results/RUN_OR_SWEEP_OR_ANSWER_FOLDER --out report.html",
     "results": "rtalab results list",

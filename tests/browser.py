@@ -17,7 +17,7 @@ from typing import Any
 
 CHROMIUM = os.environ.get("RTALAB_CHROMIUM", "/usr/bin/chromium")
 WIDTH = 1280
-# flags for a sandboxed machine without network (docs/reports.md)
+# flags for a sandboxed machine without network (docs/guide.md, reports)
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         "--disable-dev-shm-usage"]

@@ -122,7 +122,7 @@ def test_barge_in_after_the_turn_ended_is_ignored() -> None:
 @pytest.mark.parametrize("code, hint", [("rate-limited", 500.0), ("internal", None)])
 def test_queue_deadline_refuses_stale_work_with_the_queue_full_code(code: str,
                                                                     hint: float | None) -> None:
-    """DECISIONS D3: work that waited longer than queue_timeout_s is refused when a worker
+    """docs/decisions.md D3: work that waited longer than queue_timeout_s is refused when a worker
     reaches it, with the full queue's code (+ retryAfterMs when rate-limited)."""
     out = run_once(one_turn(**_crowd(2, **{
         "live.timeouts.turn_response_s": 0.0, "reasoner.queue_timeout_s": 1.0,

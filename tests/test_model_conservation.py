@@ -164,7 +164,7 @@ def test_conservation_with_server_minted_contexts_and_handoffs(dedup: str) -> No
     assert (out.executions[S.DISPOSITION] == "session-not-found").any()
     profile = ~out.calls[S.DEGRADED]
     duplicated = int(((out.calls[S.SESSIONS_OPENED] > 1) & profile).sum())
-    # DECISIONS D1: a first message without contextId retried under a NEW requestGuid before
+    # docs/decisions.md D1: a first message without contextId retried under a NEW requestGuid before
     # the contextId is known opens a second session in every dedup mode (the hazard counted
     # separately); a resend with the same requestGuid would land in the first one
     assert duplicated > 0

@@ -37,7 +37,7 @@ def side_effect_turns(**overrides: Any) -> Scenario:
         "run.duration_s": 300.0,
         "run.warmup_s": 20.0,
         "run.replications": REPS,
-        # isolate the dedup store: the taskId rule (DECISIONS D2) would make a copy or a
+        # isolate the dedup store: the taskId rule (docs/decisions.md D2) would make a copy or a
         # retry of a known task join/replay whatever the store holds; it has its own tests
         # (tests/test_model_task_rules.py)
         "reasoner.known_task": "execute",

@@ -4,7 +4,7 @@
   continuation's deadline excludes the caller's time to answer);
 * ``allow_first`` is asked before the first send of each *phase*, so a budget
   can refuse a continuation (the turn fails with reason ``budget``);
-* the dedup window is closed (DECISIONS D4): a stored outcome completed at ``c``
+* the dedup window is closed (docs/decisions.md D4): a stored outcome completed at ``c``
   with window ``w`` is replayed to a copy arriving at ``now <= c + w`` and has
   expired for one arriving at ``now > c + w``.  Checked through what the
   Reasoner does with a network copy, so it holds whichever module holds the rule.

@@ -1,5 +1,5 @@
-"""errors.md §4 by default (issue 6 §3): a known taskId is a retry of its turn (DECISIONS D2) in
-every dedup mode, and the dedup scope of a first message without contextId (D1)."""
+"""errors.md §4 by default: a known taskId is a retry of its turn (docs/decisions.md D2)
+in every dedup mode, and the dedup scope of a first message without contextId (D1)."""
 
 from __future__ import annotations
 

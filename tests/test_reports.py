@@ -13,7 +13,6 @@ import html as html_lib
 import json
 import re
 import subprocess
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from benchmarks.report import time_report
 from sim import cli
 from sim.shared.fmt import fmt_ci, fmt_diff, fmt_value, metric_label, plain
 from sim.shared.report import folder_kind, render_report, svg_sparkline
@@ -327,20 +327,6 @@ def synthetic_sweep(template: Path, out: Path, points: int = 50, reps: int = 3) 
                                                 "points": spec_points}))
     write_tables(out, grid, summaries)
     return out
-
-
-def time_report(sweep_dir: Path, out: Path) -> tuple[float, float, str]:
-    """``rtalab report`` of ``sweep_dir`` as a fresh process: (wall s, CPU s, stderr)."""
-    import resource
-
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = rtalab("report", str(sweep_dir), "--out", str(out))
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    assert p.returncode == 0, p.stderr
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, p.stderr
 
 
 def test_a_50_point_sweep_report_renders_in_5_s(folders: dict[str, Path],

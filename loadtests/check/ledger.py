@@ -1,4 +1,4 @@
-"""Read a load run's raw ledgers (``ledger/*.jsonl``, see LEDGER.md) into pandas DataFrames.
+"""Read a load run's raw ledgers (``ledger/*.jsonl``, see docs/ledger.md) into pandas DataFrames.
 
 Fast path: DuckDB's JSON Lines reader (multi-threaded C++, about 2x less CPU than
 ``pyarrow.json`` on the checker's ledgers) with an explicit column list per
@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 STR, F64, I64, BOOL = pa.string(), pa.float64(), pa.int64(), pa.bool_()
 
 SCHEMAS: dict[str, dict[str, pa.DataType]] = {
-    # only the fields the rules read (the JSON reader skips the others: LEDGER.md has them all)
+    # only the fields the rules read (the JSON reader skips the others: docs/ledger.md has them all)
     "attempts": {
         "call_id": STR, "turn_index": I64, "interaction_id": STR, "phase": STR,
         "request_guid": STR, "context_id": STR, "context_id_learned": STR, "injected": STR,

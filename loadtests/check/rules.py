@@ -1,6 +1,6 @@
 """The rules of the delivery verdict, vectorised over the ledgers (pandas / numpy).
 
-Keys (LEDGER.md): a *logical turn* is ``(call_id, turn_index)`` of the attempts /
+Keys (docs/ledger.md): a *logical turn* is ``(call_id, turn_index)`` of the attempts /
 turns ledgers; an *attempt* is one request the Live layer sent (``request_guid``;
 client-injected copies have ``injected != ""``); a witness row is one side-effect
 execution.  A witness row belongs to the turn whose attempt carried its
@@ -58,7 +58,7 @@ SECTIONS = {
     "retry-after": "errors.md §3 (rate-limited: back off at least retryAfterMs)",
     "extension-echo": "errors.md §2 extension-inactive, §5 (A2A-Extensions echo)",
     "sequence-id": "errors.md §6 (ordering only via rta/sequenceId)",
-    "continuation-answered-twice": "errors.md §4, DECISIONS D2 (one continuation per "
+    "continuation-answered-twice": "errors.md §4, docs/decisions.md D2 (one continuation per "
                                    "INPUT_REQUIRED pause executes; its copies replay it)",
     "cross-session-answer": "errors.md §4 (contextId scopes a session: replay detection "
                             "never crosses contexts)",

@@ -1,6 +1,6 @@
 """``check_run(run_dir) -> Verdict``: the one verdict of a load run.
 
-Reads ``RUN_DIR/ledger/*.jsonl`` (LEDGER.md), ``RUN_DIR/scenario.toml`` (the
+Reads ``RUN_DIR/ledger/*.jsonl`` (docs/ledger.md), ``RUN_DIR/scenario.toml`` (the
 Live policy whose attempt limits ``retry-limit`` applies) and what the load run
 wrote besides (:mod:`loadtests.check.integrity`), evaluates every rule set of
 :data:`RULE_SETS` and writes ``verdict.json`` + ``verdict.txt`` into the run

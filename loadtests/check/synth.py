@@ -1,4 +1,4 @@
-"""Synthetic load-run ledgers (LEDGER.md shapes) for the checker's tests and benchmark.
+"""Synthetic load-run ledgers (docs/ledger.md shapes) for the checker's tests and benchmark.
 
 :func:`clean_ledger` builds, vectorised with numpy, a ledger that every rule
 passes: calls of ``turns_per_call`` turns; a share of side-effect turns (one

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from loadtests.dedup.base import StoreStats
-from sim.shared.dedup_rule import Row, Verdict, judge  # noqa: F401 - THE rule (DECISIONS D4)
+from sim.shared.dedup_rule import Row, Verdict, judge  # noqa: F401 - THE rule (docs/decisions.md D4)
 
 PeekState = Literal["done", "in_flight", "gone"]
 Peek = Callable[[str, str], Awaitable[tuple[PeekState, dict[str, Any] | None]]]

@@ -155,7 +155,7 @@ def _is_busy(e: sqlite3.OperationalError) -> bool:
 
 
 def _add_fingerprint_column(db: Db) -> None:
-    """A file made before fingerprints (issue 19) gets the column (old rows: '', never
+    """A file made before request fingerprints gets the column (old rows: '', never
     conflicting)."""
     columns = {r[1] for r in db.execute("PRAGMA table_info(dedup)")}
     if "fingerprint" not in columns:

@@ -16,7 +16,7 @@ Wire-level choices (docs/load.md):
   attempt if ``retry.new_request_guid``; ``turnId`` is new after a FAILED state
   if ``retry.new_turn_id``; ``taskId`` is sent for a continuation and for a
   retry after a timeout or a lost response once the task is known (errors.md §3;
-  DECISIONS D2: the Reasoner joins it), never after a FAILED state (a new task).
+  docs/decisions.md D2: the Reasoner joins it), never after a FAILED state (a new task).
 * **timeouts** — turn-response (first directive, chunk or end state),
   total (end state), handoff (caller answer), negotiation (WebSocket upgrade;
   on HTTP/SSE the first request's ``A2A-Extensions`` echo).  A broken stream or
@@ -28,12 +28,12 @@ Wire-level choices (docs/load.md):
 * **injected copies** (``[load]``) — ``resend`` (byte-identical,
   ``resend_delay_s`` after the attempt ended), ``concurrent`` (byte-identical, at the same time) and
   ``continuation-dup`` (a second continuation of the INPUT_REQUIRED task, new
-  requestGuid: DECISIONS D2's atomic claim).  Copies are read to their end in
+  requestGuid: docs/decisions.md D2's atomic claim).  Copies are read to their end in
   their own greenlet and recorded with ``injected`` set; they never change the
   turn's outcome.
 
 Every attempt, received event, turn and call is written to the :class:`Ledger`
-(see /work/wt/LEDGER.md); time to first chunk and turn completion are also
+(see docs/ledger.md); time to first chunk and turn completion are also
 Locust stats rows (``TTFC`` and ``TURN``).
 """
 

@@ -7,7 +7,7 @@ of batches and rows it sent.  The master's :class:`Gatherer` appends each
 batch to ``ledger/<table>.jsonl`` as it arrives and knows a process is
 complete when it has every batch number below the announced count and the row
 counts match.  A local (single-process) run uses the same path: Locust's
-``LocalRunner.send_message`` calls the handler in process.  See LEDGER.md.
+``LocalRunner.send_message`` calls the handler in process.  See docs/ledger.md.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ after ``duration_s`` it waits for every process to be idle (at most
 ``unfinished``, and ship their last ledger batch and ``rta_done``), waits
 until every batch arrived and past Locust's report interval, writes
 ``ledger/gather.json``, and quits.  This avoids Locust's lost final reports
-(NOTES.md).  The exit code is 3 when the ledger is incomplete.
+(at the end of ``-t`` the master waits only 0.5 s for the workers' last ones).
+The exit code is 3 when the ledger is incomplete.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
 reader takes lines straight from the geventhttpclient response
 (``readline(b"\\n")``), so each event is handed over as soon as its line is
 complete.  Each request is one Locust stats row (``SendStreamingMessage``)
-whose response time is set to the whole stream, and failures are reported
-(NOTES.md, Locust).  An abandoned stream (timeout, barge-in) releases its
+whose response time is set to the whole stream (Locust's default is the time to
+headers), and every exception is reported as a failure (else the turn is not counted).
+An abandoned stream (timeout, barge-in) releases its
 socket instead of returning it to the pool.
 """
 
@@ -49,7 +50,7 @@ class SseExchange:
             self.close(f"connection failed: {err}")
             raise StreamBroken(f"connection failed: {err}")
         # a refused request (non-2xx): Locust has read its body already (the raw stream
-        # gives b''; NOTES.md): it is in ``content``, read as sent and mapped to a code
+        # gives b''): it is in ``content``, read as sent and mapped to a code
         self._refused: dict[str, Any] | None = None
         if not 200 <= self.http_status < 300:
             try:

@@ -1,6 +1,6 @@
 """Reasoning capacity of one worker process: ``workers`` concurrent turns, a bounded queue.
 
-The same load-shedding rules as the simulator (DECISIONS D3, ``[reasoner]``):
+The same load-shedding rules as the simulator (docs/decisions.md D3, ``[reasoner]``):
 
 - ``queue_limit``: a turn that would wait while that many already wait is
   refused at once (``full``);

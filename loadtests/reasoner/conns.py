@@ -1,4 +1,4 @@
-"""Slow and idle clients cannot starve the Reasoner (issue 19): connection deadlines and limits.
+"""Slow and idle clients cannot starve the Reasoner: connection deadlines and limits.
 
 uvicorn (0.54) bounds neither the time a client may take to send a request's
 headers or body nor the number of connections one client may hold, so a client

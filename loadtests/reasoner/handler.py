@@ -9,7 +9,7 @@ WebSocket all call this handler), in this order:
    same context (else ``session-not-found``);
 3. the contextId must belong to the principal (``session-not-found``); a first
    message without one gets a fresh contextId, and its dedup key is claimed in
-   that minted context as well (DECISIONS D1: a resend that now carries the
+   that minted context as well (docs/decisions.md D1: a resend that now carries the
    learned contextId joins or replays the original, never a second execution);
 4. dedup (see :mod:`loadtests.reasoner.idempotency`): replay or join a known key;
 5. a named task that is not INPUT_REQUIRED is a retry of that turn: a finished
@@ -17,7 +17,7 @@ WebSocket all call this handler), in this order:
    re-execution); an INPUT_REQUIRED task is continued by the FIRST continuation
    only, which claims the pause in the shared dedup store (every dedup mode,
    all workers); any other continuation of it waits for and replays that
-   continuation's outcome (errors.md §4, DECISIONS D2);
+   continuation's outcome (errors.md §4, docs/decisions.md D2);
 6. the per-context rate limit (``rate-limited`` + ``retryAfterMs``; not charged
    to replays);
 7. execution by :class:`ReasonerExecutor` through the SDK.  A background pump

@@ -14,14 +14,14 @@ Modes (``[reasoner].dedup``, overridable with ``--dedup-mode``):
 - ``none``: no dedup at all (negative control).
 
 Continuations (every mode, ``none`` included: this is not a dedup key but the
-task's claim; errors.md §4 and DECISIONS D2).  The first message continuing an
+task's claim; errors.md §4 and docs/decisions.md D2).  The first message continuing an
 INPUT_REQUIRED task claims ``k:<taskId>:<pause>`` (``<pause>`` = the task's next
 sequenceId, so each pause of one task is claimed once) in the shared store,
 atomically for all workers; any other continuation of that pause, while the
 claim is in flight or after it finished, is a retry of the continuation: it
 waits for and gets the claimed continuation's outcome, never a second execution.
 
-Fingerprints (issue 19).  Every claim of a request presents
+Fingerprints.  Every claim of a request presents
 :func:`request_fingerprint` (method, taskId, parts, the ``sideEffect`` and
 ``handoff`` metadata; the contextId is the scope), stored with the entry.  A live
 entry claimed with another fingerprint is a *conflict* (:func:`sim.shared.dedup_rule.judge`):
@@ -64,7 +64,7 @@ def request_fingerprint(method: str, msg: Message, side_effect: bool | None,
     part (deterministic protobuf bytes, length-prefixed) and the profile's side-effect
     metadata (``sideEffect``: absent, true or false; ``handoff``).  Not the messageId, the
     requestGuid / turnId (they are the keys) nor the contextId (the scope; a first message
-    without one matches its minted context, DECISIONS D1)."""
+    without one matches its minted context, docs/decisions.md D1)."""
     h = hashlib.sha256()
     for field_ in (method, msg.task_id, repr(side_effect), repr(handoff)):
         data = field_.encode("utf-8", "surrogatepass")

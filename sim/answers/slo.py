@@ -2,7 +2,7 @@
 
 An SLO is ``METRIC OP TARGET`` with ``OP`` one of ``<=``, ``<``, ``>=``, ``>``.
 ``METRIC`` is a metric name of ``summary.json`` (see ``docs/metrics.md``) or one
-of the user-facing aliases of :data:`ALIASES` (DECISIONS D5).
+of the user-facing aliases of :data:`ALIASES` (docs/decisions.md D5).
 
 *Holding with confidence* (:meth:`Slo.holds`): the end of the metric's 95 % CI
 on the unfavourable side meets the target, i.e. ``ci_high <= target`` for an

@@ -26,7 +26,7 @@ queue, unknown session) and requests of degraded sessions (no requestGuid /
 turnId on the wire) create no entry.  Memory = entries (side-effect guards
 included) x ``dedup_entry_bytes``.
 
-Fingerprints (issue 19, :func:`sim.shared.dedup_rule.conflicts`).  An entry keeps the
+Fingerprints (:func:`sim.shared.dedup_rule.conflicts`).  An entry keeps the
 fingerprint of the request that opened it (:func:`fingerprint`: the taskId a
 continuation names, the phase and the side-effect and handoff flags); a request
 that finds a live entry under its key with another fingerprint reused the key for
@@ -90,7 +90,8 @@ class DedupStore:
 
     def key(self, req: Request, context_id: int | None = None) -> Hashable:
         """The idempotency key of ``req`` in this mode, in the server session ``context_id``
-        (default: the contextId ``req`` carries; see DECISIONS D1 for a message without one)."""
+        (default: the contextId ``req`` carries; docs/decisions.md D1 for a message without
+        one)."""
         ctx = req.context_id if context_id is None else context_id
         if self.by_turn:
             return (ctx, req.task_id, req.phase)

@@ -180,8 +180,8 @@ class Reasoner:
         # turn mode: release the turn's key after a retryable failure (errors.md §3) and guard
         # the side effect per turn instead, as the reference Reasoner does
         self.by_turn = cfg.dedup == "turn"
-        # errors.md §4 / DECISIONS D2: a known taskId is a retry of its turn.  Turn mode keys
-        # its store by task already; the other modes keep a task index per session.
+        # errors.md §4 / docs/decisions.md D2: a known taskId is a retry of its turn.
+        # Turn mode keys its store by task already; the other modes keep a task index per session.
         self.task_rule = cfg.known_task == "retry" and not self.by_turn
         self.tasks: dict[int, dict[tuple[int, int], Entry]] = {}  # context -> (task, phase)
         self.minted: dict[int, dict[int, int]] = {}  # D1: call -> requestGuid -> minted context
@@ -210,7 +210,7 @@ class Reasoner:
     def _context_of(self, req: Request) -> int:
         """The server contextId of ``req``; mints (and opens) a session when needed.
 
-        DECISIONS D1: a message without a contextId gets the contextId minted for the FIRST
+        docs/decisions.md D1: a message without a contextId gets the contextId minted for the FIRST
         copy of its requestGuid in its call, so a resend of that message (byte-identical, or
         carrying the contextId the Live layer learned since) lands in the original session.
         """

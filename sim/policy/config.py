@@ -163,7 +163,7 @@ class TimeoutConfig:
     turn_response_s: float = num(2.0, ge=0.0, doc="accepted turn -> first chunk or progress")
     handoff_s: float = num(30.0, ge=0.0, doc="INPUT_REQUIRED outstanding, awaiting the caller")
     negotiation_s: float = num(1.0, ge=0.0, doc="wait for the A2A-Extensions echo")
-    # finite by default (issue 6 §2): after a partition swallows the terminal state behind a
+    # finite by default: after a partition swallows the terminal state behind a
     # progress directive only this timer ends the attempt.  10 s = 5 x the turn-response
     # timeout: a turn that showed progress gets five times its time-to-first-sign-of-life
     # to finish; docs/metrics.md ("Timeouts") gives the derivation.

@@ -1,4 +1,5 @@
-"""THE dedup decision rule, shared by the simulator and every reference store (DECISIONS D4).
+"""THE dedup decision rule, shared by the simulator and every reference store (D4 of
+docs/decisions.md).
 
 Pure functions, no SimPy and no I/O, so the simulator's store
 (:mod:`sim.model.dedup`), the reference Reasoner's memory and SQLite stores
@@ -16,7 +17,7 @@ see :mod:`loadtests.reasoner.owners`), is stale: under ``on_stale = "fail"`` its
 outcome becomes *lost* (never re-executed), under ``"reclaim"`` the claimant
 takes it over.
 
-Fingerprint (issue 19).  A claim presents the fingerprint of the request's meaning
+Fingerprint.  A claim presents the fingerprint of the request's meaning
 (the Reasoner: method, taskId, parts and the profile's side-effect metadata; the
 contextId is the entry's scope).  A live entry (in flight, or stored inside its
 window) whose fingerprint differs from the claim's is a *conflict*: the same key

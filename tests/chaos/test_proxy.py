@@ -27,7 +27,6 @@ from tests.serve.conftest import (
     headers,
     k,
     message,
-    start_test_reasoner,
     stream,
     uid,
 )
@@ -49,23 +48,10 @@ DEADLINE_S = 20.0
 QUIET = ["--delay-s", "0", "--no-scenario-outages"]
 
 
-@pytest.fixture(scope="module")
-def sqlite_reasoner(tmp_path_factory: pytest.TempPathFactory,
-                    witness_server: ManagedProcess) -> Iterator[Reasoner]:
-    """Request-guid dedup on SQLite (the MUST)."""
-    base = tmp_path_factory.mktemp("r-sqlite")
-    with start_test_reasoner(base, witness=witness_server.url, scenario=CHUNKY) as proc:
-        yield Reasoner(proc)
-
-
-@pytest.fixture(scope="module")
-def none_reasoner(tmp_path_factory: pytest.TempPathFactory,
-                  witness_server: ManagedProcess) -> Iterator[Reasoner]:
-    """Dedup ``none`` (negative control)."""
-    base = tmp_path_factory.mktemp("r-none")
-    with start_test_reasoner(base, witness=witness_server.url, scenario=CHUNKY,
-                             extra=["--dedup-mode", "none"]) as proc:
-        yield Reasoner(proc)
+sqlite_reasoner = Reasoner.fixture("r-sqlite", "Request-guid dedup on SQLite (the MUST).",
+                                   scenario=CHUNKY)
+none_reasoner = Reasoner.fixture("r-none", "Dedup ``none`` (negative control).",
+                                 scenario=CHUNKY, extra=["--dedup-mode", "none"])
 
 
 class Proxy:

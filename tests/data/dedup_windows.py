@@ -1,4 +1,4 @@
-"""The dedup window's boundaries, written out once (DECISIONS D4: a closed window).
+"""The dedup window's boundaries, written out once (docs/decisions.md D4: a closed window).
 
 Shared by the simulator's store tests (``tests/test_dedup_window_table.py``) and the
 reference stores' tests (``tests/serve/test_dedup_window_table.py``), so neither

@@ -53,6 +53,27 @@ class Reasoner(Client):
         """Names the process."""
         return f"Reasoner(proc={self.proc!r})"
 
+    @staticmethod
+    def fixture(folder: str, doc: str, *, witness: bool = True, dedup_server: str | None = None,
+                **start: Any) -> Any:
+        """A module-scoped fixture yielding a Reasoner of :func:`start_test_reasoner` with
+        ``start``, in its own temporary ``folder``: attached to the session's witness unless
+        ``witness`` is false; its dedup store the ``url`` of the fixture named ``dedup_server``
+        if given.  Assign it to the fixture's name: ``two = Reasoner.fixture("two", ...)``."""
+
+        def fixture(request: pytest.FixtureRequest,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reasoner]:
+            kw = dict(start)
+            if witness:
+                kw["witness"] = request.getfixturevalue("witness_server").url
+            if dedup_server:
+                kw["dedup"] = request.getfixturevalue(dedup_server).url
+            with start_test_reasoner(tmp_path_factory.mktemp(folder), **kw) as proc:
+                yield Reasoner(proc)
+
+        fixture.__doc__ = doc
+        return pytest.fixture(scope="module")(fixture)
+
 
 # ---------------------------------------------------------------------------- fixtures
 
@@ -72,13 +93,7 @@ def start_test_reasoner(base: Path, *, witness: str | None = None, scenario: str
                           extra_args=args + (extra or []), log_path=base / "reasoner.log")
 
 
-@pytest.fixture(scope="module")
-def reasoner(tmp_path_factory: pytest.TempPathFactory,
-             witness_server: ManagedProcess) -> Iterator[Reasoner]:
-    """The module's Reasoner (test hooks on, witness attached)."""
-    base = tmp_path_factory.mktemp("reasoner")
-    with start_test_reasoner(base, witness=witness_server.url) as proc:
-        yield Reasoner(proc)
+reasoner = Reasoner.fixture("reasoner", "The module's Reasoner (test hooks on, witness attached).")
 
 
 @pytest.fixture(params=["sse", "ws"])

@@ -1,4 +1,4 @@
-"""The reference Reasoner's load shedding (DECISIONS D3): queue deadline and discipline."""
+"""The reference Reasoner's load shedding (docs/decisions.md D3): queue deadline and discipline."""
 
 from __future__ import annotations
 

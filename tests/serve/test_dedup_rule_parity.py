@@ -1,4 +1,5 @@
-"""Parity of THE dedup rule (sim.shared.dedup_rule, DECISIONS D4) and the Redis store's Lua script.
+"""Parity of THE dedup rule (sim.shared.dedup_rule, docs/decisions.md D4) and the Redis
+store's Lua script.
 
 One table of cases (a stored row or none, the claim's time, window, lease, stale
 policy, dead owner) is judged by the Python rule, which the simulator's store

@@ -611,6 +611,20 @@ def _race(url: str, n: int, cwd: Path, mode: str = "claim") -> list[Any]:
                 k.wait()
 
 
+def _killed_after(mode: str, said: str, url: str, cwd: Path) -> int:
+    """Start a child in ``mode``; once it said ``ready`` then ``said``, SIGKILL it; its pid."""
+    kid = _spawn(mode, url, 0, cwd)
+    try:
+        assert kid.stdout is not None
+        assert kid.stdout.readline().strip() == "ready"
+        assert kid.stdout.readline().strip() == said
+    finally:
+        os.killpg(kid.pid, signal.SIGKILL)
+        kid.communicate(timeout=10)  # reaps it and closes the pipes
+    assert kid.returncode == -signal.SIGKILL
+    return kid.pid
+
+
 def test_two_processes_exactly_one_owner_per_key(shared_url: str, repo_root: Path) -> None:
     """SQLite file / Redis shared by two processes: every key has exactly one owner."""
     n = 400
@@ -629,18 +643,10 @@ def test_two_processes_agree_on_every_binding(shared_url: str, repo_root: Path) 
 
 def test_binding_survives_sigkill(shared_url: str, repo_root: Path) -> None:
     """A child binds a context, then is SIGKILLed: a new process sees the child's binding."""
-    kid = _spawn("bind-crash", shared_url, 0, repo_root)
-    try:
-        assert kid.stdout is not None
-        assert kid.stdout.readline().strip() == "ready"
-        assert kid.stdout.readline().strip() == "bound"
-    finally:
-        os.killpg(kid.pid, signal.SIGKILL)
-        kid.communicate(timeout=10)
-    assert kid.returncode == -signal.SIGKILL
+    pid = _killed_after("bind-crash", "bound", shared_url, repo_root)
 
     async def body(s: DedupStore) -> None:
-        assert await s.bind("ctx-bound", "new-process", time.time()) == f"pid{kid.pid}"
+        assert await s.bind("ctx-bound", "new-process", time.time()) == f"pid{pid}"
 
     run_with(shared_url, body)
 
@@ -653,22 +659,14 @@ def test_memory_store_is_not_shared_negative_control(repo_root: Path) -> None:
 
 def test_completed_entry_survives_sigkill(shared_url: str, repo_root: Path) -> None:
     """A child claims+completes, then is SIGKILLed: a new process replays; its in-flight is lost."""
-    kid = _spawn("crash", shared_url, 0, repo_root)
-    try:
-        assert kid.stdout is not None
-        assert kid.stdout.readline().strip() == "ready"
-        assert kid.stdout.readline().strip() == "claimed"
-    finally:
-        os.killpg(kid.pid, signal.SIGKILL)
-        kid.communicate(timeout=10)  # reaps it and closes the pipes
-    assert kid.returncode == -signal.SIGKILL
+    pid = _killed_after("crash", "claimed", shared_url, repo_root)
     t = time.time()
 
     async def body(s: DedupStore) -> None:
         c = await s.claim("ctx", "done", "new-process", t)
         assert (c.state, c.outcome) == ("done", OUTCOME)
         c = await s.claim("ctx", "inflight", "new-process", t)
-        assert c.state == "in_flight" and c.owner == f"pid{kid.pid}"
+        assert c.state == "in_flight" and c.owner == f"pid{pid}"
         c = await s.claim("ctx", "inflight", "new-process", t + 31)
         assert c.lost and c.stale  # the crashed owner's outcome is unknown: never re-executed
 

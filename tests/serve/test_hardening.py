@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -35,15 +34,6 @@ CONCURRENT_ANSWERS = 5
 TASKS_PER_BINDING = 4
 
 
-@pytest.fixture(scope="module")
-def hardened(tmp_path_factory: pytest.TempPathFactory,
-             witness_server: ManagedProcess) -> Iterator[Reasoner]:
-    """The module's Reasoner (SQLite store, witness attached)."""
-    base = tmp_path_factory.mktemp("hardening")
-    with start_test_reasoner(base, witness=witness_server.url) as proc:
-        yield Reasoner(proc)
-
-
 def _paused(r: Reasoner, ctx: str) -> Turn:
     """A task parked at INPUT_REQUIRED in ``ctx``."""
     first = r.send("sse", stream(message(ctx=ctx, meta={k("handoff"): True})))
@@ -61,13 +51,13 @@ def _answers(r: Reasoner, binding: str, ctx: str, task: str, n: int) -> list[Tur
 
 
 @pytest.mark.parametrize("binding", ["sse", "ws"])
-def test_concurrent_continuations_execute_once(hardened: Reasoner, binding: str,
+def test_concurrent_continuations_execute_once(reasoner: Reasoner, binding: str,
                                                witness: str) -> None:
     """Defect 1: every answer gets the ONE continuation's outcome; the witness saw one run."""
     for _ in range(TASKS_PER_BINDING):
         ctx = uid("c")
-        task = _paused(hardened, ctx).task_id
-        answers = _answers(hardened, binding, ctx, task, CONCURRENT_ANSWERS)
+        task = _paused(reasoner, ctx).task_id
+        answers = _answers(reasoner, binding, ctx, task, CONCURRENT_ANSWERS)
         assert ledger_summary(witness, ctx)["executions"] == 1
         for a in answers:
             assert a.final_state == "TASK_STATE_COMPLETED", a.frames
@@ -83,13 +73,13 @@ def test_concurrent_continuations_execute_once(hardened: Reasoner, binding: str,
                 assert seqs == [2, 3, 4, 5, 6], seqs
 
 
-def test_retry_of_a_finished_continuation_gets_its_outcome(hardened: Reasoner,
+def test_retry_of_a_finished_continuation_gets_its_outcome(reasoner: Reasoner,
                                                            witness: str) -> None:
     """D2: an answer to a task whose continuation already finished is a retry of it."""
     ctx = uid("c")
-    task = _paused(hardened, ctx).task_id
-    [done] = _answers(hardened, "sse", ctx, task, 1)
-    [late] = _answers(hardened, "ws", ctx, task, 1)
+    task = _paused(reasoner, ctx).task_id
+    [done] = _answers(reasoner, "sse", ctx, task, 1)
+    [late] = _answers(reasoner, "ws", ctx, task, 1)
     assert done.final_state == late.final_state == "TASK_STATE_COMPLETED"
     assert ledger_summary(witness, ctx)["executions"] == 1
 
@@ -133,25 +123,21 @@ def test_crashed_owner_claim_resolves_at_once_after_restart(tmp_path: Path,
     assert ledger_summary(witness, ctx)["executions"] == 0
 
 
-def test_live_owner_claim_is_joined_not_resolved(hardened: Reasoner, witness: str) -> None:
+def test_live_owner_claim_is_joined_not_resolved(reasoner: Reasoner, witness: str) -> None:
     """Negative control of defect 4: an owner that is alive is waited for (joined), never
     declared gone: the duplicate gets the real outcome, one execution."""
     ctx = uid("c")
     msg = message(ctx=ctx, meta={k("sideEffect"): True, k("test.delayS"): 1.5})
     with ThreadPoolExecutor(2) as pool:
-        first, dup = pool.map(lambda b: hardened.send(b, stream(msg)), ["sse", "ws"])
+        first, dup = pool.map(lambda b: reasoner.send(b, stream(msg)), ["sse", "ws"])
     assert first.final_state == dup.final_state == "TASK_STATE_COMPLETED"
     assert first.without_ids() == dup.without_ids()
     assert ledger_summary(witness, ctx)["executions"] == 1
 
 
-@pytest.fixture(scope="module")
-def small_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reasoner]:
-    """A Reasoner keeping at most 5 executed tasks per worker."""
-    base = tmp_path_factory.mktemp("small-store")
-    with start_test_reasoner(base, extra=["--max-tasks", "5", "--set",
-                                          "reasoner.handoff_timeout_s=60"]) as proc:
-        yield Reasoner(proc)
+small_store = Reasoner.fixture(
+    "small-store", "A Reasoner keeping at most 5 executed tasks per worker.", witness=False,
+    extra=["--max-tasks", "5", "--set", "reasoner.handoff_timeout_s=60"])
 
 
 def _rejected(r: Reasoner, token: str) -> Turn:
@@ -279,42 +265,42 @@ def test_task_memory_per_task(repo_root: Path) -> None:
 
 @pytest.mark.parametrize("binding", ["sse", "ws"])
 def test_first_message_resent_with_the_learned_context_joins_the_original(
-        hardened: Reasoner, binding: str, witness: str) -> None:
+        reasoner: Reasoner, binding: str, witness: str) -> None:
     """D1: a first message without contextId, re-sent with the same requestGuid once the Live
     layer learned the minted contextId, joins (in flight) or replays (done) the original: one
     execution, one session."""
     guid = uid("g")
     first = message(guid=guid, meta={k("sideEffect"): True, k("test.delayS"): 0.6})
-    with hardened.ws() as s:
+    with reasoner.ws() as s:
         s.send(stream(first, rid="first"))
         task = s.recv()["result"]["task"]  # the Live layer learns the contextId here
         resent = dict(first, contextId=task["contextId"])
-        joined = hardened.send(binding, stream(resent))  # while the original is in flight
+        joined = reasoner.send(binding, stream(resent))  # while the original is in flight
         original = s.until_end("first")
-    replayed = hardened.send(binding, stream(resent))  # after it finished
+    replayed = reasoner.send(binding, stream(resent))  # after it finished
     assert original.final_state == "TASK_STATE_COMPLETED"
     assert joined.without_ids() == replayed.without_ids()
     assert joined.without_ids()[1:] == original.without_ids()  # (its Task frame read above)
     assert joined.task_id == task["id"]
     assert ledger_summary(witness, task["contextId"])["executions"] == 1
-    again = hardened.send(binding, stream(first))  # the byte-identical resend, no contextId
+    again = reasoner.send(binding, stream(first))  # the byte-identical resend, no contextId
     assert again.without_ids() == joined.without_ids()
 
 
 @pytest.mark.parametrize("how", ["jsonrpc", "rest"])
-def test_subscribing_to_a_paused_task_ends_at_input_required(hardened: Reasoner, how: str) -> None:
+def test_subscribing_to_a_paused_task_ends_at_input_required(reasoner: Reasoner, how: str) -> None:
     """Found by the long fuzz run: SubscribeToTask on an INPUT_REQUIRED task stayed open and
     silent until the handoff was answered; by the profile's stream-end rule it gets the Task
     and ends."""
     import httpx
 
-    task = _paused(hardened, uid("c")).task_id
+    task = _paused(reasoner, uid("c")).task_id
     with httpx.Client(timeout=httpx.Timeout(10.0, read=3.0)) as c:
         if how == "rest":
-            req = c.build_request("GET", f"{hardened.url}/tasks/{task}:subscribe",
+            req = c.build_request("GET", f"{reasoner.url}/tasks/{task}:subscribe",
                                   headers=headers())
         else:
-            req = c.build_request("POST", hardened.url + "/", headers=headers(),
+            req = c.build_request("POST", reasoner.url + "/", headers=headers(),
                                   json={"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask",
                                         "params": {"id": task}})
         resp = c.send(req, stream=True)

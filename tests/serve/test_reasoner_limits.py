@@ -11,10 +11,8 @@ import math
 import re
 import resource
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from websockets.sync.client import connect
 
 from tests.serve.conftest import (
@@ -32,12 +30,7 @@ WS_IN_FLIGHT = 64  # the server's per-socket limit (loadtests.reasoner.ws)
 WS_REQUESTS = 2000
 
 
-@pytest.fixture(scope="module")
-def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reasoner]:
-    """A Reasoner of its own (no witness)."""
-    base = tmp_path_factory.mktemp("limits")
-    with start_test_reasoner(base) as proc:
-        yield Reasoner(proc)
+limited = Reasoner.fixture("limits", "A Reasoner of its own (no witness).", witness=False)
 
 
 def _request(i: int) -> dict:
@@ -93,13 +86,9 @@ FAST_LIMITS = ["--header-timeout-s", str(DEADLINE_S), "--body-timeout-s", str(DE
                "--idle-timeout-s", str(DEADLINE_S)]
 
 
-@pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reasoner]:
-    """A Reasoner with 1 s deadlines and 700 connections per client."""
-    base = tmp_path_factory.mktemp("guarded")
-    extra = [*FAST_LIMITS, "--max-connections-per-client", str(PER_CLIENT)]
-    with start_test_reasoner(base, extra=extra) as proc:
-        yield Reasoner(proc)
+guarded = Reasoner.fixture(
+    "guarded", "A Reasoner with 1 s deadlines and 700 connections per client.", witness=False,
+    extra=[*FAST_LIMITS, "--max-connections-per-client", str(PER_CLIENT)])
 
 
 def closed_count(r: Reasoner) -> dict[str, float]:

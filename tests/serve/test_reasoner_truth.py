@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -40,15 +40,6 @@ KEY_CONFLICT = "schema-validation: The requestGuid (or turnId) was already used 
                "different request."
 
 
-@pytest.fixture(scope="module")
-def truthful(tmp_path_factory: pytest.TempPathFactory,
-             witness_server: ManagedProcess) -> Iterator[Reasoner]:
-    """The module's Reasoner (SQLite store, witness attached)."""
-    base = tmp_path_factory.mktemp("truth")
-    with start_test_reasoner(base, witness=witness_server.url) as proc:
-        yield Reasoner(proc)
-
-
 def _pay(text: str, ctx: str, guid: str, delay_s: float = 0.0) -> dict:
     """A side-effect turn."""
     meta = {k("sideEffect"): True}
@@ -61,13 +52,13 @@ def _pay(text: str, ctx: str, guid: str, delay_s: float = 0.0) -> dict:
 
 
 @pytest.mark.parametrize("binding", ["sse", "ws"])
-def test_same_guid_different_request_is_refused_and_runs_nothing(truthful: Reasoner,
+def test_same_guid_different_request_is_refused_and_runs_nothing(reasoner: Reasoner,
                                                                   binding: str,
                                                                   witness: str) -> None:
     ctx, guid = uid("c"), uid("g")
-    first = truthful.send(binding, stream(_pay("pay 10 to Bob", ctx, guid)))
-    other = truthful.send(binding, stream(_pay("pay 5000 to Mallory", ctx, guid)))
-    again = truthful.send(binding, stream(_pay("pay 10 to Bob", ctx, guid)))
+    first = reasoner.send(binding, stream(_pay("pay 10 to Bob", ctx, guid)))
+    other = reasoner.send(binding, stream(_pay("pay 5000 to Mallory", ctx, guid)))
+    again = reasoner.send(binding, stream(_pay("pay 10 to Bob", ctx, guid)))
     assert first.final_state == "TASK_STATE_COMPLETED"
     assert (other.final_state, other.error_code, other.failure_text) == (
         "TASK_STATE_FAILED", "schema-validation", KEY_CONFLICT)
@@ -76,20 +67,20 @@ def test_same_guid_different_request_is_refused_and_runs_nothing(truthful: Reaso
     assert ledger_summary(witness, ctx)["executions"] == 1
 
 
-def test_same_guid_different_side_effect_flag_is_refused(truthful: Reasoner,
+def test_same_guid_different_side_effect_flag_is_refused(reasoner: Reasoner,
                                                          witness: str) -> None:
     ctx, guid = uid("c"), uid("g")
-    plain = truthful.send("sse", stream(message("pay 10 to Bob", ctx=ctx, guid=guid)))
-    paying = truthful.send("sse", stream(_pay("pay 10 to Bob", ctx, guid)))
+    plain = reasoner.send("sse", stream(message("pay 10 to Bob", ctx=ctx, guid=guid)))
+    paying = reasoner.send("sse", stream(_pay("pay 10 to Bob", ctx, guid)))
     assert plain.final_state == "TASK_STATE_COMPLETED"
     assert paying.error_code == "schema-validation"
     assert ledger_summary(witness, ctx)["executions"] == 0
 
 
-def test_concurrent_reuse_of_an_in_flight_key_is_refused(truthful: Reasoner,
+def test_concurrent_reuse_of_an_in_flight_key_is_refused(reasoner: Reasoner,
                                                          witness: str) -> None:
     ctx, guid = uid("c"), uid("g")
-    with truthful.ws() as s:
+    with reasoner.ws() as s:
         s.send(stream(_pay("pay 10 to Bob", ctx, guid, delay_s=0.5), rid="a"))
         assert s.recv()["result"]["task"]  # the original is in flight
         s.send(stream(_pay("pay 5000 to Mallory", ctx, guid), rid="b"))
@@ -130,19 +121,19 @@ def _paused(r: Reasoner, ctx: str) -> Turn:
 
 
 @pytest.mark.parametrize("order", ["finished-first", "continuation-first"])
-def test_a_continuation_never_gets_another_tasks_outcome(truthful: Reasoner, order: str,
+def test_a_continuation_never_gets_another_tasks_outcome(reasoner: Reasoner, order: str,
                                                         witness: str) -> None:
     """A continuation of parked T2 carrying T1's requestGuid continues T2 (either order)."""
     ctx, guid = uid("c"), uid("g")
-    t2 = _paused(truthful, ctx).task_id
+    t2 = _paused(reasoner, ctx).task_id
     answer = message("my answer", ctx=ctx, task=t2, guid=guid, meta={k("sideEffect"): True})
     t1_msg = _pay("pay 10 to Bob", ctx, guid)
     if order == "finished-first":
-        t1 = truthful.send("sse", stream(t1_msg))
-        cont = truthful.send("sse", stream(answer))
+        t1 = reasoner.send("sse", stream(t1_msg))
+        cont = reasoner.send("sse", stream(answer))
     else:
-        cont = truthful.send("sse", stream(answer))
-        t1 = truthful.send("sse", stream(t1_msg))
+        cont = reasoner.send("sse", stream(answer))
+        t1 = reasoner.send("sse", stream(t1_msg))
     assert t1.final_state == cont.final_state == "TASK_STATE_COMPLETED"
     assert cont.final["statusUpdate"]["taskId"] == t2 != t1.task_id
     assert ledger_summary(witness, ctx)["executions"] == 2
@@ -154,13 +145,9 @@ SLOW_SPEECH = FAST_SCENARIO.replace("first_chunk_s = 0.0", "first_chunk_s = 3.0"
 ROLLED = "rolled-forward"
 
 
-@pytest.fixture(scope="module")
-def slow_speech(tmp_path_factory: pytest.TempPathFactory,
-                witness_server: ManagedProcess) -> Iterator[Reasoner]:
-    """A Reasoner whose turns wait 3 s between the tool call and the first chunk."""
-    base = tmp_path_factory.mktemp("slow-speech")
-    with start_test_reasoner(base, witness=witness_server.url, scenario=SLOW_SPEECH) as proc:
-        yield Reasoner(proc)
+slow_speech = Reasoner.fixture(
+    "slow-speech", "A Reasoner whose turns wait 3 s between the tool call and the first chunk.",
+    scenario=SLOW_SPEECH)
 
 
 def _side_effect_of(status: dict) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -36,54 +36,19 @@ from tests.serve.conftest import (
     uid,
 )
 
-
-@pytest.fixture(scope="module")
-def turn_mode(tmp_path_factory: pytest.TempPathFactory,
-              witness_server: ManagedProcess) -> Iterator[Reasoner]:
-    """A Reasoner deduplicating by turnId."""
-    base = tmp_path_factory.mktemp("turn-mode")
-    with start_test_reasoner(base, witness=witness_server.url,
-                             extra=["--dedup-mode", "turn"]) as proc:
-        yield Reasoner(proc)
-
-
-@pytest.fixture(scope="module")
-def none_mode(tmp_path_factory: pytest.TempPathFactory,
-              witness_server: ManagedProcess) -> Iterator[Reasoner]:
-    """A Reasoner without dedup (negative control), keeping at most 5 tasks in memory."""
-    base = tmp_path_factory.mktemp("none-mode")
-    with start_test_reasoner(base, witness=witness_server.url,
-                             extra=["--dedup-mode", "none", "--max-tasks", "5"]) as proc:
-        yield Reasoner(proc)
-
-
-@pytest.fixture(scope="module")
-def two_workers(tmp_path_factory: pytest.TempPathFactory,
-                witness_server: ManagedProcess) -> Iterator[Reasoner]:
-    """Two uvicorn workers sharing one SQLite dedup store."""
-    base: Path = tmp_path_factory.mktemp("two-workers")
-    with start_test_reasoner(base, witness=witness_server.url, workers=2) as proc:
-        yield Reasoner(proc)
-
-
-@pytest.fixture(scope="module")
-def two_workers_redis(tmp_path_factory: pytest.TempPathFactory, witness_server: ManagedProcess,
-                      redis_server: ManagedProcess) -> Iterator[Reasoner]:
-    """Two uvicorn workers sharing one Redis dedup store."""
-    base: Path = tmp_path_factory.mktemp("two-workers-redis")
-    with start_test_reasoner(base, witness=witness_server.url, workers=2,
-                             dedup=redis_server.url) as proc:
-        yield Reasoner(proc)
-
-
-@pytest.fixture(scope="module")
-def two_workers_memory(tmp_path_factory: pytest.TempPathFactory,
-                       witness_server: ManagedProcess) -> Iterator[Reasoner]:
-    """Two uvicorn workers with per-process memory stores (negative control)."""
-    base: Path = tmp_path_factory.mktemp("two-workers-memory")
-    with start_test_reasoner(base, witness=witness_server.url, workers=2,
-                             dedup="memory") as proc:
-        yield Reasoner(proc)
+turn_mode = Reasoner.fixture("turn-mode", "A Reasoner deduplicating by turnId.",
+                             extra=["--dedup-mode", "turn"])
+none_mode = Reasoner.fixture(
+    "none-mode", "A Reasoner without dedup (negative control), keeping at most 5 tasks in memory.",
+    extra=["--dedup-mode", "none", "--max-tasks", "5"])
+two_workers = Reasoner.fixture("two-workers", "Two uvicorn workers sharing one SQLite dedup store.",
+                               workers=2)
+two_workers_redis = Reasoner.fixture(
+    "two-workers-redis", "Two uvicorn workers sharing one Redis dedup store.", workers=2,
+    dedup_server="redis_server")
+two_workers_memory = Reasoner.fixture(
+    "two-workers-memory", "Two uvicorn workers with per-process memory stores (negative control).",
+    workers=2, dedup="memory")
 
 
 SPREAD_ATTEMPTS = 200  # requests sent at most to reach both workers
@@ -178,16 +143,23 @@ def _metrics_by_worker(r: Reasoner) -> dict[str, str]:
     pytest.fail(f"{SPREAD_ATTEMPTS} /metrics scrapes all served by worker(s) {sorted(scrapes)}")
 
 
-def test_two_workers_share_the_store_and_the_metrics(two_workers: Reasoner,
-                                                     witness: str) -> None:
+def _executed_once_by_two_workers(workers: Reasoner, witness: str) -> tuple[str, list[Turn]]:
+    """One side-effect turn sent on fresh connections until both workers answered: every answer
+    the same (a replay), one execution in the witness ledger.  Its context and the answers."""
     ctx = uid("c")
     msg = message(ctx=ctx, meta={k("sideEffect"): True})
-    by_worker = serve_on_both_workers(two_workers, lambda i: stream(msg))
+    by_worker = serve_on_both_workers(workers, lambda i: stream(msg))
     results = [t for turns in by_worker.values() for t in turns]
     assert len(by_worker) == 2
-    assert len({r.task_id for r in results}) == 1  # both workers answered with one task
     assert all(r.without_ids() == results[0].without_ids() for r in results)
     assert ledger_summary(witness, ctx)["executions"] == 1
+    return ctx, results
+
+
+def test_two_workers_share_the_store_and_the_metrics(two_workers: Reasoner,
+                                                     witness: str) -> None:
+    _, results = _executed_once_by_two_workers(two_workers, witness)
+    assert len({r.task_id for r in results}) == 1  # both workers answered with one task
     before = {w: _completed(text) for w, text in _metrics_by_worker(two_workers).items()}
     assert len(set(before.values())) == 1  # every worker's scrape aggregates all workers
     new = serve_on_both_workers(two_workers, lambda i: stream(message(ctx=uid("c"))))
@@ -207,15 +179,14 @@ def test_two_workers_keep_contexts_bound(two_workers: Reasoner) -> None:
         assert bob.error_code == "session-not-found"
 
 
-def test_two_workers_share_a_redis_store(two_workers_redis: Reasoner, witness: str) -> None:
-    ctx = uid("c")
-    msg = message(ctx=ctx, meta={k("sideEffect"): True})
-    by_worker = serve_on_both_workers(two_workers_redis, lambda i: stream(msg))
-    results = [t for turns in by_worker.values() for t in turns]
-    assert len(by_worker) == 2
+def test_two_workers_share_a_redis_store(two_workers_redis: Reasoner, witness: str,
+                                         redis_server: ManagedProcess) -> None:
+    import redis
+
+    ctx, results = _executed_once_by_two_workers(two_workers_redis, witness)
     assert results[0].final_state == "TASK_STATE_COMPLETED"
-    assert all(r.without_ids() == results[0].without_ids() for r in results)
-    assert ledger_summary(witness, ctx)["executions"] == 1
+    # the one entry they shared is in Redis (a shared SQLite file would pass the lines above)
+    assert len(redis.Redis.from_url(redis_server.url).keys(f"rta:dedup:*{ctx}:*")) == 1
 
 
 def test_two_workers_with_memory_stores_execute_duplicates(two_workers_memory: Reasoner,

@@ -223,15 +223,22 @@ def test_handoff_timeout_fails_the_task(reasoner: Reasoner, binding: str) -> Non
 # ---------------------------------------------------------------------------- idempotency
 
 
+def _replayed(r: Reasoner, binding: str, msg: dict) -> Turn:
+    """Send ``msg`` twice; the second answer replays the first (same events, sequenceIds,
+    taskId); the first."""
+    first = r.send(binding, stream(msg))
+    again = r.send(binding, stream(msg))
+    assert again.without_ids() == first.without_ids()
+    return first
+
+
 def test_sequential_duplicate_is_replayed_not_reexecuted(reasoner: Reasoner, binding: str,
                                                          witness: str) -> None:
     ctx, guid, turn_id = uid("c"), uid("g"), uid("t")
     msg = message(ctx=ctx, guid=guid, turn=turn_id, meta={k("sideEffect"): True})
-    first = reasoner.send(binding, stream(msg))
-    again = reasoner.send(binding, stream(msg))
+    first = _replayed(reasoner, binding, msg)
     other = reasoner.send("ws" if binding == "sse" else "sse", stream(msg))
     assert first.final_state == "TASK_STATE_COMPLETED"
-    assert again.without_ids() == first.without_ids()  # same events, sequenceIds, taskId
     assert other.without_ids() == first.without_ids()  # across bindings too
     summary = ledger_summary(witness, ctx)
     assert summary["executions"] == 1
@@ -239,10 +246,7 @@ def test_sequential_duplicate_is_replayed_not_reexecuted(reasoner: Reasoner, bin
 
 def test_failed_outcome_is_replayed(reasoner: Reasoner, binding: str) -> None:
     msg = message(ctx=uid("c"), meta={k("test.forceError"): "internal"})
-    first = reasoner.send(binding, stream(msg))
-    again = reasoner.send(binding, stream(msg))
-    assert first.error_code == "internal"
-    assert again.without_ids() == first.without_ids()
+    assert _replayed(reasoner, binding, msg).error_code == "internal"
 
 
 def test_concurrent_duplicates_join_one_execution(reasoner: Reasoner, binding: str,
@@ -309,10 +313,7 @@ def test_duplicate_continuation_is_replayed(reasoner: Reasoner, binding: str) ->
     ctx = uid("c")
     first = reasoner.send(binding, stream(message(ctx=ctx, meta={k("handoff"): True})))
     follow = message("my answer", ctx=ctx, task=first.task_id)
-    done = reasoner.send(binding, stream(follow))
-    again = reasoner.send(binding, stream(follow))
-    assert done.final_state == "TASK_STATE_COMPLETED"
-    assert again.without_ids() == done.without_ids()
+    assert _replayed(reasoner, binding, follow).final_state == "TASK_STATE_COMPLETED"
 
 
 def test_client_gone_mid_turn_still_records_the_outcome(reasoner: Reasoner, binding: str,
