@@ -232,6 +232,7 @@ DISTINCT: dict[tuple[str, str], str] = {
     ("--turns", "serve bench"): "timed HTTP turns per store and round",
     ("--rounds", "load bench"): "alternating rounds of the Live-user benchmark",
     ("--rounds", "serve bench"): "interleaved rounds of the server benchmark",
+    ("--rounds", "bench report"): "timed reports of the report benchmark",
     ("--no-pin", "load bench"): "its own benchmark's CPU pinning",
     ("--no-pin", "serve bench"): "its own benchmark's CPU pinning (stores pin=False)",
     ("run_dir", "check"): "the folder judged (optional with --bench)",
