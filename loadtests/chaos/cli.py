@@ -95,8 +95,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     opt(p, "--start-at UNIX_TIME", "second 0 of the outage schedule (default: proxy start)",
         float)
     opt(p, "--start-file PATH", "second 0 of the outage schedule is the 't0' (unix time) of "
-                                "this JSON file once it appears (a load run's ledger/clock."
-                                "json); no outage before that")
+                                "this JSON file once it appears (a load run's "
+                                "ledger/clock.json); no outage before that")
     LOG_LEVEL.add(p, default="warning")
 
 

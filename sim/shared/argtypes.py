@@ -1,4 +1,8 @@
-"""argparse ``type=`` converters shared by every rtalab command (one clear message each)."""
+"""The CLI glue every rtalab command shares, written once: argparse ``type=`` converters (one
+clear message each), the one-line-error parser, commands (:func:`add_command`: options and
+function in one call, the help from the function's docstring), options declared as --help shows
+them (:func:`opt`, the ``(default ...)`` part written from the default) and the options several
+commands have (:class:`Option` and the ``add_*`` groups), so an option means the same everywhere."""
 
 from __future__ import annotations
 
@@ -94,7 +98,7 @@ def add_group(subparsers: Any, name: str, help: str, description: str) -> Any:
     return group.add_subparsers(title="commands", metavar="COMMAND")
 
 
-def add_command(sub: Any, name: str, func: Callable[[argparse.Namespace], int],
+def add_command(sub: Any, name: str, func: Command,
                 arguments: Callable[[argparse.ArgumentParser], None] | None = None,
                 help: str | None = None, description: str | None = None
                 ) -> argparse.ArgumentParser:
