@@ -377,3 +377,15 @@ def test_an_option_changes_only_its_default() -> None:
     assert "worker processes (default 2)" in q.format_help()
     with pytest.raises(TypeError, match="only the default"):
         workers.add(OneLineParser(prog="z"), help="another meaning")
+
+
+def test_every_command_still_parses_under_python_OO() -> None:
+    """``python -OO`` strips the docstrings the commands' help comes from: rtalab must still
+    run (without help texts), not refuse to build its parser."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-OO", "-m", "sim.cli", "load", "run", "--help"],
+                       capture_output=True, text=True, check=False, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "--duration" in p.stdout

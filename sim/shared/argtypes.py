@@ -107,8 +107,9 @@ def add_command(sub: Any, name: str, func: Command,
     paragraph is the one-line ``help`` in the command list, the rest the ``description``."""
     if help is None:
         doc = inspect.getdoc(func)
-        if not doc:
+        if not doc and sys.flags.optimize < 2:  # python -OO strips every docstring: no help
             raise ValueError(f"command {name!r}: {func.__qualname__} has no docstring (its help)")
+        doc = doc or ""
         first, _, rest = doc.partition("\n\n")
         help = " ".join(first.split())
         description = description or " ".join(rest.split()) or None
