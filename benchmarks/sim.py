@@ -32,7 +32,7 @@ from typing import Any
 
 from benchmarks import util as benchutil
 from benchmarks.util import Measurement, warn_if_busy, warn_unstable
-from sim.shared.argtypes import positive_int
+from sim.shared.argtypes import add_seed, flag, opt, positive_int
 
 RATIO_TARGET = 2.0  # a simulated turn at most 2x a bare SimPy customer
 RSS_TARGET_BYTES = int(1.5 * 1024**3)  # 1M turns under 1.5 GB
@@ -204,7 +204,6 @@ def cost_ratio(sim: Measurement, mmc: Measurement, target: float = RATIO_TARGET)
     return CostRatio(1e6 / sim.mean, 1e6 / mmc.mean, target)
 
 
-
 def host_line() -> str:
     """One line naming the machine and software the figures were measured on."""
     from sim.shared.results import package_versions
@@ -248,23 +247,15 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
     return 0
 
 
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``rtalab sim bench``."""
-    p.add_argument("--turns", type=positive_int, default=100_000, metavar="N",
-                   help="simulated turns per timed run (default 100,000)")
-    p.add_argument("--customers", type=positive_int, default=300_000, metavar="N",
-                   help="bare M/M/c customers per timed run (default 300,000)")
-    p.add_argument("--repeats", type=positive_int, default=3, metavar="K",
-                   help="timed runs of each benchmark (default 3)")
-    p.add_argument("--seed", type=int, default=1, help="seed of every run (default 1)")
-    p.add_argument("--memory", action="store_true",
-                   help="also simulate --memory-turns turns in a child and report peak RSS")
-    p.add_argument("--memory-turns", type=positive_int, default=1_000_000, metavar="N",
-                   help="turns of the memory run (default 1,000,000)")
-    p.add_argument("--skip-speed", action="store_true",
-                   help="skip (a)-(c), e.g. with --memory for the memory figure alone")
+    """The options of ``rtalab bench sim``."""
+    opt(p, "--turns N", "simulated turns per timed run", positive_int, 100_000)
+    opt(p, "--customers N", "bare M/M/c customers per timed run", positive_int, 300_000)
+    opt(p, "--repeats K", "timed runs of each benchmark", positive_int, 3)
+    add_seed(p, default=1)
+    flag(p, "--memory", "also simulate --memory-turns turns in a child and report peak RSS")
+    opt(p, "--memory-turns N", "turns of the memory run", positive_int, 1_000_000)
+    flag(p, "--skip-speed", "skip (a)-(c), e.g. with --memory for the memory figure alone")
 
 
 def _child_main(argv: Sequence[str] | None = None) -> int:

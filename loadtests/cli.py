@@ -13,27 +13,29 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadtests.reasoner.idempotency import MODES
+from loadtests.reasoner.unsafe import UNSAFE_BUGS
 from sim.shared.argtypes import (
+    HOST,
+    LOG_LEVEL,
+    PORT,
+    Option,
     add_command,
     add_group,
     add_scenario,
+    flag,
     non_negative,
-    port,
+    one_line_errors,
+    opt,
     positive_int,
+    repeatable,
 )
 
-EXIT_USAGE = 2
 REASONER_PROG = "rtalab serve reasoner"
 
 
 class FlagError(Exception):
     """A flag value the user must fix (one line, exit 2)."""
-
-
-
-
-
-
 
 
 def non_negative_int(text: str) -> int:
@@ -49,61 +51,55 @@ def positive_float(text: str) -> float:
     return v
 
 
+# the Reasoner's options that ``rtalab load run`` passes on to its embedded Reasoner
+DEDUP = Option("--dedup URL", "dedup store: sqlite:///PATH, redis://HOST:PORT[/DB] or memory")
+DEDUP_MODE = Option("--dedup-mode", "override [reasoner].dedup", choices=MODES)
+UNSAFE_BUG = Option("--unsafe-bug BUG", "TEST ONLY: plant one class of bug in the Reasoner (a "
+                                        "negative control of the release gate): "
+                                        f"{', '.join(UNSAFE_BUGS)}",
+                    choices=UNSAFE_BUGS, action="append", default=[])
+
+
 def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab serve reasoner``."""
-    from loadtests.reasoner.idempotency import MODES
-    from loadtests.reasoner.unsafe import UNSAFE_BUGS
     from loadtests.reasoner.wire import DEFAULT_EXT_URI
 
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=port, default=8000, help="TCP port (default 8000)")
-    p.add_argument("--workers", type=positive_int, default=1,
-                   help="uvicorn worker processes sharing the dedup store (default 1)")
-    p.add_argument("--dedup", metavar="URL", default="",
-                   help="dedup store: sqlite:///PATH, redis://HOST:PORT[/DB] or memory "
-                        "(default: a SQLite file per port in the temp directory)")
-    p.add_argument("--dedup-mode", choices=MODES, default=None,
-                   help="override [reasoner].dedup")
-    p.add_argument("--dedup-window-s", type=non_negative, default=None,
-                   help="override [reasoner].dedup_window_s")
-    p.add_argument("--dedup-wait-s", type=non_negative, default=30.0,
-                   help="how long a duplicate waits for the in-flight original (default 30)")
+    HOST.add(p)
+    PORT.add(p, default=8000)
+    opt(p, "--workers", "uvicorn worker processes sharing the dedup store", positive_int, 1)
+    DEDUP.add(p, default="", shown="a SQLite file per port in the temp directory")
+    DEDUP_MODE.add(p)
+    opt(p, "--dedup-window-s", "override [reasoner].dedup_window_s", non_negative)
+    opt(p, "--dedup-wait-s", "how long a duplicate waits for the in-flight original",
+        non_negative, 30.0)
     add_scenario(p, option="whose [reasoner] section drives the behaviour")
-    p.add_argument("--witness", metavar="URL", default=None,
-                   help="witness service for side effects (POST <URL>/execute); "
-                        "default: simulated in process")
-    p.add_argument("--tokens", metavar="FILE", action="append", default=[],
-                   help="bearer tokens file: TOKEN=PRINCIPAL per line, or a JSON object")
-    p.add_argument("--token", metavar="TOKEN=PRINCIPAL", action="append", default=[],
-                   help="one bearer token (repeatable); env RTALAB_REASONER_TOKENS also read")
-    p.add_argument("--ext-uri", default=DEFAULT_EXT_URI, help="the profile's extension URI")
-    p.add_argument("--test-hooks", action="store_true",
-                   help="honour rta/test.forceError, rta/test.delayS and rta/test.raise "
-                        "(tests only)")
-    p.add_argument("--unsafe-bug", choices=UNSAFE_BUGS, action="append", default=[],
-                   metavar="BUG", help="TEST ONLY: plant one class of bug (negative controls of "
-                                       f"the release gate): {', '.join(UNSAFE_BUGS)}")
-    p.add_argument("--max-tasks", type=positive_int, default=10_000,
-                   help="executed tasks kept in memory per worker (fair per-principal LRU; "
-                        "default 10000, ~60 MiB); rejections: 1000 per principal apart")
-    p.add_argument("--header-timeout-s", type=non_negative, default=10.0,
-                   help="close a connection whose request headers take longer (0 = off; "
-                        "default 10)")
-    p.add_argument("--body-timeout-s", type=non_negative, default=30.0,
-                   help="close a connection whose request body takes longer after its "
-                        "headers (0 = off; default 30)")
-    p.add_argument("--idle-timeout-s", type=positive_float, default=5.0,
-                   help="close a keep-alive connection idle this long (default 5)")
-    p.add_argument("--max-connections", type=non_negative_int, default=0,
-                   help="open client connections per worker process (default 0: the open-file "
-                        "limit minus a reserve of max(128, 10%%))")
-    p.add_argument("--max-connections-per-client", type=non_negative_int, default=0,
-                   help="open connections per client IP address per worker (default 0: half "
-                        "of --max-connections)")
-    p.add_argument("--log-level", default="info",
-                   choices=("critical", "error", "warning", "info", "debug"),
-                   help="server log level (default info)")
-    p.add_argument("--access-log", action="store_true", help="uvicorn access log")
+    opt(p, "--witness URL", "witness service for side effects (POST <URL>/execute); default: "
+                            "simulated in process")
+    repeatable(p, "--tokens FILE",
+               "bearer tokens file: TOKEN=PRINCIPAL per line, or a JSON object")
+    repeatable(p, "--token TOKEN=PRINCIPAL",
+               "one bearer token (repeatable); env RTALAB_REASONER_TOKENS also read")
+    opt(p, "--ext-uri", "the profile's extension URI", default=DEFAULT_EXT_URI)
+    flag(p, "--test-hooks", "honour rta/test.forceError, rta/test.delayS and rta/test.raise "
+                            "(tests only)")
+    UNSAFE_BUG.add(p)
+    opt(p, "--max-tasks", "executed tasks kept in memory per worker (fair per-principal LRU; "
+                          "{default}, ~60 MiB); rejections: 1000 per principal apart",
+        positive_int, 10_000)
+    opt(p, "--header-timeout-s", "close a connection whose request headers take longer (0 = "
+                                 "off; {default})", non_negative, 10.0)
+    opt(p, "--body-timeout-s", "close a connection whose request body takes longer after its "
+                               "headers (0 = off; {default})", non_negative, 30.0)
+    opt(p, "--idle-timeout-s", "close a keep-alive connection idle this long", positive_float,
+        5.0)
+    opt(p, "--max-connections", "open client connections per worker process ({default}: the "
+                                "open-file limit minus a reserve of max(128, 10%%))",
+        non_negative_int, 0)
+    opt(p, "--max-connections-per-client", "open connections per client IP address per worker "
+                                           "({default}: half of --max-connections)",
+        non_negative_int, 0)
+    LOG_LEVEL.add(p, default="info")
+    flag(p, "--access-log", "uvicorn access log")
 
 
 def settings_from_args(args: argparse.Namespace) -> Any:
@@ -159,19 +155,15 @@ def _check_sqlite_file(target: str) -> None:
         raise FlagError(f"--dedup: cannot open SQLite file {path}: {e}") from None
 
 
+@one_line_errors(REASONER_PROG, FlagError)
 def cmd_reasoner(args: argparse.Namespace) -> int:
-    """``rtalab serve reasoner``."""
-    from loadtests.reasoner.server import run
-    from sim.config import ConfigError
+    """the reference A2A Reasoner
 
-    try:
-        settings = settings_from_args(args)
-    except FlagError as e:
-        print(f"{REASONER_PROG}: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except ConfigError as e:
-        print(f"{REASONER_PROG}: error: scenario: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    Serve the reference Reasoner (A2A JSON-RPC/SSE, REST, WebSocket /ws).
+    """
+    from loadtests.reasoner.server import run
+
+    settings = settings_from_args(args)
     if settings.workers > 1 and settings.store_url.strip() == "memory":
         print(f"{REASONER_PROG}: warning: --dedup memory is per worker; duplicates reaching "
               "another worker are executed again (negative control)", file=sys.stderr)
@@ -193,7 +185,11 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """``rtalab serve bench``."""
+    """Reasoner turns/s and CPU per turn per dedup store
+
+    Reasoner turns/s, server CPU per turn and turn latency with dedup none, SQLite and Redis side by
+    side (1 worker each, interleaved rounds, load generator in process).
+    """
     from benchmarks.serve import run_bench
 
     return run_bench(args)
@@ -207,7 +203,11 @@ def add_fuzz_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    """``rtalab serve fuzz``."""
+    """long fuzz run of the Reasoner on every binding
+
+    Fuzz the Reasoner over JSON-RPC/SSE, REST and WebSocket with mostly valid, mutated requests;
+    report 5xx, unanswered, crashes and RSS.
+    """
     from loadtests.fuzz.cli import run_fuzz
 
     return run_fuzz(args)
@@ -224,16 +224,12 @@ def _unavailable(name: str, reason: str) -> Any:
     return func
 
 
-
 def register(subparsers: Any) -> None:
     """Add ``serve`` with ``reasoner``, ``witness`` and ``bench`` to the root parser."""
     sub = add_group(subparsers, "serve", help="run the reference servers and benchmarks",
                     description="Run the reference Reasoner, the witness, "
                                 "or the server benchmark.")
-    add_command(sub, "reasoner", cmd_reasoner, add_reasoner_arguments,
-                help="the reference A2A Reasoner",
-                description="Serve the reference Reasoner (A2A JSON-RPC/SSE, REST, "
-                            "WebSocket /ws).")
+    add_command(sub, "reasoner", cmd_reasoner, add_reasoner_arguments)
     try:
         from loadtests.witness.cli import register_witness
     except ImportError as e:
@@ -241,15 +237,5 @@ def register(subparsers: Any) -> None:
         witness.set_defaults(func=_unavailable("witness", f"not available ({e})"))
     else:
         register_witness(sub)
-    bench = sub.add_parser("bench", help="Reasoner turns/s and CPU per turn per dedup store",
-                           description="Reasoner turns/s, server CPU per turn and turn latency "
-                                       "with dedup none, SQLite and Redis side by side (1 worker "
-                                       "each, interleaved rounds, load generator in process).")
-    add_bench_arguments(bench)
-    bench.set_defaults(func=cmd_bench)
-    fuzz = sub.add_parser("fuzz", help="long fuzz run of the Reasoner on every binding",
-                          description="Fuzz the Reasoner over JSON-RPC/SSE, REST and WebSocket "
-                                      "with mostly valid, mutated requests; report 5xx, "
-                                      "unanswered, crashes and RSS.")
-    add_fuzz_arguments(fuzz)
-    fuzz.set_defaults(func=cmd_fuzz)
+    add_command(sub, "bench", cmd_bench, add_bench_arguments)
+    add_command(sub, "fuzz", cmd_fuzz, add_fuzz_arguments)

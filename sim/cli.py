@@ -28,15 +28,22 @@ from typing import Any
 from sim.config import ConfigError
 from sim.shared.argtypes import (  # UsageError re-exported: plugins raise sim.cli.UsageError
     EXIT_USAGE,
+    NO_PLOTS,
+    OUT_DIR,
     OneLineParser,
     UsageError,
+    add_command,
+    add_executor,
     add_group,
     add_quiet,
     add_results_root,
     add_scenario,
     add_seed,
+    flag,
     help_of,
+    opt,
     positive_int,
+    repeatable,
 )
 
 PROG = "rtalab"
@@ -61,7 +68,7 @@ def _load(ref: str, overrides: Sequence[str] | None) -> Any:
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
-    """``rtalab sim presets``: list the shipped scenarios with their descriptions."""
+    """list the shipped scenarios"""
     from sim.scenario import load_scenario, preset_names
 
     names = preset_names()
@@ -73,7 +80,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """``rtalab sim show``: print the fully resolved scenario as TOML."""
+    """print the resolved scenario as TOML"""
     from sim.scenario import dumps
 
     scenario = _load(args.scenario, args.set)
@@ -82,7 +89,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``rtalab sim run``: simulate a scenario and write a new results folder."""
+    """run a scenario and write a results folder
+
+    Simulate SCENARIO (replications with CIs) and write <results>/<UTC time>-sim-<name>-s<seed>/.
+    """
     scenario = _load(args.scenario, args.set)
     extra: dict[str, Any] = {}
     if args.seed is not None:
@@ -157,7 +167,12 @@ def print_summary(summary: dict[str, Any], run_dir: Path, meta: dict[str, Any]) 
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """``rtalab sim sweep``: run a grid of scenario variants; one run folder per point."""
+    """run a grid of scenario variants (local cores or Dask)
+
+    Run every point of a factorial (and zipped) grid over scenario keys; each point is a run folder
+    under DIR/points/, the tidy table is DIR/sweep.csv + .parquet. Rerunning into the same DIR skips
+    finished points.
+    """
     from sim import sweep
     from sim.shared import results
 
@@ -254,7 +269,12 @@ def _load_runs(paths: Sequence[Path]) -> list[Any]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """``rtalab compare``: metrics of several run folders side by side, differences with CIs."""
+    """compare results folders (runs, sweep points, load runs)
+
+    Metrics of RUN_A RUN_B [RUN...] side by side with 95 % CIs; each run after the first is compared
+    with the first (Welch CI of the difference over replications; ≠ marks differences significant
+    after Holm).
+    """
     import datetime as dt
 
     from sim.shared.compare import RunFolderError, compare_table, differing, plot_compare
@@ -338,7 +358,10 @@ def _nan_none(v: Any) -> Any:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """``rtalab report``: one self-contained HTML page of runs and sweeps."""
+    """one self-contained HTML report of runs and sweeps
+
+    Render run folders and sweep folders into one offline HTML file (every figure embedded).
+    """
     import datetime as dt
 
     from sim.shared.compare import RunFolderError
@@ -362,87 +385,65 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare_arguments(p: argparse.ArgumentParser) -> None:
+    opt(p, "runs RUN", "run folders (>= 2)", Path, nargs="+")
+    flag(p, "--csv", "print the table as CSV on stdout")
+    opt(p, "--png FILE", "the overlay plot (default: results/<UTC time>-compare.png)", Path)
+    flag(p, "--no-plot", "no PNG")
+
+
+def _report_arguments(p: argparse.ArgumentParser) -> None:
+    opt(p, "paths PATH", "run folders and/or sweep folders", Path, nargs="+")
+    opt(p, "--out FILE.html", "output file (default: results/<UTC time>-report.html)", Path)
+    add_quiet(p, "no progress line; print only the report's path")
+
+
 def add_results_parsers(subparsers: Any) -> None:
     """Register the top-level ``rtalab compare`` and ``rtalab report`` (any results folder)."""
-    cmp = subparsers.add_parser(
-        "compare", help="compare results folders (runs, sweep points, load runs)",
-        description="Metrics of RUN_A RUN_B [RUN...] side by side with 95 % CIs; each run "
-                    "after the first is compared with the first (Welch CI of the difference "
-                    "over replications; ≠ marks differences significant after Holm).")
-    cmp.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folders (>= 2)")
-    cmp.add_argument("--csv", action="store_true", help="print the table as CSV on stdout")
-    cmp.add_argument("--png", type=Path, metavar="FILE",
-                     help="the overlay plot (default: results/<UTC time>-compare.png)")
-    cmp.add_argument("--no-plot", action="store_true", help="no PNG")
-    cmp.set_defaults(func=cmd_compare)
-    rep = subparsers.add_parser(
-        "report", help="one self-contained HTML report of runs and sweeps",
-        description="Render run folders and sweep folders into one offline HTML file "
-                    "(every figure embedded).")
-    rep.add_argument("paths", nargs="+", type=Path, metavar="PATH",
-                     help="run folders and/or sweep folders")
-    rep.add_argument("--out", type=Path, metavar="FILE.html",
-                     help="output file (default: results/<UTC time>-report.html)")
-    add_quiet(rep, "no progress line; print only the report's path")
-    rep.set_defaults(func=cmd_report)
+    add_command(subparsers, "compare", cmd_compare, _compare_arguments)
+    add_command(subparsers, "report", cmd_report, _report_arguments)
     from sim.shared.manage import add_parser as add_results_parser
 
     add_results_parser(subparsers)
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    add_scenario(p)
+    add_seed(p)
+    opt(p, "--replications R", "independent replications (default: run.replications)",
+        positive_int)
+    add_results_root(p)
+    NO_PLOTS.add(p)
+    add_quiet(p, "no progress bar or table; print only the run folder")
+
+
+def _sweep_arguments(p: argparse.ArgumentParser) -> None:
+    add_scenario(p)
+    repeatable(p, "--grid KEY.PATH=V1,V2,...",
+               "a factorial axis (values are TOML); repeatable, axes are crossed")
+    repeatable(p, "--zip KEY.PATH=V1,V2,...",
+               "axes of equal length that vary together; repeatable")
+    opt(p, "--replications R", "replications per point (default: run.replications)",
+        positive_int)
+    add_seed(p)
+    add_executor(p)
+    OUT_DIR.add(p)
+    NO_PLOTS.add(p)
+    add_quiet(p)
 
 
 def add_sim_parser(subparsers: Any) -> None:
     """Register ``rtalab sim`` and its sub-commands."""
     sub = add_group(subparsers, "sim", help="simulate scenarios (SimPy)",
                     description="Simulate Live-layer clients and A2A Reasoners.")
-
-    run = sub.add_parser("run", help="run a scenario and write a results folder",
-                         description="Simulate SCENARIO (replications with CIs) and write "
-                                     "<results>/<UTC time>-sim-<name>-s<seed>/.")
-    add_scenario(run)
-    add_seed(run)
-    run.add_argument("--replications", type=positive_int, metavar="R",
-                     help="independent replications (default: run.replications)")
-    add_results_root(run)
-    run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    add_quiet(run, "no progress bar or table; print only the run folder")
-    run.set_defaults(func=cmd_run)
-
-    sw = sub.add_parser("sweep", help="run a grid of scenario variants (local cores or Dask)",
-                        description="Run every point of a factorial (and zipped) grid over "
-                                    "scenario keys; each point is a run folder under "
-                                    "DIR/points/, the tidy table is DIR/sweep.csv + .parquet. "
-                                    "Rerunning into the same DIR skips finished points.")
-    add_scenario(sw)
-    sw.add_argument("--grid", metavar="KEY.PATH=V1,V2,...", action="append", default=[],
-                    help="a factorial axis (values are TOML); repeatable, axes are crossed")
-    sw.add_argument("--zip", metavar="KEY.PATH=V1,V2,...", action="append", default=[],
-                    help="axes of equal length that vary together; repeatable")
-    sw.add_argument("--replications", type=positive_int, metavar="R",
-                    help="replications per point (default: run.replications)")
-    add_seed(sw)
-    where = sw.add_mutually_exclusive_group()
-    where.add_argument("--processes", type=positive_int, metavar="N",
-                       help="local worker processes (default: every usable CPU)")
-    where.add_argument("--dask", metavar="ADDRESS",
-                       help="tcp://HOST:8786 (an existing Dask scheduler) or local[:N] "
-                            "(start a LocalCluster of N single-threaded worker processes)")
-    sw.add_argument("--out", type=Path, metavar="DIR",
-                    help="the sweep folder (default: a new results/<time>-sweep-<name>-s<seed>)")
-    sw.add_argument("--no-plots", action="store_true", help="skip the PNG plots of each point")
-    add_quiet(sw)
-    sw.set_defaults(func=cmd_sweep)
+    add_command(sub, "run", cmd_run, _run_arguments)
+    add_command(sub, "sweep", cmd_sweep, _sweep_arguments)
 
     from sim.answers.cli import add_parsers as add_answer_parsers  # capacity, tune, storm
 
     add_answer_parsers(sub)
-
-    presets = sub.add_parser("presets", help="list the shipped scenarios")
-    presets.set_defaults(func=cmd_presets)
-
-    show = sub.add_parser("show", help="print the resolved scenario as TOML")
-    add_scenario(show)
-    show.set_defaults(func=cmd_show)
-
+    add_command(sub, "presets", cmd_presets)
+    add_command(sub, "show", cmd_show, add_scenario)
 
 
 # The benchmarks live in the ``benchmarks`` package (above sim; registered as ``rtalab bench``);

@@ -8,20 +8,24 @@ scenario) exits 2 with one line on stderr.
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from sim.shared.argtypes import (
-    EXIT_USAGE,
+    LOG_LEVEL,
     add_command,
     add_scenario,
     add_seed,
     checked,
+    flag,
     non_negative,
+    one_line_errors,
+    opt,
     probability,
+    repeatable,
+    usage_error,
 )
 
 PROG = "rtalab chaos"
@@ -68,41 +72,32 @@ def outage_spec(text: str) -> Any:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab chaos``."""
-    p.add_argument("--listen", type=listen_addr, required=True, metavar="HOST:PORT",
-                   help="address to listen on (port 0: any free port, printed)")
-    p.add_argument("--upstream", type=upstream_url, required=True, metavar="URL",
-                   help="the Reasoner, e.g. http://127.0.0.1:8000")
+    opt(p, "--listen HOST:PORT", "address to listen on (port 0: any free port, printed)",
+        listen_addr, required=True)
+    opt(p, "--upstream URL", "the Reasoner, e.g. http://127.0.0.1:8000", upstream_url,
+        required=True)
     add_scenario(p, option="whose [network] section gives the rates and outages")
     add_seed(p)
-    p.add_argument("--ledger", metavar="FILE", default="chaos.jsonl",
-                   help="injection ledger (JSONL, appended; '' = none; default chaos.jsonl)")
-    p.add_argument("--duplicate", type=probability, default=None, metavar="P",
-                   help="override uplink.duplication")
-    p.add_argument("--reorder", type=probability, default=None, metavar="P",
-                   help="override downlink.reorder")
-    p.add_argument("--reorder-delay-s", type=non_negative, default=None, metavar="S",
-                   help="override downlink.reorder_delay_s (constant)")
-    p.add_argument("--drop", type=probability, default=None, metavar="P",
-                   help="override downlink.loss (P of a mid-stream cut at each event)")
-    p.add_argument("--delay-s", type=non_negative, default=None, metavar="S",
-                   help="override latency_s of both directions (constant)")
-    p.add_argument("--outage", type=outage_spec, action="append", default=[],
-                   metavar="START:DURATION[:DIR]", help="add an outage window (repeatable)")
-    p.add_argument("--no-scenario-outages", action="store_true",
-                   help="ignore the scenario's [[network.outages]]")
-    p.add_argument("--outage-mode", choices=("blackhole", "refuse"), default="blackhole",
-                   help="what an outage does (default blackhole)")
-    p.add_argument("--reorder-terminal", action="store_true",
-                   help="let reordering move events past the terminal status")
-    p.add_argument("--start-at", type=float, default=None, metavar="UNIX_TIME",
-                   help="second 0 of the outage schedule (default: proxy start)")
-    p.add_argument("--start-file", default=None, metavar="PATH",
-                   help="second 0 of the outage schedule is the 't0' (unix time) of this JSON "
-                        "file once it appears (a load run's ledger/clock.json); no outage "
-                        "before that")
-    p.add_argument("--log-level", default="warning",
-                   choices=("critical", "error", "warning", "info", "debug"),
-                   help="proxy log level (default warning)")
+    opt(p, "--ledger FILE", "injection ledger (JSONL, appended; '' = none; {default})",
+        default="chaos.jsonl")
+    opt(p, "--duplicate P", "override uplink.duplication", probability)
+    opt(p, "--reorder P", "override downlink.reorder", probability)
+    opt(p, "--reorder-delay-s S", "override downlink.reorder_delay_s (constant)", non_negative)
+    opt(p, "--drop P", "override downlink.loss (P of a mid-stream cut at each event)",
+        probability)
+    opt(p, "--delay-s S", "override latency_s of both directions (constant)", non_negative)
+    repeatable(p, "--outage START:DURATION[:DIR]", "add an outage window (repeatable)",
+               outage_spec)
+    flag(p, "--no-scenario-outages", "ignore the scenario's [[network.outages]]")
+    opt(p, "--outage-mode", "what an outage does", choices=("blackhole", "refuse"),
+        default="blackhole")
+    flag(p, "--reorder-terminal", "let reordering move events past the terminal status")
+    opt(p, "--start-at UNIX_TIME", "second 0 of the outage schedule (default: proxy start)",
+        float)
+    opt(p, "--start-file PATH", "second 0 of the outage schedule is the 't0' (unix time) of "
+                                "this JSON file once it appears (a load run's "
+                                "ledger/clock.json); no outage before that")
+    LOG_LEVEL.add(p, default="warning")
 
 
 class FlagError(Exception):
@@ -140,27 +135,24 @@ def settings_from_args(args: argparse.Namespace) -> Any:
                          start_file=args.start_file, log_level=args.log_level)
 
 
+@one_line_errors(PROG, FlagError)
 def cmd_chaos(args: argparse.Namespace) -> int:
-    """``rtalab chaos``."""
-    from loadtests.chaos.server import run
-    from sim.config import ConfigError
+    """L7 chaos proxy for JSON-RPC HTTP/SSE and WebSocket
 
-    try:
-        settings = settings_from_args(args)
-    except FlagError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except ConfigError as e:
-        print(f"{PROG}: error: scenario: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    Proxy a Reasoner, injecting the scenario's [network] faults at the message level: duplicated
+    requests, reordered and delayed stream events, mid-stream drops, refuse / black-hole outages.
+    See docs/chaos.md.
+    """
+    from loadtests.chaos.server import run
+
+    settings = settings_from_args(args)
     if settings.ledger is not None:
         try:
             settings.ledger.parent.mkdir(parents=True, exist_ok=True)
             settings.ledger.open("a").close()
         except OSError as e:
-            print(f"{PROG}: error: cannot write --ledger {settings.ledger}: {e.strerror or e}",
-                  file=sys.stderr)
-            return EXIT_USAGE
+            return usage_error(f"{PROG}: error: cannot write --ledger {settings.ledger}: "
+                               f"{e.strerror or e}")
     try:
         return run(settings)
     except KeyboardInterrupt:
@@ -169,9 +161,4 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``chaos`` to the root parser."""
-    add_command(subparsers, "chaos", cmd_chaos, add_arguments,
-                help="L7 chaos proxy for JSON-RPC HTTP/SSE and WebSocket",
-                description="Proxy a Reasoner, injecting the scenario's [network] faults at "
-                            "the message level: duplicated requests, reordered and delayed "
-                            "stream events, mid-stream drops, refuse / black-hole outages. See "
-                            "docs/chaos.md.")
+    add_command(subparsers, "chaos", cmd_chaos, add_arguments)

@@ -8,10 +8,17 @@ JSON, a bad flag).
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from sim.shared.argtypes import EXIT_USAGE, add_quiet, positive_int
+from sim.shared.argtypes import (
+    add_command,
+    add_quiet,
+    flag,
+    opt,
+    positive_int,
+    repeatable,
+    usage_error,
+)
 from sim.shared.junit import add_junit_argument
 
 PROG = "rtalab check"
@@ -36,25 +43,27 @@ def hazard_limit(text: str) -> tuple[str, float]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Run the checker (or its benchmark)."""
+    """Jepsen-style delivery verdict of a load run
+
+    Judge a load run from its ledgers (lost, duplicated, ghost successes, unexpected, incomplete,
+    ordering, retries, echo, sequenceId); writes verdict.json and verdict.txt. Exit 1 on a failed
+    rule, 2 on unusable input. See docs/check.md.
+    """
     if args.bench:
         from benchmarks.check import format_bench, run_bench
 
         print(format_bench(run_bench(rows=args.rows, repeat=args.repeat)), end="")
         return 0
     if not args.run_dir:
-        print(f"{PROG}: error: RUN_DIR is required (or --bench)", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(f"{PROG}: error: RUN_DIR is required (or --bench)")
     from loadtests.check import LedgerError, check_run
 
     try:
         verdict = check_run(args.run_dir, dict(args.hazard_limit))
     except LedgerError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(f"{PROG}: error: {e}")
     except OSError as e:
-        print(f"{PROG}: error: cannot write the verdict: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(f"{PROG}: error: cannot write the verdict: {e}")
     if args.junit:
         import json
         from pathlib import Path
@@ -65,9 +74,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             data = json.loads((Path(args.run_dir) / "verdict.json").read_text(encoding="utf-8"))
             junit.write(args.junit, f"rtalab check {args.run_dir}", junit.verdict_cases(data))
         except OSError as e:
-            print(f"{PROG}: error: cannot write {args.junit}: {e.strerror or e}",
-                  file=sys.stderr)
-            return EXIT_USAGE
+            return usage_error(f"{PROG}: error: cannot write {args.junit}: {e.strerror or e}")
     if not args.quiet:
         from loadtests.check.show import verdict_lines
 
@@ -75,23 +82,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if verdict.ok else EXIT_FAILED
 
 
-def register(subparsers: Any) -> None:
-    """Add ``check`` to the root parser."""
-    p = subparsers.add_parser(
-        "check", help="Jepsen-style delivery verdict of a load run",
-        description="Judge a load run from its ledgers (lost, duplicated, ghost successes, "
-                    "unexpected, incomplete, ordering, retries, echo, sequenceId); writes "
-                    "verdict.json and verdict.txt. Exit 1 on a failed rule, 2 on unusable "
-                    "input. See docs/check.md.")
-    p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a load-run folder")
-    p.add_argument("--hazard-limit", type=hazard_limit, action="append", default=[],
-                   metavar="NAME=PER_1K",
-                   help="fail a hazard rule above this rate per 1,000 turns (repeatable)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``rtalab check``."""
+    opt(p, "run_dir RUN_DIR", "a load-run folder", nargs="?")
+    repeatable(p, "--hazard-limit NAME=PER_1K",
+               "fail a hazard rule above this rate per 1,000 turns (repeatable)", hazard_limit)
     add_quiet(p, "print nothing (exit status only)")
     add_junit_argument(p)
-    p.add_argument("--bench", action="store_true",
-                   help="time the checker on synthetic ledger rows instead")
-    p.add_argument("--rows", type=positive_int, default=1_000_000,
-                   help="--bench: synthetic ledger rows (default 1,000,000)")
-    p.add_argument("--repeat", type=positive_int, default=3, help="--bench: repetitions")
-    p.set_defaults(func=cmd_check)
+    flag(p, "--bench", "time the checker on synthetic ledger rows instead")
+    opt(p, "--rows", "--bench: synthetic ledger rows", positive_int, 1_000_000)
+    opt(p, "--repeat", "--bench: repetitions", positive_int, 3)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``check`` to the root parser."""
+    add_command(subparsers, "check", cmd_check, add_arguments)

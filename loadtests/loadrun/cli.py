@@ -11,18 +11,27 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from loadtests.reasoner.unsafe import UNSAFE_BUGS
+from loadtests.cli import DEDUP, DEDUP_MODE, UNSAFE_BUG
 from sim.policy.codes import ALL_CODES, is_retryable
 from sim.shared.argtypes import (
-    EXIT_USAGE,
+    DRAIN,
+    DURATION,
+    NO_PLOTS,
+    TARGET,
+    TOKEN,
+    WITNESS,
+    WORKERS,
     add_command,
     add_group,
     add_quiet,
     add_results_root,
     add_scenario,
-    http_url,
+    flag,
     non_negative,
+    opt,
     positive_int,
+    repeatable,
+    usage_error,
 )
 from sim.shared.junit import add_junit_argument
 
@@ -59,66 +68,51 @@ DEFAULT_MASTER_BIND = ("0.0.0.0", 5557)  # Locust's own default
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab load run``."""
     add_scenario(p)
-    p.add_argument("--target", type=http_url, default=None, metavar="URL",
-                   help="base URL of a deployment to test (default: start the reference "
-                        "Reasoner, witness and chaos proxy here)")
-    p.add_argument("--token", action="append", default=[],
-                   help="bearer token for --target (repeatable: calls alternate between the "
-                        "principals, so per-call turnIds are reused across principals)")
-    p.add_argument("--witness", type=http_url, default=None, metavar="URL",
-                   help="with --target: the witness the deployment sends its tool calls to")
-    p.add_argument("--binding", choices=("sse", "ws", "both"), default="sse",
-                   help="HTTP/SSE, WebSocket, or both (calls alternate) (default sse)")
-    p.add_argument("--processes", type=positive_int, default=1,
-                   help="Locust processes: 1 = local, N > 1 = master + N workers (default 1)")
-    p.add_argument("--workers-expected", type=positive_int, default=None, metavar="N",
-                   help="run only the Locust master here and wait for N workers started with "
-                        "'rtalab load worker --master HOST:PORT' (on other hosts)")
-    p.add_argument("--master-bind", type=_hostport, default=None, metavar="HOST:PORT",
-                   help="with --workers-expected: where the master listens for its workers "
-                        "(default 0.0.0.0:5557)")
-    p.add_argument("--duration", type=non_negative, default=None, metavar="S",
-                   help="seconds of call arrivals (default [run].duration_s)")
-    p.add_argument("--drain", type=non_negative, default=None, metavar="S",
-                   help="at most this long for open calls to end (default [run].drain_s)")
-    p.add_argument("--chaos", action=argparse.BooleanOptionalAction, default=None,
-                   help="put the L7 chaos proxy (scenario [network]) in front; default: when "
-                        "any [network] key is not zero; --no-chaos: the real loopback")
-    p.add_argument("--crash-at", type=non_negative, action="append", default=[], metavar="S",
-                   help="SIGKILL the embedded Reasoner at S s and restart it (repeatable; the "
-                        "embedded case of --restart-at)")
-    p.add_argument("--restart-at", type=non_negative, action="append", default=[], metavar="S",
-                   help="restart the Reasoner S s after the load started (repeatable): with "
-                        "--target, run --restart-cmd; embedded, SIGKILL and restart it")
-    p.add_argument("--restart-cmd", default=None, metavar="CMD",
-                   help="with --target: shell command that restarts the deployment (e.g. "
-                        "'docker restart reasoner'); the run waits for it and for the agent card")
-    p.add_argument("--workers", type=positive_int, default=None,
-                   help="embedded Reasoner worker processes (default 1)")
-    p.add_argument("--dedup", default=None, metavar="URL",
-                   help="embedded Reasoner dedup store (default SQLite in the run folder)")
-    p.add_argument("--dedup-mode", choices=("request-guid", "turn", "none"), default=None,
-                   help="override [reasoner].dedup")
-    p.add_argument("--slo", type=_slo, action="append", default=[], metavar="'METRIC<=X'",
-                   help="a release gate on the run's summary.json (same syntax as sim "
-                        "capacity, e.g. 'turn_completion_p99_s<=4', 'success_rate>=0.99'; "
-                        "repeatable); without --slo the availability gate applies")
+    TARGET.add(p)
+    TOKEN.add(p)
+    WITNESS.add(p)
+    opt(p, "--binding", "HTTP/SSE, WebSocket, or both (calls alternate)",
+        choices=("sse", "ws", "both"), default="sse")
+    opt(p, "--processes", "Locust processes: 1 = local, N > 1 = master + N workers",
+        positive_int, 1)
+    opt(p, "--workers-expected N", "run only the Locust master here and wait for N workers "
+                                   "started with 'rtalab load worker --master HOST:PORT' (on "
+                                   "other hosts)", positive_int)
+    opt(p, "--master-bind HOST:PORT", "with --workers-expected: where the master listens for "
+                                      "its workers (default 0.0.0.0:5557)", _hostport)
+    DURATION.add(p, shown="[run].duration_s")
+    DRAIN.add(p, shown="[run].drain_s")
+    opt(p, "--chaos", "put the L7 chaos proxy (scenario [network]) in front; default: when any "
+                      "[network] key is not zero; --no-chaos: the real loopback",
+        action=argparse.BooleanOptionalAction)
+    repeatable(p, "--crash-at S", "SIGKILL the embedded Reasoner at S s and restart it "
+                                  "(repeatable; the embedded case of --restart-at)",
+               non_negative)
+    repeatable(p, "--restart-at S", "restart the Reasoner S s after the load started "
+                                    "(repeatable): with --target, run --restart-cmd; embedded, "
+                                    "SIGKILL and restart it", non_negative)
+    opt(p, "--restart-cmd CMD", "with --target: shell command that restarts the deployment "
+                                "(e.g. 'docker restart reasoner'); the run waits for it and for "
+                                "the agent card")
+    WORKERS.add(p, shown=1)
+    DEDUP.add(p, shown="SQLite in the run folder")
+    DEDUP_MODE.add(p)
+    repeatable(p, "--slo 'METRIC<=X'", "a release gate on the run's summary.json (same syntax "
+                                       "as sim capacity, e.g. 'turn_completion_p99_s<=4', "
+                                       "'success_rate>=0.99'; repeatable); without --slo the "
+                                       "availability gate applies", _slo)
     add_results_root(p)
     add_junit_argument(p)
     add_quiet(p, "no progress lines")
-    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    NO_PLOTS.add(p)
     test = p.add_argument_group("test-only switches (negative controls and conformance)")
-    test.add_argument("--no-reorder", action="store_true",
-                      help="TEST ONLY: Live users play events in arrival order")
-    test.add_argument("--unsafe-test-retry-code", type=_code, action="append", default=[],
-                      metavar="CODE", help="TEST ONLY: also retry this non-retryable code")
-    test.add_argument("--test-force-error", type=_code, action="append", default=[],
-                      metavar="CODE", help="TEST ONLY: turn i forces code i %% n through the "
-                                           "Reasoner's --test-hooks (embedded only)")
-    test.add_argument("--unsafe-bug", choices=UNSAFE_BUGS, action="append", default=[],
-                      metavar="BUG", help="TEST ONLY: plant one class of dedup bug in the "
-                                          "embedded Reasoner (negative control; one of "
-                                          f"{', '.join(UNSAFE_BUGS)})")
+    flag(test, "--no-reorder", "TEST ONLY: Live users play events in arrival order")
+    repeatable(test, "--unsafe-test-retry-code CODE",
+               "TEST ONLY: also retry this non-retryable code", _code)
+    repeatable(test, "--test-force-error CODE", "TEST ONLY: turn i forces code i %% n through "
+                                                "the Reasoner's --test-hooks (embedded only)",
+               _code)
+    UNSAFE_BUG.add(test)
 
 
 def _duration(args: argparse.Namespace, sc: Any) -> float:
@@ -161,11 +155,11 @@ def check_flags(args: argparse.Namespace, sc: Any) -> str | None:
         except ValueError as e:
             return f"--dedup: {e}"
     duration = _duration(args, sc)
-    for flag, times in (("--crash-at", args.crash_at), ("--restart-at", args.restart_at),
+    for name, times in (("--crash-at", args.crash_at), ("--restart-at", args.restart_at),
                         ("load.restart_at_s", restart_times(args, sc))):
         late = [t for t in times if t >= duration]
         if late:
-            return (f"{flag} {late[0]:g} is not before the end of arrivals (--duration "
+            return (f"{name} {late[0]:g} is not before the end of arrivals (--duration "
                     f"{duration:g}): it would restart nothing the load can see")
     return None
 
@@ -194,7 +188,11 @@ def flag_warnings(args: argparse.Namespace, sc: Any) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``rtalab load run``."""
+    """run a scenario against a Reasoner
+
+    Run SCENARIO's workload with Locust Live users; gather ledgers, tables, summary and verdict in
+    results/.
+    """
     from loadtests.common.procs import ProcessError
     from loadtests.loadrun.orchestrate import RunError, RunOptions, run_load
     from sim.config import ConfigError
@@ -203,16 +201,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         sc = load_scenario(args.scenario, list(args.set))
     except ConfigError as e:
-        print(f"rtalab: scenario error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(f"rtalab: scenario error: {e}")
     for c in args.unsafe_test_retry_code:
         if is_retryable(c):
-            print(f"rtalab: --unsafe-test-retry-code {c}: already retryable", file=sys.stderr)
-            return EXIT_USAGE
+            return usage_error(f"rtalab: --unsafe-test-retry-code {c}: already retryable")
     problem = check_flags(args, sc)
     if problem:
-        print(f"rtalab: {problem}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(f"rtalab: {problem}")
     for warning in flag_warnings(args, sc):
         print(f"rtalab load: warning: {warning}", file=sys.stderr)
     opts = RunOptions(
@@ -233,19 +228,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         from loadtests.common.procs import url_ready
 
         if not url_ready(f"{args.target}/.well-known/agent-card.json", timeout_s=5.0):
-            print(f"rtalab: target {args.target} does not answer", file=sys.stderr)
-            return EXIT_USAGE
+            return usage_error(f"rtalab: target {args.target} does not answer")
     try:
         run_dir, rc = run_load(opts)
     except (RunError, ProcessError) as e:
-        print(f"rtalab: load run failed: {str(e).splitlines()[0]}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(f"rtalab: load run failed: {str(e).splitlines()[0]}")
     if args.junit:
         try:
             _write_junit(args.junit, run_dir)
         except OSError as e:
-            print(f"rtalab: cannot write {args.junit}: {e.strerror or e}", file=sys.stderr)
-            return EXIT_USAGE
+            return usage_error(f"rtalab: cannot write {args.junit}: {e.strerror or e}")
     _print_end(run_dir)
     return rc
 
@@ -280,21 +272,23 @@ def _write_junit(path: Path, run_dir: Path) -> None:
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    """``rtalab load summarize RUN_DIR``."""
+    """tables, summary and verdict of a gathered ledger
+
+    Rebuild the tables, summary.json and the verdict of a load run folder (e.g. gathered by a Locust
+    master on another host).
+    """
     from loadtests.loadrun.orchestrate import summarize_run
 
     run = Path(args.run_dir)
     if not (run / "ledger" / "attempts.jsonl").exists() or not (
             run / "ledger" / "clock.json").exists():
-        print(f"rtalab: {run}: not a load run folder with a gathered ledger", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(f"rtalab: {run}: not a load run folder with a gathered ledger")
     from loadtests.check import LedgerError
 
     try:
         rc, verdict = summarize_run(run)
     except LedgerError as e:
-        print(f"rtalab: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(f"rtalab: {e}")
     if verdict.interrupted:
         print(f"rtalab load summarize: {run} was interrupted: tables, summary and verdict "
               "are over the partial ledger gathered before the interrupt")
@@ -302,10 +296,13 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     return rc
 
 
-
 def cmd_worker(args: argparse.Namespace) -> int:
-    """``rtalab load worker --master HOST:PORT``: one Locust worker of a master on another
-    host; the settings and the scenario come from the master, the ledger goes to it."""
+    """a Locust worker for a master on another host
+
+    Join the load run of 'rtalab load run ... --workers-expected N --master-bind HOST:PORT' as one
+    of its N workers: settings and scenario come from the master, the ledger rows go to it; this
+    host keeps its logs in its own run folder.
+    """
     from loadtests.loadrun.orchestrate import run_worker
 
     host, port = args.master
@@ -315,50 +312,36 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return rc
 
 
+def _summarize_arguments(p: argparse.ArgumentParser) -> None:
+    opt(p, "run_dir RUN_DIR", "a load-run folder whose ledger/ holds the gathered JSONL files")
+
+
+def _worker_arguments(p: argparse.ArgumentParser) -> None:
+    opt(p, "--master HOST:PORT", "the master's --master-bind address", _hostport, required=True)
+    add_results_root(p)
+    opt(p, "--timeout S", "give up after S seconds (default: until the master ends the run)",
+        non_negative)
+    add_quiet(p, "no progress lines")
+
+
 def register(subparsers: Any) -> None:
-    """Add ``load`` with ``run`` and ``bench`` to the root parser."""
+    """Add ``load`` with ``run``, ``summarize``, ``worker``, ``probe`` and ``bench`` to the root
+    parser."""
     sub = add_group(subparsers, "load", help="load-test a Reasoner with Locust Live users",
                     description="Load runs with Locust Live users, ledgers "
                                 "and a delivery verdict.")
-    add_command(sub, "run", cmd_run, add_run_arguments,
-                help="run a scenario against a Reasoner",
-                description="Run SCENARIO's workload with Locust Live users; gather "
-                            "ledgers, tables, summary and verdict in results/.")
-    summ = sub.add_parser("summarize", help="tables, summary and verdict of a gathered ledger",
-                          description="Rebuild the tables, summary.json and the verdict of a "
-                                      "load run folder (e.g. gathered by a Locust master "
-                                      "on another host).")
-    summ.add_argument("run_dir", metavar="RUN_DIR",
-                      help="a load-run folder whose ledger/ holds the gathered JSONL files")
-    summ.set_defaults(func=cmd_summarize)
-    worker = sub.add_parser("worker", help="a Locust worker for a master on another host",
-                            description="Join the load run of 'rtalab load run ... "
-                                        "--workers-expected N --master-bind HOST:PORT' as one "
-                                        "of its N workers: settings and scenario come from the "
-                                        "master, the ledger rows go to it; this host keeps its "
-                                        "logs in its own run folder.")
-    worker.add_argument("--master", type=_hostport, required=True, metavar="HOST:PORT",
-                        help="the master's --master-bind address")
-    add_results_root(worker)
-    worker.add_argument("--timeout", type=non_negative, default=None, metavar="S",
-                        help="give up after S seconds (default: until the master ends the run)")
-    add_quiet(worker, "no progress lines")
-    worker.set_defaults(func=cmd_worker)
+    add_command(sub, "run", cmd_run, add_run_arguments)
+    add_command(sub, "summarize", cmd_summarize, _summarize_arguments)
+    add_command(sub, "worker", cmd_worker, _worker_arguments)
     from loadtests.loadrun.probe import add_arguments as probe_arguments
     from loadtests.loadrun.probe import cmd_probe
 
-    add_command(sub, "probe", cmd_probe, probe_arguments,
-                help="step the load up until throughput stops growing",
-                description="A time-bounded step-load (one short load run per step) that "
-                            "finds the knee: the saturation throughput and, with the mean "
-                            "service, the capacity; writes probe.json for rtalab calibrate "
-                            "(docs/load.md).")
+    add_command(sub, "probe", cmd_probe, probe_arguments)
     try:
         from benchmarks.load import add_arguments, run_bench
     except ImportError:
         return
-    bench = sub.add_parser("bench", help="Live user turns/s vs a bare FastHttpUser",
-                           description="Turns/s of the SSE and WebSocket Live users against "
-                                       "a bare client reading the same canned stream.")
-    add_arguments(bench)
-    bench.set_defaults(func=run_bench)
+    add_command(sub, "bench", run_bench, add_arguments,
+                help="Live user turns/s vs a bare FastHttpUser",
+                description="Turns/s of the SSE and WebSocket Live users against a bare client "
+                            "reading the same canned stream.")

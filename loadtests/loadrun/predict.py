@@ -29,7 +29,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -38,12 +37,17 @@ from typing import Any
 import pandas as pd
 
 from sim.shared.argtypes import (
-    EXIT_USAGE,
+    DRAIN,
+    DURATION,
+    WORKERS,
+    add_command,
     add_quiet,
     add_scenario,
     add_seed,
     non_negative,
+    opt,
     positive_int,
+    usage_error,
 )
 
 OUTAGE_DIRECTION = "both"
@@ -307,69 +311,59 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``rtalab predict``."""
+    add_scenario(p)  # the deployment
+    opt(p, "--calibrate-rate CALLS_PER_S", "load A, calls/s", float, 1.0)
+    opt(p, "--calibration-run RUN_DIR", "calibrate on this load run instead of running A")
+    g = p.add_mutually_exclusive_group()
+    opt(g, "--predict-rate CALLS_PER_S", "load B, calls/s", float)
+    opt(g, "--predict-utilisation U", "load B as the calibrated utilisation U", float, 0.9)
+    opt(p, "--outage S", "also predict B with an S-second outage mid-window (0 = not; "
+                         "{default})", non_negative, 10.0)
+    DURATION.add(p, default=60.0)
+    opt(p, "--warmup S", "warm-up excluded from every metric", non_negative, 10.0)
+    DRAIN.add(p, default=20.0)
+    WORKERS.add(p, default=2)
+    opt(p, "--binding", "the Live users' binding in every load run", choices=("sse", "ws"),
+        default="sse")
+    opt(p, "--chaos", "chaos proxy in front of every run (default: on iff --outage > 0)",
+        action=argparse.BooleanOptionalAction)
+    opt(p, "--probe", "step-load probe of the deployment for its capacity: auto (when run A "
+                      "does not identify it), always, or never",
+        choices=("auto", "always", "never"), default="auto")
+    opt(p, "--probe-seconds S", "the probe's time bound", non_negative, 90.0)
+    opt(p, "--replications", "simulator replications per case", positive_int, 5)
+    add_seed(p, default=1)
+    opt(p, "--out DIR", "results root", default="results")
+    add_quiet(p, "no progress lines")
+
+
 def register(subparsers: Any) -> None:
     """Add ``rtalab predict`` to the root parser."""
-    p = subparsers.add_parser(
-        "predict", help="calibrate at load A, predict load B, measure B, compare",
-        description="Load-test SCENARIO's embedded deployment at rate A, calibrate a "
-                    "scenario on it, simulate rate B (and B with an outage), load-test B, "
-                    "and compare prediction with measurement (docs/calibration.md).")
-    add_scenario(p)  # the deployment
-    p.add_argument("--calibrate-rate", type=float, default=1.0, metavar="CALLS_PER_S",
-                   help="load A, calls/s (default 1)")
-    p.add_argument("--calibration-run", default=None, metavar="RUN_DIR",
-                   help="calibrate on this load run instead of running A")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--predict-rate", type=float, default=None, metavar="CALLS_PER_S",
-                   help="load B, calls/s")
-    g.add_argument("--predict-utilisation", type=float, default=0.9, metavar="U",
-                   help="load B as the calibrated utilisation U (default 0.9)")
-    p.add_argument("--outage", type=non_negative, default=10.0, metavar="S",
-                   help="also predict B with an S-second outage mid-window (0 = not; default 10)")
-    p.add_argument("--duration", type=non_negative, default=60.0, metavar="S",
-                   help="seconds of arrivals of every run (default 60)")
-    p.add_argument("--warmup", type=non_negative, default=10.0, metavar="S",
-                   help="warm-up excluded from every metric (default 10)")
-    p.add_argument("--drain", type=non_negative, default=20.0, metavar="S",
-                   help="drain after arrivals stop (default 20)")
-    p.add_argument("--workers", type=positive_int, default=2,
-                   help="embedded Reasoner worker processes (default 2)")
-    p.add_argument("--binding", choices=("sse", "ws"), default="sse",
-                   help="the Live users' binding in every load run (default sse)")
-    p.add_argument("--chaos", action=argparse.BooleanOptionalAction, default=None,
-                   help="chaos proxy in front of every run (default: on iff --outage > 0)")
-    p.add_argument("--probe", choices=("auto", "always", "never"), default="auto",
-                   help="step-load probe of the deployment for its capacity: when run A "
-                        "does not identify it (auto, the default), always, or never")
-    p.add_argument("--probe-seconds", type=non_negative, default=90.0, metavar="S",
-                   help="the probe's time bound (default 90)")
-    p.add_argument("--replications", type=positive_int, default=5,
-                   help="simulator replications per case (default 5)")
-    add_seed(p, default=1)
-    p.add_argument("--out", default="results", metavar="DIR", help="results root")
-    add_quiet(p, "no progress lines")
-    p.set_defaults(func=cmd_predict)
+    add_command(subparsers, "predict", cmd_predict, add_arguments)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    """User errors exit 2 with one line."""
+    """calibrate at load A, predict load B, measure B, compare
+
+    Load-test SCENARIO's embedded deployment at rate A, calibrate a scenario on it, simulate rate B
+    (and B with an outage), load-test B, and compare prediction with measurement
+    (docs/calibration.md).
+    """
     from loadtests.common.procs import ProcessError
     from loadtests.loadrun.orchestrate import RunError
     from loadtests.loadrun.probe import ProbeError
     from sim.calibrate import ObservationError
 
     if args.warmup >= args.duration:
-        print("rtalab: --warmup must be < --duration", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error("rtalab: --warmup must be < --duration")
     if args.calibration_run and not (Path(args.calibration_run) / "ledger").is_dir():
-        print(f"rtalab: --calibration-run {args.calibration_run}: not a load-run folder",
-              file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(f"rtalab: --calibration-run {args.calibration_run}: not a load-run "
+                           "folder")
     try:
         return run_predict(args)
     except (RunError, ProcessError, ProbeError) as e:
-        print(f"rtalab: load run failed: {str(e).splitlines()[0]}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(f"rtalab: load run failed: {str(e).splitlines()[0]}")
     except ObservationError as e:
-        print(f"rtalab: calibrate: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(f"rtalab: calibrate: {e}")

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.shared.argtypes import EXIT_USAGE, non_negative, positive_int
+from sim.shared.argtypes import non_negative, usage_error
 
 SATURATED = 0.9  # a step is saturated when it completes less than this share of the offer
 QUEUED = 1.5  # ... and its TTFC p50 is above this times the first step's (a queue built)
@@ -292,32 +292,33 @@ def _plot(path: Path, steps: list[dict[str, Any]], k: dict[str, Any]) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab load probe``."""
-    from sim.shared.argtypes import add_quiet, add_results_root, add_scenario, http_url
+    from sim.shared.argtypes import (
+        TARGET,
+        TOKEN,
+        WITNESS,
+        WORKERS,
+        add_quiet,
+        add_results_root,
+        add_scenario,
+        opt,
+    )
 
     add_scenario(p)
-    p.add_argument("--target", type=http_url, default=None, metavar="URL",
-                   help="deployment to probe (default: the embedded reference Reasoner)")
-    p.add_argument("--token", action="append", default=[], help="bearer token for --target")
-    p.add_argument("--witness", type=http_url, default=None, metavar="URL",
-                   help="with --target: the witness its tool calls go to")
-    p.add_argument("--workers", type=positive_int, default=None,
-                   help="embedded Reasoner worker processes (default 1)")
-    p.add_argument("--start-rate", type=_positive, default=None, metavar="TURNS_PER_S",
-                   help="first step's offered turns/s (default: the scenario's calls/s)")
-    p.add_argument("--factor", type=_above_one, default=1.5,
-                   help="each step offers this times the previous one (default 1.5)")
-    p.add_argument("--step-seconds", type=_positive, default=8.0, metavar="S",
-                   help="seconds of arrivals per step (default 8)")
-    p.add_argument("--step-warmup", type=non_negative, default=2.0, metavar="S",
-                   help="seconds of each step left out of its figures (default 2)")
-    p.add_argument("--step-drain", type=non_negative, default=3.0, metavar="S",
-                   help="at most this long for a step's open calls to end (default 3)")
-    p.add_argument("--max-seconds", type=_positive, default=120.0, metavar="S",
-                   help="the whole probe's time bound (default 120)")
-    p.add_argument("--max-p99-s", type=_positive, default=None, metavar="S",
-                   help="stop when a step's TTFC p99 exceeds S seconds")
-    p.add_argument("--min-success", type=non_negative, default=0.5, metavar="SHARE",
-                   help="stop when a step's success share falls below this (default 0.5)")
+    TARGET.add(p)
+    TOKEN.add(p)
+    WITNESS.add(p)
+    WORKERS.add(p, shown=1)
+    opt(p, "--start-rate TURNS_PER_S", "first step's offered turns/s (default: the scenario's "
+                                       "calls/s)", _positive)
+    opt(p, "--factor", "each step offers this times the previous one", _above_one, 1.5)
+    opt(p, "--step-seconds S", "seconds of arrivals per step", _positive, 8.0)
+    opt(p, "--step-warmup S", "seconds of each step left out of its figures", non_negative, 2.0)
+    opt(p, "--step-drain S", "at most this long for a step's open calls to end", non_negative,
+        3.0)
+    opt(p, "--max-seconds S", "the whole probe's time bound", _positive, 120.0)
+    opt(p, "--max-p99-s S", "stop when a step's TTFC p99 exceeds S seconds", _positive)
+    opt(p, "--min-success SHARE", "stop when a step's success share falls below this",
+        non_negative, 0.5)
     add_results_root(p)
     add_quiet(p, "no progress lines")
 
@@ -337,23 +338,25 @@ def _above_one(text: str) -> float:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    """``rtalab load probe``; user errors exit 2 with one line."""
+    """step the load up until throughput stops growing
+
+    A time-bounded step-load (one short load run per step) that finds the knee: the saturation
+    throughput and, with the mean service, the capacity; writes probe.json for rtalab calibrate
+    (docs/load.md).
+    """
     from loadtests.common.procs import ProcessError
     from loadtests.loadrun.orchestrate import RunError
     from sim.config import ConfigError
     from sim.scenario import load_scenario
 
     if args.step_warmup >= args.step_seconds:
-        print("rtalab: --step-warmup must be < --step-seconds", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error("rtalab: --step-warmup must be < --step-seconds")
     if args.target and args.workers:
-        print("rtalab: --workers needs the embedded Reasoner (no --target)", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error("rtalab: --workers needs the embedded Reasoner (no --target)")
     try:
         sc = load_scenario(args.scenario, list(args.set))
     except ConfigError as e:
-        print(f"rtalab: scenario error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(f"rtalab: scenario error: {str(e).splitlines()[0]}")
     opts = ProbeOptions(
         scenario=sc, target=args.target, tokens=tuple(args.token), witness_url=args.witness,
         workers=args.workers, start_rate=args.start_rate, factor=args.factor,
@@ -364,7 +367,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
     try:
         folder, _ = run_probe(opts)
     except (ProbeError, RunError, ProcessError) as e:
-        print(f"rtalab: load probe: {str(e).splitlines()[0]}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(f"rtalab: load probe: {str(e).splitlines()[0]}")
     print(folder)
     return 0

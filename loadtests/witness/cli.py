@@ -8,17 +8,20 @@ import sys
 from typing import Any
 
 from loadtests.witness.faults import ERROR_STATUSES, FaultError, Faults, parse_dist_text
-from sim.shared.argtypes import non_negative, port, probability
+from sim.shared.argtypes import (
+    HOST,
+    LOG_LEVEL,
+    PORT,
+    add_command,
+    flag,
+    non_negative,
+    one_line_errors,
+    opt,
+    probability,
+)
 
 PROG = "rtalab serve witness"
-EXIT_USAGE = 2
 DEFAULT_PORT = 8091
-
-
-
-
-
-
 
 
 def _statuses(text: str) -> tuple[int, ...]:
@@ -34,32 +37,25 @@ def _statuses(text: str) -> tuple[int, ...]:
 
 def add_witness_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab serve witness``."""
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=port, default=DEFAULT_PORT,
-                   help=f"TCP port (default {DEFAULT_PORT}; the Reasoner's README port is 8090)")
-    p.add_argument("--db", default="witness.db", metavar="PATH",
-                   help="SQLite ledger file, created if missing (default ./witness.db)")
-    p.add_argument("--latency-s", default="0", metavar="SPEC",
-                   help="execution latency: seconds, or a distribution as JSON or a TOML "
-                        "inline table, e.g. '{dist = \"exp\", mean = 0.05}' (default 0)")
-    p.add_argument("--error-rate", type=probability, default=0.0, metavar="P",
-                   help="probability of an injected 500/503 without side effect")
-    p.add_argument("--error-status", type=_statuses, default=(500, 503), metavar="LIST",
-                   help="statuses of injected errors, chosen uniformly (default 500,503)")
-    p.add_argument("--timeout-p", type=probability, default=0.0, metavar="P",
-                   help="probability of hanging --hang-s without side effect, then 504")
-    p.add_argument("--hang-s", type=non_negative, default=30.0, metavar="S",
-                   help="how long an injected hang lasts (default 30)")
-    p.add_argument("--slow-success-p", type=probability, default=0.0, metavar="P",
-                   help="probability of a slow success: recorded after --slow-success-delay-s")
-    p.add_argument("--slow-success-delay-s", type=non_negative, default=5.0, metavar="S",
-                   help="delay of a slow success; set it above the Reasoner's upstream "
-                        "timeout (default 5)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the fault draws")
-    p.add_argument("--test-hooks", action="store_true", help="enable POST /reset (tests only)")
-    p.add_argument("--log-level", default="warning",
-                   choices=("critical", "error", "warning", "info", "debug"),
-                   help="server log level (default warning)")
+    HOST.add(p)
+    PORT.add(p, default=DEFAULT_PORT)
+    opt(p, "--db PATH", "SQLite ledger file, created if missing", default="witness.db")
+    opt(p, "--latency-s SPEC", "execution latency: seconds, or a distribution as JSON or a TOML "
+                               "inline table, e.g. '{dist = \"exp\", mean = 0.05}'", default="0")
+    opt(p, "--error-rate P", "probability of an injected 500/503 without side effect",
+        probability, 0.0)
+    opt(p, "--error-status LIST", "statuses of injected errors, chosen uniformly", _statuses,
+        (500, 503))
+    opt(p, "--timeout-p P", "probability of hanging --hang-s without side effect, then 504",
+        probability, 0.0)
+    opt(p, "--hang-s S", "how long an injected hang lasts", non_negative, 30.0)
+    opt(p, "--slow-success-p P", "probability of a slow success: recorded after "
+                                 "--slow-success-delay-s", probability, 0.0)
+    opt(p, "--slow-success-delay-s S", "delay of a slow success; set it above the Reasoner's "
+                                       "upstream timeout", non_negative, 5.0)
+    opt(p, "--seed", "seed of the fault draws", int)
+    flag(p, "--test-hooks", "enable POST /reset (tests only)")
+    LOG_LEVEL.add(p, default="warning")
 
 
 def faults_from_args(args: argparse.Namespace) -> Faults:
@@ -70,17 +66,17 @@ def faults_from_args(args: argparse.Namespace) -> Faults:
                   slow_success_delay_s=args.slow_success_delay_s)
 
 
+@one_line_errors(PROG, FaultError)
 def run_witness(args: argparse.Namespace) -> int:
-    """Serve until SIGINT/SIGTERM; exit code 0, 1 if the server could not start, 2 on bad flags."""
+    """the side-effect witness (tool upstream)
+
+    Serve the witness: records every side effect in a SQLite ledger and injects tool faults.
+    """
     import uvicorn
 
     from loadtests.witness.app import create_app
 
-    try:
-        faults = faults_from_args(args)
-    except FaultError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    faults = faults_from_args(args)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(args.db, faults, test_hooks=args.test_hooks, seed=args.seed)
@@ -104,9 +100,4 @@ def run_witness(args: argparse.Namespace) -> int:
 
 def register_witness(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``witness`` sub-command (``func(args) -> int``) to ``subparsers``."""
-    p = subparsers.add_parser("witness", help="the side-effect witness (tool upstream)",
-                              description="Serve the witness: records every side effect in a "
-                                          "SQLite ledger and injects tool faults.")
-    add_witness_arguments(p)
-    p.set_defaults(func=run_witness)
-    return p
+    return add_command(subparsers, "witness", run_witness, add_witness_arguments)

@@ -17,7 +17,18 @@ from typing import Any
 
 import pandas as pd
 
-from sim.shared.argtypes import add_quiet, add_scenario, add_seed, positive_int
+from sim.shared.argtypes import (
+    OUT_DIR,
+    add_command,
+    add_executor,
+    add_quiet,
+    add_scenario,
+    add_seed,
+    flag,
+    opt,
+    positive_int,
+    repeatable,
+)
 from sim.shared.junit import add_junit_argument
 
 
@@ -100,7 +111,11 @@ def _cell(v: Any) -> str:
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
-    """``rtalab sim capacity``: smallest knob value meeting the SLOs with confidence, per load."""
+    """smallest knob value meeting SLOs with confidence, per load level
+
+    For each load level, find the smallest value of --knob for which every --slo holds with 95 %
+    confidence (bracketing + bisection).
+    """
     from sim.answers.capacity import find_capacity, make_knob, plot_capacity
     from sim.answers.slo import parse_slo
     from sim.sweep import parse_axes
@@ -181,7 +196,11 @@ def _range(text: str | None) -> tuple[float | None, float | None]:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    """``rtalab sim tune``: Optuna search, confirmation on fresh seeds, recommended defaults."""
+    """Optuna search over the Live layer's knobs, then confirm on fresh seeds
+
+    Search the [tune] space (scenario section, --space FILE, or the default policy space) with
+    Optuna TPE; re-run the best candidates and today's settings on fresh seeds; recommend.
+    """
     from sim.answers.slo import parse_slo
     from sim.answers.tune import (
         default_space,
@@ -256,7 +275,11 @@ def _scenario_space(ref: str, reader: Callable[[str], Any]) -> Any:
 
 
 def cmd_storm(args: argparse.Namespace) -> int:
-    """``rtalab sim storm``: every retry strategy through the scenario's trigger."""
+    """every retry strategy through the scenario's trigger: who recovers
+
+    Run each retry strategy through the scenario's outage, capacity drop or load spike; report
+    amplification, goodput dip, recovery and hazards.
+    """
     from sim.answers.storm import (
         Detector,
         StormError,
@@ -299,86 +322,67 @@ def cmd_storm(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- parsers
 
 
-def _executor_args(p: argparse.ArgumentParser) -> None:
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--processes", type=positive_int, metavar="N",
-                       help="local worker processes (default: every usable CPU)")
-    where.add_argument("--dask", metavar="ADDRESS",
-                       help="tcp://HOST:8786 or local[:N] (see rtalab sim sweep)")
+def _common_arguments(p: argparse.ArgumentParser) -> None:
+    """The options after each command's own: where it runs, seed, output, what it keeps."""
+    add_executor(p)
     add_seed(p)
-    p.add_argument("--out", type=Path, metavar="DIR",
-                   help="output folder (default: a new results/<time>-<command>-<name>-s<seed>)")
+    OUT_DIR.add(p)
     add_quiet(p)
-    p.add_argument("--keep-records", action="store_true",
-                   help="keep every probe's record tables (by default only what the answer "
-                        "and its report need stays: summaries, tables, plots)")
+    flag(p, "--keep-records", "keep every probe's record tables (by default only what the "
+                              "answer and its report need stays: summaries, tables, plots)")
+
+
+def _capacity_arguments(p: argparse.ArgumentParser) -> None:
+    add_scenario(p)
+    opt(p, "--load KEY.PATH=V1,V2,...", "the load levels, e.g. workload.calls_per_s=2,4,8,16",
+        required=True)
+    opt(p, "--knob KEY.PATH", "the integer or float key sized, e.g. reasoner.workers",
+        required=True)
+    opt(p, "--range LO:HI", "search range (default 1:64×current)")
+    opt(p, "--step", "resolution of a float knob", float)
+    repeatable(p, "--slo 'METRIC<=X'",
+               "e.g. 'turn_completion_p99_s<=3', 'success_rate>=0.999'; repeatable")
+    opt(p, "--replications R", "replications per probe (>= 2; {default})", positive_int, 3)
+    _common_arguments(p)
+    add_junit_argument(p)
+
+
+def _tune_arguments(p: argparse.ArgumentParser) -> None:
+    add_scenario(p)
+    repeatable(p, "--minimize METRIC",
+               "an objective to make small, e.g. turn_completion_p99_s; repeatable")
+    repeatable(p, "--maximize METRIC",
+               "an objective to make large, e.g. success_rate; repeatable")
+    repeatable(p, "--constraint 'METRIC<=X'",
+               "must hold with 95 %% confidence, e.g. 'success_rate>=0.99'; repeatable")
+    opt(p, "--trials N", "trials in the study ({default}; a resumed study runs only the missing "
+                         "ones)",
+        positive_int, 30)
+    opt(p, "--space FILE", "TOML file with a [tune] table", Path)
+    opt(p, "--replications R", "replications per trial", positive_int, 2)
+    opt(p, "--confirm-replications R", "replications of the confirmation runs "
+                                       "(default max(2R, 3))", positive_int)
+    opt(p, "--top K", "candidates confirmed", positive_int, 3)
+    opt(p, "--batch B", "trials asked and evaluated together", positive_int, 2)
+    _common_arguments(p)
+    add_junit_argument(p)
+
+
+def _storm_arguments(p: argparse.ArgumentParser) -> None:
+    add_scenario(p)
+    repeatable(p, "--strategies A,B,...", "strategies to run (default: all this build has)")
+    opt(p, "--replications R", "replications per strategy (default: run.replications)",
+        positive_int)
+    opt(p, "--fraction", "recovered = goodput >= this share of offered load", float, 0.9)
+    opt(p, "--hold S", "... within S seconds after the trigger ends", float, 60.0)
+    opt(p, "--window S", "sliding window of the rates ({default} s)", float, 10.0)
+    opt(p, "--noise-z Z", "Poisson noise allowance in standard errors (sim.recovery; {default})",
+        float, 3.0)
+    _common_arguments(p)
 
 
 def add_parsers(sub: Any) -> None:
     """Register ``capacity``, ``tune`` and ``storm`` under ``rtalab sim``."""
-    cap = sub.add_parser(
-        "capacity", help="smallest knob value meeting SLOs with confidence, per load level",
-        description="For each load level, find the smallest value of --knob for which every "
-                    "--slo holds with 95 % confidence (bracketing + bisection).")
-    add_scenario(cap)
-    cap.add_argument("--load", required=True, metavar="KEY.PATH=V1,V2,...",
-                     help="the load levels, e.g. workload.calls_per_s=2,4,8,16")
-    cap.add_argument("--knob", required=True, metavar="KEY.PATH",
-                     help="the integer or float key sized, e.g. reasoner.workers")
-    cap.add_argument("--range", metavar="LO:HI", help="search range (default 1:64×current)")
-    cap.add_argument("--step", type=float, help="resolution of a float knob")
-    cap.add_argument("--slo", action="append", default=[], metavar="'METRIC<=X'",
-                     help="e.g. 'turn_completion_p99_s<=3', 'success_rate>=0.999'; repeatable")
-    cap.add_argument("--replications", type=positive_int, default=3, metavar="R",
-                     help="replications per probe (>= 2; default 3)")
-    _executor_args(cap)
-    add_junit_argument(cap)
-    cap.set_defaults(func=cmd_capacity)
-
-    tu = sub.add_parser(
-        "tune", help="Optuna search over the Live layer's knobs, then confirm on fresh seeds",
-        description="Search the [tune] space (scenario section, --space FILE, or the "
-                    "default policy space) with Optuna TPE; re-run the best candidates and "
-                    "today's settings on fresh seeds; recommend.")
-    add_scenario(tu)
-    tu.add_argument("--minimize", action="append", default=[], metavar="METRIC",
-                    help="an objective to make small, e.g. turn_completion_p99_s; repeatable")
-    tu.add_argument("--maximize", action="append", default=[], metavar="METRIC",
-                    help="an objective to make large, e.g. success_rate; repeatable")
-    tu.add_argument("--constraint", action="append", default=[], metavar="'METRIC<=X'",
-                    help="must hold with 95 %% confidence, e.g. 'success_rate>=0.99'; "
-                         "repeatable")
-    tu.add_argument("--trials", type=positive_int, default=30, metavar="N",
-                    help="trials in the study (a resumed study runs only the missing ones)")
-    tu.add_argument("--space", type=Path, metavar="FILE", help="TOML file with a [tune] table")
-    tu.add_argument("--replications", type=positive_int, default=2, metavar="R",
-                    help="replications per trial (default 2)")
-    tu.add_argument("--confirm-replications", type=positive_int, metavar="R",
-                    help="replications of the confirmation runs (default max(2R, 3))")
-    tu.add_argument("--top", type=positive_int, default=3, metavar="K",
-                    help="candidates confirmed (default 3)")
-    tu.add_argument("--batch", type=positive_int, default=2, metavar="B",
-                    help="trials asked and evaluated together (default 2)")
-    _executor_args(tu)
-    add_junit_argument(tu)
-    tu.set_defaults(func=cmd_tune)
-
-    st = sub.add_parser(
-        "storm", help="every retry strategy through the scenario's trigger: who recovers",
-        description="Run each retry strategy through the scenario's outage, capacity drop or "
-                    "load spike; report amplification, goodput dip, recovery and hazards.")
-    add_scenario(st)
-    st.add_argument("--strategies", action="append", default=[], metavar="A,B,...",
-                    help="strategies to run (default: all this build has)")
-    st.add_argument("--replications", type=positive_int, metavar="R",
-                    help="replications per strategy (default: run.replications)")
-    st.add_argument("--fraction", type=float, default=0.9,
-                    help="recovered = goodput >= this share of offered load (default 0.9)")
-    st.add_argument("--hold", type=float, default=60.0, metavar="S",
-                    help="... within S seconds after the trigger ends (default 60)")
-    st.add_argument("--window", type=float, default=10.0, metavar="S",
-                    help="sliding window of the rates (default 10 s)")
-    st.add_argument("--noise-z", type=float, default=3.0, metavar="Z",
-                    help="Poisson noise allowance in standard errors (sim.recovery; default 3)")
-    _executor_args(st)
-    st.set_defaults(func=cmd_storm)
+    add_command(sub, "capacity", cmd_capacity, _capacity_arguments)
+    add_command(sub, "tune", cmd_tune, _tune_arguments)
+    add_command(sub, "storm", cmd_storm, _storm_arguments)

@@ -8,26 +8,23 @@ from pathlib import Path
 from typing import Any
 
 
+def _arguments(p: argparse.ArgumentParser) -> None:
+    from sim.shared.argtypes import NO_PLOTS, add_quiet, opt
+
+    opt(p, "runs RUN_DIR", "load-run folders", Path, nargs="+")
+    opt(p, "--out FILE.toml", "the calibrated scenario (next to it: .calibration.json, .qq.png)",
+        Path, required=True)
+    opt(p, "--base SCENARIO", "client settings ([workload], [live], [run], [load]) from this "
+                              "scenario (default: the first run's scenario.toml)")
+    NO_PLOTS.add(p)  # the QQ plots
+    add_quiet(p, "print only the output path")
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``rtalab calibrate``."""
-    from sim.shared.argtypes import add_quiet
+    from sim.shared.argtypes import add_command
 
-    p = subparsers.add_parser(
-        "calibrate", help="fit a scenario to load runs of a real deployment",
-        description="Fit the deployment's scenario keys ([reasoner], [network]) to one or "
-                    "more load-run folders: distributions by maximum likelihood (lognormal, "
-                    "gamma, Weibull, empirical; AIC, KS distance), network / queueing / "
-                    "service apart, capacity, error rates. Writes a commented TOML, a JSON "
-                    "of every figure and QQ plots (docs/calibration.md).")
-    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="load-run folders")
-    p.add_argument("--out", type=Path, required=True, metavar="FILE.toml",
-                   help="the calibrated scenario (next to it: .calibration.json, .qq.png)")
-    p.add_argument("--base", metavar="SCENARIO",
-                   help="client settings ([workload], [live], [run], [load]) from this "
-                        "scenario (default: the first run's scenario.toml)")
-    p.add_argument("--no-plots", action="store_true", help="no QQ plot")
-    add_quiet(p, "print only the output path")
-    p.set_defaults(func=cmd_calibrate)
+    add_command(subparsers, "calibrate", cmd_calibrate, _arguments)
 
 
 def describe(cal: Any) -> list[str]:
@@ -51,7 +48,13 @@ def describe(cal: Any) -> list[str]:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    """Calibrate and write; user errors exit 2 with one line."""
+    """fit a scenario to load runs of a real deployment
+
+    Fit the deployment's scenario keys ([reasoner], [network]) to one or more load-run folders:
+    distributions by maximum likelihood (lognormal, gamma, Weibull, empirical; AIC, KS distance),
+    network / queueing / service apart, capacity, error rates. Writes a commented TOML, a JSON of
+    every figure and QQ plots (docs/calibration.md).
+    """
     from sim.calibrate import ObservationError, calibrate, combine, from_run_dir, write
     from sim.scenario import load_scenario
     from sim.shared.argtypes import UsageError

@@ -1,8 +1,14 @@
-"""argparse ``type=`` converters shared by every rtalab command (one clear message each)."""
+"""The CLI glue every rtalab command shares, written once: argparse ``type=`` converters (one
+clear message each), the one-line-error parser, commands (:func:`add_command`: options and
+function in one call, the help from the function's docstring), options declared as --help shows
+them (:func:`opt`, the ``(default ...)`` part written from the default) and the options several
+commands have (:class:`Option` and the ``add_*`` groups), so an option means the same everywhere."""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import inspect
 import math
 import sys
 import urllib.parse
@@ -11,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 EXIT_USAGE = 2
+Command = Callable[[argparse.Namespace], int]
 
 
 class UsageError(Exception):
@@ -91,18 +98,150 @@ def add_group(subparsers: Any, name: str, help: str, description: str) -> Any:
     return group.add_subparsers(title="commands", metavar="COMMAND")
 
 
-def add_command(sub: Any, name: str, func: Callable[[argparse.Namespace], int],
-                arguments: Callable[[argparse.ArgumentParser], None], help: str,
-                description: str) -> argparse.ArgumentParser:
-    """A command ``name`` of ``sub``: its options from ``arguments``, run by ``func``."""
+def add_command(sub: Any, name: str, func: Command,
+                arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+                help: str | None = None, description: str | None = None
+                ) -> argparse.ArgumentParser:
+    """A command ``name`` of ``sub``: its options from ``arguments`` (None: it has none), run
+    by ``func``.  What ``--help`` says of it is ``func``'s docstring unless given: the first
+    paragraph is the one-line ``help`` in the command list, the rest the ``description``."""
+    if help is None:
+        doc = inspect.getdoc(func)
+        if not doc and sys.flags.optimize < 2:  # python -OO strips every docstring: no help
+            raise ValueError(f"command {name!r}: {func.__qualname__} has no docstring (its help)")
+        doc = doc or ""
+        first, _, rest = doc.partition("\n\n")
+        help = " ".join(first.split())
+        description = description or " ".join(rest.split()) or None
     p = sub.add_parser(name, help=help, description=description)
-    arguments(p)
+    if arguments is not None:
+        arguments(p)
     p.set_defaults(func=func)
     return p
 
 
-# --------------------------------------------------------------------------- option groups
-# Written once, used by every command, so an option means the same everywhere.
+def one_line_errors(prog: str, *errors: type[Exception]) -> Callable[[Command], Command]:
+    """Decorate a command function so that the user's mistakes it raises (``errors``, and a
+    broken scenario) print ``prog: error: ...`` (one line) and exit 2."""
+
+    def decorate(func: Command) -> Command:
+        @functools.wraps(func)
+        def command(args: argparse.Namespace) -> int:
+            from sim.config import ConfigError
+
+            try:
+                return func(args)
+            except ConfigError as e:
+                return usage_error(f"{prog}: error: scenario: {e}")
+            except errors as e:
+                return usage_error(f"{prog}: error: {e}")
+
+        return command
+
+    return decorate
+
+
+# --------------------------------------------------------------------------- declaring options
+# One call per option, written as --help shows it:
+#     opt(p, "--turns N", "simulated turns per timed run", positive_int, 100_000)
+# The "(default ...)" part of the help is written from the default, so the two never disagree.
+
+
+def default_text(value: Any) -> str | None:
+    """A default as --help shows it: ``1,000,000``, ``8091``, ``0.9``, ``60``, ``sse``,
+    ``500,503``; None when there is nothing to show (None, a flag, an empty list)."""
+    if value is None or isinstance(value, bool) or (isinstance(value, list | tuple)
+                                                     and not value):
+        return None
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        value = int(value)
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def with_default(help: str, default: Any = None, shown: Any = None) -> str:
+    """``help`` with its ``(default ...)`` part, written from ``default``, or from ``shown``
+    when the parser's default is None because the command derives the value later (a value:
+    ``default 1``; a text: ``default: the scenario's run.seed``).  ``{default}`` in ``help``
+    marks where it goes (``"replications per probe (>= 2; {default})"``); otherwise it ends
+    the help in parentheses."""
+    if help == argparse.SUPPRESS:
+        return help
+    if isinstance(shown, str):
+        text: str | None = f"default: {shown}"
+    else:
+        value = default_text(default if shown is None else shown)
+        text = None if value is None else f"default {value}"
+    if text is None:
+        if "{default}" in help:
+            raise ValueError(f"help {help!r} has a {{default}} place but no default")
+        return help
+    text = text.replace("%", "%%")  # argparse formats the help with %
+    return help.replace("{default}", text) if "{default}" in help else f"{help} ({text})"
+
+
+def opt(p: Any, spec: str, help: str, type: Callable[[str], Any] | None = None,
+        default: Any = None, *, shown: Any = None, **kw: Any) -> argparse.Action:
+    """Add one option to ``p`` (a parser or an argument group).  ``spec`` is the option as
+    --help shows it: the flags (``--quiet/-q``), then a space and the metavar if it has one
+    (``--turns N``); a spec without a leading dash is a positional (``runs RUN``).  ``help``
+    gets its ``(default ...)`` part from ``default`` / ``shown`` (:func:`with_default`);
+    ``kw`` are further :meth:`~argparse.ArgumentParser.add_argument` keywords."""
+    names, _, metavar = spec.partition(" ")
+    if metavar:
+        kw["metavar"] = metavar
+    if type is not None:
+        kw["type"] = type
+    if default is not None:
+        kw["default"] = list(default) if isinstance(default, list) else default
+    return p.add_argument(*names.split("/"), help=with_default(help, default, shown), **kw)
+
+
+def flag(p: Any, spec: str, help: str, **kw: Any) -> argparse.Action:
+    """An on/off option (``store_true``)."""
+    return opt(p, spec, help, action="store_true", **kw)
+
+
+def repeatable(p: Any, spec: str, help: str, type: Callable[[str], Any] | None = None,
+               **kw: Any) -> argparse.Action:
+    """An option given any number of times; its values in a list (empty by default)."""
+    return opt(p, spec, help, type, [], action="append", **kw)
+
+
+class Option:
+    """An option several commands share, declared once (:func:`opt`'s arguments).  ``add``
+    puts it on a command's parser; the default is the only thing a command may change, and
+    the help's ``(default ...)`` part follows it."""
+
+    def __init__(self, spec: str, help: str, type: Callable[[str], Any] | None = None,
+                 default: Any = None, *, shown: Any = None, **kw: Any) -> None:
+        self.spec, self.help, self.type, self.default, self.shown = spec, help, type, default, shown
+        self.kw = kw
+
+    def add(self, p: Any, **changes: Any) -> argparse.Action:
+        """Add the option to ``p``; ``default=`` and/or ``shown=`` are this command's default."""
+        if set(changes) - {"default", "shown"}:
+            raise TypeError(f"{self.spec}: only the default may differ, not "
+                            f"{sorted(set(changes) - {'default', 'shown'})}")
+        default = changes.get("default", self.default)
+        shown = changes.get("shown", None if "default" in changes else self.shown)
+        return opt(p, self.spec, self.help, self.type, default, shown=shown, **self.kw)
+
+
+def usage_error(message: str) -> int:
+    """Print ``message`` (one line) on stderr; return the exit status of a usage mistake."""
+    print(message, file=sys.stderr)
+    return EXIT_USAGE
+
+
+# --------------------------------------------------------------------------- shared options
+# Written once, used by every command that has them, so an option means the same everywhere
+# (tests/test_cli_options.py holds the table of which command has which, with what default).
 
 
 def add_scenario(p: argparse.ArgumentParser, *, option: str | None = None) -> None:
@@ -110,27 +249,29 @@ def add_scenario(p: argparse.ArgumentParser, *, option: str | None = None) -> No
     text saying what the command takes from it) and the repeatable ``--set KEY.PATH=VALUE``
     (``rtalab`` normalises ``--set K=V K2=V2`` to one ``--set`` per value)."""
     if option is None:
-        p.add_argument("scenario", metavar="SCENARIO",
-                       help="scenario file path or preset name; preset:NAME always means the "
-                            "preset (see 'rtalab sim presets')")
+        opt(p, "scenario SCENARIO", "scenario file path or preset name; preset:NAME always "
+                                    "means the preset (see 'rtalab sim presets')")
     else:
-        p.add_argument("--scenario", metavar="FILE|PRESET", default=None,
-                       help=f"scenario {option} (file path or preset name)")
-    p.add_argument("--set", metavar="KEY.PATH=VALUE", nargs="+", action="extend", default=[],
-                   help="override a scenario value (TOML syntax, e.g. run.seed=7 "
-                        "network.uplink.loss=0.05); repeatable")
+        opt(p, "--scenario FILE|PRESET", f"scenario {option} (file path or preset name)")
+    opt(p, "--set KEY.PATH=VALUE", "override a scenario value (TOML syntax, e.g. run.seed=7 "
+                                   "network.uplink.loss=0.05); repeatable",
+        nargs="+", action="extend", default=[])
+
+
+SEED = Option("--seed", "root seed", int, shown="the scenario's run.seed")
 
 
 def add_seed(p: argparse.ArgumentParser, default: int | None = None) -> None:
     """``--seed``: the root seed (default: the scenario's ``run.seed``, or ``default``)."""
-    p.add_argument("--seed", type=int, default=default,
-                   help="root seed (default: the scenario's run.seed)" if default is None
-                   else f"root seed of every run (default {default})")
+    if default is None:
+        SEED.add(p)
+    else:
+        SEED.add(p, default=default)
 
 
 def add_quiet(p: argparse.ArgumentParser, what: str = "no progress bar") -> None:
     """``--quiet`` / ``-q``: ``what`` the command leaves out."""
-    p.add_argument("--quiet", "-q", action="store_true", help=what)
+    flag(p, "--quiet/-q", what)
 
 
 def add_results_root(p: argparse.ArgumentParser, default: str = "results") -> None:
@@ -138,7 +279,40 @@ def add_results_root(p: argparse.ArgumentParser, default: str = "results") -> No
     (``sim run``, ``load run``).  ``--out`` names the output folder itself in every other
     command (sweep, capacity, tune, storm) and the file in ``report``; here it is still
     accepted, hidden, as the old spelling of ``--results``."""
-    p.add_argument("--results", dest="out", type=Path, default=Path(default), metavar="DIR",
-                   help=f"folder under which the new run folder <UTC time>-<kind>-<name>-s<seed> "
-                        f"is created (default: {default})")
+    opt(p, "--results DIR", "folder under which the new run folder <UTC time>-<kind>-<name>-"
+                            "s<seed> is created", Path, Path(default), dest="out")
     p.add_argument("--out", dest="out", type=Path, help=argparse.SUPPRESS)
+
+
+# the simulator's commands that run many simulations (sweep, capacity, tune, storm)
+OUT_DIR = Option("--out DIR", "the output folder (default: a new results/<time>-<command>-"
+                              "<name>-s<seed>)", Path)
+NO_PLOTS = Option("--no-plots", "skip the PNG plots", action="store_true")
+
+
+def add_executor(p: argparse.ArgumentParser) -> None:
+    """Where the simulations run: ``--processes N`` or ``--dask ADDRESS`` (one of them)."""
+    where = p.add_mutually_exclusive_group()
+    opt(where, "--processes N", "local worker processes (default: every usable CPU)",
+        positive_int)
+    opt(where, "--dask ADDRESS", "tcp://HOST:8786 (an existing Dask scheduler) or local[:N] "
+                                 "(start a LocalCluster of N single-threaded worker processes)")
+
+
+# the servers (serve reasoner, serve witness; the chaos proxy has --listen, and a log level)
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+HOST = Option("--host", "bind address", default="127.0.0.1")
+PORT = Option("--port", "TCP port", port)
+LOG_LEVEL = Option("--log-level", "server log level", choices=LOG_LEVELS)
+
+# the deployment a load command drives (load run, load probe, predict)
+TARGET = Option("--target URL", "base URL of the deployment to test (default: start the "
+                                "reference Reasoner and witness here)", http_url)
+TOKEN = Option("--token", "bearer token for --target (repeatable: calls alternate between the "
+                          "principals, so per-call turnIds are reused across principals)",
+               action="append", default=[])
+WITNESS = Option("--witness URL", "with --target: the witness the deployment sends its tool "
+                                  "calls to", http_url)
+WORKERS = Option("--workers", "embedded Reasoner worker processes", positive_int)
+DURATION = Option("--duration S", "seconds of call arrivals", non_negative)
+DRAIN = Option("--drain S", "at most this long for open calls to end", non_negative)
