@@ -7,7 +7,8 @@ to another CPU (one core), with ``--users`` users for ``--seconds`` after a
 machine noise hits both; the table shows the median turns/s per variant,
 client CPU per turn, the turns/s ratio Live / bare and the CPU ratio (bare
 CPU per turn / Live CPU per turn: what one saturated core would give; target
->= 0.7 for both bindings).  Timing on a shared machine is noisy: re-measure on a quiet one.
+>= 0.7 for every binding: JSON-RPC/SSE, HTTP+JSON, WebSocket).  Timing on a shared
+machine is noisy: re-measure on a quiet one.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from loadtests.common.procs import LOCALHOST, free_port, port_open, start_proces
 from sim.shared.argtypes import non_negative, positive_int
 
 TARGET_RATIO = 0.7
-PAIRS = (("sse", "bare-sse", "live-sse"), ("ws", "bare-ws", "live-ws"))
+PAIRS = (("sse", "bare-sse", "live-sse"), ("rest", "bare-rest", "live-rest"),
+         ("ws", "bare-ws", "live-ws"), ("grpc", "bare-grpc", "live-grpc"))
+SETS = {"both": ("sse", "ws"), "all": tuple(b for b, _, _ in PAIRS)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,8 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=non_negative, default=5.0, help="measuring window")
     p.add_argument("--users", type=positive_int, default=20, help="concurrent users")
     p.add_argument("--rounds", type=positive_int, default=3, help="alternating rounds")
-    p.add_argument("--binding", choices=("sse", "ws", "both"), default="both",
-                   help="which Live users to measure (default both)")
+    p.add_argument("--binding", choices=(*(b for b, _, _ in PAIRS), *SETS), default="all",
+                   help="which Live users to measure: one binding, both (sse and ws) or all "
+                        "(sse, rest, ws and grpc; default all)")
     p.add_argument("--no-pin", action="store_true", help="do not pin server and client CPUs")
 
 
@@ -75,18 +79,21 @@ def run_bench(args: argparse.Namespace) -> int:
     pin = not args.no_pin and hasattr(os, "sched_getaffinity") and len(
         os.sched_getaffinity(0)) >= 2
     cpus = sorted(os.sched_getaffinity(0)) if pin else []
-    http_port, ws_port = free_port(), free_port()
-    cmd = [sys.executable, "-m", "loadtests.loadrun.canned", str(http_port), str(ws_port)]
+    http_port, ws_port, grpc_port = free_port(), free_port(), free_port()
+    cmd = [sys.executable, "-m", "loadtests.loadrun.canned", str(http_port), str(ws_port),
+           str(grpc_port)]
     if pin:
         cmd = ["taskset", "-c", str(cpus[1]), *cmd]
     server = start_process(cmd, ready_check=lambda: port_open(LOCALHOST, http_port) and
-                           port_open(LOCALHOST, ws_port), name="canned", port=http_port)
-    urls = {"sse": f"http://{LOCALHOST}:{http_port}", "ws": f"http://{LOCALHOST}:{ws_port}"}
+                           port_open(LOCALHOST, ws_port) and port_open(LOCALHOST, grpc_port),
+                           name="canned", port=http_port)
+    urls = {"sse": f"http://{LOCALHOST}:{http_port}", "rest": f"http://{LOCALHOST}:{http_port}",
+            "ws": f"http://{LOCALHOST}:{ws_port}", "grpc": f"{LOCALHOST}:{grpc_port}"}
     results: dict[str, list[dict[str, Any]]] = {}
     try:
         for rnd in range(args.rounds):
             for binding, bare, live in PAIRS:
-                if args.binding not in (binding, "both"):
+                if binding not in SETS.get(args.binding, (args.binding,)):
                     continue
                 order = (bare, live) if rnd % 2 == 0 else (live, bare)
                 for v in order:

@@ -5,10 +5,14 @@ plus ``S`` seconds and prints ``{"turns": n, "seconds": s, "cpu_s": c}`` for the
 measuring window.  Variants: ``bare-sse`` (a FastHttpUser that POSTs, reads
 the stream's lines and decodes each event to recognise its end state),
 ``live-sse`` (the Live user: whole :class:`~loadtests.live.call.Call` logic,
-parsing, reorder buffer, policy, ledger rows), ``bare-ws`` (one socket: send,
+parsing, reorder buffer, policy, ledger rows), ``bare-rest`` / ``live-rest`` (the same on
+HTTP+JSON: ``POST /message:stream``, bare StreamResponse events), ``bare-ws`` (one socket: send,
 decode each frame, stop at the frame with this request's id and an end state,
 report the request as one Locust stats row),
-``live-ws`` (the Live user on a WebSocket call).  A call is one long session
+``live-ws`` (the Live user on a WebSocket call), ``bare-grpc`` (a Locust ``User`` with
+grpcio's blocking stub in gevent mode: build the ``SendMessageRequest``, read the
+``StreamResponse`` s to the end state, report one stats row; URL ``host:port``) and
+``live-grpc`` (the Live user on the gRPC channel).  A call is one long session
 of back-to-back turns, so connections persist in every variant.
 
 The bare users are the least a client must do to know that its request
@@ -33,8 +37,10 @@ import numpy as np
 from locust import FastHttpUser, User, constant, task
 from locust.env import Environment
 
+from loadtests.common.tls import ClientTls
 from loadtests.live.call import Call, Instance, LiveOptions
 from loadtests.live.ledger import Ledger
+from loadtests.live.rest import RestChannel, rest_body
 from loadtests.live.sse import SseChannel
 from loadtests.live.wire import (
     DEFAULT_EXT_URI,
@@ -82,18 +88,28 @@ class BareSse(FastHttpUser):
 
     wait_time = constant(0)
     concurrency = 4
+    path = "/"
+
+    @staticmethod
+    def request() -> bytes:
+        """The request body."""
+        return _body(uuid.uuid4().hex)
+
+    @staticmethod
+    def frame(event: Any) -> dict[str, Any]:
+        """One decoded event as a JSON-RPC response object."""
+        return event  # type: ignore[no-any-return]
 
     @task
     def turn(self) -> None:
-        body = _body(uuid.uuid4().hex)
         h = headers(DEFAULT_EXT_URI, None, True)
-        with self.client.post("/", data=body, headers=h, stream=True,
+        with self.client.post(self.path, data=self.request(), headers=h, stream=True,
                               catch_response=True, name="bare") as r:
             raw = r._response
             end = None
             while line := raw.readline(b"\n"):
                 if line.startswith(b"data:"):
-                    end = _end_state(json.loads(line[5:].decode())) or end
+                    end = _end_state(self.frame(json.loads(line[5:].decode()))) or end
             if end is None:
                 r.failure("no end state")
                 return
@@ -101,17 +117,40 @@ class BareSse(FastHttpUser):
         TURNS[0] += 1
 
 
+class BareRest(BareSse):
+    """The same on HTTP+JSON: POST /message:stream, bare StreamResponse events."""
+
+    path = "/message:stream"
+
+    @staticmethod
+    def request() -> bytes:
+        """The SendMessageRequest body."""
+        return rest_body(_body(uuid.uuid4().hex))
+
+    @staticmethod
+    def frame(event: Any) -> dict[str, Any]:
+        """A StreamResponse, as the result of a JSON-RPC response object."""
+        return {"result": event}
+
+
 class LiveSse(FastHttpUser):
     """The Live user over HTTP/SSE."""
 
     wait_time = constant(0)
     concurrency = 4
+    channel: Any = SseChannel
 
     @task
     def call(self) -> None:
         rng = np.random.default_rng(1)
-        Call("bench", SCENARIO, INSTANCE, SseChannel(self.client, DEFAULT_EXT_URI, None),
+        Call("bench", SCENARIO, INSTANCE, self.channel(self.client, DEFAULT_EXT_URI, None),
              LEDGER, OPTS, rng, "w0", "bench", _stat).run()
+
+
+class LiveRest(LiveSse):
+    """The Live user over HTTP+JSON."""
+
+    channel = RestChannel
 
 
 class BareWs(User):
@@ -154,8 +193,59 @@ class LiveWs(User):
         Call("bench", SCENARIO, INSTANCE, ch, LEDGER, OPTS, rng, "w0", "bench", _stat).run()
 
 
-VARIANTS: dict[str, Any] = {"bare-sse": BareSse, "live-sse": LiveSse, "bare-ws": BareWs,
-                            "live-ws": LiveWs}
+class BareGrpc(User):
+    """The least a gRPC client does per turn: a request proto, the stream to its end state
+    (the state of each status update read), one stats row."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        from a2a.types import a2a_pb2_grpc
+
+        from loadtests.live.grpc_channel import channel_for
+
+        self.stub = a2a_pb2_grpc.A2AServiceStub(channel_for(self.host, False, ClientTls()))
+        self.meta = (("a2a-version", "1.0"), ("a2a-extensions", DEFAULT_EXT_URI))
+
+    @task
+    def turn(self) -> None:
+        from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+
+        end_states = {TaskState.Value(s) for s in STREAM_END_STATES}
+        msg = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, context_id="ctx-1",
+                      parts=[Part(text="hi")])
+        msg.metadata.update({DEFAULT_EXT_URI + "/turnId": "t",
+                             DEFAULT_EXT_URI + "/requestGuid": uuid.uuid4().hex})
+        start, t0 = time.time(), time.perf_counter()
+        ended = False
+        for sr in self.stub.SendStreamingMessage(SendMessageRequest(message=msg),
+                                                 metadata=self.meta):
+            if sr.HasField("status_update") and sr.status_update.status.state in end_states:
+                ended = True
+        self.environment.events.request.fire(
+            request_type="gRPC", name="bare", start_time=start,
+            response_time=(time.perf_counter() - t0) * 1000.0, response_length=0,
+            exception=None if ended else RuntimeError("no end state"), context={})
+        TURNS[0] += 1
+
+
+class LiveGrpc(User):
+    """The Live user on the gRPC channel."""
+
+    wait_time = constant(0)
+
+    @task
+    def call(self) -> None:
+        from loadtests.live.grpc_channel import GrpcChannel
+
+        rng = np.random.default_rng(1)
+        ch = GrpcChannel(self.host, False, DEFAULT_EXT_URI, None, self.environment.events)
+        Call("bench", SCENARIO, INSTANCE, ch, LEDGER, OPTS, rng, "w0", "bench", _stat).run()
+
+
+VARIANTS: dict[str, Any] = {"bare-sse": BareSse, "live-sse": LiveSse, "bare-rest": BareRest,
+                            "live-rest": LiveRest, "bare-ws": BareWs, "live-ws": LiveWs,
+                            "bare-grpc": BareGrpc, "live-grpc": LiveGrpc}
 
 
 def main(argv: list[str]) -> int:
@@ -164,6 +254,10 @@ def main(argv: list[str]) -> int:
     cpu = os.environ.get("RTALAB_BENCH_CPU")
     if cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(cpu)})
+    if variant.endswith("grpc"):  # grpcio's gevent mode, before any gRPC object
+        from loadtests.live.grpc_channel import init_gevent
+
+        init_gevent()
     env = Environment(user_classes=[VARIANTS[variant]], host=url)
     runner = env.create_local_runner()
     runner.start(users, spawn_rate=users)

@@ -136,11 +136,22 @@ def parse_load(out: str, cmd: str) -> list[Row]:
         return []
     rows = []
     for binding, _turns_ratio, cpu in re.findall(
-            r"^(sse|ws)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+([\d.]+)\s*$",
+            r"^(sse|rest|grpc|ws)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+([\d.]+)\s*$",
             out, re.M):
         rows.append(Row("Live users (Locust)", f"{binding}: live / bare CPU per turn",
                         float(cpu), "x", ">=", _num(t.group(1)), "–", cmd))
     return rows
+
+
+def parse_grpc(out: str, cmd: str) -> list[Row]:
+    """``rtalab bench grpc``: the Reasoner's gRPC turns/s relative to its JSON-RPC figure."""
+    m = re.search(rf"grpc / jsonrpc turns/s: {NUM}x \[rounds {NUM}\.\.{NUM}\] "
+                  rf"\(target >= {NUM}x", out)
+    if not m:
+        return []
+    v = _num(m.group(1))
+    return [Row("Reasoner gRPC", "gRPC / JSON-RPC turns/s", v, "x", ">=", _num(m.group(4)),
+                _spread(_num(m.group(2)), _num(m.group(3)), v), cmd)]
 
 
 def parse_answers(out: str, cmd: str) -> list[Row]:
@@ -153,6 +164,20 @@ def parse_answers(out: str, cmd: str) -> list[Row]:
                 "<=", 40.0, "–", cmd)]
 
 
+def parse_metastability(out: str, cmd: str) -> list[Row]:
+    """``rtalab bench metastability``: guided map wall time, model s/cell, simulated share."""
+    rows = []
+    for pat, name, unit, target in (
+            (rf"wall {NUM} s \(target <= 300 s\)", "seconds for a guided 10x10 map", "s", 300.0),
+            (rf"fast model {NUM} s a cell", "fast model seconds a cell", "s", 1.0),
+            (rf"simulated cells {NUM} %", "cells given full replications", "%", 30.0)):
+        m = re.search(pat, out)
+        if m:
+            rows.append(Row("metastability map", name, _num(m.group(1)), unit, "<=", target,
+                            "", cmd))
+    return rows
+
+
 def parse_report(out: str, cmd: str) -> list[Row]:
     """``rtalab bench report``: HTML report of a 50-point sweep."""
     m = re.search(rf"median {NUM} s wall \(range {NUM}-{NUM}\).*target <= {NUM} s", out)
@@ -161,6 +186,19 @@ def parse_report(out: str, cmd: str) -> list[Row]:
     v = _num(m.group(1))
     return [Row("HTML report", "seconds for a 50-point sweep", v, "s", "<=", _num(m.group(4)),
                 _spread(_num(m.group(2)), _num(m.group(3)), v), cmd)]
+
+
+def parse_fleet(out: str, cmd: str) -> list[Row]:
+    """``rtalab bench fleet``: wall time and peak RSS of the simulated hour."""
+    m = re.search(rf"fleet hour: {NUM} calls .* wall {NUM} s \(target <= {NUM} s\) peak RSS "
+                  rf"{NUM} MiB \(target <= {NUM} GiB\)", out)
+    if not m:
+        return []
+    calls = m.group(1)
+    return [Row("fleet scale", f"wall s, an hour of {calls} calls (no records)",
+                _num(m.group(2)), "s", "<=", _num(m.group(3)), "–", cmd),
+            Row("fleet scale", f"peak RSS, an hour of {calls} calls (no records)",
+                _num(m.group(4)), "MiB", "<=", _num(m.group(5)) * 1024, "–", cmd)]
 
 
 @dataclass(frozen=True)
@@ -186,6 +224,7 @@ BENCHES: tuple[Bench, ...] = (
            "--rss-duration", "10", "--many", "4", "--few", "2", "--run-duration", "20",
            "--skip-dask"), parse_sweep),
     Bench("serve", ("serve", "bench"), (), ("--turns", "60", "--rounds", "1"), parse_serve),
+    Bench("grpc", ("bench", "grpc"), (), ("--turns", "60", "--rounds", "1"), parse_grpc),
     Bench("check", ("check", "--bench"), (), ("--rows", "20000", "--repeat", "2"), parse_check),
     Bench("calibrate", ("bench", "calibrate"), ("--rows", "1000000"),
           ("--rows", "20000", "--repeat", "2"), parse_calibrate),
@@ -196,7 +235,11 @@ BENCHES: tuple[Bench, ...] = (
                       "--slo", "turn_completion_p99_s<=4", "--slo", "success_rate>=0.99"),
           (), ("--set", "run.duration_s=60", "--replications", "2"), parse_answers,
           out="--out"),
+    Bench("metastability", ("bench", "metastability"), (),
+          ("--cells", "3", "--replications", "2", "--skip-full"), parse_metastability),
     Bench("report", ("bench", "report"), (), None, parse_report),
+    Bench("fleet", ("bench", "fleet"), (),
+          ("--calls", "20000", "--fractions", "0.05,0.1", "--skip-all"), parse_fleet),
 )
 NAMES = tuple(b.name for b in BENCHES)
 

@@ -13,6 +13,13 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadtests.common.tls import (
+    INSECURE_WARNING,
+    add_client_tls,
+    add_server_tls,
+    client_tls_from_args,
+    server_tls_from_args,
+)
 from loadtests.reasoner.idempotency import MODES
 from loadtests.reasoner.unsafe import UNSAFE_BUGS
 from sim.shared.argtypes import (
@@ -66,6 +73,9 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
 
     HOST.add(p)
     PORT.add(p, default=8000)
+    opt(p, "--grpc-port", "also serve the A2A gRPC binding on this port (0: a free one; "
+                          "advertised in the agent card; TLS as --tls-cert says); default: off",
+        non_negative_int)
     opt(p, "--workers", "uvicorn worker processes sharing the dedup store", positive_int, 1)
     DEDUP.add(p, default="", shown="a SQLite file per port in the temp directory")
     DEDUP_MODE.add(p)
@@ -98,8 +108,14 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
     opt(p, "--max-connections-per-client", "open connections per client IP address per worker "
                                            "({default}: half of --max-connections)",
         non_negative_int, 0)
+    opt(p, "--max-pending-connections", "connections per worker that have not sent a "
+                                        "complete request yet; beyond it the oldest is "
+                                        "closed ({default}: half of --max-connections)",
+        non_negative_int, 0)
     LOG_LEVEL.add(p, default="info")
     flag(p, "--access-log", "uvicorn access log")
+    add_server_tls(p)
+    add_client_tls(p, "calling the witness")
 
 
 def settings_from_args(args: argparse.Namespace) -> Any:
@@ -117,10 +133,13 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         parts = urlsplit(args.witness)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise FlagError(f"--witness must be an http(s) URL, got {args.witness!r}")
+    server_tls = server_tls_from_args(args)
+    client_tls = client_tls_from_args(args)
     if not args.ext_uri.strip() or any(c.isspace() or c == "," for c in args.ext_uri):
         raise FlagError(f"--ext-uri must be a URI without spaces or commas, got {args.ext_uri!r}")
     settings = ServerSettings(
-        host=args.host, port=args.port, workers=args.workers, dedup_url=args.dedup,
+        host=args.host, port=args.port, grpc_port=args.grpc_port, workers=args.workers,
+        dedup_url=args.dedup,
         dedup_mode=args.dedup_mode, dedup_window_s=args.dedup_window_s,
         dedup_wait_s=args.dedup_wait_s, scenario=args.scenario, overrides=tuple(args.set),
         witness=args.witness, tokens=tokens, ext_uri=args.ext_uri, test_hooks=args.test_hooks,
@@ -128,13 +147,18 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
         idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections,
         max_connections_per_client=args.max_connections_per_client,
-        unsafe_bugs=tuple(args.unsafe_bug))
+        max_pending_connections=args.max_pending_connections,
+        unsafe_bugs=tuple(args.unsafe_bug), tls_cert=server_tls.cert, tls_key=server_tls.key,
+        tls_client_ca=server_tls.client_ca, ca=client_tls.ca, client_cert=client_tls.client_cert,
+        client_key=client_tls.client_key, insecure=client_tls.insecure)
     try:
         backend, target, _ = parse_store_url(settings.store_url)
     except ValueError as e:
         raise FlagError(str(e)) from None
     if backend == "sqlite":
         _check_sqlite_file(target)
+    elif backend == "redis":
+        _check_redis(target)
     load_config(settings)  # raises ConfigError on a broken scenario or override
     return settings
 
@@ -155,11 +179,26 @@ def _check_sqlite_file(target: str) -> None:
         raise FlagError(f"--dedup: cannot open SQLite file {path}: {e}") from None
 
 
+def _check_redis(target: str) -> None:
+    """The dedup Redis answers PING (else FlagError, one line): a dead store is a usage error
+    before the server starts, not a startup traceback."""
+    import redis
+
+    client = redis.Redis.from_url(target, socket_connect_timeout=2.0, socket_timeout=2.0)
+    try:
+        client.ping()
+    except (redis.exceptions.RedisError, OSError) as e:
+        raise FlagError(f"--dedup: Redis at {target} does not answer: {e}") from None
+    finally:
+        client.close()
+
+
 @one_line_errors(REASONER_PROG, FlagError)
 def cmd_reasoner(args: argparse.Namespace) -> int:
     """the reference A2A Reasoner
 
-    Serve the reference Reasoner (A2A JSON-RPC/SSE, REST, WebSocket /ws).
+    Serve the reference Reasoner (A2A JSON-RPC/SSE, REST, WebSocket /ws; gRPC with
+    --grpc-port).
     """
     from loadtests.reasoner.server import run
 
@@ -171,6 +210,8 @@ def cmd_reasoner(args: argparse.Namespace) -> int:
         from loadtests.reasoner.unsafe import banner
 
         print(f"{REASONER_PROG}: WARNING: {banner(settings.unsafe_bugs)}", file=sys.stderr)
+    if settings.insecure:
+        print(f"{REASONER_PROG}: WARNING: {INSECURE_WARNING}", file=sys.stderr)
     if not settings.tokens:
         print(f"{REASONER_PROG}: warning: no bearer tokens configured; authentication is off",
               file=sys.stderr)

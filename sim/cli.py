@@ -104,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from sim.shared import results
     from sim.shared.progress import progress_bar, should_show
-    from sim.stream import replication_plan, run_streaming, seeds_meta
+    from sim.stream import replication_plan, seeds_meta
 
     seed, reps = scenario.run.seed, scenario.run.replications
     try:
@@ -125,8 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             meta["replication_seeds"] = seeds_meta(plan)
             try:
                 with progress_bar(label, enabled=should_show(args.quiet)) as progress:
-                    summary = run_streaming(scenario, plan, run_dir, plots=not args.no_plots,
-                                            progress=progress)
+                    summary = _run_plan(scenario, plan, run_dir, args, progress)
                 results.write_summary(run_dir, summary)
                 results.finish_run(run_dir, meta, "complete")
             except OSError as e:
@@ -140,6 +139,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print_summary(summary, run_dir, meta)
     return 0
+
+
+def _run_plan(scenario: Any, plan: Any, run_dir: Path, args: argparse.Namespace,
+              progress: Any) -> dict[str, Any]:
+    """The replications here, or as independent parts on ``--processes`` / ``--dask``."""
+    from sim.stream import run_streaming
+
+    if args.processes is None and args.dask is None:
+        return run_streaming(scenario, plan, run_dir, plots=not args.no_plots,
+                             progress=progress)
+    from sim.sweep import SweepError, make_executor
+
+    try:
+        with make_executor(args.processes, args.dask) as ex:
+            return run_streaming(scenario, plan, run_dir, plots=not args.no_plots,
+                                 progress=progress, executor=ex)
+    except SweepError as e:
+        raise UsageError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- summary table
@@ -412,6 +429,7 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     add_seed(p)
     opt(p, "--replications R", "independent replications (default: run.replications)",
         positive_int)
+    add_executor(p)
     add_results_root(p)
     NO_PLOTS.add(p)
     add_quiet(p, "no progress bar or table; print only the run folder")
@@ -477,6 +495,8 @@ EXAMPLES: dict[str, str] = {
     "sim tune": "rtalab sim tune baseline --minimize turn_completion_p99_s "
                 "--constraint 'success_rate>=0.99' --trials 20",
     "sim storm": "rtalab sim storm retry_storm --strategies exponential,breaker",
+    "sim metastability": "rtalab sim metastability metastable_spike --loads 0.5,0.75,1,1.25 "
+                         "--sizes 0.25,0.5,1,2,4 --replications 5",
     "sim presets": "rtalab sim presets",
     "sim show": "rtalab sim show preset:baseline --set reasoner.workers=4",
     "bench": "rtalab bench sim --memory",
@@ -485,6 +505,9 @@ EXAMPLES: dict[str, str] = {
     "bench sweep": "rtalab bench sweep",
     "bench calibrate": "rtalab bench calibrate --rows 1000000",
     "bench report": "rtalab bench report --rounds 5",
+    "bench grpc": "rtalab bench grpc --turns 600 --rounds 3",
+    "bench metastability": "rtalab bench metastability --cells 10 --replications 3",
+    "bench fleet": "rtalab bench fleet --calls 1000000 --skip-all",
     "compare": "rtalab compare results/RUN_A results/RUN_B",
     "report": "rtalab report results/RUN_OR_SWEEP_OR_ANSWER_FOLDER --out report.html",
     "results": "rtalab results list",

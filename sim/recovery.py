@@ -9,7 +9,11 @@ simulated run or a load run alike:
 * :func:`recovery_time_s` — seconds after the trigger's end until the goodput, averaged
   over a sliding window of ``window_s`` seconds *and* over the rest of the horizon, is
   back at ``(1 - tolerance) x baseline`` (``None``: never within the horizon);
-* :func:`recovery` — all of it for one replication, from its ``turns`` table.
+* :func:`recovery` — all of it for one replication, from its ``turns`` table;
+* :func:`trigger_span` — the scenario's trigger (outages, capacity drops, load spikes);
+* :func:`run_recovery_s` — the ``recovery_s`` metric of a run's summary: seconds from the
+  trigger's end until goodput is back to 90 % of the offered load (``None``: never, i.e.
+  infinite), judged like ``rtalab sim storm`` judges it.
 
 Why windows and a noise allowance: per-second goodput is a count of a few turns (Poisson
 noise ~ 1/sqrt(count)); at 8 turns/s a 10-s window still varies by ~11 %, so "within 5 %"
@@ -22,6 +26,7 @@ check is one-sided: back to at least ``(1 - tolerance) x baseline``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -104,3 +109,102 @@ def recovery(turns: pd.DataFrame, *, trigger_start_s: float, trigger_end_s: floa
     ref = baseline(g, baseline_from_s, trigger_start_s)
     return Recovery(ref, recovery_time_s(g, trigger_end_s, ref, tolerance, window_s, horizon_s,
                                                    noise_z))
+
+
+def trigger_span(scenario: Any) -> tuple[float, float] | None:
+    """(start_s, end_s) spanning the scenario's network outages, capacity drops and load
+    spikes (``schedule`` phases above the first phase's rate); None when it has none."""
+    spans = [(o.start_s, o.start_s + o.duration_s) for o in scenario.network.outages]
+    spans += [(d.start_s, d.start_s + d.duration_s) for d in scenario.reasoner.capacity_drops]
+    w = scenario.workload
+    if w.arrival == "schedule" and len(w.schedule) > 1:
+        base = w.schedule[0].calls_per_s
+        phases = list(w.schedule)
+        for i, p in enumerate(phases):
+            if p.calls_per_s > base:
+                end = phases[i + 1].start_s if i + 1 < len(phases) else scenario.run.duration_s
+                spans.append((p.start_s, end))
+    if not spans:
+        return None
+    return min(s for s, _ in spans), max(e for _, e in spans)
+
+
+#: the ``recovery_s`` metric's judgement (the storm detector's defaults)
+RECOVERY_FRACTION, RECOVERY_WINDOW_S, RECOVERY_NOISE_Z = 0.9, 10, 3.0
+
+
+def run_recovery_s(timeseries: pd.DataFrame, trigger: tuple[float, float], warmup_s: float,
+                   horizon_s: float) -> tuple[bool, float | None]:
+    """(defined, seconds): the ``recovery_s`` metric of one replication.  Goodput
+    (``completed_turns_per_s``) must be back to ``RECOVERY_FRACTION`` × the offered load
+    (mean ``offered_turns_per_s`` over ``[warmup_s, trigger start)``) over a
+    ``RECOVERY_WINDOW_S`` window and the rest of the horizon (:func:`recovery_time_s`).
+    Not defined (False) when there is no pre-trigger window or no offered load in it;
+    ``None`` seconds: not back within the horizon (infinite)."""
+    t = timeseries[S.T_S].to_numpy()
+    order = np.argsort(t, kind="stable")
+    offered = timeseries[S.OFFERED_TURNS_PER_S].to_numpy(dtype=float)[order]
+    good = timeseries[S.COMPLETED_TURNS_PER_S].to_numpy(dtype=float)[order]
+    try:
+        ref = baseline(offered, warmup_s, trigger[0])
+    except ValueError:
+        return False, None
+    if not ref > 0:
+        return False, None
+    return True, recovery_time_s(good, trigger[1], ref, tolerance=1.0 - RECOVERY_FRACTION,
+                                 window_s=RECOVERY_WINDOW_S, horizon_s=horizon_s,
+                                 noise_z=RECOVERY_NOISE_Z)
+
+
+def turns_recovery_s(turns: pd.DataFrame, trigger: tuple[float, float], warmup_s: float,
+                     horizon_s: float) -> tuple[bool, float | None]:
+    """:func:`run_recovery_s` from a ``turns`` table alone (offered = turns started per
+    second, goodput = turns completed per second): what ``rtalab predict`` has of a
+    simulated replication and of the measured load run alike."""
+    n = int(np.ceil(horizon_s))
+    start = turns[S.START_S].to_numpy(dtype=float)
+    start = start[np.isfinite(start)]
+    k = np.floor(start).astype(np.int64)
+    offered = np.bincount(k[(k >= 0) & (k < n)], minlength=n).astype(np.float64)
+    ts = pd.DataFrame({S.T_S: np.arange(n), S.OFFERED_TURNS_PER_S: offered,
+                       S.COMPLETED_TURNS_PER_S: goodput_per_s(turns, n)})
+    return run_recovery_s(ts, trigger, warmup_s, horizon_s)
+
+
+@dataclass(frozen=True)
+class RecoveryPrediction:
+    """Predicted recovery times (one per simulated replication; ``None`` = never) against
+    one measured run, judged by the prediction interval [min, max] of the predictions: for a
+    new run exchangeable with them it holds with probability (R - 1) / (R + 1)."""
+
+    predicted: tuple[float | None, ...]
+    measured: float | None
+    low: float  # inf when every prediction never recovers
+    high: float
+    coverage: float
+    inside: bool
+
+    def sentence(self) -> str:
+        """One line for the terminal and the report."""
+        def f(v: float | None) -> str:
+            return "never" if v is None or not np.isfinite(v) else f"{v:.0f} s"
+
+        never = sum(1 for p in self.predicted if p is None)
+        return (f"recovery_s: predicted {f(self.low)}–{f(self.high)} ({len(self.predicted)} "
+                f"replications, {never} never back; a {self.coverage:.0%} prediction "
+                f"interval), measured {f(self.measured)}: "
+                + ("inside" if self.inside else "OUTSIDE the interval"))
+
+
+def predict_recovery(predicted: list[float | None], measured: float | None,
+                     ) -> RecoveryPrediction:
+    """Judge one measured recovery time against the simulated replications' (see
+    :class:`RecoveryPrediction`)."""
+    if len(predicted) < 2:
+        raise ValueError("a prediction interval needs >= 2 predicted replications")
+    vals = [np.inf if p is None else float(p) for p in predicted]
+    m = np.inf if measured is None else float(measured)
+    lo, hi = min(vals), max(vals)
+    r = len(vals)
+    return RecoveryPrediction(tuple(predicted), measured, lo, hi, (r - 1) / (r + 1),
+                              bool(lo <= m <= hi))

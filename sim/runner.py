@@ -38,6 +38,12 @@ class RunOutput(S.RunRecords):
     warmup_s: float = 0.0
     workers: int = 0
     wall_s: float = 0.0
+    #: ``[run] records`` other than "all": the metrics, computed as the rows came (the tables
+    #: then hold the sampled calls' rows only, or none); None: compute them from the tables
+    metrics: dict[str, float | None] | None = None
+    #: with ``metrics``: the latency sketches they came from (``sim.shared.sketch.Sketch``,
+    #: mergeable across replications: ``pooled`` percentiles of a run)
+    sketches: dict[str, Any] | None = None
 
 
 def run_once(scenario: Scenario, seed: int, replication: int = 0,
@@ -103,11 +109,18 @@ def _assemble(raw: WorldResult, scenario: Scenario, seed: int, replication: int)
     calls[S.SESSIONS_OPENED] = (calls[S.CALL_ID].map(sessions).fillna(0).astype(np.int64)
                                 if len(sessions) else np.zeros(len(calls), dtype=np.int64))
     executions = raw.executions.frame(rep, [S.ARRIVAL_S])
-    timeseries = _timeseries(raw, rep, attempts, turns, executions)
+    metrics = sketches = None
+    if raw.tally is None:
+        timeseries = _timeseries(raw, rep, attempts, turns, executions)
+    else:
+        timeseries = _timeseries_of(raw, rep, raw.tally.rates)
+        metrics = raw.tally.metrics(raw.sessions_opened, timeseries, raw.counters)
+        sketches = raw.tally.sketches()
     return RunOutput(attempts=attempts, turns=turns, calls=calls, executions=executions,
                      side_effects=side_effects, timeseries=timeseries, counters=raw.counters,
                      seed=seed, replication=rep, warmup_s=scenario.run.warmup_s,
-                     duration_s=scenario.run.duration_s, workers=scenario.reasoner.workers)
+                     duration_s=scenario.run.duration_s, workers=scenario.reasoner.workers,
+                     metrics=metrics, sketches=sketches)
 
 
 def _per_second(times: np.ndarray, n_bins: int) -> np.ndarray:
@@ -121,15 +134,11 @@ def _per_second(times: np.ndarray, n_bins: int) -> np.ndarray:
 def _timeseries(raw: WorldResult, rep: int, attempts: pd.DataFrame, turns: pd.DataFrame,
                 executions: pd.DataFrame) -> pd.DataFrame:
     n = len(raw.gauges)
-    g = np.asarray(raw.gauges, dtype=np.int64).reshape(n, len(S.SAMPLED_GAUGES))
-    gauges = {name: g[:, j] for j, name in enumerate(S.SAMPLED_GAUGES)}
     send = attempts[S.SEND_S].to_numpy()
     end = turns[S.END_S].to_numpy()
     outcome = turns[S.OUTCOME].to_numpy()
     ex_start = executions[S.SERVICE_START_S].to_numpy()
-    data = {
-        S.REPLICATION: np.full(n, rep, dtype=np.int64),
-        S.T_S: np.arange(n, dtype=np.float64),
+    rates = {
         S.OFFERED_TURNS_PER_S: _per_second(turns[S.START_S].to_numpy(), n),
         S.ATTEMPTS_PER_S: _per_second(send, n),
         S.RETRIES_PER_S: _per_second(send[attempts[S.ATTEMPT].to_numpy() > 1], n),
@@ -137,6 +146,19 @@ def _timeseries(raw: WorldResult, rep: int, attempts: pd.DataFrame, turns: pd.Da
         S.FAILED_TURNS_PER_S: _per_second(end[outcome == "failed"], n),
         S.SERVER_REQUESTS_PER_S: _per_second(executions[S.ARRIVAL_S].to_numpy(), n),
         S.SERVER_EXECUTIONS_PER_S: _per_second(ex_start, n),
+    }
+    return _timeseries_of(raw, rep, rates)
+
+
+def _timeseries_of(raw: WorldResult, rep: int, rates: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The time series from its per-second counts ``rates`` and the sampled gauges."""
+    n = len(raw.gauges)
+    g = np.asarray(raw.gauges, dtype=np.int64).reshape(n, len(S.SAMPLED_GAUGES))
+    gauges = {name: g[:, j] for j, name in enumerate(S.SAMPLED_GAUGES)}
+    data = {
+        S.REPLICATION: np.full(n, rep, dtype=np.int64),
+        S.T_S: np.arange(n, dtype=np.float64),
+        **{name: rates[name][:n] for name in S.TIMESERIES_RATES},
         **gauges,
         S.DEDUP_BYTES: gauges[S.DEDUP_ENTRIES] * raw.dedup_entry_bytes,
     }

@@ -14,6 +14,7 @@ a valid scenario; units are in the names (``_s``, ``_ms``, ``_per_s``,
 from __future__ import annotations
 
 import copy
+import math
 import tomllib
 import types
 from collections.abc import Sequence
@@ -172,6 +173,49 @@ class ReasonerConfig:
             raise ConfigError("errors", f"probabilities must sum to <= 1, got {total:g}")
 
 
+# --------------------------------------------------------------------------- fleet
+
+
+@dataclass(frozen=True)
+class ReplicaFailure:
+    """Replica ``replica`` is down in [start_s, start_s + duration_s): requests sent to it get
+    no answer, its work in progress is lost, and it restarts with an empty memory."""
+
+    replica: int = num(0, ge=0)
+    start_s: float = num(0.0, ge=0.0)
+    duration_s: float = num(10.0, gt=0.0)
+
+
+BALANCERS = ("random", "round_robin", "least_outstanding", "power_of_two", "sticky")
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """``[fleet]``: ``replicas`` Reasoners, each with ``[reasoner]``'s workers, queue and
+    (``state = "per-replica"``) its own dedup store and sessions, behind a load balancer."""
+
+    replicas: int = num(1, ge=1, doc="Reasoner replicas, each configured by [reasoner]")
+    balancer: Literal["random", "round_robin", "least_outstanding", "power_of_two",
+                      "sticky"] = "random"
+    # "shared": one dedup store, session and task state for all replicas (Redis);
+    # "per-replica": each replica remembers only what it served (an in-memory store)
+    state: Literal["shared", "per-replica"] = "shared"
+    health_check_s: float = num(1.0, ge=0.0,
+                                doc="a failed replica leaves the balancer this long after")
+    failures: tuple[ReplicaFailure, ...] = ()
+
+    def __post_init__(self) -> None:
+        for f in self.failures:
+            if f.replica >= self.replicas:
+                raise ConfigError("failures", f"replica {f.replica} of {self.replicas} "
+                                              f"(replicas are numbered from 0)")
+
+    @property
+    def is_fleet(self) -> bool:
+        """False for one plain pool (the model without a balancer)."""
+        return self.replicas > 1 or bool(self.failures)
+
+
 # --------------------------------------------------------------------------- run
 
 
@@ -184,10 +228,32 @@ class RunConfig:
     drain_s: float = num(120.0, ge=0.0, doc="time after duration_s for open turns to finish")
     seed: int = num(1, ge=0)
     replications: int = num(1, ge=1)
+    # "all": every record row (the default); "sample:P": the rows of a seeded share P of the
+    # calls; "none": no rows.  The metrics are computed in every case (docs/contracts.md).
+    records: str = "all"
 
     def __post_init__(self) -> None:
         if self.warmup_s >= self.duration_s:
             raise ConfigError("warmup_s", f"must be < duration_s ({self.duration_s:g})")
+        self.record_share  # noqa: B018  (validates)
+
+    @property
+    def record_share(self) -> float | None:
+        """None for ``records = "all"``, else the share of calls whose rows are kept."""
+        r = self.records
+        if r == "all":
+            return None
+        if r == "none":
+            return 0.0
+        if r.startswith("sample:"):
+            try:
+                p = float(r[len("sample:"):])
+            except ValueError:
+                p = math.nan
+            if 0.0 < p <= 1.0:
+                return p
+        raise ConfigError("records", f'must be "all", "none" or "sample:P" with 0 < P <= 1, '
+                                     f"got {r!r}")
 
 
 # --------------------------------------------------------------------------- load
@@ -204,6 +270,8 @@ class LoadConfig:
     resend_share: float = prob(0.0, doc="attempt re-sent byte-identical after it ended")
     resend_delay_s: Dist = Const(0.0)  # from the end of the attempt to its re-sent copy
     concurrent_duplicate_share: float = prob(0.0, doc="attempt sent twice at once")
+    concurrent_first_share: float = prob(
+        0.5, doc="of those concurrent copies, the share sent before their original")
     continuation_duplicate_share: float = prob(
         0.0, doc="INPUT_REQUIRED continuation sent twice at once")
     barge_in_share: float = prob(0.0, doc="turn interrupted by the caller (CancelTask)")
@@ -238,6 +306,7 @@ class Scenario:
     reasoner: ReasonerConfig = ReasonerConfig()
     run: RunConfig = RunConfig()
     load: LoadConfig = LoadConfig()
+    fleet: FleetConfig = FleetConfig()
 
     def with_overrides(self, overrides: dict[str, Any] | list[str]) -> Scenario:
         """A copy with dotted-key overrides applied (``{"run.seed": 7}`` or ``["run.seed=7"]``)."""

@@ -13,8 +13,10 @@ Used by ``rtalab sim run`` and by every point of a sweep.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import gc
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +38,24 @@ def replication_plan(seed: int, replications: int) -> list[tuple[int, int]]:
 
 def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
                   run_dir: Path | None = None, *, plots: bool = True,
-                  progress: Progress | None = None) -> dict[str, Any]:
+                  progress: Progress | None = None,
+                  executor: cf.Executor | None = None) -> dict[str, Any]:
     """Simulate every (seed, replication) of ``plan`` in order and return ``summary.json``.
+
+    With ``executor`` (``sim.sweep.make_executor``: processes or a Dask cluster) the
+    replications run there as independent parts, at most ``2 x`` its workers ahead of
+    the one being written; their outputs are taken in plan order, so the summary and the
+    folder are the same bit for bit whichever executor ran them.  With ``[run] records``
+    other than "all", ``summary["pooled"]`` holds the percentiles of all replications'
+    turns together, from their merged sketches (an exact merge: the same whatever the split).
 
     With ``run_dir``, each replication's records are appended to ``<table>.parquet``
     there and, with ``plots``, the PNGs are drawn from the written tables; the caller
     owns ``meta.json`` and ``summary.json`` (see :func:`sim.shared.results.write_summary`).
     Without ``run_dir`` nothing is written (metrics only, e.g. for an optimiser).
     """
-    from sim.runner import run_once
     from sim.shared.results import RecordWriter
-    from sim.shared.summary import replication_metrics, summarize_metrics
+    from sim.shared.summary import metrics_of, summarize_metrics
 
     if not plan:
         raise ValueError("a run needs at least one replication")
@@ -59,12 +68,18 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
     # Freeze what the process held before the run (a notebook's or pytest's heap): the
     # per-replication collection below then scans only this run's objects, ~ms instead of
     # a full-heap pass that costs more than a small replication in a large process.
+    pooled: dict[str, Any] = {}
     gc.freeze()
     try:
-        for k, (seed, rep) in enumerate(plan):
-            sub = None if progress is None else _scaled(progress, k, len(plan))
-            out = run_once(scenario, seed, rep, sub)
-            per_rep.append(replication_metrics(out, warmup_s))
+        for k, out in enumerate(_outputs(scenario, plan, progress, executor)):
+            if progress is not None and executor is not None:
+                progress((k + 1) / len(plan))
+            per_rep.append(metrics_of(out, warmup_s))
+            for prefix, sk in (getattr(out, "sketches", None) or {}).items():
+                if prefix in pooled:
+                    pooled[prefix].merge(sk)
+                else:
+                    pooled[prefix] = sk
             if writer is not None:
                 writer.append(out)
             if plots:
@@ -83,7 +98,54 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
         gc.unfreeze()
     if plots:
         _plot(Path(run_dir), scenario, plot_turns, plot_ts)
-    return summarize_metrics(per_rep, warmup_s, [s for s, _ in plan], [r for _, r in plan])
+    summary = summarize_metrics(per_rep, warmup_s, [s for s, _ in plan], [r for _, r in plan])
+    if pooled:
+        from sim.shared.schema import PERCENTILES
+
+        summary["pooled"] = {f"{prefix}p{q}": sk.percentile(q)
+                             for prefix, sk in pooled.items() for q in PERCENTILES
+                             if not (prefix.startswith("queue") and q not in (50, 99))}
+    return summary
+
+
+def run_part(plain: dict[str, Any], seed: int, replication: int) -> Any:
+    """Worker side: one replication of the scenario given as plain data (its RunOutput)."""
+    from sim.runner import run_once
+    from sim.scenario import from_dict
+
+    return run_once(from_dict(plain), seed, replication)
+
+
+def _outputs(scenario: Scenario, plan: Sequence[tuple[int, int]], progress: Progress | None,
+             executor: cf.Executor | None) -> Iterator[Any]:
+    """Each replication's RunOutput, in plan order (here, or as parts on ``executor``)."""
+    from sim.runner import run_once
+
+    if executor is None:
+        for k, (seed, rep) in enumerate(plan):
+            sub = None if progress is None else _scaled(progress, k, len(plan))
+            yield run_once(scenario, seed, rep, sub)
+        return
+    from sim.config import to_plain
+
+    plain = to_plain(scenario)  # picklable (a Scenario holds mapping proxies)
+    ahead = 2 * max(1, getattr(executor, "_max_workers", 2))
+    futures: deque[cf.Future[Any]] = deque()
+    todo = iter(plan)
+    try:
+        for seed, rep in todo:
+            futures.append(executor.submit(run_part, plain, seed, rep))
+            if len(futures) >= ahead:
+                break
+        while futures:
+            out = futures.popleft().result()
+            nxt = next(todo, None)
+            if nxt is not None:
+                futures.append(executor.submit(run_part, plain, *nxt))
+            yield out
+    finally:
+        for f in futures:
+            f.cancel()
 
 
 def plot_columns(out: Any, warmup_s: float) -> tuple[Any, Any]:

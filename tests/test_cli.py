@@ -21,6 +21,7 @@ from sim import cli
 from sim.scenario import from_dict, load_scenario, preset_names
 from sim.shared import schema
 from sim.shared.progress import progress_bar, should_show
+from tests.signals import default_sigint
 
 REPO = Path(__file__).resolve().parents[1]
 SHORT = ["run.duration_s=40", "run.warmup_s=5", "run.drain_s=30", "run.replications=2"]
@@ -186,6 +187,7 @@ def test_ctrl_c_exits_130_and_marks_the_folder_interrupted(tmp_path: Path) -> No
         [sys.executable, "-m", "sim.cli", "sim", "run", "baseline", "--quiet",
          "--set", "run.duration_s=1000000", "run.replications=1", "--out", str(tmp_path)],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint,
     )
     try:
         deadline = time.monotonic() + 60

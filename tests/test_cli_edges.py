@@ -15,6 +15,7 @@ import pytest
 
 from sim.cli import EXAMPLES, build_parser, commands, main, normalise_sets
 from tests.kinds import REPO, rtalab
+from tests.signals import default_sigint
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,7 @@ def test_serve_witness_says_where_it_listens(tmp_path: Path, parsers) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.Popen([sys.executable, "-m", "sim.cli", "serve", "witness", "--port",
                           str(port), "--db", str(tmp_path / "w.db")], env=env, cwd=tmp_path,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         line = p.stderr.readline()  # blocks until the server has bound (or died)
         assert f"listening on http://127.0.0.1:{port}" in line, line

@@ -22,17 +22,20 @@ from sim.cli import build_parser, commands
 from sim.shared.argtypes import OneLineParser, Option, default_text, opt, with_default
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
-UNSAFE_BUGS = ("late-claim", "turn-key", "volatile", "continuation-twice", "refuse-auth",
-               "no-input-required")
-SIM_ANSWERS = ("sim capacity", "sim storm", "sim tune")
+UNSAFE_BUGS = ("late-claim", "turn-key", "turn-key-rewrite", "volatile", "continuation-twice",
+               "refuse-auth", "no-input-required", "sse-skips-dedup", "rest-skips-dedup",
+               "ws-skips-dedup", "grpc-skips-dedup")
+SIM_ANSWERS = ("sim capacity", "sim metastability", "sim storm", "sim tune")
+SERVERS = ("chaos", "serve reasoner", "serve witness")
+TLS_CLIENTS = ("chaos", "load probe", "load run", "serve reasoner")
 
 # option: [(commands, (kind, type, default, metavar, choices, help)), ...]
 # Rows of one option differ only in the default and the "(default ...)" part of the help,
 # except the options in HELP_SAYS_WHAT.
 SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
     "scenario": [
-        (("load probe", "load run", "predict", "sim capacity", "sim run", "sim show",
-          "sim storm", "sim sweep", "sim tune"),
+        (("load probe", "load run", "predict", "sim capacity", "sim metastability", "sim run",
+          "sim show", "sim storm", "sim sweep", "sim tune"),
          ("store", None, None, "SCENARIO", None,
           "scenario file path or preset name; preset:NAME always means the preset "
           "(see 'rtalab sim presets')"))],
@@ -45,19 +48,21 @@ SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
                                "(file path or preset name)"))],
     "--set": [
         (("chaos", "load probe", "load run", "predict", "serve reasoner", "sim capacity",
-          "sim run", "sim show", "sim storm", "sim sweep", "sim tune"),
+          "sim metastability", "sim run", "sim show", "sim storm", "sim sweep", "sim tune"),
          ("extend", None, [], "KEY.PATH=VALUE", None,
           "override a scenario value (TOML syntax, e.g. run.seed=7 "
           "network.uplink.loss=0.05); repeatable"))],
     "--seed": [
-        (("chaos", "sim capacity", "sim run", "sim storm", "sim sweep", "sim tune"),
+        (("chaos", "sim capacity", "sim metastability", "sim run", "sim storm", "sim sweep",
+          "sim tune"),
          ("store", "int", None, None, None, "root seed (default: the scenario's run.seed)")),
-        (("bench sim", "predict"),
+        (("bench fleet", "bench sim", "predict"),
          ("store", "int", 1, None, None, "root seed (default 1)"))],
     "--quiet": [
         (("load probe", "load run", "load worker", "predict"),
          ("flag", None, False, None, None, "no progress lines")),
-        (("serve fuzz", "sim storm", "sim sweep", "sim tune", "sim capacity"),
+        (("serve fuzz", "sim storm", "sim sweep", "sim tune", "sim capacity",
+          "sim metastability"),
          ("flag", None, False, None, None, "no progress bar")),
         (("sim run",), ("flag", None, False, None, None,
                         "no progress bar or table; print only the run folder")),
@@ -83,18 +88,34 @@ SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
                           "replications per point (default: run.replications)")),
         (("sim storm",), ("store", "positive_int", None, "R", None,
                           "replications per strategy (default: run.replications)")),
+        (("sim metastability",), ("store", "positive_int", 4, "R", None,
+                                  "replications of a simulated cell (>= 2; default 4)")),
+        (("bench metastability",), ("store", "positive_int", 3, "R", None,
+                                    "replications of a simulated cell (default 3)")),
         (("sim capacity",), ("store", "positive_int", 3, "R", None,
                              "replications per probe (>= 2; default 3)")),
         (("sim tune",), ("store", "positive_int", 2, "R", None,
                          "replications per trial (default 2)")),
         (("predict",), ("store", "positive_int", 5, None, None,
                         "simulator replications per case (default 5)"))],
+    # the storm detector's options (sim/answers/storm.py Detector)
+    "--fraction": [(("sim metastability", "sim storm"), (
+        "store", "float", 0.9, None, None,
+        "recovered = goodput >= this share of offered load (default 0.9)"))],
+    "--hold": [(("sim metastability", "sim storm"), (
+        "store", "float", 60.0, "S", None,
+        "... within S seconds after the trigger ends (default 60)"))],
+    "--window": [(("sim metastability", "sim storm"), (
+        "store", "float", 10.0, "S", None, "sliding window of the rates (default 10 s)"))],
+    "--noise-z": [(("sim metastability", "sim storm"), (
+        "store", "float", 3.0, "Z", None,
+        "Poisson noise allowance in standard errors (sim.recovery; default 3)"))],
     # the simulator's commands that run many simulations
     "--processes": [
-        (("sim sweep", *SIM_ANSWERS), ("store", "positive_int", None, "N", None,
+        (("sim run", "sim sweep", *SIM_ANSWERS), ("store", "positive_int", None, "N", None,
                                        "local worker processes (default: every usable CPU)"))],
     "--dask": [
-        (("sim sweep", *SIM_ANSWERS),
+        (("sim run", "sim sweep", *SIM_ANSWERS),
          ("store", None, None, "ADDRESS", None,
           "tcp://HOST:8786 (an existing Dask scheduler) or local[:N] (start a LocalCluster of "
           "N single-threaded worker processes)"))],
@@ -121,6 +142,30 @@ SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
          ("store", None, "warning", None, LOG_LEVELS, "server log level (default warning)")),
         (("serve reasoner",),
          ("store", None, "info", None, LOG_LEVELS, "server log level (default info)"))],
+    # TLS (loadtests/common/tls.py): what a server presents and requires ...
+    "--tls-cert": [(SERVERS, ("store", "pem_file", None, "FILE", None,
+                              "serve HTTPS with this certificate chain (PEM; default: plain "
+                              "HTTP)"))],
+    "--tls-key": [(SERVERS, ("store", "pem_file", None, "FILE", None,
+                             "private key (PEM) of --tls-cert (default: in the --tls-cert "
+                             "file)"))],
+    "--tls-client-ca": [(SERVERS, ("store", "pem_file", None, "FILE", None,
+                                   "require client certificates signed by these CAs (PEM; "
+                                   "mutual TLS)"))],
+    # ... and what a client trusts and presents
+    "--ca": [(TLS_CLIENTS, ("store", "pem_file", None, "FILE", None,
+                            "CA certificates (PEM) that sign the servers' certificates "
+                            "(default: the system's CAs)"))],
+    "--client-cert": [(TLS_CLIENTS, ("store", "pem_file", None, "FILE", None,
+                                     "client certificate (PEM) presented to the servers "
+                                     "(mutual TLS)"))],
+    "--client-key": [(TLS_CLIENTS, ("store", "pem_file", None, "FILE", None,
+                                    "private key (PEM) of --client-cert (default: in the "
+                                    "--client-cert file)"))],
+    "--insecure": [(TLS_CLIENTS, ("flag", None, False, None, None,
+                                  "do NOT verify server certificates (a loud warning in the "
+                                  "terminal and the verdict; tests of a throwaway setup "
+                                  "only)"))],
     # the deployment a load command drives, and the Reasoner's options load run passes on
     "--target": [
         (("load probe", "load run"),
@@ -208,6 +253,10 @@ DISTINCT: dict[tuple[str, str], str] = {
                                      "message",
     ("--workers", "serve reasoner"): "the server's own uvicorn workers (default 1, always "
                                      "set), not the embedded Reasoner's",
+    ("--scenario", "bench metastability"): "the preset the benchmark maps",
+    ("--processes", "bench metastability"): "local processes of the benchmark's maps",
+    ("--strategies", "sim metastability"): "strategies mapped side by side (default two)",
+    ("--strategies", "sim storm"): "strategies run through the trigger (default all)",
     ("--duration", "bench sweep"): "simulated seconds per point of the benchmark",
     ("--warmup", "predict"): "the warm-up of predict's runs and simulations",
     ("--warmup", "serve bench"): "untimed turns before the benchmark's rounds",
@@ -230,6 +279,10 @@ DISTINCT: dict[tuple[str, str], str] = {
     ("--repeats", "bench sweep"): "timed sweeps per executor",
     ("--turns", "bench sim"): "simulated turns per timed run",
     ("--turns", "serve bench"): "timed HTTP turns per store and round",
+    ("--turns", "bench grpc"): "timed turns per binding and round",
+    ("--rounds", "bench grpc"): "alternating rounds of the gRPC server benchmark",
+    ("--concurrency", "bench grpc"): "closed-loop users of the gRPC server benchmark",
+    ("--concurrency", "serve bench"): "keep-alive connections of the server benchmark",
     ("--rounds", "load bench"): "alternating rounds of the Live-user benchmark",
     ("--rounds", "serve bench"): "interleaved rounds of the server benchmark",
     ("--rounds", "bench report"): "timed reports of the report benchmark",

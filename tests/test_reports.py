@@ -168,6 +168,10 @@ def test_barge_in_spikes_are_found_where_they_are() -> None:
 
 
 def test_reports_in_headless_chromium(folders: dict[str, Path], tmp_path: Path) -> None:
+    """Every report kind, and a comparison of a simulated and a load run, as a reader sees
+    them at 1280 px: no console error or broken image, nothing off the right edge, no column
+    narrower than its longest word (every fold opened), the answer before the first
+    figure."""
     if browser.available() is not None:  # make system-deps installs it: never skipped silently
         pytest.fail(str(browser.available()))
     files = []
@@ -175,14 +179,42 @@ def test_reports_in_headless_chromium(folders: dict[str, Path], tmp_path: Path) 
         f = tmp_path / f"{kind}.html"
         f.write_text(render_report([path]), encoding="utf-8")
         files.append(f)
-    facts = browser.inspect_pages(files, tmp_path)
-    for f in files:
+    both = tmp_path / "compare.html"
+    both.write_text(render_report([folders["run"], folders["load"]]), encoding="utf-8")
+    facts = browser.inspect_pages([*files, both], tmp_path)
+    for f in [*files, both]:
         page = facts[str(f)]
         assert page["console_errors"] == [], (f.name, page["console_errors"])
         assert page["images"] >= 1 and page["broken"] == [], (f.name, page)
         assert page["scrollWidth"] <= browser.WIDTH, (f.name, page["scrollWidth"])
-        assert page["answers"] == page["sections"] == 1
+        assert page["narrowCells"] == [], (f.name, page["narrowCells"][:5])
+        assert page["wideTables"] == [], (f.name, page["wideTables"])
         assert page["answerTop"] < page["firstFigureTop"], (f.name, page)
+    for f in files:
+        assert facts[str(f)]["answers"] == facts[str(f)]["sections"] == 1
+    cmp = facts[str(both)]
+    assert cmp["sections"] == 2 and "a run folder, a load folder" in cmp["title"], cmp["title"]
+
+
+def test_the_layout_check_sees_a_label_wrapped_letter_by_letter(tmp_path: Path) -> None:
+    """The planted layout bug of issue 32 (the name column squeezed to one character, a
+    table wider than the page): the browser facts name both."""
+    if browser.available() is not None:
+        pytest.fail(str(browser.available()))
+    cells = "".join(f"<td style='white-space:nowrap'>{'0.123 [0.1, 0.2] %' * 2}</td>"
+                    for _ in range(9))
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body style='margin:0'><div><table style='width:100%'><tr>"
+                   "<td style='overflow-wrap:anywhere'>ghost successes</td>" + cells +
+                   "</tr></table></div></body></html>", encoding="utf-8")
+    good = tmp_path / "good.html"
+    good.write_text("<html><body><table><tr><td>ghost successes</td><td>1.0</td></tr>"
+                    "</table></body></html>", encoding="utf-8")
+    facts = browser.inspect_pages([bad, good], tmp_path)
+    assert any(c.startswith("successes") or c.startswith("ghost")
+               for c in facts[str(bad)]["narrowCells"]), facts[str(bad)]
+    assert facts[str(bad)]["wideTables"], facts[str(bad)]
+    assert facts[str(good)]["narrowCells"] == facts[str(good)]["wideTables"] == []
 
 
 # --------------------------------------------------------------------------- people's numbers

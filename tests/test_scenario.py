@@ -252,7 +252,7 @@ def test_dumps_round_trips_every_preset(name: str, tmp_path: Path) -> None:
 def test_dumps_spells_out_every_default() -> None:
     data = tomllib.loads(dumps(Scenario()))
     assert set(data) == {"name", "description", "workload", "live", "network", "reasoner", "run",
-                         "load"}
+                         "load", "fleet"}
     assert data["run"]["replications"] == 1
     assert data["network"]["uplink"]["loss"] == 0.0
     assert "backoff" in data["live"]

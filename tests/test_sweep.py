@@ -23,6 +23,7 @@ from sim.scenario import load_scenario
 from sim.shared import results
 from sim.shared.summary import summarize, unit
 from sim.stream import replication_plan, run_streaming
+from tests.signals import default_sigint
 
 REPO = Path(__file__).resolve().parents[1]
 # a small, quick scenario: ~40 turns per replication
@@ -152,7 +153,7 @@ def test_sigint_mid_sweep_then_rerun_finishes_without_recomputing(tmp_path: Path
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-m", "sim.cli", *SWEEP_ARGS, "--processes", "2",
                              "--out", str(out)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 120
     while not _complete(out):  # synchronise on the files: one point is finished
         assert proc.poll() is None, proc.communicate()

@@ -8,11 +8,19 @@ scenario) exits 2 with one line on stderr.
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadtests.common.tls import (
+    INSECURE_WARNING,
+    add_client_tls,
+    add_server_tls,
+    client_tls_from_args,
+    server_tls_from_args,
+)
 from sim.shared.argtypes import (
     LOG_LEVEL,
     add_command,
@@ -81,6 +89,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     opt(p, "--ledger FILE", "injection ledger (JSONL, appended; '' = none; {default})",
         default="chaos.jsonl")
     opt(p, "--duplicate P", "override uplink.duplication", probability)
+    opt(p, "--duplicate-first P", "of the duplicated requests, the share whose copy reaches the "
+        "Reasoner before the original ({default})", probability, default=0.5)
     opt(p, "--reorder P", "override downlink.reorder", probability)
     opt(p, "--reorder-delay-s S", "override downlink.reorder_delay_s (constant)", non_negative)
     opt(p, "--drop P", "override downlink.loss (P of a mid-stream cut at each event)",
@@ -98,6 +108,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                 "this JSON file once it appears (a load run's "
                                 "ledger/clock.json); no outage before that")
     LOG_LEVEL.add(p, default="warning")
+    add_server_tls(p)
+    add_client_tls(p, "connecting to --upstream")
 
 
 class FlagError(Exception):
@@ -122,7 +134,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     cfg = ChaosConfig(network=network, outage_mode=args.outage_mode,
                       reorder_terminal=args.reorder_terminal,
                       seed=scenario.run.seed if args.seed is None else args.seed,
-                      extra_outages=tuple(args.outage))
+                      extra_outages=tuple(args.outage), duplicate_first=args.duplicate_first)
     cfg = with_overrides(cfg, duplicate=args.duplicate, reorder=args.reorder, drop=args.drop,
                          delay_s=args.delay_s, reorder_delay_s=args.reorder_delay_s)
     host, port = args.listen
@@ -132,7 +144,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     return ChaosSettings(host=host, port=port, upstream=args.upstream, cfg=cfg,
                          ledger=Path(args.ledger) if args.ledger else None,
                          start_at_unix=args.start_at,
-                         start_file=args.start_file, log_level=args.log_level)
+                         start_file=args.start_file, log_level=args.log_level,
+                         tls=server_tls_from_args(args), upstream_tls=client_tls_from_args(args))
 
 
 @one_line_errors(PROG, FlagError)
@@ -153,6 +166,8 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         except OSError as e:
             return usage_error(f"{PROG}: error: cannot write --ledger {settings.ledger}: "
                                f"{e.strerror or e}")
+    if settings.upstream_tls.insecure:
+        print(f"{PROG}: WARNING: {INSECURE_WARNING}", file=sys.stderr)
     try:
         return run(settings)
     except KeyboardInterrupt:

@@ -46,6 +46,10 @@ class ChaosConfig:
     methods: tuple[str, ...] = ("SendStreamingMessage", "SendMessage")
     max_hold_s: float = 300.0  # a black-holed request is answered 504 after this (safety net)
     extra_outages: tuple[OutageConfig, ...] = field(default=())
+    # of the duplicated requests, the share whose copy is sent FIRST and the original
+    # ``uplink.duplicate_delay_s`` after the server started answering the copy: the server
+    # sees the duplicate before its original (as any real network may deliver them)
+    duplicate_first: float = 0.5
 
     @property
     def outages(self) -> tuple[OutageConfig, ...]:
@@ -100,14 +104,19 @@ class RequestFaults:
     lost: bool
     duplicate: bool
     duplicate_delay_s: float
+    duplicate_first: bool = False  # the copy goes first, the original after the delay
 
 
-def uplink_faults(link: LinkConfig, rng: np.random.Generator, duplicable: bool) -> RequestFaults:
-    """Draw the uplink faults of one request (fixed draw order: reproducible per request)."""
+def uplink_faults(link: LinkConfig, rng: np.random.Generator, duplicable: bool,
+                  first_share: float = 0.0) -> RequestFaults:
+    """Draw the uplink faults of one request (fixed draw order: reproducible per request;
+    the copy-first draw comes last, only for a duplicate)."""
     u = rng.random(3)
     delay = sample(link.latency_s, rng)
     if u[0] < link.reorder:
         delay += sample(link.reorder_delay_s, rng)
     dup = duplicable and u[2] < link.duplication
+    dup_delay = sample(link.duplicate_delay_s, rng) if dup else 0.0
+    first = bool(dup and first_share > 0 and rng.random() < first_share)
     return RequestFaults(delay_s=delay, lost=bool(u[1] < link.loss), duplicate=bool(dup),
-                         duplicate_delay_s=sample(link.duplicate_delay_s, rng) if dup else 0.0)
+                         duplicate_delay_s=dup_delay, duplicate_first=first)

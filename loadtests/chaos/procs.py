@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from loadtests.common.procs import LOCALHOST, ManagedProcess, _start_on_port, start_process
+from loadtests.common.tls import ClientTls, ServerTls
 
 
 def chaos_command(*, port: int, upstream: str, ledger: str | Path | None = None,
@@ -22,13 +23,18 @@ def chaos_command(*, port: int, upstream: str, ledger: str | Path | None = None,
 
 def start_chaos(upstream: str, *, port: int | None = None, ledger: str | Path | None = None,
                 scenario: str | Path | None = None, extra_args: Sequence[str] = (),
-                log_path: str | Path | None = None, timeout_s: float = 30.0) -> ManagedProcess:
-    """The proxy in front of ``upstream``; ready when its port accepts connections."""
+                log_path: str | Path | None = None, timeout_s: float = 30.0,
+                server_tls: ServerTls = ServerTls(),
+                client_tls: ClientTls | None = None) -> ManagedProcess:
+    """The proxy in front of ``upstream``; ready when its port accepts connections.  It
+    serves TLS with ``server_tls`` and verifies the upstream with ``client_tls``."""
 
     def start(p: int) -> ManagedProcess:
         cmd = chaos_command(port=p, upstream=upstream, ledger=ledger, scenario=scenario,
-                            extra_args=extra_args)
+                            extra_args=[*server_tls.to_args(),
+                                        *(client_tls.to_args() if client_tls else ()),
+                                        *extra_args])
         return start_process(cmd, ready_port=p, port=p, timeout_s=timeout_s, name="chaos",
-                             log_path=log_path)
+                             log_path=log_path, url=f"{server_tls.scheme}://{LOCALHOST}:{p}")
 
     return _start_on_port(port, start)

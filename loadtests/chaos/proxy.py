@@ -1,15 +1,19 @@
-"""The chaos proxy's L7 app (raw ASGI): JSON-RPC over HTTP/SSE and WebSocket with faults.
+"""The chaos proxy's L7 app (raw ASGI): JSON-RPC over HTTP/SSE, HTTP+JSON and WebSocket
+with faults.
 
 Requests and frames are passed through byte for byte, headers included
 (``Authorization``, ``A2A-Version``, ``A2A-Extensions`` and, back, the echo and
 ``X-RTA-Worker``); only hop-by-hop headers are dropped.  Faults (see
 :mod:`loadtests.chaos.config` for the mapping from ``[network]``):
 
-- uplink, per JSON-RPC request (POST or WebSocket frame), from the request's own
+- uplink, per request (a JSON-RPC POST or WebSocket frame, or an HTTP+JSON
+  ``POST /message:stream`` / ``/message:send``), from the request's own
   random stream (seed, requestGuid and how often that guid was seen): latency,
   loss (black-holed), duplication (a copy sent upstream later; its answer is
   read and discarded; on WebSocket it carries the id ``chaos-dup-N``, whose
-  frames are swallowed);
+  frames are swallowed); for ``duplicate_first`` of them the copy goes first and
+  the original follows (HTTP: once the server started answering the copy, plus
+  the duplicate delay; WebSocket: behind it on the same socket);
 - downlink, per stream event: latency, reordering within the window, a
   connection cut at an event (SSE: the caller's TCP connection is reset; WS: the
   socket is reset, every request on it is cut);
@@ -38,6 +42,8 @@ import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
+from loadtests.common.tls import ClientTls
+
 from .config import ChaosConfig, rng_for, uplink_faults
 from .gate import Gate
 from .ledger import ChaosLedger
@@ -52,6 +58,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_WS_FRAME = 8 * 1024 * 1024
 GUID_MEMORY = 200_000
 UPSTREAM_ERROR = -32099
+COPY_FIRST_WAIT_S = 5.0  # the longest an original is held for its copy to be answered first
 
 
 class DropConnection(Exception):
@@ -62,6 +69,19 @@ def _jsonrpc_error(rpc_id: Any, code: int, message: str) -> bytes:
     """A JSON-RPC error body."""
     return json.dumps({"jsonrpc": "2.0", "id": rpc_id,
                        "error": {"code": code, "message": message}}).encode()
+
+
+# google.rpc status names of the proxy's own HTTP+JSON answers
+_GRPC_STATUS = {413: "INVALID_ARGUMENT", 502: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+def _error_body(info: RpcInfo, status: int, code: int, message: str) -> bytes:
+    """The proxy's own error answer in the request's binding: a JSON-RPC error, or (HTTP+JSON)
+    a google.rpc-style error object (A2A's HTTP+JSON error form)."""
+    if info.binding == "rest":
+        return json.dumps({"error": {"code": status, "status": _GRPC_STATUS.get(
+            status, "UNKNOWN"), "message": message}}).encode()
+    return _jsonrpc_error(info.rpc_id, code, message)
 
 
 def _forward_headers(raw: list[tuple[bytes, bytes]], drop_ws: bool = False
@@ -91,8 +111,10 @@ class ChaosProxy:
     """ASGI app: forward to ``upstream`` with the faults of ``cfg``; log them to ``ledger``."""
 
     def __init__(self, cfg: ChaosConfig, upstream: str, ledger: ChaosLedger,
-                 gate: Gate | None = None, t0: float | None = None):
+                 gate: Gate | None = None, t0: float | None = None,
+                 tls: ClientTls | None = None):
         self.cfg = cfg
+        self.tls = tls or ClientTls()  # how the proxy verifies the upstream
         self.upstream = upstream.rstrip("/")
         self.ws_upstream = "ws" + self.upstream[4:] if self.upstream.startswith("http") else (
             self.upstream)
@@ -156,7 +178,8 @@ class ChaosProxy:
             if msg["type"] == "lifespan.startup":
                 self.client = httpx.AsyncClient(
                     timeout=httpx.Timeout(connect=10.0, read=None, write=30.0, pool=None),
-                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+                    verify=self.tls.context())
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
                 for t in list(self.tasks):
@@ -198,8 +221,8 @@ class ChaosProxy:
                 while (await receive())["type"] != "http.disconnect":
                     pass
         except TimeoutError:
-            await self._answer(send, 504, _jsonrpc_error(info.rpc_id, UPSTREAM_ERROR,
-                                                         "chaos: request black-holed"))
+            await self._answer(send, 504, _error_body(info, 504, UPSTREAM_ERROR,
+                                                      "chaos: request black-holed"))
 
     def _url(self, scope: dict[str, Any], ws: bool = False) -> str:
         """The upstream URL of this request."""
@@ -219,24 +242,33 @@ class ChaosProxy:
         if body is None:
             return
         method = scope["method"]
-        _, info = parse_request(body) if method == "POST" and body else (None, RpcInfo())
+        _, info = parse_request(body, scope["path"]) if method == "POST" and body else (
+            None, RpcInfo(binding="sse" if scope["path"] == "/" else "rest"))
         faulty = bool(info.method)
         rng = self.rng(info) if faulty else None
         if self.blackholed("uplink"):
-            self.ledger.record("blackhole", binding="sse", request_guid=info.request_guid,
+            self.ledger.record("blackhole", binding=info.binding, request_guid=info.request_guid,
                                rpc_id=info.rpc_id, what="request")
             await self._hold(receive, send, info)
             return
         if rng is not None:
-            f = uplink_faults(self.up, rng, info.method in self.cfg.methods)
+            f = uplink_faults(self.up, rng, info.method in self.cfg.methods,
+                              self.cfg.duplicate_first)
             if f.lost:
-                self.ledger.record("lost", binding="sse", request_guid=info.request_guid,
+                self.ledger.record("lost", binding=info.binding, request_guid=info.request_guid,
                                    rpc_id=info.rpc_id)
                 await self._hold(receive, send, info)
                 return
             if f.delay_s > 0:
                 await asyncio.sleep(f.delay_s)
-            if f.duplicate:
+            if f.duplicate and f.duplicate_first:  # the copy reaches the server first
+                started = asyncio.Event()
+                self.spawn(self._duplicate_http(scope, body, info, 0.0, started,
+                                                f.duplicate_delay_s))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(started.wait(), COPY_FIRST_WAIT_S)
+                await asyncio.sleep(f.duplicate_delay_s)
+            elif f.duplicate:
                 self.spawn(self._duplicate_http(scope, body, info, f.duplicate_delay_s))
         assert self.client is not None
         req = self.client.build_request(method, self._url(scope),
@@ -244,8 +276,8 @@ class ChaosProxy:
         try:
             resp = await self.client.send(req, stream=True)
         except httpx.HTTPError as e:
-            await self._answer(send, 502, _jsonrpc_error(
-                info.rpc_id, UPSTREAM_ERROR, f"chaos: upstream unreachable ({type(e).__name__})"))
+            await self._answer(send, 502, _error_body(
+                info, 502, UPSTREAM_ERROR, f"chaos: upstream unreachable ({type(e).__name__})"))
             return
         try:
             relay = self._relay(scope, resp, send, info, rng)
@@ -307,7 +339,8 @@ class ChaosProxy:
                         swallowed += 1
                         continue
                     if timing.draw_drop():
-                        self.ledger.record("drop", binding="sse", request_guid=info.request_guid,
+                        self.ledger.record("drop", binding=info.binding,
+                                           request_guid=info.request_guid,
                                            rpc_id=info.rpc_id, events=timing.events)
                         if releaser is not None:
                             releaser.cancel()
@@ -323,7 +356,7 @@ class ChaosProxy:
         finally:
             if releaser is not None:
                 releaser.cancel()
-            self._stream_done("sse", info, timing, swallowed)
+            self._stream_done(info.binding, info, timing, swallowed)
         await send({"type": "http.response.body", "body": splitter.rest()})
 
     def _stream_done(self, binding: str, info: RpcInfo, timing: StreamTiming,
@@ -338,23 +371,31 @@ class ChaosProxy:
                                rpc_id=info.rpc_id, events=swallowed)
 
     async def _duplicate_http(self, scope: dict[str, Any], body: bytes, info: RpcInfo,
-                              delay_s: float) -> None:
-        """The extra copy of a request: sent later, its answer read and discarded."""
+                              delay_s: float, started: asyncio.Event | None = None,
+                              lead_s: float = 0.0) -> None:
+        """The extra copy of a request: sent ``delay_s`` later (or first, setting ``started``
+        once the server answers it, the original ``lead_s`` behind), its answer discarded."""
         await asyncio.sleep(delay_s)
         assert self.client is not None
         status: int | str = "unanswered"
         try:
             async with self.client.stream(scope["method"], self._url(scope), content=body,
                                           headers=_forward_headers(scope["headers"])) as r:
+                if started is not None:
+                    started.set()
                 async for _ in r.aiter_raw():
                     pass
                 status = r.status_code
         except httpx.HTTPError as e:
             status = f"error: {type(e).__name__}"
         finally:  # recorded once the copy's answer is in (or on shutdown)
-            self.ledger.record("duplicate", binding="sse", request_guid=info.request_guid,
-                               rpc_id=info.rpc_id, delay_s=round(delay_s, 6),
-                               copy_status=status)
+            if started is not None:
+                started.set()
+            first = started is not None
+            self.ledger.record("duplicate", binding=info.binding, request_guid=info.request_guid,
+                               rpc_id=info.rpc_id,
+                               delay_s=round(-lead_s if first else delay_s, 6),
+                               copy_status=status, first=first)
 
     # ------------------------------------------------------------------ WebSocket
 
@@ -371,7 +412,8 @@ class ChaosProxy:
                         pass
             return
         try:
-            up = await connect(self._url(scope, ws=True),
+            url = self._url(scope, ws=True)
+            up = await connect(url, ssl=self.tls.context_for(url),
                                additional_headers=_forward_headers(scope["headers"], True),
                                open_timeout=10, max_size=MAX_WS_FRAME, ping_interval=None,
                                compression=None, close_timeout=2)
@@ -417,7 +459,7 @@ class _WsRelay:
     def __init__(self, proxy: ChaosProxy, scope: dict[str, Any], receive: Callable[..., Any],
                  send: Callable[..., Any], up: ClientConnection):
         self.p, self.scope, self.receive, self.send, self.up = proxy, scope, receive, send, up
-        self.discard: dict[str, tuple[RpcInfo, float]] = {}
+        self.discard: dict[str, tuple[RpcInfo, float, bool]] = {}  # (info, delay, copy first)
         self.streams: dict[str, tuple[RpcInfo, StreamTiming, list[int]]] = {}
         self.releaser: Releaser | None = None
         self.conn_rng = proxy.rng(RpcInfo(method="ws", rpc_id=id(self)))
@@ -476,13 +518,21 @@ class _WsRelay:
                 p.ledger.record("blackhole", binding="ws", request_guid=info.request_guid,
                                 rpc_id=info.rpc_id, what="request")
                 continue
-            f = uplink_faults(p.up, rng, info.method in p.cfg.methods)
+            f = uplink_faults(p.up, rng, info.method in p.cfg.methods, p.cfg.duplicate_first)
             if f.lost:
                 p.ledger.record("lost", binding="ws", request_guid=info.request_guid,
                                 rpc_id=info.rpc_id)
                 continue
             self.streams[_id_key(info.rpc_id)] = (info, StreamTiming(
                 p.down, rng, p.cfg.reorder_terminal), [0])
+            if f.duplicate and f.duplicate_first and isinstance(obj, dict):
+                # the copy first on the socket, the original duplicate_delay_s behind it
+                p._dups += 1
+                copy = dict(obj, id=f"chaos-dup-{p._dups}")
+                self.discard[_id_key(copy["id"])] = (info, -f.duplicate_delay_s, True)
+                p.spawn(self._send_pair(json.dumps(copy), data, f.delay_s,
+                                        f.duplicate_delay_s))
+                continue
             if f.delay_s > 0:  # later frames with shorter delays overtake this one
                 p.spawn(self._send_later(data, f.delay_s))
             else:
@@ -490,7 +540,7 @@ class _WsRelay:
             if f.duplicate and isinstance(obj, dict):
                 p._dups += 1
                 copy = dict(obj, id=f"chaos-dup-{p._dups}")
-                self.discard[_id_key(copy["id"])] = (info, f.duplicate_delay_s)
+                self.discard[_id_key(copy["id"])] = (info, f.duplicate_delay_s, False)
                 p.spawn(self._send_copy(copy, f.delay_s + f.duplicate_delay_s))
 
     async def _send_later(self, data: str | bytes, delay_s: float) -> None:
@@ -498,6 +548,16 @@ class _WsRelay:
         await asyncio.sleep(delay_s)
         with contextlib.suppress(ConnectionClosed):
             await self.up.send(data)
+
+    async def _send_pair(self, first: str | bytes, then: str | bytes, delay_s: float,
+                         gap_s: float) -> None:
+        """Forward ``first`` after ``delay_s``, then ``then`` ``gap_s`` later (one socket:
+        the order is kept)."""
+        await asyncio.sleep(delay_s)
+        with contextlib.suppress(ConnectionClosed):
+            await self.up.send(first)
+            await asyncio.sleep(gap_s)
+            await self.up.send(then)
 
     async def _send_copy(self, copy: dict[str, Any], delay_s: float) -> None:
         """The duplicate of a request frame, sent later (its frames are discarded)."""
@@ -507,9 +567,10 @@ class _WsRelay:
 
     def copy_done(self, key: str, status: str) -> None:
         """Ledger line of a duplicate, once its answer ended (or its socket closed)."""
-        info, delay_s = self.discard.pop(key)
+        info, delay_s, first = self.discard.pop(key)
         self.p.ledger.record("duplicate", binding="ws", request_guid=info.request_guid,
-                             rpc_id=info.rpc_id, delay_s=round(delay_s, 6), copy_status=status)
+                             rpc_id=info.rpc_id, delay_s=round(delay_s, 6), copy_status=status,
+                             first=first)
 
     async def upstream_to_client(self) -> None:
         """Upstream frames -> caller, through the downlink faults."""

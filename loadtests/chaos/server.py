@@ -12,13 +12,14 @@ import logging
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from loadtests.common.logs import uvicorn_log_config
+from loadtests.common.tls import ClientTls, ServerTls
 
 from .config import ChaosConfig
 from .gate import Gate
@@ -38,6 +39,8 @@ class ChaosSettings:
     start_at_unix: float | None = None
     start_file: str | None = None  # second 0 = this JSON file's "t0", once it exists
     log_level: str = "warning"
+    tls: ServerTls = field(default_factory=ServerTls)  # what the proxy serves
+    upstream_tls: ClientTls = field(default_factory=ClientTls)  # how it verifies the upstream
 
 
 class NoiseFilter(logging.Filter):
@@ -87,11 +90,12 @@ async def serve(s: ChaosSettings) -> int:
     app_sock.bind(("127.0.0.1", 0))
     app_port = app_sock.getsockname()[1]
     gate = Gate(s.host, s.port, "127.0.0.1", app_port, s.cfg, ledger, t0)
-    proxy = ChaosProxy(s.cfg, s.upstream, ledger, gate, t0)
+    proxy = ChaosProxy(s.cfg, s.upstream, ledger, gate, t0, tls=s.upstream_tls)
     config = uvicorn.Config(proxy, lifespan="on", log_level=s.log_level,
                             log_config=log_config(s.log_level), access_log=False,
                             ws_max_size=MAX_WS_FRAME, ws_ping_interval=None,
-                            timeout_graceful_shutdown=2, server_header=False, date_header=False)
+                            timeout_graceful_shutdown=2, server_header=False, date_header=False,
+                            **s.tls.uvicorn_kwargs())
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[app_sock]))
     while not server.started:
@@ -106,7 +110,7 @@ async def serve(s: ChaosSettings) -> int:
         server.should_exit = True
         await task
         return 2
-    print(f"chaos proxy on http://{s.host}:{gate.port} -> {s.upstream} "
+    print(f"chaos proxy on {s.tls.scheme}://{s.host}:{gate.port} -> {s.upstream} "
           f"(ledger {s.ledger or 'off'})", flush=True)
     outages = asyncio.create_task(_outages_from_file(s.start_file, gate, proxy) if s.start_file
                                   else gate.run_outages())

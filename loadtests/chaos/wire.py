@@ -16,13 +16,20 @@ TERMINAL = frozenset({"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_C
 RESULT_KINDS = ("task", "statusUpdate", "artifactUpdate", "message")
 
 
+# A2A's HTTP+JSON routes that carry a SendMessageRequest body (a tenant may prefix them):
+# path suffix -> the method it is (the same names as on JSON-RPC and gRPC)
+REST_METHODS = {"/message:stream": "SendStreamingMessage", "/message:send": "SendMessage"}
+
+
 @dataclass(frozen=True)
 class RpcInfo:
-    """Identity of one JSON-RPC request (empty strings where absent)."""
+    """Identity of one request (empty strings where absent): a JSON-RPC request, or an
+    HTTP+JSON ``SendMessageRequest`` (``binding`` ``rest``, no id)."""
 
     method: str = ""
     rpc_id: Any = None
     request_guid: str = ""
+    binding: str = "sse"
 
     @property
     def key(self) -> str:
@@ -40,14 +47,32 @@ def _suffix(meta: Any, name: str) -> Any:
     return None
 
 
-def parse_request(body: bytes | str) -> tuple[Any, RpcInfo]:
-    """The decoded JSON (or None) and the RpcInfo of a JSON-RPC request body."""
+def rest_method(path: str) -> str:
+    """The method of an HTTP+JSON path that carries a message (``""`` for any other path)."""
+    for suffix, method in REST_METHODS.items():
+        if path.endswith(suffix):
+            return method
+    return ""
+
+
+def parse_request(body: bytes | str, path: str = "/") -> tuple[Any, RpcInfo]:
+    """The decoded JSON (or None) and the RpcInfo of a request body: JSON-RPC on ``/``, a
+    ``SendMessageRequest`` on an HTTP+JSON message path (:data:`REST_METHODS`); any other
+    path carries no identity (never faulted)."""
+    rest = rest_method(path) if path != "/" else ""
+    if path != "/" and not rest:
+        return None, RpcInfo(binding="rest")
     try:
         obj = json.loads(body)
     except (ValueError, RecursionError, UnicodeDecodeError):
-        return None, RpcInfo()
+        return None, RpcInfo(binding="rest" if rest else "sse")
     if not isinstance(obj, dict):
-        return obj, RpcInfo()
+        return obj, RpcInfo(binding="rest" if rest else "sse")
+    if rest:
+        msg = obj.get("message")
+        guid = _suffix(msg.get("metadata"), "requestGuid") if isinstance(msg, dict) else None
+        return obj, RpcInfo(method=rest, request_guid=guid if isinstance(guid, str) else "",
+                            binding="rest")
     method = obj.get("method") if isinstance(obj.get("method"), str) else ""
     params = obj.get("params")
     msg = params.get("message") if isinstance(params, dict) else None
@@ -66,7 +91,8 @@ class EventInfo:
 
 
 def parse_frame(data: bytes | str) -> EventInfo:
-    """Identity, sequenceId and end-of-stream of one JSON-RPC response frame."""
+    """Identity, sequenceId and end-of-stream of one JSON-RPC response frame, or of one
+    HTTP+JSON stream event (a bare ``StreamResponse`` or google.rpc error object)."""
     try:
         obj = json.loads(data)
     except (ValueError, RecursionError, UnicodeDecodeError):
@@ -76,7 +102,8 @@ def parse_frame(data: bytes | str) -> EventInfo:
     rid = obj.get("id")
     if "error" in obj:
         return EventInfo(rpc_id=rid, terminal=True)
-    result = obj.get("result")
+    rest = "result" not in obj and "jsonrpc" not in obj
+    result = obj if rest else obj.get("result")
     if not isinstance(result, dict) or len(result) != 1 or next(iter(result)) not in RESULT_KINDS:
         return EventInfo(rpc_id=rid, terminal=True)  # a unary result
     body = next(iter(result.values()))

@@ -13,8 +13,11 @@ class                     counted
 duplicate-while-running   copies of a side-effect request (same requestGuid: client-injected
                           ``concurrent``/``resend`` copies, proxy duplicates) sent while the
                           original was still in flight
+duplicate-before-original such copies sent BEFORE their original (``concurrent`` copies sent
+                          first, ``load.concurrent_first_share``; proxy duplicates sent first)
 resend-after-completion   such copies sent after the original's answer ended, with no
-                          restart in between
+                          restart in between; the longest gap is the dedup window the run
+                          demanded of the server (``min_dedup_window_s``)
 resend-across-restart     such copies whose original was sent before a restart and the copy
                           after it (``ledger/restarts.jsonl``)
 turn-id-reused            side-effect turns whose ``turnId`` another call used too
@@ -45,6 +48,7 @@ from sim.policy.codes import RETRYABLE_CODES
 CoverageStatus = Literal["exercised", "not exercised", "not observable"]
 CLASSES = {
     "duplicate-while-running": "duplicate while the original runs",
+    "duplicate-before-original": "duplicate before its original",
     "resend-after-completion": "resend after completion",
     "resend-across-restart": "resend across a restart",
     "turn-id-reused": "turnId reused across contexts/principals",
@@ -67,16 +71,24 @@ class Exercise:
     count: int
     status: CoverageStatus
     detail: str = ""
+    # resend-after-completion only: the longest time after an original's end that a copy
+    # of it was sent (the dedup window a server needs to pass this run), seconds
+    min_dedup_window_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return asdict(self)
+        """JSON-ready dict (``min_dedup_window_s`` only where it applies)."""
+        d = asdict(self)
+        if d["min_dedup_window_s"] is None:
+            del d["min_dedup_window_s"]
+        return d
 
 
-def _exercise(name: str, count: int, detail: str, observable: bool = True) -> Exercise:
+def _exercise(name: str, count: int, detail: str, observable: bool = True,
+              window_s: float | None = None) -> Exercise:
     status: CoverageStatus = ("not observable" if not observable
                               else "exercised" if count else "not exercised")
-    return Exercise(name, CLASSES[name], int(count) if observable else 0, status, detail)
+    return Exercise(name, CLASSES[name], int(count) if observable else 0, status, detail,
+                    window_s if observable and count else None)
 
 
 def read_restarts(run_dir: Path) -> pd.DataFrame:
@@ -143,27 +155,42 @@ def coverage(a: pd.DataFrame, chaos: pd.DataFrame | None, witness: bool, restart
     known = ~np.isnan(o_send)
     across = known & _spans_restart(o_send, c_send, restarts) & (
         o_done | _cut_by_restart(o_send, o_end, restarts))
-    running = known & o_done & (c_send < o_end) & ~across
+    before = known & o_done & (c_send < o_send) & ~across
+    running = known & o_done & (c_send >= o_send) & (c_send < o_end) & ~across
     after = known & o_done & (c_send >= o_end) & ~across
-    proxy_running = proxy_after = 0
+    gaps = [c_send[after] - o_end[after]]
+    proxy_running = proxy_after = proxy_before = 0
     if chaos is not None and len(chaos):
         dup = chaos[chaos["kind"].eq("duplicate")]
         po = originals.reindex(dup["request_guid"])
         took = (po["end_s"] - po["send_s"]).where(po["outcome"].eq("completed")).to_numpy(
             dtype=np.float64)
         delay = dup["delay_s"].fillna(0.0).to_numpy(dtype=np.float64)
+        first = (dup["first"].eq(True).to_numpy(dtype=bool) if "first" in dup
+                 else np.zeros(len(dup), dtype=bool))
         seen = ~np.isnan(took)
-        proxy_running = int((seen & (delay < took)).sum())
-        proxy_after = int((seen & (delay >= took)).sum())
+        proxy_before = int((seen & first).sum())
+        proxy_running = int((seen & ~first & (delay < took)).sum())
+        late = seen & ~first & (delay >= took)
+        proxy_after = int(late.sum())
+        gaps.append(delay[late] - took[late])
+    gap = np.concatenate(gaps)
+    window = float(np.max(gap)) if len(gap) else None
     no_w = "no witness ledger: a dedup bug would not be visible"
     real = a.loc[~inj]
     out = [
         _exercise("duplicate-while-running", int(running.sum()) + proxy_running,
                   f"{int(running.sum())} client copies, {proxy_running} proxy duplicates"
                   if witness else no_w, witness),
+        _exercise("duplicate-before-original", int(before.sum()) + proxy_before,
+                  f"{int(before.sum())} client copies sent first, {proxy_before} proxy "
+                  "duplicates sent first" if witness else no_w, witness),
         _exercise("resend-after-completion", int(after.sum()) + proxy_after,
-                  f"{int(after.sum())} client resends, {proxy_after} proxy duplicates"
-                  if witness else no_w, witness),
+                  (f"{int(after.sum())} client resends, {proxy_after} proxy duplicates"
+                   + (f"; up to {window:.3g} s after the original ended: the gate demands a "
+                      f"dedup window >= {window:.3g} s (errors.md leaves it to the server)"
+                      if window is not None else "")) if witness else no_w, witness,
+                  round(window, 3) if window is not None else None),
         _exercise("resend-across-restart", int(across.sum()),
                   f"{len(restarts)} restarts" if witness else no_w, witness),
     ]

@@ -173,8 +173,28 @@ def _judged_turns(turns: pd.Series, indeterminate: np.ndarray) -> tuple[int, int
     return int((judged & (out == "completed")).sum()), int(judged.sum())
 
 
-def rule_availability(f: RunFiles, outcome: pd.Series, indeterminate: np.ndarray) -> RuleResult:
-    """A share of judged turns at least ``availability_min`` completed (default 0.9)."""
+def refused_statuses(attempts: pd.DataFrame | None) -> str:
+    """What the server answered instead of a stream, as sent: ``; answers: HTTP 503 x40,
+    no connection x2`` (the real requests that got a non-2xx status or none), or ``""``."""
+    if attempts is None or "http_status" not in attempts or not len(attempts):
+        return ""
+    real = attempts[attempts["injected"].fillna("").astype(str).eq("")] if "injected" in \
+        attempts else attempts
+    http = pd.to_numeric(real["http_status"], errors="coerce")
+    bad = http[http.isna() | (http < 200) | (http >= 300)]
+    bad = bad[~bad.isin([101])]  # an open WebSocket
+    if not len(bad):
+        return ""
+    counts = bad.fillna(0).astype(int).value_counts()
+    parts = [f"{'no connection' if code == 0 else f'HTTP {code}'} x{n}"
+             for code, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    return f"; {len(bad)} of {len(real)} requests answered: {', '.join(parts)}"
+
+
+def rule_availability(f: RunFiles, outcome: pd.Series, indeterminate: np.ndarray,
+                      attempts: pd.DataFrame | None = None) -> RuleResult:
+    """A share of judged turns at least ``availability_min`` completed (default 0.9); a
+    failure says what the requests were answered (the status as sent)."""
     name = "availability"
     section = "release gate (docs/check.md: availability)"
     if f.gates.get("slo"):
@@ -187,7 +207,8 @@ def rule_availability(f: RunFiles, outcome: pd.Series, indeterminate: np.ndarray
     share = ok_n / n if n else 0.0
     passed = n > 0 and share >= lim
     return _rule(name, section, "gate", PASS if passed else FAIL, n - ok_n, (),
-                 f"{ok_n} of {n} judged turns completed ({share:.1%}; needs >= {lim:.0%})")
+                 f"{ok_n} of {n} judged turns completed ({share:.1%}; needs >= {lim:.0%})"
+                 + ("" if passed else refused_statuses(attempts)))
 
 
 def rule_auth(attempts: pd.DataFrame) -> RuleResult:
@@ -226,6 +247,16 @@ def slo_rules(f: RunFiles) -> list[RuleResult]:
 
 
 # ------------------------------------------------------------------------------ figures
+
+
+def tls_warnings(files: RunFiles) -> list[str]:
+    """The run's clients did not verify certificates (``meta.json`` ``tls_insecure``): a
+    PASS then says nothing of who answered."""
+    if not (files.meta or {}).get("tls_insecure"):
+        return []
+    from loadtests.common.tls import INSECURE_WARNING
+
+    return [f"TLS NOT VERIFIED: {INSECURE_WARNING}"]
 
 
 def figures(f: RunFiles) -> dict[str, Any]:

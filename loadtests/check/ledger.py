@@ -47,8 +47,9 @@ SCHEMAS: dict[str, dict[str, pa.DataType]] = {
         "retry_after_ms": F64,
         "decision": STR, "echo": BOOL, "events": I64, "events_without_seq": I64,
         "order_violations": I64, "task_id": STR, "task_id_learned": STR, "http_status": F64,
+        "task_id_answered": STR,
         "side_effect_reported": STR,
-        "turn_id": STR, "attempt": I64, "active": BOOL,
+        "turn_id": STR, "attempt": I64, "active": BOOL, "binding": STR,
     },
     "events": {
         "request_guid": STR, "attempt_key": STR, "recv_s": F64, "kind": STR,
@@ -57,12 +58,12 @@ SCHEMAS: dict[str, dict[str, pa.DataType]] = {
     "turns": {
         "call_id": STR, "turn_index": I64, "interaction_id": STR, "side_effect": BOOL,
         "outcome": STR, "end_reason": STR, "told_caller": STR, "handoff": BOOL,
-        "input_required": BOOL,
+        "input_required": BOOL, "binding": STR, "ttfc_s": F64, "completion_s": F64,
     },
     "witness": {
         "id": I64, "contextId": STR, "requestGuid": STR, "interactionId": STR,
     },
-    "chaos": {"kind": STR, "request_guid": STR, "t": F64, "delay_s": F64},
+    "chaos": {"kind": STR, "request_guid": STR, "t": F64, "delay_s": F64, "first": BOOL},
 }
 # event kinds that carry no rta/sequenceId by design: the Task, and a JSON-RPC error frame
 UNSEQUENCED_KINDS = ("task", "error")

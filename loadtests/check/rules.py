@@ -63,6 +63,8 @@ SECTIONS = {
     "cross-session-answer": "errors.md §4 (contextId scopes a session: replay detection "
                             "never crosses contexts)",
     "task-id-kept": "errors.md §3 (a retry after a timeout keeps the known taskId)",
+    "foreign-task-answer": "errors.md §4 (a replay answers the same request only); A2A §3.1.1 "
+                           "(a new turn is a new task)",
 }
 HAZARDS = ("ghost-success", "turn-re-executed", "duplicate-session")
 RULE_NAMES = tuple(SECTIONS)
@@ -538,6 +540,37 @@ def rule_cross_session(p: Prepared) -> RuleResult:
     return _violation("cross-session-answer", len(bad), examples_of(bad["request_guid"][:5]),
                       f"{len(bad)} of {int(judged.sum())} answered attempts carried another "
                       "call's contextId", per_1k(len(bad), p.n_turns))
+
+
+def rule_foreign_task(p: Prepared) -> RuleResult:
+    """Attempts answered with a taskId that attempts of *another logical turn* were answered
+    with: the server replayed or joined someone else's stored turn (another call's, another
+    principal's, or an earlier turn of the same call).  Unlike ``cross-session-answer`` it
+    holds when the server rewrites the contextIds of what it replays, and it needs no side
+    effect: the task is the identity of what was executed.  Retries, copies and the
+    continuation of one turn share its task legitimately and are never judged."""
+    a = p.a
+    if "task_id_answered" not in a or not a["task_id_answered"].notna().any():
+        return _not_checked("foreign-task-answer", "no attempts.task_id_answered (a ledger "
+                                                   "written before rtalab recorded it)")
+    seen = a.loc[a["task_id_answered"].notna(), ["task_id_answered", "tkey", "call_id",
+                                                 "send_s", "request_guid"]]
+    turns_per_task = seen.groupby("task_id_answered")["tkey"].nunique()
+    shared = turns_per_task.index[turns_per_task.to_numpy() > 1]
+    if not len(shared):
+        return _violation("foreign-task-answer", 0, (), f"0 of {len(turns_per_task)} answered "
+                          "taskIds were answered to more than one turn")
+    # the turn that was answered with the task first owns it; the others were given it
+    hit = seen[seen["task_id_answered"].isin(shared)].sort_values("send_s", kind="stable")
+    owner = hit.drop_duplicates("task_id_answered").set_index("task_id_answered")["tkey"]
+    bad = hit[hit["tkey"].to_numpy() != hit["task_id_answered"].map(owner).to_numpy()]
+    owner_call = hit.drop_duplicates("task_id_answered").set_index("task_id_answered")["call_id"]
+    other_call = int((bad["call_id"].to_numpy()
+                      != bad["task_id_answered"].map(owner_call).to_numpy()).sum())
+    return _violation("foreign-task-answer", len(bad), examples_of(bad["request_guid"][:5]),
+                      f"{len(bad)} attempts were answered with the taskId of another turn "
+                      f"({other_call} of another call); {len(shared)} taskIds shared",
+                      per_1k(len(bad), p.n_turns))
 
 
 def rule_sequence_id(p: Prepared, events: Events | None) -> RuleResult:

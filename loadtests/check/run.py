@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from loadtests.check import equivalence as E
 from loadtests.check import integrity as I
 from loadtests.check import rules as R
 from loadtests.check.coverage import coverage, read_restarts, turns_across_restarts
@@ -108,7 +110,57 @@ def delivery_rules(ctx: Context) -> list[RuleResult]:
     return [lost, duplicated, ghost, reexecuted, sessions, unexpected, incomplete,
             R.rule_ordering(p, ctx.led.events), non_retryable, retry_limit, retry_after, echo,
             R.rule_sequence_id(p, ctx.led.events), R.rule_continuation_twice(p),
-            R.rule_cross_session(p), task_kept]
+            R.rule_cross_session(p), task_kept, R.rule_foreign_task(p)]
+
+
+def _sub_context(led: Ledgers, ctx: Context) -> Context:
+    """A Context over part of the run's ledgers (one binding's share), same policy and files."""
+    p = R.prepare(led)
+    return Context(led=led, p=p, seq=R._attempt_sequence(p), policy=ctx.policy,
+                   policy_problem=ctx.policy_problem, limits=ctx.limits, files=ctx.files)
+
+
+def _indeterminate(ctx: Context) -> np.ndarray:
+    """Turns that are not judged: cut off by the stop or open across a restart."""
+    return R.indeterminate_turns(ctx.p, ctx.files.interrupted) | turns_across_restarts(
+        ctx.p.a, ctx.p.n_turns, read_restarts(ctx.files.run_dir))
+
+
+def equivalence_rules(ctx: Context) -> list[RuleResult]:
+    """``transport-equivalence`` (:mod:`loadtests.check.equivalence`): the delivery rules on
+    each binding's share, success and latency compared; per-binding figures in
+    ``ctx.extra["by_binding"]``."""
+    led, p = ctx.led, ctx.p
+    names = E.bindings_of(led)
+    if len(names) < 2:
+        return [E.rule(led, names, {}, {}, pd.DataFrame())[0]]
+    a = p.a
+    tkey = a["tkey"].to_numpy()
+    binding = np.full(p.n_turns, None, dtype=object)
+    binding[tkey] = a["binding"].to_numpy()
+    call = np.full(p.n_turns, None, dtype=object)
+    call[tkey] = a["call_id"].to_numpy()
+    wb = None
+    if p.w is not None:
+        wk = p.w["tkey"].to_numpy(dtype=float)
+        wb = np.full(len(wk), None, dtype=object)
+        ok = np.isfinite(wk)
+        wb[ok] = binding[wk[ok].astype(np.int64)]
+    per, turns = {}, {}
+    for b in names:
+        sub = _sub_context(E.split(led, b, wb), ctx)
+        per[b], turns[b] = delivery_rules(sub), sub.p.n_turns
+    latency = None
+    if led.turns is not None and len(led.turns) and "completion_s" in led.turns:
+        keys = a.drop_duplicates(R.TURN_COLS)[[*R.TURN_COLS, "tkey"]]
+        t = led.turns.assign(turn_index=pd.to_numeric(led.turns["turn_index"],
+                                                      errors="coerce").astype("float64"))
+        t = t.merge(keys, on=R.TURN_COLS, how="inner").drop_duplicates("tkey")
+        latency = t.set_index("tkey")[["ttfc_s", "completion_s"]]
+    frame = E.judged_frame(led, _indeterminate(ctx), p.turns, binding, call, latency)
+    result, figures = E.rule(led, names, per, turns, frame)
+    ctx.extra["by_binding"] = figures
+    return [result]
 
 
 def integrity_rules(ctx: Context) -> list[RuleResult]:
@@ -119,10 +171,9 @@ def integrity_rules(ctx: Context) -> list[RuleResult]:
 
 def gate_rules(ctx: Context) -> list[RuleResult]:
     """Release gates: auth, availability (without --slo) and one rule per --slo."""
-    cut = R.indeterminate_turns(ctx.p, ctx.files.interrupted) | turns_across_restarts(
-        ctx.p.a, ctx.p.n_turns, read_restarts(ctx.files.run_dir))
+    cut = _indeterminate(ctx)
     return [I.rule_auth(ctx.led.attempts),
-            I.rule_availability(ctx.files, ctx.p.turns["outcome"], cut),
+            I.rule_availability(ctx.files, ctx.p.turns["outcome"], cut, ctx.led.attempts),
             *I.slo_rules(ctx.files)]
 
 
@@ -137,7 +188,7 @@ def coverage_table(ctx: Context) -> list[dict[str, Any]]:
 
 
 RuleSet = Callable[[Context], list[RuleResult]]
-RULE_SETS: list[RuleSet] = [delivery_rules, integrity_rules, gate_rules]
+RULE_SETS: list[RuleSet] = [delivery_rules, equivalence_rules, integrity_rules, gate_rules]
 COVERAGE: Callable[[Context], list[dict[str, Any]]] | None = coverage_table
 
 
@@ -155,7 +206,10 @@ def evaluate(led: Ledgers, policy: Any | None,
         results += rule_set(ctx)
     v = Verdict(rules=results, stats=_stats(led, p), run_status=files.status,
                 indeterminate=R.indeterminate(p, files.restarts, files.interrupted),
-                warnings=R.handoff_warnings(p, led.turns), figures=I.figures(files))
+                warnings=[*I.tls_warnings(files), *R.handoff_warnings(p, led.turns)],
+                figures=I.figures(files))
+    if ctx.extra.get("by_binding"):
+        v.stats["by_binding"] = ctx.extra["by_binding"]
     if COVERAGE is not None:
         v.coverage = COVERAGE(ctx)
     return v

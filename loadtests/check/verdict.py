@@ -206,11 +206,29 @@ class Verdict:
         parts.append(f"hazards/1k turns {_fmt(f.get('hazards_per_1k_turns'))}")
         return "  " + ", ".join(parts)
 
+    def binding_lines(self) -> list[str]:
+        """One line per binding of a run over several (``stats.by_binding``): its turns,
+        success, geometric-mean TTFC and completion, and the delivery rules it failed."""
+        out = []
+        for b, f in (self.stats.get("by_binding") or {}).items():
+            parts = [f"{f.get('turns', 0)} turns"]
+            if f.get("success") is not None:
+                parts.append(f"success {f['success']:.1%}")
+            for key, label in (("ttfc_geomean_s", "TTFC"), ("completion_geomean_s",
+                                                              "completion")):
+                if f.get(key) is not None:
+                    parts.append(f"{label} {f[key] * 1000:.0f} ms")
+            failed = f.get("failed_rules") or []
+            parts.append(f"failed: {', '.join(failed)}" if failed else "delivery rules pass")
+            out.append(f"    {b}: " + ", ".join(parts))
+        return (["  by binding (geometric means):", *out]) if out else []
+
     def summary_text(self) -> str:
         """The end-of-run lines for the terminal: verdict, failed rules, key figures."""
         lines = [self.verdict_line(), *self.failure_lines()]
         if self.figures:
             lines.append(self.figure_line())
+        lines += self.binding_lines()
         ind = {k: v for k, v in self.indeterminate.items() if v.get("count")}
         if ind:
             lines.append("  indeterminate (not violations): " + ", ".join(
@@ -241,6 +259,8 @@ class Verdict:
             lines += ["", "warnings:"] + [f"  {w}" for w in self.warnings]
         if self.figures:
             lines += ["", "key figures:", self.figure_line()]
+        if self.binding_lines():
+            lines += ["", *self.binding_lines()]
         if self.stats:
             lines += ["", "stats:"]
             lines += [f"  {k}: {v}" for k, v in self.stats.items()]

@@ -33,6 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from loadtests.common.tls import ClientTls, ServerTls
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCALHOST = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
@@ -58,10 +60,12 @@ def port_open(host: str, port: int, timeout_s: float = 0.2) -> bool:
         return False
 
 
-def url_ready(url: str, timeout_s: float = 1.0) -> bool:
-    """True if ``url`` answers HTTP with a status below 500."""
+def url_ready(url: str, timeout_s: float = 1.0, tls: ClientTls | None = None) -> bool:
+    """True if ``url`` answers HTTP with a status below 500 (an ``https`` URL verified with
+    ``tls``, default the system's CAs)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+        with urllib.request.urlopen(url, timeout=timeout_s,
+                                    context=(tls or ClientTls()).context_for(url)) as r:
             return int(r.status) < 500
     except urllib.error.HTTPError as e:
         return e.code < 500
@@ -69,12 +73,45 @@ def url_ready(url: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def serves_from(url: str, pgid: int, timeout_s: float = 1.0) -> bool:
+def url_problem(url: str, tls: ClientTls | None = None, timeout_s: float = 5.0,
+                json_keys: Sequence[str] = ()) -> str | None:
+    """Why ``url`` cannot be used, in one line, or None when it answers 2xx (and, with
+    ``json_keys``, a JSON object having them): the status as sent (``answers HTTP 503
+    Service Unavailable``), the certificate problem (:func:`loadtests.common.tls.reason`),
+    or that it does not answer, with the connection error (refused, timed out, unknown
+    host)."""
+    from loadtests.common.tls import reason
+
+    tls = tls or ClientTls()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=tls.context_for(url)) as r:
+            body = r.read()
+    except urllib.error.HTTPError as e:
+        return f"{url} answers HTTP {e.code} {e.reason}".rstrip()
+    except (OSError, ValueError) as e:
+        line = reason(e, url, tls)
+        if line.startswith("TLS error"):
+            return line
+        return f"{url} does not answer: {line.removeprefix(f'{url}: ')}"
+    if json_keys:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return f"{url} answers 200 but not with JSON"
+        missing = [k for k in json_keys if not isinstance(data, dict) or k not in data]
+        if missing:
+            return f"{url} answers JSON without {', '.join(missing)}"
+    return None
+
+
+def serves_from(url: str, pgid: int, timeout_s: float = 1.0,
+                tls: ClientTls | None = None) -> bool:
     """True if ``url`` answers JSON whose ``pid`` is in process group ``pgid`` (ours), so a
     server that lost the free-port race to another one is never taken for ready; True too
     when the answer names no pid (nothing to tell)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+        with urllib.request.urlopen(url, timeout=timeout_s,
+                                    context=(tls or ClientTls()).context_for(url)) as r:
             data = json.loads(r.read())
     except (OSError, ValueError):
         return False
@@ -262,8 +299,10 @@ def start_process(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                   host: str = LOCALHOST, port: int | None = None, url: str | None = None,
                   name: str | None = None,
                   log_path: str | Path | None = None, cwd: str | Path | None = None,
-                  cleanup: Sequence[Path] = (), owner_url: str | None = None) -> ManagedProcess:
-    """Start ``cmd`` in a new process group and wait until it is ready (URL, port or check)."""
+                  cleanup: Sequence[Path] = (), owner_url: str | None = None,
+                  tls: ClientTls | None = None) -> ManagedProcess:
+    """Start ``cmd`` in a new process group and wait until it is ready (URL, port or check;
+    an ``https`` URL verified with ``tls``)."""
     cmd = [str(c) for c in cmd]
     name = name or Path(cmd[0]).name
     if log_path is None:
@@ -292,11 +331,11 @@ def start_process(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
     if ready_port is not None:
         checks.append(lambda: port_open(host, ready_port))
     if ready_url is not None:
-        checks.append(lambda: url_ready(ready_url))
+        checks.append(lambda: url_ready(ready_url, tls=tls))
     if ready_check is not None:
         checks.append(ready_check)
     if owner_url is not None:  # the answer must come from this process group, not another's
-        checks.append(lambda: serves_from(owner_url, proc.pid))
+        checks.append(lambda: serves_from(owner_url, proc.pid, tls=tls))
     try:
         _wait_ready(proc, checks, timeout_s)
     except BaseException:
@@ -388,30 +427,36 @@ def start_redis(port: int | None = None, dir: str | Path | None = None, *,
 def start_witness(db_path: str | Path, port: int | None = None,
                   extra_args: Sequence[str] = (), *, host: str = LOCALHOST,
                   env: Mapping[str, str] | None = None, log_path: str | Path | None = None,
-                  timeout_s: float = 30.0, wait: bool = True) -> ManagedProcess:
-    """``python -m loadtests.witness`` on ``host:port`` with its ledger at ``db_path``.
+                  timeout_s: float = 30.0, wait: bool = True,
+                  server_tls: ServerTls = ServerTls(),
+                  client_tls: ClientTls | None = None) -> ManagedProcess:
+    """``python -m loadtests.witness`` on ``host:port`` with its ledger at ``db_path``
+    (serving TLS with ``server_tls``; readiness checked with ``client_tls``).
 
     ``wait=False`` returns as soon as it is started (start something else meanwhile, then
     :func:`wait_ready`)."""
 
     def start(p: int) -> ManagedProcess:
         cmd = [sys.executable, "-m", "loadtests.witness", "--host", host, "--port", str(p),
-               "--db", str(db_path), *extra_args]
+               "--db", str(db_path), *server_tls.to_args(), *extra_args]
+        base = f"{server_tls.scheme}://{host}:{p}"
         if not wait:
             return start_process(cmd, env, ready_check=lambda: True, host=host, port=p,
-                                 name="witness", log_path=log_path)
-        return start_process(cmd, env, ready_url=f"http://{host}:{p}/healthz", host=host,
+                                 url=base, name="witness", log_path=log_path)
+        return start_process(cmd, env, ready_url=f"{base}/healthz", host=host,
                              port=p, timeout_s=timeout_s, name="witness", log_path=log_path,
-                             owner_url=f"http://{host}:{p}/healthz")
+                             owner_url=f"{base}/healthz", tls=client_tls)
 
     return _start_on_port(port if wait else (port or free_port()), start)
 
 
-def wait_ready(proc: ManagedProcess, path: str, timeout_s: float = 30.0) -> ManagedProcess:
+def wait_ready(proc: ManagedProcess, path: str, timeout_s: float = 30.0,
+               tls: ClientTls | None = None) -> ManagedProcess:
     """Wait until ``proc.url + path`` answers (ProcessError if it dies or time is up)."""
     try:
-        _wait_ready(proc, [lambda: url_ready(f"{proc.url}{path}"),
-                           lambda: serves_from(f"{proc.url}{path}", proc.pid)], timeout_s)
+        _wait_ready(proc, [lambda: url_ready(f"{proc.url}{path}", tls=tls),
+                           lambda: serves_from(f"{proc.url}{path}", proc.pid, tls=tls)],
+                    timeout_s)
     except BaseException:
         proc.stop(timeout_s=5.0)
         raise
@@ -438,14 +483,22 @@ def start_reasoner(*, port: int | None = None, host: str = LOCALHOST, workers: i
                    witness: str | None = None, extra_args: Sequence[str] = (),
                    env: Mapping[str, str] | None = None,
                    ready_path: str = "/.well-known/agent-card.json",
-                   log_path: str | Path | None = None, timeout_s: float = 60.0) -> ManagedProcess:
-    """The reference Reasoner as a subprocess; ready when ``ready_path`` answers."""
+                   log_path: str | Path | None = None, timeout_s: float = 60.0,
+                   server_tls: ServerTls = ServerTls(),
+                   client_tls: ClientTls | None = None) -> ManagedProcess:
+    """The reference Reasoner as a subprocess; ready when ``ready_path`` answers.  It serves
+    TLS with ``server_tls``; ``client_tls`` is how it calls the witness and how its
+    readiness is checked."""
 
     def start(p: int) -> ManagedProcess:
         cmd = reasoner_command(port=p, host=host, workers=workers, dedup=dedup,
-                               scenario=scenario, witness=witness, extra_args=extra_args)
-        return start_process(cmd, env, ready_url=f"http://{host}:{p}{ready_path}", host=host,
+                               scenario=scenario, witness=witness,
+                               extra_args=[*server_tls.to_args(),
+                                           *(client_tls.to_args() if client_tls else ()),
+                                           *extra_args])
+        base = f"{server_tls.scheme}://{host}:{p}"
+        return start_process(cmd, env, ready_url=f"{base}{ready_path}", host=host,
                              port=p, timeout_s=timeout_s, name="reasoner", log_path=log_path,
-                             owner_url=f"http://{host}:{p}/healthz")
+                             owner_url=f"{base}/healthz", tls=client_tls)
 
     return _start_on_port(port, start)

@@ -10,7 +10,8 @@ the constants, the bench's raw asyncio client (:mod:`benchmarks.serve`):
 - request builders (:func:`message`, :func:`rpc`, :func:`stream`, :func:`headers`, the
   Live users' header rule of :mod:`loadtests.live.wire` with this client's defaults);
 - :class:`Client` (HTTP JSON-RPC/SSE and WebSocket sessions over real sockets,
-  httpx and ``websockets.sync``) and :class:`Turn`, what one request produced.
+  httpx and ``websockets.sync``; the A2A gRPC binding with grpcio's blocking API, at the
+  address the agent card advertises) and :class:`Turn`, what one request produced.
 """
 
 from __future__ import annotations
@@ -237,11 +238,30 @@ class Client:
                        max_size=8 * 1024 * 1024)
         return WsSession(conn)
 
+    def grpc_address(self) -> str:
+        """The ``host:port`` of the GRPC interface the agent card advertises."""
+        for iface in self.get_json("/.well-known/agent-card.json")["supportedInterfaces"]:
+            if iface["protocolBinding"] == "GRPC":
+                return str(iface["url"])
+        raise AssertionError("the agent card advertises no GRPC interface")
+
+    def grpc(self, body: dict[str, Any], hdrs: dict[str, str] | None = None,
+             credentials: Any = None) -> Turn:
+        """One JSON-RPC request sent as its gRPC call (the same params; headers become
+        metadata: ``Authorization``, ``A2A-Extensions``, ``A2A-Version``); every answer is
+        read back as the JSON-RPC frame the other bindings send (``status``: the HTTP
+        equivalent of the gRPC status, ``headers``: the initial metadata)."""
+        return grpc_request(self.grpc_address(), body, hdrs if hdrs is not None else
+                            headers(), credentials)
+
     def send(self, binding: str, body: dict[str, Any], hdrs: dict[str, str] | None = None
              ) -> Turn:
-        """One request over ``binding`` (``sse``: POST /, ``ws``: a fresh socket)."""
+        """One request over ``binding`` (``sse``: POST /, ``ws``: a fresh socket, ``grpc``:
+        one call on a fresh channel)."""
         if binding == "sse":
             return self.sse(body, hdrs)
+        if binding == "grpc":
+            return self.grpc(body, hdrs)
         with self.ws(None if hdrs is None else {key: v for key, v in hdrs.items()
                                                  if key != "Accept"}) as s:
             return s.request(body)
@@ -260,6 +280,54 @@ class Client:
     def metrics(self) -> str:
         """The /metrics text."""
         return httpx.get(self.url + "/metrics", timeout=TIMEOUT_S).text
+
+
+GRPC_METHODS = {"SendStreamingMessage": ("SendMessageRequest", True),
+                "SendMessage": ("SendMessageRequest", False),
+                "GetTask": ("GetTaskRequest", False), "CancelTask": ("CancelTaskRequest", False),
+                "SubscribeToTask": ("SubscribeToTaskRequest", True)}
+_GRPC_HEADERS = ("authorization", "a2a-extensions", "a2a-version")
+
+
+def grpc_request(address: str, body: dict[str, Any], hdrs: dict[str, str],
+                 credentials: Any = None) -> Turn:
+    """:meth:`Client.grpc` on ``address`` (``credentials``: a secure channel)."""
+    import grpc
+    from a2a.types import a2a_pb2, a2a_pb2_grpc
+    from google.protobuf.json_format import MessageToDict, ParseDict
+
+    from loadtests.live.grpc_channel import HTTP_OF_STATUS, error_frame, error_info
+
+    request_type, streaming = GRPC_METHODS[body["method"]]
+    request = ParseDict(body.get("params") or {}, getattr(a2a_pb2, request_type)())
+    md = [(key.lower(), v) for key, v in hdrs.items() if key.lower() in _GRPC_HEADERS]
+    turn = Turn()
+    rid = body.get("id")
+    channel = (grpc.secure_channel(address, credentials) if credentials is not None
+               else grpc.insecure_channel(address))
+    try:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        method = getattr(stub, body["method"])
+        try:
+            if streaming:
+                call = method(request, metadata=md, timeout=TIMEOUT_S)
+                for sr in call:
+                    _absorb(turn, {"jsonrpc": "2.0", "id": rid, "result": MessageToDict(sr)})
+            else:
+                result, call = method.with_call(request, metadata=md, timeout=TIMEOUT_S)
+                _absorb(turn, {"jsonrpc": "2.0", "id": rid, "result": MessageToDict(result)})
+            turn.headers = {key: v for key, v in call.initial_metadata() or ()}
+        except grpc.RpcError as e:
+            turn.status = HTTP_OF_STATUS.get(e.code().name, 500)
+            turn.headers = {key: v for key, v in e.initial_metadata() or ()
+                            if isinstance(v, str)}
+            frame = error_frame(rid, e, EXT)
+            frame["error"]["grpcStatus"] = e.code().name
+            frame["error"]["reason"] = error_info(e)[1]
+            _absorb(turn, frame)
+    finally:
+        channel.close()
+    return turn
 
 
 class WsSession:

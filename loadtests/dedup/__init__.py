@@ -11,7 +11,8 @@ Optional query parameters (any backend): ``lease_s`` (in-flight lease, seconds)
 and ``on_stale`` (``fail`` | ``reclaim``, see :mod:`loadtests.dedup.base`);
 SQLite also ``synchronous`` (``normal`` | ``full``) and ``inline`` (``1`` | ``0``: run
 statements on the event loop, or all on the store's thread; see
-:mod:`loadtests.dedup.sqlite`), Redis also ``prefix``.
+:mod:`loadtests.dedup.sqlite`), Redis also ``prefix`` and ``timeout_s`` (a command
+unanswered this long fails, cause ``timeout``; default 2).
 A value in the URL wins over the keyword argument of the same name.
 """
 
@@ -36,7 +37,8 @@ __all__ = ["Claim", "DedupStore", "StoreStats", "is_lost_outcome", "lost_outcome
 
 _USAGE = "expected memory, sqlite:///PATH or redis://HOST:PORT[/DB]"
 _COMMON_PARAMS = {"lease_s", "on_stale"}
-_BACKEND_PARAMS = {"memory": set(), "sqlite": {"synchronous", "inline"}, "redis": {"prefix"}}
+_BACKEND_PARAMS = {"memory": set(), "sqlite": {"synchronous", "inline"},
+                   "redis": {"prefix", "timeout_s"}}
 _BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
@@ -85,13 +87,13 @@ def parse_store_url(url: str) -> tuple[str, str, dict[str, Any]]:
         if k not in allowed:
             raise _bad(url, f"unknown parameter {k!r} for {backend} (allowed: "
                             f"{', '.join(sorted(allowed))})")
-        if k == "lease_s":
+        if k in ("lease_s", "timeout_s"):
             try:
                 options[k] = float(v)
             except ValueError:
-                raise _bad(url, f"lease_s must be a number, got {v!r}") from None
+                raise _bad(url, f"{k} must be a number, got {v!r}") from None
             if not options[k] > 0:
-                raise _bad(url, f"lease_s must be > 0, got {v!r}")
+                raise _bad(url, f"{k} must be > 0, got {v!r}")
         elif k == "on_stale" and v not in ("fail", "reclaim"):
             raise _bad(url, f"on_stale must be 'fail' or 'reclaim', got {v!r}")
         elif k == "synchronous" and v.lower() not in ("normal", "full"):

@@ -95,6 +95,25 @@ def is_lost_outcome(outcome: dict[str, Any] | None) -> bool:
     return bool(outcome) and outcome.get(LOST_KEY) is True
 
 
+FAILURE_CAUSES: tuple[str, ...] = ("down", "timeout", "full", "busy", "loading", "read-only",
+                                   "io", "error")
+
+
+class StoreUnavailable(Exception):
+    """The dedup store could not do ``op`` (:data:`FAILURE_CAUSES`: ``down`` = refused or
+    reset, ``timeout`` = no answer in time, e.g. a frozen server, ``full`` = out of disk or
+    memory, ...).  Its text names the operation and the cause, never an address: it is safe
+    to log, and the Reasoner answers it as FAILED ``internal`` (docs/reasoner.md "When the
+    dedup store fails").  Whether ``op`` took effect is unknown for ``timeout`` and ``down``
+    (the command may have reached the server)."""
+
+    def __init__(self, op: str, cause: str, retry_after_ms: int | None = None):
+        super().__init__(f"dedup store unavailable ({cause}) during {op}")
+        self.op = op
+        self.cause = cause
+        self.retry_after_ms = retry_after_ms
+
+
 @dataclass(frozen=True)
 class Claim:
     """Result of :meth:`DedupStore.claim`."""
@@ -144,6 +163,15 @@ class DedupStore(ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
+
+    def failure_cause(self, exc: BaseException) -> str | None:
+        """The :data:`FAILURE_CAUSES` entry of a backend error (the store is down, frozen,
+        full...); None for anything else (a bug, which must not be disguised as an outage)."""
+        return None
+
+    async def ping(self) -> None:
+        """One cheap round trip (readiness probes); raises the backend's error if it fails."""
+        await self.stats()
 
     async def __aenter__(self) -> DedupStore:
         """``async with open_store(...) as store`` starts and closes the store."""

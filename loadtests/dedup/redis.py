@@ -42,6 +42,7 @@ import time
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
 
 from loadtests.dedup._common import PeekState, PollingStore
 from loadtests.dedup.base import Claim, StoreStats
@@ -135,6 +136,9 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return ARGV[1] 
 return redis.call('GET', KEYS[1])
 """
 
+# A command unanswered this long fails with cause "timeout" (a frozen or unreachable server);
+# without it a SIGSTOPped Redis held every request forever.
+DEFAULT_TIMEOUT_S = 2.0
 _ESCAPES = str.maketrans({"%": "%25", ":": "%3A", "{": "%7B", "}": "%7D"})
 _STATS_SCAN_LIMIT = 1_000_000  # stats() stops counting keys here and flags the count approximate
 
@@ -152,9 +156,11 @@ class RedisStore(PollingStore):
     shared = True
 
     def __init__(self, url: str, window_s: float = 300.0, *, prefix: str = "rta:dedup",
-                 max_connections: int = 64, **kwargs: Any):
+                 max_connections: int = 64, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 **kwargs: Any):
         super().__init__(window_s, **kwargs)
         self.url = url
+        self.timeout_s = float(timeout_s)
         self.max_connections = int(max_connections)
         self.prefix = prefix
         self._index = f"{prefix}:~in_flight"
@@ -182,7 +188,8 @@ class RedisStore(PollingStore):
         # makes callers beyond max_connections queue instead of failing.
         pool = aioredis.ConnectionPool.from_url(
             self.url, max_connections=self.max_connections, decode_responses=False,
-            socket_connect_timeout=5, health_check_interval=30)
+            socket_connect_timeout=min(5.0, self.timeout_s), socket_timeout=self.timeout_s,
+            health_check_interval=30)
         client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
         try:
             await client.ping()
@@ -245,6 +252,30 @@ class RedisStore(PollingStore):
                 self._wakeups.notify((context_id, key))
         self._count_claim(claim)
         return claim
+
+    def failure_cause(self, exc: BaseException) -> str | None:
+        """``timeout`` (no answer within ``timeout_s``), ``loading``, ``down`` (refused, reset,
+        closed), ``full`` (OOM), ``read-only`` or ``error`` for a Redis failure; None else."""
+        if isinstance(exc, redis_errors.TimeoutError | asyncio.TimeoutError | TimeoutError):
+            return "timeout"
+        if isinstance(exc, redis_errors.BusyLoadingError):
+            return "loading"
+        if isinstance(exc, redis_errors.ConnectionError | ConnectionError):
+            return "down"
+        if isinstance(exc, redis_errors.ReadOnlyError):
+            return "read-only"
+        if isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("OOM"):
+            return "full"
+        if isinstance(exc, redis_errors.RedisError | OSError):
+            return "error" if isinstance(exc, redis_errors.RedisError) else "down"
+        return None
+
+    async def ping(self) -> None:
+        """``PING``."""
+        if self._client is None:
+            raise RuntimeError("RedisStore used before start() or after close()")
+        async with self._slots:
+            await self._client.ping()
 
     def _abandon_orphan(self, context_id: str, key: str, owner: str) -> None:
         """After a cancelled claim: owner-checked abandon (a no-op unless the claim was won)."""

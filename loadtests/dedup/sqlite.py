@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import sqlite3
 import time
@@ -171,6 +172,11 @@ def _lose(db: Db, context_id: str, key: str, row: Row, now_s: float) -> dict[str
     n = db.execute(_LOSE, (now_s, now_s, json.dumps(outcome), context_id, key, row.owner,
                            row.claimed_at)).rowcount
     return outcome if n == 1 else None
+
+
+def _ping_sync(db: Db) -> None:
+    """One trivial statement (readiness)."""
+    db.execute("SELECT 1").fetchone()
 
 
 class SqliteStore(PollingStore):
@@ -524,6 +530,30 @@ class SqliteStore(PollingStore):
     async def _peek(self, context_id: str, key: str) -> tuple[PeekState, dict[str, Any] | None]:
         """A waiter's view of the row at the current wall-clock time."""
         return await self._call(self._peek_sync, context_id, key, time.time(), write=False)
+
+    def failure_cause(self, exc: BaseException) -> str | None:
+        """``full`` (disk or database full), ``busy`` (locked past ``busy_timeout``), ``io``,
+        ``read-only`` or ``error`` for a database error; None for anything else."""
+        if isinstance(exc, sqlite3.OperationalError):
+            text = str(exc).lower()
+            if "full" in text:
+                return "full"
+            if "locked" in text or "busy" in text:
+                return "busy"
+            if "readonly" in text or "read-only" in text:
+                return "read-only"
+            if "i/o" in text or "disk" in text:
+                return "io"
+            return "error"
+        if isinstance(exc, sqlite3.DatabaseError):
+            return "error"
+        if isinstance(exc, OSError):
+            return "full" if exc.errno == errno.ENOSPC else "io"
+        return None
+
+    async def ping(self) -> None:
+        """``SELECT 1`` on the store's connection."""
+        await self._call(_ping_sync, write=False)
 
     async def purge(self, now_s: float) -> int:
         """Delete done rows older than the window and in-flight rows past lease + window."""

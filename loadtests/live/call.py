@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import gevent
+import gevent.event
 import numpy as np
 
 from loadtests.live.playback import Playback
@@ -65,6 +66,8 @@ UNIFORM_BLOCK = 64  # share draws per numpy call (Call._uniform)
 # the Reasoner's per-turn timings (docs/load.md): empty until a stream-end event carries them
 _NO_TIMING: dict[str, None] = dict.fromkeys(column for _, column in TIMING_COLUMNS)
 
+
+COPY_FIRST_WAIT_S = 5.0  # the longest an original waits for its copy to be sent first
 
 class StreamBroken(Exception):
     """The connection or stream of a request failed before its end state."""
@@ -528,7 +531,13 @@ class Call:
         load = self.sc.load
         if load.concurrent_duplicate_share > 0 and self._uniform() < (
                 load.concurrent_duplicate_share):
-            self._spawn_copy(t, ids, body, "concurrent", side)
+            # the copy first, for a share of them: the server then sees the duplicate before
+            # its original (as on any real network), the original joins or replays it
+            first = self._uniform() < load.concurrent_first_share
+            sent = gevent.event.Event() if first else None
+            self._spawn_copy(t, ids, body, "concurrent", side, sent=sent)
+            if sent is not None:
+                sent.wait(timeout=COPY_FIRST_WAIT_S)
         if t.phase == "continuation" and ids.task_id and load.continuation_duplicate_share > 0 and (
                 self._uniform() < load.continuation_duplicate_share):
             dup_ids = Ids(_id("m"), _id("g"), ids.turn_id, ids.interaction_id, ids.context_id,
@@ -559,7 +568,8 @@ class Call:
             "call_id": self.call_id, "turn_index": t.index, "interaction_id": t.interaction_id,
             "turn_id": ids.turn_id, "task_id": ids.task_id, "phase": t.phase,
             "attempt": t.phase_attempts, "request_guid": ids.request_guid,
-            "context_id": ids.context_id, "context_id_learned": None, "injected": injected,
+            "context_id": ids.context_id, "context_id_learned": None, "task_id_answered": None,
+            "injected": injected,
             "side_effect": side, "handoff": t.handoff, "live_instance": self.inst.index,
             "delay_before_s": delay_before, "send_s": time.time(), "first_response_s": None,
             "first_chunk_s": None, "end_s": None, "outcome": "unfinished", "state": None,
@@ -569,7 +579,8 @@ class Call:
             "forced_error": t.force_error, "side_effect_reported": None, **_NO_TIMING}
 
     def _spawn_copy(self, t: _Turn, ids: Ids, body: bytes, injected: str, side: bool,
-                    rpc_id: str | None = None) -> None:
+                    rpc_id: str | None = None, sent: gevent.event.Event | None = None) -> None:
+        """Send a copy of ``body`` in its own greenlet (``sent`` is set once it was sent)."""
         row = self._attempt_row(t, ids, injected, side, 0.0)
         if rpc_id is None:  # byte-identical body; a fresh JSON-RPC id on a shared socket
             rpc_id = _id("r")
@@ -582,15 +593,18 @@ class Call:
             try:
                 if delay > 0:
                     gevent.sleep(delay)
-                self._exchange(t, ids, rpc_id, body, row, main=False)
+                self._exchange(t, ids, rpc_id, body, row, main=False, sent=sent)
             except gevent.GreenletExit:
                 row["outcome"] = "unfinished"
+            finally:
+                if sent is not None:
+                    sent.set()  # never keep the original waiting for a copy that failed
             self.sink.attempt(row)
 
         self.copies.append(self.spawn(run_copy))
 
     def _exchange(self, t: _Turn, ids: Ids, rpc_id: str, body: bytes, row: dict[str, Any],
-                  main: bool) -> _Result:
+                  main: bool, sent: gevent.event.Event | None = None) -> _Result:
         """Send ``body`` and read its stream into ``row`` and the events ledger."""
         to = self.sc.live.timeouts
         send_s = row["send_s"] = time.time()
@@ -616,12 +630,15 @@ class Call:
         learn_task = main and t.task_id is None
         watch_barge = main and t.barge_in_s is not None
         last_ctx: str | None = None  # the contextId already taken into account
+        answered_task: str | None = None  # the first taskId this send's events carried
         _time, _parse, push = time.time, parse_event, pb.push
         try:
             try:
                 armed = limit = min(resp_deadline, total_deadline, hard_deadline)
                 deadline = _Deadline(limit, send_s)
                 ex = self.ch.send(rpc_id, body, self.active)
+                if sent is not None:  # the request is out (SSE: its answer has started)
+                    sent.set()
                 row["http_status"], row["server_worker"] = ex.http_status, ex.worker
                 row["echo"] = ex.echo
                 if main and self.active and not self.negotiated and ex.http_status == 200:
@@ -650,6 +667,8 @@ class Call:
                         self.contexts_seen.add(ctx)
                         if main and self.context_id is None:
                             self.context_id = ctx
+                    if answered_task is None and ev.task_id:
+                        answered_task = row["task_id_answered"] = ev.task_id
                     if learn_task and ev.task_id:  # Task event or any later
                         t.task_id = ev.task_id
                         row["task_id_learned"] = ev.task_id

@@ -12,11 +12,11 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from loadtests.live.bindings import REGISTRY, binding_list
 from loadtests.live.wire import DEFAULT_EXT_URI
 
 ENV = "RTALAB_LOAD_SETTINGS"
 WORKER_DIR_ENV = "RTALAB_LOAD_WORKER_DIR"  # a remote worker's own run folder (rtalab load worker)
-BINDINGS = ("sse", "ws", "both")
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class LoadSettings:
     run_dir: str
     run_id: str
     scenario_path: str
-    binding: str = "sse"
+    binding: str = "sse"  # the canonical comma list (bindings.parse_bindings); calls alternate
     duration_s: float = 30.0
     drain_s: float = 10.0
     processes: int = 1
@@ -39,10 +39,24 @@ class LoadSettings:
     unsafe_test_retry_codes: tuple[str, ...] = field(default_factory=tuple)
     force_error_codes: tuple[str, ...] = field(default_factory=tuple)
     hard_timeout_s: float = 60.0
+    grpc_target: str = ""  # the gRPC address the target's agent card advertises (host:port)
+    grpc_secure: bool = False  # TLS on it (the run's target is https)
 
     def __post_init__(self) -> None:
-        if self.binding not in BINDINGS:
-            raise ValueError(f"binding must be one of {BINDINGS}, got {self.binding!r}")
+        names = self.bindings
+        if not names or any(n not in REGISTRY for n in names):
+            raise ValueError(f"binding must be a comma list of {', '.join(REGISTRY)}, "
+                             f"got {self.binding!r}")
+
+    @property
+    def bindings(self) -> tuple[str, ...]:
+        """The bindings calls alternate over (call ``n`` uses ``bindings[n % len]``)."""
+        return binding_list(self.binding)
+
+    @property
+    def uses_grpc(self) -> bool:
+        """Some calls of the run go over gRPC."""
+        return "grpc" in self.binding.split(",")
 
     def write(self, path: Path) -> None:
         """Write as JSON."""

@@ -32,11 +32,11 @@ from gevent.pool import Group
 from locust import FastHttpUser, constant, events, task
 from locust.runners import MasterRunner, WorkerRunner
 
+from loadtests.common.tls import ClientTls
+from loadtests.live.bindings import ChannelContext, open_channel
 from loadtests.live.call import Call, Instance, LiveOptions
 from loadtests.live.config import ENV, WORKER_DIR_ENV, LoadSettings
 from loadtests.live.ledger import MSG_DONE, MSG_IDLE, MSG_LEDGER, Gatherer, Ledger
-from loadtests.live.sse import SseChannel
-from loadtests.live.ws import WsChannel
 from sim.scenario import load_scenario
 
 REPORT_WAIT_S = 3.5  # > Locust's worker report interval (3 s)
@@ -52,6 +52,7 @@ class Process:
     def __init__(self, settings: LoadSettings) -> None:
         self.s = settings
         self.scenario = load_scenario(settings.scenario_path)
+        self.bindings = settings.bindings
         self.opts = LiveOptions(ext_uri=settings.ext_uri, token=settings.token,
                                 reorder=settings.reorder, hold_s=settings.hold_s,
                                 unsafe_test_retry_codes=settings.unsafe_test_retry_codes,
@@ -137,12 +138,13 @@ class Process:
 
     def _start_call(self, user: FastHttpUser, n: int) -> None:
         s = self.s
-        binding = s.binding if s.binding != "both" else ("sse", "ws")[n % 2]
-        token = s.tokens[(n // 2) % len(s.tokens)] if s.tokens else s.token
-        if binding == "sse":
-            channel: Any = SseChannel(user.client, s.ext_uri, token)
-        else:
-            channel = WsChannel(user.host, s.ext_uri, token, self.environment.events)
+        bindings = self.bindings
+        k = len(bindings)
+        # calls alternate over the bindings, and principals by rounds of the bindings (each
+        # principal sees every binding)
+        token = s.tokens[(n // k) % len(s.tokens)] if s.tokens else s.token
+        channel = open_channel(bindings[n % k], ChannelContext(
+            user.client, user.host, s, token, self.environment.events, CLIENT_TLS))
         rng = np.random.default_rng(np.random.SeedSequence([s.seed, self.index, n + 1]))
         assert self.instance is not None and self.ledger is not None
         call = Call(f"{s.run_id}-w{self.index}-{n}", self.scenario, self.instance, channel,
@@ -214,6 +216,11 @@ locust.stats.CSV_STATS_INTERVAL_SEC = CSV_INTERVAL_S  # read by its writer at ev
 # the settings (and the scenario) from the master when the run starts (a Locust custom
 # argument, forwarded to every worker in the spawn message)
 SETTINGS = LoadSettings.from_env() if os.environ.get(ENV) else None
+CLIENT_TLS = ClientTls.from_env()  # loadtests.common.tls.ENV, set by rtalab load run
+if SETTINGS is not None and SETTINGS.uses_grpc:  # grpcio's gevent mode, before any gRPC object
+    from loadtests.live.grpc_channel import init_gevent
+
+    init_gevent()
 PROCESS: Process | None = Process(SETTINGS) if SETTINGS is not None else None
 CONDUCTOR: Conductor | None = Conductor(SETTINGS) if SETTINGS is not None else None
 
@@ -253,7 +260,12 @@ def _on_test_stop(environment: Any, **kw: Any) -> None:
 
 
 class LiveCalls(FastHttpUser):
-    """One per Locust process: runs that process's open arrival process of calls."""
+    """One per Locust process: runs that process's open arrival process of calls.  Its
+    connections verify certificates as ``rtalab load run`` says (:data:`CLIENT_TLS`; never
+    Locust's default, which verifies nothing)."""
+
+    insecure = CLIENT_TLS.insecure
+    ssl_context_factory = staticmethod(CLIENT_TLS.new_context)
 
     concurrency = 1024  # connections of the process's pool (calls in flight share it)
     network_timeout = 600.0  # the Live layer's own timers bound every read

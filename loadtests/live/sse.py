@@ -16,6 +16,8 @@ import json
 import time
 from typing import Any
 
+from loadtests.common.tls import reason
+from loadtests.live.bindings import ChannelContext
 from loadtests.live.call import StreamBroken
 from loadtests.live.wire import (
     cancel_answer_side_effect,
@@ -32,10 +34,13 @@ WORKER_HEADER = "x-rta-worker"
 class SseExchange:
     """One streaming request in flight: events are read line by line as they arrive."""
 
+    path = "/"  # where the request is POSTed
+    name = REQUEST_NAME  # its Locust stats row
+
     def __init__(self, client: Any, body: bytes, hdrs: dict[str, str], ext_uri: str) -> None:
         self._t0 = time.perf_counter()
-        self._cm = client.post("/", data=body, headers=hdrs, stream=True, catch_response=True,
-                               name=REQUEST_NAME)
+        self._cm = client.post(self.path, data=body, headers=hdrs, stream=True,
+                               catch_response=True, name=self.name)
         self._r = self._cm.__enter__()
         self._done = False
         self._failed: str | None = None
@@ -47,8 +52,9 @@ class SseExchange:
         self._raw = getattr(r, "_response", None)
         err = getattr(r, "error", None)
         if self._raw is None or not self.http_status:
-            self.close(f"connection failed: {err}")
-            raise StreamBroken(f"connection failed: {err}")
+            why = reason(err) if isinstance(err, BaseException) else err  # a certificate named
+            self.close(f"connection failed: {why}")
+            raise StreamBroken(f"connection failed: {why}")
         # a refused request (non-2xx): Locust has read its body already (the raw stream
         # gives b''): it is in ``content``, read as sent and mapped to a code
         self._refused: dict[str, Any] | None = None
@@ -138,3 +144,8 @@ class SseChannel:
 
     def close(self) -> None:
         """Nothing per call: connections belong to the user's pool."""
+
+
+def open_channel(ctx: ChannelContext) -> SseChannel:
+    """The registry's factory (:mod:`loadtests.live.bindings`): requests on the user's pool."""
+    return SseChannel(ctx.client, ctx.ext_uri, ctx.token)

@@ -10,6 +10,7 @@ interpreted.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Final, NamedTuple
 
 DEFAULT_EXT_URI: Final = "https://schemas.salesforce.com/a2a/ext/realtime-agent/v0.1"
@@ -271,30 +272,72 @@ def _retry_after_ms(headers: Any) -> float | None:
         return None
 
 
-def http_error_frame(status: int, body: bytes | str | None, headers: Any,
+ERROR_INFO_TYPE: Final = "type.googleapis.com/google.rpc.ErrorInfo"
+
+
+def error_info_metadata(err: Any) -> dict[str, Any]:
+    """The ``metadata`` of the ``google.rpc.ErrorInfo`` details of a google.rpc-style error
+    object (A2A's HTTP+JSON and gRPC error form: ``{"code", "status", "message",
+    "details": [{"@type": ".../google.rpc.ErrorInfo", "reason", "domain", "metadata"}]}``),
+    merged; empty when it has none."""
+    out: dict[str, Any] = {}
+    details = err.get("details") if isinstance(err, dict) else None
+    for d in details if isinstance(details, list) else ():
+        if isinstance(d, dict) and d.get("@type") == ERROR_INFO_TYPE and isinstance(
+                d.get("metadata"), dict):
+            out.update(d["metadata"])
+    return out
+
+
+def _meta_num(v: Any) -> float | None:
+    """A metadata number: JSON numbers, or the strings of google.rpc's string map."""
+    if isinstance(v, str):
+        try:
+            f = float(v)
+        except ValueError:
+            return None
+        return f if math.isfinite(f) else None
+    return _num(v)
+
+
+def http_error_frame(status: int, body: bytes | str | dict[str, Any] | None, headers: Any,
                      ext_uri: str) -> dict[str, Any]:
     """A refused request (non-2xx answer or refused WebSocket upgrade) as one JSON-RPC error
-    frame: the body's own profile code when it carries one (JSON-RPC ``error.data`` or a
-    FAILED status), else the code of its HTTP status (:data:`HTTP_STATUS_CODES`);
-    ``Retry-After`` becomes ``retryAfterMs``.  The body text is kept in ``error.message``."""
+    frame: the body's own profile code when it carries one (JSON-RPC ``error.data``, a
+    FAILED status, or the ``google.rpc.ErrorInfo`` metadata of an HTTP+JSON error under the
+    extension's key or plain ``errorCode``), else the code of its HTTP status
+    (:data:`HTTP_STATUS_CODES`); ``Retry-After`` (or the body's ``retryAfterMs``) becomes
+    ``retryAfterMs``.  The body text is kept in ``error.message``.  ``body`` may be the
+    already parsed object (an HTTP+JSON stream's error event)."""
     _, _, code_key, retry_key = _KEYS.get(ext_uri) or _keys(ext_uri)
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
     code = None
     retry_ms = _retry_after_ms(headers)
-    try:
-        data = json.loads(text) if text.strip() else None
-    except ValueError:
-        data = None
+    if isinstance(body, dict):
+        data: Any = body
+        err0 = body.get("error")
+        text = str(err0.get("message", "")) if isinstance(err0, dict) else ""
+    else:
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
+        try:
+            data = json.loads(text) if text.strip() else None
+        except ValueError:
+            data = None
     if isinstance(data, dict):
         ev = parse_event(data, ext_uri)
         err = data.get("error")
         own = err.get("data") if isinstance(err, dict) else None
+        info = error_info_metadata(err)
         if isinstance(own, dict) and isinstance(own.get(code_key), str):
             code = own[code_key]
         elif ev.kind == "status" and ev.state == "TASK_STATE_FAILED":
             code = ev.error_code
+        elif isinstance(info.get(code_key) or info.get("errorCode"), str):
+            code = info.get(code_key) or info.get("errorCode")
+        rest_retry = _meta_num(info.get(retry_key, info.get("retryAfterMs")))
         if ev.retry_after_ms is not None:
             retry_ms = ev.retry_after_ms
+        elif rest_retry is not None and rest_retry >= 0:
+            retry_ms = rest_retry
     code = code or code_of_http_status(status)
     meta: dict[str, Any] = {code_key: code}
     if retry_ms is not None:
@@ -366,3 +409,17 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
         ev.error_code = code if isinstance(code, str) else "internal"
         ev.retry_after_ms = _num(smeta.get(retry_key))
     return ev
+
+
+def rest_frame(obj: Any, ext_uri: str) -> dict[str, Any]:
+    """One event of an HTTP+JSON stream (a ``StreamResponse`` object, or an ``error`` event's
+    google.rpc error object) as the JSON-RPC response object every binding hands over
+    (:func:`parse_event` reads it): ``{"result": <StreamResponse>}`` or one error frame
+    carrying the profile's code (:func:`http_error_frame`)."""
+    if type(obj) is dict and "error" in obj:
+        err = obj.get("error")
+        status = err.get("code") if isinstance(err, dict) else None
+        if isinstance(status, bool) or not isinstance(status, int):
+            status = 500
+        return http_error_frame(status, obj, None, ext_uri)
+    return {"result": obj}

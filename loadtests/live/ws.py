@@ -24,6 +24,8 @@ import gevent
 from gevent.event import Event
 from websockets.protocol import State
 
+from loadtests.common.tls import ClientTls, reason
+from loadtests.live.bindings import ChannelContext
 from loadtests.live.call import StreamBroken
 from loadtests.live.wire import (
     cancel_answer_side_effect,
@@ -174,12 +176,14 @@ class WsChannel:
 
     binding = "ws"
 
-    def __init__(self, base_url: str, ext_uri: str, token: str | None, events: Any) -> None:
+    def __init__(self, base_url: str, ext_uri: str, token: str | None, events: Any,
+                 tls: ClientTls | None = None) -> None:
         self.url = base_url.replace("http://", "ws://").replace("https://", "wss://").rstrip(
             "/") + "/ws"
         self.ext_uri = ext_uri
         self.token = token
         self.events = events
+        self.ssl = (tls or ClientTls()).context_for(self.url)  # None for ws://
         self.ws: Any = None
         self.routes: dict[str, WsExchange] = {}
         self.reading: WsExchange | None = None  # the request reading the socket now
@@ -205,15 +209,15 @@ class WsChannel:
             self.ws = connect(self.url, additional_headers=headers(self.ext_uri, self.token,
                                                                    active, sse=False),
                               open_timeout=10.0, close_timeout=1.0, max_size=2**22,
-                              compression=None)
+                              compression=None, ssl=self.ssl)
         except InvalidStatus as e:  # refused (401, 403, 404, 429, 5xx ...): read its body
             resp = e.response
             self.close_reason = f"upgrade refused: HTTP {resp.status_code}"
             raise UpgradeRefused(resp.status_code, bytes(resp.body or b""),
                                  resp.headers) from None
         except Exception as e:
-            self.close_reason = str(e)
-            raise StreamBroken(f"upgrade failed: {e}") from None
+            self.close_reason = reason(e)  # a certificate problem named in one line
+            raise StreamBroken(f"upgrade failed: {self.close_reason}") from None
         self.connect_s = time.perf_counter() - t0
         h = self.ws.response.headers
         self.echo = self.ext_uri in (h.get("A2A-Extensions") or "")
@@ -278,3 +282,8 @@ class WsChannel:
         if ws is not None:
             with contextlib.suppress(Exception):
                 ws.close()
+
+
+def open_channel(ctx: ChannelContext) -> WsChannel:
+    """The registry's factory (:mod:`loadtests.live.bindings`): one socket per call."""
+    return WsChannel(ctx.host, ctx.ext_uri, ctx.token, ctx.events, ctx.tls)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.cli import DEDUP, DEDUP_MODE, UNSAFE_BUG
+from loadtests.common.tls import add_client_tls, client_tls_from_args
 from sim.policy.codes import ALL_CODES, is_retryable
 from sim.shared.argtypes import (
     DRAIN,
@@ -21,6 +22,7 @@ from sim.shared.argtypes import (
     TOKEN,
     WITNESS,
     WORKERS,
+    Option,
     add_command,
     add_group,
     add_quiet,
@@ -45,6 +47,22 @@ def _code(text: str) -> str:
     return text
 
 
+def binding_set(text: str) -> str:
+    """--binding: a name, a comma list, 'all' or 'both' -> the canonical comma list."""
+    from loadtests.live.bindings import parse_bindings
+
+    try:
+        return ",".join(parse_bindings(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _binding_help() -> str:
+    from loadtests.live.bindings import help_text
+
+    return help_text()
+
+
 def _slo(text: str) -> str:
     from sim.answers.slo import SloError, parse_slo
 
@@ -63,6 +81,9 @@ def _hostport(text: str) -> tuple[str, int]:
 
 
 DEFAULT_MASTER_BIND = ("0.0.0.0", 5557)  # Locust's own default
+TLS = Option("--tls", "the embedded witness, Reasoner and chaos proxy serve mutual TLS with a "
+                      "throwaway CA made in the run folder (tls/); every client verifies them "
+                      "and presents a client certificate", action="store_true")
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,8 +92,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     TARGET.add(p)
     TOKEN.add(p)
     WITNESS.add(p)
-    opt(p, "--binding", "HTTP/SSE, WebSocket, or both (calls alternate)",
-        choices=("sse", "ws", "both"), default="sse")
+    opt(p, "--binding NAMES", _binding_help(), binding_set, "sse")
     opt(p, "--processes", "Locust processes: 1 = local, N > 1 = master + N workers",
         positive_int, 1)
     opt(p, "--workers-expected N", "run only the Locust master here and wait for N workers "
@@ -105,6 +125,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     add_junit_argument(p)
     add_quiet(p, "no progress lines")
     NO_PLOTS.add(p)
+    add_client_tls(p, "connecting to --target, --witness and the metrics")
+    TLS.add(p)
     test = p.add_argument_group("test-only switches (negative controls and conformance)")
     flag(test, "--no-reorder", "TEST ONLY: Live users play events in arrival order")
     repeatable(test, "--unsafe-test-retry-code CODE",
@@ -137,6 +159,13 @@ def check_flags(args: argparse.Namespace, sc: Any) -> str | None:
     if args.target and embedded_only:
         return (f"{'/'.join(embedded_only)} need the embedded Reasoner (no --target); "
                 "with --target use --restart-cmd CMD --restart-at S")
+    if args.tls and args.target:
+        return ("--tls makes certificates for the embedded servers; a --target has its own: "
+                "give its CA with --ca FILE (and --client-cert/--client-key for mutual TLS)")
+    given = [name for name, on in (("--ca", args.ca), ("--client-cert", args.client_cert),
+                                   ("--insecure", args.insecure)) if on]
+    if args.tls and given:
+        return f"--tls makes its own CA and client certificate: drop {'/'.join(given)}"
     if args.master_bind and not args.workers_expected:
         return "--master-bind needs --workers-expected N"
     if args.workers_expected and args.processes > 1:
@@ -181,6 +210,10 @@ def flag_warnings(args: argparse.Namespace, sc: Any) -> list[str]:
         if t < warmup:
             out.append(f"restart at {t:g} s falls inside the {warmup:g}-s warm-up, which the "
                        "key figures drop (the verdict still sees it)")
+    if args.insecure:
+        from loadtests.common.tls import INSECURE_WARNING
+
+        out.append(f"WARNING: {INSECURE_WARNING}")
     if args.unsafe_bug:
         out.append(f"TEST ONLY: the embedded Reasoner runs with planted bugs "
                    f"({', '.join(args.unsafe_bug)}): this run must FAIL")
@@ -223,12 +256,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         no_reorder=args.no_reorder, unsafe_test_retry_codes=tuple(args.unsafe_test_retry_code),
         force_error_codes=tuple(args.test_force_error), witness_url=args.witness,
         argv=["rtalab", *getattr(args, "rtalab_argv", [])], quiet=args.quiet,
-        plots=not args.no_plots, slo=tuple(args.slo))
-    if args.target:
-        from loadtests.common.procs import url_ready
+        plots=not args.no_plots, slo=tuple(args.slo), tls=client_tls_from_args(args),
+        serve_tls=args.tls)
+    from loadtests.loadrun.orchestrate import reachable
 
-        if not url_ready(f"{args.target}/.well-known/agent-card.json", timeout_s=5.0):
-            return usage_error(f"rtalab: target {args.target} does not answer")
+    problem = reachable(opts)
+    if problem:
+        return usage_error(f"rtalab: {problem}")
     try:
         run_dir, rc = run_load(opts)
     except (RunError, ProcessError) as e:

@@ -53,6 +53,7 @@ from loadtests.common.procs import (
     start_witness,
     wait_ready,
 )
+from loadtests.common.tls import ClientTls, ServerTls
 from loadtests.live.config import ENV, LoadSettings
 from sim.scenario import Scenario
 from sim.shared.results import collect_meta, finish_run, new_run_dir, start_run, write_json
@@ -99,6 +100,8 @@ class RunOptions:
     quiet: bool = False
     plots: bool = True
     slo: tuple[str, ...] = ()
+    tls: ClientTls = field(default_factory=ClientTls)  # how every client verifies the servers
+    serve_tls: bool = False  # --tls: the embedded servers speak mutual TLS (throwaway CA)
 
 
 @dataclass
@@ -109,6 +112,8 @@ class Stack:
     reasoner: ManagedProcess | None = None
     witness: ManagedProcess | None = None
     reasoner_args: dict[str, Any] = field(default_factory=dict)
+    server_tls: ServerTls = field(default_factory=ServerTls)  # what the embedded servers serve
+    client_tls: ClientTls = field(default_factory=ClientTls)  # how this run's clients verify
 
     def stop(self) -> None:
         """Stop everything still running."""
@@ -156,33 +161,53 @@ def use_chaos(opts: RunOptions) -> bool:
     return opts.target is None and not network_is_zero(opts.scenario)
 
 
+def run_tls(opts: RunOptions, run_dir: Path) -> tuple[ServerTls, ClientTls]:
+    """What the embedded servers serve and how the run's clients verify them: with
+    ``--tls`` a throwaway CA in ``<run>/tls/`` signs a server certificate (for 127.0.0.1)
+    and a client certificate, and every server requires a client certificate; otherwise
+    plain HTTP servers and the clients' own settings (``--ca`` ... for a --target)."""
+    if not opts.serve_tls:
+        return ServerTls(), opts.tls
+    from loadtests.common.certs import make_pki
+
+    pki = make_pki(run_dir / "tls")
+    return (ServerTls(str(pki.server.cert), str(pki.server.key), str(pki.ca)),
+            ClientTls(str(pki.ca), str(pki.client.cert), str(pki.client.key)))
+
+
 def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[Stack, str, str]:
     """Start witness, Reasoner (and chaos proxy); return the stack, the target and witness URL."""
     st = Stack()
+    st.server_tls, st.client_tls = run_tls(opts, run_dir)
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
     # the witness starts while the Reasoner does (both from this thread: see procs); the
     # tool's latency is the witness's: the side effect happens when it ends (slow success)
     tool = json.dumps(opts.scenario.reasoner.tool_latency_s.to_toml())
     st.witness = start_witness(run_dir / "witness.sqlite", extra_args=["--latency-s", tool],
-                               log_path=logs / "witness.log", wait=False)
+                               log_path=logs / "witness.log", wait=False,
+                               server_tls=st.server_tls, client_tls=st.client_tls)
     st.procs.append(st.witness)
     dedup = opts.dedup or f"sqlite:///{run_dir / 'dedup.sqlite'}"
-    extra = ["--log-level", "warning"]
+    from loadtests.common.procs import free_port
+
+    # the gRPC binding on a port fixed for the run (a crash restart serves it again there)
+    extra = ["--log-level", "warning", "--grpc-port", str(free_port())]
     for tok, principal in TOKENS.items():
         extra += ["--token", f"{tok}={principal}"]
     if opts.dedup_mode:
         extra += ["--dedup-mode", opts.dedup_mode]
-    if opts.force_error_codes:
-        extra.append("--test-hooks")
+    if opts.force_error_codes or opts.scenario.reasoner.capacity_drops:
+        extra.append("--test-hooks")  # forced errors; /test/capacity for the drops
     for bug in opts.unsafe_bugs:
         extra += ["--unsafe-bug", bug]
     st.reasoner_args = dict(workers=opts.workers or 1, dedup=dedup, scenario=scenario_path,
                             witness=st.witness.url, extra_args=extra,
-                            log_path=logs / "reasoner.log")
+                            log_path=logs / "reasoner.log", server_tls=st.server_tls,
+                            client_tls=st.client_tls)
     try:
         st.reasoner = start_reasoner(**st.reasoner_args)
-        wait_ready(st.witness, "/healthz")
+        wait_ready(st.witness, "/healthz", tls=st.client_tls)
     except BaseException:
         st.stop()
         raise
@@ -202,7 +227,8 @@ def start_proxy(st: Stack, upstream: str, run_dir: Path, scenario_path: Path) ->
     (run_dir / "logs").mkdir(exist_ok=True)
     proxy = start_chaos(upstream, ledger=run_dir / "ledger" / "chaos.jsonl",
                         scenario=scenario_path, log_path=run_dir / "logs" / "chaos.log",
-                        extra_args=["--start-file", str(run_dir / "ledger" / "clock.json")])
+                        extra_args=["--start-file", str(run_dir / "ledger" / "clock.json")],
+                        server_tls=st.server_tls, client_tls=st.client_tls)
     st.procs.append(proxy)
     return proxy.url
 
@@ -246,7 +272,8 @@ def restart(opts: RunOptions, st: Stack | None, target: str, run_dir: Path, at_s
         deadline = time.time() + READY_TIMEOUT_S
         ready = False
         while not ready and time.time() < deadline:
-            ready = url_ready(f"{target}/.well-known/agent-card.json", timeout_s=1.0)
+            ready = url_ready(f"{target}/.well-known/agent-card.json", timeout_s=1.0,
+                              tls=opts.tls)
         row.update(how="command", command=opts.restart_cmd, exit_code=code, ready=ready)
     end = time.time()
     row.update(end_s=end - t0, end_unix=end, took_s=end - start)
@@ -286,14 +313,15 @@ def read_clock(path: Path) -> float | None:
 
 
 def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: Path,
-               st: Stack | None, t_limit_s: float, restart_url: str | None = None) -> int:
+               st: Stack | None, t_limit_s: float, restart_url: str | None = None,
+               tls: ClientTls | None = None) -> int:
     """Run Locust (local, or master + workers) to its end; restart the Reasoner on schedule
     (``restart_url``: where a --target answers again after its restart command)."""
     locust_dir = run_dir / "locust"
     locust_dir.mkdir(exist_ok=True)
     settings_path = run_dir / "ledger" / "settings.json"
     settings.write(settings_path)
-    env = dict(os.environ, **{ENV: str(settings_path)})
+    env = dict(os.environ, **{ENV: str(settings_path)}, **(tls or ClientTls()).to_env())
     env.pop("PYTEST_CURRENT_TEST", None)
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
@@ -318,12 +346,19 @@ def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: P
                 preexec_fn=_pdeathsig_preexec()))
         clock = run_dir / "ledger" / "clock.json"
         restarts = sorted(opts.crash_at)
+        drops = capacity_schedule(opts.scenario) if st is not None and st.reasoner else []
         t_start = time.time()
         while main.poll() is None:
             if time.time() - t_start > t_limit_s:
                 raise RunError(f"Locust did not finish within {t_limit_s:.0f} s "
                                f"(see {logs / 'locust-master.log'})")
-            t0 = read_clock(clock) if restarts else None
+            t0 = read_clock(clock) if restarts or drops else None
+            if t0 is not None and drops and time.time() - t0 >= drops[0][0]:
+                at_s, workers = drops.pop(0)
+                assert st is not None
+                set_capacity(st, run_dir, at_s, workers, t0)
+                _say(opts, f"rtalab load: Reasoner workers set to {workers} at "
+                           f"{time.time() - t0:.1f} s (capacity drop, test hook)")
             if t0 is not None and restarts and time.time() - t0 >= restarts[0]:
                 row = restart(opts, st, restart_url or target, run_dir, restarts.pop(0), t0)
                 _say(opts, f"rtalab load: restarted the Reasoner ({row['how']}) at "
@@ -430,30 +465,69 @@ def run_worker(master_host: str, master_port: int, results: Path, quiet: bool = 
     return run_dir, rc
 
 
-def fetch_json(url: str, timeout_s: float = 10.0) -> Any:
-    """GET a JSON document."""
-    with urllib.request.urlopen(url, timeout=timeout_s) as r:
+def reachable(opts: Any) -> str | None:
+    """Why the --target or the --witness of a run cannot be used (one line), or None: each
+    is asked once, and its answer is read as sent (a status, a certificate problem, a
+    refused connection)."""
+    from loadtests.common.procs import url_problem
+
+    if opts.target:
+        problem = url_problem(f"{opts.target}/.well-known/agent-card.json", opts.tls)
+        if problem:
+            return f"target {opts.target}: agent card: {problem}"
+    if opts.witness_url:
+        problem = url_problem(f"{opts.witness_url}/ledger?since=0&limit=1", opts.tls,
+                              json_keys=("rows", "nextSince", "more"))
+        if problem:
+            return f"--witness {opts.witness_url}: not a witness ledger: {problem}"
+    return None
+
+
+def grpc_target(card_url: str, tls: ClientTls) -> tuple[str, bool]:
+    """(address, TLS) of the gRPC interface the agent card at ``card_url`` advertises
+    (``supportedInterfaces[].protocolBinding == "GRPC"``); TLS when the card came over https
+    or the address says ``grpcs://``.  RunError (one line) if there is none."""
+    from loadtests.live.grpc_channel import grpc_address
+
+    try:
+        card = fetch_json(card_url, tls=tls)
+    except Exception as e:
+        raise RunError(f"--binding grpc: cannot read the agent card {card_url}: {e}") from None
+    for iface in (card.get("supportedInterfaces") or []) if isinstance(card, dict) else []:
+        if isinstance(iface, dict) and iface.get("protocolBinding") == "GRPC" and iface.get(
+                "url"):
+            address, secure = grpc_address(str(iface["url"]))
+            return address, secure or card_url.startswith("https://")
+    raise RunError(f"--binding grpc: the agent card {card_url} advertises no GRPC interface "
+                   "(supportedInterfaces[].protocolBinding)")
+
+
+def fetch_json(url: str, timeout_s: float = 10.0, tls: ClientTls | None = None) -> Any:
+    """GET a JSON document (an ``https`` URL verified with ``tls``)."""
+    with urllib.request.urlopen(url, timeout=timeout_s,
+                                context=(tls or ClientTls()).context_for(url)) as r:
         return json.loads(r.read())
 
 
-def witness_position(witness_url: str) -> int:
+def witness_position(witness_url: str, tls: ClientTls | None = None) -> int:
     """The id of the witness's last execution now (0 when empty): a reused witness's rows
     up to it belong to earlier runs."""
     since = 0
     while True:
-        page = fetch_json(f"{witness_url}/ledger?since={since}&limit=10000")
+        page = fetch_json(f"{witness_url}/ledger?since={since}&limit=10000", tls=tls)
         since = page["nextSince"]
         if not page["more"]:
             return int(since)
 
 
-def save_witness(witness_url: str, path: Path, since: int = 0) -> int:
+def save_witness(witness_url: str, path: Path, since: int = 0,
+                 tls: ClientTls | None = None) -> int:
     """Page through the witness's ``/ledger`` after ``since`` into ``path`` (JSON lines);
     rows written."""
     n = 0
     with open(path, "w", encoding="utf-8") as f:
         while True:
-            page = fetch_json(f"{witness_url}/ledger?since={since}&limit=10000")
+            page = fetch_json(f"{witness_url}/ledger?since={since}&limit=10000", tls=tls)
             for row in page["rows"]:
                 f.write(json.dumps(row, separators=(",", ":")) + "\n")
                 n += 1
@@ -476,10 +550,13 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
-def save_server_metrics(target: str, path: Path) -> dict[str, float] | None:
+def save_server_metrics(target: str, path: Path,
+                        tls: ClientTls | None = None) -> dict[str, float] | None:
     """Scrape ``/metrics`` into ``path``; None if unreachable."""
+    url = f"{target}/metrics"
     try:
-        with urllib.request.urlopen(f"{target}/metrics", timeout=10) as r:
+        with urllib.request.urlopen(url, timeout=10,
+                                    context=(tls or ClientTls()).context_for(url)) as r:
             metrics = parse_prometheus(r.read().decode("utf-8", "replace"))
     except OSError:
         return None
@@ -487,8 +564,16 @@ def save_server_metrics(target: str, path: Path) -> dict[str, float] | None:
     return metrics
 
 
+TURN_REQUESTS_METRIC = "rta_reasoner_turn_requests_total"
+
+
 def server_turns_answered(metrics: dict[str, float]) -> float:
-    """Requests the Reasoner answered (``rta_reasoner_turns_total`` over all labels)."""
+    """Requests the Reasoner answered: ``rta_reasoner_turn_requests_total`` (every send that
+    reached its pipeline gets one answer: an execution, a replay or join of a duplicate, a
+    rejection or a core A2A error), else ``rta_reasoner_turns_total`` over all labels (which
+    leaves out replays and joins: duplicates sent without the proxy would not add up)."""
+    if TURN_REQUESTS_METRIC in metrics:
+        return metrics[TURN_REQUESTS_METRIC]
     return sum(v for k, v in metrics.items() if k.startswith("rta_reasoner_turns_total{"))
 
 
@@ -558,7 +643,10 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
                                "crash_at": list(opts.crash_at), "duration_s": duration,
                                "restart_cmd": opts.restart_cmd,
                                "unsafe_bugs": list(opts.unsafe_bugs),
-                               "slo": list(opts.slo)})
+                               "slo": list(opts.slo),
+                               "tls": ("mutual TLS, throwaway CA in tls/" if opts.serve_tls
+                                       else opts.tls.describe()),
+                               "tls_insecure": opts.tls.insecure})
     start_run(run_dir, sc, meta)
     led_dir = run_dir / "ledger"
     led_dir.mkdir()
@@ -569,23 +657,33 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
     marks: dict[str, float] = {}
     witness_url, witness_since = opts.witness_url, 0
     stopping: threading.Thread | None = None
+    tls = opts.tls
     try:
         if opts.target is None:
             _say(opts, "rtalab load: starting witness and Reasoner ...")
             st, target, witness_url = start_stack(opts, run_dir, scenario_path)
-            token, tokens = TOKEN, tuple(TOKENS)
+            token, tokens, tls = TOKEN, tuple(TOKENS), st.client_tls
         else:
             target, token, tokens = opts.target.rstrip("/"), opts.token, opts.tokens
-            if use_chaos(opts):
-                st = Stack()
+            if use_chaos(opts):  # the proxy serves plain HTTP; it verifies the --target
+                st = Stack(client_tls=tls)
                 target = start_proxy(st, target, run_dir, scenario_path)
-        witness_since = witness_position(witness_url) if witness_url else 0
+        witness_since = witness_position(witness_url, tls) if witness_url else 0
+        # gRPC goes to the address the server's card advertises (never through the chaos
+        # proxy, an HTTP/1 L7 proxy: docs/chaos.md says what that means)
+        card_base = st.reasoner.url if st is not None and st.reasoner else (
+            opts.target or target).rstrip("/")
+        grpc_at, grpc_tls = grpc_target(f"{card_base}/.well-known/agent-card.json", tls) \
+            if "grpc" in opts.binding.split(",") else ("", False)
+        if grpc_at:
+            meta["grpc_target"] = f"{'grpcs' if grpc_tls else 'grpc'}://{grpc_at}"
         settings = LoadSettings(
             run_dir=str(run_dir), run_id=uuid.uuid4().hex[:8], scenario_path=str(scenario_path),
             binding=opts.binding, duration_s=duration, drain_s=drain, processes=opts.processes,
             seed=sc.run.seed, token=token, tokens=tokens, reorder=not opts.no_reorder,
             unsafe_test_retry_codes=opts.unsafe_test_retry_codes,
-            force_error_codes=opts.force_error_codes)
+            force_error_codes=opts.force_error_codes, grpc_target=grpc_at,
+            grpc_secure=grpc_tls)
         _say(opts, f"rtalab load: {opts.binding} Live users, {opts.processes} process(es), "
                    f"{duration:g} s + drain ≤ {drain:g} s against {target}; network: "
                    + ("[network] by the chaos proxy" if chaos else "real loopback"
@@ -594,10 +692,10 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
         server_url = st.reasoner.url if st is not None and st.reasoner else (
             opts.target or target)
         # a server reused across runs counts from its start: this run's share is the difference
-        before = save_server_metrics(server_url, led_dir / "server_metrics_before.json") \
-            if opts.target else None
+        before = save_server_metrics(server_url, led_dir / "server_metrics_before.json",
+                                     tls) if opts.target else None
         rc = run_locust(opts, settings, target, run_dir, st, duration + drain + 180.0,
-                        restart_url=opts.target)
+                        restart_url=opts.target, tls=tls)
         marks["locust_end"] = time.time()
         led = run_dir / "ledger"
         meta["timeline"] = timeline(led)
@@ -605,10 +703,10 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             tail = (run_dir / "logs" / "locust-master.log").read_text(
                 encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
             raise RunError(f"Locust did not start (exit {rc}; {run_dir / 'logs'}): {tail[0]}")
-        metrics = save_server_metrics(server_url, led / "server_metrics.json")
+        metrics = save_server_metrics(server_url, led / "server_metrics.json", tls)
         witness_rows = None
         if witness_url:
-            witness_rows = save_witness(witness_url, led / "witness.jsonl", witness_since)
+            witness_rows = save_witness(witness_url, led / "witness.jsonl", witness_since, tls)
         gather = json.loads((led / "gather.json").read_text(encoding="utf-8")) if (
             led / "gather.json").exists() else {"complete": False}
         counts = count_check(run_dir, metrics, witness_rows,
@@ -631,7 +729,7 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             stopping.join()
         interrupted = isinstance(e, KeyboardInterrupt)
         if interrupted and witness_url and (run_dir / "ledger" / "clock.json").exists():
-            _save_partial_witness(run_dir, witness_url, witness_since)
+            _save_partial_witness(run_dir, witness_url, witness_since, tls)
         if st is not None:
             st.stop()
         status = "interrupted" if interrupted else "failed"
@@ -651,12 +749,13 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
     return run_dir, 0 if verdict.ok else EXIT_RULE_FAILED
 
 
-def _save_partial_witness(run_dir: Path, witness_url: str, since: int) -> None:
+def _save_partial_witness(run_dir: Path, witness_url: str, since: int,
+                          tls: ClientTls | None = None) -> None:
     """Best effort on an interrupt: this run's witness rows so far (and their count), so that
     ``rtalab load summarize`` can judge the partial ledger's side effects."""
     led = run_dir / "ledger"
     with contextlib.suppress(OSError, ValueError, KeyError):
-        rows = save_witness(witness_url, led / "witness.jsonl", since)
+        rows = save_witness(witness_url, led / "witness.jsonl", since, tls)
         write_json(led / "counts.json", {"witness_rows": rows, "witness_since": since,
                                          "comparable": False, "interrupted": True})
 
@@ -694,15 +793,79 @@ def timeline(led: Path) -> list[dict[str, Any]]:
     return out
 
 
+def load_trigger(sc: Scenario, run_dir: Path | None = None) -> tuple[float, float] | None:
+    """The trigger a load run applied (seconds since the load's start): the scenario's
+    network outages, which the chaos proxy enacts on the same clock (``--start-file``), and
+    the capacity drops this run enacted on the embedded Reasoner (``ledger/capacity.jsonl``,
+    :func:`capacity_schedule`).  Rate schedules are the simulator's; a load run does not
+    enact them.  None: no trigger (``recovery_s`` is then not reported)."""
+    from loadtests.loadrun.tables import read_jsonl
+
+    spans = [(o.start_s, o.start_s + o.duration_s) for o in sc.network.outages]
+    rows = read_jsonl(run_dir / "ledger" / CAPACITY_LEDGER) if run_dir is not None and (
+        run_dir / "ledger" / CAPACITY_LEDGER).exists() else []
+    start = None
+    for r in rows:
+        if r["workers"] < sc.reasoner.workers and start is None:
+            start = float(r["start_s"])
+        elif r["workers"] >= sc.reasoner.workers and start is not None:
+            spans.append((start, float(r["start_s"])))
+            start = None
+    if start is not None:
+        spans.append((start, start))
+    if not spans:
+        return None
+    return min(a for a, _ in spans), max(b for _, b in spans)
+
+
+CAPACITY_LEDGER = "capacity.jsonl"
+
+
+def capacity_schedule(sc: Scenario) -> list[tuple[float, int]]:
+    """(seconds since the load's start, workers) where the scenario's capacity drops change
+    the embedded Reasoner's workers (overlapping drops: the fewest workers win)."""
+    drops = sc.reasoner.capacity_drops
+    cuts = sorted({d.start_s for d in drops} | {d.start_s + d.duration_s for d in drops})
+    out, cur = [], sc.reasoner.workers
+    for t in cuts:
+        active = [d.workers for d in drops if d.start_s <= t < d.start_s + d.duration_s]
+        w = min([sc.reasoner.workers, *active])
+        if w != cur:
+            out.append((t, w))
+            cur = w
+    return out
+
+
+def set_capacity(st: Stack, run_dir: Path, at_s: float, workers: int, t0: float) -> None:
+    """POST the embedded Reasoner's test hook ``/test/capacity`` and log the row."""
+    import httpx
+
+    assert st.reasoner is not None
+    start = time.time()
+    with httpx.Client(verify=st.client_tls.context(), timeout=10.0) as c:
+        r = c.post(f"{st.reasoner.url}/test/capacity", json={"workers": workers},
+                   headers={"Authorization": f"Bearer {TOKEN}"})
+    row = {"at_s": at_s, "start_s": start - t0, "workers": workers, "status": r.status_code}
+    with open(run_dir / "ledger" / CAPACITY_LEDGER, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+    if r.status_code != 200:
+        raise RunError(f"the Reasoner refused the capacity change to {workers} workers "
+                       f"(HTTP {r.status_code})")
+
+
 def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: float,
                   plots: bool = True) -> None:
     """Tables, ``summary.json``/``summary.csv`` and plots from the gathered ledgers."""
-    from loadtests.loadrun.tables import build_output, load_summary
+    from loadtests.loadrun.tables import build_output, load_summary, split_by_binding
     from sim.shared.results import write_records
 
-    out = build_output(run_dir, duration_s, sc.run.seed)
+    out = build_output(run_dir, duration_s, sc.run.seed, load_trigger(sc, run_dir))
     write_records(run_dir, [out])
     _write_summary(run_dir, load_summary(out, warmup_s))
+    parts = split_by_binding(run_dir, out)
+    if parts:  # a run over several bindings: the same summary for each one's calls
+        write_json(run_dir / "summary_by_binding.json",
+                   {b: load_summary(part, warmup_s) for b, part in parts.items()})
     if plots:
         _plots(run_dir, sc, out)
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import pandas as pd
 
+from loadtests.loadrun.cli import binding_set
 from sim.shared.argtypes import (
     DRAIN,
     DURATION,
@@ -171,6 +172,21 @@ def _outage(args: argparse.Namespace) -> dict[str, Any]:
                                  "duration_s": args.outage, "direction": OUTAGE_DIRECTION}]}
 
 
+def _recovery(extra: dict[str, Any], sim_turns: list[pd.DataFrame], turns_b: pd.DataFrame,
+              args: argparse.Namespace) -> Any:
+    """``recovery_s`` after the case's outage: each simulated replication's against the
+    measured run's (sim.recovery.predict_recovery)."""
+    from sim.recovery import predict_recovery, turns_recovery_s
+
+    if len(sim_turns) < 2:
+        return None
+    o = extra["network.outages"][0]
+    trigger = (float(o["start_s"]), float(o["start_s"] + o["duration_s"]))
+    pred = [turns_recovery_s(t, trigger, args.warmup, args.duration)[1] for t in sim_turns]
+    meas = turns_recovery_s(turns_b, trigger, args.warmup, args.duration)[1]
+    return predict_recovery(pred, meas)
+
+
 def _simulate(sc: Any, reps: int, run_dir: Path) -> list[pd.DataFrame]:
     """Replications of ``sc`` into ``run_dir``; the turns of each."""
     from sim.shared import results
@@ -277,6 +293,11 @@ def run_predict(args: argparse.Namespace) -> int:
                           "void": void, "rows": rows_json(rows)})
         for line in table_lines(rows):
             say("    " + line)
+        rec = _recovery(extra, sim_turns, turns_b, args) if extra else None
+        if rec is not None:  # the outage case: predicted and measured recovery after it
+            out_cases[-1]["recovery"] = jsonable(rec.__dict__)
+            report_cases[-1]["notes"].append(rec.sentence())
+            say("    " + rec.sentence())
         say(f"    load generator CPU (busiest Locust process, busiest 5 s): {cpu:.0%} of a core"
             + (" — VOID" if void else ""))
     header = {"calibrated on": str(run_a), "method": cal.method,
@@ -325,8 +346,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     opt(p, "--warmup S", "warm-up excluded from every metric", non_negative, 10.0)
     DRAIN.add(p, default=20.0)
     WORKERS.add(p, default=2)
-    opt(p, "--binding", "the Live users' binding in every load run", choices=("sse", "ws"),
-        default="sse")
+    opt(p, "--binding NAMES", "the Live users' binding(s) in every load run (as for "
+                               "'rtalab load run')", binding_set, "sse")
     opt(p, "--chaos", "chaos proxy in front of every run (default: on iff --outage > 0)",
         action=argparse.BooleanOptionalAction)
     opt(p, "--probe", "step-load probe of the deployment for its capacity: auto (when run A "

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from loadtests.common.tls import INSECURE_WARNING, ClientTls, add_client_tls, client_tls_from_args
 from sim.shared.argtypes import non_negative, usage_error
 
 SATURATED = 0.9  # a step is saturated when it completes less than this share of the offer
@@ -74,6 +75,7 @@ class ProbeOptions:
     results: Path = Path("results")
     quiet: bool = False
     argv: list[str] = field(default_factory=list)
+    tls: ClientTls = field(default_factory=ClientTls)  # how a --target is verified
 
 
 def step_figures(run_dir: Path, warmup_s: float, duration_s: float) -> dict[str, Any]:
@@ -208,7 +210,7 @@ def run_probe(opts: ProbeOptions) -> tuple[Path, dict[str, Any]]:
                     scenario=step_sc, target=target, token=tokens[0] if tokens else None,
                     tokens=tokens, witness_url=witness, duration_s=opts.step_s,
                     drain_s=opts.drain_s, chaos=False, results=folder / "steps", quiet=True,
-                    plots=False, argv=opts.argv))
+                    plots=False, argv=opts.argv, tls=opts.tls))
                 s = step_figures(run_dir, opts.step_warmup_s, opts.step_s)
                 s.update(rate_calls_per_s=rate, run=str(run_dir.relative_to(folder)))
                 steps.append(s)
@@ -321,6 +323,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         non_negative, 0.5)
     add_results_root(p)
     add_quiet(p, "no progress lines")
+    add_client_tls(p, "connecting to --target and --witness")
 
 
 def _positive(text: str) -> float:
@@ -363,7 +366,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
         step_s=args.step_seconds, step_warmup_s=args.step_warmup, drain_s=args.step_drain,
         max_seconds=args.max_seconds, max_p99_s=args.max_p99_s,
         min_success=args.min_success, results=Path(args.out), quiet=args.quiet,
-        argv=["rtalab", *getattr(args, "rtalab_argv", [])])
+        argv=["rtalab", *getattr(args, "rtalab_argv", [])], tls=client_tls_from_args(args))
+    from loadtests.loadrun.orchestrate import reachable
+
+    problem = reachable(opts)
+    if problem:
+        return usage_error(f"rtalab: {problem}")
+    if opts.tls.insecure:
+        print(f"rtalab load probe: WARNING: {INSECURE_WARNING}", file=sys.stderr)
     try:
         folder, _ = run_probe(opts)
     except (ProbeError, RunError, ProcessError) as e:

@@ -77,8 +77,10 @@ def _frame(rows: list[dict[str, Any]], spec: tuple[S.ColumnSpec, ...]) -> pd.Dat
     return pd.DataFrame(data)
 
 
-def build_output(run_dir: Path, duration_s: float, seed: int) -> S.RunRecords:
-    """Read ``ledger/*.jsonl`` of ``run_dir`` into schema tables."""
+def build_output(run_dir: Path, duration_s: float, seed: int,
+                 trigger_s: tuple[float, float] | None = None) -> S.RunRecords:
+    """Read ``ledger/*.jsonl`` of ``run_dir`` into schema tables; ``trigger_s`` (seconds
+    since the load's start) makes the summary report ``recovery_s`` after it."""
     led = Path(run_dir) / "ledger"
     t0 = json.loads((led / "clock.json").read_text(encoding="utf-8"))["t0"]
     raw_attempts = read_jsonl(led / "attempts.jsonl")
@@ -149,7 +151,8 @@ def build_output(run_dir: Path, duration_s: float, seed: int) -> S.RunRecords:
     end = max([duration_s, *[x for x in out.turns[S.END_S].to_numpy() if math.isfinite(x)]])
     return replace(out, timeseries=timeseries(out, end), counters={
         "end_s": end, "calls": len(calls), "turns": len(turns), "attempts": len(attempts),
-        "injected_copies": len(raw_attempts) - len(attempts), "witness_rows": len(witness)})
+        "injected_copies": len(raw_attempts) - len(attempts), "witness_rows": len(witness),
+        "trigger_s": trigger_s})
 
 
 def _in_progress(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> list[float]:
@@ -185,6 +188,32 @@ def timeseries(out: S.RunRecords, end_s: float) -> pd.DataFrame:
               S.DEDUP_ENTRIES, S.DEDUP_BYTES):
         ts[g] = math.nan
     return ts[list(S.TIMESERIES_COLUMNS)]
+
+
+def split_by_binding(run_dir: Path, out: S.RunRecords) -> dict[str, S.RunRecords]:
+    """The tables of each binding of a run over several (a call's rows go with its binding,
+    from the ledgers' ``binding`` column; the timeseries rebuilt from each share); ``{}``
+    with one binding."""
+    of: dict[str, str] = {}
+    for name in ("calls.jsonl", "turns.jsonl", "attempts.jsonl"):
+        for row in read_jsonl(Path(run_dir) / "ledger" / name):
+            if row.get("binding") and row.get("call_id") is not None:
+                of.setdefault(str(row["call_id"]), str(row["binding"]))
+    names = sorted(set(of.values()))
+    if len(names) < 2:
+        return {}
+    parts = {}
+    for b in names:
+        def mine(df: pd.DataFrame, b: str = b) -> pd.DataFrame:
+            if S.CALL_ID not in df.columns:
+                return df
+            return df[df[S.CALL_ID].astype(str).map(of).eq(b).to_numpy()].reset_index(drop=True)
+
+        sub = replace(out, attempts=mine(out.attempts), turns=mine(out.turns),
+                      calls=mine(out.calls), executions=mine(out.executions),
+                      side_effects=mine(out.side_effects))
+        parts[b] = replace(sub, timeseries=timeseries(sub, float(len(out.timeseries))))
+    return parts
 
 
 def load_summary(out: S.RunRecords, warmup_s: float) -> dict[str, Any]:

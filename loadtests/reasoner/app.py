@@ -2,8 +2,11 @@
 
 Routes: ``POST /`` JSON-RPC (JSON or SSE), the SDK's REST routes
 (``/message:stream``, ``/tasks/{id}``, ...), ``/ws`` JSON-RPC over WebSocket,
-``/.well-known/agent-card.json``, ``/metrics`` and ``/healthz`` (the last three
-public).  Middleware, outermost first: body limit (every method), bearer auth,
+``/.well-known/agent-card.json``, ``/metrics``, ``/healthz`` and ``/readyz`` (the
+last four public; :mod:`loadtests.reasoner.storeguard`); with ``--grpc-port`` the A2A
+gRPC binding on its own port, served by the same request handler from the same lifespan
+(:mod:`loadtests.reasoner.grpc_binding`).  Middleware, outermost first: body limit (every
+method), bearer auth,
 REST body check (strict JSON), extension echo (which also stamps ``X-RTA-Worker``).
 ``create_app`` is the uvicorn factory: it reads :data:`SETTINGS_ENV`, so every
 worker process builds the same app.
@@ -26,12 +29,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp
 
+from loadtests.dedup.base import StoreUnavailable
 from loadtests.reasoner import metrics, unsafe
 from loadtests.reasoner.auth import BearerAuth
 from loadtests.reasoner.bodylimit import BodyLimit, RestBodyCheck
 from loadtests.reasoner.card import build_card
 from loadtests.reasoner.executor import ReasonerExecutor
-from loadtests.reasoner.handler import ProfileRequestHandler
+from loadtests.reasoner.handler import BindingContextBuilder, ProfileRequestHandler
 from loadtests.reasoner.jsonrpc import ProfileJsonRpcDispatcher
 from loadtests.reasoner.negotiation import ExtensionEcho
 from loadtests.reasoner.runtime import Runtime, build_runtime
@@ -40,7 +44,10 @@ from loadtests.reasoner.taskstore import BoundedTaskStore
 from loadtests.reasoner.ws import WsBinding
 from sim.scenario import Scenario
 
-PUBLIC_PATHS = (AGENT_CARD_WELL_KNOWN_PATH, "/metrics", "/healthz")
+# The card changes only when the server restarts with other settings: clients may reuse it
+# for 5 minutes, then revalidate with the SDK's weak ETag (If-None-Match -> 304).
+CARD_CACHE_CONTROL = "public, max-age=300"
+PUBLIC_PATHS = (AGENT_CARD_WELL_KNOWN_PATH, "/metrics", "/healthz", "/readyz")
 log = logging.getLogger("rtalab.reasoner")
 
 
@@ -49,10 +56,9 @@ async def _purge_loop(rt: Runtime) -> None:
     period = min(60.0, max(1.0, rt.cfg.dedup_window_s / 2))
     while True:
         await asyncio.sleep(period)
-        try:
+        # a failure is counted and logged by the store guard; the next round tries again
+        with contextlib.suppress(StoreUnavailable):
             await rt.store.purge(time.time())
-        except Exception:
-            log.exception("dedup purge failed")
 
 
 def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASGIApp:
@@ -63,31 +69,74 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
     task_store = BoundedTaskStore(max_tasks=settings.max_tasks, ttl_s=ttl_s)
     card = build_card(settings, rt.bounds, rt.cfg.dedup)
     handler = ProfileRequestHandler(rt, ReasonerExecutor(rt), task_store, card)
-    dispatcher = ProfileJsonRpcDispatcher(handler)
+    dispatcher = ProfileJsonRpcDispatcher(handler, context_builder=BindingContextBuilder("sse"))
     ws = WsBinding(dispatcher, rt.keys, max_frame_bytes=rt.bounds.body_bytes)
+    tokens = unsafe.tokens(settings.tokens, settings.unsafe_bugs)
+    grpc_binding = None
+    if settings.grpc_port:
+        from loadtests.reasoner.grpc_binding import GrpcBinding
+
+        grpc_binding = GrpcBinding(handler, BearerAuth(None, tokens, rt.keys), settings.ext_uri,
+                                   settings.host, settings.grpc_port, settings.server_tls,
+                                   rt.bounds.body_bytes)
 
     async def healthz(request: Request) -> JSONResponse:
         """GET /healthz: liveness plus a few gauges of this worker."""
-        body = {"status": "ok", "pid": os.getpid(), "dedup": rt.store.name,
-                "mode": rt.cfg.dedup, "tasks": len(task_store), "inFlight": rt.in_flight}
+        store = rt.store.health.as_json()
+        body = {"status": "ok" if store["healthy"] else "degraded", "pid": os.getpid(),
+                "dedup": rt.store.name, "store": store, "mode": rt.cfg.dedup,
+                "tasks": len(task_store), "inFlight": rt.in_flight}
         if settings.unsafe_bugs:
             body["unsafeBugs"] = list(settings.unsafe_bugs)
         return JSONResponse(body)
+
+    async def readyz(request: Request) -> JSONResponse:
+        """GET /readyz: 200 while the dedup store answers (a probe at most every 0.5 s),
+        503 while it is down, frozen or full."""
+        store = await rt.store.probe()
+        return JSONResponse({"ready": store["healthy"], "pid": os.getpid(),
+                             "dedup": rt.store.name, "store": store},
+                            status_code=200 if store["healthy"] else 503)
+
+    async def test_capacity(request: Request) -> JSONResponse:
+        """POST /test/capacity {"workers": N} (only with --test-hooks): a capacity drop of the
+        whole Reasoner (every worker process) and its end, as the simulator's
+        ``reasoner.capacity_drops``; ``rtalab load run`` calls it on the scenario's schedule."""
+        try:
+            body = await request.json()
+            workers = body["workers"]
+            if isinstance(workers, bool) or not isinstance(workers, int) \
+                    or not 0 <= workers <= 4096:
+                raise ValueError
+        except Exception:  # malformed JSON, missing or bad "workers": one safe line
+            return JSONResponse({"error": "body must be {\"workers\": an integer 0-4096}"},
+                                status_code=400)
+        cap = rt.capacity
+        result = cap.set_workers(workers)
+        if asyncio.iscoroutine(result):
+            await result
+        log.warning("test hook: reasoning workers set to %d", workers)
+        return JSONResponse({"workers": workers})
 
     routes: list[BaseRoute] = [
         Route("/", dispatcher.handle_requests, methods=["POST"]),
         WebSocketRoute("/ws", ws.endpoint),
         Route("/metrics", metrics.metrics_endpoint, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
-        *create_agent_card_routes(card),
-        *create_rest_routes(handler),
+        Route("/readyz", readyz, methods=["GET"]),
+        *create_agent_card_routes(card, cache_control=CARD_CACHE_CONTROL),
+        *create_rest_routes(handler, context_builder=BindingContextBuilder("rest")),
     ]
+    if settings.test_hooks:
+        routes.insert(0, Route("/test/capacity", test_capacity, methods=["POST"]))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         """Open the store and the purge loop; drain and close on shutdown."""
         await rt.start()
         purge = asyncio.create_task(_purge_loop(rt))
+        if grpc_binding is not None:
+            await grpc_binding.start()
         log.info("reasoner worker ready dedup=%s mode=%s auth=%s", rt.store.name, rt.cfg.dedup,
                  "on" if settings.tokens else "off")
         if settings.unsafe_bugs:
@@ -96,6 +145,8 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
             yield
         finally:
             purge.cancel()
+            if grpc_binding is not None:
+                await grpc_binding.stop()
             await handler.aclose()
             await rt.close()
             metrics.worker_exit()
@@ -103,8 +154,7 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
     app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
     app = ExtensionEcho(app, settings.ext_uri)
     app = RestBodyCheck(app)
-    app = BearerAuth(app, unsafe.tokens(settings.tokens, settings.unsafe_bugs), rt.keys,
-                     public_paths=PUBLIC_PATHS)
+    app = BearerAuth(app, tokens, rt.keys, public_paths=PUBLIC_PATHS)
     return BodyLimit(app, rt.bounds.body_bytes)
 
 

@@ -12,7 +12,9 @@ Failures (missing, malformed or unknown token) never reach the A2A handler:
   carrying the request's ``id`` when it can be read;
 - REST: HTTP 401 with the REST error shape (``error.status = "UNAUTHENTICATED"``);
 - WebSocket: the upgrade is refused with HTTP 401 and the same JSON-RPC body
-  (``id`` null); the socket is never opened.
+  (``id`` null); the socket is never opened;
+- gRPC: status ``UNAUTHENTICATED`` with a ``google.rpc.ErrorInfo`` (reason ``AUTH``),
+  from the interceptor of :mod:`loadtests.reasoner.grpc_binding`.
 """
 
 from __future__ import annotations
@@ -136,6 +138,11 @@ class BearerAuth:
         self._principals = {_digest(t): p for t, p in tokens.items()}
         self.public_paths = frozenset(public_paths)
 
+    def principal(self, token: str | None) -> str | None:
+        """The principal of ``token`` (None: missing or unknown); also the gRPC binding's
+        check (loadtests/reasoner/grpc_binding.py), against the same table."""
+        return self._principals.get(_digest(token)) if token else None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Authenticate HTTP and WebSocket scopes outside the public paths."""
         if scope["type"] not in ("http", "websocket"):
@@ -143,8 +150,7 @@ class BearerAuth:
             return
         principal = "anonymous"
         if self.enabled and scope["path"] not in self.public_paths:
-            token = _bearer(scope)
-            found = self._principals.get(_digest(token)) if token else None
+            found = self.principal(_bearer(scope))
             if found is None:
                 await self._deny(scope, receive, send)
                 return

@@ -68,8 +68,9 @@ class BodyLimit:
         if disconnected:
             return
         if size > self.limit:
-            metrics.BAD_REQUESTS.labels("http", "-32600").inc()
             status, payload = _payload(scope["method"], scope["path"], self.limit)
+            rpc = status == 200  # JSON-RPC's own answer; REST paths get 413
+            metrics.BAD_REQUESTS.labels("http" if rpc else "rest", "-32600" if rpc else "413").inc()
             await _answer(send, status, payload, close=size > self.drain_limit)
             return
         whole = b"".join(chunks)

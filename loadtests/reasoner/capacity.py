@@ -97,13 +97,27 @@ class Capacity:
             self._waiters.remove(fut)
 
     def release(self) -> None:
-        """Free a worker: hand it to the next waiter (FIFO or LIFO), or back to the pool."""
+        """Free a worker: hand it to the next waiter (FIFO or LIFO), or back to the pool (and
+        out of it while a capacity drop has left more busy than there are workers)."""
+        if self.busy <= self.workers and self._hand_over():
+            return  # the worker passes on: busy stays the same
+        self.busy -= 1
+
+    def _hand_over(self) -> bool:
         while self._waiters:
             nxt = self._waiters.pop() if self.lifo else self._waiters.popleft()
             if not nxt.done():
-                nxt.set_result(None)  # the worker passes on: busy stays the same
-                return
-        self.busy -= 1
+                nxt.set_result(None)
+                return True
+        return False
+
+    def set_workers(self, workers: int) -> None:
+        """Change the number of workers (a capacity drop and its end, the simulator's
+        ``reasoner.capacity_drops``): turns in service finish; fewer workers means the
+        next ones wait, more means waiting turns start at once."""
+        self.workers = max(0, int(workers))
+        while self.busy < self.workers and self._hand_over():
+            self.busy += 1
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -123,7 +137,8 @@ class CapacityBroker:
 
     Client lines: ``A <id>`` (admit), ``R <id>`` (release that worker), ``C <id>`` (the
     admit ``id`` was abandoned: leave the line, or give back the worker if it was granted
-    meanwhile).  Broker lines: ``G <id> <n>`` (granted; ``n`` as :meth:`Capacity.admit`),
+    meanwhile), ``W <n>`` (set the pool's workers: :meth:`Capacity.set_workers`).
+    Broker lines: ``G <id> <n>`` (granted; ``n`` as :meth:`Capacity.admit`),
     ``F <id>`` (full), ``T <id>`` (queue timeout).
     """
 
@@ -164,6 +179,8 @@ class CapacityBroker:
                 op, _, rid = line.decode().strip().partition(" ")
                 if op == "A":
                     pending[rid] = asyncio.create_task(admit(rid))
+                elif op == "W":
+                    self.cap.set_workers(int(rid))
                 elif op in ("R", "C"):
                     task = pending.pop(rid, None) if op == "C" else None
                     if task is not None:
@@ -243,6 +260,13 @@ class RemoteCapacity:
             raise QueueTimeout("waited too long for a worker")
         self._held.append(rid)
         return n
+
+    async def set_workers(self, workers: int) -> None:
+        """As :meth:`Capacity.set_workers`, on the broker's pool (every process's)."""
+        writer = await self._connect()
+        self.workers = max(0, int(workers))
+        writer.write(f"W {self.workers}\n".encode())
+        await writer.drain()
 
     def release(self) -> None:
         """Give one worker back to the pool."""

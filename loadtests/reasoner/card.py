@@ -24,11 +24,20 @@ VERSION = "0.1.0"
 def base_url(settings: ServerSettings) -> str:
     """The advertised base URL."""
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
-    return f"http://{host}:{settings.port}"
+    return f"{settings.server_tls.scheme}://{host}:{settings.port}"
+
+
+def grpc_address(settings: ServerSettings) -> str:
+    """The advertised gRPC address, ``host:port`` (the form gRPC clients dial; TLS or not as
+    the HTTP bindings: the same certificate serves both)."""
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{settings.grpc_port}"
 
 
 def build_card(settings: ServerSettings, bounds: Bounds, dedup_mode: str) -> AgentCard:
-    """Card advertising JSON-RPC + REST, streaming, bearer auth and the profile (not required)."""
+    """Card advertising JSON-RPC + REST (+ gRPC when it is served), streaming, bearer auth
+    and the profile (not required)."""
     url = base_url(settings)
     ext = AgentExtension(
         uri=settings.ext_uri, required=False,
@@ -37,14 +46,18 @@ def build_card(settings: ServerSettings, bounds: Bounds, dedup_mode: str) -> Age
                           "webSocket": url.replace("http", "ws", 1) + "/ws",
                           "dedupMode": dedup_mode}),
     )
+    interfaces = [
+        AgentInterface(url=url + "/", protocol_binding="JSONRPC", protocol_version="1.0"),
+        AgentInterface(url=url, protocol_binding="HTTP+JSON", protocol_version="1.0"),
+    ]
+    if settings.grpc_port:
+        interfaces.append(AgentInterface(url=grpc_address(settings), protocol_binding="GRPC",
+                                         protocol_version="1.0"))
     card = AgentCard(
         name="rtalab reference Reasoner",
         description="Reference Reasoner of the Realtime Agent A2A Profile (retry policy lab).",
         version=VERSION,
-        supported_interfaces=[
-            AgentInterface(url=url + "/", protocol_binding="JSONRPC", protocol_version="1.0"),
-            AgentInterface(url=url, protocol_binding="HTTP+JSON", protocol_version="1.0"),
-        ],
+        supported_interfaces=interfaces,
         capabilities=AgentCapabilities(streaming=True, extensions=[ext]),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],

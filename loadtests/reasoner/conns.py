@@ -15,7 +15,13 @@ to uvicorn as ``http=``) adds, per worker process:
 - an **idle deadline** (``idle_timeout_s``): uvicorn's keep-alive timeout, counted;
 - a **total connection limit** (``max_connections``) and a **per-client limit**
   (``max_connections_per_client``, by peer IP address), both below the process's
-  open-file limit: a connection beyond a limit is closed at once, before any read.
+  open-file limit: a connection beyond a limit is closed at once, before any read;
+- a **share for clients that complete requests**: connections that have not yet sent a
+  complete request (new, or sending headers or a body) hold at most ``max_pending``
+  slots, globally (default: half of ``max_connections``).  A new connection beyond that
+  cap closes the *oldest* such connection (reason ``limit-pending``): slow or silent
+  sockets from any number of addresses take at most that share, while a client that sends
+  its request promptly is never the oldest for long and keeps the rest.
 
 A WebSocket keeps its place in the limits until it closes (no deadline after the
 upgrade: the WebSocket protocol has its own ping timeouts).  Every closure is
@@ -31,7 +37,7 @@ import asyncio
 import logging
 import resource
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +48,8 @@ from loadtests.reasoner.settings import ServerSettings
 
 log = logging.getLogger("rtalab.reasoner")
 
-REASONS = ("header-timeout", "body-timeout", "idle", "limit-total", "limit-client")
+REASONS = ("header-timeout", "body-timeout", "idle", "limit-total", "limit-client", "limit-pending",
+           "ws-control-flood", "ws-backpressure", "ws-invalid-utf8")
 FD_RESERVE_MIN = 128  # open files kept for everything but client sockets (store, logs, pools)
 LOG_EVERY_S = 1.0
 
@@ -81,14 +88,16 @@ class Limits:
     idle_timeout_s: float
     max_connections: int
     max_connections_per_client: int
+    max_pending: int = 0  # 0: max_connections (no share kept)
 
     @classmethod
     def of(cls, s: ServerSettings, limit: int | None = None) -> Limits:
         """From the settings; 0 connection limits mean: derived from the file limit."""
         total = s.max_connections or default_max_connections(limit or file_limit())
         per_client = s.max_connections_per_client or max(1, total // 2)
+        pending = s.max_pending_connections or max(1, total // 2)
         return cls(s.header_timeout_s, s.body_timeout_s, s.idle_timeout_s, total,
-                   min(per_client, total))
+                   min(per_client, total), min(pending, total))
 
 
 class _Throttled:
@@ -106,33 +115,55 @@ class _Throttled:
         n, self.pending[reason] = self.pending[reason], 0
         self.last[reason] = now
         log.warning("closed %d connection(s): %s (e.g. peer %s; header %.1fs, body %.1fs, "
-                    "idle %.1fs, max %d, per client %d)", n, reason, peer,
+                    "idle %.1fs, max %d, per client %d, pending %d)", n, reason, peer,
                     limits.header_timeout_s, limits.body_timeout_s, limits.idle_timeout_s,
-                    limits.max_connections, limits.max_connections_per_client)
+                    limits.max_connections, limits.max_connections_per_client,
+                    limits.max_pending)
 
 
 class Guard:
-    """The open connections of this process, by peer."""
+    """The open connections of this process, by peer, and those still pending (no complete
+    request yet), oldest first."""
 
     def __init__(self, limits: Limits):
         self.limits = limits
         self.open: dict[int, str] = {}  # id(transport) -> peer host
         self.per_peer: Counter[str] = Counter()
+        self.pending: OrderedDict[int, asyncio.BaseTransport] = OrderedDict()
         self._log = _Throttled()
 
     def admit(self, transport: asyncio.BaseTransport, peer: str) -> str | None:
-        """Register a new connection; the reason to refuse it, or None."""
+        """Register a new (pending) connection; the reason to refuse it, or None.  At the
+        pending cap the oldest pending connection is closed to make room."""
         if self.per_peer[peer] >= self.limits.max_connections_per_client:
             return "limit-client"
         if len(self.open) >= self.limits.max_connections:
             return "limit-total"
+        cap = self.limits.max_pending or self.limits.max_connections
+        while len(self.pending) >= cap:
+            _, oldest = self.pending.popitem(last=False)
+            self.closed("limit-pending", self.open.get(id(oldest), "?"))
+            self.release(oldest)
+            oldest.abort()
         self.open[id(transport)] = peer
         self.per_peer[peer] += 1
+        self.pending[id(transport)] = transport
         metrics.CONNECTIONS.inc()
         return None
 
+    def serving(self, transport: asyncio.BaseTransport) -> None:
+        """The connection sent a complete request (or upgraded): no longer pending."""
+        self.pending.pop(id(transport), None)
+
+    def waiting(self, transport: asyncio.BaseTransport) -> None:
+        """The connection started a new request after an idle pause: pending (youngest)."""
+        if id(transport) in self.open:
+            self.pending[id(transport)] = transport
+            self.pending.move_to_end(id(transport))
+
     def release(self, transport: asyncio.BaseTransport) -> None:
         """Forget a connection (idempotent)."""
+        self.pending.pop(id(transport), None)
         peer = self.open.pop(id(transport), None)
         if peer is None:
             return
@@ -210,6 +241,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         if self._phase == "idle":
             self._arm("headers", self.guard.limits.header_timeout_s, "header-timeout")
+            self.guard.waiting(self.transport)
         super().data_received(data)
 
     def on_headers_complete(self) -> None:
@@ -219,6 +251,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         """The request is read: no deadline while the application answers."""
+        self.guard.serving(self.transport)
         if self._phase == "body":
             if self.cycle is not None and self.cycle.response_complete:
                 # answered before the body ended (e.g. 413): uvicorn's keep-alive timer was
@@ -247,6 +280,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         self._phase = "upgraded"
         transport = self.transport
+        self.guard.serving(transport)
         super().handle_websocket_upgrade()
         ws = transport.get_protocol()
         lost = ws.connection_lost

@@ -23,6 +23,7 @@ histograms and, for a non-streaming answer, a ``Server-Timing`` header.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -31,16 +32,19 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.types import Task, TaskState
 
+from loadtests.dedup.base import StoreUnavailable
 from loadtests.reasoner import metrics, unsafe
 from loadtests.reasoner.capacity import QueueFull, QueueTimeout
 from loadtests.reasoner.idempotency import (
     PROGRESS_OF_RESULT,
+    SIDE_EFFECT_NOT_RUN,
     SIDE_EFFECT_STARTED,
     SideEffectGuard,
     Ticket,
 )
 from loadtests.reasoner.intake import TurnRequest
 from loadtests.reasoner.runtime import Runtime
+from loadtests.reasoner.storeguard import RETRY_AFTER_MS as STORE_RETRY_AFTER_MS
 from loadtests.reasoner.tools import ToolCall
 from loadtests.reasoner.wire import (
     ROLLED_FORWARD,
@@ -51,8 +55,12 @@ from loadtests.reasoner.wire import (
     is_stream_end,
 )
 from sim.policy.codes import ALL_CODES, ErrorCode
+from sim.shared.dedup_rule import may_start
 
 PLAN_KEY = "rtalab.plan"
+STORE_DETAIL = "The Reasoner's dedup store is unavailable; retry later."
+UNRECORDED_DETAIL = ("The Reasoner's dedup store could not record the start of the side "
+                     "effect, so it was not started: nothing of it ran.")
 SIDE_EFFECT_OF = {"ok": ROLLED_FORWARD, "timeout": SIDE_EFFECT_UNKNOWN}  # tool result -> meta
 log = logging.getLogger("rtalab.reasoner")
 # The per-turn timing observations (docs/reasoner.md "Per-turn timings"): metadata key
@@ -103,6 +111,7 @@ class TurnPlan:
     factory: EventFactory | None = None
     tool: asyncio.Task[str] | None = None  # the side effect's tool call, once started
     tickets: list[Ticket] = field(default_factory=list)  # the claims the turn runs under
+    store_error: StoreUnavailable | None = None  # the side effect's start could not be recorded
     timing: Timing = field(default_factory=Timing)
 
 
@@ -114,14 +123,16 @@ def next_seq(task: Task | None, keys: Keys) -> int:
     return int(v.number_value) + 1 if v is not None else 0
 
 
-async def _record_progress(plan: TurnPlan, value: str) -> None:
-    """Record the side effect's progress with every claim of the turn (a store failure is
-    logged, never fails the turn: recovery then knows less)."""
+async def _record_progress(plan: TurnPlan, value: str) -> bool:
+    """Record the side effect's progress with every claim of the turn; True if every claim
+    recorded it (False: the store failed, or a claim is no longer this turn's)."""
+    ok = True
     for ticket in plan.tickets:
         try:
-            await ticket.progress(value)
-        except Exception:
-            log.exception("could not record progress %s key=%s", value, ticket.key)
+            ok = await ticket.progress(value) and ok
+        except StoreUnavailable:  # counted and logged by the store guard
+            ok = False
+    return ok
 
 
 class _Emitter:
@@ -179,6 +190,9 @@ class ReasonerExecutor(AgentExecutor):
                                           detail="The handoff expired."))
                 return
             await self._turn(plan, task_id, context_id, emit)
+        except StoreUnavailable as e:  # counted and logged (one line) by the store guard
+            await emit(factory.failed(ErrorCode.INTERNAL.value, retry_after_ms=e.retry_after_ms,
+                                      detail=STORE_DETAIL))
         except Exception:
             log.exception("turn crashed task=%s ctx=%s", task_id, context_id)
             await emit(factory.failed(ErrorCode.INTERNAL.value))
@@ -281,6 +295,12 @@ class ReasonerExecutor(AgentExecutor):
         finally:
             cap.release()
             timing.service_s = time.monotonic() - t_start
+        if plan.store_error is not None:  # nothing ran: the claims are released, not stored
+            plan.refused = True
+            await emit(f.failed(ErrorCode.INTERNAL.value,
+                                retry_after_ms=plan.store_error.retry_after_ms,
+                                detail=UNRECORDED_DETAIL))
+            return
         if code:
             await emit(self._failure(f, code))
             return
@@ -297,24 +317,44 @@ class ReasonerExecutor(AgentExecutor):
     async def _side_effect(self, plan: TurnPlan, task_id: str, context_id: str) -> str:
         """Call the tool once per request (mode ``turn``: once per logical turn)."""
         req = plan.request
-        guard = await self.rt.idem.guard_side_effect(plan.scope, req.turn_id)
+        try:
+            guard = await self.rt.idem.guard_side_effect(plan.scope, req.turn_id)
+        except StoreUnavailable as e:
+            plan.store_error = e
+            return "unrecorded"
         if not guard.run:
             metrics.SIDE_EFFECTS.labels("skipped").inc()
             return "ok"
         call = ToolCall(context_id=context_id, task_id=task_id, turn_id=req.turn_id,
                         request_guid=req.request_guid, interaction_id=req.interaction_id,
                         principal=plan.principal)
-        # Durably before the call: a crash from here on is answered "may have run".
-        await _record_progress(plan, SIDE_EFFECT_STARTED)
+        # Durably before the call (fail closed): a crash from here on is answered "may have
+        # run"; a start that cannot be recorded is never made (docs/reasoner.md "Never claim
+        # nothing ran without proof").
+        recorded = await _record_progress(plan, SIDE_EFFECT_STARTED)
+        if not may_start(unsafe.start_recorded(recorded, plan.tickets,
+                                               self.rt.settings.unsafe_bugs)):
+            metrics.SIDE_EFFECTS.labels("unrecorded").inc()
+            plan.store_error = StoreUnavailable("progress", "unrecorded",
+                                                STORE_RETRY_AFTER_MS)
+            # best effort: if "started" reached the store, say it did not run after all (if
+            # this fails too the record stays "started": answered "may have run", never a lie)
+            await _record_progress(plan, SIDE_EFFECT_NOT_RUN)
+            with contextlib.suppress(StoreUnavailable):  # a failed release is deferred
+                await guard.settle(maybe_executed=False)
+            return "unrecorded"
         # Shielded: a cancel (or a client gone) never interrupts a side effect in progress.
         plan.tool = asyncio.create_task(self._call_tool(plan, call, guard))
         return await asyncio.shield(plan.tool)
 
     async def _call_tool(self, plan: TurnPlan, call: ToolCall, guard: SideEffectGuard) -> str:
-        """The tool call and its bookkeeping (runs to its end even if the turn is cancelled)."""
+        """The tool call and its bookkeeping (runs to its end even if the turn is cancelled).
+        A progress record or guard settlement the store refuses now is not fatal: the record
+        stays "started" (answered "may have run") and the settlement is retried later."""
         result = await self.rt.tool.call(call)
         await _record_progress(plan, PROGRESS_OF_RESULT[result])
-        await guard.settle(maybe_executed=result != "error")
+        with contextlib.suppress(StoreUnavailable):
+            await guard.settle(maybe_executed=result != "error")
         metrics.SIDE_EFFECTS.labels(result).inc()
         return result
 

@@ -6,7 +6,9 @@ WebSocket all call this handler), in this order:
 1. required fields (else JSON-RPC -32602), negotiation (``extension-inactive``),
    shape and size bounds (``schema-validation``);
 2. a message naming a ``taskId`` must name one of the principal's tasks, in the
-   same context (else ``session-not-found``);
+   same context (else ``session-not-found``); without the extension core A2A 1.0
+   applies instead (:func:`core_task_check`: TaskNotFound, invalid params, and
+   UnsupportedOperation for a finished task);
 3. the contextId must belong to the principal (``session-not-found``); a first
    message without one gets a fresh contextId, and its dedup key is claimed in
    that minted context as well (docs/decisions.md D1: a resend that now carries the
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import binascii
+import contextlib
 import logging
 import time
 import uuid
@@ -41,6 +44,7 @@ from typing import Any
 from a2a.server.agent_execution import AgentExecutor
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.tasks import TaskStore
 from a2a.server.tasks.task_manager import append_artifact_to_task
 from a2a.types import (
@@ -53,14 +57,15 @@ from a2a.types import (
     TaskState,
     TaskStatusUpdateEvent,
 )
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 from a2a.utils.proto_utils import validate_proto_required_fields
 from google.protobuf.message import DecodeError
 
-from loadtests.reasoner import metrics
-from loadtests.reasoner.executor import PLAN_KEY, TurnPlan, next_seq
+from loadtests.dedup.base import StoreUnavailable
+from loadtests.reasoner import metrics, unsafe
+from loadtests.reasoner.executor import PLAN_KEY, STORE_DETAIL, TurnPlan, next_seq
 from loadtests.reasoner.idempotency import (
     OUTCOME_VERSION,
-    SIDE_EFFECT_DONE,
     SIDE_EFFECT_STARTED,
     SIDE_EFFECT_UNANSWERED,
     Replay,
@@ -71,6 +76,7 @@ from loadtests.reasoner.idempotency import (
 from loadtests.reasoner.intake import Rejection, TurnRequest, parse_turn
 from loadtests.reasoner.runtime import Runtime
 from loadtests.reasoner.wire import (
+    BINDING_KEY,
     ROLLED_FORWARD,
     SIDE_EFFECT_UNKNOWN,
     TERMINAL_STATES,
@@ -82,6 +88,7 @@ from loadtests.reasoner.wire import (
     unpack_event,
 )
 from sim.policy.codes import ErrorCode, is_retryable
+from sim.shared.dedup_rule import known_side_effect
 
 log = logging.getLogger("rtalab.reasoner")
 _DONE = object()
@@ -90,6 +97,9 @@ RECOVERED_UNKNOWN_DETAIL = ("The server restarted during this request's side eff
                             "have run: do not assume it did not.")
 RECOVERED_NOT_RUN_DETAIL = ("The server restarted during this request, before any side effect; "
                             "nothing of it ran.")
+CORE_TASK_NOT_FOUND = "Task not found."
+CORE_CONTEXT_MISMATCH = "The message's contextId is not the context of the task it names."
+CORE_TASK_TERMINAL = "The task is in a terminal state; a new message must start a new task."
 _OUTCOME_NAMES = {
     TaskState.TASK_STATE_COMPLETED: "completed", TaskState.TASK_STATE_FAILED: "failed",
     TaskState.TASK_STATE_CANCELED: "canceled", TaskState.TASK_STATE_REJECTED: "rejected",
@@ -97,10 +107,54 @@ _OUTCOME_NAMES = {
 }
 
 
+class BindingContextBuilder(DefaultServerCallContextBuilder):
+    """The SDK's context builder that also records the binding (``state["binding"]``: the
+    Live users' names, ``sse`` = JSON-RPC over HTTP, ``rest``, ``ws``, ``grpc``)."""
+
+    def __init__(self, binding: str) -> None:
+        self.binding = binding
+
+    def build(self, request: Any) -> ServerCallContext:
+        """The SDK's context, marked with this builder's binding."""
+        context = super().build(request)
+        context.state[BINDING_KEY] = self.binding
+        return context
+
+
+def binding_of(context: ServerCallContext) -> str:
+    """The binding a request came in on (``""`` when its route did not say)."""
+    return str(context.state.get(BINDING_KEY) or "")
+
+
 def principal_of(context: ServerCallContext) -> str:
     """The authenticated principal (``anonymous`` when auth is disabled)."""
     user = context.user
     return user.user_name if user.is_authenticated and user.user_name else "anonymous"
+
+
+def core_task_check(stored: Task | None, msg: Message) -> None:
+    """Core A2A 1.0 for a message naming ``msg.task_id`` (the extension NOT negotiated).
+
+    Raises the SDK's A2A error, which every binding's adapter answers in its
+    canonical form (A2A §5.4; JSON-RPC code / REST status / gRPC status):
+
+    - no such task for this principal (unknown, evicted or another principal's):
+      ``TaskNotFoundError`` (-32001 / 404 / NOT_FOUND, §3.4.2);
+    - the task belongs to another context: ``InvalidParamsError``
+      (-32602 / 400 / INVALID_ARGUMENT, §3.4.3);
+    - the task is in a terminal state: ``UnsupportedOperationError``
+      (-32004 / 400 / FAILED_PRECONDITION, §3.1.1).
+
+    The messages are fixed sentences (nothing of the request is echoed).  With
+    the extension active errors.md applies instead (a FAILED task with a code;
+    a repeated taskId is a retry of that turn).
+    """
+    if stored is None:
+        raise TaskNotFoundError(message=CORE_TASK_NOT_FOUND)
+    if msg.context_id and stored.context_id != msg.context_id:
+        raise InvalidParamsError(message=CORE_CONTEXT_MISMATCH)
+    if stored.status.state in TERMINAL_STATES:
+        raise UnsupportedOperationError(message=CORE_TASK_TERMINAL)
 
 
 def fold_event(task: Task | None, ev: Event) -> Task | None:
@@ -190,6 +244,25 @@ class ProfileRequestHandler(DefaultRequestHandler):
 
     async def _gate(self, params: SendMessageRequest, context: ServerCallContext,
                     method: str) -> AsyncIterator[Event]:
+        """Steps 1-7 of the module docstring; a dedup store that fails before the turn starts
+        is answered FAILED ``internal`` (retryable, ``retryAfterMs`` when the wait is known),
+        with a safe text: never a JSON-RPC error, an HTTP 500 or the store's address."""
+        gen = self._steps(params, context, method)
+        started = False
+        try:
+            async for ev in gen:
+                started = True
+                yield ev
+        except StoreUnavailable as e:
+            if started:  # (store calls all come before the first event)
+                raise
+            async for ev in self._store_failed(e, context, params.message):
+                yield ev
+        finally:
+            await gen.aclose()
+
+    async def _steps(self, params: SendMessageRequest, context: ServerCallContext,
+                     method: str) -> AsyncIterator[Event]:
         """Steps 1-7 of the module docstring."""
         rt = self.rt
         received_s = time.monotonic()
@@ -206,6 +279,8 @@ class ProfileRequestHandler(DefaultRequestHandler):
             return
         if msg.task_id:
             stored = await self.task_store.get(msg.task_id, context)
+            if not active:  # core A2A 1.0 when the profile is not negotiated
+                core_task_check(stored, msg)
             if stored is None or (msg.context_id and stored.context_id != msg.context_id):
                 async for ev in self._reject(Rejection(ErrorCode.SESSION_NOT_FOUND.value), context,
                                              msg, active, task_id=msg.task_id):
@@ -223,6 +298,8 @@ class ProfileRequestHandler(DefaultRequestHandler):
         ticket: Ticket | None = None
         fingerprint = request_fingerprint(method, msg, parsed.side_effect, parsed.handoff)
         key = rt.idem.key_for(parsed.turn_id, parsed.request_guid, msg.task_id)
+        if key is not None and binding_of(context) in rt.dedup_skipped:  # TEST ONLY (unsafe)
+            key = None
         if key is not None:
             got = await rt.idem.enter(scope, *key, fingerprint)
             if isinstance(got, Replay):
@@ -256,7 +333,8 @@ class ProfileRequestHandler(DefaultRequestHandler):
             if not isinstance(claim, Ticket):  # a retry of the turn or of its continuation
                 if ticket is not None:
                     ticket.handed_over = True
-                    await ticket.release()
+                    with contextlib.suppress(StoreUnavailable):  # deferred by the store
+                        await ticket.release()
                 if claim is None:
                     async for ev in self._known_task(stored, msg, context, active):
                         yield ev
@@ -299,7 +377,8 @@ class ProfileRequestHandler(DefaultRequestHandler):
             if wait_ms:
                 for t in tickets:
                     t.handed_over = True
-                    await t.release()
+                    with contextlib.suppress(StoreUnavailable):  # deferred by the store
+                        await t.release()
                 async for ev in self._reject(Rejection(ErrorCode.RATE_LIMITED.value,
                                                        retry_after_ms=wait_ms),
                                              context, msg, active):
@@ -315,8 +394,14 @@ class ProfileRequestHandler(DefaultRequestHandler):
             yield ev
 
     def _background(self, coro: Any) -> None:
-        """Run ``coro`` detached from the request (kept referenced until done)."""
-        task = asyncio.create_task(coro)
+        """Run ``coro`` detached from the request (kept referenced until done); a store
+        failure in it is already counted and its write deferred by the store guard."""
+
+        async def quietly() -> None:
+            with contextlib.suppress(StoreUnavailable):
+                await coro
+
+        task = asyncio.create_task(quietly())
         self._pumps.add(task)
         task.add_done_callback(self._pumps.discard)
 
@@ -348,18 +433,20 @@ class ProfileRequestHandler(DefaultRequestHandler):
     async def _recovered(self, outcome: dict[str, Any] | None, context: ServerCallContext,
                          msg: Message, parsed: TurnRequest) -> AsyncIterator[Event]:
         """A duplicate of a request whose owner died (lost outcome): what is known of it, from
-        the side-effect progress the owner recorded with its claim and, when that stops at
-        "started" / "unknown", the witness's ledger (docs/reasoner.md)."""
+        the side-effect progress the owner recorded with its claim and, unless that is
+        definite, the witness's ledger (THE rule: :func:`sim.shared.dedup_rule.
+        known_side_effect`; "nothing of it ran" only with proof)."""
         progress = (outcome or {}).get("sideEffect")
-        if progress in (SIDE_EFFECT_STARTED, SIDE_EFFECT_UNANSWERED) and msg.context_id \
-                and parsed.request_guid and await self.rt.tool.executed(msg.context_id,
-                                                                        parsed.request_guid):
-            progress = SIDE_EFFECT_DONE  # the witness (the tool's own record) saw it run
+        witnessed = None
+        if progress in (None, SIDE_EFFECT_STARTED, SIDE_EFFECT_UNANSWERED) and msg.context_id \
+                and parsed.request_guid:  # ask the tool's own record
+            witnessed = await self.rt.tool.executed(msg.context_id, parsed.request_guid)
+        known = known_side_effect(progress, witnessed, self.rt.tool.ledger_url is not None)
         f = EventFactory(self.rt.keys, uuid.uuid4().hex, msg.context_id or uuid.uuid4().hex,
                          parsed.active)
-        if progress == SIDE_EFFECT_DONE:
+        if known == "ran":
             final, code = f.completed(ROLLED_FORWARD), ""
-        elif progress in (SIDE_EFFECT_STARTED, SIDE_EFFECT_UNANSWERED):
+        elif known == "unknown":
             code = ErrorCode.UPSTREAM_TIMEOUT.value
             final = f.failed(code, detail=RECOVERED_UNKNOWN_DETAIL,
                              side_effect=SIDE_EFFECT_UNKNOWN)
@@ -367,9 +454,27 @@ class ProfileRequestHandler(DefaultRequestHandler):
             code = ErrorCode.INTERNAL.value
             final = f.failed(code, detail=RECOVERED_NOT_RUN_DETAIL)
         metrics.TURNS.labels("completed" if not code else "failed", code).inc()
-        log.info("recovered a lost request progress=%s code=%s ctx=%s guid=%s principal=%s",
-                 progress or "-", code or "-", f.context_id, parsed.request_guid,
-                 principal_of(context))
+        log.info("recovered a lost request progress=%s known=%s code=%s ctx=%s guid=%s "
+                 "principal=%s", progress or "-", known, code or "-", f.context_id,
+                 parsed.request_guid, principal_of(context))
+        async for ev in self._fresh_task(f, final, context):
+            yield ev
+
+    async def _store_failed(self, e: StoreUnavailable, context: ServerCallContext,
+                            msg: Message) -> AsyncIterator[Event]:
+        """FAILED ``internal`` for a request the dedup store could not check: whether an
+        earlier copy of it ran is unknown, so a request that may have a side effect says
+        ``sideEffect: unknown`` (never "nothing ran"); one that declares none does not."""
+        active = self.rt.keys.uri in context.requested_extensions
+        declared = msg.metadata.fields.get(self.rt.keys("sideEffect"))
+        no_side_effect = declared is not None and declared.HasField("bool_value") \
+            and not declared.bool_value
+        f = EventFactory(self.rt.keys, uuid.uuid4().hex, msg.context_id or uuid.uuid4().hex,
+                         active)
+        final = f.failed(ErrorCode.INTERNAL.value, retry_after_ms=e.retry_after_ms,
+                         detail=STORE_DETAIL,
+                         side_effect=None if no_side_effect or not active else SIDE_EFFECT_UNKNOWN)
+        metrics.TURNS.labels("failed", ErrorCode.INTERNAL.value).inc()
         async for ev in self._fresh_task(f, final, context):
             yield ev
 
@@ -381,6 +486,8 @@ class ProfileRequestHandler(DefaultRequestHandler):
     async def _known_task(self, stored: Task | None, msg: Message, context: ServerCallContext,
                           active: bool) -> AsyncIterator[Event]:
         """A message naming a finished or running task: its snapshot, or join its stream."""
+        if not active:  # evicted or finished meanwhile: core A2A's error, not a replay
+            core_task_check(stored, msg)
         if stored is None:  # evicted meanwhile
             async for ev in self._reject(Rejection(ErrorCode.SESSION_NOT_FOUND.value), context,
                                          msg, active, task_id=msg.task_id):
@@ -427,7 +534,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
             return
         log.debug("replay kind=%s ctx=%s guid=%s turn=%s", got.kind, msg.context_id,
                   parsed.request_guid, parsed.turn_id)
-        for ev in events:
+        for ev in unsafe.replayed(events, msg.context_id, self.rt.settings.unsafe_bugs):
             yield ev
 
     # ------------------------------------------------------------------ execution
@@ -473,6 +580,8 @@ class ProfileRequestHandler(DefaultRequestHandler):
                 for t in tickets:
                     try:
                         await t.release()
+                    except StoreUnavailable:
+                        pass  # counted and deferred by the store guard
                     except Exception:
                         log.exception("could not release a claim key=%s", t.key)
             else:
@@ -514,6 +623,8 @@ class ProfileRequestHandler(DefaultRequestHandler):
                 else:
                     await ticket.complete(record, retryable_failure=code is not None
                                           and is_retryable(code))
+            except StoreUnavailable:
+                pass  # counted, logged and retried in the background by the store guard
             except Exception:
                 log.exception("could not record the outcome key=%s guid=%s turn=%s", ticket.key,
                               req.request_guid, req.turn_id)

@@ -44,8 +44,14 @@ from typing import Any, Literal
 
 from a2a.types import Message
 
-from loadtests.dedup.base import DedupStore, is_lost_outcome
+from loadtests.dedup.base import DedupStore, StoreUnavailable, is_lost_outcome
 from loadtests.reasoner.owners import new_owner, owner_gone
+from sim.shared.dedup_rule import (
+    PROGRESS_DONE,
+    PROGRESS_NOT_RUN,
+    PROGRESS_STARTED,
+    PROGRESS_UNANSWERED,
+)
 
 Mode = Literal["request-guid", "turn", "none"]
 MODES: tuple[str, ...] = ("request-guid", "turn", "none")
@@ -93,25 +99,43 @@ class Ticket:
     fingerprint: str = ""  # of the request holding it
 
     async def complete(self, outcome: dict[str, Any], retryable_failure: bool) -> None:
-        """Store the outcome (turn keys: release instead after a retryable failure)."""
+        """Store the outcome (turn keys: release instead after a retryable failure).  If the
+        store is unavailable the write is retried in the background (the store's ``defer``)
+        and :class:`StoreUnavailable` propagates."""
         if self.turn_key and retryable_failure:
-            await self.store.abandon(self.scope, self.key, owner=self.owner)
+            await self._write("abandon")
         else:
-            await self.store.complete(self.scope, self.key, outcome, time.time(), owner=self.owner)
+            await self._write("complete", outcome)
 
     async def release(self) -> None:
         """Forget the claim: nothing was executed (refused before any work)."""
-        await self.store.abandon(self.scope, self.key, owner=self.owner)
+        await self._write("abandon")
 
-    async def progress(self, value: str) -> None:
-        """Record how far the turn got (its side effect: :data:`PROGRESS_VALUES`)."""
-        await self.store.progress(self.scope, self.key, self.owner, value)
+    async def _write(self, op: str, outcome: dict[str, Any] | None = None) -> None:
+        """``complete`` or ``abandon`` (owner-checked), deferred when the store fails."""
+        try:
+            if op == "complete":
+                assert outcome is not None
+                await self.store.complete(self.scope, self.key, outcome, time.time(),
+                                          owner=self.owner)
+            else:
+                await self.store.abandon(self.scope, self.key, owner=self.owner)
+        except StoreUnavailable:
+            later = getattr(self.store, "defer_write", None)
+            if later is not None:
+                later(op, self.scope, self.key, self.owner, outcome, self.fingerprint)
+            raise
+
+    async def progress(self, value: str) -> bool:
+        """Record how far the turn got (its side effect: :data:`PROGRESS_VALUES`); False if
+        this ticket no longer holds the key in flight (lease over, store lost its data)."""
+        return await self.store.progress(self.scope, self.key, self.owner, value)
 
 
 # The side-effect progress recorded with a turn's claims, durably, before and after the tool
 # call (a crash leaves the last one in the lost outcome: loadtests.reasoner.handler answers it).
-SIDE_EFFECT_STARTED, SIDE_EFFECT_DONE = "started", "done"
-SIDE_EFFECT_UNANSWERED, SIDE_EFFECT_NOT_RUN = "unknown", "none"
+SIDE_EFFECT_STARTED, SIDE_EFFECT_DONE = PROGRESS_STARTED, PROGRESS_DONE
+SIDE_EFFECT_UNANSWERED, SIDE_EFFECT_NOT_RUN = PROGRESS_UNANSWERED, PROGRESS_NOT_RUN
 PROGRESS_VALUES = (SIDE_EFFECT_STARTED, SIDE_EFFECT_DONE, SIDE_EFFECT_UNANSWERED,
                    SIDE_EFFECT_NOT_RUN)
 PROGRESS_OF_RESULT = {"ok": SIDE_EFFECT_DONE, "timeout": SIDE_EFFECT_UNANSWERED,

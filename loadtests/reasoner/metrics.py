@@ -33,12 +33,17 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.
 TURNS = Counter("rta_reasoner_turns_total",
                 "Requests answered, by outcome (final state) and error code ('' if none)",
                 ["outcome", "code"])
+# exported from the start, at 0: a scrape of a server that has answered nothing yet (or
+# nothing since a restart) still shows the family, so a load run can compare its ledger
+# with it instead of reading the counter as absent (ledger/counts.json server_matches)
+TURNS.labels("completed", "")
 DEDUP = Counter("rta_reasoner_dedup_total",
                 "Dedup decisions: new, replay (stored outcome), join (waited for in-flight), "
                 "lost (owner crashed), timeout (in-flight owner too slow), task (known taskId)",
                 ["result"])
 SIDE_EFFECTS = Counter("rta_reasoner_side_effects_total",
-                       "Tool calls by result: ok, timeout, error, skipped (already run)",
+                       "Tool calls by result: ok, timeout, error, skipped (already run), "
+                       "unrecorded (not started: the store could not record its start)",
                        ["result"])
 IN_FLIGHT = Gauge("rta_reasoner_in_flight", "Turns executing now", multiprocess_mode="livesum")
 TURN_SECONDS = Histogram("rta_reasoner_turn_seconds",
@@ -75,6 +80,17 @@ TURN_REQUESTS = Counter("rta_reasoner_turn_requests_total",
 UNHANDLED = Counter("rta_reasoner_unhandled_exceptions_total",
                     "Tracebacks logged by the server: exceptions that reached a last-resort "
                     "handler (ours, the SDK's or uvicorn's); must stay 0", ["logger"])
+STORE_FAILURES = Counter("rta_reasoner_store_failures_total",
+                         "Dedup store operations that failed, by operation and cause (down, "
+                         "timeout, full, busy, loading, read-only, io, error); each answered "
+                         "as FAILED internal", ["op", "cause"])
+STORE_HEALTHY = Gauge("rta_reasoner_store_healthy",
+                      "1 while the dedup store answers (this worker's last operation or "
+                      "probe), 0 after a failure", multiprocess_mode="livemin")
+STORE_DEFERRED = Counter("rta_reasoner_store_deferred_total",
+                         "Outcomes and releases that could not be stored at once, retried in "
+                         "the background: queued, done, expired (lease over), dropped, failed",
+                         ["op", "result"])
 TRACEBACK_LOGGERS = ("rtalab", "a2a", "uvicorn", "starlette")
 
 

@@ -9,7 +9,6 @@ import httpx
 import numpy as np
 
 from loadtests.dedup import open_store
-from loadtests.dedup.base import DedupStore
 from loadtests.reasoner import unsafe
 from loadtests.reasoner.capacity import Capacity, RemoteCapacity
 from loadtests.reasoner.idempotency import Idempotency
@@ -17,6 +16,7 @@ from loadtests.reasoner.intake import Bounds
 from loadtests.reasoner.ratelimit import KeyedTokenBucket
 from loadtests.reasoner.sessions import SessionRegistry
 from loadtests.reasoner.settings import ServerSettings
+from loadtests.reasoner.storeguard import GuardedStore
 from loadtests.reasoner.tools import Tool
 from loadtests.reasoner.wire import Keys
 from sim.scenario import ReasonerConfig, Scenario, WorkloadConfig, load_scenario
@@ -44,7 +44,7 @@ class Runtime:
     keys: Keys
     bounds: Bounds
     rng: np.random.Generator
-    store: DedupStore
+    store: GuardedStore
     idem: Idempotency
     sessions: SessionRegistry
     rate: KeyedTokenBucket | None
@@ -52,6 +52,7 @@ class Runtime:
     tool: Tool
     http: httpx.AsyncClient | None
     in_flight: int = 0
+    dedup_skipped: frozenset[str] = frozenset()  # TEST ONLY: bindings whose dedup is skipped
 
     async def start(self) -> None:
         """Open the dedup store (app lifespan)."""
@@ -71,10 +72,10 @@ def build_runtime(settings: ServerSettings, scenario: Scenario | None = None) ->
     scenario = scenario or load_config(settings)
     cfg = scenario.reasoner
     rng = np.random.default_rng(np.random.SeedSequence([scenario.run.seed, os.getpid()]))
-    store = open_store(unsafe.store_url(settings.store_url, settings.unsafe_bugs),
-                       cfg.dedup_window_s)
-    http = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=512)) \
-        if settings.witness else None
+    store = GuardedStore(open_store(unsafe.store_url(settings.store_url, settings.unsafe_bugs),
+                                    cfg.dedup_window_s))
+    http = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=512),
+                             verify=settings.client_tls.context()) if settings.witness else None
     rate = (KeyedTokenBucket(cfg.context_rate_per_s, cfg.context_burst)
             if cfg.context_rate_per_s > 0 else None)
     return Runtime(
@@ -88,6 +89,6 @@ def build_runtime(settings: ServerSettings, scenario: Scenario | None = None) ->
                              Capacity(cfg.workers, cfg.queue_limit, cfg.queue_discipline,
                                       cfg.queue_timeout_s)),
         tool=Tool(settings.witness, cfg.upstream_timeout_s, cfg.tool_latency_s, rng, http),
-        http=http,
+        http=http, dedup_skipped=unsafe.dedup_skipped(settings.unsafe_bugs),
     )
 

@@ -17,6 +17,7 @@ from loadtests.reasoner.conns import GuardedHttpToolsProtocol, Limits, raise_fil
 from loadtests.reasoner.metrics import MULTIPROC_ENV
 from loadtests.reasoner.runtime import load_config
 from loadtests.reasoner.settings import SETTINGS_ENV, ServerSettings
+from loadtests.reasoner.wsguard import GuardedWsProtocol
 
 APP_FACTORY = "loadtests.reasoner.app:create_app"
 WS_HARD_MAX_BYTES = 4 * 1024 * 1024  # above this uvicorn closes the socket (1009)
@@ -48,10 +49,15 @@ def run(settings: ServerSettings) -> int:
     before, after = raise_file_limit()
     limits = Limits.of(settings, after)
     logging.getLogger("rtalab.reasoner").warning(
-        "open-file limit %d%s; per worker: %d connections, %d per client; deadlines: headers "
-        "%.1fs, body %.1fs, idle %.1fs", after, f" (raised from {before})" if after != before
-        else "", limits.max_connections, limits.max_connections_per_client,
+        "open-file limit %d%s; per worker: %d connections, %d per client, %d pending; "
+        "deadlines: headers %.1fs, body %.1fs, idle %.1fs", after,
+        f" (raised from {before})" if after != before else "", limits.max_connections,
+        limits.max_connections_per_client, limits.max_pending,
         limits.header_timeout_s, limits.body_timeout_s, limits.idle_timeout_s)
+    if settings.grpc_port == 0:  # one free port for every worker (they all bind it)
+        from loadtests.reasoner.grpc_binding import free_port
+
+        settings = dataclasses.replace(settings, grpc_port=free_port(settings.host))
     broker_dir = None
     if settings.workers > 1:  # `workers` is the whole Reasoner's: one pool for all processes
         broker_dir = tempfile.mkdtemp(prefix="rtalab-capacity-")
@@ -70,8 +76,9 @@ def run(settings: ServerSettings) -> int:
                     workers=settings.workers, log_level=settings.log_level,
                     log_config=log_config(settings.log_level), access_log=settings.access_log,
                     ws_max_size=WS_HARD_MAX_BYTES, timeout_graceful_shutdown=5,
-                    http=GuardedHttpToolsProtocol, timeout_keep_alive=settings.idle_timeout_s,
-                    lifespan="on", server_header=False)
+                    http=GuardedHttpToolsProtocol, ws=GuardedWsProtocol,
+                    timeout_keep_alive=settings.idle_timeout_s,
+                    lifespan="on", server_header=False, **settings.server_tls.uvicorn_kwargs())
     finally:
         for d in (prom_dir, broker_dir):
             if d is not None:

@@ -8,6 +8,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from loadtests.common.tls import ClientTls, ServerTls
 from loadtests.reasoner.wire import DEFAULT_EXT_URI
 
 SETTINGS_ENV = "RTALAB_REASONER_SETTINGS"
@@ -24,6 +25,7 @@ class ServerSettings:
 
     host: str = "127.0.0.1"
     port: int = 8000
+    grpc_port: int | None = None  # the A2A gRPC binding's port (None: off; 0: a free one)
     workers: int = 1
     dedup_url: str = ""  # "" -> default_dedup_url(port)
     dedup_mode: str | None = None  # override of [reasoner].dedup
@@ -46,7 +48,27 @@ class ServerSettings:
     idle_timeout_s: float = 5.0
     max_connections: int = 0
     max_connections_per_client: int = 0
+    max_pending_connections: int = 0  # 0 = half of max_connections (conns: the share kept)
     unsafe_bugs: tuple[str, ...] = ()  # TEST ONLY: planted bugs (loadtests/reasoner/unsafe.py)
+    # TLS (loadtests/common/tls.py): what the server presents and requires ...
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    # ... and what its client of the witness trusts and presents
+    ca: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    insecure: bool = False
+
+    @property
+    def server_tls(self) -> ServerTls:
+        """The server's TLS settings (``enabled`` False: plain HTTP)."""
+        return ServerTls(self.tls_cert, self.tls_key, self.tls_client_ca)
+
+    @property
+    def client_tls(self) -> ClientTls:
+        """The TLS settings of the Reasoner's calls to the witness."""
+        return ClientTls(self.ca, self.client_cert, self.client_key, self.insecure)
 
     @property
     def store_url(self) -> str:

@@ -115,7 +115,11 @@ class Tool:
                 return "ok"
         except TimeoutError:
             return "timeout"
-        except httpx.HTTPError as e:
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:  # never sent: did not run
             log.warning("tool unreachable (%s) ctx=%s task=%s guid=%s", type(e).__name__,
                         call.context_id, call.task_id, call.request_guid)
             return "error"
+        except httpx.HTTPError as e:  # sent, answer lost: it may have run (never "did not")
+            log.warning("tool answer lost (%s) ctx=%s task=%s guid=%s", type(e).__name__,
+                        call.context_id, call.task_id, call.request_guid)
+            return "timeout"

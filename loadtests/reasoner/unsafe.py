@@ -18,6 +18,9 @@ bug                    what the Reasoner does wrong                      rule th
                        principals: turn ``t-1`` of a second call replays (and ``lost`` when a
                        the first call's answer and never runs            side-effect turn is
                                                                          told COMPLETED)
+``turn-key-rewrite``   as ``turn-key``, and rewrites the contextId of     ``foreign-task-answer``
+                       what it replays to the caller's (the foreign      (``cross-session-answer``
+                       answer hides in the caller's own session)         passes: nothing to see)
 ``volatile``           keeps dedup entries in process memory only: a     ``duplicated``
                        resend after a restart executes again
 ``continuation-twice`` executes every continuation of an INPUT_REQUIRED  ``continuation-answered-
@@ -26,11 +29,16 @@ bug                    what the Reasoner does wrong                      rule th
                                                                          rule
 ``no-input-required``  never pauses a handoff turn: answers COMPLETED    none: a warning, and the
                                                                          class "not exercised"
+``<b>-skips-dedup``    skips the dedup store for requests that came in   ``duplicated`` (on binding
+(``sse``, ``rest``,    on binding ``<b>`` only (every other binding is   ``<b>`` only) and
+``ws``, ``grpc``)      correct): a resend on it executes again           ``transport-equivalence``
 =====================  ================================================  ========================
 
 The hooks are thin: :func:`idempotency_class`, :func:`store_url`,
-:func:`tokens` and :func:`pauses` are called once each from
-``runtime.py``, ``app.py`` and ``executor.py``; everything else lives here.
+:func:`tokens`, :func:`pauses`, :func:`start_recorded`, :func:`replayed` and
+:func:`dedup_skipped` are called once each from ``runtime.py``, ``app.py``, ``executor.py``
+and ``handler.py`` (the handler reads the last one's set from the runtime); everything else
+lives here.
 """
 
 from __future__ import annotations
@@ -42,8 +50,10 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-UNSAFE_BUGS = ("late-claim", "turn-key", "volatile", "continuation-twice", "refuse-auth",
-               "no-input-required")
+SKIPS_DEDUP = "-skips-dedup"  # <binding>-skips-dedup: one binding without dedup
+UNSAFE_BUGS = ("late-claim", "turn-key", "turn-key-rewrite", "volatile", "continuation-twice",
+               "refuse-auth", "no-input-required",
+               *(f"{b}{SKIPS_DEDUP}" for b in ("sse", "rest", "ws", "grpc")))
 RACE_WINDOW_S = 0.2  # continuation-twice: time between reading the task and marking it
 GLOBAL_SCOPE = "\x1fany-principal\x1fany-context"  # turn-key: one scope for everyone
 log = logging.getLogger("rtalab.reasoner")
@@ -81,17 +91,50 @@ def pauses(bugs: Iterable[str]) -> bool:
     return "no-input-required" not in bugs
 
 
+def replayed(events: list[Any], context_id: str, bugs: Iterable[str]) -> list[Any]:
+    """``turn-key-rewrite``: the replayed events moved into the caller's context."""
+    if "turn-key-rewrite" not in bugs:
+        return events
+    ctx = context_id or uuid.uuid4().hex
+    for ev in events:
+        ev.context_id = ctx
+        status = getattr(ev, "status", None)
+        if status is not None and status.HasField("message"):
+            status.message.context_id = ctx
+        for m in getattr(ev, "history", ()):
+            m.context_id = ctx
+    return events
+
+
+def start_recorded(recorded: bool, tickets: Iterable[Any], bugs: Iterable[str]) -> bool:
+    """Whether the side effect's start counts as recorded.  ``continuation-twice``: a
+    continuation running on an unclaimed pause starts whatever its claims say (a server
+    without the pause's atomic claim has nothing to refuse it with); the second
+    continuation's own request claim may already be settled by the first one's answer on
+    the task's shared stream, which the correct server's fail-closed start would turn into
+    "not run" -- hiding the bug this plant exists to show."""
+    if recorded or "continuation-twice" not in bugs:
+        return recorded
+    return any(getattr(t, "unclaimed", False) for t in tickets)
+def dedup_skipped(bugs: Iterable[str]) -> frozenset[str]:
+    """``<binding>-skips-dedup``: the bindings whose requests bypass the dedup store."""
+    return frozenset(b[:-len(SKIPS_DEDUP)] for b in bugs if b.endswith(SKIPS_DEDUP))
+
+
 def idempotency_class(bugs: Iterable[str]) -> type[Any]:
     """The Idempotency class with the planted dedup bugs (the correct one without)."""
     from loadtests.reasoner.idempotency import Idempotency, Replay, Ticket
     from loadtests.reasoner.owners import new_owner
 
     bugs = tuple(bugs)
-    if not {"late-claim", "turn-key", "continuation-twice"} & set(bugs):
+    if not {"late-claim", "turn-key", "turn-key-rewrite", "continuation-twice"} & set(bugs):
         return Idempotency
+    turn_key = bool({"turn-key", "turn-key-rewrite"} & set(bugs))
 
     class Unclaimed(Ticket):
         """Runs beside the owner of the key; stores nothing, releases nothing."""
+
+        unclaimed = True  # read by start_recorded
 
         async def complete(self, outcome: dict[str, Any], retryable_failure: bool) -> None:
             return None
@@ -99,18 +142,21 @@ def idempotency_class(bugs: Iterable[str]) -> type[Any]:
         async def release(self) -> None:
             return None
 
+        async def progress(self, value: str) -> bool:
+            return True
+
     class UnsafeIdempotency(Idempotency):
         """Idempotency with the planted bugs of ``bugs``."""
 
         def key_for(self, turn_id: str | None, request_guid: str | None,
                     task_id: str = "") -> tuple[str, bool] | None:
-            if "turn-key" in bugs and self.store is not None and turn_id and not task_id:
+            if turn_key and self.store is not None and turn_id and not task_id:
                 return f"t:{turn_id}", True
             return super().key_for(turn_id, request_guid, task_id)
 
         async def enter(self, scope: str, key: str, turn_key: bool,
                         fingerprint: str = "") -> Ticket | Replay:
-            if "turn-key" in bugs and key.startswith("t:"):
+            if turn_key and key.startswith("t:"):
                 scope = GLOBAL_SCOPE  # and no request fingerprint: the turnId alone decides
                 fingerprint = ""
             if "continuation-twice" in bugs and key.startswith("k:"):

@@ -26,6 +26,7 @@ from a2a.types import (
 )
 from google.protobuf.struct_pb2 import Struct, Value
 
+BINDING_KEY = "binding"  # ServerCallContext.state: the binding a request came in on
 DEFAULT_EXT_URI = "https://schemas.salesforce.com/a2a/ext/realtime-agent/v0.1"
 
 Event = Task | Message | TaskStatusUpdateEvent | TaskArtifactUpdateEvent

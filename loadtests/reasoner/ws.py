@@ -32,9 +32,10 @@ from loadtests.reasoner.jsonrpc import (
     ProfileJsonRpcDispatcher,
     decode_request,
 )
-from loadtests.reasoner.wire import Keys, frame_ends
+from loadtests.reasoner.wire import BINDING_KEY, Keys, frame_ends
 
 log = logging.getLogger("rtalab.reasoner")
+INTERNAL_TEXT = "Internal error"  # never the exception's text: it may name internal addresses
 
 
 class WsBinding:
@@ -132,6 +133,7 @@ class _Connection:
         result: dict[str, Any] | AsyncGenerator[dict[str, Any], None] | None = None
         try:
             context = self.b.dispatcher._context_builder.build(self.ws)  # type: ignore[arg-type]
+            context.state[BINDING_KEY] = "ws"
             result = await self.b.dispatcher.dispatch(req, context)
             if isinstance(result, dict):
                 self._free(req.id)
@@ -144,16 +146,16 @@ class _Connection:
                         self._free(req.id)  # with a new request before this task resumes
                     if not await self._send(item) or last:
                         break
-            except Exception as e:
+            except Exception:
                 log.exception("stream error id=%r", req.id)
                 self._free(req.id)
-                await self._send(build_error_response(req.id, InternalError(message=str(e)[:200])))
+                await self._send(build_error_response(req.id, InternalError(message=INTERNAL_TEXT)))
         except asyncio.CancelledError:
             raise
-        except Exception as e:
+        except Exception:
             log.exception("request error id=%r", req.id)
             self._free(req.id)
-            await self._send(build_error_response(req.id, InternalError(message=str(e)[:200])))
+            await self._send(build_error_response(req.id, InternalError(message=INTERNAL_TEXT)))
         finally:
             if result is not None and not isinstance(result, dict):
                 with contextlib.suppress(Exception):

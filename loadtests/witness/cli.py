@@ -7,6 +7,7 @@ import logging
 import sys
 from typing import Any
 
+from loadtests.common.tls import add_server_tls, server_tls_from_args
 from loadtests.witness.faults import ERROR_STATUSES, FaultError, Faults, parse_dist_text
 from sim.shared.argtypes import (
     HOST,
@@ -56,6 +57,7 @@ def add_witness_arguments(p: argparse.ArgumentParser) -> None:
     opt(p, "--seed", "seed of the fault draws", int)
     flag(p, "--test-hooks", "enable POST /reset (tests only)")
     LOG_LEVEL.add(p, default="warning")
+    add_server_tls(p)
 
 
 def faults_from_args(args: argparse.Namespace) -> Faults:
@@ -77,6 +79,7 @@ def run_witness(args: argparse.Namespace) -> int:
     from loadtests.witness.app import create_app
 
     faults = faults_from_args(args)
+    tls = server_tls_from_args(args)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(args.db, faults, test_hooks=args.test_hooks, seed=args.seed)
@@ -84,11 +87,12 @@ def run_witness(args: argparse.Namespace) -> int:
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
             if self.started:  # bound: say where, once (uvicorn logs only at info level)
-                print(f"{PROG}: listening on http://{args.host}:{args.port} (ledger "
+                print(f"{PROG}: listening on {tls.scheme}://{args.host}:{args.port} (ledger "
                       f"{args.db}); Ctrl-C to stop", file=sys.stderr, flush=True)
 
     server = Server(uvicorn.Config(app, host=args.host, port=args.port,
-                                   log_level=args.log_level, access_log=False, lifespan="on"))
+                                   log_level=args.log_level, access_log=False, lifespan="on",
+                                   **tls.uvicorn_kwargs()))
     try:
         server.run()
     except SystemExit as e:  # uvicorn exits (code 1 or 3) when it cannot bind

@@ -319,6 +319,79 @@ def cmd_storm(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- metastability
+
+
+def _floats(text: str, what: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise _usage(f"{what} must be comma-separated numbers, got {text!r}") from None
+    if not vals:
+        raise _usage(f"{what} is empty")
+    return vals
+
+
+def cmd_metastability(args: argparse.Namespace) -> int:
+    """the metastability map: load x trigger size, recovery probability, tipping threshold
+
+    Over offered load x trigger size, the probability of recovering within --hold after the
+    trigger (CI from replications), recovery times, regions and the tipping threshold per load,
+    for each strategy; the fast model places the replications where the boundary is.
+    """
+    from sim.answers.metastability import MapSpec, run_map, write_map
+    from sim.answers.storm import Detector, StormError, validate_strategies
+    from sim.shared.progress import progress_bar, should_show
+
+    scenario = _scenario(args)
+    names = [n for s in args.strategies for n in s.split(",") if n] or ["no_backoff",
+                                                                        "full_jitter"]
+    loads, sizes = _floats(args.loads, "--loads"), _floats(args.sizes, "--sizes")
+    with _user_errors():
+        if not 0 < args.fraction <= 1:
+            raise StormError(f"--fraction must be in (0, 1], got {args.fraction}")
+        det = Detector(args.fraction, args.hold, args.window, args.noise_z)
+        spec = MapSpec(loads, sizes, args.trigger, args.replications, det,
+                       adaptive=not args.full_grid, budget=args.budget)
+        validate_strategies(scenario, names)
+        from sim.answers.metastability import cell_overrides, run_length
+
+        for v in loads:
+            for z in sizes:
+                cell_overrides(scenario, v, z, args.trigger, {})
+        run_length(scenario, sizes, args.trigger, det)
+    out = _out_dir(args, "metastability", scenario)
+    with (_user_errors(), _executor(args) as ex,
+          progress_bar(f"metastability {scenario.name}", enabled=should_show(args.quiet))
+          as bar):
+        res = run_map(scenario, out, spec, strategies=names, executor=ex, progress=bar,
+                      hitting=not args.no_hitting)
+    write_map(res, out)
+    for name, why in res.skipped.items():
+        _say(f"note: strategy {name} skipped: {why}")
+    for name, miss in res.unexpressed.items():
+        if miss:
+            _say(f"note: the fast model cannot express {', '.join(miss)} ({name}): its "
+                 "guidance there is approximate")
+    th = res.thresholds()
+    _print_cards(th, f"{scenario.name}: tipping threshold (trigger size where recovery within "
+                     f"{det.hold_s:g} s falls below 0.5; 1 = the scenario's trigger) per load, "
+                     "[95 % interval]; model = the fluid model's",
+                 lambda r: f"{r['strategy']} at load {r['load']:g}×", skip=("strategy", "load"))
+    for name, m in res.maps.items():
+        counts = m.cells["region"].value_counts().to_dict()
+        dis = len(m.disagreements())
+        _say(f"{name}: " + ", ".join(f"{k} {counts.get(k, 0)}" for k in
+                                       ("stable", "recovers", "metastable", "overloaded"))
+             + f" cells; {m.full_share:.0%} simulated ({m.sim_runs} replications), fast model "
+               f"{m.model_seconds / len(m.cells):.2f} s a cell; model and simulator disagree "
+               f"on {dis} simulated cell(s)")
+    _say(res.sentence())
+    _prune(args, out, keep=("timeseries", "turns", "executions", "attempts"))
+    print(f"results: {out}")
+    return 0
+
+
 # --------------------------------------------------------------------------- parsers
 
 
@@ -381,8 +454,34 @@ def _storm_arguments(p: argparse.ArgumentParser) -> None:
     _common_arguments(p)
 
 
+def _metastability_arguments(p: argparse.ArgumentParser) -> None:
+    add_scenario(p)
+    repeatable(p, "--strategies A,B,...", "strategies mapped side by side (default: no_backoff,"
+                                          "full_jitter)")
+    opt(p, "--loads X,Y,...", "offered load factors (x the scenario's call rate and max_calls)",
+        default="0.5,0.75,1,1.25,1.5")
+    opt(p, "--sizes X,Y,...", "trigger size factors (x the scenario's trigger; > 0)",
+        default="0.25,0.5,1,2,4")
+    opt(p, "--trigger KIND", "what a size scales: length (outage, drop, spike duration) or depth "
+                             "(workers lost, spike height)", choices=("length", "depth"),
+        default="length")
+    opt(p, "--replications R", "replications of a simulated cell (>= 2; {default})",
+        positive_int, 4)
+    opt(p, "--budget SHARE", "most cells given full replications when guided ({default})",
+        float, 0.3)
+    flag(p, "--full-grid", "simulate every cell (no fast-model guidance)")
+    flag(p, "--no-hitting", "skip the CTMC hitting times per load")
+    opt(p, "--fraction", "recovered = goodput >= this share of offered load", float, 0.9)
+    opt(p, "--hold S", "... within S seconds after the trigger ends", float, 60.0)
+    opt(p, "--window S", "sliding window of the rates ({default} s)", float, 10.0)
+    opt(p, "--noise-z Z", "Poisson noise allowance in standard errors (sim.recovery; {default})",
+        float, 3.0)
+    _common_arguments(p)
+
+
 def add_parsers(sub: Any) -> None:
-    """Register ``capacity``, ``tune`` and ``storm`` under ``rtalab sim``."""
+    """Register ``capacity``, ``tune``, ``storm`` and ``metastability`` under ``rtalab sim``."""
     add_command(sub, "capacity", cmd_capacity, _capacity_arguments)
     add_command(sub, "tune", cmd_tune, _tune_arguments)
     add_command(sub, "storm", cmd_storm, _storm_arguments)
+    add_command(sub, "metastability", cmd_metastability, _metastability_arguments)

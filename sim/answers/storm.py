@@ -120,21 +120,13 @@ def validate_strategies(scenario: Scenario, names: Sequence[str] | None = None,
 
 
 def trigger_window(scenario: Scenario) -> tuple[float, float]:
-    """(start_s, end_s) spanning the scenario's outages, capacity drops and load spikes."""
-    spans = [(o.start_s, o.start_s + o.duration_s) for o in scenario.network.outages]
-    spans += [(d.start_s, d.start_s + d.duration_s) for d in scenario.reasoner.capacity_drops]
-    w = scenario.workload
-    if w.arrival == "schedule" and len(w.schedule) > 1:
-        base = w.schedule[0].calls_per_s
-        phases = list(w.schedule)
-        for i, p in enumerate(phases):
-            if p.calls_per_s > base:
-                end = phases[i + 1].start_s if i + 1 < len(phases) else scenario.run.duration_s
-                spans.append((p.start_s, end))
-    if not spans:
+    """(start_s, end_s) spanning the scenario's outages, capacity drops and load spikes
+    (:func:`sim.recovery.trigger_span`); StormError when it has none."""
+    span = recovery.trigger_span(scenario)
+    if span is None:
         raise StormError(f"scenario {scenario.name!r} has no trigger (outage, capacity drop or "
                          "load spike in workload.schedule)")
-    return min(s for s, _ in spans), max(e for _, e in spans)
+    return span
 
 
 # --------------------------------------------------------------------------- detector

@@ -35,6 +35,18 @@ refused (``schema-validation``, disposition ``key-conflict``), neither replayed
 nor executed.  The modelled Live layer never reuses a key that way (copies and
 retries of a request carry its own content), so the refusal is the rule's, kept
 identical to the reference Reasoner's, not a modelled hazard.
+
+Never "nothing ran" without proof (:func:`sim.shared.dedup_rule.may_start`,
+:func:`~sim.shared.dedup_rule.known_side_effect`, shared with the reference Reasoner).
+A side effect starts only after its start is recorded with its entry, and an answer says
+it did not run only with proof.  The modelled store never fails, so the entry is always
+open before the tool call (rule 1 holds by construction); injected errors happen before
+any tool call (their FAILED is true: nothing ran) and a tool slower than
+``upstream_timeout_s`` is answered ``upstream-timeout`` (it may have run, and does: the
+witness records it).  The hazard accounting (:mod:`sim.shared.summary`) says the same: a
+FAILED turn whose side effect ran is a ghost success whatever its code — a "may have run"
+answer is never read as "did not run" (tests/test_side_effect_rule.py checks every
+simulated FAILED answer against the witness ledger).
 """
 
 from __future__ import annotations

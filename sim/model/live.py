@@ -299,6 +299,10 @@ class LiveLayer:
         self.sessions: dict[int, Session] = {}  # open calls
         self.in_progress = 0
         self._next_uid = 0
+        #: id of the first turn started at or after the warm-up (-1: none yet); turn ids grow
+        #: with start time, so the turns counted by the summary are the ids >= it
+        self.first_counted_uid = -1
+        self._count_from_s = scenario.run.warmup_s
         self._next_guid = 0
         self._next_task = 0
         # bound once: used per event
@@ -353,6 +357,8 @@ class LiveLayer:
     def _start_turn(self, s: Session, now: float) -> None:
         uid = self._next_uid
         self._next_uid = uid + 1
+        if self.first_counted_uid < 0 and now >= self._count_from_s:
+            self.first_counted_uid = uid
         t = Turn(s, s.turns_started, uid, now, self.u_side() < self.side_share,
                  self.u_handoff() < self.handoff_share)
         s.turns_started += 1

@@ -40,6 +40,8 @@ STREAMS: tuple[str, ...] = (
     "negotiation.downlink.reorder", "negotiation.downlink.reorder_delay",
     # barge-in: which turns the caller interrupts, and when
     "barge_in", "barge_in_after",
+    # a fleet's load balancer (appended last: the streams above stay what they were)
+    "balancer",
 )
 
 Draw = Callable[[], float]
@@ -112,3 +114,10 @@ def sampler(dist: Dist, rng: np.random.Generator) -> Draw:
     if sample_n is not None:
         return _blocks(lambda: sample_n(rng, BLOCK).tolist())
     return lambda: float(dist.sample(rng))  # a Dist subclass unknown here: scalar draws
+
+
+def sample_key(seed: int, replication: int) -> int:
+    """The key of the seeded call sample of ``[run] records = "sample:P"`` (a 63-bit integer
+    from the replication's own SeedSequence: a draw no model stream makes)."""
+    words = replication_seed(seed, replication).generate_state(2, np.uint32)
+    return (int(words[0]) << 31) ^ int(words[1])

@@ -190,6 +190,7 @@ class Reasoner:
         self.known_contexts: set[int] = set()
         self.sessions_opened: dict[int, int] = {}
         self._next_context = 0
+        self._context_step = 1  # a fleet's replicas mint interleaved contextIds (sim.model.fleet)
         self.buckets: dict[int, list[float]] = {}
         self.awaiting_input: dict[int, dict[int, float]] = {}  # context -> task -> deadline
         self.executions = Table(EXECUTIONS_TABLE)
@@ -223,7 +224,7 @@ class Reasoner:
             if known is not None:
                 return known
             ctx = self._next_context
-            self._next_context += 1
+            self._next_context += self._context_step
             by_guid[req.request_guid] = ctx
             self._open_session(ctx, req.call_id)
         elif ctx not in self.known_contexts:

@@ -50,6 +50,9 @@ class Table:
 
     def __init__(self, spec: Sequence[ColumnSpec], chunk_rows: int = 1 << 16) -> None:
         self.spec = tuple(spec)
+        #: with a sink, each compacted chunk's columns go to ``sink(columns)``, which returns
+        #: the columns of the rows to keep (or None: keep none) — bounded-memory runs
+        self.sink: Callable[[list[np.ndarray]], list[np.ndarray] | None] | None = None
         layout = struct.Struct("=" + "".join(_struct_code(kind) for _, kind in self.spec))
         self.row_bytes = layout.size
         #: ``pack(c1, c2, ...)`` -> the row's bytes (each cell in its column's type, in order)
@@ -83,8 +86,14 @@ class Table:
             return
         block = np.frombuffer(self._buf, dtype=self._record)
         # np.array copies: nothing keeps a view of the buffer, which is then emptied in place
-        self._chunks.append([np.array(block[f"c{j}"]) for j in range(len(self.spec))])
+        cols = [np.array(block[f"c{j}"]) for j in range(len(self.spec))]
         del block
+        if self.sink is not None:
+            kept = self.sink(cols)
+            if kept is not None and len(kept[0]):
+                self._chunks.append(kept)
+        else:
+            self._chunks.append(cols)
         self._n_compacted += n
         self._buf.clear()  # the same bytearray: ``self.write`` stays bound to it
 

@@ -15,20 +15,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import simpy
 
 from sim.model.clock import call_later, run, sim_time
+from sim.model.fleet import Fleet
 from sim.model.live import LiveLayer
 from sim.model.network import Link
-from sim.model.rand import Streams
+from sim.model.rand import Streams, sample_key
 from sim.model.reasoner import Reasoner
 from sim.model.recorder import Table
+from sim.model.tally import Tally
 from sim.model.witness import Witness
 from sim.model.workload import Arrivals
 from sim.scenario import Scenario
 
 Progress = Callable[[float], None]
 MAX_PROGRESS_CALLS = 200
+#: bounded-memory runs fold the rows written into the tally every this many simulated seconds
+FOLD_EVERY_S = 10
 
 
 @dataclass
@@ -46,6 +51,8 @@ class WorldResult:
     end_s: float
     dedup_entry_bytes: int
     counters: dict[str, Any]
+    #: bounded-memory runs: the metrics folded in as the rows came (tables: sampled rows)
+    tally: Tally | None = None
 
 
 class World:
@@ -62,8 +69,14 @@ class World:
         self.witness = Witness()
         self.end_s = scenario.run.duration_s + scenario.run.drain_s
         cancellable = scenario.live.cancel_on_timeout or scenario.workload.barge_in_share > 0.0
-        self.reasoner = Reasoner(env, scenario.reasoner, streams, self.downlink, self.witness,
-                                 scenario.run.warmup_s, cancellable)
+        self.reasoner: Reasoner | Fleet
+        if scenario.fleet.is_fleet:
+            self.reasoner = Fleet(env, scenario, streams, self.downlink, self.witness,
+                                  scenario.run.warmup_s, cancellable,
+                                  lambda: (self.live.first_counted_uid, self.live._next_uid))
+        else:
+            self.reasoner = Reasoner(env, scenario.reasoner, streams, self.downlink,
+                                     self.witness, scenario.run.warmup_s, cancellable)
         negotiation = None
         if scenario.live.timeouts.negotiation_s > 0.0:
             negotiation = (
@@ -78,6 +91,29 @@ class World:
         self.n_bins = max(1, math.ceil(self.end_s))
         self._progress_every = max(1, math.ceil(self.n_bins / MAX_PROGRESS_CALLS))
         self.gauges: list[tuple[int, ...]] = []
+        self.tally: Tally | None = None
+        share = scenario.run.record_share
+        if share is not None:  # bounded memory: rows folded into the metrics as they come
+            self.tally = Tally(scenario.run.warmup_s, scenario.run.duration_s, self.end_s,
+                               self.n_bins, share, sample_key(seed, replication),
+                               lambda: self.live.first_counted_uid)
+            for name, table in self._tables().items():
+                table.sink = self.tally.sinks[name]
+
+    def _tables(self) -> dict[str, Table]:
+        # folding order: attempts before turns (a turn's row comes after its attempts')
+        return {"attempts": self.live.attempts, "executions": self.reasoner.executions,
+                "side_effects": self.witness.ledger, "turns": self.live.turns,
+                "calls": self.live.calls}
+
+    def _fold(self) -> None:
+        """Fold every row written so far into the tally; forget executions of ended turns."""
+        assert self.tally is not None
+        for table in self._tables().values():
+            table.compact(force=True)
+        open_uids = np.fromiter((s.turn.uid for s in self.live.sessions.values()
+                                 if s.turn is not None), np.int64)
+        self.tally.settle(open_uids)
 
     # ------------------------------------------------------------------ scheduled things
 
@@ -103,10 +139,14 @@ class World:
         now = sim_time(env)
         self._sample(now)
         k = len(self.gauges)
-        for table in (self.live.attempts, self.live.turns, self.reasoner.executions,
-                      self.witness.ledger, self.live.calls):
-            if table.pending >= table.chunk_rows:
-                table.compact()
+        if self.tally is not None:
+            if k % FOLD_EVERY_S == 0:
+                self._fold()
+        else:
+            for table in (self.live.attempts, self.live.turns, self.reasoner.executions,
+                          self.witness.ledger, self.live.calls):
+                if table.pending >= table.chunk_rows:
+                    table.compact()
         if self.progress is not None and k % self._progress_every == 0:
             self.progress(min(1.0, now / self.end_s))
         if k < self.n_bins and k + 1 <= self.end_s:
@@ -148,20 +188,30 @@ class World:
             self._sample(sim_time(env))
         self.live.flush()
         self.reasoner.flush()
+        if self.tally is not None:
+            self._fold()
         if self.progress is not None:
             self.progress(1.0)
         counters: dict[str, Any] = {"end_s": self.end_s, "arrivals": self.arrivals.count}
         counters.update(self.live.counters())
-        counters.update(self.reasoner.counters())
+        if isinstance(self.reasoner, Fleet):
+            rc = self.scenario.run
+            counters.update(self.reasoner.counters((math.ceil(rc.warmup_s),
+                                                    math.ceil(rc.duration_s))))
+        else:
+            counters.update(self.reasoner.counters())
         counters["side_effect_executions"] = self.witness.executions
         link = self.uplink  # downlink messages are mostly computed, not counted
         counters["uplink.sent"] = link.sent
         counters["uplink.dropped"] = link.dropped
         counters["uplink.duplicated"] = link.duplicated
+        from sim.recovery import trigger_span
+
+        counters["trigger_s"] = trigger_span(self.scenario)  # recovery_s in the summary
         return WorldResult(
             attempts=self.live.attempts, turns=self.live.turns, calls=self.live.calls,
             executions=self.reasoner.executions, side_effects=self.witness.ledger,
             gauges=self.gauges, sessions_opened=self.reasoner.sessions_opened,
             end_s=self.end_s, dedup_entry_bytes=self.scenario.reasoner.dedup_entry_bytes,
-            counters=counters,
+            counters=counters, tally=self.tally,
         )

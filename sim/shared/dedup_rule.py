@@ -94,3 +94,50 @@ def judge(row: Row | None, now_s: float, window_s: float, lease_s: float,
                                                  and row.owner == dead_owner):
         return "reclaim" if on_stale == "reclaim" else "lost"
     return "in_flight"
+
+
+# ---------------------------------------------------------------------------- side effects
+# Never claim "nothing ran" without proof (docs/reasoner.md "When the dedup store fails").
+# errors.md §3 lets a client retry a retryable failure under a NEW requestGuid, so telling it
+# "nothing of it ran" when the side effect may have run invites a second execution.  Two rules
+# make the claim provable:
+#
+# 1. a side effect starts only after its start is durably recorded with the request's claim
+#    (:func:`may_start`): a store that cannot record it refuses the request (retryable), the
+#    tool is not called;
+# 2. recovery answers from that record and the tool's own ledger (:func:`known_side_effect`):
+#    "not-run" only with proof, "unknown" whenever the side effect may have run.
+
+SideEffectKnown = Literal["ran", "unknown", "not-run"]
+PROGRESS_STARTED, PROGRESS_DONE, PROGRESS_UNANSWERED, PROGRESS_NOT_RUN = (
+    "started", "done", "unknown", "none")
+
+
+def may_start(start_recorded: bool) -> bool:
+    """Rule 1: the tool call may start only once its start is durably recorded."""
+    return start_recorded
+
+
+def known_side_effect(progress: str | None, witnessed: bool | None,
+                      has_ledger: bool) -> SideEffectKnown:
+    """Rule 2: what may be said of a request whose owner is gone, from its last progress
+    record (``None``: none was written; ``"started"``, ``"done"``, ``"unknown"``: the tool
+    gave no answer in time, ``"none"``: the tool answered that it did not run) and the tool's
+    ledger (``witnessed``: True / False, None when it could not be asked; ``has_ledger``:
+    there is one).
+
+    - the ledger saw it, or the record says done: ``ran``;
+    - the record says the tool refused: ``not-run``;
+    - started or unanswered, and the ledger did not see it (or cannot be asked): ``unknown``
+      (it may still be running, or be lost in transit);
+    - no record: by rule 1 nothing was started — unless a ledger exists that could not be
+      asked (a record may be lost by a store that loses acknowledged writes): ``not-run`` if
+      the ledger says so or there is none, else ``unknown``.
+    """
+    if witnessed or progress == PROGRESS_DONE:
+        return "ran"
+    if progress == PROGRESS_NOT_RUN:
+        return "not-run"
+    if progress in (PROGRESS_STARTED, PROGRESS_UNANSWERED):
+        return "unknown"
+    return "not-run" if witnessed is False or not has_ledger else "unknown"

@@ -134,7 +134,14 @@ def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]],
     cells = [[c if isinstance(c, str) else fmt_value(c) for c in r] for r in rows]
     left = [i == 0 or sum(not _is_number_text(r[i]) for r in cells if i < len(r)) * 2 > len(cells)
             for i in range(len(headers))]
-    return {"title": title, "headers": list(headers), "rows": cells, "note": note, "left": left}
+    ident = [[bool(_IDENT.match(c)) for c in r] for r in cells]
+    return {"title": title, "headers": list(headers), "rows": cells, "note": note, "left": left,
+            "ident": ident}
+
+
+# a name such as a rule's (``continuation-answered-twice``): kept on one line, never broken at
+# its hyphens
+_IDENT = re.compile(r"^[a-z][a-z0-9]*([-_.][a-z0-9]+)+$")
 
 
 def _section(kind: str, label: str, path: Path, **kw: Any) -> dict[str, Any]:
@@ -613,28 +620,47 @@ def _column_label(c: str) -> tuple[str, str]:
         return f"{metric_label(m)}: change", m
     if "." in c or c.endswith(("_s", "_rate", "_share")):
         return metric_label(c), c
-    return c, ""
+    return c.replace("_", " "), ""
 
 
 def _csv_table(title: str, rows: list[dict[str, str]], drop: Callable[[str], bool] = lambda c:
                False) -> dict[str, Any]:
-    """A CSV's rows as a table, ``x``/``x.ci_low``/``x.ci_high`` folded into "m [lo, hi]"."""
+    """A CSV's rows as a table, ``x``/``x.ci_low``/``x.ci_high`` folded into "m [lo, hi]", a
+    change ``x.change`` with its ``x.diff_ci_low``/``x.diff_ci_high`` likewise; the p-values
+    of the changes (``x.p``) stay in the CSV (the significance flags say what they decided),
+    so the table reads at 1280 px."""
     if not rows:
         return _table(title, ["(empty)"], [])
-    cols = [c for c in rows[0] if not drop(c) and not c.endswith((".ci_low", ".ci_high"))]
+    changes = {c.removesuffix(".change") for c in rows[0] if c.endswith(".change")}
+    cols = [c for c in rows[0] if not drop(c) and not c.endswith(
+        (".ci_low", ".ci_high", ".diff_ci_low", ".diff_ci_high"))
+        and not (c.endswith(".p") and c.removesuffix(".p") in changes)]
+    flags = [c for c in cols if all(r.get(c) in ("True", "False") for r in rows)]
+    if len(flags) > 1:  # yes/no columns read as one: the names of those that hold
+        cols = [c for c in cols if c not in flags]
+    else:
+        flags = []
     out = []
     for r in rows:
         cells = []
-        for c in cols:
+        if flags:
+            held = [_column_label(c)[0] for c in flags if r.get(c) == "True"]
+            r = {**r, "_flags": ", ".join(held) or "–"}
+        for c in ([*cols, "_flags"] if flags else cols):
+            if c == "_flags":
+                cells.append(r["_flags"])
+                continue
             metric = _column_label(c)[1]
-            if f"{c}.ci_low" in r and r.get(f"{c}.ci_low") not in (None, ""):
-                cells.append(fmt_ci(_num(r[c]), _num(r[f"{c}.ci_low"]),
-                                    _num(r[f"{c}.ci_high"]), metric))
+            low, high = ((f"{c}.ci_low", f"{c}.ci_high") if not c.endswith(".change") else
+                         (f"{metric}.diff_ci_low", f"{metric}.diff_ci_high"))
+            if r.get(low) not in (None, ""):
+                cells.append(fmt_ci(_num(r[c]), _num(r[low]), _num(r.get(high)), metric))
             else:
                 v = r.get(c, "")
                 cells.append(fmt_value(_num(v), metric) if _num(v) is not None else (v or "–"))
         out.append(cells)
-    return _table(title, [_column_label(c)[0] for c in cols], out)
+    headers = [_column_label(c)[0] for c in cols] + (["holds"] if flags else [])
+    return _table(title, headers, out)
 
 
 def _capacity_section(path: Path) -> dict[str, Any]:
@@ -726,35 +752,61 @@ def _storm_section(path: Path) -> dict[str, Any]:
 
 
 def _comparison(runs: Sequence[RunFolder]) -> dict[str, Any]:
+    """The runs compared with the first: a sentence, the metrics that differ (a short table
+    that reads at 1280 px), every metric folded, and the overlaid figure.  Columns are named
+    ``[k]`` after the legend, so a long folder name never widens a column."""
     from sim.shared.compare import plot_compare
 
     table = compare_table(runs)
     headers = ["metric"]
-    for k, r in enumerate(runs):
-        headers.append(f"[{k}] {r.label}")
+    for k in range(len(runs)):
+        headers.append(f"[{k}]")
         if k:
             headers.append(f"[{k}] − [0]")
-    rows = []
+    rows, differ = [], []
     for name, g in table.groupby("metric", sort=False):
         if g["mean"].isna().all():
             continue
         row = [metric_label(str(name))]
+        marked = False
         for _, r in g.iterrows():
             row.append(fmt_ci(_num(r["mean"]), _num(r["ci_low"]), _num(r["ci_high"]),
                               str(name)))
             if r["run"]:
                 mark = " ≠" if r["differs"] is True else ""
+                marked |= bool(mark)
                 row.append(fmt_ci(_num(r["diff"]), _num(r["diff_ci_low"]),
                                   _num(r["diff_ci_high"]), str(name)) + mark)
         rows.append(row)
+        if marked:
+            differ.append(row)
     with tempfile.TemporaryDirectory(prefix="rtalab-report-") as tmp:
         png = plot_compare(runs, Path(tmp) / "compare.png")
         figure = _b64_file(png)
-    return {"table": _table("Each run vs the first (Welch 95 % CI; ≠ significant after "
-                            "Holm over all metrics)", headers, rows), "figure": figure}
+    legend = "; ".join(f"[{k}] = {r.label}" for k, r in enumerate(runs))
+    summary = (f"{len(runs)} runs ({legend}), {len(rows)} metrics: "
+               + (f"{len(differ)} differ from [0] significantly (Welch 95 % CI, Holm over all "
+                  "metrics), shown first." if differ else
+                  "none differs from [0] significantly (Welch 95 % CI, Holm over all metrics)."))
+    title = ("Each run vs the first (Welch 95 % CI; ≠ significant after Holm over all "
+             "metrics)")
+    return {"table": _table(title, headers, rows),
+            "differ": _table("Metrics that differ", headers, differ) if differ else None,
+            "summary": summary, "figure": figure}
 
 
 # --------------------------------------------------------------------------- entry point
+
+
+def _kinds_title(sections: Sequence[dict[str, Any]]) -> str:
+    """``run baseline`` for one folder; ``a run, 2 load runs`` for several (their names are
+    in the legend, not in the title)."""
+    if len(sections) == 1:
+        return f"{sections[0]['kind']} {sections[0]['label']}"
+    counts: dict[str, int] = {}
+    for s in sections:
+        counts[s["kind"]] = counts.get(s["kind"], 0) + 1
+    return ", ".join(f"{n} {k} folders" if n > 1 else f"a {k} folder" for k, n in counts.items())
 
 
 def section(path: Path) -> tuple[dict[str, Any], RunFolder | None]:
@@ -768,11 +820,16 @@ def section(path: Path) -> tuple[dict[str, Any], RunFolder | None]:
     return build(path), None
 
 
-def render_report(paths: Sequence[str | Path], progress: bool = False) -> str:
+def render_report(paths: Sequence[str | Path], progress: bool = False,
+                  lead: dict[str, Any] | None = None, title: str | None = None,
+                  fold: bool = False) -> str:
     """The HTML text of a report on ``paths`` (any folder kinds rtalab writes).
 
     With ``progress``, a line on stderr once rendering has taken a second, and the time
-    taken at the end."""
+    taken at the end.  ``lead`` puts an answer of the whole report first (keys ``status``,
+    ``headline``, ``lines``, ``figure`` ({caption, data}: a base64 PNG), ``tables``,
+    ``html``); ``title`` replaces the generated title; ``fold`` folds every folder's
+    section under a one-line summary (its headline)."""
     import sys
 
     if not paths:
@@ -784,12 +841,13 @@ def render_report(paths: Sequence[str | Path], progress: bool = False) -> str:
     if progress:
         timer.start()
     try:
-        return _render(paths, t0, progress)
+        return _render(paths, t0, progress, lead, title, fold)
     finally:
         timer.cancel()
 
 
-def _render(paths: Sequence[str | Path], t0: float, progress: bool) -> str:
+def _render(paths: Sequence[str | Path], t0: float, progress: bool,
+            lead: dict[str, Any] | None, title: str | None, fold: bool) -> str:
     import sys
 
     import jinja2
@@ -809,9 +867,13 @@ def _render(paths: Sequence[str | Path], t0: float, progress: bool) -> str:
     env = jinja2.Environment(loader=jinja2.PackageLoader("sim.shared", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              undefined=jinja2.StrictUndefined)
-    title = "rtalab report: " + ", ".join(s["label"] for s in sections)
+    if title is None:
+        title = f"rtalab report: {_kinds_title(sections)}"
+    if lead is not None:
+        lead = {"status": "info", "headline": "", "lines": [], "figure": None, "tables": [],
+                "html": "", **lead}
     text = env.get_template(TEMPLATE).render(
-        title=title, sections=sections,
+        title=title, sections=sections, lead=lead, fold=fold,
         comparison=_comparison(runs) if len(runs) >= 2 else None,
         generated=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         version=package_versions().get("rtalab"))

@@ -273,5 +273,6 @@ M_QUEUE_LITTLE_LAMBDA_W: Final = "queue.little_lambda_w"
 M_UTILISATION: Final = "worker_utilisation"
 M_OFFERED_TURNS_PER_S: Final = "offered_turns_per_s"
 M_GOODPUT: Final = "goodput_turns_per_s"
+M_RECOVERY_S: Final = "recovery_s"  # after the run's trigger (sim.recovery.run_recovery_s)
 M_MEAN_IN_PROGRESS: Final = "mean_turns_in_progress"
 PERCENTILES: Final = (50, 95, 99)

@@ -87,9 +87,16 @@ def summarize(outputs: Sequence[S.RunRecords], warmup_s: float) -> dict[str, Any
     """Metrics of each replication and their mean/95 % CI (JSON-serialisable)."""
     if not outputs:
         raise ValueError("summarize needs at least one run output")
-    per_rep = [replication_metrics(o, warmup_s) for o in outputs]
+    per_rep = [metrics_of(o, warmup_s) for o in outputs]
     return summarize_metrics(per_rep, warmup_s, [int(o.seed) for o in outputs],
                              [int(o.replication) for o in outputs])
+
+
+def metrics_of(out: S.RunRecords, warmup_s: float) -> dict[str, float | None]:
+    """A replication's metrics: folded in while it ran (``sim.runner.RunOutput.metrics``,
+    ``[run] records`` other than "all") or computed from its tables."""
+    pre = getattr(out, "metrics", None)
+    return dict(pre) if pre is not None else replication_metrics(out, warmup_s)
 
 
 def summarize_metrics(per_rep: Sequence[dict[str, float | None]], warmup_s: float,
@@ -152,7 +159,7 @@ def percentile_served(x: np.ndarray, q: float) -> float | None:
 
 
 #: caller-perceived percentiles: a replication's ``None`` means "infinite" (not served)
-INF_PREFIXES = (S.M_CALLER_TTFC_PREFIX, S.M_CALLER_COMPLETION_PREFIX)
+INF_PREFIXES = (S.M_CALLER_TTFC_PREFIX, S.M_CALLER_COMPLETION_PREFIX, S.M_RECOVERY_S)
 
 
 def _is(col: pd.Series, *values: str) -> np.ndarray:
@@ -271,10 +278,34 @@ def replication_metrics(out: S.RunRecords, warmup_s: float) -> dict[str, float |
     se_turns = int(_col(t_all, S.SIDE_EFFECT, keep).sum())
     m[S.M_SIDE_EFFECTS_PER_SE_TURN] = _ratio(len(guids), se_turns)
 
-    # time series over the measurement window [warm-up, duration)
-    ts = out.timeseries
+    m.update(timeseries_metrics(out.timeseries, warmup_s, out.duration_s))
+    m.update(counter_metrics(out.counters))
+    c = out.counters
+    m.update(recovery_metrics(out.timeseries, c, warmup_s, out.duration_s))
+    m.update(queue_metrics(out.executions, warmup_s, out.duration_s,
+                           float(c.get("end_s", out.duration_s))))
+    return m
+
+
+def recovery_metrics(ts: pd.DataFrame, counters: dict[str, Any], warmup_s: float,
+                     duration_s: float) -> dict[str, float | None]:
+    """``recovery_s`` of a run with a trigger (``counters["trigger_s"]``) when it is
+    defined (:func:`sim.recovery.run_recovery_s`); nothing otherwise."""
+    trig = counters.get("trigger_s")
+    if trig is None or not len(ts):
+        return {}
+    from sim.recovery import run_recovery_s
+
+    defined, rec = run_recovery_s(ts, (float(trig[0]), float(trig[1])), warmup_s, duration_s)
+    return {S.M_RECOVERY_S: rec} if defined else {}
+
+
+def timeseries_metrics(ts: pd.DataFrame, warmup_s: float,
+                       duration_s: float) -> dict[str, float | None]:
+    """The metrics of the time series over the measurement window [warm-up, duration)."""
+    m: dict[str, float | None] = {}
     t_s = ts[S.T_S].to_numpy()
-    w = ts[(t_s >= warmup_s) & (t_s < out.duration_s)]
+    w = ts[(t_s >= warmup_s) & (t_s < duration_s)]
     if len(w):
         m[S.M_DEDUP_MEAN_BYTES] = float(w[S.DEDUP_BYTES].mean())
         m[S.M_OFFERED_TURNS_PER_S] = float(w[S.OFFERED_TURNS_PER_S].mean())
@@ -284,12 +315,19 @@ def replication_metrics(out: S.RunRecords, warmup_s: float) -> dict[str, float |
             m[S.M_CONCURRENT_CALLS_MEAN] = float(w[S.CALLS_IN_PROGRESS].mean())
             m[S.M_CONCURRENT_CALLS_PEAK] = float(w[S.CALLS_IN_PROGRESS].max())
         m[S.M_UTILISATION] = _ratio(w[S.BUSY_WORKERS].sum(), w[S.WORKER_CAPACITY].sum())
-    c = out.counters
+    return m
+
+
+def counter_metrics(c: dict[str, Any]) -> dict[str, float | None]:
+    """The metrics read from the run's counters (the dedup store's peak)."""
+    m: dict[str, float | None] = {}
     if "dedup_peak_entries" in c:
         m[S.M_DEDUP_PEAK_ENTRIES] = float(c["dedup_peak_entries"])
         m[S.M_DEDUP_PEAK_BYTES] = float(c["dedup_peak_bytes"])
-    m.update(queue_metrics(out.executions, warmup_s, out.duration_s,
-                           float(c.get("end_s", out.duration_s))))
+    # a fleet's hazards by cause and per-replica load (sim.model.fleet), in its counters
+    for k, v in c.items():
+        if k.startswith("fleet.") and k != "fleet.replicas":
+            m[k] = None if v is None else float(v)
     return m
 
 

@@ -176,6 +176,44 @@ def test_duplication_reaches_the_reasoner(request: pytest.FixtureRequest, witnes
     assert executions(witness, ctx) == {g: expected for g in guids}
 
 
+@pytest.mark.parametrize("first", [1, 0])
+def test_a_duplicate_can_reach_the_reasoner_before_its_original(
+        none_reasoner: Reasoner, witness: str, proxy_factory: Callable[..., Proxy],
+        binding: str, first: int) -> None:
+    """``--duplicate-first 1``: every copy is executed BEFORE the original the caller hears
+    (dedup ``none``: two tasks per requestGuid; the witness's tStart orders them); the
+    must-not, ``--duplicate-first 0``: the caller's original runs first."""
+    px = proxy_factory(none_reasoner.url, *QUIET, "--duplicate", "1", "--duplicate-first",
+                       str(first), "--set", "network.uplink.duplicate_delay_s=0.3",
+                       "--seed", "7")
+    ctx = uid("ctx")
+    guids = [uid("g") for _ in range(2)]
+
+    def answered(r: dict[str, Any]) -> bool:
+        return r["copy_status"] in (200, "answered")
+
+    if binding == "sse":
+        turns = [px.r.sse(stream(side_effect_msg(ctx, g))) for g in guids]
+        dups = px.wait_lines("duplicate", 2, answered)
+    else:
+        with px.r.ws() as s:
+            turns = [s.request(stream(side_effect_msg(ctx, g))) for g in guids]
+            dups = px.wait_lines("duplicate", 2, answered)
+    assert [d["first"] for d in dups] == [bool(first)] * 2
+    deadline = time.monotonic() + DEADLINE_S
+    while sum(executions(witness, ctx).values()) < 4:
+        assert time.monotonic() < deadline, executions(witness, ctx)
+        time.sleep(0.05)  # polling the witness ledger with a deadline
+    rows = httpx.get(f"{witness}/ledger", params={"contextId": ctx}, timeout=10).json()["rows"]
+    for g, turn in zip(guids, turns, strict=True):
+        assert turn.final_state == "TASK_STATE_COMPLETED"
+        mine = [r for r in rows if r["requestGuid"] == g and r["taskId"] == turn.task_id]
+        other = [r for r in rows if r["requestGuid"] == g and r["taskId"] != turn.task_id]
+        assert len(mine) == 1 and len(other) == 1, rows
+        copy_ran_first = other[0]["tStart"] < mine[0]["tStart"]
+        assert copy_ran_first == bool(first), (g, mine, other)
+
+
 # ------------------------------------------------------------------------------ reordering
 
 

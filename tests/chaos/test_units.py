@@ -140,6 +140,26 @@ def test_parse_request_and_frame() -> None:
     assert not parse_frame('{"id":1,"result":{"artifactUpdate":{"metadata":{}}}}').terminal
 
 
+def test_parse_rest_request_and_frame() -> None:
+    """HTTP+JSON: the SendMessageRequest body of POST /message:stream carries the identity;
+    its stream events are bare StreamResponse objects."""
+    body = b'{"message":{"metadata":{"https://x/ext/requestGuid":"g-2"}}}'
+    _, info = parse_request(body, "/message:stream")
+    assert (info.method, info.rpc_id, info.request_guid, info.binding) == (
+        "SendStreamingMessage", None, "g-2", "rest")
+    _, info = parse_request(body, "/tenant-a/message:send")
+    assert (info.method, info.binding) == ("SendMessage", "rest")
+    for path in ("/tasks/t-1:cancel", "/tasks/t-1"):  # no message: never faulted
+        _, info = parse_request(b"{}", path)
+        assert not info.method and info.binding == "rest"
+    ev = parse_frame('{"statusUpdate":{"status":{"state":"TASK_STATE_COMPLETED"},'
+                     '"metadata":{"u/sequenceId":4}}}')
+    assert ev.terminal and ev.sequence_id == 4.0
+    ev = parse_frame('{"artifactUpdate":{"metadata":{"u/sequenceId":2}}}')
+    assert not ev.terminal and ev.sequence_id == 2.0
+    assert parse_frame('{"error":{"code":500,"status":"INTERNAL"}}').terminal
+
+
 @given(st.one_of(st.binary(max_size=200), st.text(max_size=200),
                  st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
                               lambda c: st.lists(c, max_size=3)
@@ -147,6 +167,7 @@ def test_parse_request_and_frame() -> None:
                               max_leaves=12).map(lambda v: __import__("json").dumps(v))))
 def test_wire_parsing_never_raises(data: bytes | str) -> None:
     parse_request(data)
+    parse_request(data, "/message:stream")
     parse_frame(data)
     SseSplitter().feed(data if isinstance(data, bytes) else data.encode())
 

@@ -98,3 +98,45 @@ def test_turns_in_flight_during_a_restart_are_not_judged_for_availability():
     a = pd.DataFrame(rows).assign(tkey=[0, 1, 2, 3, 4])
     assert turns_across_restarts(a, 5, RESTART).tolist() == [False, True, True, False, False]
     assert turns_across_restarts(a, 5, RESTART.iloc[0:0]).tolist() == [False] * 5
+
+
+def test_a_copy_that_reached_the_server_first_counts_before_its_original():
+    rows = [
+        # the concurrent copy was sent first (the original waited for it): before-original
+        _attempt("g1", 10.02, 11.0), _attempt("g1", 10.0, 10.9, injected="concurrent"),
+        # sent after its original started: while running, not before
+        _attempt("g2", 20.0, 21.0, call="c2"),
+        _attempt("g2", 20.01, 21.0, injected="concurrent", call="c2"),
+        # a copy first of a refused original: nothing to deduplicate, not counted
+        _attempt("g3", 30.02, 30.1, "failed", call="c3", code="auth"),
+        _attempt("g3", 30.0, 30.1, "failed", injected="concurrent", call="c3", code="auth"),
+    ]
+    c = _counts(rows, restarts=RESTART.iloc[0:0])
+    assert c["duplicate-before-original"] == ("exercised", 1)  # g1
+    assert c["duplicate-while-running"] == ("exercised", 1)    # g2
+    chaos = pd.DataFrame({"kind": ["duplicate", "duplicate"], "request_guid": ["g2", "g1"],
+                          "delay_s": [-0.05, 0.05], "first": [True, False]})
+    c = _counts(rows, chaos, restarts=RESTART.iloc[0:0])
+    assert c["duplicate-before-original"] == ("exercised", 2)  # + the proxy's copy of g2
+    assert c["duplicate-while-running"] == ("exercised", 2)    # + the proxy's later copy of g1
+    later = _counts(rows[2:], restarts=RESTART.iloc[0:0])      # the must-not: none sent first
+    assert later["duplicate-before-original"] == ("not exercised", 0)
+
+
+def test_resends_after_completion_state_the_dedup_window_they_demand():
+    rows = [_attempt("g1", 10.0, 11.0), _attempt("g1", 14.0, 14.1, injected="resend"),
+            _attempt("g2", 20.0, 20.5, call="c2"),
+            _attempt("g2", 27.5, 27.6, injected="resend", call="c2")]
+    chaos = pd.DataFrame({"kind": ["duplicate"], "request_guid": ["g1"], "delay_s": [2.0],
+                          "first": [False]})  # 2 s after a 1-s request: 1 s after its end
+    got = {e.name: e for e in coverage(pd.DataFrame(rows), chaos, True, RESTART.iloc[0:0], 0)}
+    after = got["resend-after-completion"]
+    assert after.count == 3
+    assert after.min_dedup_window_s == 7.0  # g2: resent 7 s after its answer ended
+    assert "dedup window >= 7 s" in after.detail
+    assert after.to_dict()["min_dedup_window_s"] == 7.0
+    assert "min_dedup_window_s" not in got["duplicate-while-running"].to_dict()
+    none = {e.name: e for e in coverage(pd.DataFrame(rows[:1]), None, True,
+                                        RESTART.iloc[0:0], 0)}
+    assert none["resend-after-completion"].min_dedup_window_s is None
+    assert "dedup window" not in none["resend-after-completion"].detail

@@ -68,12 +68,14 @@ def test_clean_ledger_passes_every_rule(tmp_path: Path, led: Ledger) -> None:
     v = judge(tmp_path, led)
     assert v.ok
     names = [r.name for r in v.rules]
-    assert names == [*RULE_NAMES, "ledger-gathered", "server-ledger-agree",
-                     "witness-ledger-agree", "auth", "availability"]
+    assert names == [*RULE_NAMES, "transport-equivalence", "ledger-gathered",
+                     "server-ledger-agree", "witness-ledger-agree", "auth", "availability"]
     status = {r.name: r.status for r in v.rules}
     assert {status[n] for n in RULE_NAMES} == {"pass"}
+    assert status["transport-equivalence"] == "not-checked"  # one binding
     # a bare ledger folder: no gather.json / counts.json to check integrity against
-    assert {status[n] for n in names[len(RULE_NAMES):len(RULE_NAMES) + 3]} == {"not-checked"}
+    assert {status[n] for n in names[len(RULE_NAMES) + 1:len(RULE_NAMES) + 4]} == {
+        "not-checked"}
     assert status["auth"] == status["availability"] == "pass"
     assert v.stats["turns"] == N_TURNS
     assert v.stats["client_injected_copies"] > 0
@@ -85,12 +87,14 @@ def test_clean_ledger_passes_every_rule(tmp_path: Path, led: Ledger) -> None:
     # (same requestGuid) 1 ms after the original, while it runs; no restart, proxy, resend
     # after the answer, per-call turnIds or continuation
     cover = {c["name"]: (c["status"], c["count"]) for c in written["coverage"]}
-    assert list(cover) == ["duplicate-while-running", "resend-after-completion",
+    assert list(cover) == ["duplicate-while-running", "duplicate-before-original",
+                           "resend-after-completion",
                            "resend-across-restart", "turn-id-reused", "continuation-twice",
                            "reordering", "outage", "restart", "non-retryable", "rate-limited"]
     assert cover["duplicate-while-running"][0] == "exercised"
-    for name in ("resend-after-completion", "resend-across-restart", "turn-id-reused",
-                 "continuation-twice", "outage", "restart"):
+    for name in ("duplicate-before-original", "resend-after-completion",
+                 "resend-across-restart", "turn-id-reused", "continuation-twice", "outage",
+                 "restart"):
         assert cover[name] == ("not exercised", 0), name
     assert "verdict: PASS" in (tmp_path / "verdict.txt").read_text()
 
@@ -187,6 +191,19 @@ def plant_cross_session(led: Ledger) -> None:
                                            "context_id"].iloc[0]
 
 
+def plant_foreign_task(led: Ledger) -> None:
+    """An attempt answered with another call's stored turn, its contextId rewritten to the
+    caller's own (cross-session-answer cannot see it) and no side effect anywhere."""
+    a = led["attempts"]
+    victim = a.index[(a["call_id"] == "c5") & (a["injected"] == "")][0]
+    donor = a.index[(a["call_id"] == "c2") & (a["injected"] == "")][0]
+    a.loc[victim, "task_id_answered"] = a.loc[donor, "task_id_answered"]
+    a.loc[victim, "send_s"] = a.loc[donor, "end_s"] + 1.0  # the donor's turn ran first
+    a["side_effect"] = False
+    led["turns"]["side_effect"] = False
+    led["witness"] = led["witness"].iloc[0:0]
+
+
 PLANTS: dict[str, Callable[[Ledger], None]] = {
     "lost": plant_lost, "duplicated": plant_duplicated, "unexpected": plant_unexpected,
     "incomplete": plant_incomplete, "ordering": plant_ordering,
@@ -196,6 +213,7 @@ PLANTS: dict[str, Callable[[Ledger], None]] = {
     "continuation-answered-twice": plant_continuation_twice,
     "cross-session-answer": plant_cross_session,
     "task-id-kept": plant_task_id_dropped,
+    "foreign-task-answer": plant_foreign_task,
 }
 
 
@@ -415,3 +433,34 @@ def test_a_degraded_call_is_neither_lost_nor_unexpected(tmp_path: Path, led: Led
     w.loc[i, ["requestGuid", "interactionId", "turnId"]] = [None, None, None]
     v = judge(tmp_path, led)
     assert failed(v) == (set() if degraded else {"lost", "unexpected"})
+
+
+# ------------------------------------------------------------------------------ foreign task
+
+
+def test_foreign_task_answer_names_the_given_attempt(tmp_path: Path, led: Ledger) -> None:
+    plant_foreign_task(led)
+    victim = led["attempts"][(led["attempts"]["call_id"] == "c5")
+                             & (led["attempts"]["injected"] == "")].iloc[0]
+    r = judge(tmp_path, led).rule("foreign-task-answer")
+    assert r.status == "fail" and r.count == 1
+    assert r.examples == (victim["request_guid"],)  # the turn given the task, not its owner
+    assert "1 of another call" in r.detail
+
+
+def test_one_turns_retries_and_copies_share_its_task(tmp_path: Path, led: Ledger) -> None:
+    """The must-not: every attempt, retry and resend copy of one turn answered with the same
+    taskId (a retry keeps the task, errors.md §3) is not a foreign answer."""
+    a = led["attempts"]
+    a["task_id_answered"] = ("task-" + a["call_id"].astype(str) + "."
+                             + a["turn_index"].astype(str))
+    assert a.duplicated(["task_id_answered"]).sum() > 10  # retries and copies share one
+    v = judge(tmp_path, led)
+    assert v.ok and v.rule("foreign-task-answer").status == "pass", v.to_text()
+
+
+def test_foreign_task_answer_not_checked_without_the_column(tmp_path: Path,
+                                                            led: Ledger) -> None:
+    del led["attempts"]["task_id_answered"]
+    r = judge(tmp_path, led).rule("foreign-task-answer")
+    assert r.status == "not-checked" and "task_id_answered" in r.detail

@@ -49,10 +49,10 @@ CONTROLS = {"late-claim": "duplicated", "turn-key": "cross-session-answer",
 # what else a planted bug may bring down: turn-key answers one call's t-1 with another call's
 # outcome -- a side-effect turn told COMPLETED without running (lost), or every later t-1
 # failed by a replayed failure (the success SLO)
-CONSEQUENCES = {"turn-key": {"lost", "availability"}}
-ALL_CLASSES = {"duplicate-while-running", "resend-after-completion", "resend-across-restart",
-               "turn-id-reused", "continuation-twice", "reordering", "outage", "restart",
-               "non-retryable", "rate-limited"}
+CONSEQUENCES = {"turn-key": {"lost", "availability", "foreign-task-answer"}}
+ALL_CLASSES = {"duplicate-while-running", "duplicate-before-original", "resend-after-completion",
+               "resend-across-restart", "turn-id-reused", "continuation-twice", "reordering",
+               "outage", "restart", "non-retryable", "rate-limited"}
 
 
 def rtalab_load(tmp: Path, *args: str, timeout_s: float = 150.0
@@ -128,7 +128,9 @@ def _copies_across_restart(run: Path) -> int:
 def test_release_gate_passes_the_correct_reasoner_and_fails_each_planted_bug(tmp_path):
     variants = {"correct": [], **{bug: ["--unsafe-bug", bug] for bug in
                                   [*CONTROLS, "refuse-auth", "no-input-required"]}}
-    with ThreadPoolExecutor(len(variants)) as pool:
+    # at most four runs at once: seven at once starve a busy 2-core machine, where restarts
+    # then take longer than the run and the correct run exercises nothing (seen in CI)
+    with ThreadPoolExecutor(4) as pool:
         futures = {name: pool.submit(rtalab_load, tmp_path / name, *SHORT, *extra)
                    for name, extra in variants.items()}
         done = {name: f.result() for name, f in futures.items()}
@@ -141,7 +143,11 @@ def test_release_gate_passes_the_correct_reasoner_and_fails_each_planted_bug(tmp
     assert set(cover) == ALL_CLASSES
     assert {n for n, c in cover.items() if c["status"] == "exercised"} == ALL_CLASSES, cover
     assert cover["restart"]["count"] == 1
-    assert "coverage (10 of 10 bug classes exercised" in (run / "verdict.txt").read_text()
+    assert "coverage (11 of 11 bug classes exercised" in (run / "verdict.txt").read_text()
+    # the resends 14 s after completion: the window the gate demanded, said in the verdict
+    after = cover["resend-after-completion"]
+    assert after["min_dedup_window_s"] >= 13.0, after
+    assert "dedup window >=" in (run / "verdict.txt").read_text()
     restarts = jsonl(run / "ledger" / "restarts.jsonl")
     assert [(r["at_s"], r["how"], r["ready"]) for r in restarts] == [(5.0, "crash", True)]
     meta = _json(run / "meta.json")
@@ -177,7 +183,8 @@ def test_release_gate_passes_the_correct_reasoner_and_fails_each_planted_bug(tmp
                for a in jsonl(run / "ledger" / "attempts.jsonl") if a["http_status"] == 401}
     assert refused == {("sse", 401, "auth"), ("ws", 401, "auth")}
     cover = {c["name"]: c["status"] for c in verdict["coverage"]}
-    for name in ("duplicate-while-running", "resend-after-completion", "turn-id-reused",
+    for name in ("duplicate-while-running", "duplicate-before-original",
+                 "resend-after-completion", "turn-id-reused",
                  "continuation-twice"):  # nothing was executed: nothing to deduplicate
         assert cover[name] == "not exercised", (name, cover)
 

@@ -1,4 +1,4 @@
-"""``rtalab load bench``: arithmetic of the table, and a tiny real run of all four clients."""
+"""``rtalab load bench``: arithmetic of the table, and a tiny real run of every client."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def test_bench_runs_every_client_against_the_canned_stream():
                        capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-2000:]
     rows = {line.split()[0]: line.split() for line in p.stdout.splitlines()
-            if line.split() and line.split()[0] in ("sse", "ws")}
-    assert set(rows) == {"sse", "ws"}
+            if line.split() and line.split()[0] in ("sse", "rest", "ws")}
+    assert set(rows) == {"sse", "rest", "ws"}
     for cells in rows.values():
         bare, live = float(cells[1]), float(cells[2])
         assert bare > 0 and live > 0  # every client completed turns

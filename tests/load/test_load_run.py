@@ -91,7 +91,7 @@ def test_bad_input_one_line_exit_2(tmp_path):
     p, _ = load_run(tmp_path, scenario="[workload]\ncalls_per_s = -1\n")
     assert p.returncode == 2 and "scenario error" in p.stderr
     p, _ = load_run(tmp_path, "--target", "http://127.0.0.1:9")
-    assert p.returncode == 2 and "does not answer" in p.stderr
+    assert p.returncode == 2 and "does not answer: " in p.stderr and "refused" in p.stderr, p.stderr
     p, _ = load_run(tmp_path, "--unsafe-test-retry-code", "internal")
     assert p.returncode == 2 and "already retryable" in p.stderr
 

@@ -18,6 +18,7 @@ import pytest
 
 from loadtests.common.procs import free_port, start_process, start_reasoner, start_witness
 from tests.load.conftest import FAST, jsonl, load_run
+from tests.signals import python_sigint
 
 
 def _verdict(run: Path) -> dict:
@@ -124,7 +125,7 @@ def test_sighup_and_sigint_interrupt_like_ctrl_c(sig: int):
     from loadtests.loadrun.orchestrate import signals_interrupt
 
     before = signal.getsignal(signal.SIGHUP)
-    with pytest.raises(KeyboardInterrupt), signals_interrupt():
+    with python_sigint(), pytest.raises(KeyboardInterrupt), signals_interrupt():
         os.kill(os.getpid(), sig)
         time.sleep(5)  # never reached: the handler raises at once
     assert signal.getsignal(signal.SIGHUP) is before

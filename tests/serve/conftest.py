@@ -85,7 +85,7 @@ def start_test_reasoner(base: Path, *, witness: str | None = None, scenario: str
     base.mkdir(parents=True, exist_ok=True)
     scenario_file = base / "scenario.toml"
     scenario_file.write_text(scenario, encoding="utf-8")
-    args = ["--test-hooks", "--log-level", "warning"]
+    args = ["--test-hooks", "--log-level", "warning", "--grpc-port", "0"]
     for token, principal in TOKENS.items():
         args += ["--token", f"{token}={principal}"]
     return start_reasoner(workers=workers, dedup=dedup or f"sqlite:///{base / 'dedup.sqlite'}",
@@ -96,9 +96,9 @@ def start_test_reasoner(base: Path, *, witness: str | None = None, scenario: str
 reasoner = Reasoner.fixture("reasoner", "The module's Reasoner (test hooks on, witness attached).")
 
 
-@pytest.fixture(params=["sse", "ws"])
+@pytest.fixture(params=["sse", "ws", "grpc"])
 def binding(request: pytest.FixtureRequest) -> str:
-    """Both bindings."""
+    """Every binding the Live users speak (JSON-RPC over SSE, WebSocket, gRPC)."""
     return str(request.param)
 
 

@@ -209,7 +209,8 @@ def test_an_idle_keep_alive_connection_is_closed_and_counted(guarded: Reasoner) 
 def test_total_and_per_client_limits(tmp_path: Path) -> None:
     """20 connections per process, 10 per client: two clients take 10 each (5 more of each
     refused), a third client is refused at the total; all closed at the header deadline."""
-    with start_test_reasoner(tmp_path, extra=[*FAST_LIMITS, "--max-connections", "20"]) as proc:
+    with start_test_reasoner(tmp_path, extra=[*FAST_LIMITS, "--max-connections", "20",
+                                              "--max-pending-connections", "20"]) as proc:
         r = Reasoner(proc)
         port = int(r.url.rsplit(":", 1)[1])
 
@@ -246,3 +247,51 @@ def test_serve_reasoner_raises_its_file_limit(tmp_path: Path) -> None:
     [line] = [x for x in limits.splitlines() if x.startswith("Max open files")]
     assert int(line.split()[3]) == want
     assert f"open-file limit {want} (raised from 256)" in log
+
+
+ATTACKERS = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
+
+
+def test_a_share_is_kept_for_clients_that_complete_requests(tmp_path: Path) -> None:
+    """4 attacking addresses hold 281 silent or trickling sockets each, reconnecting whenever
+    one is closed (200 connections per worker, 100 per client, at most 100 pending; 30 s
+    deadlines, so only the pending cap frees slots): another client's 60 turns, each on a
+    fresh connection, are all served, and the attackers' sockets are closed as the oldest
+    pending ones (limit-pending)."""
+    extra = ["--header-timeout-s", "30", "--body-timeout-s", "30", "--idle-timeout-s", "30",
+             "--max-connections", "200"]
+    with start_test_reasoner(tmp_path, extra=extra) as proc:
+        r = Reasoner(proc)
+        port = int(r.url.rsplit(":", 1)[1])
+        kinds = [HEADERS_TRICKLED, SILENT, HUGE_BODY]
+
+        async def attacker(src: str, i: int, stop: asyncio.Event,
+                           connected: _Connected) -> int:
+            """One attacking socket, reconnected whenever closed; how many times."""
+            first, n = True, 0
+            while not stop.is_set():
+                await _hostile(port, *kinds[i % len(kinds)], until_s=2.0, src=src,
+                               connected=connected if first else None)
+                first, n = False, n + 1
+            return n
+
+        async def main() -> tuple[list[Turn], list[int]]:
+            stop = asyncio.Event()
+            connected = _Connected(281 * len(ATTACKERS))
+            tasks = [asyncio.create_task(attacker(src, i, stop, connected))
+                     for src in ATTACKERS for i in range(281)]
+            await connected.all.wait()
+            loop = asyncio.get_running_loop()
+            turns = []
+            for _ in range(6):  # 60 turns, 10 at a time, each on its own connection
+                turns += await asyncio.gather(*[loop.run_in_executor(
+                    None, r.send, "sse", stream(message())) for _ in range(10)])
+            stop.set()
+            return list(turns), list(await asyncio.gather(*tasks))
+
+        turns, reconnects = asyncio.run(main())
+        assert [t.final_state for t in turns] == ["TASK_STATE_COMPLETED"] * 60
+        closed = closed_count(r)
+        print(f"closed: {closed}; attacker reconnects: {sum(reconnects)}")
+        assert closed.get("limit-pending", 0) > 0
+        assert closed.get("limit-client", 0) > 0

@@ -1,0 +1,8 @@
+"""The fast model beside the simulator: a scenario's Reasoner queue and retry orbit as a fluid
+(mean-field ODE) model and as a continuous-time Markov chain (docs/contracts.md, "Fast model").
+
+- :mod:`sim.fastmodel.params` — :func:`from_scenario` → :class:`FastParams` (plain data);
+- :mod:`sim.fastmodel.fluid` — :func:`trajectory`, :func:`fixed_points`, :func:`p_timeout`;
+- :mod:`sim.fastmodel.ctmc` — the chain over (requests in the Reasoner, callers in the
+  orbit): stationary laws and expected hitting times.
+"""

@@ -1,0 +1,124 @@
+"""``rtalab load run --binding grpc``: the Live users over the A2A gRPC binding, end to end.
+
+Real subprocesses on 127.0.0.1: the embedded witness and Reasoner (serving gRPC on the
+port its agent card advertises), Locust with grpcio in gevent mode.  A run passes with
+ledger == server counts, over plaintext and over mutual TLS (``--tls``); a target whose
+card advertises no gRPC interface is one line, exit 2; duplicates reach a Reasoner that
+does not deduplicate and the run fails ``duplicated``; and the release gate's planted bugs
+(``--unsafe-bug``) fail their rules on gRPC, found in the ledgers on gRPC attempts.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from loadtests.common.procs import start_reasoner
+from tests.load.conftest import FAST, jsonl, load_run
+from tests.load.test_gate_triggers import (
+    CONSEQUENCES,
+    CONTROLS,
+    EVIDENCE,
+    SHORT,
+    _json,
+    needs_chaos,
+    rtalab_load,
+)
+
+COPIES = FAST.replace("[live.timeouts]", "[load]\nresend_share = 0.5\n"
+                      "concurrent_duplicate_share = 0.5\n[live.timeouts]")
+
+
+def _check_clean(p, run: Path | None, read_json) -> None:
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert run is not None
+    attempts = jsonl(run / "ledger" / "attempts.jsonl")
+    assert attempts and {a["binding"] for a in attempts} == {"grpc"}
+    answered = [a for a in attempts if a["events"]]
+    assert answered and all(a["echo"] and a["http_status"] == 200 for a in answered)
+    assert all(a["order_violations"] == 0 for a in attempts)
+    rules = {r["name"]: r for r in read_json(run / "verdict.json")["rules"]}
+    for name in ("server-ledger-agree", "witness-ledger-agree", "ledger-gathered", "lost",
+                 "duplicated", "ordering", "extension-echo"):
+        assert rules[name]["status"] == "pass", rules[name]
+    counts = read_json(run / "ledger" / "counts.json")
+    assert counts["server_turns_answered"] == counts["attempts_answered"] > 0
+    assert counts["witness_rows"] > 0
+    assert read_json(run / "meta.json")["binding"] == "grpc"
+
+
+def test_a_grpc_run_passes_with_ledger_equal_to_server_counts(tmp_path: Path,
+                                                              read_json) -> None:
+    p, run = load_run(tmp_path, "--binding", "grpc", "--duration", "3")
+    _check_clean(p, run, read_json)
+
+
+def test_a_grpc_run_over_mutual_tls(tmp_path: Path, read_json) -> None:
+    p, run = load_run(tmp_path, "--tls", "--binding", "grpc", "--duration", "3")
+    _check_clean(p, run, read_json)
+    assert run is not None and read_json(run / "meta.json")["tls"].startswith("mutual TLS")
+
+
+def test_duplicates_over_grpc_fail_a_reasoner_without_dedup(tmp_path: Path) -> None:
+    p, run = load_run(tmp_path, "--binding", "grpc", "--dedup-mode", "none", "--duration", "3",
+                      scenario=COPIES)
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "duplicated" in p.stdout
+    assert run is not None and EVIDENCE["late-claim"](run) == {"grpc"}
+
+
+def test_a_target_without_a_grpc_interface_is_one_line_exit_2(tmp_path: Path) -> None:
+    sc = tmp_path / "server.toml"
+    sc.write_text(FAST, encoding="utf-8")
+    with start_reasoner(scenario=sc, dedup="memory", extra_args=["--token", "t=alice"]) as r:
+        p, _ = load_run(tmp_path, "--target", r.url, "--token", "t", "--binding", "grpc",
+                        "--duration", "1")
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2, p.stderr
+    assert len(lines) == 1 and "advertises no GRPC interface" in lines[0], lines
+
+
+@needs_chaos
+def test_the_release_gate_on_grpc_passes_the_correct_reasoner_and_fails_each_bug(tmp_path):
+    args = [a if a != "both" else "grpc" for a in SHORT]
+    variants = {"correct": [], **{bug: ["--unsafe-bug", bug] for bug in
+                                  [*CONTROLS, "refuse-auth"]}}
+    # three at once: a gRPC Live user costs more client CPU than an SSE one (docs/load.md),
+    # and more runs at once starve a busy 2-core machine (tests/load/test_gate_triggers.py)
+    with ThreadPoolExecutor(3) as pool:
+        futures = {name: pool.submit(rtalab_load, tmp_path / name, *args, *extra,
+                                     timeout_s=400.0)
+                   for name, extra in variants.items()}
+        done = {name: f.result() for name, f in futures.items()}
+
+    p, run = done["correct"]
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    verdict = _json(run / "verdict.json")
+    assert verdict["ok"] and verdict["failed"] == []
+    cover = {c["name"]: c["status"] for c in verdict["coverage"]}
+    # gRPC does not go through the HTTP/1 chaos proxy: no proxy reordering or outage, and
+    # the verdict says so instead of claiming them (docs/chaos.md)
+    assert cover["reordering"] == cover["outage"] == "not exercised", cover
+    for name in ("duplicate-while-running", "resend-after-completion", "resend-across-restart",
+                 "turn-id-reused", "continuation-twice", "restart"):
+        assert cover[name] == "exercised", (name, cover)
+    assert {a["binding"] for a in jsonl(run / "ledger" / "attempts.jsonl")} == {"grpc"}
+
+    for bug, rule in CONTROLS.items():
+        p, run = done[bug]
+        assert p.returncode == 1, (bug, p.stdout[-2000:], p.stderr[-2000:])
+        verdict = _json(run / "verdict.json")
+        assert rule in verdict["failed"], (bug, verdict["failed"])
+        assert set(verdict["failed"]) <= {rule, *CONSEQUENCES.get(bug, ())}, (bug, verdict)
+        if bug in ("late-claim", "turn-key"):  # many violations: found on gRPC attempts
+            assert EVIDENCE[bug](run) == {"grpc"}, bug
+
+    p, run = done["refuse-auth"]
+    assert p.returncode == 1
+    verdict = _json(run / "verdict.json")
+    assert "auth" in verdict["failed"] and set(verdict["failed"]) <= {"auth", "availability"}
+    # every answer is the refusal (UNAUTHENTICATED = 401, auth); attempts while the server
+    # restarted got no answer at all
+    answered = {(a["binding"], a["http_status"], a["error_code"], a["outcome"])
+                for a in jsonl(run / "ledger" / "attempts.jsonl") if a["http_status"]}
+    assert answered == {("grpc", 401, "auth", "failed")}, answered

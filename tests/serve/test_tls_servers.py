@@ -1,0 +1,144 @@
+"""The reference Reasoner and the witness serve (mutual) TLS, and every rtalab client verifies.
+
+Real servers on 127.0.0.1 with certificates made at run time: the Reasoner requires client
+certificates and calls the witness over mutual TLS; the readiness check, the agent card
+and the Live users (the SSE FastHttpUser and the WebSocket channel, run in a subprocess:
+importing Locust monkey-patches this process) verify certificates by default, and name
+the problem in one line when one is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loadtests.common.certs import Pki, make_ca, make_pki
+from loadtests.common.procs import ManagedProcess, start_reasoner, start_witness, url_problem
+from loadtests.common.tls import ClientTls, ServerTls
+
+CARD = "/.well-known/agent-card.json"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def _client(pki: Pki) -> ClientTls:
+    return ClientTls(str(pki.ca), str(pki.client.cert), str(pki.client.key))
+
+
+def _server(pki: Pki) -> ServerTls:
+    return ServerTls(str(pki.server.cert), str(pki.server.key), str(pki.ca))
+
+
+@pytest.fixture(scope="module")
+def stack(pki: Pki, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[tuple[ManagedProcess, ManagedProcess]]:
+    base = tmp_path_factory.mktemp("tls-stack")
+    with start_witness(base / "w.sqlite", log_path=base / "witness.log",
+                       server_tls=_server(pki), client_tls=_client(pki)) as witness, \
+            start_reasoner(witness=witness.url, log_path=base / "reasoner.log",
+                           dedup=f"sqlite:///{base / 'd.sqlite'}",
+                           extra_args=["--token", "tok=alice", "--log-level", "warning"],
+                           server_tls=_server(pki), client_tls=_client(pki)) as reasoner:
+        yield reasoner, witness
+
+
+def test_servers_speak_mutual_tls(stack: tuple[ManagedProcess, ManagedProcess], pki: Pki,
+                                  tmp_path: Path) -> None:
+    reasoner, witness = stack
+    assert reasoner.url.startswith("https://") and witness.url.startswith("https://")
+    card = httpx.get(reasoner.url + CARD, verify=_client(pki).context(), timeout=10).json()
+    urls = [i["url"] for i in card["supportedInterfaces"]]
+    assert urls and all(u.startswith("https://") for u in urls), urls
+    for proc in (reasoner, witness):
+        url = f"{proc.url}/healthz"
+        assert url_problem(url, _client(pki)) is None
+        assert "unknown CA" in str(url_problem(url, ClientTls()))
+        assert "client certificate required" in str(url_problem(url, ClientTls(str(pki.ca))))
+        stranger = make_ca("stranger").issue(tmp_path, "s", ("me",), client=True)
+        rejected = url_problem(url, ClientTls(str(pki.ca), str(stranger.cert),
+                                              str(stranger.key)))
+        assert "client certificate rejected" in str(rejected)
+        plain = url_problem(url.replace("https://", "http://"), _client(pki))
+        assert plain is not None and "\n" not in plain
+
+
+LIVE_USERS = r"""
+import json, sys
+import gevent.monkey
+gevent.monkey.patch_all()
+from locust.contrib.fasthttp import FastHttpSession
+from locust.event import Events
+from loadtests.live.locustfile import LiveCalls, CLIENT_TLS
+from loadtests.live.ws import WsChannel
+from loadtests.live.call import StreamBroken
+
+url = sys.argv[1]
+out = {}
+events = Events()
+session = FastHttpSession(url, events.request, None, insecure=LiveCalls.insecure,
+                          ssl_context_factory=LiveCalls.ssl_context_factory)
+r = session.get("/healthz")
+err = getattr(r, "error", None)
+out["sse"] = r.status_code if err is None else f"error: {err}"
+ch = WsChannel(url, "urn:x", "tok", events, CLIENT_TLS)
+try:
+    ch._connect(False)
+    out["ws"] = "open"
+    ch.close()
+except StreamBroken as e:
+    out["ws"] = f"error: {e}"
+print(json.dumps(out))
+"""
+
+
+def _live_users(url: str, tls: ClientTls) -> dict[str, object]:
+    """The Live users' HTTP session and WebSocket channel, as the locustfile builds them
+    from ``$RTALAB_CLIENT_TLS``, against ``url``."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RTALAB_LOAD_SETTINGS",)}
+    env.update(tls.to_env())
+    p = subprocess.run([sys.executable, "-c", LIVE_USERS, url], capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return dict(json.loads(p.stdout.strip().splitlines()[-1]))
+
+
+def test_live_users_verify_certificates(stack: tuple[ManagedProcess, ManagedProcess],
+                                        pki: Pki) -> None:
+    """Locust's FastHttpUser verifies nothing by default; the Live users do."""
+    reasoner, _ = stack
+    ok = _live_users(reasoner.url, _client(pki))
+    assert ok == {"sse": 200, "ws": "open"}
+    default = _live_users(reasoner.url, ClientTls())
+    for binding in ("sse", "ws"):
+        text = str(default[binding]).lower()
+        assert ("certificate" in text and "verify" in text) or "unknown ca" in text, default
+    insecure = _live_users(reasoner.url, ClientTls(client_cert=str(pki.client.cert),
+                                                   client_key=str(pki.client.key),
+                                                   insecure=True))
+    assert insecure == {"sse": 200, "ws": "open"}
+
+
+def test_bad_server_certificate_files_are_one_line(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.pem"
+    junk.write_text("junk\n")
+    for cmd in (["serve", "reasoner", "--tls-cert", str(junk)],
+                ["serve", "witness", "--tls-cert", str(junk)],
+                ["chaos", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9",
+                 "--tls-cert", str(junk)],
+                ["serve", "reasoner", "--tls-client-ca", str(junk)]):
+        p = subprocess.run([sys.executable, "-m", "sim.cli", *cmd], capture_output=True,
+                           text=True, timeout=60)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, (cmd, p.stderr)
+        assert "--tls-" in lines[0], lines

@@ -1,0 +1,254 @@
+"""TLS settings, contexts and the one-line certificate errors (loadtests/common/tls.py).
+
+Every check runs a real TLS server on 127.0.0.1 with certificates made at run time
+(loadtests/common/certs.py): the client verifies by default, trusts ``--ca``, presents its
+client certificate, and each certificate problem is named in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import http.server
+import ssl
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loadtests.common import tls
+from loadtests.common.certs import Pki, make_ca, make_pki
+from loadtests.common.tls import ClientTls, ServerTls, TlsError
+
+
+class _Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"ok"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Server:
+    """An HTTP(S) server in a thread on 127.0.0.1 (``server`` None: plain HTTP)."""
+
+    def __init__(self, server: ServerTls | None):
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+        self.httpd.daemon_threads = True
+        if server is not None:
+            self.httpd.socket = server.context().wrap_socket(self.httpd.socket,
+                                                             server_side=True)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, scheme: str = "https", host: str = "127.0.0.1") -> str:
+        return f"{scheme}://{host}:{self.port}/"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def _serve(server: ServerTls | None) -> Iterator[_Server]:
+    s = _Server(server)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def https(pki: Pki) -> Iterator[_Server]:
+    yield from _serve(ServerTls(str(pki.server.cert), str(pki.server.key)))
+
+
+@pytest.fixture(scope="module")
+def mtls(pki: Pki) -> Iterator[_Server]:
+    yield from _serve(ServerTls(str(pki.server.cert), str(pki.server.key), str(pki.ca)))
+
+
+def _get(url: str, client: ClientTls) -> str:
+    with urllib.request.urlopen(url, timeout=10, context=client.context_for(url)) as r:
+        return r.read().decode()
+
+
+def _fails_with(url: str, client: ClientTls) -> str | None:
+    """The one-line problem of a GET with urllib and with httpx (the two must agree)."""
+    found = []
+    with pytest.raises(Exception) as e:
+        _get(url, client)
+    found.append(tls.reason(e.value, url, client))
+    with pytest.raises(Exception) as e:
+        httpx.get(url, verify=client.httpx_verify(), timeout=10).raise_for_status()
+    found.append(tls.reason(e.value, url, client))
+    assert found[0] == found[1], found
+    prefix = f"TLS error talking to {url}: "
+    assert found[0].startswith(prefix), found[0]
+    return found[0].removeprefix(prefix)
+
+
+def test_ca_given_connects(https: _Server, pki: Pki) -> None:
+    client = ClientTls(ca=str(pki.ca))
+    assert _get(https.url(), client) == "ok"
+    assert _get(https.url(host="localhost"), client) == "ok"
+    assert httpx.get(https.url(), verify=client.httpx_verify(), timeout=10).text == "ok"
+
+
+def test_verifies_by_default(https: _Server) -> None:
+    """No --ca: the system's CAs, which do not sign the throwaway CA (no SSL_CERT_FILE
+    trick makes it pass)."""
+    assert _fails_with(https.url(), ClientTls()) == tls.UNKNOWN_CA
+    line = tls.describe(Exception("wrapped"), "x")
+    assert line is None
+
+
+def test_other_ca_is_unknown(https: _Server, tmp_path: Path) -> None:
+    other = make_ca("another CA").write(tmp_path / "other.pem")
+    assert _fails_with(https.url(), ClientTls(ca=str(other))) == tls.UNKNOWN_CA
+
+
+def test_insecure_skips_verification(https: _Server) -> None:
+    assert _get(https.url(), ClientTls(insecure=True)) == "ok"
+    assert "NOT verified" in ClientTls(insecure=True).describe()
+
+
+def test_hostname_mismatch(pki: Pki, tmp_path: Path) -> None:
+    ca = make_ca()
+    wrong = ca.issue(tmp_path, "wrong", ("other.example",))
+    for s in _serve(ServerTls(str(wrong.cert), str(wrong.key))):
+        client = ClientTls(ca=str(ca.write(tmp_path / "ca.pem")))
+        assert _fails_with(s.url(), client) == tls.HOSTNAME
+
+
+def test_expired(tmp_path: Path) -> None:
+    ca = make_ca()
+    now = dt.datetime.now(dt.UTC)
+    old = ca.issue(tmp_path, "old", not_before=now - dt.timedelta(days=10),
+                   not_after=now - dt.timedelta(days=1))
+    for s in _serve(ServerTls(str(old.cert), str(old.key))):
+        client = ClientTls(ca=str(ca.write(tmp_path / "ca.pem")))
+        assert _fails_with(s.url(), client) == tls.EXPIRED
+
+
+def test_mutual_tls(mtls: _Server, pki: Pki, tmp_path: Path) -> None:
+    good = ClientTls(ca=str(pki.ca), client_cert=str(pki.client.cert),
+                     client_key=str(pki.client.key))
+    assert _get(mtls.url(), good) == "ok"
+    assert _fails_with(mtls.url(), ClientTls(ca=str(pki.ca))) == tls.CLIENT_REQUIRED
+    stranger = make_ca("stranger").issue(tmp_path, "stranger", ("me",), client=True)
+    bad = ClientTls(ca=str(pki.ca), client_cert=str(stranger.cert),
+                    client_key=str(stranger.key))
+    assert _fails_with(mtls.url(), bad) == tls.CLIENT_REJECTED
+
+
+def test_https_to_plain_http(pki: Pki) -> None:
+    for s in _serve(None):
+        assert _fails_with(s.url("https"), ClientTls(ca=str(pki.ca))) == tls.NOT_TLS
+        assert _get(s.url("http"), ClientTls()) == "ok"  # plain http needs no context
+
+
+def test_refused_is_not_tls() -> None:
+    from loadtests.common.procs import free_port
+
+    url = f"https://127.0.0.1:{free_port()}/"
+    with pytest.raises(OSError) as e:
+        _get(url, ClientTls())
+    assert tls.describe(e.value, url) is None
+    assert "refused" in tls.reason(e.value, url).lower()
+
+
+def _parse(argv: list[str], server: bool = False) -> argparse.Namespace:
+    from sim.shared.argtypes import OneLineParser
+
+    p = OneLineParser(prog="t")
+    tls.add_client_tls(p)
+    if server:
+        tls.add_server_tls(p)
+    return p.parse_args(argv)
+
+
+def test_options_round_trip(pki: Pki) -> None:
+    args = _parse(["--ca", str(pki.ca), "--client-cert", str(pki.client.cert),
+                   "--client-key", str(pki.client.key), "--tls-cert", str(pki.server.cert),
+                   "--tls-key", str(pki.server.key), "--tls-client-ca", str(pki.ca)],
+                  server=True)
+    client = tls.client_tls_from_args(args)
+    assert client.mutual and not client.insecure
+    assert ClientTls.from_env(client.to_env()) == client
+    assert ClientTls.from_env({}) == ClientTls()
+    again = tls.client_tls_from_args(_parse(client.to_args()))
+    assert again == client
+    server = tls.server_tls_from_args(args)
+    assert server.scheme == "https" and server.context().verify_mode == ssl.CERT_REQUIRED
+    assert server.uvicorn_kwargs()["ssl_cert_reqs"] == ssl.CERT_REQUIRED
+    assert ServerTls().uvicorn_kwargs() == {} and ServerTls().scheme == "http"
+
+
+def test_bad_settings_are_one_line(pki: Pki, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        _parse(["--ca", str(tmp_path / "missing.pem")])
+    assert e.value.code == 2
+    assert "no such file" in capsys.readouterr().err
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    cases = [
+        (["--ca", str(junk)], "--ca"),
+        (["--client-key", str(pki.client.key)], "--client-key needs --client-cert"),
+        (["--ca", str(pki.ca), "--insecure"], "exclude each other"),
+        (["--client-cert", str(pki.client.cert), "--client-key", str(pki.server.key)],
+         "cannot load the client certificate"),
+    ]
+    for argv, says in cases:
+        with pytest.raises(TlsError) as err:
+            tls.client_tls_from_args(_parse(argv))
+        assert says in str(err.value) and "\n" not in str(err.value), argv
+    with pytest.raises(TlsError, match="--tls-key needs --tls-cert"):
+        tls.server_tls_from_args(_parse(["--tls-key", str(pki.server.key)], server=True))
+    with pytest.raises(TlsError, match="cannot load the server certificate"):
+        tls.server_tls_from_args(_parse(["--tls-cert", str(junk)], server=True))
+
+
+def test_grpc_credentials(pki: Pki) -> None:
+    """A real gRPC server over mTLS (a generic bytes method, no protos): the credentials
+    connect; without a client certificate or with another CA the failure is named."""
+    grpc = pytest.importorskip("grpc")
+    from concurrent import futures
+
+    def echo(request: bytes, context: object) -> bytes:
+        return request
+
+    handler = grpc.method_handlers_generic_handler(
+        "t.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=[handler])
+    server_tls = ServerTls(str(pki.server.cert), str(pki.server.key), str(pki.ca))
+    port = server.add_secure_port("127.0.0.1:0", server_tls.grpc_credentials())
+    server.start()
+    try:
+        def call(client: ClientTls) -> bytes:
+            with grpc.secure_channel(f"127.0.0.1:{port}", client.grpc_credentials()) as ch:
+                return bytes(ch.unary_unary("/t.Echo/Echo")(b"hi", timeout=10))
+
+        good = ClientTls(ca=str(pki.ca), client_cert=str(pki.client.cert),
+                         client_key=str(pki.client.key))
+        assert call(good) == b"hi"
+        with pytest.raises(grpc.RpcError) as e:
+            call(ClientTls(client_cert=str(pki.client.cert), client_key=str(pki.client.key)))
+        assert tls.problem(e.value) is not None
+        with pytest.raises(TlsError, match="not available on gRPC"):
+            ClientTls(insecure=True).grpc_credentials()
+    finally:
+        server.stop(None)
