@@ -48,8 +48,11 @@ CONTROLS = {"late-claim": "duplicated", "turn-key": "cross-session-answer",
             "volatile": "duplicated", "continuation-twice": "continuation-answered-twice"}
 # what else a planted bug may bring down: turn-key answers one call's t-1 with another call's
 # outcome -- a side-effect turn told COMPLETED without running (lost), or every later t-1
-# failed by a replayed failure (the success SLO)
-CONSEQUENCES = {"turn-key": {"lost", "availability", "foreign-task-answer"}}
+# failed by a replayed failure (the success SLO). One scope for every caller couples the
+# calls: whose t-1 runs and whose is answered by a replay depends on when each binding's calls
+# send it, so the bindings' success and latency can differ (transport-equivalence; seen in CI)
+CONSEQUENCES = {"turn-key": {"lost", "availability", "foreign-task-answer",
+                             "transport-equivalence"}}
 ALL_CLASSES = {"duplicate-while-running", "duplicate-before-original", "resend-after-completion",
                "resend-across-restart", "turn-id-reused", "continuation-twice", "reordering",
                "outage", "restart", "non-retryable", "rate-limited"}
