@@ -109,8 +109,9 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
                                            "({default}: half of --max-connections)",
         non_negative_int, 0)
     opt(p, "--max-pending-connections", "connections per worker that have not sent a "
-                                        "complete request yet; beyond it the oldest is "
-                                        "closed ({default}: half of --max-connections)",
+                                        "complete request yet; beyond it the oldest of the "
+                                        "address holding the most is closed ({default}: "
+                                        "half of --max-connections)",
         non_negative_int, 0)
     LOG_LEVEL.add(p, default="info")
     flag(p, "--access-log", "uvicorn access log")

@@ -19,9 +19,12 @@ to uvicorn as ``http=``) adds, per worker process:
 - a **share for clients that complete requests**: connections that have not yet sent a
   complete request (new, or sending headers or a body) hold at most ``max_pending``
   slots, globally (default: half of ``max_connections``).  A new connection beyond that
-  cap closes the *oldest* such connection (reason ``limit-pending``): slow or silent
-  sockets from any number of addresses take at most that share, while a client that sends
-  its request promptly is never the oldest for long and keeps the rest.
+  cap closes the oldest pending connection *of the address holding the most pending
+  connections* (reason ``limit-pending``): slow or silent sockets from any number of
+  addresses take at most that share, and a flood from some addresses evicts its own
+  sockets, never those of a client whose request is still on its way (under a reconnect
+  flood, a prompt client's connection is soon older than the flood's, so evicting the
+  globally oldest would close it on a busy machine).
 
 A WebSocket keeps its place in the limits until it closes (no deadline after the
 upgrade: the WebSocket protocol has its own ping timeouts).  Every closure is
@@ -129,8 +132,42 @@ class Guard:
         self.limits = limits
         self.open: dict[int, str] = {}  # id(transport) -> peer host
         self.per_peer: Counter[str] = Counter()
-        self.pending: OrderedDict[int, asyncio.BaseTransport] = OrderedDict()
+        # pending connections by peer, oldest first within a peer: id -> (since, transport)
+        self.pending: dict[str, OrderedDict[int, tuple[int, asyncio.BaseTransport]]] = {}
+        self.n_pending = 0
+        self._seq = 0  # order in which connections became pending
         self._log = _Throttled()
+
+    def _pend(self, transport: asyncio.BaseTransport, peer: str) -> None:
+        """Mark a connection pending (the youngest of its peer)."""
+        mine = self.pending.setdefault(peer, OrderedDict())
+        self._seq += 1
+        if id(transport) not in mine:
+            self.n_pending += 1
+        mine.pop(id(transport), None)
+        mine[id(transport)] = (self._seq, transport)
+
+    def _unpend(self, transport: asyncio.BaseTransport, peer: str | None) -> None:
+        """No longer pending (idempotent)."""
+        if peer is None or peer not in self.pending:
+            return
+        mine = self.pending[peer]
+        if mine.pop(id(transport), None) is not None:
+            self.n_pending -= 1
+            if not mine:
+                del self.pending[peer]
+
+    def _evict_one(self) -> None:
+        """Close the oldest pending connection of the peer holding the most of them (of
+        those, the peer whose oldest is the oldest)."""
+        def rank(p: str) -> tuple[int, int]:
+            mine = self.pending[p]
+            return len(mine), -next(iter(mine.values()))[0]
+        peer = max(self.pending, key=rank)
+        _, oldest = next(iter(self.pending[peer].values()))
+        self.closed("limit-pending", peer)
+        self.release(oldest)
+        oldest.abort()
 
     def admit(self, transport: asyncio.BaseTransport, peer: str) -> str | None:
         """Register a new (pending) connection; the reason to refuse it, or None.  At the
@@ -140,30 +177,27 @@ class Guard:
         if len(self.open) >= self.limits.max_connections:
             return "limit-total"
         cap = self.limits.max_pending or self.limits.max_connections
-        while len(self.pending) >= cap:
-            _, oldest = self.pending.popitem(last=False)
-            self.closed("limit-pending", self.open.get(id(oldest), "?"))
-            self.release(oldest)
-            oldest.abort()
+        while self.n_pending >= cap and self.pending:
+            self._evict_one()
         self.open[id(transport)] = peer
         self.per_peer[peer] += 1
-        self.pending[id(transport)] = transport
+        self._pend(transport, peer)
         metrics.CONNECTIONS.inc()
         return None
 
     def serving(self, transport: asyncio.BaseTransport) -> None:
         """The connection sent a complete request (or upgraded): no longer pending."""
-        self.pending.pop(id(transport), None)
+        self._unpend(transport, self.open.get(id(transport)))
 
     def waiting(self, transport: asyncio.BaseTransport) -> None:
         """The connection started a new request after an idle pause: pending (youngest)."""
-        if id(transport) in self.open:
-            self.pending[id(transport)] = transport
-            self.pending.move_to_end(id(transport))
+        peer = self.open.get(id(transport))
+        if peer is not None:
+            self._pend(transport, peer)
 
     def release(self, transport: asyncio.BaseTransport) -> None:
         """Forget a connection (idempotent)."""
-        self.pending.pop(id(transport), None)
+        self._unpend(transport, self.open.get(id(transport)))
         peer = self.open.pop(id(transport), None)
         if peer is None:
             return
