@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint seed-check bench bench-sim bench-server bench-sweep clean system-deps bench-check bench-load bench-answers fuzz-long lab report-screenshots bench-report bench-calibrate
+.PHONY: venv demo test test-fast lint seed-check bench bench-sim bench-server bench-sweep clean system-deps bench-check bench-load bench-answers fuzz-long lab report-screenshots bench-report bench-calibrate
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,6 +34,12 @@ demo: $(STAMP) system-deps
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests
+
+# the inner loop (~2 min on 2 cores): no real servers, load runs, notebooks or browsers
+# (tests/conftest.py SLOW_PATHS, SLOW_TESTS); CI still runs the whole suite (make test)
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -n 2 --dist load -m "not slow" tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

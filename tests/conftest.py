@@ -18,6 +18,48 @@ settings.register_profile("ci", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile("ci")
 
+# The fast tier (`make test-fast`, `-m "not slow"`): the inner loop, about 2 minutes on 2
+# cores. It leaves out what starts real servers or load runs, runs notebooks or a browser,
+# and the longest model validations; `make test` (and CI) runs everything.
+SLOW_PATHS = ("tests/load/", "tests/twin/", "tests/serve/", "tests/chaos/",
+              "tests/test_notebooks.py", "tests/test_probe.py", "tests/test_reports.py",
+              "tests/test_readme.py", "tests/test_bench_runner.py", "tests/test_sweepbench.py",
+              "tests/test_answers_metastability.py", "tests/test_lab.py",
+              "tests/test_presets_show.py")
+SLOW_TESTS = frozenset({
+    "tests/test_answers_capacity.py::test_capacity_equals_erlang_c",
+    "tests/test_answers_capacity.py::test_bracketing_doubles_so_a_far_answer_costs_"
+    "logarithmically_many_runs",
+    "tests/test_answers_capacity.py::test_float_knob_and_sentence",
+    "tests/test_sweep.py::test_sigint_mid_sweep_then_rerun_finishes_without_recomputing",
+    "tests/test_sweep.py::test_broken_grid_exits_2_with_one_line_before_anything_runs",
+    "tests/test_sweep.py::test_one_process_two_processes_and_dask_give_byte_identical_tables",
+    "tests/test_cli.py::test_run_every_preset_writes_a_complete_folder",
+    "tests/test_cli.py::test_broken_scenario_exits_2_with_one_line",
+    "tests/test_cli.py::test_user_errors_exit_2_with_one_line",
+    "tests/test_answers_tune.py::test_tune_finds_what_exhaustive_search_finds",
+    "tests/test_answers_tune.py::test_study_is_stored_and_resumed",
+    "tests/test_answers_tune.py::test_indistinguishable_ranges_overlap_across_sampler_seeds",
+    "tests/test_model_retry.py::test_success_rate_matches_closed_form",
+    "tests/test_model_queueing.py::test_littles_law_with_faults_and_retries",
+    "tests/test_cli_edges.py::test_unwritable_dedup_file_is_one_line",
+    "tests/test_cli_edges.py::test_serve_witness_says_where_it_listens",
+    "tests/test_compare_report.py::test_report_of_a_run_and_a_sweep_is_one_self_contained_file",
+    "tests/check/test_equivalence.py::test_false_alarms_at_most_alpha_without_margins",
+    "tests/test_junit.py::test_capacity_and_tune_junit",
+})
+
+
+def is_slow(nodeid: str) -> bool:
+    """Whether a test belongs to the full suite only (see :data:`SLOW_PATHS`)."""
+    return nodeid.startswith(SLOW_PATHS) or nodeid.split("[", 1)[0] in SLOW_TESTS
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_slow(item.nodeid):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedProcess]:
