@@ -158,7 +158,13 @@ def build_output(run_dir: Path, duration_s: float, seed: int,
 def _in_progress(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> list[float]:
     """Gauge sampled at the end of each 1-s bin: started before it and not yet ended."""
     open_end = np.where(np.isfinite(end), end, np.inf)
-    return [float(((start < b) & (open_end >= b)).sum()) for b in edges[1:]]
+    # started before b and not ended before b: #(start < b) - #(end < b), exact once an end
+    # before its start is read as the start (such a row counts in no bin either way)
+    open_end = np.maximum(open_end, start)
+    b = edges[1:]
+    started = np.searchsorted(np.sort(start), b, side="left")
+    ended = np.searchsorted(np.sort(open_end), b, side="left")
+    return (started - ended).astype(float).tolist()
 
 
 def timeseries(out: S.RunRecords, end_s: float) -> pd.DataFrame:
@@ -173,21 +179,24 @@ def timeseries(out: S.RunRecords, end_s: float) -> pd.DataFrame:
     t, a = out.turns, out.attempts
     start, end = t[S.START_S].to_numpy(), t[S.END_S].to_numpy()
     outcome = t[S.OUTCOME].astype(object).to_numpy()
-    ts = pd.DataFrame({S.REPLICATION: np.zeros(n, dtype=np.int64), S.T_S: edges[:-1]})
-    ts[S.OFFERED_TURNS_PER_S] = rate(start)
-    ts[S.ATTEMPTS_PER_S] = rate(a[S.SEND_S].to_numpy())
-    ts[S.RETRIES_PER_S] = rate(a[S.SEND_S].to_numpy()[a[S.ATTEMPT].to_numpy() > 1])
-    ts[S.COMPLETED_TURNS_PER_S] = rate(end[outcome == "completed"])
-    ts[S.FAILED_TURNS_PER_S] = rate(end[outcome == "failed"])
-    ts[S.SERVER_REQUESTS_PER_S] = math.nan
-    ts[S.SERVER_EXECUTIONS_PER_S] = math.nan
-    ts[S.TURNS_IN_PROGRESS] = _in_progress(start, end, edges)
+    send = a[S.SEND_S].to_numpy()
     c = out.calls
-    ts[S.CALLS_IN_PROGRESS] = _in_progress(c[S.ARRIVAL_S].to_numpy(), c[S.END_S].to_numpy(), edges)
+    nan = np.full(n, math.nan)
+    cols: dict[str, Any] = {  # one DataFrame built at once: the bootstrap calls this per draw
+        S.REPLICATION: np.zeros(n, dtype=np.int64), S.T_S: edges[:-1],
+        S.OFFERED_TURNS_PER_S: rate(start),
+        S.ATTEMPTS_PER_S: rate(send),
+        S.RETRIES_PER_S: rate(send[a[S.ATTEMPT].to_numpy() > 1]),
+        S.COMPLETED_TURNS_PER_S: rate(end[outcome == "completed"]),
+        S.FAILED_TURNS_PER_S: rate(end[outcome == "failed"]),
+        S.SERVER_REQUESTS_PER_S: nan, S.SERVER_EXECUTIONS_PER_S: nan,
+        S.TURNS_IN_PROGRESS: _in_progress(start, end, edges),
+        S.CALLS_IN_PROGRESS: _in_progress(c[S.ARRIVAL_S].to_numpy(), c[S.END_S].to_numpy(),
+                                          edges)}
     for g in (S.SERVER_IN_FLIGHT, S.QUEUE_LENGTH, S.BUSY_WORKERS, S.WORKER_CAPACITY,
               S.DEDUP_ENTRIES, S.DEDUP_BYTES):
-        ts[g] = math.nan
-    return ts[list(S.TIMESERIES_COLUMNS)]
+        cols[g] = nan
+    return pd.DataFrame({k: cols[k] for k in S.TIMESERIES_COLUMNS})
 
 
 def split_by_binding(run_dir: Path, out: S.RunRecords) -> dict[str, S.RunRecords]:
