@@ -118,11 +118,13 @@ def _say(quiet: bool, t0: float, text: str) -> None:
 
 
 def _load_run(sc: Any, args: argparse.Namespace, out: Path, chaos: bool) -> tuple[Path, float]:
+    """The load run of ``sc`` (its own ``run.duration_s``); its folder and the busiest Locust
+    process's CPU share.  No bootstrap in its summary: the comparison makes its own."""
     from loadtests.loadrun.orchestrate import RunOptions, run_load
 
-    opts = RunOptions(scenario=sc, binding=args.binding, duration_s=args.duration,
+    opts = RunOptions(scenario=sc, binding=args.binding, duration_s=sc.run.duration_s,
                       drain_s=args.drain, chaos=chaos, workers=args.workers, results=out,
-                      argv=["rtalab", "predict"], quiet=True, plots=False)
+                      argv=["rtalab", "predict"], quiet=True, plots=False, uncertainty=False)
     with CpuWatch() as watch:
         run_dir, _ = run_load(opts)
     return run_dir, watch.busiest_share()
@@ -160,8 +162,10 @@ def capacity_statement(cal: Any, default: int, probe: str,
                     f"simulator's default {default}, which the prediction at B assumes; {hint}"}
 
 
-def _window(sc: Any, args: argparse.Namespace, rate: float) -> Any:
-    return sc.with_overrides({"workload.calls_per_s": rate, "run.duration_s": args.duration,
+def _window(sc: Any, args: argparse.Namespace, rate: float, duration: float | None = None
+            ) -> Any:
+    return sc.with_overrides({"workload.calls_per_s": rate,
+                              "run.duration_s": duration or args.duration,
                               "run.warmup_s": args.warmup, "run.drain_s": args.drain,
                               "run.seed": args.seed})
 
@@ -210,7 +214,10 @@ def run_predict(args: argparse.Namespace) -> int:
         cdf_png,
         compare,
         html_section,
+        one_run_json,
+        one_run_rows,
         rows_json,
+        short_table_lines,
         table_lines,
         turn_metrics,
     )
@@ -227,8 +234,9 @@ def run_predict(args: argparse.Namespace) -> int:
         run_a, cpu_a = Path(args.calibration_run), math.nan
         say(f"1/5 calibration run given: {run_a}")
     else:
-        say(f"1/5 load run at A = {args.calibrate_rate:g} calls/s for {args.duration:g} s ...")
-        run_a, cpu_a = _load_run(_window(sc, args, args.calibrate_rate), args,
+        dur_a = args.calibrate_duration or args.duration
+        say(f"1/5 load run at A = {args.calibrate_rate:g} calls/s for {dur_a:g} s ...")
+        run_a, cpu_a = _load_run(_window(sc, args, args.calibrate_rate, dur_a), args,
                                  folder / "runs", chaos)
     say("2/5 calibrating ...")
     base = load_scenario(run_a / "scenario.toml") if (run_a / "scenario.toml").exists() else sc
@@ -280,6 +288,8 @@ def run_predict(args: argparse.Namespace) -> int:
         ci = bootstrap(turns_b, args.warmup, args.duration, seed=args.seed)
         void = math.isfinite(cpu) and cpu > CLIENT_CPU_VOID
         rows = compare(predicted, measured, ci, void=void)
+        one_run = one_run_rows(predicted, measured, ci,
+                               turns=int((turns_b["start_s"] >= args.warmup).sum()))
         comp = turns_b[(turns_b["outcome"].astype(str) == "completed")
                        & (turns_b["start_s"] >= args.warmup)]["completion_s"].to_numpy()
         sim_comp = [t[(t["outcome"].astype(str) == "completed") & (t["start_s"] >= args.warmup)]
@@ -290,9 +300,14 @@ def run_predict(args: argparse.Namespace) -> int:
                              "void": void, "notes": notes})
         out_cases.append({"name": name, "rate_calls_per_s": rate_b, "load_run": str(run_b),
                           "simulation": str(folder / f"sim-{tag}"), "client_cpu_share": cpu,
-                          "void": void, "rows": rows_json(rows)})
-        for line in table_lines(rows):
-            say("    " + line)
+                          "void": void, "rows": rows_json(rows), "one_run": one_run_json(one_run),
+                          "replications": predicted})
+        if args.table == "short":  # as it is: 80 columns, no time stamp or load average
+            if not args.quiet:
+                print("\n".join(short_table_lines(one_run)), flush=True)
+        else:
+            for line in table_lines(rows):
+                say("    " + line)
         rec = _recovery(extra, sim_turns, turns_b, args) if extra else None
         if rec is not None:  # the outage case: predicted and measured recovery after it
             out_cases[-1]["recovery"] = jsonable(rec.__dict__)
@@ -318,7 +333,10 @@ def run_predict(args: argparse.Namespace) -> int:
     (folder / "prediction.json").write_text(json.dumps(jsonable(
         {"calibration_run": str(run_a), "calibrated": str(paths["toml"]), "rate_a": float(
             base.workload.calls_per_s), "rate_b": rate_b, "utilisation_a": util_a,
-         "capacity": capacity, "cases": out_cases, "elapsed_s": time.monotonic() - t0}),
+         "capacity": capacity, "warmup_s": args.warmup, "duration_s": args.duration,
+         "calibrate_duration_s": None if args.calibration_run else (
+             args.calibrate_duration or args.duration), "replications": args.replications,
+         "cases": out_cases, "elapsed_s": time.monotonic() - t0}),
         indent=2) + "\n",
         encoding="utf-8")
     text = []
@@ -336,6 +354,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab predict``."""
     add_scenario(p)  # the deployment
     opt(p, "--calibrate-rate CALLS_PER_S", "load A, calls/s", float, 1.0)
+    opt(p, "--calibrate-duration S", "seconds of arrivals at A (default: --duration)",
+        non_negative)
     opt(p, "--calibration-run RUN_DIR", "calibrate on this load run instead of running A")
     g = p.add_mutually_exclusive_group()
     opt(g, "--predict-rate CALLS_PER_S", "load B, calls/s", float)
@@ -355,6 +375,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=("auto", "always", "never"), default="auto")
     opt(p, "--probe-seconds S", "the probe's time bound", non_negative, 90.0)
     opt(p, "--replications", "simulator replications per case", positive_int, 5)
+    opt(p, "--table", "the comparison on screen: full (accuracy targets, CIs of the mean) or "
+                      "short (the 90 %% one-run interval, 80 columns)",
+        choices=("full", "short"), default="full")
     add_seed(p, default=1)
     opt(p, "--out DIR", "results root", default="results")
     add_quiet(p, "no progress lines")

@@ -218,3 +218,100 @@ def html_section(cases: list[dict[str, Any]], header: dict[str, Any]) -> str:
             parts.append(f'<p class="note">{e(n)}</p>')
     parts.append("</section>")
     return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- one-run intervals, 80 columns
+
+SHORT_LABELS = {"ttfc_s.p50": "TTFC p50", "ttfc_s.p95": "TTFC p95", "ttfc_s.p99": "TTFC p99",
+                "completion_s.p50": "completion p50", "completion_s.p95": "completion p95",
+                "completion_s.p99": "completion p99", "success_rate": "success rate",
+                "attempts_per_turn": "attempts per turn",
+                "goodput_turns_per_s": "goodput (turns/s)"}
+ONE_RUN_LEVEL = 0.90
+
+
+@dataclass
+class OneRunRow:
+    """One metric: the ``level`` one-run prediction interval of the replications
+    (:func:`sim.shared.agreement.run_interval`) and the measured run with its 95 % CI."""
+
+    metric: str
+    centre: float  # the replications' median (order statistics) or back-transformed mean
+    low: float
+    high: float
+    method: str
+    measured: float
+    measured_ci: tuple[float, float]
+    level: float = ONE_RUN_LEVEL
+
+    @property
+    def verdict(self) -> str:
+        """``inside`` / ``outside`` the interval, ``n/a`` when either side is undefined."""
+        if not (math.isfinite(self.measured) and math.isfinite(self.low)):
+            return "n/a"
+        return "inside" if self.low <= self.measured <= self.high else "outside"
+
+
+def one_run_rows(predicted_reps: list[dict[str, float]], measured: dict[str, float],
+                 measured_ci: dict[str, tuple[float, float]], turns: int = 0,
+                 level: float = ONE_RUN_LEVEL) -> list[OneRunRow]:
+    """Every compared metric: where ONE run of the replications' length and load falls
+    (``level``), against the measured run.  ``turns``: the measured run's turns after the
+    warm-up (the success rate moves in steps of one turn: the interval's resolution)."""
+    from sim.shared.agreement import run_interval
+    from sim.shared.summary import domain
+
+    rows = []
+    for k in METRICS:
+        res = 1.0 / turns if k == "success_rate" and turns > 0 else 0.0
+        iv = run_interval([r.get(k) for r in predicted_reps], level, metric=k,
+                          resolution=res, bounds=domain(k))
+        lo, hi, centre, method = ((iv.low, iv.high, iv.centre, iv.method) if iv is not None
+                                  else (math.nan, math.nan, math.nan, "fewer than 2 values"))
+        rows.append(OneRunRow(k, centre, lo, hi, method, float(measured.get(k, math.nan)),
+                              tuple(measured_ci.get(k, (math.nan, math.nan))), level))
+    return rows
+
+
+def one_run_json(rows: list[OneRunRow]) -> list[dict[str, Any]]:
+    """:func:`one_run_rows` as plain data (NaN as None), for ``prediction.json``."""
+    def f(x: float) -> float | None:
+        return float(x) if math.isfinite(x) else None
+
+    return [{"metric": r.metric, "centre": f(r.centre), "low": f(r.low), "high": f(r.high),
+             "level": r.level, "method": r.method, "measured": f(r.measured),
+             "measured_ci": [f(r.measured_ci[0]), f(r.measured_ci[1])],
+             "verdict": r.verdict} for r in rows]
+
+
+def one_run_from_json(rows: list[dict[str, Any]]) -> list[OneRunRow]:
+    """The inverse of :func:`one_run_json` (None as NaN)."""
+    def f(x: Any) -> float:
+        return math.nan if x is None else float(x)
+
+    return [OneRunRow(r["metric"], f(r["centre"]), f(r["low"]), f(r["high"]), r["method"],
+                      f(r["measured"]), (f(r["measured_ci"][0]), f(r["measured_ci"][1])),
+                      float(r["level"])) for r in rows]
+
+
+def fmt_interval(centre: float, low: float, high: float, metric: str) -> str:
+    """``centre [low, high]`` with the metric's unit once (``–`` when undefined)."""
+    from sim.shared.fmt import fmt_ci
+
+    def v(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    return fmt_ci(v(centre), v(low), v(high), metric)
+
+
+def short_table_lines(rows: list[OneRunRow]) -> list[str]:
+    """The comparison in at most 80 columns: metric, predicted (the replications' median and
+    the one-run interval), measured (its 95 % CI), inside / outside."""
+    pct = f"{rows[0].level:.0%}" if rows else "90%"
+    out = [f"{'metric':<18} {'predicted [' + pct + ' one run]':<25} "
+           f"{'measured [95% CI]':<25} verdict"]
+    for r in rows:
+        out.append(f"{SHORT_LABELS.get(r.metric, r.metric):<18} "
+                   f"{fmt_interval(r.centre, r.low, r.high, r.metric):<25} "
+                   f"{fmt_interval(r.measured, *r.measured_ci, r.metric):<25} {r.verdict}")
+    return out
