@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from sim.cli import main as rtalab
 
     say(f"load A = {size['rate_a']:g} calls/s for {size['duration_a']:g} s, calibrate, predict"
-        f" B = {size['util_b']:.0%} utilisation and B + {size['outage']:g}-s outage "
+        f" B = {size['util_b'] * 100:.0f} % utilisation and B + {size['outage']:g}-s outage "
         f"({size['reps']:g} replications each), measure both (rtalab predict) ...")
     before = set(root.glob("*-predict-*"))
     rc = rtalab(predict_argv(size, args.deployment, root))

@@ -135,11 +135,11 @@ def paragraph(res: dict[str, Any]) -> str:
              f"({capacity}), the simulator ({res['replications']} replications per case) "
              f"predicted B = {rate_b:.3g} calls/s{util}."]
     parts += [_case_sentence(i, c, window) for i, c in enumerate(res["cases"])]
-    counts = [sum(r.verdict == "inside" for r in c["one_run_rows"]) for c in res["cases"]]
-    n = len(res["cases"][0]["one_run_rows"])
-    parts.append(f"Over all {n} compared metrics, {' and '.join(map(str, counts))} of {n} "
-                 "inside (each interval is a 90 % one: about 1 in 10 falls outside by chance "
-                 "when the model is right).")
+    counts = [f"{sum(r.verdict == 'inside' for r in c['one_run_rows'])} of "
+              f"{len(c['one_run_rows'])} inside " + ("at B" if i == 0 else f"with {_what(c)}")
+              for i, c in enumerate(res["cases"])]
+    parts.append(f"Over every compared metric: {', '.join(counts)} (each interval is a 90 % "
+                 "one: about 1 in 10 falls outside by chance when the model is right).")
     return " ".join(parts)
 
 
@@ -151,9 +151,12 @@ def headline(res: dict[str, Any]) -> tuple[str, str]:
     for i, (c, h) in enumerate(zip(res["cases"], ok, strict=True)):
         rows = _rows(c, headline_metrics(i))
         k = sum(r.verdict == "inside" for r in rows)
-        name = "at B" if i == 0 else f"with {_what(c)}"
-        bits.append(f"{name} the prediction {'held' if h else 'did not hold'} "
-                    f"({k} of {len(rows)} inside their 90 % intervals)")
+        if i == 0:
+            bits.append(f"at B the prediction {'held' if h else 'did not hold'} "
+                        f"({k} of {len(rows)} inside their 90 % intervals)")
+        else:
+            bits.append(f"with {_what(c)} it {'held' if h else 'did not hold'} "
+                        f"({k} of {len(rows)})")
     status = "pass" if all(ok) else ("info" if ok and ok[0] else "fail")
     text = "; ".join(bits)
     return status, text[:1].upper() + text[1:]
@@ -205,7 +208,7 @@ def ecdf_figure(panels: list[tuple[str, list[np.ndarray], np.ndarray]]) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     from sim.shared.report import png_data
 
@@ -225,7 +228,8 @@ def ecdf_figure(panels: list[tuple[str, list[np.ndarray], np.ndarray]]) -> str:
         ax.step(m, np.arange(1, len(m) + 1) / len(m), where="post", color="black", lw=1.6,
                 ls="--", label=f"measured: the load run ({len(m)} turns)")
         ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("turn completion (s, log scale)")
         ax.set_ylabel("share of completed turns")
