@@ -126,6 +126,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             try:
                 with progress_bar(label, enabled=should_show(args.quiet)) as progress:
                     summary = _run_plan(scenario, plan, run_dir, args, progress)
+                from sim.shared.agreement import one_run_intervals
+
+                # where ONE run of this length and load falls (not the CI of the mean)
+                summary["one_run_interval"] = one_run_intervals(summary)
                 results.write_summary(run_dir, summary)
                 results.finish_run(run_dir, meta, "complete")
             except OSError as e:
@@ -171,15 +175,30 @@ def print_summary(summary: dict[str, Any], run_dir: Path, meta: dict[str, Any]) 
                         f"{reps} replication{'s' * (reps != 1)}  "
                         f"({meta.get('wall_time_s') or 0:.1f} s wall)",
                   title_justify="left", box=None, pad_edge=False)
+    console = Console(soft_wrap=True)
+    if not console.is_terminal:  # a file or a pipe: room for the four columns
+        console = Console(soft_wrap=True, width=120)
+    intervals = summary.get("one_run_interval") or {}
+    shown = bool(intervals) and console.width >= 100
     table.add_column("metric")
     table.add_column("mean", justify="right")
     table.add_column("95 % CI over replications", justify="right")
+    if shown:
+        table.add_column("90 % one-run interval", justify="right")
     from sim.shared.fmt import summary_rows
 
-    for row in summary_rows(summary):
+    for row in summary_rows(summary, intervals=shown):
         table.add_row(*row)
-    console = Console(soft_wrap=True)
     console.print(table)
+    if intervals and not shown:
+        console.print("one_run_interval: in summary.json (a terminal of >= 100 columns shows "
+                      "it here)", highlight=False)
+    elif intervals:
+        n = max(iv["n"] for iv in intervals.values())
+        how = (f"order statistics of {n} replications" if n >= 19 else
+               f"Student's t over {n} replications, times on a log scale")
+        console.print(f"one_run_interval: where ONE run of this length and load falls, 90 % of "
+                      f"the time ({how}; summary.json)", highlight=False)
     console.print(f"results: {run_dir}", highlight=False)
 
 

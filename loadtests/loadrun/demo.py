@@ -99,11 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     say(("    " if cap["identified"] else "    NOTE: ") + cap["text"])
     for case in res["cases"]:
         rows = {r["metric"]: r for r in case["rows"]}
-        agree = sum(r["verdict"] == "agrees" for r in case["rows"])
+        agree = sum(r["verdict"] == "inside" for r in case["rows"])
         c50, c99 = rows["completion_s.p50"], rows["completion_s.p99"]
         say(f"    {case['name']} at {case['rate_calls_per_s']:.3g} calls/s: completion p50 "
             f"predicted {c50['predicted']:.3f} s / measured {c50['measured']:.3f} s, p99 "
-            f"{c99['predicted']:.3f} / {c99['measured']:.3f} s; {agree}/{len(rows)} agree")
+            f"{c99['predicted']:.3f} / {c99['measured']:.3f} s; {agree}/{len(rows)} inside the "
+            "90 % one-run interval")
     say(f"done in {time.monotonic() - t0:.0f} s: {report}")
     return 0
 
