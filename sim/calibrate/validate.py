@@ -69,6 +69,14 @@ def turn_metrics(turns: pd.DataFrame, warmup_s: float, duration_s: float) -> dic
     return m
 
 
+def window_metrics(turns: pd.DataFrame, start_s: float, end_s: float) -> dict[str, float]:
+    """:func:`turn_metrics` of the turns that started in ``[start_s, end_s)`` (goodput: the
+    completions in that window): one window of a long run measured like a run of that
+    length after its warm-up, so consecutive windows of one load run are compared with
+    replications of one window each (tests/twin/test_coverage.py)."""
+    return turn_metrics(turns[turns[S.START_S].to_numpy(dtype=float) < end_s], start_s, end_s)
+
+
 def bootstrap(turns: pd.DataFrame, warmup_s: float, duration_s: float, seed: int = 0,
               rounds: int = BOOTSTRAP_ROUNDS) -> dict[str, tuple[float, float]]:
     """95 % percentile-bootstrap CIs over calls of every compared metric."""
