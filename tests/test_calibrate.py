@@ -285,3 +285,18 @@ def test_offered_utilisation_is_the_models_and_both_utilisations_are_named() -> 
     assert rate_b_for(None, 0.85, 1.5, math.nan)[0] == 3.0  # unknown capacity: 2 x A
     text = "\n".join(describe(cal))
     assert "offered utilisation (model" in text and "measured busy share" in text
+
+
+def test_a_clipped_negative_variance_is_said_in_the_output() -> None:
+    """A fast tool (exponential, mean 0.08 s) timed on 300 turns: the variance by difference
+    comes out negative (seed 24), so cv is clipped to 0; calibrate says so on screen, not
+    only in the TOML comment (issue 28: "lognormal, cv = 0" without a word)."""
+    from sim.calibrate.cli import describe
+
+    cal = calibrate(synth_observations(Truth(tool_mean_s=0.08, n=300), 24))
+    tool = _find(cal, "reasoner.tool_latency_s")
+    assert tool.value["cv"] == 0.0
+    text = "\n".join(describe(cal))
+    assert "NOTE cv clipped to 0" in text and "not identified" in text
+    ok = calibrate(synth_observations(Truth(tool_mean_s=0.08, n=300), 23))
+    assert "clipped" not in "\n".join(describe(ok))

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from sim.calibrate.estimate import CLIPPED
+
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     from sim.shared.argtypes import NO_PLOTS, add_quiet, opt
@@ -53,6 +55,8 @@ def describe(cal: Any) -> list[str]:
         else:
             shown = str(val)
         lines.append(f"  {v.key} = {shown}")
+        if CLIPPED in v.quality:  # a statistical artefact, said where it is read
+            lines.append(f"    NOTE {v.quality[v.quality.index(CLIPPED):]}")
     f = cal.figures
     lines += utilisation_lines(f)
     if cal.unidentified:

@@ -44,6 +44,7 @@ WAITED_SERVICE_SHARE = 0.2  # this share of the mean service (a broker's round t
 MIN_WAITED = 5  # waited attempts (per process) needed to read the capacity off the concurrency
 LEAST_LOADED_SHARE = 0.2
 FREED_JITTER_S = 0.01
+CLIPPED = "cv clipped to 0"  # said with a value whose variance estimate came out negative
 # codes the model produces itself (capacity refusals, the tool's timeout): not injected errors
 EMERGENT_CODES = {"rate-limited": "capacity refusals (queue_limit / queue_timeout_s)",
                   "upstream-timeout": "the tool's timeout (upstream_timeout_s)",
@@ -255,7 +256,10 @@ def calibrate(obs: Observations, base: Scenario | None = None, seed: int = 0) ->
                     "reasoner.tool_latency_s", LogNormal(m, cv).to_toml(),
                     "side-effect turns' service minus the others' (moments; lognormal assumed)",
                     f"mean {m:.4g} s [{m - 1.96 * se:.4g}, {m + 1.96 * se:.4g}]",
-                    f"n = {len(s_se)} / {len(s_ns)}"))
+                    f"n = {len(s_se)} / {len(s_ns)}" + (
+                        "" if var >= 0 else f"; {CLIPPED}: the variance by difference was "
+                        f"negative ({var:.3g} s^2, noise), so the tool's spread is not "
+                        "identified and a constant tool time is assumed")))
             else:  # measured: no slower (the simulator's default would add a tool that is not)
                 values.append(Value(
                     "reasoner.tool_latency_s", 0.0,

@@ -34,16 +34,20 @@ import numpy as np
 import pandas as pd
 
 from sim.shared import schema as S
-from sim.shared.agreement import run_interval
+from sim.shared.agreement import (
+    ACCURACY_MIN_RUN_S,
+    INSIDE,
+    LEVEL,
+    OUTSIDE,
+    TOLERANCES,
+    accuracy,
+    run_interval,
+)
 from sim.shared.summary import domain, mean_ci, percentile
 
 PERCENTILES = (50, 95, 99)
 METRICS = (*[f"ttfc_s.p{q}" for q in PERCENTILES], *[f"completion_s.p{q}" for q in PERCENTILES],
            "success_rate", "attempts_per_turn", "goodput_turns_per_s")
-TOLERANCES = {"p50": 0.20, "p95": 0.30, "p99": 0.35}
-LEVEL = 0.90  # the one-run prediction interval the verdict uses
-ACCURACY_MIN_RUN_S = 300.0  # the accuracy targets are judged on runs at least this long
-INSIDE, OUTSIDE = "inside", "outside"
 BOOTSTRAP_ROUNDS = 300
 CLIENT_CPU_VOID = 0.90  # a Locust process above 90 % of a core: its timings are its own
 
@@ -117,10 +121,6 @@ class Row:
     accuracy: str  # within | beyond | not judged (run < 300 s) | –
 
 
-def _tolerance(metric: str) -> float | None:
-    return TOLERANCES.get(metric.rsplit(".", 1)[-1])
-
-
 def accuracy_note(run_s: float) -> str | None:
     """The line saying the accuracy targets were not judged (None when they were)."""
     if run_s >= ACCURACY_MIN_RUN_S:
@@ -152,22 +152,17 @@ def compare(predicted_reps: list[dict[str, float]], measured: dict[str, float],
         m = measured[k]
         mlo, mhi = measured_ci[k]
         err = (m - p) / p if p and math.isfinite(p) and math.isfinite(m) else math.nan
-        tol = _tolerance(k)
+        tol = TOLERANCES.get(k.rsplit(".", 1)[-1])
         if not (math.isfinite(p) and math.isfinite(m)) or iv is None:
             verdict = "n/a"
         elif void:
             verdict = "void"
         else:
             verdict = INSIDE if iv.contains(m) else OUTSIDE
-        if tol is None or not math.isfinite(err):
-            accuracy = "–"
-        elif run_s < ACCURACY_MIN_RUN_S:
-            accuracy = f"not judged (run < {ACCURACY_MIN_RUN_S:g} s)"
-        else:
-            accuracy = "within" if abs(err) <= tol else "beyond"
         rows.append(Row(k, p, (plo, phi), (ilo, ihi),
                         iv.method if iv is not None else "–", m, (mlo, mhi),
-                        f"±{tol:.0%}" if tol is not None else "–", err, verdict, accuracy))
+                        f"±{tol:.0%}" if tol is not None else "–", err, verdict,
+                        accuracy(k, err, run_s)))
     return rows
 
 
