@@ -109,8 +109,8 @@ def make_predict_folder(root: Path, measured_scale: tuple[float, float] = (1.0, 
         predicted = [turn_metrics(g, WARMUP, DURATION) for _, g in sim.groupby("replication")]
         measured = turn_metrics(measured_turns, WARMUP, DURATION)
         ci = bootstrap(measured_turns, WARMUP, DURATION, rounds=50)
-        rows = compare(predicted, measured, ci)
-        one = one_run_rows(predicted, measured, ci, turns=len(measured_turns))
+        rows = compare(predicted, measured, ci, run_s=DURATION, turns=len(measured_turns))
+        one = one_run_rows(rows, predicted)
         cases.append({"name": name, "rate_calls_per_s": 3.2,
                       "load_run": str(folder / f"measured-{tag}"),
                       "simulation": str(folder / f"sim-{tag}"), "one_run": one_run_json(one)})

@@ -96,8 +96,8 @@ SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
                              "replications per probe (>= 2; default 3)")),
         (("sim tune",), ("store", "positive_int", 2, "R", None,
                          "replications per trial (default 2)")),
-        (("predict",), ("store", "positive_int", 5, None, None,
-                        "simulator replications per case (default 5)"))],
+        (("predict",), ("store", "positive_int", 10, None, None,
+                        "simulator replications per case (default 10)"))],
     # the storm detector's options (sim/answers/storm.py Detector)
     "--fraction": [(("sim metastability", "sim storm"), (
         "store", "float", 0.9, None, None,

@@ -127,3 +127,59 @@ def test_one_run_intervals_of_a_summary() -> None:
     assert out["success_rate"]["high"] <= 1.0  # clipped to the metric's domain
     assert out["completion_s.p99"]["level"] == 0.90
     assert "log" in out["completion_s.p99"]["method"]
+
+
+def _folder(tmp, name: str, metrics: dict, kind: str | None, duration_s: float):
+    import json
+
+    d = tmp / name
+    d.mkdir()
+    summary = {"metrics": {k: {"mean": (None if any(v is None for v in vs) else
+                                        sum(vs) / len(vs)), "values": vs}
+                           for k, vs in metrics.items()}, "warmup_s": 10.0}
+    if kind:
+        summary["kind"] = kind
+    (d / "summary.json").write_text(json.dumps(summary))
+    (d / "scenario.toml").write_text(f"[run]\nduration_s = {duration_s}\n")
+    return d
+
+
+SIM_REPS = {"completion_s.p50": [1.0, 1.1, 0.9, 1.05, 0.95],
+            "completion_s.p99": [3.0, 3.3, 2.8, 3.1, 2.9],
+            "caller_completion_s.p99": [None, 5.0, None, 6.0, None],  # an outage: often inf
+            "success_rate": [0.98, 0.985, 0.975, 0.99, 0.98]}
+
+
+def test_compare_of_a_prediction_and_a_measurement(tmp_path, capsys) -> None:
+    """`rtalab compare SIM LOAD`: the verdict per metric is the 90 % one-run interval, the
+    accuracy targets are applied on a 300-s run (said "not judged" on a 90-s one), and the
+    caller-perceived p99 under an outage is shown (∞), not "–" (issue 28)."""
+    from sim.cli import main
+    from sim.shared.compare import load_run, prediction_rows
+
+    sim = _folder(tmp_path, "sim", SIM_REPS, None, 300)
+    load = _folder(tmp_path, "load", {"completion_s.p50": [1.3], "completion_s.p99": [3.2],
+                                      "caller_completion_s.p99": [None],
+                                      "success_rate": [0.982]}, "load", 300)
+    rows = {r["metric"]: r for r in prediction_rows(load_run(sim), load_run(load))}
+    assert rows["completion_s.p50"]["verdict"] == "outside"  # 1.3 vs ~[0.83, 1.2]
+    assert rows["completion_s.p50"]["accuracy"] == "beyond"  # +30 % > 20 %
+    assert rows["completion_s.p99"]["verdict"] == "inside"
+    assert rows["completion_s.p99"]["accuracy"] == "within"
+    cp = rows["caller_completion_s.p99"]
+    assert cp["measured"] == math.inf and cp["high"] == math.inf and cp["verdict"] == "inside"
+    assert rows["success_rate"]["verdict"] == "inside"
+    # either order
+    assert prediction_rows(load_run(load), load_run(sim)) == list(rows.values())
+    rc = main(["compare", str(sim), str(load), "--no-plot"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    line = next(x for x in out.splitlines() if "caller" in x and "p99" in x and "∞" in x)
+    assert "inside" in line and "3 of 5" in line
+    assert "accuracy beyond" in out and "90 % one-run prediction interval" in out
+    short = _folder(tmp_path, "short", {"completion_s.p50": [1.3]}, "load", 90)
+    rows = prediction_rows(load_run(sim), load_run(short))
+    assert rows[0]["accuracy"] == "not judged (run < 300 s)"
+    main(["compare", str(sim), str(short), "--no-plot"])
+    assert "NOTE the simulated replications are 300 s, the load run 90 s" in (
+        capsys.readouterr().out)

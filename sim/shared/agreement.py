@@ -44,6 +44,13 @@ from sim.shared.stats import holm, t_two_sided_p
 from sim.shared.summary import INF_PREFIXES, domain
 
 AGREES, DIFFERS = "agrees", "differs"
+INSIDE, OUTSIDE = "inside", "outside"
+LEVEL = 0.90  # the one-run prediction interval a prediction's verdict uses
+# the accuracy targets: |measured - predicted mean| / predicted mean per percentile, a second
+# criterion judged only on runs at least ACCURACY_MIN_RUN_S long (a shorter run's percentile
+# scatters by more than the target even when the prediction is exact)
+TOLERANCES = {"p50": 0.20, "p95": 0.30, "p99": 0.35}
+ACCURACY_MIN_RUN_S = 300.0
 # counts that grow with the run's length (a 90-s load run against 300-s replications):
 # not properties of the system, so not compared
 EXTENSIVE = frozenset({"turns", "calls"})
@@ -256,6 +263,18 @@ def run_interval(values: Sequence[float | None], level: float = 0.90,
     lo, hi = lo - resolution, hi + resolution
     lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
     return RunInterval(lo, hi, centre, n, level, method)
+
+
+def accuracy(metric: str, error: float, run_s: float) -> str:
+    """The accuracy criterion of one metric: ``within`` / ``beyond`` its :data:`TOLERANCES`
+    target (relative ``error``), ``not judged (run < 300 s)`` on a shorter run, ``–`` for a
+    metric without a target or an undefined error."""
+    tol = TOLERANCES.get(metric.rsplit(".", 1)[-1])
+    if tol is None or not math.isfinite(error):
+        return "–"
+    if run_s < ACCURACY_MIN_RUN_S:
+        return f"not judged (run < {ACCURACY_MIN_RUN_S:g} s)"
+    return "within" if abs(error) <= tol else "beyond"
 
 
 def one_run_intervals(summary: dict[str, Any], level: float = 0.90) -> dict[str, Any]:
