@@ -123,3 +123,9 @@ def test_the_paragraph_says_what_held_and_what_did_not(tmp_path: Path) -> None:
             assert r.low <= r.centre <= r.high, r
         lines = short_table_lines(case["one_run_rows"])
         assert len(lines) == 10 and max(map(len, lines)) <= 80, lines
+    # a saturated load generator makes B void, not "outside", and B no longer holds
+    for r in res["cases"][0]["one_run_rows"]:
+        r.verdict = "void"
+    assert "void: the load generator saturated its CPU" in demo_report.paragraph(res)
+    assert demo_report.held(res) == [False, False]
+    assert demo_report.headline(res)[0] == "fail"

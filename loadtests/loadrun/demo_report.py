@@ -110,9 +110,16 @@ def _case_sentence(i: int, case: dict[str, Any], window_s: float) -> str:
                      + (f"(95 % CI {_span(*r.measured_ci, r.metric)})" if j == 0
                         else f"({_span(*r.measured_ci, r.metric)})")
                      for j, r in enumerate(rows))
-    out = [WORDS[r.metric] for r in rows if r.verdict != "inside"]
-    verdict = ("all inside their intervals: the prediction held" if not out else
-               f"{' and '.join(out)} outside: the prediction did not hold there")
+    out = [WORDS[r.metric] for r in rows if r.verdict == "outside"]
+    other = [WORDS[r.metric] for r in rows if r.verdict not in ("inside", "outside")]
+    if any(r.verdict == "void" for r in rows):
+        verdict = "void: the load generator saturated its CPU, so its timings are its own"
+    elif out:
+        verdict = f"{' and '.join(out)} outside: the prediction did not hold there"
+    elif other:
+        verdict = f"{' and '.join(other)} undefined in a run: not judged"
+    else:
+        verdict = "all inside their intervals: the prediction held"
     where = (f"For one {window_s:g}-s measured window at B" if i == 0
              else f"With {_what(case)}")
     return f"{where} it predicted {pred}; the load run measured {meas}: {verdict}."
