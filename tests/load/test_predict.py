@@ -102,6 +102,11 @@ def test_predict_round_trip_writes_a_complete_comparison(tmp_path: Path) -> None
         assert r["verdict"] in ("inside", "outside", "n/a"), r
         if r["low"] is not None:
             assert r["low"] <= r["centre"] <= r["high"], r
+    # the load runs inside the folder skip their own bootstrap (the comparison makes its own)
+    for run in (folder / "runs").iterdir():
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["uncertainty"].startswith("none"), summary["uncertainty"]
+        assert all("se" not in m for m in summary["metrics"].values() if isinstance(m, dict))
     from loadtests.loadrun import demo_report
 
     report = demo_report.render(folder)
