@@ -20,7 +20,7 @@ Mapping (docs/chaos.md has the table):
                             ``reasoner-down`` (listener closed: ECONNREFUSED; open connections
                             reset), ``reset`` (open connections reset at the start, new ones
                             reset at once), ``loss`` (each request black-holed and each stream
-                            event cut with the outage's ``loss``, as the links' own loss)
+                            event lost with the outage's ``loss``)
 ==========================  ==================================================================
 """
 

@@ -10,9 +10,9 @@ Outages (seconds since ``t0``), by kind (:meth:`ChaosConfig.kind_of`):
   the listener reopens on the same port.
 - ``reset``: at the window's start every open connection is reset; a connection accepted
   during the window is reset at once.
-- ``blackhole``: a connection accepted during an uplink window is held, unread,
-  until the window ends and then reset (the L7 app black-holes requests and
-  stream events on connections already open).
+- ``blackhole``: a connection accepted during an uplink window is held, never
+  answered, until the caller gives up (as a partition: the caller's timers decide; the L7
+  app black-holes requests and stream events on connections already open).
 - ``loss``: nothing at this level (the L7 app loses requests and stream events).
 """
 
@@ -113,11 +113,15 @@ class Gate:
             reset(writer)
             return
         o = self.cfg.outage_at(self.now_s(), "uplink", "blackhole")
-        if o is not None:
+        if o is not None:  # packets vanish: held, unanswered, until the caller gives up
             self.held.add(writer)
             self.ledger.record("blackhole", binding="tcp", what="connection")
             try:
-                await asyncio.sleep(max(0.0, o.start_s + o.duration_s - self.now_s()))
+                async with asyncio.timeout(self.cfg.max_hold_s):
+                    while await reader.read(BUF):
+                        pass
+            except (TimeoutError, ConnectionError, OSError):
+                pass
             finally:
                 self.held.discard(writer)
                 reset(writer)

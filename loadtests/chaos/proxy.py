@@ -19,8 +19,10 @@ Requests and frames are passed through byte for byte, headers included
   socket is reset, every request on it is cut);
 - black-hole outages: requests arriving in an uplink window are never forwarded
   (held until the caller gives up), stream events in a downlink window are
-  swallowed; ``loss`` outages: each request is black-holed and each stream event cuts
-  the stream with the outage's ``loss`` (as the links' own loss).  ``reset`` and
+  swallowed, and a stream whose end state vanished is held open until the caller gives
+  up (nothing, not even the stream's end, gets through a partition); ``loss`` outages: each
+  request is black-holed and each stream event lost with the outage's ``loss`` (a stream
+  whose end state was lost ends without one: noticed, as in the simulator).  ``reset`` and
   ``reasoner-down`` outages are the gate's (:mod:`loadtests.chaos.gate`).
 
 Anything malformed is forwarded unchanged (the upstream answers it); an
@@ -339,14 +341,19 @@ class ChaosProxy:
         loop = asyncio.get_running_loop()
         splitter = SseSplitter()
         swallowed = 0
+        partitioned = False  # the terminal event vanished in a blackhole window
         try:
             async for chunk in resp.aiter_raw():
                 for event in splitter.feed(chunk):
                     ev = parse_frame(sse_data(event))
                     if self.blackholed("downlink"):
                         swallowed += 1
+                        partitioned = partitioned or ev.terminal
                         continue
-                    if timing.draw_drop() or self.outage_lost("downlink"):
+                    if self.outage_lost("downlink"):  # a 'loss' outage: this event is lost
+                        swallowed += 1
+                        continue
+                    if timing.draw_drop():
                         self.ledger.record("drop", binding=info.binding,
                                            request_guid=info.request_guid,
                                            rpc_id=info.rpc_id, events=timing.events)
@@ -361,6 +368,9 @@ class ChaosProxy:
                                                     ev.sequence_id is not None), event)
             if releaser is not None:
                 await releaser.drain()
+            if partitioned:  # as in a partition, not even the stream's end gets through: the
+                # caller's timers end the attempt (the simulator's lost terminal, never noticed)
+                await asyncio.sleep(self.cfg.max_hold_s)
         finally:
             if releaser is not None:
                 releaser.cancel()
@@ -597,10 +607,10 @@ class _WsRelay:
                                                              p.cfg.reorder_terminal), [0])
                 if ev.terminal:
                     self.streams.pop(key, None)
-                if p.blackholed("downlink"):
+                if p.blackholed("downlink") or p.outage_lost("downlink"):
                     swallowed[0] += 1
                 else:
-                    if timing.draw_drop() or p.outage_lost("downlink"):
+                    if timing.draw_drop():
                         p.ledger.record("drop", binding="ws", request_guid=info.request_guid,
                                         rpc_id=info.rpc_id, events=timing.events,
                                         in_flight=len(self.streams))
