@@ -35,6 +35,7 @@ from sim.shared.argtypes import (  # UsageError re-exported: plugins raise sim.c
     add_command,
     add_executor,
     add_group,
+    add_outage,
     add_quiet,
     add_results_root,
     add_scenario,
@@ -42,6 +43,7 @@ from sim.shared.argtypes import (  # UsageError re-exported: plugins raise sim.c
     flag,
     help_of,
     opt,
+    outage_overrides,
     positive_int,
     repeatable,
 )
@@ -88,6 +90,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _checked(scenario: Any, overrides: dict[str, Any]) -> Any:
+    """``scenario.with_overrides(overrides)``; a scenario error is a usage error."""
+    try:
+        return scenario.with_overrides(overrides)
+    except ConfigError as e:
+        raise UsageError(f"scenario error: {e}") from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """run a scenario and write a results folder
 
@@ -99,8 +109,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         extra["run.seed"] = args.seed
     if args.replications is not None:
         extra["run.replications"] = args.replications
+    extra.update(outage_overrides(args, scenario.network.outages))
     if extra:
-        scenario = scenario.with_overrides(extra)
+        scenario = _checked(scenario, extra)
 
     from sim.shared import results
     from sim.shared.progress import progress_bar, should_show
@@ -484,6 +495,7 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     add_seed(p)
     opt(p, "--replications R", "independent replications (default: run.replications)",
         positive_int)
+    add_outage(p)
     add_executor(p)
     add_results_root(p)
     NO_PLOTS.add(p)

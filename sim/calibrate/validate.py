@@ -82,8 +82,9 @@ def window_metrics(turns: pd.DataFrame, start_s: float, end_s: float) -> dict[st
 
 
 def bootstrap(turns: pd.DataFrame, warmup_s: float, duration_s: float, seed: int = 0,
-              rounds: int = BOOTSTRAP_ROUNDS) -> dict[str, tuple[float, float]]:
-    """95 % percentile-bootstrap CIs over calls of every compared metric."""
+              rounds: int = BOOTSTRAP_ROUNDS, quantiles: tuple[float, float] = (0.025, 0.975)
+              ) -> dict[str, tuple[float, float]]:
+    """Percentile-bootstrap CIs over calls of every compared metric (95 %: ``quantiles``)."""
     rng = np.random.default_rng(seed)
     calls = turns[S.CALL_ID].astype(str).to_numpy()
     ids, inverse = np.unique(calls, return_inverse=True)
@@ -99,7 +100,7 @@ def bootstrap(turns: pd.DataFrame, warmup_s: float, duration_s: float, seed: int
     for k, v in draws.items():
         a = np.asarray(v, dtype=float)
         a = a[np.isfinite(a)]
-        out[k] = tuple(np.quantile(a, [0.025, 0.975]).tolist()) if len(a) else (math.nan,
+        out[k] = tuple(np.quantile(a, list(quantiles)).tolist()) if len(a) else (math.nan,
                                                                                math.nan)
     return out
 
