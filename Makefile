@@ -1,6 +1,6 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo   -- simulate baseline, load-test the embedded deployment at a low load, calibrate,
-#                  predict a higher load, measure it, compare: one HTML report (~3 min)
+#   make demo   -- load-test the embedded deployment where turns queue, calibrate, predict 85 %
+#                  utilisation and a 10-s outage, measure both: one paragraph, one report (~3 min)
 #   make test   -- run the whole test suite
 PY ?= python3
 VENV ?= .venv

@@ -35,6 +35,7 @@ from sim.shared.argtypes import (  # UsageError re-exported: plugins raise sim.c
     add_command,
     add_executor,
     add_group,
+    add_outage,
     add_quiet,
     add_results_root,
     add_scenario,
@@ -42,6 +43,7 @@ from sim.shared.argtypes import (  # UsageError re-exported: plugins raise sim.c
     flag,
     help_of,
     opt,
+    outage_overrides,
     positive_int,
     repeatable,
 )
@@ -88,6 +90,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _checked(scenario: Any, overrides: dict[str, Any]) -> Any:
+    """``scenario.with_overrides(overrides)``; a scenario error is a usage error."""
+    try:
+        return scenario.with_overrides(overrides)
+    except ConfigError as e:
+        raise UsageError(f"scenario error: {e}") from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """run a scenario and write a results folder
 
@@ -99,8 +109,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         extra["run.seed"] = args.seed
     if args.replications is not None:
         extra["run.replications"] = args.replications
+    extra.update(outage_overrides(args, scenario.network.outages))
     if extra:
-        scenario = scenario.with_overrides(extra)
+        scenario = _checked(scenario, extra)
 
     from sim.shared import results
     from sim.shared.progress import progress_bar, should_show
@@ -126,6 +137,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             try:
                 with progress_bar(label, enabled=should_show(args.quiet)) as progress:
                     summary = _run_plan(scenario, plan, run_dir, args, progress)
+                from sim.shared.agreement import one_run_intervals
+
+                # where ONE run of this length and load falls (not the CI of the mean)
+                summary["one_run_interval"] = one_run_intervals(summary)
                 results.write_summary(run_dir, summary)
                 results.finish_run(run_dir, meta, "complete")
             except OSError as e:
@@ -171,15 +186,30 @@ def print_summary(summary: dict[str, Any], run_dir: Path, meta: dict[str, Any]) 
                         f"{reps} replication{'s' * (reps != 1)}  "
                         f"({meta.get('wall_time_s') or 0:.1f} s wall)",
                   title_justify="left", box=None, pad_edge=False)
+    console = Console(soft_wrap=True)
+    if not console.is_terminal:  # a file or a pipe: room for the four columns
+        console = Console(soft_wrap=True, width=120)
+    intervals = summary.get("one_run_interval") or {}
+    shown = bool(intervals) and console.width >= 100
     table.add_column("metric")
     table.add_column("mean", justify="right")
     table.add_column("95 % CI over replications", justify="right")
+    if shown:
+        table.add_column("90 % one-run interval", justify="right")
     from sim.shared.fmt import summary_rows
 
-    for row in summary_rows(summary):
+    for row in summary_rows(summary, intervals=shown):
         table.add_row(*row)
-    console = Console(soft_wrap=True)
     console.print(table)
+    if intervals and not shown:
+        console.print("one_run_interval: in summary.json (a terminal of >= 100 columns shows "
+                      "it here)", highlight=False)
+    elif intervals:
+        n = max(iv["n"] for iv in intervals.values())
+        how = (f"order statistics of {n} replications" if n >= 19 else
+               f"Student's t over {n} replications, times on a log scale")
+        console.print(f"one_run_interval: where ONE run of this length and load falls, 90 % of "
+                      f"the time ({how}; summary.json)", highlight=False)
     console.print(f"results: {run_dir}", highlight=False)
 
 
@@ -316,6 +346,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print_compare(table, runs)
     from sim.shared.fmt import metric_label
 
+    for k in range(1, len(runs)):
+        print_prediction(runs[0], runs[k], k)
+
     width = min(shutil.get_terminal_size().columns, 100)
     for k in range(1, len(runs)):
         flagged = [metric_label(m, with_unit=False) for m in differing(table, k)]
@@ -368,6 +401,39 @@ def print_compare(table: Any, runs: Sequence[Any], width: int | None = None) -> 
         out.add_row(*cells)
     console.print(out)
     console.print(COMPARE_FOOTER, highlight=False, markup=False)
+
+
+def print_prediction(ref: Any, other: Any, k: int) -> None:
+    """A simulation against a load run: the prediction's verdict per metric (inside the 90 %
+    one-run interval) and the accuracy targets (judged on runs >= 300 s); nothing otherwise."""
+    from sim.shared.agreement import ACCURACY_MIN_RUN_S, is_load
+    from sim.shared.compare import prediction_rows
+    from sim.shared.fmt import fmt_value, metric_label
+
+    if is_load(ref.summary) == is_load(other.summary):
+        return
+    rows = prediction_rows(ref, other)
+    if not rows:
+        return
+
+    def f(v: float, name: str) -> str:
+        return "∞" if v == math.inf else fmt_value(v, name)
+
+    run_s, sim_s = rows[0]["run_s"], rows[0]["sim_run_s"]
+    print(f"\nprediction (the simulation) against measurement (the load run), [{k}] and [0]: "
+          "inside/outside the 90 % one-run prediction interval; accuracy p50 ±20 %, p95 ±30 %,"
+          f" p99 ±35 % of the predicted mean (judged on runs >= {ACCURACY_MIN_RUN_S:g} s; this "
+          f"one: {run_s:g} s)")
+    if sim_s is not None and run_s and abs(sim_s - run_s) > 1e-9:
+        print(f"  NOTE the simulated replications are {sim_s:g} s, the load run {run_s:g} s: the "
+              "one-run interval is for a run as long as the replications")
+    for r in rows:
+        name = r["metric"]
+        inf = (f" (∞ in {r['infinite_replications']} of {r['replications']} replications: "
+               "too many turns not served)") if r["infinite_replications"] else ""
+        print(f"  {metric_label(name):<38} predicted {f(r['predicted'], name):>9}  "
+              f"[{f(r['low'], name)}, {f(r['high'], name)}]  measured "
+              f"{f(r['measured'], name):>9}  {r['verdict']:<7}  accuracy {r['accuracy']}{inf}")
 
 
 def _nan_none(v: Any) -> Any:
@@ -429,6 +495,7 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     add_seed(p)
     opt(p, "--replications R", "independent replications (default: run.replications)",
         positive_int)
+    add_outage(p)
     add_executor(p)
     add_results_root(p)
     NO_PLOTS.add(p)

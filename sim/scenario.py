@@ -99,13 +99,35 @@ class LinkConfig:
     reorder_delay_s: Dist = Exp(0.1)
 
 
+OutageKind = Literal["blackhole", "reset", "reasoner-down", "loss"]
+#: kinds that act on connections: every open stream is cut at the window's start and every
+#: attempt sent inside it fails at once (the Live layer notices without waiting for a timer)
+REFUSING_KINDS = ("reset", "reasoner-down")
+
+
 @dataclass(frozen=True)
 class OutageConfig:
-    """A scheduled partition: messages on ``direction`` are dropped during the window."""
+    """A scheduled outage of ``kind`` during ``[start_s, start_s + duration_s)``:
+
+    * ``blackhole`` (default): messages on ``direction`` vanish; connections hang until a
+      Live-layer timer ends the attempt;
+    * ``reset``: open connections are cut at the window's start and new ones are reset at
+      once (both directions);
+    * ``reasoner-down``: the Reasoner refuses connections (ECONNREFUSED) and its open
+      streams are cut at the window's start (both directions);
+    * ``loss``: each message on ``direction`` is lost with probability ``loss``, as the
+      link's own ``loss`` is (a lost stream event cuts the stream)."""
 
     start_s: float = num(0.0, ge=0.0)
     duration_s: float = num(10.0, gt=0.0)
     direction: Direction = "both"
+    kind: OutageKind = "blackhole"
+    loss: float = prob(0.5, "the loss probability of a 'loss' outage")
+
+    def __post_init__(self) -> None:
+        if self.kind in REFUSING_KINDS and self.direction != "both":
+            raise ConfigError("direction", f"a {self.kind!r} outage acts on connections, so on "
+                              f"both directions: drop direction = {self.direction!r}")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ share inside the reported 95 % CI; the round trip within 10 %.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import tomllib
@@ -247,3 +248,55 @@ def test_capacity_lower_bound_is_the_pooled_maximum_without_waits() -> None:
                                     np.array(["a", "a", "b", "b"]))
     assert out["identified"] is False
     assert out["workers"] == 2
+
+
+def test_capacity_lower_bound_never_exceeds_the_pool_when_a_worker_changes_hands() -> None:
+    """A pool of 6, never queued: six long services, and a seventh turn that starts as one of
+    them ends (its start 0.4 ms before that end on the client's clock, jitter).  The largest
+    count at once is 6, not 7 (issue 28: "at least 7" for a pool of 6)."""
+    start = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.9996])
+    end = np.array([1.0, 5.0, 5.0, 5.0, 5.0, 5.0, 2.0])
+    out = capacity_from_concurrency(start, end, np.zeros(7, dtype=bool), np.array(["a"] * 7))
+    assert out["identified"] is False
+    assert out["workers"] == 6
+    start[-1] = 0.5  # a real seventh service at once: the bound says 7
+    out = capacity_from_concurrency(start, end, np.zeros(7, dtype=bool), np.array(["a"] * 7))
+    assert out["workers"] == 7
+
+
+def test_offered_utilisation_is_the_models_and_both_utilisations_are_named() -> None:
+    """The model's offered utilisation at the scenario's rate (calls/s x turns/call x mean
+    service / workers) is what --predict-utilisation scales: the same calibration gives the
+    same B whatever the run's random arrivals; the run's busy share is printed as such."""
+    from loadtests.loadrun.predict import rate_b_for
+    from sim.calibrate.cli import describe
+
+    base = load_scenario("baseline").with_overrides({"workload.calls_per_s": 1.5,
+                                                     "workload.turns_per_call": 4})
+    cal = calibrate(synth_observations(Truth(n=6000), 4), base)
+    f = cal.figures
+    workers = _find(cal, "reasoner.workers").value
+    assert f["offered_utilisation"] == pytest.approx(1.5 * 4 * f["mean_service_s"] / workers)
+    assert f["offered_utilisation"] != pytest.approx(f["utilisation"], rel=0.05)
+    rate, note = rate_b_for(None, 0.85, 1.5, f["offered_utilisation"])
+    assert note is None
+    assert rate * 4 * f["mean_service_s"] / workers == pytest.approx(0.85)
+    assert rate_b_for(3.0, 0.85, 1.5, f["offered_utilisation"]) == (3.0, None)
+    assert rate_b_for(None, 0.85, 1.5, math.nan)[0] == 3.0  # unknown capacity: 2 x A
+    text = "\n".join(describe(cal))
+    assert "offered utilisation (model" in text and "measured busy share" in text
+
+
+def test_a_clipped_negative_variance_is_said_in_the_output() -> None:
+    """A fast tool (exponential, mean 0.08 s) timed on 300 turns: the variance by difference
+    comes out negative (seed 24), so cv is clipped to 0; calibrate says so on screen, not
+    only in the TOML comment (issue 28: "lognormal, cv = 0" without a word)."""
+    from sim.calibrate.cli import describe
+
+    cal = calibrate(synth_observations(Truth(tool_mean_s=0.08, n=300), 24))
+    tool = _find(cal, "reasoner.tool_latency_s")
+    assert tool.value["cv"] == 0.0
+    text = "\n".join(describe(cal))
+    assert "NOTE cv clipped to 0" in text and "not identified" in text
+    ok = calibrate(synth_observations(Truth(tool_mean_s=0.08, n=300), 23))
+    assert "clipped" not in "\n".join(describe(ok))

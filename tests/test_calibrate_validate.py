@@ -54,29 +54,78 @@ def test_bootstrap_ci_holds_the_value_and_shrinks_with_more_calls() -> None:
     assert (hi - lo) < (small["success_rate"][1] - small["success_rate"][0])
 
 
-def test_verdicts_by_tolerance_and_ci_overlap() -> None:
-    reps = [{"ttfc_s.p50": 1.0, "ttfc_s.p95": 2.0, "ttfc_s.p99": 3.0, "completion_s.p50": 1.0,
-             "completion_s.p95": 2.0, "completion_s.p99": 3.0, "success_rate": 0.99,
-             "attempts_per_turn": 1.01, "goodput_turns_per_s": 10.0}] * 3
-    measured = {"ttfc_s.p50": 1.19, "ttfc_s.p95": 2.7, "ttfc_s.p99": 4.0,
-                "completion_s.p50": 0.79, "completion_s.p95": 2.0, "completion_s.p99": 3.0,
-                "success_rate": 0.95, "attempts_per_turn": 1.02, "goodput_turns_per_s": 10.2}
-    ci = {k: (v - 0.01, v + 0.01) for k, v in measured.items()}
-    ci["attempts_per_turn"] = (1.0, 1.05)
-    ci["goodput_turns_per_s"] = (9.9, 10.5)
-    rows = {r.metric: r for r in compare(reps, measured, ci)}
-    assert rows["ttfc_s.p50"].verdict == "agrees"        # +19 % within 20 %
-    assert rows["completion_s.p50"].verdict == "differs"  # -21 %
-    assert rows["ttfc_s.p95"].verdict == "differs"       # +35 % beyond 30 %
-    assert rows["ttfc_s.p99"].verdict == "agrees"        # +33 % within 35 %
-    assert rows["ttfc_s.p99"].error == pytest.approx(1 / 3)
-    # predicted CI of identical replications is the value itself; 0.95 +- 0.01 misses 0.99
-    assert rows["success_rate"].verdict == "differs"
-    assert rows["attempts_per_turn"].verdict == "agrees"  # 1.01 inside [1.0, 1.05]
-    assert rows["goodput_turns_per_s"].verdict == "agrees"
-    void = {r.metric: r.verdict for r in compare(reps, measured, ci, void=True)}
+def _reps() -> list[dict[str, float]]:
+    """Five replications: completion p50 1.0 +- 0.1 (and the rest spread alike)."""
+    out = []
+    for d in (-0.1, -0.05, 0.0, 0.05, 0.1):
+        out.append({"ttfc_s.p50": 1.0 + d, "ttfc_s.p95": 2.0 + 2 * d, "ttfc_s.p99": 3.0 + 3 * d,
+                    "completion_s.p50": 1.0 + d, "completion_s.p95": 2.0 + 2 * d,
+                    "completion_s.p99": 3.0 + 3 * d, "success_rate": 0.99 + d / 10,
+                    "attempts_per_turn": 1.01 + d / 10, "goodput_turns_per_s": 10.0 + d})
+    return out
+
+
+MEASURED = {"ttfc_s.p50": 1.19, "ttfc_s.p95": 2.7, "ttfc_s.p99": 4.0,
+            "completion_s.p50": 0.79, "completion_s.p95": 2.0, "completion_s.p99": 3.0,
+            "success_rate": 0.95, "attempts_per_turn": 1.02, "goodput_turns_per_s": 10.1}
+
+
+def test_verdict_is_the_one_run_prediction_interval() -> None:
+    from sim.shared.agreement import run_interval
+
+    ci = {k: (v - 0.01, v + 0.01) for k, v in MEASURED.items()}
+    rows = {r.metric: r for r in compare(_reps(), MEASURED, ci)}
+    for k, r in rows.items():  # the row's interval is run_interval's of the replications
+        iv = run_interval([x[k] for x in _reps()], 0.90, metric=k)
+        assert r.interval == pytest.approx((iv.low, max(min(iv.high, 1.0), 0.0)) if
+                                           k == "success_rate" else (iv.low, iv.high))
+        assert r.verdict == ("inside" if r.interval[0] <= MEASURED[k] <= r.interval[1]
+                             else "outside"), r
+        assert r.interval[0] <= r.predicted <= r.interval[1]
+    # log-scale t interval (n = 5) around 1.0 with s ~ 0.08: about [0.82, 1.21]
+    assert rows["ttfc_s.p50"].verdict == "inside"         # 1.19
+    assert rows["completion_s.p50"].verdict == "outside"  # 0.79
+    assert rows["completion_s.p99"].verdict == "inside"   # 3.0, the centre
+    assert rows["success_rate"].verdict == "outside"      # 0.95 against 0.98-1.0
+    assert rows["goodput_turns_per_s"].verdict == "inside"
+    # the interval is a one-run interval: wider than the 95 % CI of the mean
+    r = rows["completion_s.p99"]
+    assert r.interval[1] - r.interval[0] > r.predicted_ci[1] - r.predicted_ci[0]
+    void = {r.metric: r.verdict for r in compare(_reps(), MEASURED, ci, void=True)}
     assert set(void.values()) == {"void"}
     html = html_section([{"name": "B", "rows": list(rows.values()), "png": "",
                           "client_cpu": 0.95, "void": True, "notes": ["<x>"]}], {"A": "1"})
     assert html.startswith('<section class="prediction">') and "VOID" in html
-    assert "&lt;x&gt;" in html and 'class="verdict-differs"' in html
+    assert "&lt;x&gt;" in html and 'class="verdict-outside"' in html
+    assert "90 % one-run interval" in html
+
+
+def test_accuracy_targets_only_on_long_runs() -> None:
+    """p50 ±20 %, p95 ±30 %, p99 ±35 %: judged on a run of >= 300 s, said not judged below."""
+    from sim.calibrate.validate import accuracy_note, table_lines
+
+    ci = {k: (v - 0.01, v + 0.01) for k, v in MEASURED.items()}
+    rows = {r.metric: r for r in compare(_reps(), MEASURED, ci, run_s=300.0)}
+    assert rows["ttfc_s.p50"].accuracy == "within"         # +19 % within 20 %
+    assert rows["completion_s.p50"].accuracy == "beyond"   # -21 %
+    assert rows["ttfc_s.p95"].accuracy == "beyond"         # +35 % beyond 30 %
+    assert rows["ttfc_s.p99"].accuracy == "within"         # +33 % within 35 %
+    assert rows["ttfc_s.p99"].error == pytest.approx(1 / 3)
+    assert rows["success_rate"].accuracy == "–"            # a rate has no target
+    short = {r.metric: r for r in compare(_reps(), MEASURED, ci, run_s=90.0)}
+    assert short["completion_s.p50"].accuracy == "not judged (run < 300 s)"
+    assert short["completion_s.p50"].verdict == rows["completion_s.p50"].verdict
+    assert accuracy_note(300.0) is None
+    assert "not judged" in accuracy_note(90.0) and "90 s" in accuracy_note(90.0)
+    assert any("not judged" in line for line in table_lines(list(short.values())))
+
+
+def test_success_rate_resolution_is_one_measured_turn() -> None:
+    """Every replication succeeded completely; one failed turn of 200 is inside, three not."""
+    reps = [dict(r, success_rate=1.0) for r in _reps()]
+    ci = {k: (v, v) for k, v in MEASURED.items()}
+    one = compare(reps, dict(MEASURED, success_rate=1 - 1 / 200), ci, turns=200)
+    three = compare(reps, dict(MEASURED, success_rate=1 - 3 / 200), ci, turns=200)
+    pick = lambda rows: next(r for r in rows if r.metric == "success_rate")  # noqa: E731
+    assert pick(one).verdict == "inside"
+    assert pick(three).verdict == "outside"

@@ -107,6 +107,14 @@ def test_run_prints_a_summary_table_with_the_folder(
     (run_dir,) = tmp_path.iterdir()
     assert f"results: {run_dir}" in out.replace("\n", "")
     assert not list(run_dir.glob("*.png"))
+    # the one-run interval (issue 28): printed, and in summary.json for every metric with >= 2
+    # replications; it holds the mean
+    assert "90 % one-run interval" in out and "one_run_interval:" in out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    iv = summary["one_run_interval"]["success_rate"]
+    m = summary["metrics"]["success_rate"]
+    assert iv["low"] <= m["mean"] <= iv["high"] <= 1.0
+    assert iv["level"] == 0.90 and iv["n"] == len(m["values"]) >= 2
 
 
 def test_plots_shade_outages_and_capacity_drops(

@@ -96,8 +96,8 @@ SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
                              "replications per probe (>= 2; default 3)")),
         (("sim tune",), ("store", "positive_int", 2, "R", None,
                          "replications per trial (default 2)")),
-        (("predict",), ("store", "positive_int", 5, None, None,
-                        "simulator replications per case (default 5)"))],
+        (("predict",), ("store", "positive_int", 10, None, None,
+                        "simulator replications per case (default 10)"))],
     # the storm detector's options (sim/answers/storm.py Detector)
     "--fraction": [(("sim metastability", "sim storm"), (
         "store", "float", 0.9, None, None,
@@ -186,6 +186,20 @@ SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
                                       "embedded Reasoner worker processes (default 1)")),
         (("predict",), ("store", "positive_int", 2, None, None,
                         "embedded Reasoner worker processes (default 2)"))],
+    # an outage on the run's own clock (issue 28): the same in both worlds
+    "--outage-at": [(("sim run", "load run"), (
+        "store", "non_negative", None, "S", None,
+        "an outage starting S s into the run (the run's own clock)"))],
+    "--outage-for": [(("sim run", "load run"), (
+        "store", "non_negative", 10.0, "S", None, "with --outage-at: its length (default 10)"))],
+    "--outage-kind": [(("sim run", "load run"), (
+        "store", None, "blackhole", "K", ("blackhole", "reset", "reasoner-down", "loss"),
+        "with --outage-at: blackhole (packets vanish, connections hang until a timer), reset "
+        "(connections cut at once), reasoner-down (connection refused) or loss (each message "
+        "lost with --outage-loss) (default blackhole)"))],
+    "--outage-loss": [(("sim run", "load run"), (
+        "store", "probability", 0.5, "P", None,
+        "with --outage-kind loss: the loss probability (default 0.5)"))],
     "--duration": [
         (("load run",), ("store", "non_negative", None, "S", None,
                          "seconds of call arrivals (default: [run].duration_s)")),

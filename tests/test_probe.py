@@ -165,3 +165,19 @@ def test_predict_runs_the_probe_when_a_leaves_capacity_unidentified(
     err = capsys.readouterr().err.strip()
     assert "leaves no time for one step" in err and len(err.splitlines()) == 1
     assert not list((tmp_path / "out").glob("*/probe/*")), "no probe folder was started"
+
+
+def test_first_step_is_half_the_scenarios_capacity_not_its_call_rate() -> None:
+    """baseline: 8 workers, mean service 0.6 + 0.3 x 0.3 = 0.69 s -> capacity 11.6 turns/s;
+    the first step offers half of it (5.8), not the scenario's 2 calls/s (issue 28: the
+    probe started 4x too low with 4 turns per call).  --start-rate wins."""
+    from loadtests.loadrun.probe import first_step_rate
+    from sim.scenario import load_scenario
+
+    sc = load_scenario("baseline")
+    rate, why = first_step_rate(sc, None)
+    assert rate == pytest.approx(0.5 * 8 / 0.69, rel=1e-6)
+    assert "capacity" in why and "8 workers" in why
+    assert first_step_rate(sc, 3.0) == (3.0, "--start-rate")
+    small = sc.with_overrides({"reasoner.workers": 2})
+    assert first_step_rate(small, None)[0] == pytest.approx(rate / 4)

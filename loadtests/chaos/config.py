@@ -14,9 +14,13 @@ Mapping (docs/chaos.md has the table):
                             unless ``reorder_terminal``)
 ``downlink.loss``           P(the connection is dropped at this stream event: mid-stream cut)
 ``downlink.duplication``    not applied (a transport never duplicates a stream event)
-``outages``                 windows since the proxy's start: ``refuse`` (listener closed, open
-                            connections reset) or ``blackhole`` (connections held, requests
-                            never forwarded, stream events swallowed) on ``direction``
+``outages``                 windows on the run's clock (``--start-file``; else since the proxy's
+                            start), by ``kind``: ``blackhole`` (connections held, requests never
+                            forwarded, stream events swallowed, on ``direction``),
+                            ``reasoner-down`` (listener closed: ECONNREFUSED; open connections
+                            reset), ``reset`` (open connections reset at the start, new ones
+                            reset at once), ``loss`` (each request black-holed and each stream
+                            event lost with the outage's ``loss``)
 ==========================  ==================================================================
 """
 
@@ -31,7 +35,7 @@ import numpy as np
 from sim.dist import Const, Dist
 from sim.scenario import LinkConfig, NetworkConfig, OutageConfig
 
-OutageMode = Literal["refuse", "blackhole"]
+OutageMode = Literal["refuse", "blackhole"]  # --outage-mode: refuse = reasoner-down
 DupMode = Literal["discard", "race"]
 
 
@@ -56,10 +60,18 @@ class ChaosConfig:
         """All outage windows, sorted by start."""
         return tuple(sorted(self.network.outages + self.extra_outages, key=lambda o: o.start_s))
 
-    def outage_at(self, t_s: float, direction: str) -> OutageConfig | None:
-        """The outage covering ``t_s`` (seconds since start) on ``direction``, if any."""
+    def kind_of(self, o: OutageConfig) -> str:
+        """The outage's kind (``--outage-mode refuse`` makes a blackhole one reasoner-down)."""
+        return "reasoner-down" if o.kind == "blackhole" and self.outage_mode == "refuse" \
+            else o.kind
+
+    def outage_at(self, t_s: float, direction: str, kind: str | None = None
+                  ) -> OutageConfig | None:
+        """The outage covering ``t_s`` (seconds since start) on ``direction`` (of ``kind``,
+        when given), if any."""
         for o in self.outages:
-            if o.start_s <= t_s < o.start_s + o.duration_s and o.direction in (direction, "both"):
+            if o.start_s <= t_s < o.start_s + o.duration_s and o.direction in (direction, "both") \
+                    and (kind is None or self.kind_of(o) == kind):
                 return o
         return None
 

@@ -3,14 +3,17 @@
 Every accepted connection is piped to the L7 app (uvicorn on a private loopback
 port).  The gate maps the app-side connection (``scope["client"]``) back to the
 caller's socket so the app can *reset* a caller mid-stream (:meth:`Gate.abort`).
-Outages (seconds since ``t0``):
+Outages (seconds since ``t0``), by kind (:meth:`ChaosConfig.kind_of`):
 
-- ``refuse``: at the window's start the listener is closed (new connections get
-  ECONNREFUSED) and every open connection is reset; at its end the listener
-  reopens on the same port.
-- ``blackhole``: a connection accepted during an uplink window is held, unread,
-  until the window ends and then reset (the L7 app black-holes requests and
-  stream events on connections already open).
+- ``reasoner-down`` (``--outage-mode refuse``): at the window's start the listener is
+  closed (new connections get ECONNREFUSED) and every open connection is reset; at its end
+  the listener reopens on the same port.
+- ``reset``: at the window's start every open connection is reset; a connection accepted
+  during the window is reset at once.
+- ``blackhole``: a connection accepted during an uplink window is held, never
+  answered, until the caller gives up (as a partition: the caller's timers decide; the L7
+  app black-holes requests and stream events on connections already open).
+- ``loss``: nothing at this level (the L7 app loses requests and stream events).
 """
 
 from __future__ import annotations
@@ -105,12 +108,20 @@ class Gate:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Hold (black-hole window) or pipe one caller connection."""
-        o = self.cfg.outage_at(self.now_s(), "uplink")
-        if o is not None and self.cfg.outage_mode == "blackhole":
+        if self.cfg.outage_at(self.now_s(), "uplink", "reset") is not None:
+            self.ledger.record("reset", binding="tcp", what="connection")
+            reset(writer)
+            return
+        o = self.cfg.outage_at(self.now_s(), "uplink", "blackhole")
+        if o is not None:  # packets vanish: held, unanswered, until the caller gives up
             self.held.add(writer)
             self.ledger.record("blackhole", binding="tcp", what="connection")
             try:
-                await asyncio.sleep(max(0.0, o.start_s + o.duration_s - self.now_s()))
+                async with asyncio.timeout(self.cfg.max_hold_s):
+                    while await reader.read(BUF):
+                        pass
+            except (TimeoutError, ConnectionError, OSError):
+                pass
             finally:
                 self.held.discard(writer)
                 reset(writer)
@@ -160,18 +171,20 @@ class Gate:
                 continue
             await asyncio.sleep(max(0.0, start - self.now_s()))
             n = None
-            if self.cfg.outage_mode == "refuse":  # act first: a reader of the line sees it in force
+            kind = self.cfg.kind_of(o)
+            if kind == "reasoner-down":  # act first: a reader of the line sees it in force
                 self.stop_listening()
+            if kind in ("reasoner-down", "reset"):
                 n = self.reset_all()
-            self.ledger.record("outage-start", binding="tcp", mode=self.cfg.outage_mode,
+            self.ledger.record("outage-start", binding="tcp", mode=kind,
                                direction=o.direction, start_s=start, duration_s=o.duration_s)
             if n is not None:
-                self.ledger.record("refused", binding="tcp", connections=n)
+                self.ledger.record("refused" if kind == "reasoner-down" else "reset",
+                                   binding="tcp", connections=n)
             await asyncio.sleep(max(0.0, end - self.now_s()))
-            if self.cfg.outage_mode == "refuse":
+            if kind == "reasoner-down":
                 await self._reopen()
-            self.ledger.record("outage-end", binding="tcp", mode=self.cfg.outage_mode,
-                               direction=o.direction)
+            self.ledger.record("outage-end", binding="tcp", mode=kind, direction=o.direction)
 
     async def _reopen(self) -> None:
         """Listen again on the same port (retrying briefly if the kernel still holds it)."""

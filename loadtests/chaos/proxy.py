@@ -19,7 +19,11 @@ Requests and frames are passed through byte for byte, headers included
   socket is reset, every request on it is cut);
 - black-hole outages: requests arriving in an uplink window are never forwarded
   (held until the caller gives up), stream events in a downlink window are
-  swallowed.  Refuse outages are the gate's (:mod:`loadtests.chaos.gate`).
+  swallowed, and a stream whose end state vanished is held open until the caller gives
+  up (nothing, not even the stream's end, gets through a partition); ``loss`` outages: each
+  request is black-holed and each stream event lost with the outage's ``loss`` (a stream
+  whose end state was lost ends without one: noticed, as in the simulator).  ``reset`` and
+  ``reasoner-down`` outages are the gate's (:mod:`loadtests.chaos.gate`).
 
 Anything malformed is forwarded unchanged (the upstream answers it); an
 unreachable upstream gets HTTP 502 with a JSON-RPC error (WebSocket: the upgrade
@@ -126,6 +130,7 @@ class ChaosProxy:
         self._seen: OrderedDict[str, int] = OrderedDict()
         self._dups = 0
         self.up, self.down = cfg.network.uplink, cfg.network.downlink
+        self.outage_rng = np.random.default_rng([cfg.seed, 28])  # 'loss' outages' draws
 
     # ------------------------------------------------------------------ helpers
 
@@ -135,8 +140,13 @@ class ChaosProxy:
 
     def blackholed(self, direction: str) -> bool:
         """True inside a black-hole outage window on ``direction``."""
-        return (self.cfg.outage_mode == "blackhole"
-                and self.cfg.outage_at(self.now_s(), direction) is not None)
+        return self.cfg.outage_at(self.now_s(), direction, "blackhole") is not None
+
+    def outage_lost(self, direction: str) -> bool:
+        """Inside a ``loss`` outage on ``direction``: this request / stream event is lost (its
+        own draw, from the outage stream; False outside one)."""
+        o = self.cfg.outage_at(self.now_s(), direction, "loss")
+        return o is not None and bool(self.outage_rng.random() < o.loss)
 
     def rng(self, info: RpcInfo) -> np.random.Generator:
         """The random stream of this request: seed, its key and its repeat count."""
@@ -254,7 +264,7 @@ class ChaosProxy:
         if rng is not None:
             f = uplink_faults(self.up, rng, info.method in self.cfg.methods,
                               self.cfg.duplicate_first)
-            if f.lost:
+            if f.lost or self.outage_lost("uplink"):
                 self.ledger.record("lost", binding=info.binding, request_guid=info.request_guid,
                                    rpc_id=info.rpc_id)
                 await self._hold(receive, send, info)
@@ -331,11 +341,16 @@ class ChaosProxy:
         loop = asyncio.get_running_loop()
         splitter = SseSplitter()
         swallowed = 0
+        partitioned = False  # the terminal event vanished in a blackhole window
         try:
             async for chunk in resp.aiter_raw():
                 for event in splitter.feed(chunk):
                     ev = parse_frame(sse_data(event))
                     if self.blackholed("downlink"):
+                        swallowed += 1
+                        partitioned = partitioned or ev.terminal
+                        continue
+                    if self.outage_lost("downlink"):  # a 'loss' outage: this event is lost
                         swallowed += 1
                         continue
                     if timing.draw_drop():
@@ -353,6 +368,9 @@ class ChaosProxy:
                                                     ev.sequence_id is not None), event)
             if releaser is not None:
                 await releaser.drain()
+            if partitioned:  # as in a partition, not even the stream's end gets through: the
+                # caller's timers end the attempt (the simulator's lost terminal, never noticed)
+                await asyncio.sleep(self.cfg.max_hold_s)
         finally:
             if releaser is not None:
                 releaser.cancel()
@@ -519,7 +537,7 @@ class _WsRelay:
                                 rpc_id=info.rpc_id, what="request")
                 continue
             f = uplink_faults(p.up, rng, info.method in p.cfg.methods, p.cfg.duplicate_first)
-            if f.lost:
+            if f.lost or p.outage_lost("uplink"):
                 p.ledger.record("lost", binding="ws", request_guid=info.request_guid,
                                 rpc_id=info.rpc_id)
                 continue
@@ -589,7 +607,7 @@ class _WsRelay:
                                                              p.cfg.reorder_terminal), [0])
                 if ev.terminal:
                     self.streams.pop(key, None)
-                if p.blackholed("downlink"):
+                if p.blackholed("downlink") or p.outage_lost("downlink"):
                     swallowed[0] += 1
                 else:
                     if timing.draw_drop():

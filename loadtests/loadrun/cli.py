@@ -23,14 +23,17 @@ from sim.shared.argtypes import (
     WITNESS,
     WORKERS,
     Option,
+    UsageError,
     add_command,
     add_group,
+    add_outage,
     add_quiet,
     add_results_root,
     add_scenario,
     flag,
     non_negative,
     opt,
+    outage_overrides,
     positive_int,
     repeatable,
     usage_error,
@@ -102,6 +105,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                                       "its workers (default 0.0.0.0:5557)", _hostport)
     DURATION.add(p, shown="[run].duration_s")
     DRAIN.add(p, shown="[run].drain_s")
+    add_outage(p)
     opt(p, "--chaos", "put the L7 chaos proxy (scenario [network]) in front; default: when any "
                       "[network] key is not zero; --no-chaos: the real loopback",
         action=argparse.BooleanOptionalAction)
@@ -233,8 +237,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         sc = load_scenario(args.scenario, list(args.set))
+        sc = sc.with_overrides(outage_overrides(args, sc.network.outages))
     except ConfigError as e:
         return usage_error(f"rtalab: scenario error: {e}")
+    except UsageError as e:
+        return usage_error(f"rtalab: {e}")
     for c in args.unsafe_test_retry_code:
         if is_retryable(c):
             return usage_error(f"rtalab: --unsafe-test-retry-code {c}: already retryable")

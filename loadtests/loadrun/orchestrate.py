@@ -99,6 +99,7 @@ class RunOptions:
     argv: list[str] = field(default_factory=list)
     quiet: bool = False
     plots: bool = True
+    uncertainty: bool = True  # False: no bootstrap CIs in summary.json (a caller that shows none)
     slo: tuple[str, ...] = ()
     tls: ClientTls = field(default_factory=ClientTls)  # how every client verifies the servers
     serve_tls: bool = False  # --tls: the embedded servers speak mutual TLS (throwaway CA)
@@ -722,7 +723,7 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             stopping = threading.Thread(target=st.stop, name="rtalab-stop-servers")
             stopping.start()
         marks["gathered"] = time.time()
-        write_results(run_dir, sc, duration, warmup, opts.plots)
+        write_results(run_dir, sc, duration, warmup, opts.plots, opts.uncertainty)
         marks["tables"] = time.time()
     except BaseException as e:
         if stopping is not None:
@@ -854,18 +855,19 @@ def set_capacity(st: Stack, run_dir: Path, at_s: float, workers: int, t0: float)
 
 
 def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: float,
-                  plots: bool = True) -> None:
-    """Tables, ``summary.json``/``summary.csv`` and plots from the gathered ledgers."""
+                  plots: bool = True, uncertainty: bool = True) -> None:
+    """Tables, ``summary.json``/``summary.csv`` and plots from the gathered ledgers
+    (``uncertainty=False``: no bootstrap CIs, seconds saved per run)."""
     from loadtests.loadrun.tables import build_output, load_summary, split_by_binding
     from sim.shared.results import write_records
 
     out = build_output(run_dir, duration_s, sc.run.seed, load_trigger(sc, run_dir))
     write_records(run_dir, [out])
-    _write_summary(run_dir, load_summary(out, warmup_s))
+    _write_summary(run_dir, load_summary(out, warmup_s, uncertainty))
     parts = split_by_binding(run_dir, out)
     if parts:  # a run over several bindings: the same summary for each one's calls
         write_json(run_dir / "summary_by_binding.json",
-                   {b: load_summary(part, warmup_s) for b, part in parts.items()})
+                   {b: load_summary(part, warmup_s, uncertainty) for b, part in parts.items()})
     if plots:
         _plots(run_dir, sc, out)
 

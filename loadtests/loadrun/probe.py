@@ -55,6 +55,28 @@ class ProbeError(Exception):
     """The probe cannot run (one line for the user)."""
 
 
+START_SHARE = 0.5  # the first step offers this share of the scenario's model capacity
+
+
+def first_step_rate(sc: Any, given: float | None) -> tuple[float, str]:
+    """(first step's turns/s, where it comes from): ``--start-rate``, else half the scenario's
+    model capacity (``reasoner.workers`` / mean service: reasoning + the side-effect share of
+    the tool + the base latency, :func:`sim.fastmodel.params.from_scenario`; a calibrated
+    scenario's, when probing with one), so the knee is a few 1.5x steps away whatever the
+    turns per call (the scenario's calls/s is a turn rate only at one turn per call)."""
+    if given:
+        return given, "--start-rate"
+    from sim.fastmodel.params import from_scenario
+
+    svc = from_scenario(sc).service_s
+    workers = sc.reasoner.workers
+    if svc > 0 and workers > 0:
+        return START_SHARE * workers / svc, (
+            f"{START_SHARE:.0%} of the scenario's capacity: {workers} workers / "
+            f"{svc:.3g} s mean service; --start-rate to choose")
+    return float(sc.workload.calls_per_s), "the scenario's calls/s; --start-rate to choose"
+
+
 @dataclass
 class ProbeOptions:
     """The flags of ``rtalab load probe``."""
@@ -183,7 +205,8 @@ def run_probe(opts: ProbeOptions) -> tuple[Path, dict[str, Any]]:
     sc = opts.scenario.with_overrides({"workload.turns_per_call": 1})
     folder = new_run_dir(opts.results, kind="probe", scenario_name=sc.name, seed=sc.run.seed)
     write_scenario(folder, sc)
-    rate = opts.start_rate or sc.workload.calls_per_s
+    rate, why = first_step_rate(sc, opts.start_rate)
+    _say(opts, t0, f"first step: {rate:.3g} turns/s ({why})")
     steps: list[dict[str, Any]] = []
     reason = None
     st = None
@@ -310,8 +333,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     TOKEN.add(p)
     WITNESS.add(p)
     WORKERS.add(p, shown=1)
-    opt(p, "--start-rate TURNS_PER_S", "first step's offered turns/s (default: the scenario's "
-                                       "calls/s)", _positive)
+    opt(p, "--start-rate TURNS_PER_S", "first step's offered turns/s (default: half the "
+                                       "scenario's capacity, workers / mean service)", _positive)
     opt(p, "--factor", "each step offers this times the previous one", _above_one, 1.5)
     opt(p, "--step-seconds S", "seconds of arrivals per step", _positive, 8.0)
     opt(p, "--step-warmup S", "seconds of each step left out of its figures", non_negative, 2.0)

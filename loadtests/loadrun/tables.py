@@ -225,9 +225,11 @@ def split_by_binding(run_dir: Path, out: S.RunRecords) -> dict[str, S.RunRecords
     return parts
 
 
-def load_summary(out: S.RunRecords, warmup_s: float) -> dict[str, Any]:
+def load_summary(out: S.RunRecords, warmup_s: float, uncertainty: bool = True
+                 ) -> dict[str, Any]:
     """``sim.shared.summary.summarize`` of the load run, server-only metrics set undefined, every
-    measured metric with its bootstrap ``se`` and 95 % CI (:mod:`loadtests.loadrun.uncertainty`)."""
+    measured metric with its bootstrap ``se`` and 95 % CI (:mod:`loadtests.loadrun.uncertainty`;
+    ``uncertainty=False``: none, and ``summary["uncertainty"]`` says so)."""
     summary = summarize([out], warmup_s)
     for name in list(summary["metrics"]):
         if server_only(name):
@@ -235,5 +237,8 @@ def load_summary(out: S.RunRecords, warmup_s: float) -> dict[str, Any]:
                                         "values": [None]}
     summary["kind"] = "load"
     summary["not_measured"] = sorted(n for n in summary["metrics"] if server_only(n))
-    add_uncertainty(summary, out, warmup_s, out.seed)  # se + CI: a bootstrap over calls
+    if uncertainty:
+        add_uncertainty(summary, out, warmup_s, out.seed)  # se + CI: a bootstrap over calls
+    else:
+        summary["uncertainty"] = "none (not computed: the caller shows no CI of this run)"
     return summary

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from sim.calibrate.estimate import CLIPPED
+
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     from sim.shared.argtypes import NO_PLOTS, add_quiet, opt
@@ -27,6 +29,21 @@ def add_parser(subparsers: Any) -> None:
     add_command(subparsers, "calibrate", cmd_calibrate, _arguments)
 
 
+OFFERED = "offered utilisation (model: calls/s x turns/call x mean service / workers)"
+MEASURED = "measured busy share (served attempts x mean service / run length / workers)"
+
+
+def utilisation_lines(f: dict[str, Any]) -> list[str]:
+    """The two utilisations a calibration knows, each named: the model's offered one (what
+    --predict-utilisation scales) and the run's measured busy share (random with the run)."""
+    out = []
+    for key, label in (("offered_utilisation", OFFERED), ("utilisation", MEASURED)):
+        u = f.get(key)
+        if u is not None and math.isfinite(u):
+            out.append(f"  {label}: {u:.2f}")
+    return out
+
+
 def describe(cal: Any) -> list[str]:
     """Key figures of a calibration, one line each (for the terminal)."""
     lines = [f"method: {cal.method}"]
@@ -38,10 +55,10 @@ def describe(cal: Any) -> list[str]:
         else:
             shown = str(val)
         lines.append(f"  {v.key} = {shown}")
+        if CLIPPED in v.quality:  # a statistical artefact, said where it is read
+            lines.append(f"    NOTE {v.quality[v.quality.index(CLIPPED):]}")
     f = cal.figures
-    util = f.get("utilisation")
-    if util is not None and math.isfinite(util):
-        lines.append(f"  utilisation during the run: {util:.2f}")
+    lines += utilisation_lines(f)
     if cal.unidentified:
         lines.append("  not identified (defaults): " + ", ".join(k for k, _ in cal.unidentified))
     return lines

@@ -44,6 +44,7 @@ WAITED_SERVICE_SHARE = 0.2  # this share of the mean service (a broker's round t
 MIN_WAITED = 5  # waited attempts (per process) needed to read the capacity off the concurrency
 LEAST_LOADED_SHARE = 0.2
 FREED_JITTER_S = 0.01
+CLIPPED = "cv clipped to 0"  # said with a value whose variance estimate came out negative
 # codes the model produces itself (capacity refusals, the tool's timeout): not injected errors
 EMERGENT_CODES = {"rate-limited": "capacity refusals (queue_limit / queue_timeout_s)",
                   "upstream-timeout": "the tool's timeout (upstream_timeout_s)",
@@ -128,12 +129,14 @@ def _count_at_waits(s: np.ndarray, e: np.ndarray, wt: np.ndarray,
                     jitter_s: float = 0.0) -> dict[str, Any]:
     """Services in progress when each waited service started (one pool of workers)."""
     ss, es = np.sort(s), np.sort(e)
-    conc = np.searchsorted(ss, s, side="right") - np.searchsorted(es, s, side="right")
-    # at a waited start, the service that freed the worker ended at that very instant; on
-    # the client's clock the two carry independent jitter, so a service ending up to
-    # FREED_JITTER_S later is taken as the one that freed it (not as still running)
-    at_wait = (np.searchsorted(ss, s[wt], side="right")
-               - np.searchsorted(es, s[wt] + max(FREED_JITTER_S, jitter_s), side="right"))
+    # a service starting as another ends may have taken its worker: on the client's clock
+    # the two carry independent jitter, so a service ending up to FREED_JITTER_S later is
+    # taken as the one that freed it (not as still running) -- at a waited start, and in the
+    # largest count seen at once, the lower bound without waits (else a pool of 6 whose
+    # worker changed hands reads "at least 7")
+    tol = max(FREED_JITTER_S, jitter_s)
+    conc = np.searchsorted(ss, s, side="right") - np.searchsorted(es, s + tol, side="right")
+    at_wait = conc[wt]
     top = int(conc.max()) if len(conc) else 0
     if len(at_wait) >= MIN_WAITED:
         c = int(np.median(at_wait))
@@ -253,7 +256,10 @@ def calibrate(obs: Observations, base: Scenario | None = None, seed: int = 0) ->
                     "reasoner.tool_latency_s", LogNormal(m, cv).to_toml(),
                     "side-effect turns' service minus the others' (moments; lognormal assumed)",
                     f"mean {m:.4g} s [{m - 1.96 * se:.4g}, {m + 1.96 * se:.4g}]",
-                    f"n = {len(s_se)} / {len(s_ns)}"))
+                    f"n = {len(s_se)} / {len(s_ns)}" + (
+                        "" if var >= 0 else f"; {CLIPPED}: the variance by difference was "
+                        f"negative ({var:.3g} s^2, noise), so the tool's spread is not "
+                        "identified and a constant tool time is assumed")))
             else:  # measured: no slower (the simulator's default would add a tool that is not)
                 values.append(Value(
                     "reasoner.tool_latency_s", 0.0,
@@ -325,6 +331,7 @@ def calibrate(obs: Observations, base: Scenario | None = None, seed: int = 0) ->
         fig["rtt_median_s"] = rtt
     fig["method"] = method
     _capacity(obs, values, unident, fig, cap)
+    offered_utilisation(fig, values, base)
     _chunks(obs, a, values, unident, fig)
     _errors(a, values, unident, fig, timed)
     if fig.get("progress_share", 0) == fig.get("progress_share") and \
@@ -382,6 +389,18 @@ def _capacity(obs: Observations, values: list[Value], unident: list[tuple[str, s
     if workers and obs.duration_s > 0 and math.isfinite(svc):
         n = len(obs.attempts)
         fig["utilisation"] = n / obs.duration_s * svc / workers[0]
+
+
+def offered_utilisation(fig: dict[str, Any], values: list[Value], base: Scenario) -> None:
+    """``fig["offered_utilisation"]``: the model's utilisation at the scenario's rate, calls/s ×
+    mean turns per call × calibrated mean service / workers (deterministic given the
+    calibration; ``fig["utilisation"]`` is the run's *measured busy share*, which moves with
+    the run's random arrivals).  Not set when the capacity is not identified."""
+    workers = [v.value for v in values if v.key == "reasoner.workers"]
+    svc = fig.get("mean_service_s", math.nan)
+    if workers and math.isfinite(svc) and workers[0] > 0:
+        rate = float(base.workload.calls_per_s) * float(base.workload.turns_per_call.mean)
+        fig["offered_utilisation"] = rate * svc / workers[0]
 
 
 def _capacity_value(obs: Observations, values: list[Value], unident: list[tuple[str, str]],

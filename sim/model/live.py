@@ -88,7 +88,7 @@ import simpy
 
 from sim.model.clock import Deadlines, scheduler, sim_time
 from sim.model.messages import COMPLETED, INPUT_REQUIRED, NO_CONTEXT, Request
-from sim.model.network import DROPPED, Link
+from sim.model.network import DROPPED, REFUSED, Link
 from sim.model.playout import playout
 from sim.model.rand import Streams
 from sim.model.reasoner import Reasoner
@@ -315,6 +315,10 @@ class LiveLayer:
         self._abandon_cb = self._on_handoff_timeout
         self._next_turn_cb = self._on_next_turn
         self._barge_cb = self._on_barge_in
+        self._refused_cb = self._on_refused
+        # a reset / reasoner-down outage cuts every open attempt when it starts
+        for start_s, _ in uplink.refusing:
+            self._later(start_s, self._cut_open, None)
 
     # ------------------------------------------------------------------ calls and turns
 
@@ -459,6 +463,9 @@ class LiveLayer:
         if r:
             if r == DROPPED:
                 req.lost = True
+            elif r == REFUSED:  # connection refused / reset: the attempt fails at once
+                req.lost = True
+                self._later(0.0, self._refused_cb, req)
             else:
                 req.duplicated = True
         tr, tt = self.t_response_s, self.t_total_s
@@ -466,6 +473,19 @@ class LiveLayer:
             self._response_timers.add(now + tr, req)
         elif tt > 0.0:
             self._total_timers.add(now + tt, req)
+
+    def _on_refused(self, req: Request) -> None:
+        if req.open:  # as the Live users account it: a broken stream, response-lost
+            self._attempt_failed(req, sim_time(self.env), A_LOST, UPSTREAM_TIMEOUT, None, True)
+
+    def _cut_open(self, _: Any) -> None:
+        """A refusing outage starts: every open attempt's connection is cut (response-lost)."""
+        now = sim_time(self.env)
+        for s in list(self.sessions.values()):
+            t = s.turn
+            req = None if t is None else t.req
+            if req is not None and req.open:
+                self._attempt_failed(req, now, A_LOST, UPSTREAM_TIMEOUT, None, True)
 
     def _on_response_timer(self, req: Request) -> None:
         if not req.open:

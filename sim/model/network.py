@@ -1,7 +1,11 @@
 """The network fault model: one :class:`Link` per direction, applied per application message.
 
 Per message, in this order: a message sent during a scheduled outage of its
-direction is dropped; otherwise it is lost with probability ``loss``; a
+direction is dropped (a ``blackhole`` outage: silently; ``reset`` / ``reasoner-down``: the
+connection is refused, :data:`REFUSED`, and the Live layer cuts every open attempt at the
+window's start, :mod:`sim.model.live`; a ``loss`` outage: with the outage's ``loss``
+probability, from its own stream, noticed as the link's own loss is); otherwise it is lost
+with probability ``loss``; a
 surviving message takes ``latency_s`` (a fresh draw per message, so messages
 may overtake each other), plus ``reorder_delay_s`` with probability
 ``reorder``; with probability ``duplication`` a second copy arrives
@@ -28,7 +32,7 @@ import simpy
 from sim.dist import Const
 from sim.model.clock import scheduler, sim_time
 from sim.model.rand import Streams
-from sim.scenario import LinkConfig, OutageConfig
+from sim.scenario import REFUSING_KINDS, LinkConfig, OutageConfig
 
 INF = float("inf")
 
@@ -41,9 +45,11 @@ class Delivery(IntEnum):
     DELIVERED = 0  # one copy arrives
     DROPPED = 1  # lost (loss or an outage)
     DUPLICATED = 2  # two copies arrive
+    REFUSED = 3  # the connection was refused or reset at once (noticed at once)
 
 
 DELIVERED, DROPPED, DUPLICATED = Delivery.DELIVERED, Delivery.DROPPED, Delivery.DUPLICATED
+REFUSED = Delivery.REFUSED
 
 
 class Link:
@@ -58,14 +64,21 @@ class Link:
         self.env = env
         self._later = scheduler(env)  # call_later bound to env
         self.name = name
-        self.windows = tuple((o.start_s, o.start_s + o.duration_s) for o in outages
-                             if o.direction in (name, "both"))
+        mine = [o for o in outages if o.direction in (name, "both")]
+        # blackhole and refusing windows drop every message; a loss window drops with its p
+        self.windows = tuple((o.start_s, o.start_s + o.duration_s) for o in mine
+                             if o.kind != "loss")
+        self.refusing = tuple((o.start_s, o.start_s + o.duration_s) for o in mine
+                              if o.kind in REFUSING_KINDS)
+        self.loss_windows = tuple((o.start_s, o.start_s + o.duration_s, o.loss) for o in mine
+                                  if o.kind == "loss")
         self.loss = cfg.loss
         self.duplication = cfg.duplication
         self.reorder = cfg.reorder
         self.const_latency = (float(cfg.latency_s.value) if isinstance(cfg.latency_s, Const)
                               else None)
-        self.clean = not (self.loss or self.duplication or self.reorder or self.windows)
+        self.clean = not (self.loss or self.duplication or self.reorder or self.windows
+                          or self.loss_windows)
         self.fast = self.clean and self.const_latency is not None
         prefix = stream_prefix or name
         self.latency = streams.sampler(f"{prefix}.latency", cfg.latency_s)
@@ -73,6 +86,7 @@ class Link:
         self.u_dup = streams.uniform(f"{prefix}.duplication")
         self.dup_delay = streams.sampler(f"{prefix}.duplicate_delay", cfg.duplicate_delay_s)
         self.u_reorder = streams.uniform(f"{prefix}.reorder")
+        self.u_outage_loss = streams.uniform(f"{prefix}.outage_loss")
         self.reorder_delay = streams.sampler(f"{prefix}.reorder_delay", cfg.reorder_delay_s)
         self.sent = 0
         self.dropped = 0
@@ -82,11 +96,23 @@ class Link:
         """True if a message sent at ``t_s`` falls in a scheduled outage of this direction."""
         return any(a <= t_s < b for a, b in self.windows)
 
+    def refused(self, t_s: float) -> bool:
+        """True if a connection attempted at ``t_s`` is refused or reset at once."""
+        return any(a <= t_s < b for a, b in self.refusing)
+
+    def _outage_lost(self, t_s: float) -> bool:
+        for a, b, p in self.loss_windows:
+            if a <= t_s < b:
+                return self.u_outage_loss() < p
+        return False
+
     def transit(self, send_s: float) -> float:
         """Transit time of one message sent at ``send_s``; -1.0 if it is dropped."""
         if self.fast:
             return self.const_latency  # type: ignore[return-value]
         if self.windows and self.in_outage(send_s):
+            return -1.0
+        if self.loss_windows and self._outage_lost(send_s):
             return -1.0
         if self.loss and self.u_loss() < self.loss:
             return -1.0
@@ -104,7 +130,11 @@ class Link:
         """
         env = self.env
         self.sent += 1
-        d = self.transit(sim_time(env))
+        now = sim_time(env)
+        if self.refusing and self.refused(now):
+            self.dropped += 1
+            return REFUSED
+        d = self.transit(now)
         if d < 0.0:
             self.dropped += 1
             return DROPPED
@@ -147,7 +177,7 @@ class Link:
         """
         if self.fast:
             return send_s + self.const_latency, False  # type: ignore[operator]
-        if self.windows and self.in_outage(send_s):
+        if self.windows and self.in_outage(send_s):  # a refusing window cut it already
             return INF, True
         d = self.transit(send_s)
         if d >= 0.0:

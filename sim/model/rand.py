@@ -42,6 +42,9 @@ STREAMS: tuple[str, ...] = (
     "barge_in", "barge_in_after",
     # a fleet's load balancer (appended last: the streams above stay what they were)
     "balancer",
+    # a 'loss' outage's own draws (appended: the streams above stay what they were)
+    "uplink.outage_loss", "downlink.outage_loss", "negotiation.uplink.outage_loss",
+    "negotiation.downlink.outage_loss",
 )
 
 Draw = Callable[[], float]

@@ -5,6 +5,13 @@ Two questions, two data functions (no I/O, no formatting: ``compare`` renders th
 * :func:`prediction_interval` — where one more run of the same length as the
   simulator's replications falls, from the replications' values: Student's
   ``mean ± t(1 − a/2, R − 1) · s · sqrt(1 + 1/R)`` (one metric, normal values).
+* :func:`run_interval` — the ``level`` (90 %) one-run prediction interval of a metric: where
+  ONE measured run of the same length and load as the replications falls (not the CI of
+  their mean).  Distribution-free order statistics ``[x_(j), x_(n+1-j)]`` when there are
+  enough replications for them (``n >= 2 / (1 - level) - 1``: 19 for 90 %); with fewer,
+  Student's ``mean ± t((1 + level)/2, n − 1) · s · sqrt(1 + 1/n)`` on the metric's scale
+  (:func:`interval_scale`: log for times, ``sqrt(1 − x)`` for the success rate), which
+  widens the interval as replications get fewer.  ``method`` says which was used.
 * :func:`simultaneous_prediction` — the twin tests' check (``tests/twin``): several
   metrics of one more run at once, distribution-free.  Each metric is put on a
   scale where it is roughly symmetric (:func:`twin_scale`), standardised by the
@@ -34,8 +41,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.shared.stats import holm, t_two_sided_p
+from sim.shared.summary import INF_PREFIXES, domain
 
 AGREES, DIFFERS = "agrees", "differs"
+INSIDE, OUTSIDE = "inside", "outside"
+LEVEL = 0.90  # the one-run prediction interval a prediction's verdict uses
+# the accuracy targets: |measured - predicted mean| / predicted mean per percentile, a second
+# criterion judged only on runs at least ACCURACY_MIN_RUN_S long (a shorter run's percentile
+# scatters by more than the target even when the prediction is exact)
+TOLERANCES = {"p50": 0.20, "p95": 0.30, "p99": 0.35}
+ACCURACY_MIN_RUN_S = 300.0
 # counts that grow with the run's length (a 90-s load run against 300-s replications):
 # not properties of the system, so not compared
 EXTENSIVE = frozenset({"turns", "calls"})
@@ -58,6 +73,13 @@ def t_quantile(p: float, df: float) -> float:
     return (lo + hi) / 2.0
 
 
+SCALES: dict[str, tuple[Any, Any]] = {
+    "identity": ((lambda x: x), (lambda y: y)),
+    "log": ((lambda x: math.log(max(x, 1e-9))), math.exp),
+    "sqrt(1 - x)": ((lambda x: math.sqrt(max(0.0, 1.0 - x))), (lambda y: 1.0 - y * abs(y))),
+}
+
+
 def twin_scale(name: str) -> tuple[Any, Any]:
     """(transform, inverse) putting metric ``name`` on a scale where its run-to-run spread
     is roughly symmetric (measured on baseline and the twin tests' overloaded scenario,
@@ -67,10 +89,10 @@ def twin_scale(name: str) -> tuple[Any, Any]:
     without retries finite).  Any monotone transform keeps the false failure bound; a
     symmetric one gives the check its power."""
     if name == "success_rate":
-        return (lambda x: math.sqrt(max(0.0, 1.0 - x))), (lambda y: 1.0 - y * abs(y))
+        return SCALES["sqrt(1 - x)"]
     if name == "attempts_per_turn":
         return (lambda x: math.log(max(x - 1.0, 0.0) + 0.01)), (lambda y: math.exp(y) + 0.99)
-    return (lambda x: math.log(max(x, 1e-9))), math.exp
+    return SCALES["log"]
 
 
 @dataclass(frozen=True)
@@ -171,6 +193,108 @@ def _score(y: float, mean: float, sd: float) -> float:
     if sd > 0.0:
         return abs(y - mean) / sd
     return 0.0 if y == mean else math.inf
+
+
+def interval_scale(metric: str | None) -> str:
+    """The :data:`SCALES` entry :func:`run_interval`'s t interval is computed on: ``log`` for
+    times (``*_s`` metrics and their percentiles: positive, right-skewed run to run),
+    ``sqrt(1 - x)`` for the success rate (bounded by 1, skewed near it), ``identity`` for the
+    rest (counts and ratios that may be 0)."""
+    base = (metric or "").split(".", 1)[0]
+    if base == "success_rate":
+        return "sqrt(1 - x)"
+    return "log" if base.endswith("_s") else "identity"
+
+
+@dataclass(frozen=True)
+class RunInterval:
+    """:func:`run_interval`: where one more run's value of a metric falls, at ``level``."""
+
+    low: float
+    high: float
+    centre: float  # the replications' median (order statistics) or back-transformed mean
+    n: int  # replications that define the metric
+    level: float
+    method: str  # "order statistics j..n+1-j of n" | "t (scale), n = N"
+
+    def contains(self, value: float | None) -> bool:
+        """The value lies inside the interval (an undefined value never does)."""
+        return (value is not None and math.isfinite(value)
+                and self.low <= float(value) <= self.high)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for summary.json / prediction.json."""
+        return {"low": self.low, "high": self.high, "centre": self.centre, "n": self.n,
+                "level": self.level, "method": self.method}
+
+
+def run_interval(values: Sequence[float | None], level: float = 0.90,
+                 metric: str | None = None, resolution: float = 0.0,
+                 bounds: tuple[float, float] = (-math.inf, math.inf)) -> RunInterval | None:
+    """The ``level`` prediction interval of ONE run's value of ``metric``, from the
+    per-replication values of simulated runs of the same length and load (module docstring).
+
+    ``resolution``: the smallest step the metric moves in one run (the success rate: one
+    turn, ``1 / turns``); the interval is one step wider on each side, so replications that
+    all agree (every turn succeeded) do not exclude a run one step off.
+    ``bounds``: the metric's possible range (the interval is clipped to it).  None with fewer
+    than two defined values."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    x = sorted(_clean(values))
+    n = len(x)
+    if n < 2:
+        return None
+    j = math.floor((n + 1) * (1.0 - level) / 2.0 + 1e-9)
+    if j >= 1:  # P(x_(j) <= X <= x_(n+1-j)) = (n + 1 - 2j) / (n + 1) >= level, any law
+        lo, hi = x[j - 1], x[n - j]
+        centre = _median(x)
+        method = f"order statistics {j}..{n + 1 - j} of {n}"
+    else:
+        scale = interval_scale(metric)
+        g, inv = SCALES[scale]
+        y = [g(v) for v in x]
+        m = math.fsum(y) / n
+        s = math.sqrt(math.fsum((v - m) ** 2 for v in y) / (n - 1))
+        half = t_quantile((1.0 + level) / 2.0, n - 1) * s * math.sqrt(1.0 + 1.0 / n)
+        a, b = inv(m - half), inv(m + half)
+        lo, hi, centre = min(a, b), max(a, b), inv(m)
+        method = f"t on the {scale} scale, n = {n}"
+    lo, hi = lo - resolution, hi + resolution
+    lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    return RunInterval(lo, hi, centre, n, level, method)
+
+
+def accuracy(metric: str, error: float, run_s: float) -> str:
+    """The accuracy criterion of one metric: ``within`` / ``beyond`` its :data:`TOLERANCES`
+    target (relative ``error``), ``not judged (run < 300 s)`` on a shorter run, ``–`` for a
+    metric without a target or an undefined error."""
+    tol = TOLERANCES.get(metric.rsplit(".", 1)[-1])
+    if tol is None or not math.isfinite(error):
+        return "–"
+    if run_s < ACCURACY_MIN_RUN_S:
+        return f"not judged (run < {ACCURACY_MIN_RUN_S:g} s)"
+    return "within" if abs(error) <= tol else "beyond"
+
+
+def one_run_intervals(summary: dict[str, Any], level: float = 0.90) -> dict[str, Any]:
+    """``summary.json``'s ``one_run_interval``: :func:`run_interval` of every metric two or
+    more replications define (a caller-perceived percentile that is infinite in any
+    replication has none), as plain data; ``{}`` with one replication."""
+    out: dict[str, Any] = {}
+    for name, m in summary.get("metrics", {}).items():
+        values = m.get("values") if isinstance(m, dict) else None
+        if not values or (name.startswith(INF_PREFIXES) and any(v is None for v in values)):
+            continue
+        iv = run_interval(values, level, metric=name, bounds=domain(name))
+        if iv is not None:
+            out[name] = iv.as_dict()
+    return out
+
+
+def _median(x: list[float]) -> float:
+    n = len(x)
+    return x[n // 2] if n % 2 else (x[n // 2 - 1] + x[n // 2]) / 2.0
 
 
 def _clean(values: Sequence[float | None]) -> list[float]:

@@ -12,7 +12,7 @@ import inspect
 import math
 import sys
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -316,3 +316,43 @@ WITNESS = Option("--witness URL", "with --target: the witness the deployment sen
 WORKERS = Option("--workers", "embedded Reasoner worker processes", positive_int)
 DURATION = Option("--duration S", "seconds of call arrivals", non_negative)
 DRAIN = Option("--drain S", "at most this long for open calls to end", non_negative)
+
+
+# --------------------------------------------------------------------------- an outage
+# on the run's own clock (``sim run`` and ``load run``; the chaos proxy counts from the
+# load's start, ``ledger/clock.json``), appended to the scenario's ``network.outages``
+
+OUTAGE_KINDS = ("blackhole", "reset", "reasoner-down", "loss")
+OUTAGE_AT = Option("--outage-at S", "an outage starting S s into the run (the run's own clock)",
+                   non_negative)
+OUTAGE_FOR = Option("--outage-for S", "with --outage-at: its length", non_negative, 10.0)
+OUTAGE_KIND = Option("--outage-kind K", "with --outage-at: blackhole (packets vanish, "
+                                        "connections hang until a timer), reset (connections "
+                                        "cut at once), reasoner-down (connection refused) or "
+                                        "loss (each message lost with --outage-loss)",
+                     None, "blackhole", choices=OUTAGE_KINDS)
+OUTAGE_LOSS = Option("--outage-loss P", "with --outage-kind loss: the loss probability",
+                     probability, 0.5)
+
+
+def add_outage(p: argparse.ArgumentParser) -> None:
+    """``--outage-at S --outage-for S --outage-kind K --outage-loss P``."""
+    for o in (OUTAGE_AT, OUTAGE_FOR, OUTAGE_KIND, OUTAGE_LOSS):
+        o.add(p)
+
+
+def outage_overrides(args: argparse.Namespace, outages: Sequence[Any]) -> dict[str, Any]:
+    """The ``network.outages`` override that appends the ``--outage-*`` one to ``outages``
+    (the scenario's); ``{}`` without ``--outage-at``.  Raises :class:`UsageError` for an
+    ``--outage-for`` of 0 or ``--outage-loss`` with another kind."""
+    if args.outage_at is None:
+        return {}
+    if args.outage_for <= 0:
+        raise UsageError("--outage-for must be > 0")
+    if args.outage_kind != "loss" and args.outage_loss != OUTAGE_LOSS.default:
+        raise UsageError("--outage-loss applies to --outage-kind loss only")
+    from sim.config import to_plain
+
+    new = {"start_s": args.outage_at, "duration_s": args.outage_for,
+           "direction": "both", "kind": args.outage_kind, "loss": args.outage_loss}
+    return {"network.outages": [to_plain(o) for o in outages] + [new]}

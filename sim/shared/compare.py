@@ -22,7 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sim.shared.agreement import AGREES, DIFFERS, agreement_rows, is_load
+from sim.shared.agreement import (
+    AGREES,
+    DIFFERS,
+    INSIDE,
+    LEVEL,
+    OUTSIDE,
+    accuracy,
+    agreement_rows,
+    is_load,
+    run_interval,
+)
 from sim.shared.stats import Difference, holm, welch
 from sim.shared.summary import unit
 
@@ -176,6 +186,65 @@ def _agreement_cells(ref: RunFolder, other: RunFolder, diffs: dict[tuple[int, st
         diffs[(k, a.metric)] = Difference(sign * a.diff, lo, hi, a.p_value, math.nan)
         flags[a.metric] = a.verdict == DIFFERS
     return flags
+
+
+# what a prediction (a simulation) is judged on against a measurement (a load run)
+PREDICTION_METRICS = ("ttfc_s.p50", "ttfc_s.p99", "completion_s.p50", "completion_s.p99",
+                      "caller_ttfc_s.p99", "caller_completion_s.p99", "success_rate",
+                      "attempts_per_turn")
+
+
+def run_length_s(run: RunFolder) -> float | None:
+    """``run.duration_s`` of the folder's scenario (None when unknown)."""
+    import tomllib
+
+    try:
+        v = tomllib.loads(run.scenario_toml).get("run", {}).get("duration_s")
+    except tomllib.TOMLDecodeError:
+        return None
+    return float(v) if isinstance(v, int | float) else None
+
+
+def _inf(name: str, v: float | None) -> float | None:
+    """A caller-perceived percentile's None is +inf (more turns not served than the tail)."""
+    from sim.shared.summary import INF_PREFIXES
+
+    return math.inf if v is None and name.startswith(INF_PREFIXES) else v
+
+
+def prediction_rows(a: RunFolder, b: RunFolder) -> list[dict[str, Any]]:
+    """A simulation (the prediction) against a load run (the measurement), whichever order:
+    per :data:`PREDICTION_METRICS`, the replications' mean, the 90 % one-run interval
+    (:func:`sim.shared.agreement.run_interval`), the measured value, ``inside``/``outside``,
+    and the accuracy target (judged on runs >= 300 s).  A caller-perceived percentile that is
+    infinite (too many turns not served) is ``inf`` on both sides: an infinite measurement
+    is inside when some replication is infinite too, and a replication's infinity makes the
+    interval open above."""
+    sim, load = (b, a) if is_load(a.summary) else (a, b)
+    run_s = run_length_s(load) or 0.0
+    out = []
+    for name in PREDICTION_METRICS:
+        if name not in load.summary["metrics"] or name not in sim.summary["metrics"]:
+            continue
+        values = [_inf(name, v) for v in sim.metric_values(name)]
+        measured = _inf(name, (load.summary["metrics"][name] or {}).get("mean"))
+        finite = [v for v in values if v is not None and math.isfinite(v)]
+        n_inf = sum(v == math.inf for v in values)
+        iv = run_interval(finite, LEVEL, metric=name)
+        if (iv is None and not n_inf) or measured is None:
+            continue
+        low = iv.low if iv is not None else (min(finite) if finite else math.inf)
+        high = math.inf if n_inf else (iv.high if iv is not None else math.inf)
+        inside = low <= measured <= high
+        mean = math.fsum(finite) / len(finite) if finite and not n_inf else math.inf
+        err = (measured - mean) / mean if mean and math.isfinite(mean) and math.isfinite(
+            measured) else math.nan
+        out.append({"metric": name, "predicted": mean, "low": low, "high": high,
+                    "measured": measured, "verdict": INSIDE if inside else OUTSIDE,
+                    "error": err, "accuracy": accuracy(name, err, run_s),
+                    "infinite_replications": n_inf, "replications": len(values),
+                    "run_s": run_s, "sim_run_s": run_length_s(sim)})
+    return out
 
 
 def agreement_verdicts(table: pd.DataFrame, run: int = 1) -> dict[str, str]:

@@ -242,9 +242,12 @@ def fmt_kind(value: Any, kind: str) -> str:
     return f"{v:.3f}"
 
 
-def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(label, mean, 95 % CI) rows of the key metrics present in a ``summary.json``."""
+def summary_rows(summary: dict[str, Any], intervals: bool = False) -> list[tuple[str, ...]]:
+    """(label, mean, 95 % CI) rows of the key metrics present in a ``summary.json``; with
+    ``intervals``, a fourth cell: the metric's 90 % one-run interval (``one_run_interval``,
+    "–" where it has none)."""
     metrics: dict[str, Any] = summary.get("metrics", {})
+    one_run: dict[str, Any] = summary.get("one_run_interval") or {}
     rows = []
     for key, label, kind in KEY_METRICS:
         names = ([k for k in sorted(metrics) if k.startswith(key)] if key.endswith(".")
@@ -260,5 +263,10 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
                   if lo is not None and hi is not None else "–")
             text = (f"{label}{name[len(key):].removesuffix('_share')}" if key.endswith(".")
                     else label)
-            rows.append((text, fmt_kind(m.get("mean"), kind), ci))
+            row: tuple[str, ...] = (text, fmt_kind(m.get("mean"), kind), ci)
+            if intervals:
+                iv = one_run.get(name)
+                row += (f"[{fmt_kind(iv['low'], kind)}, {fmt_kind(iv['high'], kind)}]"
+                        if iv else "–",)
+            rows.append(row)
     return rows

@@ -130,13 +130,29 @@ def _is_number_text(c: str) -> bool:
 def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]],
            note: str = "") -> dict[str, Any]:
     """A table for the template: cells as text; ``left`` marks the text (non-number) columns,
-    which are left-aligned."""
+    which are left-aligned and may wrap (a column of mostly "–" is judged by its other
+    cells: a long list of ids among dashes must wrap, not widen the table)."""
     cells = [[c if isinstance(c, str) else fmt_value(c) for c in r] for r in rows]
-    left = [i == 0 or sum(not _is_number_text(r[i]) for r in cells if i < len(r)) * 2 > len(cells)
-            for i in range(len(headers))]
+
+    def text_column(i: int) -> bool:
+        col = [r[i] for r in cells if i < len(r) and r[i].strip() != "–"]
+        return sum(not _is_number_text(c) for c in col) * 2 > len(col)
+
+    left = [i == 0 or text_column(i) for i in range(len(headers))]
     ident = [[bool(_IDENT.match(c)) for c in r] for r in cells]
     return {"title": title, "headers": list(headers), "rows": cells, "note": note, "left": left,
             "ident": ident}
+
+
+def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]],
+          note: str = "") -> dict[str, Any]:
+    """A table for :func:`render_report`'s ``lead`` (cells as text, numbers right-aligned)."""
+    return _table(title, headers, rows, note)
+
+
+def png_data(fig: Any) -> str:
+    """A matplotlib figure as the base64 PNG a ``lead`` figure takes (the figure is closed)."""
+    return _png(fig)
 
 
 # a name such as a rule's (``continuation-answered-twice``): kept on one line, never broken at
@@ -822,14 +838,15 @@ def section(path: Path) -> tuple[dict[str, Any], RunFolder | None]:
 
 def render_report(paths: Sequence[str | Path], progress: bool = False,
                   lead: dict[str, Any] | None = None, title: str | None = None,
-                  fold: bool = False) -> str:
+                  fold: bool = False, comparison: bool = True) -> str:
     """The HTML text of a report on ``paths`` (any folder kinds rtalab writes).
 
     With ``progress``, a line on stderr once rendering has taken a second, and the time
     taken at the end.  ``lead`` puts an answer of the whole report first (keys ``status``,
     ``headline``, ``lines``, ``figure`` ({caption, data}: a base64 PNG), ``tables``,
     ``html``); ``title`` replaces the generated title; ``fold`` folds every folder's
-    section under a one-line summary (its headline)."""
+    section under a one-line summary (its headline); ``comparison=False`` leaves out the
+    comparison of the runs with the first (runs at different loads, compared otherwise)."""
     import sys
 
     if not paths:
@@ -841,13 +858,14 @@ def render_report(paths: Sequence[str | Path], progress: bool = False,
     if progress:
         timer.start()
     try:
-        return _render(paths, t0, progress, lead, title, fold)
+        return _render(paths, t0, progress, lead, title, fold, comparison)
     finally:
         timer.cancel()
 
 
 def _render(paths: Sequence[str | Path], t0: float, progress: bool,
-            lead: dict[str, Any] | None, title: str | None, fold: bool) -> str:
+            lead: dict[str, Any] | None, title: str | None, fold: bool,
+            comparison: bool = True) -> str:
     import sys
 
     import jinja2
@@ -874,7 +892,7 @@ def _render(paths: Sequence[str | Path], t0: float, progress: bool,
                 "html": "", **lead}
     text = env.get_template(TEMPLATE).render(
         title=title, sections=sections, lead=lead, fold=fold,
-        comparison=_comparison(runs) if len(runs) >= 2 else None,
+        comparison=_comparison(runs) if comparison and len(runs) >= 2 else None,
         generated=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         version=package_versions().get("rtalab"))
     if progress and time.perf_counter() - t0 > 1.0:

@@ -49,13 +49,21 @@ def test_predict_round_trip_writes_a_complete_comparison(tmp_path: Path) -> None
     p = subprocess.run(
         [sys.executable, "-m", "sim.cli", "predict", str(sc), "--calibrate-rate", "2",
          "--predict-rate", "4", "--duration", "8", "--warmup", "2", "--drain", "8",
+         "--calibrate-duration", "6", "--table", "short",
          "--outage", "0", "--workers", "1", "--replications", "2", "--out", str(out)],
         capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr + p.stdout
     (folder,) = out.glob("*-predict-calsmall-*")
-    # a progress line per step
+    # a progress line per step; A ran for its own --calibrate-duration
     for step in ("1/5", "2/5", "3/5", "5/5"):
         assert step in p.stdout
+    assert "1/5 load run at A = 2 calls/s for 6 s" in p.stdout
+    # --table short: the comparison against the one-run interval, at 80 columns
+    lines = p.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("metric "))
+    table = lines[head:head + 10]
+    assert "90% one run" in table[0] and table[-1].startswith("goodput"), table
+    assert max(map(len, table)) <= 80, table
     res = json.loads((folder / "prediction.json").read_text())
     assert res["rate_b"] == 4.0
     (case,) = res["cases"]
@@ -64,7 +72,9 @@ def test_predict_round_trip_writes_a_complete_comparison(tmp_path: Path) -> None
                          "completion_s.p95", "completion_s.p99", "success_rate",
                          "attempts_per_turn", "goodput_turns_per_s"}
     for r in rows.values():
-        assert r["verdict"] in ("agrees", "differs", "void"), r
+        assert r["verdict"] in ("inside", "outside", "void"), r
+        ilo, ihi = r["interval"]  # the 90 % one-run interval holds the predicted mean
+        assert ilo <= r["predicted"] + 1e-9 <= ihi + 2e-9, r
         lo, hi = r["measured_ci"]
         assert lo <= r["measured"] + 1e-9 and r["measured"] <= hi + 1e-9, r
         plo, phi = r["predicted_ci"]
@@ -84,6 +94,24 @@ def test_predict_round_trip_writes_a_complete_comparison(tmp_path: Path) -> None
     html = (folder / "prediction.html").read_text()
     assert '<section class="prediction">' in html and "data:image/png;base64," in html
     assert (folder / "calibrated.toml").exists() and (folder / "calibrated.qq.png").exists()
+    # the one-run rows (the demo's paragraph reads them): every interval holds its centre,
+    # each replication's figures are kept; the demo's report renders from this folder
+    (one,) = [c["one_run"] for c in res["cases"]]
+    assert [r["metric"] for r in one] == list(rows) and len(case["replications"]) == 2
+    for r in one:
+        assert r["verdict"] in ("inside", "outside", "n/a"), r
+        if r["low"] is not None:
+            assert r["low"] <= r["centre"] <= r["high"], r
+    # the load runs inside the folder skip their own bootstrap (the comparison makes its own)
+    for run in (folder / "runs").iterdir():
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["uncertainty"].startswith("none"), summary["uncertainty"]
+        assert all("se" not in m for m in summary["metrics"].values() if isinstance(m, dict))
+    from loadtests.loadrun import demo_report
+
+    report = demo_report.render(folder)
+    assert 'data-role="answer"' in report and "90 % one-run prediction interval" in report
+    assert report.count("<details class=\"folded\">") == 2  # the load runs A and B, folded
     # strict JSON: an undefined figure is null, never NaN
     json.loads((folder / "prediction.json").read_text(), parse_constant=lambda c: 1 / 0)
     assert res["utilisation_a"] is None or math.isfinite(res["utilisation_a"])
