@@ -109,7 +109,7 @@ def trigger_overrides(scenario: Scenario, size: float, kind: str = "length") -> 
     if net.outages:
         out["network.outages"] = [
             {"start_s": o.start_s, "duration_s": max(o.duration_s * size, 1e-3),
-             "direction": o.direction} for o in net.outages]
+             "direction": o.direction, "kind": o.kind, "loss": o.loss} for o in net.outages]
     if r.capacity_drops:
         drops = []
         for d in r.capacity_drops:

@@ -121,6 +121,8 @@ def _unexpressed(s: Scenario) -> tuple[str, ...]:
         "reasoner.queue_timeout_s": r.queue_timeout_s > 0,
         "reasoner.queue_discipline": r.queue_discipline != "fifo",
         "live.retry.deadline_s": live.retry.deadline_s > 0,
+        "network.outages kind (reset, reasoner-down, loss: taken as blackhole)": any(
+            o.kind != "blackhole" for o in net.outages),
         "network loss/duplication": any(getattr(link, k) > 0 for link in
                                         (net.uplink, net.downlink)
                                         for k in ("loss", "duplication", "reorder")),
