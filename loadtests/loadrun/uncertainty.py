@@ -3,12 +3,23 @@
 A load run is one replication, so ``summarize`` gives it no CI.  Its calls are
 independent units (open Poisson arrivals; turns of one call are correlated, so
 the calls, not the turns, are resampled): draw as many calls as the run had,
-with replacement, rebuild the tables from them (every row of a drawn call, ids
-made unique per draw), compute every metric with the simulator's
-``replication_metrics``, repeat :data:`BOOTSTRAP_RESAMPLES` times.  Each metric gets
-``se`` (the bootstrap standard deviation) and a 95 % percentile interval
-(``ci_low``/``ci_high``), with ``uncertainty`` naming the method.  The generator
-is seeded from the run's seed: the same ledgers give the same numbers.
+with replacement, rebuild every table from them (every row of a drawn call, each
+drawn copy with identifiers of its own: call, turn, requestGuid, task and context
+ids get a ``#k`` suffix, so a call drawn twice is two calls, never one call whose
+requests ran twice), rebuild the time series from the resampled tables, compute
+every metric with the simulator's ``replication_metrics``, repeat
+:data:`BOOTSTRAP_RESAMPLES` times.  Each metric gets ``se`` (the bootstrap
+standard deviation) and a 95 % percentile interval (``ci_low``/``ci_high``), with
+``uncertainty`` naming the method.  The generator is seeded from the run's seed:
+the same ledgers give the same numbers.
+
+A figure the bootstrap cannot speak for gets no interval but a ``ci_note`` saying
+why (shown as "–"): the number of calls (fixed by the resampling), a peak (the
+bootstrap of a maximum is biased and says nothing about its spread), a counter of the
+whole run, and a figure every resample gives the same value (e.g. 0 events: a
+zero-width interval would read as certainty).  When the percentile interval misses the
+estimate (a skewed, discrete statistic), it is widened to hold it and ``ci_note`` says
+so: an interval always contains its estimate.
 
 What it does not cover: run-to-run effects shared by every call of the run (a
 slower machine, a warm-up that differs); :func:`sim.shared.agreement.agreement_rows`
@@ -25,34 +36,61 @@ import numpy as np
 import pandas as pd
 
 from sim.shared import schema as S
-from sim.shared.summary import domain, replication_metrics
+from sim.shared.summary import counter_metrics, domain, replication_metrics
 
 BOOTSTRAP_RESAMPLES = 200
 METHOD = f"bootstrap over calls ({BOOTSTRAP_RESAMPLES} resamples, 95 % percentile interval)"
 
+#: the identifiers a drawn copy of a call gets its own of (suffix ``#k``)
+ID_COLUMNS = (S.CALL_ID, S.INTERACTION_ID, S.REQUEST_GUID, S.TASK_ID, S.CONTEXT_ID)
+TABLES = ("attempts", "turns", "calls", "executions", "side_effects")
 
-def _resample(out: Any, draw: np.ndarray, calls: np.ndarray) -> Any:
-    """``out`` with the calls ``calls[draw]`` (each drawn copy gets its own call id)."""
+NOTE_FIXED = "fixed by the resampling (each resample draws as many calls as the run had)"
+NOTE_PEAK = "a peak: the bootstrap does not estimate the spread of a maximum"
+NOTE_COUNTER = "a counter of the whole run: not resampled"
+NOTE_CONSTANT = "every resample gives the same value: no spread to show"
+NOTE_WIDENED = "percentile interval widened to hold the estimate (skewed statistic)"
+NOTE_TOO_FEW = "defined in fewer than two resamples"
+#: figures the bootstrap cannot speak for, and why
+NOT_RESAMPLED = {S.M_CALLS: NOTE_FIXED, S.M_CONCURRENT_CALLS_PEAK: NOTE_PEAK}
+
+
+def _unique_ids(col: pd.Series, suffix: np.ndarray) -> pd.Series:
+    """``col`` with ``#suffix`` appended to every defined id (missing ones stay missing)."""
+    missing = col.isna().to_numpy()
+    text = np.char.add(np.char.add(col.astype(str).to_numpy().astype(str), "#"), suffix)
+    return pd.Series(np.where(missing, None, text).astype(object), index=col.index)
+
+
+def resample(out: Any, draw: np.ndarray, calls: np.ndarray) -> Any:
+    """``out`` with the calls ``calls[draw]``: every row of each drawn call, each drawn copy
+    with identifiers of its own; the time series rebuilt from the resampled tables."""
+    from loadtests.loadrun.tables import timeseries
+
     picked = calls[draw]
-    suffix = np.arange(len(draw)).astype(str)
-    new_id = pd.Series(np.char.add(np.char.add(picked.astype(str), "#"), suffix))
-    keyed = pd.DataFrame({S.CALL_ID: picked, "_new": new_id})
+    keyed = pd.DataFrame({"_key": picked, "_copy": np.arange(len(draw)).astype(str)})
     tables = {}
-    for name in ("attempts", "turns", "calls", "side_effects"):
+    for name in TABLES:
         df = getattr(out, name)
         if len(df) == 0 or S.CALL_ID not in df.columns:
             tables[name] = df
             continue
-        merged = keyed.merge(df, on=S.CALL_ID, how="inner", sort=False)
-        merged[S.CALL_ID] = merged.pop("_new")
-        tables[name] = merged[df.columns]
-    return replace(out, **tables)
+        src = df.assign(_key=df[S.CALL_ID].astype(str).to_numpy())
+        merged = keyed.merge(src, on="_key", how="inner", sort=False)
+        suffix = merged["_copy"].to_numpy().astype(str)
+        for c in ID_COLUMNS:
+            if c in merged.columns:
+                merged[c] = _unique_ids(merged[c], suffix)
+        tables[name] = merged[df.columns].reset_index(drop=True)
+    new = replace(out, **tables)
+    end = float(out.counters.get("end_s") or len(out.timeseries) or out.duration_s)
+    return replace(new, timeseries=timeseries(new, end))
 
 
 def bootstrap(out: Any, warmup_s: float, seed: int,
-              resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, dict[str, float | None]]:
-    """Per metric: ``se``, ``ci_low``, ``ci_high`` of the bootstrap over calls (None where
-    fewer than two resamples define the metric)."""
+              resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, dict[str, Any]]:
+    """Per metric: ``se``, ``ci_low``, ``ci_high`` of the bootstrap over calls (the raw
+    percentile interval), or ``ci_note`` alone where it has none (see the module doc)."""
     calls = out.calls[S.CALL_ID].astype(str).to_numpy()
     if len(calls) < 2:
         return {}
@@ -60,12 +98,20 @@ def bootstrap(out: Any, warmup_s: float, seed: int,
     samples: dict[str, list[float]] = {}
     for _ in range(resamples):
         draw = rng.integers(0, len(calls), size=len(calls))
-        for name, v in replication_metrics(_resample(out, draw, calls), warmup_s).items():
+        for name, v in replication_metrics(resample(out, draw, calls), warmup_s).items():
+            samples.setdefault(name, [])
             if v is not None and math.isfinite(v):
-                samples.setdefault(name, []).append(float(v))
-    result: dict[str, dict[str, float | None]] = {}
+                samples[name].append(float(v))
+    counters = set(counter_metrics(out.counters))
+    result: dict[str, dict[str, Any]] = {}
     for name, xs in samples.items():
-        if len(xs) < 2:
+        note = NOT_RESAMPLED.get(name) or (NOTE_COUNTER if name in counters else None)
+        if note is None and len(xs) < 2:
+            note = NOTE_TOO_FEW
+        if note is None and min(xs) == max(xs):
+            note = NOTE_CONSTANT
+        if note is not None:
+            result[name] = {"ci_note": note}
             continue
         x = np.asarray(xs)
         lo, hi = domain(name)
@@ -76,12 +122,20 @@ def bootstrap(out: Any, warmup_s: float, seed: int,
 
 
 def add_uncertainty(summary: dict[str, Any], out: Any, warmup_s: float, seed: int) -> None:
-    """Put the bootstrap's ``se``/``ci_low``/``ci_high`` on every measured metric of a load
-    run's ``summary`` (in place); ``summary["uncertainty"]`` names the method."""
+    """Put the bootstrap's ``se``/``ci_low``/``ci_high`` (or its ``ci_note``) on every
+    measured metric of a load run's ``summary`` (in place); ``summary["uncertainty"]``
+    names the method.  An interval always holds its estimate (widened if it must be)."""
     boot = bootstrap(out, warmup_s, seed)
     for name, m in summary["metrics"].items():
+        if m.get("mean") is None:
+            continue
         b = boot.get(name)
-        if m.get("mean") is None or b is None:
+        m["ci_low"] = m["ci_high"] = None
+        if b is None:
+            m["ci_note"] = NOTE_TOO_FEW
             continue
         m.update(b)
+        if "ci_low" in b and not b["ci_low"] <= m["mean"] <= b["ci_high"]:
+            m["ci_low"], m["ci_high"] = min(b["ci_low"], m["mean"]), max(b["ci_high"], m["mean"])
+            m["ci_note"] = NOTE_WIDENED
     summary["uncertainty"] = METHOD
