@@ -226,5 +226,5 @@ def load_summary(out: S.RunRecords, warmup_s: float) -> dict[str, Any]:
                                         "values": [None]}
     summary["kind"] = "load"
     summary["not_measured"] = sorted(n for n in summary["metrics"] if server_only(n))
-    add_uncertainty(summary, out, warmup_s, out.seed)  # se + CI: a bootstrap over calls
+    add_uncertainty(summary, out, warmup_s, out.seed, timeseries)  # se + CI: a bootstrap over calls
     return summary

@@ -29,6 +29,7 @@ adds the simulator's spread between replications on top.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -54,6 +55,9 @@ NOTE_TOO_FEW = "defined in fewer than two resamples"
 #: figures the bootstrap cannot speak for, and why
 NOT_RESAMPLED = {S.M_CALLS: NOTE_FIXED, S.M_CONCURRENT_CALLS_PEAK: NOTE_PEAK}
 
+#: builds a run's time series from its tables (``loadtests.loadrun.tables.timeseries``)
+Series = Callable[[Any, float], pd.DataFrame]
+
 
 def _unique_ids(col: pd.Series, suffix: np.ndarray) -> pd.Series:
     """``col`` with ``#suffix`` appended to every defined id (missing ones stay missing)."""
@@ -62,11 +66,10 @@ def _unique_ids(col: pd.Series, suffix: np.ndarray) -> pd.Series:
     return pd.Series(np.where(missing, None, text).astype(object), index=col.index)
 
 
-def resample(out: Any, draw: np.ndarray, calls: np.ndarray) -> Any:
+def resample(out: Any, draw: np.ndarray, calls: np.ndarray, series: Series) -> Any:
     """``out`` with the calls ``calls[draw]``: every row of each drawn call, each drawn copy
-    with identifiers of its own; the time series rebuilt from the resampled tables."""
-    from loadtests.loadrun.tables import timeseries
-
+    with identifiers of its own; the time series rebuilt from the resampled tables by
+    ``series``."""
     picked = calls[draw]
     keyed = pd.DataFrame({"_key": picked, "_copy": np.arange(len(draw)).astype(str)})
     tables = {}
@@ -84,10 +87,10 @@ def resample(out: Any, draw: np.ndarray, calls: np.ndarray) -> Any:
         tables[name] = merged[df.columns].reset_index(drop=True)
     new = replace(out, **tables)
     end = float(out.counters.get("end_s") or len(out.timeseries) or out.duration_s)
-    return replace(new, timeseries=timeseries(new, end))
+    return replace(new, timeseries=series(new, end))
 
 
-def bootstrap(out: Any, warmup_s: float, seed: int,
+def bootstrap(out: Any, warmup_s: float, seed: int, series: Series,
               resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, dict[str, Any]]:
     """Per metric: ``se``, ``ci_low``, ``ci_high`` of the bootstrap over calls (the raw
     percentile interval), or ``ci_note`` alone where it has none (see the module doc)."""
@@ -98,7 +101,7 @@ def bootstrap(out: Any, warmup_s: float, seed: int,
     samples: dict[str, list[float]] = {}
     for _ in range(resamples):
         draw = rng.integers(0, len(calls), size=len(calls))
-        for name, v in replication_metrics(resample(out, draw, calls), warmup_s).items():
+        for name, v in replication_metrics(resample(out, draw, calls, series), warmup_s).items():
             samples.setdefault(name, [])
             if v is not None and math.isfinite(v):
                 samples[name].append(float(v))
@@ -121,11 +124,12 @@ def bootstrap(out: Any, warmup_s: float, seed: int,
     return result
 
 
-def add_uncertainty(summary: dict[str, Any], out: Any, warmup_s: float, seed: int) -> None:
+def add_uncertainty(summary: dict[str, Any], out: Any, warmup_s: float, seed: int,
+                    series: Series) -> None:
     """Put the bootstrap's ``se``/``ci_low``/``ci_high`` (or its ``ci_note``) on every
     measured metric of a load run's ``summary`` (in place); ``summary["uncertainty"]``
     names the method.  An interval always holds its estimate (widened if it must be)."""
-    boot = bootstrap(out, warmup_s, seed)
+    boot = bootstrap(out, warmup_s, seed, series)
     for name, m in summary["metrics"].items():
         if m.get("mean") is None:
             continue

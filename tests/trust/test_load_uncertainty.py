@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from loadtests.loadrun import uncertainty as U
-from loadtests.loadrun.tables import load_summary
+from loadtests.loadrun.tables import load_summary, timeseries
 from sim.shared import schema as S
 from sim.shared.summary import summarize
 from tests.trust.loadlike import WARMUP_S, loadlike
@@ -21,7 +21,7 @@ from tests.trust.loadlike import WARMUP_S, loadlike
 def _boot(resamples: int = 80) -> tuple[dict, dict]:
     rec = loadlike()
     est = summarize([rec], WARMUP_S)["metrics"]
-    return est, U.bootstrap(rec, WARMUP_S, seed=3, resamples=resamples)
+    return est, U.bootstrap(rec, WARMUP_S, 3, timeseries, resamples=resamples)
 
 
 def test_every_raw_bootstrap_interval_holds_its_estimate() -> None:
@@ -49,7 +49,7 @@ def test_resample_gives_every_copy_its_own_ids() -> None:
     rec = loadlike()
     calls = rec.calls[S.CALL_ID].astype(str).to_numpy()
     draw = np.array([0, 0, 1, 1, 1])
-    r = U.resample(rec, draw, calls)
+    r = U.resample(rec, draw, calls, timeseries)
     assert r.calls[S.CALL_ID].nunique() == 5
     per_call = rec.turns[S.CALL_ID].astype(str).value_counts()
     n_turns = 2 * per_call[calls[0]] + 3 * per_call[calls[1]]
@@ -85,7 +85,7 @@ def test_add_uncertainty_widens_an_interval_that_misses_its_estimate(
     summary = {"metrics": {"x": {"mean": 5.0, "ci_low": None, "ci_high": None}}}
     monkeypatch.setattr(U, "bootstrap", lambda *a, **k: {"x": {"se": 1.0, "ci_low": 6.0,
                                                                "ci_high": 8.0}})
-    U.add_uncertainty(summary, None, 0.0, 0)
+    U.add_uncertainty(summary, None, 0.0, 0, timeseries)
     m = summary["metrics"]["x"]
     assert (m["ci_low"], m["ci_high"], m["ci_note"]) == (5.0, 8.0, U.NOTE_WIDENED)
 

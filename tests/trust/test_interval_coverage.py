@@ -1,0 +1,164 @@
+"""Every interval family at its stated level: seeded draws from a known truth, the share
+of 95 % intervals that cover it written out (docs/metrics.md lists the figures).
+
+An interval that is really 90 %, or sqrt(n) too narrow, falls out of the band; the
+bands are ±2 points around 95 % (1,000 draws: the binomial sd is 0.7 point), wider
+only where the method itself is known to be approximate (written at the test)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from sim.calibrate.estimate import _wilson
+from sim.calibrate.fit import fit_duration
+from sim.calibrate.intervals import (
+    bca_ci,
+    min_n_for_quantile_ci,
+    quantile,
+    quantile_ci,
+    t_mean_ci,
+)
+from sim.shared.agreement import _test, prediction_interval
+from sim.shared.stats import paired, welch
+from sim.shared.summary import mean_ci
+
+DRAWS = 1000
+
+
+def _share(hits: int) -> float:
+    return hits / DRAWS
+
+
+def test_replication_ci_of_the_mean_covers_95() -> None:
+    """summary.mean_ci over 5 replications (Student t, 4 df)."""
+    rng = np.random.default_rng(11)
+    hits = 0
+    for _ in range(DRAWS):
+        m = mean_ci(list(rng.normal(3.0, 2.0, 5)))
+        hits += m["ci_low"] <= 3.0 <= m["ci_high"]
+    assert 0.93 <= _share(hits) <= 0.97, _share(hits)
+
+
+def test_calibration_t_interval_of_a_mean_covers_95() -> None:
+    rng = np.random.default_rng(12)
+    hits = sum(lo <= 4.0 <= hi for lo, hi in (t_mean_ci(rng.gamma(4.0, size=20))
+                                              for _ in range(DRAWS)))
+    assert 0.93 <= _share(hits) <= 0.97, _share(hits)
+
+
+def test_bca_interval_of_the_cv_covers_95() -> None:
+    """BCa over 200 resamples, gamma(4) (cv 0.5), n = 300: measured 93.4 %.  The cv of a
+    heavy-tailed law covers less (lognormal sigma 0.5, n = 300: 90 %, docs/metrics.md);
+    a percentile interval too narrow by sqrt(2) covers ~83 %."""
+    rng = np.random.default_rng(1)
+    hits = 0
+    for _ in range(DRAWS):
+        x = rng.gamma(4.0, size=300)
+        lo, hi = bca_ci(x, rng)
+        assert lo <= float(np.std(x) / np.mean(x)) <= hi
+        hits += lo <= 0.5 <= hi
+    assert 0.92 <= _share(hits) <= 0.97, _share(hits)
+
+
+def test_order_statistic_interval_of_the_p99_has_its_exact_coverage() -> None:
+    """Distribution-free: coverage = P(l <= B <= u - 1), B ~ Bin(n, 0.99), >= 95 % by
+    construction; measured within 1.5 points of the exact figure."""
+    n = 1000
+    b = stats.binom(n, 0.99)
+    s = np.arange(1, n + 1, dtype=float)
+    (lo, hi), _ = quantile_ci(s, 0.99)  # on 1..n the interval's ends are its ranks
+    exact = b.cdf(hi - 1) - b.cdf(lo - 1)
+    assert 0.95 <= exact <= 0.98
+    rng = np.random.default_rng(3)
+    truth = stats.expon.ppf(0.99)
+    hits = 0
+    for _ in range(DRAWS):
+        x = rng.exponential(size=n)
+        ci, _ = quantile_ci(x, 0.99)
+        assert ci[0] <= quantile(x, 0.99) <= ci[1]
+        hits += ci[0] <= truth <= ci[1]
+    assert abs(_share(hits) - exact) <= 0.015, (_share(hits), exact)
+
+
+def test_p99_interval_needs_368_values_and_says_why() -> None:
+    assert min_n_for_quantile_ci(0.99) == 368  # 0.99^367 = 0.0250..., 0.99^368 = 0.0248
+    assert 0.99 ** 367 > 0.025 >= 0.99 ** 368
+    x = np.random.default_rng(0).exponential(size=400)
+    ci, note = quantile_ci(x[:367], 0.99)
+    assert ci is None and "367 < 368" in note
+    ci, note = quantile_ci(x[:368], 0.99)
+    assert ci is not None and note == "" and ci[1] == x[:368].max()
+
+
+def test_fit_prints_dash_with_the_reason_for_a_p99_of_too_few_values() -> None:
+    rng = np.random.default_rng(5)
+    small = fit_duration("x", rng.gamma(4.0, 0.1, size=200))
+    assert small is not None and small.p99_ci is None and "200 < 368" in small.p99_ci_note
+    assert "[–: too few values" in small.comment()
+    assert small.summary()["p99_ci"] is None
+    big = fit_duration("x", rng.gamma(4.0, 0.1, size=2000))
+    assert big is not None and big.p99_ci is not None
+    for est, ci in ((big.mean, big.mean_ci), (big.cv, big.cv_ci), (big.p99, big.p99_ci)):
+        assert ci[0] <= est <= ci[1] and ci[0] < ci[1]
+    const = fit_duration("x", np.full(50, 0.2))
+    assert const is not None and const.chosen == "constant"
+    assert const.cv_ci is None and const.cv_ci_note  # never [0, 0] around a cv
+
+
+def test_fit_mean_interval_uses_student_t_on_a_small_sample() -> None:
+    x = np.array([0.1, 0.2, 0.15, 0.3, 0.25, 0.12, 0.22, 0.18, 0.28, 0.35])
+    f = fit_duration("x", x)
+    half = 2.262157 * x.std(ddof=1) / math.sqrt(10)  # t(0.975, 9), not 1.96
+    assert f is not None and f.mean_ci == pytest.approx((x.mean() - half, x.mean() + half))
+
+
+@pytest.mark.parametrize(("p", "n"), [(0.02, 500), (0.1, 200), (0.3, 100)])
+def test_wilson_interval_covers_about_95(p: float, n: int) -> None:
+    """Exact coverage (a sum over the binomial, no simulation): Wilson's oscillates around
+    95 %, within 93-97 % at these (p, n)."""
+    cover = sum(stats.binom.pmf(k, n, p) for k in range(n + 1)
+                if _wilson(k, n)[0] <= p <= _wilson(k, n)[1])
+    assert 0.93 <= cover <= 0.97, cover
+    for k in (0, 1, n // 2, n):
+        lo, hi = _wilson(k, n)
+        assert lo <= k / n <= hi
+
+
+def test_welch_and_paired_intervals_cover_95() -> None:
+    rng = np.random.default_rng(21)
+    w = p = 0
+    for _ in range(DRAWS):
+        a, b = rng.normal(1.0, 1.0, 8), rng.normal(1.5, 2.0, 6)
+        d = welch(a, b)
+        w += d.ci_low <= 0.5 <= d.ci_high
+        base = rng.normal(0, 3, 10)
+        e = paired(base + rng.normal(0, 0.5, 10), base + 0.2 + rng.normal(0, 0.5, 10))
+        p += e.ci_low <= 0.2 <= e.ci_high
+    assert 0.93 <= _share(w) <= 0.98, _share(w)  # Welch df rounded down: slightly wide
+    assert 0.93 <= _share(p) <= 0.97, _share(p)
+
+
+def test_prediction_interval_holds_a_new_run_95_percent_of_the_time() -> None:
+    rng = np.random.default_rng(31)
+    hits = 0
+    for _ in range(DRAWS):
+        lo, hi = prediction_interval(list(rng.normal(0, 1, 6)))
+        hits += lo <= rng.normal(0, 1) <= hi
+    assert 0.93 <= _share(hits) <= 0.97, _share(hits)
+
+
+def test_agreement_test_of_one_load_run_is_right_95_percent_of_the_time() -> None:
+    """A load value drawn from the simulated law (no se: judged by the prediction spread)
+    and one with its bootstrap se: the 'differs' rate is 5 %."""
+    rng = np.random.default_rng(41)
+    alarms = alarms_se = 0
+    for _ in range(DRAWS):
+        sims = list(rng.normal(10, 2, 8))
+        alarms += _test("x", sims, float(rng.normal(10, 2)), None)[3] < 0.05
+        alarms_se += _test("x", sims, float(rng.normal(10, 0.5)), 0.5)[3] < 0.05
+    assert 0.03 <= _share(alarms) <= 0.07, _share(alarms)
+    assert 0.03 <= _share(alarms_se) <= 0.07, _share(alarms_se)
