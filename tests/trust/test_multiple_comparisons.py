@@ -1,0 +1,64 @@
+"""Holm's correction wherever many metrics are judged at once: sim-vs-load agreement,
+``rtalab compare``, tune's candidates.  Each test fails when the correction is skipped
+(plain p < 0.05 per metric)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.answers.tune import Objective, judge
+from sim.shared.agreement import DIFFERS, agreement_rows
+from sim.shared.stats import holm
+
+N_METRICS = 80
+
+
+def _null_summaries(rng: np.random.Generator) -> tuple[dict, dict]:
+    """80 metrics; the load run is one more draw from the simulated law (no difference)."""
+    sim = {"metrics": {}}
+    load = {"kind": "load", "metrics": {}}
+    for k in range(N_METRICS):
+        mu, sd = 1.0 + k, 0.1 * (1 + k % 5)
+        sim["metrics"][f"m{k}"] = {"values": list(rng.normal(mu, sd, 10))}
+        load["metrics"][f"m{k}"] = {"mean": float(rng.normal(mu, sd))}
+    return sim, load
+
+
+def test_agreement_of_80_metrics_raises_a_false_alarm_in_at_most_5_percent_of_runs() -> None:
+    """Family-wise: without Holm, P(some of 80 null metrics "differs") = 1 − 0.95^80 ≈ 98 %."""
+    rng = np.random.default_rng(5)
+    runs, alarms = 200, 0
+    for _ in range(runs):
+        sim, load = _null_summaries(rng)
+        rows = agreement_rows(sim, load)
+        assert len(rows) == N_METRICS
+        alarms += any(r.verdict == DIFFERS for r in rows)
+    assert alarms / runs <= 0.08, alarms
+
+
+def test_agreement_still_finds_a_real_difference_among_80() -> None:
+    rng = np.random.default_rng(6)
+    sim, load = _null_summaries(rng)
+    load["metrics"]["m3"]["mean"] = 4.0 + 3.0  # 7.5 sd away (sd 0.4)
+    rows = {r.metric: r for r in agreement_rows(sim, load)}
+    assert rows["m3"].verdict == DIFFERS
+
+
+def test_holm_by_hand() -> None:
+    # m = 4: sorted 0.01 <= 0.05/4, 0.02 > 0.05/3 -> stop; only the first is rejected
+    assert holm([0.02, 0.01, 0.03, 0.04]) == [False, True, False, False]
+    assert holm([0.001, 0.01, 0.02, 0.04]) == [True, True, True, True]  # 0.04 <= 0.05/1
+    assert holm([0.04] * 2) == [False, False]  # uncorrected: both
+
+
+def test_tune_judges_all_candidates_with_one_holm_correction() -> None:
+    """10 candidates, each 'better' at p = 0.01: uncorrected, all ten are better; with Holm
+    over the 10 tests (0.01 > 0.05 / 10) none is."""
+    objs = [Objective("completion_s.p99", "minimize")]
+    tests = [(i, "completion_s.p99", 0.01, -0.2) for i in range(10)]
+    better, worse = judge(tests, 11, objs)
+    assert better == [False] * 11 and worse == [False] * 11
+    # one strong candidate survives the correction
+    tests[4] = (4, "completion_s.p99", 0.001, -0.2)
+    better, _ = judge(tests, 11, objs)
+    assert better == [i == 4 for i in range(11)]
