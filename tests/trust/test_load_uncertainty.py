@@ -104,3 +104,17 @@ def test_bootstrap_se_matches_the_cluster_se_over_calls() -> None:
     truth = math.sqrt(((y - r * m) ** 2).sum()) / m.sum()
     se = boot[S.M_ATTEMPTS_PER_TURN]["se"]
     assert truth > 0 and 0.75 < se / truth < 1.25, (se, truth)
+
+
+def test_percentile_interval_is_at_95_percent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interval's ends are the 2.5 % and 97.5 % quantiles of the resampled values
+    (here, by construction, 1, 2, ..., 200)."""
+    values = iter(range(1, 201))
+    monkeypatch.setattr(U, "resample", lambda out, draw, calls, series: out)
+    monkeypatch.setattr(U, "replication_metrics", lambda out, w: {"x": float(next(values))})
+    rec = loadlike()
+    b = U.bootstrap(rec, WARMUP_S, 3, timeseries, resamples=200)["x"]
+    xs = np.arange(1, 201, dtype=float)
+    assert b["ci_low"] == pytest.approx(np.quantile(xs, 0.025))  # 5.975
+    assert b["ci_high"] == pytest.approx(np.quantile(xs, 0.975))  # 195.025
+    assert b["se"] == pytest.approx(xs.std(ddof=1))
