@@ -8,7 +8,7 @@ folder (no .git, .venv, results), each mutation applied there, the area's tests 
 ``-x -q`` (the copy first on PYTHONPATH), the file restored.  CPU-heavy: run it nice'd, on a
 few areas at a time.
 
-    nice -n 10 .venv/bin/python tests/oneoff/mutate.py [--area AREA ...] [--list]
+    nice -n 10 .venv/bin/python tests/oneoff/mutate.py [--area AREA ...] [--match TEXT] [--list]
 """
 
 from __future__ import annotations
@@ -43,6 +43,12 @@ T_COV = ("tests/trust/test_interval_coverage.py",)
 T_MC = ("tests/trust/test_multiple_comparisons.py",)
 T_TUNE = ("tests/trust/test_tune_guards.py", "tests/trust/test_multiple_comparisons.py")
 T_CAL = ("tests/test_calibrate.py", "tests/trust/test_interval_coverage.py")
+T_GATE = ("tests/trust/test_gates.py", "tests/check/test_verdict.py",
+          "tests/check/test_coverage.py")
+T_STORE = ("tests/serve/test_dedup_store.py",)
+T_INTAKE = ("tests/trust/test_intake.py",)
+T_CHAOS = ("tests/trust/test_chaos_faults.py", "tests/chaos/test_units.py")
+T_PLAY = ("tests/trust/test_playback.py", "tests/load/test_live_units.py")
 
 MUTATIONS: tuple[Mutation, ...] = (
     # ---------------------------------------------------------------- intervals
@@ -160,6 +166,152 @@ MUTATIONS: tuple[Mutation, ...] = (
              "if n < 2:\n        return None", T_CAL, "fits of fewer than 10 values"),
     Mutation("calibration", "sim/calibrate/fit.py", "if best.ks > max(crit, KS_TOLERANCE):",
              "if best.ks > crit:", T_CAL, "KS criterion without the 3-point floor"),
+    # ---------------------------------------------------------------- calibration (more)
+    Mutation("calibration", "sim/calibrate/estimate.py", "c = int(np.median(at_wait))",
+             "c = int(np.max(at_wait))", T_CAL, "capacity from the largest count at a wait"),
+    Mutation("calibration", "sim/calibrate/estimate.py",
+             "- np.searchsorted(es, s[wt] + max(FREED_JITTER_S, jitter_s), side=\"right\"))",
+             "- np.searchsorted(es, s[wt], side=\"right\"))", T_CAL,
+             "capacity without the clock-jitter tolerance"),
+    Mutation("calibration", "sim/calibrate/estimate.py",
+             "f = fit_duration(\"reasoning_time_s\", svc[timed & ~side], seed)",
+             "f = fit_duration(\"reasoning_time_s\", svc[timed], seed)", T_CAL,
+             "reasoning time fitted with the tool latency in it"),
+    Mutation("calibration", "sim/calibrate/estimate.py",
+             "report[c] = {\"count\": k, \"per_execution\": k / n,",
+             "report[c] = {\"count\": k, \"per_execution\": k / len(a),", T_CAL,
+             "error rate per attempt, not per execution"),
+    # ---------------------------------------------------------------- gates
+    Mutation("gates", "loadtests/check/integrity.py",
+             "ok = bool(f.gather.get(\"complete\")) and not short and missing == 0",
+             "ok = bool(f.gather.get(\"complete\"))", T_GATE,
+             "ledger-gathered trusts the complete flag alone"),
+    Mutation("gates", "loadtests/check/integrity.py",
+             "judged = ~indeterminate & (out != \"cancelled\") & ~pd.isna(out)",
+             "judged = ~indeterminate & ~pd.isna(out)", T_GATE,
+             "barge-in turns counted against availability"),
+    Mutation("gates", "loadtests/check/integrity.py",
+             "judged = ~indeterminate & (out != \"cancelled\") & ~pd.isna(out)",
+             "judged = (out != \"cancelled\") & ~pd.isna(out)", T_GATE,
+             "turns cut by the stop or a restart counted against availability"),
+    Mutation("gates", "loadtests/check/integrity.py", "ok = v is not None and slo._meets(v)",
+             "ok = v is None or slo._meets(v)", T_GATE, "a null SLO value passes"),
+    Mutation("gates", "loadtests/check/integrity.py", "passed = n > 0 and share >= lim",
+             "passed = n > 0 and share > lim", T_GATE, "availability threshold exclusive"),
+    Mutation("gates", "loadtests/check/coverage.py",
+             "known = ~np.isnan(o_send) & ~_during_restart(c_send, restarts)",
+             "known = ~np.isnan(o_send)", T_GATE, "copies sent while the server was down count"),
+    Mutation("gates", "loadtests/check/coverage.py",
+             "nonretry = failed & code.notna() & ~code.isin(RETRYABLE_CODES)",
+             "nonretry = failed & code.notna()", T_GATE,
+             "retryable failures counted as non-retryable handling"),
+    Mutation("gates", "loadtests/check/coverage.py",
+             "o_done = orig[\"outcome\"].eq(\"completed\").to_numpy()",
+             "o_done = np.ones(len(orig), dtype=bool)", T_GATE,
+             "resends of refused originals counted"),
+    Mutation("gates", "sim/shared/junit.py",
+             "status = {\"pass\": \"pass\", \"fail\": \"fail\"}.get(str(r.get(\"status\")), "
+             "\"skipped\")",
+             "status = {\"pass\": \"pass\", \"fail\": \"fail\"}.get(str(r.get(\"status\")), "
+             "\"pass\")", (*T_GATE, "tests/test_junit.py"), "an unchecked rule shown as passed"),
+    # ---------------------------------------------------------------- stores
+    Mutation("stores", "loadtests/dedup/sqlite.py", "\"WHERE bindings.t + ? < ?\")",
+             "\"WHERE bindings.t + ? > ?\")", T_STORE, "sqlite: a live binding taken over"),
+    Mutation("stores", "loadtests/dedup/sqlite.py", "(lw, now_s)).rowcount",
+             "(w, now_s)).rowcount", T_STORE, "sqlite: in-flight rows purged before their lease"),
+    Mutation("stores", "loadtests/dedup/sqlite.py",
+             "_ABANDON = \"DELETE FROM dedup WHERE context_id = ? AND key = ? AND state = "
+             "'in_flight'\"",
+             "_ABANDON = \"DELETE FROM dedup WHERE context_id = ? AND key = ?\"", T_STORE,
+             "sqlite: abandon deletes a finished entry"),
+    Mutation("stores", "loadtests/dedup/sqlite.py",
+             "\"AND state = 'in_flight' AND owner = ?\")  # in flight",
+             "\"AND owner = ?\")  # in flight", T_STORE,
+             "sqlite: progress overwrites a stored outcome"),
+    Mutation("stores", "loadtests/dedup/sqlite.py",
+             "\"WHERE context_id = ? AND key = ? AND owner = ?\")",
+             "\"WHERE context_id = ? AND key = ? AND (owner = ? OR 1)\")", T_STORE,
+             "sqlite: a stale owner's late complete accepted"),
+    Mutation("stores", "loadtests/dedup/redis.py",
+             "_ESCAPES = str.maketrans({\"%\": \"%25\", \":\": \"%3A\", \"{\": \"%7B\", "
+             "\"}\": \"%7D\"})",
+             "_ESCAPES = str.maketrans({\"%\": \"%25\", \"{\": \"%7B\", \"}\": \"%7D\"})",
+             T_STORE, "redis: ':' not escaped (context a:b + key c = context a + key b:c)"),
+    Mutation("stores", "loadtests/dedup/redis.py",
+             "if e[1] ~= 'i' or e[2] ~= ARGV[1] then return 0 end",
+             "if e[2] ~= ARGV[1] then return 0 end", T_STORE,
+             "redis: progress overwrites a stored outcome"),
+    Mutation("stores", "loadtests/dedup/redis.py",
+             "if ARGV[1] ~= '' and e[2] ~= ARGV[1] then return 0 end\nredis.call('DEL'",
+             "redis.call('DEL'", T_STORE, "redis: abandon by another owner"),
+    Mutation("stores", "loadtests/dedup/redis.py",
+             "self._done_ttl_ms = max(1, int(self.window_s * 1000))",
+             "self._done_ttl_ms = max(1, int(self.window_s * 100))", T_STORE,
+             "redis: done entries expire after a tenth of the window"),
+    Mutation("stores", "loadtests/dedup/redis.py",
+             "if now > tonumber(e[4]) + tonumber(ARGV[5]) then",
+             "if now > tonumber(e[3]) + tonumber(ARGV[5]) then", T_STORE,
+             "redis: window counted from the claim, not the completion"),
+    # ---------------------------------------------------------------- Reasoner validation
+    Mutation("reasoner validation", "loadtests/reasoner/intake.py",
+             "size = len(part.text.encode(\"utf-8\"))", "size = len(part.text)", T_INTAKE,
+             "text bound in characters, not bytes"),
+    Mutation("reasoner validation", "loadtests/reasoner/intake.py",
+             "if not isinstance(v, str) or not v or len(v) > b.id_chars:",
+             "if not isinstance(v, str) or len(v) > b.id_chars:", T_INTAKE,
+             "empty identifiers accepted"),
+    Mutation("reasoner validation", "loadtests/reasoner/intake.py",
+             "if not isinstance(v, bool):", "if not isinstance(v, bool | int):", T_INTAKE,
+             "1/0 accepted as flags"),
+    Mutation("reasoner validation", "loadtests/reasoner/intake.py",
+             "if not active and any(keys.is_profile_key(k) for k in meta):", "if False:",
+             T_INTAKE, "profile keys accepted without the extension"),
+    Mutation("reasoner validation", "loadtests/reasoner/intake.py",
+             "not math.isfinite(delay) or not 0 <= delay <= b.max_test_delay_s",
+             "not math.isfinite(delay) or not delay <= b.max_test_delay_s", T_INTAKE,
+             "negative test delay accepted"),
+    Mutation("reasoner validation", "loadtests/reasoner/intake.py", "        total += size\n",
+             "        total = size\n", T_INTAKE, "message bound not summed over parts"),
+    Mutation("reasoner validation", "loadtests/reasoner/intake.py",
+             "unknown = sorted(set(v) - set(DIRECTIVES))", "unknown: list[str] = []", T_INTAKE,
+             "unknown directive types accepted"),
+    # ---------------------------------------------------------------- chaos proxy
+    Mutation("chaos proxy", "loadtests/chaos/config.py", "lost=bool(u[1] < link.loss)",
+             "lost=bool(u[0] < link.loss)", T_CHAOS, "loss drawn from the reorder draw"),
+    Mutation("chaos proxy", "loadtests/chaos/config.py",
+             "dup = duplicable and u[2] < link.duplication", "dup = u[2] < link.duplication",
+             T_CHAOS, "non-message requests duplicated"),
+    Mutation("chaos proxy", "loadtests/chaos/config.py",
+             "first = bool(dup and first_share > 0 and rng.random() < first_share)",
+             "first = bool(first_share > 0 and rng.random() < first_share)", T_CHAOS,
+             "copy-first set on requests that are not duplicated"),
+    Mutation("chaos proxy", "loadtests/chaos/config.py",
+             "o.direction in (direction, \"both\")", "o.direction == direction", T_CHAOS,
+             "an outage on both directions covers neither"),
+    Mutation("chaos proxy", "loadtests/chaos/config.py",
+             "if o.start_s <= t_s < o.start_s + o.duration_s",
+             "if o.start_s <= t_s <= o.start_s + o.duration_s", T_CHAOS,
+             "outage window end inclusive"),
+    # ---------------------------------------------------------------- playback
+    Mutation("playback", "loadtests/live/playback.py",
+             "now_s - min(e[3] for e in heap) >= self.hold_s)",
+             "now_s - heap[0][3] >= self.hold_s)", T_PLAY,
+             "hold counted from the lowest number's arrival"),
+    Mutation("playback", "loadtests/live/playback.py",
+             "if nxt is not None and seq < nxt:", "if nxt is not None and seq < nxt - 1:",
+             T_PLAY, "a late event just below the expected one played"),
+    Mutation("playback", "loadtests/live/playback.py",
+             "if is_chunk and math.isnan(self.first_chunk_s):", "if is_chunk:", T_PLAY,
+             "first chunk time overwritten by later chunks"),
+    Mutation("playback", "loadtests/live/playback.py",
+             "            out.append(self._play(n, seq, is_chunk, now_s))\n"
+             "            self._next = seq + 1",
+             "            out.append(self._play(n, seq, is_chunk, now_s))\n"
+             "            self._next = (self._next or 0) + 1", T_PLAY,
+             "a skipped gap does not move the expected number"),
+    Mutation("playback", "loadtests/live/playback.py",
+             "ok = end or seq <= 0 or now_s - self._first_arrival_s >= self.hold_s",
+             "ok = end or seq <= 0", T_PLAY, "a stream starting above 0 held to its end"),
 )
 
 
@@ -188,8 +340,10 @@ def _copy_tree(dst: Path) -> None:
     shutil.copytree(ROOT, dst, ignore=ignore, dirs_exist_ok=True)
 
 
-def run(areas: list[str] | None) -> dict[str, list[tuple[Mutation, bool, float]]]:
-    chosen = [m for m in MUTATIONS if not areas or m.area in areas]
+def run(areas: list[str] | None, match: str | None = None
+        ) -> dict[str, list[tuple[Mutation, bool, float]]]:
+    chosen = [m for m in MUTATIONS if (not areas or m.area in areas)
+              and (not match or match in m.what)]
     results: dict[str, list[tuple[Mutation, bool, float]]] = defaultdict(list)
     with tempfile.TemporaryDirectory(prefix="rtalab-mutate-") as tmp:
         copy = Path(tmp) / "tree"
@@ -220,6 +374,7 @@ def run(areas: list[str] | None) -> dict[str, list[tuple[Mutation, bool, float]]
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--area", action="append", help="only this area (repeatable)")
+    ap.add_argument("--match", help="only the mutations whose description contains this")
     ap.add_argument("--list", action="store_true", help="list the mutations and stop")
     args = ap.parse_args(argv)
     problems = validate()
@@ -230,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         for m in MUTATIONS:
             print(f"[{m.area}] {m.file}: {m.what}")
         return 0
-    results = run(args.area)
+    results = run(args.area, args.match)
     print("\n| area | planted | caught | score |\n| --- | --- | --- | --- |")
     for area, rows in results.items():
         k = sum(c for _, c, _ in rows)

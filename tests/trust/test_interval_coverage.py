@@ -162,3 +162,16 @@ def test_agreement_test_of_one_load_run_is_right_95_percent_of_the_time() -> Non
         alarms_se += _test("x", sims, float(rng.normal(10, 0.5)), 0.5)[3] < 0.05
     assert 0.03 <= _share(alarms) <= 0.07, _share(alarms)
     assert 0.03 <= _share(alarms_se) <= 0.07, _share(alarms_se)
+
+
+def test_a_large_samples_cv_interval_is_scaled_to_its_size_and_holds_its_estimate() -> None:
+    """The cv's BCa runs on a 5,000-value subsample; for 20,000 values its width is scaled
+    by sqrt(5,000 / 20,000) = 1/2 around the full sample's cv."""
+    rng = np.random.default_rng(9)
+    x = rng.gamma(4.0, 0.1, size=20_000)
+    big = fit_duration("x", x, seed=1)
+    sub = fit_duration("x", x[:5_000], seed=1)
+    assert big is not None and sub is not None
+    assert big.cv_ci[0] <= big.cv <= big.cv_ci[1]
+    ratio = (big.cv_ci[1] - big.cv_ci[0]) / (sub.cv_ci[1] - sub.cv_ci[0])
+    assert 0.35 < ratio < 0.7, ratio
