@@ -42,10 +42,11 @@ T_UNC = ("tests/trust/test_load_uncertainty.py",)
 T_COV = ("tests/trust/test_interval_coverage.py",)
 T_MC = ("tests/trust/test_multiple_comparisons.py",)
 T_TUNE = ("tests/trust/test_tune_guards.py", "tests/trust/test_multiple_comparisons.py")
-T_CAL = ("tests/test_calibrate.py", "tests/trust/test_interval_coverage.py")
+T_CAL = ("tests/trust/test_calibration_guards.py", "tests/trust/test_interval_coverage.py",
+         "tests/test_calibrate.py")
 T_GATE = ("tests/trust/test_gates.py", "tests/check/test_verdict.py",
           "tests/check/test_coverage.py")
-T_STORE = ("tests/serve/test_dedup_store.py",)
+T_STORE = ("tests/trust/test_stores.py", "tests/serve/test_dedup_store.py")
 T_INTAKE = ("tests/trust/test_intake.py",)
 T_CHAOS = ("tests/trust/test_chaos_faults.py", "tests/chaos/test_units.py")
 T_PLAY = ("tests/trust/test_playback.py", "tests/load/test_live_units.py")
@@ -261,7 +262,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "if not isinstance(v, str) or len(v) > b.id_chars:", T_INTAKE,
              "empty identifiers accepted"),
     Mutation("reasoner validation", "loadtests/reasoner/intake.py",
-             "if not isinstance(v, bool):", "if not isinstance(v, bool | int):", T_INTAKE,
+             "if not isinstance(v, bool):", "if not isinstance(v, bool | float):", T_INTAKE,
              "1/0 accepted as flags"),
     Mutation("reasoner validation", "loadtests/reasoner/intake.py",
              "if not active and any(keys.is_profile_key(k) for k in meta):", "if False:",

@@ -51,3 +51,12 @@ def test_a_first_number_above_zero_waits_hold_then_plays() -> None:
     assert pb.push(2, True, 0.0) == []
     assert pb.push(1, True, 0.1) == []  # 0 might still come: hold from the first arrival
     assert pb.push(3, True, 0.31) == [(1, 0), (0, 1), (2, 2)]
+
+
+def test_a_repeated_event_just_played_is_dropped() -> None:
+    pb = Playback(reorder=True, hold_s=0.5)
+    assert pb.push(0, False, 0.0) == [(0, 0)]
+    assert pb.push(1, True, 0.1) == [(1, 1)]
+    assert pb.push(1, True, 0.2) == []  # a second copy of 1 (next expected: 2)
+    assert pb.push(0, False, 0.3) == []
+    assert pb.played == 2 and pb.finish(1.0) == []

@@ -130,3 +130,19 @@ def test_mean_ci_always_holds_its_mean(values: list[float], name: str) -> None:
     assert violations(m) == []
     if len(vals) >= 2:
         assert m["ci_low"] is not None and lo_b <= m["ci_low"] <= m["ci_high"] <= hi_b
+
+
+def test_compare_table_rows() -> None:
+    from pathlib import Path
+
+    from sim.shared.compare import RunFolder, compare_table
+
+    rng = np.random.default_rng(4)
+    folders = [RunFolder(Path(f"r{j}"), f"r{j}", {"metrics": {
+        f"m{k}": mean_ci(list(rng.normal(k + 1 + j, 0.3, 6))) for k in range(6)}})
+        for j in range(2)]
+    rows = compare_table(folders).to_dict(orient="records")
+    clean = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+             for r in rows]
+    assert violations(clean) == []
+    assert any(r["diff"] is not None for r in clean)
