@@ -49,6 +49,7 @@ T_GATE = ("tests/trust/test_gates.py", "tests/check/test_verdict.py",
 T_STORE = ("tests/trust/test_stores.py", "tests/serve/test_dedup_store.py")
 T_INTAKE = ("tests/trust/test_intake.py",)
 T_CHAOS = ("tests/trust/test_chaos_faults.py", "tests/chaos/test_units.py")
+T_VJA = ("tests/trust/test_verdict_junit.py", "tests/test_junit.py", "tests/test_agreement.py")
 T_PLAY = ("tests/trust/test_playback.py", "tests/load/test_live_units.py")
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -313,6 +314,28 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("playback", "loadtests/live/playback.py",
              "ok = end or seq <= 0 or now_s - self._first_arrival_s >= self.hold_s",
              "ok = end or seq <= 0", T_PLAY, "a stream starting above 0 held to its end"),
+    # ---------------------------------------------------------------- verdict, JUnit, agreement
+    Mutation("verdict, JUnit, agreement", "loadtests/check/verdict.py",
+             "return not self.interrupted and not any(r.status == FAIL for r in self.rules)",
+             "return not any(r.status == FAIL for r in self.rules)", T_VJA,
+             "an interrupted run passes"),
+    Mutation("verdict, JUnit, agreement", "sim/shared/junit.py",
+             "failures=str(sum(c.status == \"fail\" for c in cases))",
+             "failures=str(sum(c.status != \"pass\" for c in cases))", T_VJA,
+             "skipped cases counted as failures"),
+    Mutation("verdict, JUnit, agreement", "sim/shared/junit.py",
+             "cases.append(Case(name, \"rtalab.capacity\", \"skipped\",",
+             "cases.append(Case(name, \"rtalab.capacity\", \"pass\",", T_VJA,
+             "capacity with no value meeting the SLO shown as passed"),
+    Mutation("verdict, JUnit, agreement", "sim/shared/junit.py",
+             "cases.append(Case(str(s), \"rtalab.tune\", \"skipped\",",
+             "cases.append(Case(str(s), \"rtalab.tune\", \"pass\",", T_VJA,
+             "tune without a recommendation shown as passed"),
+    Mutation("verdict, JUnit, agreement", "sim/shared/agreement.py", "    d = load - m\n",
+             "    d = m - load\n", T_VJA, "agreement difference of the wrong sign"),
+    Mutation("verdict, JUnit, agreement", "sim/shared/agreement.py",
+             "        if name in EXTENSIVE:\n            continue\n", "", T_VJA,
+             "counts of turns and calls compared across runs of other lengths"),
 )
 
 
