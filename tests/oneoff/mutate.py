@@ -124,6 +124,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("multiple comparisons", "sim/shared/compare.py",
              "rejected = holm([p for _, p in tested])",
              "rejected = [p < 0.05 for _, p in tested]", T_MC, "compare without Holm"),
+    Mutation("multiple comparisons", "sim/shared/report.py",
+             "rejected = benjamini_hochberg([p for _, p, _ in tested])",
+             "rejected = [p < 0.05 for _, p, _ in tested]", T_MC,
+             "sweep answers without Benjamini-Hochberg"),
+    Mutation("multiple comparisons", "sim/shared/stats.py",
+             "if p_values[i] <= q * rank / m:", "if p_values[i] <= q / m:", T_MC,
+             "Benjamini-Hochberg with Bonferroni's threshold"),
     # ---------------------------------------------------------------- tune
     Mutation("tune", "sim/answers/tune.py",
              "return bool(change is not None and p is not None and change < 0 and p < ALPHA)",

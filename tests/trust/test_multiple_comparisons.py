@@ -81,3 +81,36 @@ def test_compare_of_two_sims_flags_no_null_metric_among_80_with_holm() -> None:
         df = compare_table(folders)
         alarms += bool(df["differs"].eq(True).any())
     assert alarms / runs <= 0.12, alarms
+
+
+def test_benjamini_hochberg_by_hand() -> None:
+    from sim.shared.stats import benjamini_hochberg
+
+    # m = 4, q = 0.05: thresholds 0.0125, 0.025, 0.0375, 0.05; the largest rank under its
+    # threshold is 3 (0.03 <= 0.0375), so the three smallest are rejected
+    assert benjamini_hochberg([0.03, 0.001, 0.02, 0.5]) == [True, True, True, False]
+    assert benjamini_hochberg([0.03, 0.06]) == [False, False]  # uncorrected: the first
+    assert benjamini_hochberg([0.04, 0.045]) == [True, True]  # 0.045 <= 2 × 0.05 / 2
+
+
+def test_sweep_answers_flag_no_metric_of_80_null_ones_in_most_sweeps() -> None:
+    """A sweep's "what differs between the points" (Welch ANOVA per metric, Benjamini–
+    Hochberg over all): 3 points × 5 replications of 80 metrics that do not differ flag
+    something in <= 12 % of 60 sweeps (uncorrected: almost all)."""
+    import pandas as pd
+
+    from sim.shared.report import sweep_differences
+
+    rng = np.random.default_rng(12)
+    flagged = 0
+    for _ in range(60):
+        rows, point_metrics = [], []
+        for p in range(3):
+            pm = {}
+            for k in range(N_METRICS):
+                vals = list(rng.normal(k + 1, 0.5, 5))
+                pm[f"m{k}"] = {"values": vals}
+                rows.append({"point": p, "metric": f"m{k}", "mean": float(np.mean(vals))})
+            point_metrics.append(pm)
+        flagged += bool(sweep_differences(pd.DataFrame(rows), point_metrics))
+    assert flagged / 60 <= 0.12, flagged
