@@ -18,6 +18,8 @@ duplicate-before-original such copies sent BEFORE their original (``concurrent``
 resend-after-completion   such copies sent after the original's answer ended, with no
                           restart in between; the longest gap is the dedup window the run
                           demanded of the server (``min_dedup_window_s``)
+(any of these)            a copy sent while the server was down (during a restart) reached
+                          no Reasoner: it counts in no class
 resend-across-restart     such copies whose original was sent before a restart and the copy
                           after it (``ledger/restarts.jsonl``)
 turn-id-reused            side-effect turns whose ``turnId`` another call used too
@@ -126,6 +128,15 @@ def turns_across_restarts(a: pd.DataFrame, n_turns: int, restarts: pd.DataFrame)
     return out
 
 
+def _during_restart(t: np.ndarray, restarts: pd.DataFrame) -> np.ndarray:
+    """True where ``t`` falls inside a restart (the server was down: a copy sent then
+    never reached it)."""
+    out = np.zeros(len(t), dtype=bool)
+    for start, end in zip(restarts["start_unix"], restarts["end_unix"], strict=True):
+        out |= (t >= start) & (t <= end)
+    return out
+
+
 def _cut_by_restart(send: np.ndarray, end: np.ndarray, restarts: pd.DataFrame) -> np.ndarray:
     """True where an attempt was in flight when a restart began."""
     out = np.zeros(len(send), dtype=bool)
@@ -152,7 +163,8 @@ def coverage(a: pd.DataFrame, chaos: pd.DataFrame | None, witness: bool, restart
     # only an original the Reasoner executed gives a copy something to deduplicate (a
     # refused or unanswered one does not); across a restart, also one the restart cut off
     o_done = orig["outcome"].eq("completed").to_numpy()
-    known = ~np.isnan(o_send)
+    # a copy sent while the server was down (a restart) reached no Reasoner: it counts nowhere
+    known = ~np.isnan(o_send) & ~_during_restart(c_send, restarts)
     across = known & _spans_restart(o_send, c_send, restarts) & (
         o_done | _cut_by_restart(o_send, o_end, restarts))
     before = known & o_done & (c_send < o_send) & ~across

@@ -112,7 +112,8 @@ def rule_ledger_gathered(f: RunFiles) -> RuleResult:
              if v.get("announced") is None or v.get("batches_received", 0)
              < (v.get("announced") or {}).get("batches", 0)]
     missing = max(0, int(f.gather.get("expected_processes", 0)) - len(procs))
-    ok = bool(f.gather.get("complete"))
+    # complete, and nothing in the report contradicts it (a short or missing process fails)
+    ok = bool(f.gather.get("complete")) and not short and missing == 0
     drained = f.gather.get("drained")
     detail = (f"{len(procs)} of {f.gather.get('expected_processes', '?')} processes delivered"
               f"; drained: {drained}" + ("" if ok else

@@ -237,8 +237,8 @@ def load_summary(out: S.RunRecords, warmup_s: float, uncertainty: bool = True
                                         "values": [None]}
     summary["kind"] = "load"
     summary["not_measured"] = sorted(n for n in summary["metrics"] if server_only(n))
-    if uncertainty:
-        add_uncertainty(summary, out, warmup_s, out.seed)  # se + CI: a bootstrap over calls
+    if uncertainty:  # se + CI: a bootstrap over calls
+        add_uncertainty(summary, out, warmup_s, out.seed, timeseries)
     else:
         summary["uncertainty"] = "none (not computed: the caller shows no CI of this run)"
     return summary

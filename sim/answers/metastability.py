@@ -62,11 +62,11 @@ from sim.answers.storm import (
 )
 from sim.scenario import Scenario
 from sim.shared import schema as S
+from sim.shared.stats import wilson
 from sim.sweep import POINTS_DIR, point_dir_name, run_points
 
 KINDS = ("length", "depth")
 REGIONS = ("overloaded", "stable", "recovers", "metastable")
-_Z = 1.959963984540054
 _NUMERIC = ("recovered", "p_recover.ci_low", "p_recover.ci_high", "recovery_s.median",
             "recovery_s.p90", "censored", "peak_amplification", "model_recovery_s",
             "retry_work_share", "stale_work_share", "duplicate_work_share",
@@ -172,17 +172,6 @@ def run_length(scenario: Scenario, sizes: Sequence[float], kind: str, det: Detec
 
 
 # --------------------------------------------------------------------------- statistics
-
-
-def wilson(k: int, n: int) -> tuple[float, float]:
-    """Wilson 95 % interval of a binomial proportion k/n ((0, 1) when n = 0)."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = k / n
-    den = 1 + _Z ** 2 / n
-    mid = (p + _Z ** 2 / (2 * n)) / den
-    half = _Z * math.sqrt(p * (1 - p) / n + _Z ** 2 / (4 * n * n)) / den
-    return max(0.0, mid - half), min(1.0, mid + half)
 
 
 def censored_quantile(times: Sequence[float | None], q: float, limit_s: float) -> float | None:

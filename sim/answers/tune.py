@@ -501,6 +501,30 @@ def _trials_frame(study: Any, space: Space, metrics: Sequence[str],
     return pd.DataFrame(rows)
 
 
+def success_lower(change: float | None, p: float | None) -> bool:
+    """The success guard: a candidate whose success rate is lower than the current
+    settings' (paired difference candidate − current < 0) with p < :data:`ALPHA`."""
+    return bool(change is not None and p is not None and change < 0 and p < ALPHA)
+
+
+def judge(tests: Sequence[tuple[int, str, float, float | None]], rows: int,
+          objectives: Sequence[Objective]) -> tuple[list[bool], list[bool]]:
+    """(significantly better, significantly worse) per candidate row from its paired tests
+    ``(row, metric, p, change)`` (change = candidate − current), Holm's correction over all
+    candidates' objectives at once: better = a significant change in the objective's
+    direction (down for minimize, up for maximize), worse = one against it."""
+    better, worse = [False] * rows, [False] * rows
+    rejected = holm([p for _, _, p, _ in tests], ALPHA) if tests else []
+    for (i, m, _, diff), sig in zip(tests, rejected, strict=True):
+        if not sig or diff is None:
+            continue
+        o = next(o for o in objectives if o.metric == m)
+        good = diff < 0 if o.direction == "minimize" else diff > 0
+        better[i] = better[i] or good
+        worse[i] = worse[i] or not good
+    return better, worse
+
+
 def _confirm(scenario: Scenario, out_dir: Path, space: Space, params: list[dict[str, Any]],
              names: list[str], objectives: Sequence[Objective], constraints: Sequence[Slo],
              replications: int, seed: int, executor: Executor | None) -> pd.DataFrame:
@@ -537,22 +561,12 @@ def _confirm(scenario: Scenario, out_dir: Path, space: Space, params: list[dict[
             if label != "current" and m != SUCCESS:
                 p_values.append(1.0 if d is None else d.p_value)
                 where.append((i, m))
-        d_s, p_s = row[f"{SUCCESS}.change"], row[f"{SUCCESS}.p"]
-        row["success_lower"] = bool(d_s is not None and p_s is not None and d_s < 0
-                                    and p_s < ALPHA)
+        row["success_lower"] = success_lower(row[f"{SUCCESS}.change"], row[f"{SUCCESS}.p"])
         row["constraints_hold"] = all(s.holds(summary) for s in constraints)
         rows.append(row)
     df = pd.DataFrame(rows)
-    better = [False] * len(df)
-    worse = [False] * len(df)
-    for (i, m), sig in zip(where, holm(p_values, ALPHA) if p_values else [], strict=True):
-        if not sig:
-            continue
-        o = next(o for o in objectives if o.metric == m)
-        diff = df.iloc[i][f"{m}.change"]
-        good = diff < 0 if o.direction == "minimize" else diff > 0
-        better[i] = better[i] or good
-        worse[i] = worse[i] or not good
+    better, worse = judge([(i, m, p, df.iloc[i][f"{m}.change"])
+                           for (i, m), p in zip(where, p_values, strict=True)], len(df), objectives)
     df["significantly_better"] = better
     df["significantly_worse"] = worse
     eligible = (df["constraints_hold"] & df["significantly_better"] & ~df["significantly_worse"]

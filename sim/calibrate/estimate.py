@@ -38,6 +38,7 @@ from sim.config import to_plain
 from sim.dist import Histogram, LogNormal
 from sim.policy.codes import ALL_CODES
 from sim.scenario import ReasonerConfig, Scenario
+from sim.shared.stats import wilson
 
 WAITED_S = 0.002  # a queue wait counts as "every worker was busy" above this and above
 WAITED_SERVICE_SHARE = 0.2  # this share of the mean service (a broker's round trip is not)
@@ -116,13 +117,8 @@ def _fit_value(key: str, fit: Fit, source: str) -> Value:
 
 
 def _wilson(k: int, n: int) -> tuple[float, float]:
-    """95 % Wilson interval of a proportion."""
-    if n == 0:
-        return (0.0, 1.0)
-    z, p = 1.96, k / n
-    c = (p + z * z / (2 * n)) / (1 + z * z / n)
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, c - h), min(1.0, c + h))
+    """95 % Wilson interval of a proportion (:func:`sim.shared.stats.wilson`, z = 1.96)."""
+    return wilson(k, n, 1.96)
 
 
 def _count_at_waits(s: np.ndarray, e: np.ndarray, wt: np.ndarray,

@@ -12,7 +12,9 @@ Fits and KS distances use at most :data:`MAX_FIT_SAMPLES` values (a seeded rando
 MLE on 200,000 values is as good as on a million for two parameters, and the subset's KS
 distance is within ~0.003 of the full sample's); means use every value. An empirical law keeps
 at most 10,000 values: the sample's quantiles at (i + 0.5) / 10,000 (tails beyond them are cut).
-CIs: mean ± 1.96 standard errors; cv and p99 by a bootstrap over at most 5,000 values.
+CIs (:mod:`sim.calibrate.intervals`): the mean's Student t, the cv's BCa bootstrap (200
+resamples of at most 5,000 values), the p99's distribution-free order-statistic interval
+(none, with the reason, below 368 values).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from sim.calibrate.intervals import bca_ci, quantile, quantile_ci, t_mean_ci
 from sim.dist import Const, Dist, Empirical, Gamma, LogNormal, Weibull
 
 FAMILIES = ("lognormal", "gamma", "weibull")
@@ -60,17 +63,21 @@ class Fit:
     mean: float
     mean_ci: tuple[float, float]
     cv: float
-    cv_ci: tuple[float, float]
+    cv_ci: tuple[float, float] | None  # None: see cv_ci_note
     p99: float
-    p99_ci: tuple[float, float]
+    p99_ci: tuple[float, float] | None  # None: see p99_ci_note
     families: list[FamilyFit] = field(default_factory=list)
     sample: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False)
+    cv_ci_note: str = ""
+    p99_ci_note: str = ""
 
     def summary(self) -> dict[str, Any]:
         """Plain data for calibration.json."""
         return {"n": self.n, "chosen": self.chosen, "ks": self.ks, "ks_critical": self.ks_critical,
                 "mean": self.mean, "mean_ci": list(self.mean_ci), "cv": self.cv,
-                "cv_ci": list(self.cv_ci), "p99": self.p99, "p99_ci": list(self.p99_ci),
+                "cv_ci": _ci_list(self.cv_ci), "cv_ci_note": self.cv_ci_note,
+                "p99": self.p99, "p99_ci": _ci_list(self.p99_ci),
+                "p99_ci_note": self.p99_ci_note,
                 "families": [{"family": f.family, "params": f.params, "aic": f.aic, "ks": f.ks}
                              for f in self.families]}
 
@@ -83,8 +90,17 @@ class Fit:
         return (f"{self.chosen} (n = {self.n}; KS {self.ks:.3f}, reject above "
                 f"{max(self.ks_critical, KS_TOLERANCE):.3f}): mean {self.mean:.4g} s "
                 f"[{self.mean_ci[0]:.4g}, {self.mean_ci[1]:.4g}], cv {self.cv:.3g} "
-                f"[{self.cv_ci[0]:.3g}, {self.cv_ci[1]:.3g}], p99 {self.p99:.4g} s "
-                f"[{self.p99_ci[0]:.4g}, {self.p99_ci[1]:.4g}]; candidates: {alt}")
+                f"{_ci_text(self.cv_ci, self.cv_ci_note, '.3g')}, p99 {self.p99:.4g} s "
+                f"{_ci_text(self.p99_ci, self.p99_ci_note, '.4g')}; candidates: {alt}")
+
+
+def _ci_list(ci: tuple[float, float] | None) -> list[float] | None:
+    return None if ci is None else list(ci)
+
+
+def _ci_text(ci: tuple[float, float] | None, note: str, spec: str) -> str:
+    """``[lo, hi]``, or ``[–: reason]`` for an interval that does not exist."""
+    return f"[{ci[0]:{spec}}, {ci[1]:{spec}}]" if ci is not None else f"[–: {note}]"
 
 
 def _family(name: str, x: np.ndarray, full: int) -> FamilyFit:
@@ -109,22 +125,18 @@ def _family(name: str, x: np.ndarray, full: int) -> FamilyFit:
     return FamilyFit(name, params, dist, 2 * 2 - 2 * loglik, ks)
 
 
-def _bootstrap(x: np.ndarray, rng: np.random.Generator) -> tuple[tuple[float, float],
-                                                                    tuple[float, float]]:
-    """95 % percentile-bootstrap CIs of the cv and the p99."""
+def _intervals(x: np.ndarray, rng: np.random.Generator) -> dict[str, Any]:
+    """The cv's BCa interval (on a subsample of at most :data:`BOOTSTRAP_SAMPLES` values,
+    its width scaled to the full sample's) and the p99's order-statistic interval."""
     sub = x if len(x) <= BOOTSTRAP_SAMPLES else rng.choice(x, BOOTSTRAP_SAMPLES, replace=False)
     scale = math.sqrt(len(sub) / len(x))  # narrow a subsample's spread to the full sample's
-    idx = rng.integers(len(sub), size=(BOOTSTRAP_ROUNDS, len(sub)))
-    b = sub[idx]
-    cv = b.std(axis=1) / b.mean(axis=1)
-    p99 = np.quantile(b, 0.99, axis=1)
-    cv0, p0 = float(x.std() / x.mean()), float(np.quantile(x, 0.99))
-
-    def ci(v: np.ndarray, centre: float) -> tuple[float, float]:
-        lo, hi = np.quantile(v, [0.025, 0.975])
-        return (centre - (centre - lo) * scale, centre + (hi - centre) * scale)
-
-    return ci(cv, cv0), ci(p99, p0)
+    cv0 = float(x.std() / x.mean())
+    lo, hi = bca_ci(sub, rng, BOOTSTRAP_ROUNDS)
+    c0 = float(sub.std() / sub.mean())
+    cv_ci = (min(cv0, cv0 - (c0 - lo) * scale), max(cv0, cv0 + (hi - c0) * scale))
+    p99_ci, note = quantile_ci(x, 0.99)
+    return {"cv": cv0, "cv_ci": cv_ci, "p99": quantile(x, 0.99), "p99_ci": p99_ci,
+            "p99_ci_note": note}
 
 
 def fit_duration(name: str, values: np.ndarray, seed: int = 0) -> Fit | None:
@@ -136,13 +148,14 @@ def fit_duration(name: str, values: np.ndarray, seed: int = 0) -> Fit | None:
         return None
     rng = np.random.default_rng(seed)
     mean = float(x.mean())
-    se = float(x.std(ddof=1) / math.sqrt(n))
+    mean_ci = t_mean_ci(x)
     zero = np.mean(x <= MIN_POSITIVE_S) > 0.5 or mean < NEGLIGIBLE_MEAN_S  # constant 0
     if zero or x.std() <= CONSTANT_CV * mean:  # (nearly) no spread: a constant
         v = 0.0 if zero else float(np.median(x))
-        return Fit(name, n, "constant", Const(v), 0.0, 0.0, mean, (mean - 1.96 * se,
-                   mean + 1.96 * se), float(x.std() / mean) if mean > 0 else 0.0, (0.0, 0.0),
-                   float(np.quantile(x, 0.99)), (0.0, 0.0), sample=x)
+        p99_ci, note = quantile_ci(x, 0.99)
+        return Fit(name, n, "constant", Const(v), 0.0, 0.0, mean, mean_ci,
+                   float(x.std() / mean) if mean > 0 else 0.0, None, quantile(x, 0.99), p99_ci,
+                   sample=x, cv_ci_note="a constant: no spread to resample", p99_ci_note=note)
     pos = np.maximum(x, MIN_POSITIVE_S)
     fit_x = pos if n <= MAX_FIT_SAMPLES else rng.choice(pos, MAX_FIT_SAMPLES, replace=False)
     fams = []
@@ -155,10 +168,8 @@ def fit_duration(name: str, values: np.ndarray, seed: int = 0) -> Fit | None:
         fams = [FamilyFit("none", {}, Empirical((0.0,)), math.inf, 1.0)]
     best = min(fams, key=lambda f: f.aic)
     crit = 1.63 / math.sqrt(n)
-    cv_ci, p99_ci = _bootstrap(x, rng)
-    common = dict(ks_critical=crit, mean=mean, mean_ci=(mean - 1.96 * se, mean + 1.96 * se),
-                  cv=float(x.std() / mean), cv_ci=cv_ci, p99=float(np.quantile(x, 0.99)),
-                  p99_ci=p99_ci, families=fams, sample=x)
+    common = dict(ks_critical=crit, mean=mean, mean_ci=mean_ci, families=fams, sample=x,
+                  **_intervals(x, rng))
     if best.ks > max(crit, KS_TOLERANCE):
         kept = np.sort(x) if n <= MAX_EMPIRICAL_VALUES else np.quantile(
             x, (np.arange(MAX_EMPIRICAL_VALUES) + 0.5) / MAX_EMPIRICAL_VALUES)

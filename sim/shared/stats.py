@@ -101,6 +101,19 @@ def welch(a: Sequence[float], b: Sequence[float]) -> Difference | None:
     return Difference(d, d - half, d + half, t_two_sided_p(d / se, df), df)
 
 
+def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson 95 % interval of a binomial proportion k/n ((0, 1) when n = 0); it always
+    holds k/n (k = 0 and k = n end at 0 and 1 exactly, not 0.9999999999999999)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return (0.0 if k <= 0 else max(0.0, min(p, mid - half)),
+            1.0 if k >= n else min(1.0, max(p, mid + half)))
+
+
 def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
     """Holm's step-down: which hypotheses are rejected with family-wise error <= ``alpha``."""
     order = sorted(range(len(p_values)), key=lambda i: p_values[i])

@@ -1,0 +1,46 @@
+"""Calibration statistics, expected values written out: capacity read at a wait under the
+client's clock jitter, error rates per execution (not per attempt)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.calibrate.estimate import _errors, capacity_from_concurrency
+
+
+def test_capacity_counts_the_service_that_freed_the_worker_as_ended_despite_jitter() -> None:
+    """Two workers; in each of 6 cycles A runs [b, b + 1.004], B [b, b + 2], and C waits and
+    starts at b + 1.0 on the worker A freed — on the client's clock A ended 4 ms later
+    (jitter). At C's start A, B and C have started and A has ended: 2 workers, not 3."""
+    start, end, waited = [], [], []
+    for k in range(6):
+        b = 10.0 * k
+        start += [b, b, b + 1.0]
+        end += [b + 1.004, b + 2.0, b + 1.5]
+        waited += [False, False, True]
+    r = capacity_from_concurrency(np.array(start), np.array(end), np.array(waited),
+                                  np.zeros(18, dtype=int))
+    assert (r["workers"], r["identified"]) == (2, True)
+
+
+def test_error_rates_are_per_execution() -> None:
+    """100 attempts, 50 executed (server timings), 5 of those FAILED internal: 10 % per
+    execution (5 % per attempt would halve the injected rate)."""
+    n = 100
+    outcome = np.array(["completed"] * n, dtype=object)
+    code = np.array([None] * n, dtype=object)
+    outcome[:5], code[:5] = "failed", "internal"
+    outcome[50:] = "failed"  # refused before execution: no server timing, no code
+    a = pd.DataFrame({"outcome": outcome, "error_code": code,
+                      "first_response_s": np.arange(n, dtype=float), "retry_after_ms": np.nan})
+    timed = np.arange(n) < 50
+    values: list = []
+    fig: dict = {}
+    _errors(a, values, [], fig, timed)
+    rep = fig["errors"]["internal"]
+    assert fig["executions"] == 50
+    assert rep["per_execution"] == pytest.approx(0.1)
+    assert rep["ci"][0] <= 0.1 <= rep["ci"][1]
+    assert values[0].value == {"internal": 0.1}

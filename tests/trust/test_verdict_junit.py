@@ -1,0 +1,69 @@
+"""The verdict object, JUnit output and sim-vs-load agreement rows, expected values written
+out: a not-checked rule never fails nor passes a run, an interrupted run never passes,
+JUnit counts failures and skips exactly, agreement's difference is load − simulation."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+
+from loadtests.check.verdict import FAIL, NOT_CHECKED, PASS, RuleResult, Verdict
+from sim.answers.slo import parse_slo
+from sim.shared.agreement import AGREES, DIFFERS, agreement_rows
+from sim.shared.junit import Case, capacity_cases, to_xml, tune_cases
+
+
+def _rule(name: str, status: str) -> RuleResult:
+    return RuleResult(name=name, section="s", kind="violation", status=status)  # type: ignore[arg-type]
+
+
+def test_verdict_ok_headline_and_round_trip() -> None:
+    v = Verdict(rules=[_rule("a", PASS), _rule("b", NOT_CHECKED)])
+    assert v.ok and v.headline == "PASS" and v.failed == []
+    v = Verdict(rules=[_rule("a", PASS), _rule("b", FAIL), _rule("c", FAIL)])
+    assert not v.ok and v.failed == ["b", "c"] and v.verdict_line() == "verdict: FAIL (b, c)"
+    i = Verdict(rules=[_rule("a", PASS)], run_status="interrupted")
+    assert not i.ok and i.headline == "INTERRUPTED"
+    back = Verdict.from_dict(v.to_dict())
+    assert [(r.name, r.status) for r in back.rules] == [("a", PASS), ("b", FAIL), ("c", FAIL)]
+    assert back.ok is False
+
+
+def test_junit_counts_failures_and_skips_exactly() -> None:
+    cases = [Case("p", "c", "pass"), Case("f1", "c", "fail", "m"), Case("f2", "c", "fail"),
+             Case("s", "c", "skipped")]
+    root = ET.fromstring(to_xml("suite", cases))
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("4", "2", "1")
+    kinds = {c.get("name"): [k.tag for k in c] for c in root.iter("testcase")}
+    assert kinds == {"p": [], "f1": ["failure"], "f2": ["failure"], "s": ["skipped"]}
+
+
+def test_capacity_and_tune_cases_skip_what_was_not_met() -> None:
+    slo = parse_slo("success_rate>=0.99")
+    res = SimpleNamespace(required={1.0: 2, 4.0: None}, load_key="workload.calls_per_s",
+                          knob=SimpleNamespace(key="reasoner.workers", lo=1, hi=8))
+    got = [(c.name, c.status) for c in capacity_cases(res, [slo])]
+    assert got == [("workload.calls_per_s=1: success_rate >= 0.99", "pass"),
+                   ("workload.calls_per_s=4: success_rate >= 0.99", "skipped")]
+    none = pd.DataFrame({"candidate": ["a", "current"], "recommended": [False, False]})
+    assert [c.status for c in tune_cases(none, [slo])] == ["skipped"]
+    one = pd.DataFrame({"candidate": ["a", "current"], "recommended": [True, False],
+                        "success_rate": [0.995, 0.99]})
+    assert [c.status for c in tune_cases(one, [slo])] == ["pass"]
+
+
+def test_agreement_difference_is_load_minus_sim_and_counts_are_not_compared() -> None:
+    sims = [1.0, 1.2, 0.8, 1.1, 0.9]  # mean 1.0, sd 0.158
+    sim = {"metrics": {"x": {"values": sims}, "turns": {"values": [100, 101, 99, 100, 100]}}}
+    load = {"kind": "load", "metrics": {"x": {"mean": 3.0, "se": 0.05},
+                                        "turns": {"mean": 500.0, "se": 1.0}}}
+    rows = agreement_rows(sim, load)
+    assert [r.metric for r in rows] == ["x"]  # turns: a count, depends on the run's length
+    r = rows[0]
+    assert r.diff == 2.0 and r.diff_ci_low > 0 and r.verdict == DIFFERS
+    assert r.diff_ci_low <= r.diff <= r.diff_ci_high
+    load["metrics"]["x"]["mean"] = float(np.mean(sims))
+    assert agreement_rows(sim, load)[0].verdict == AGREES
