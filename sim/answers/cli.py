@@ -413,7 +413,7 @@ def cmd_fleet_size(args: argparse.Namespace) -> int:
 
     The fewest Reasoner replicas (each with the scenario's workers and queue) meeting every
     --slo at --calls-per-hour, per balancer policy, from the fleet mean field
-    (sim/fastmodel/fleet.py: no simulation; docs/fleet.md says where it is approximate).
+    (sim/fastmodel/fleet.py: no simulation; its docstring says where it is approximate).
     """
     import time
 
