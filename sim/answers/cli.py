@@ -392,6 +392,89 @@ def cmd_metastability(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- fleet-size
+
+
+def _fleet_slo(text: str) -> tuple[str, str, float]:
+    """An SLO on a metric the fleet model gives (caller-perceived names map to completed)."""
+    from sim.answers.slo import parse_slo
+    from sim.fastmodel.fleet import METRICS
+
+    slo = parse_slo(text)
+    name = slo.metric.replace("caller_completion_s.", "completion_s.")
+    if name not in METRICS:
+        raise _usage(f"the fleet model has no metric {slo.metric!r} (SLO {text!r}): use one of "
+                     f"{', '.join(METRICS)} (or turn_completion_p50_s / _p99_s)")
+    return name, slo.op, slo.target
+
+
+def cmd_fleet_size(args: argparse.Namespace) -> int:
+    """replicas a fleet needs per balancer policy, from the mean-field model (seconds)
+
+    The fewest Reasoner replicas (each with the scenario's workers and queue) meeting every
+    --slo at --calls-per-hour, per balancer policy, from the fleet mean field
+    (sim/fastmodel/fleet.py: no simulation; its docstring says where it is approximate).
+    """
+    import time
+
+    from sim.fastmodel.fleet import POLICIES, FleetModel, FleetModelError, fleet_size
+
+    scenario = _scenario(args)
+    with _user_errors():
+        slos = [_fleet_slo(s) for s in args.slo]
+    if not slos:
+        raise _usage("give at least one --slo 'METRIC<=X'")
+    if not args.calls_per_hour > 0:
+        raise _usage(f"--calls-per-hour must be > 0, got {args.calls_per_hour:g}")
+    names = [n for s in args.balancers for n in s.split(",") if n] or list(POLICIES)
+    bad = [n for n in names if n not in POLICIES]
+    if bad:
+        raise _usage(f"unknown balancer {bad[0]!r}: one of {', '.join(POLICIES)}")
+    out = _out_dir(args, "fleet-size", scenario)
+    t0 = time.perf_counter()
+    calls_per_s = args.calls_per_hour / 3600.0
+    try:
+        model = FleetModel(scenario)
+        rows = []
+        for name in names:
+            n, pt = fleet_size(model, calls_per_s, name, slos, args.max_replicas)
+            row: dict[str, Any] = {"balancer": name, "replicas": n,
+                                   "workers": None if n is None else n * model.workers}
+            if pt is not None:
+                row |= {k: v for k, v in pt.row().items() if k not in ("replicas", "policy")}
+            rows.append(row)
+    except FleetModelError as e:
+        raise _usage(str(e)) from None
+    took = time.perf_counter() - t0
+    table = pd.DataFrame(rows)
+    table.to_csv(out / "fleet_size.csv", index=False)
+    ok = [r for r in rows if r["replicas"] is not None]
+    slo_text = " and ".join(args.slo)
+    if ok:
+        best = min(ok, key=lambda r: r["replicas"])
+        sentence = (f"{scenario.name} at {args.calls_per_hour:,.0f} calls/hour "
+                    f"({model.turns_per_s(calls_per_s):,.0f} turns/s) needs "
+                    + "; ".join(f"{r['replicas']:,} replicas with {r['balancer']}"
+                                for r in ok)
+                    + f" ({model.workers} workers each) for {slo_text}; fewest: "
+                      f"{best['balancer']} (fleet mean field, {took:.1f} s)")
+    else:
+        sentence = (f"{scenario.name}: no fleet of up to {args.max_replicas:,} replicas meets "
+                    f"{slo_text} at {args.calls_per_hour:,.0f} calls/hour")
+    (out / "answer.txt").write_text(sentence + "\n", encoding="utf-8")
+    (out / "fleet_size.json").write_text(json.dumps(
+        {"scenario": scenario.name, "calls_per_hour": args.calls_per_hour, "slos": args.slo,
+         "workers_per_replica": model.workers, "seconds": took,
+         "rows": table.astype(object).where(table.notna(), None).to_dict("records")},
+        indent=1), encoding="utf-8")
+    shown = table[["balancer", "replicas", "worker_utilisation", "p_wait", "completion_p50_s",
+                   "completion_p99_s", "success_rate"]] if ok else table
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    _say(sentence)
+    print(f"results: {out}")
+    return 0
+
+
 # --------------------------------------------------------------------------- parsers
 
 
@@ -479,9 +562,22 @@ def _metastability_arguments(p: argparse.ArgumentParser) -> None:
     _common_arguments(p)
 
 
+def _fleet_size_arguments(p: argparse.ArgumentParser) -> None:
+    add_scenario(p)
+    opt(p, "--calls-per-hour N", "calls arriving per hour, fleet-wide, e.g. 10e6", float,
+        required=True)
+    repeatable(p, "--slo 'METRIC<=X'", "e.g. 'turn_completion_p99_s<=3', 'success_rate>=0.999',"
+                                       " 'worker_utilisation<=0.8'; repeatable")
+    repeatable(p, "--balancers A,B,...", "balancer policies compared (default: all five)")
+    opt(p, "--max-replicas N", "largest fleet searched ({default})", positive_int, 10**7)
+    add_seed(p)
+    OUT_DIR.add(p)
+
+
 def add_parsers(sub: Any) -> None:
     """Register ``capacity``, ``tune``, ``storm`` and ``metastability`` under ``rtalab sim``."""
     add_command(sub, "capacity", cmd_capacity, _capacity_arguments)
     add_command(sub, "tune", cmd_tune, _tune_arguments)
     add_command(sub, "storm", cmd_storm, _storm_arguments)
     add_command(sub, "metastability", cmd_metastability, _metastability_arguments)
+    add_command(sub, "fleet-size", cmd_fleet_size, _fleet_size_arguments)
