@@ -38,7 +38,7 @@ class Mutation:
     what: str
 
 
-T_UNC = ("tests/trust/test_load_uncertainty.py",)
+T_UNC = ("tests/trust/test_load_uncertainty.py", "tests/test_resample.py")
 T_COV = ("tests/trust/test_interval_coverage.py",)
 T_MC = ("tests/trust/test_multiple_comparisons.py",)
 T_TUNE = ("tests/trust/test_tune_guards.py", "tests/trust/test_multiple_comparisons.py")
@@ -54,7 +54,7 @@ T_PLAY = ("tests/trust/test_playback.py", "tests/load/test_live_units.py")
 
 MUTATIONS: tuple[Mutation, ...] = (
     # ---------------------------------------------------------------- intervals
-    Mutation("intervals", "loadtests/loadrun/uncertainty.py",
+    Mutation("intervals", "loadtests/loadrun/resample.py",
              "ID_COLUMNS = (S.CALL_ID, S.INTERACTION_ID, S.REQUEST_GUID, S.TASK_ID, S.CONTEXT_ID)",
              "ID_COLUMNS = (S.CALL_ID,)", T_UNC, "only the call id made unique per drawn copy"),
     Mutation("intervals", "loadtests/loadrun/uncertainty.py",
@@ -64,8 +64,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "draw = rng.integers(0, len(calls), size=len(calls))",
              "draw = rng.integers(0, len(calls), size=2 * len(calls))", T_UNC,
              "twice as many calls drawn (sqrt 2 too narrow)"),
-    Mutation("intervals", "loadtests/loadrun/uncertainty.py",
-             "return replace(new, timeseries=series(new, end))", "return new", T_UNC,
+    Mutation("intervals", "loadtests/loadrun/resample.py",
+             "return replace(new, timeseries=self.series(new, self.end_s))", "return new", T_UNC,
              "the time series not resampled"),
     Mutation("intervals", "loadtests/loadrun/uncertainty.py",
              "        if note is None and min(xs) == max(xs):\n            note = NOTE_CONSTANT\n",
@@ -179,8 +179,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("calibration", "sim/calibrate/estimate.py", "c = int(np.median(at_wait))",
              "c = int(np.max(at_wait))", T_CAL, "capacity from the largest count at a wait"),
     Mutation("calibration", "sim/calibrate/estimate.py",
-             "- np.searchsorted(es, s[wt] + max(FREED_JITTER_S, jitter_s), side=\"right\"))",
-             "- np.searchsorted(es, s[wt], side=\"right\"))", T_CAL,
+             "np.searchsorted(es, s + tol, side=\"right\")",
+             "np.searchsorted(es, s, side=\"right\")", T_CAL,
              "capacity without the clock-jitter tolerance"),
     Mutation("calibration", "sim/calibrate/estimate.py",
              "f = fit_duration(\"reasoning_time_s\", svc[timed & ~side], seed)",
