@@ -34,8 +34,8 @@ TLS_CLIENTS = ("chaos", "load probe", "load run", "serve reasoner")
 # except the options in HELP_SAYS_WHAT.
 SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
     "scenario": [
-        (("load probe", "load run", "predict", "sim capacity", "sim metastability", "sim run",
-          "sim show", "sim storm", "sim sweep", "sim tune"),
+        (("load probe", "load run", "predict", "sim capacity", "sim fleet-size",
+          "sim metastability", "sim run", "sim show", "sim storm", "sim sweep", "sim tune"),
          ("store", None, None, "SCENARIO", None,
           "scenario file path or preset name; preset:NAME always means the preset "
           "(see 'rtalab sim presets')"))],
@@ -48,13 +48,14 @@ SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
                                "(file path or preset name)"))],
     "--set": [
         (("chaos", "load probe", "load run", "predict", "serve reasoner", "sim capacity",
-          "sim metastability", "sim run", "sim show", "sim storm", "sim sweep", "sim tune"),
+          "sim fleet-size", "sim metastability", "sim run", "sim show", "sim storm",
+          "sim sweep", "sim tune"),
          ("extend", None, [], "KEY.PATH=VALUE", None,
           "override a scenario value (TOML syntax, e.g. run.seed=7 "
           "network.uplink.loss=0.05); repeatable"))],
     "--seed": [
-        (("chaos", "sim capacity", "sim metastability", "sim run", "sim storm", "sim sweep",
-          "sim tune"),
+        (("chaos", "sim capacity", "sim fleet-size", "sim metastability", "sim run",
+          "sim storm", "sim sweep", "sim tune"),
          ("store", "int", None, None, None, "root seed (default: the scenario's run.seed)")),
         (("bench fleet", "bench sim", "predict"),
          ("store", "int", 1, None, None, "root seed (default 1)"))],
@@ -120,7 +121,7 @@ SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
           "tcp://HOST:8786 (an existing Dask scheduler) or local[:N] (start a LocalCluster of "
           "N single-threaded worker processes)"))],
     "--out": [
-        (("sim sweep", *SIM_ANSWERS),
+        (("sim sweep", "sim fleet-size", *SIM_ANSWERS),
          ("store", "Path", None, "DIR", None,
           "the output folder (default: a new results/<time>-<command>-<name>-s<seed>)"))],
     "--keep-records": [
@@ -276,6 +277,7 @@ DISTINCT: dict[tuple[str, str], str] = {
     ("--warmup", "serve bench"): "untimed turns before the benchmark's rounds",
     ("--slo", "sim capacity"): "the SLO the capacity search must meet (checked later)",
     ("--slo", "load run"): "a release gate on the run's summary (checked when parsed)",
+    ("--slo", "sim fleet-size"): "an SLO the fleet mean field must meet (its own metrics)",
     ("--binding", "load run"): "sse, ws or both",
     ("--binding", "predict"): "sse or ws (each load run has one binding)",
     ("--binding", "load bench"): "which Live users the benchmark measures",
