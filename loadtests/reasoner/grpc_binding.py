@@ -22,7 +22,13 @@ What this module adds around the SDK's servicer:
   ``RESOURCE_EXHAUSTED``), ``grpc.max_concurrent_streams`` bounds a connection's streams;
 - **safe failures**: an exception that is not an A2A error is ``INTERNAL`` with a fixed
   text (never a traceback or an internal address on the wire); A2A errors keep the SDK's
-  canonical mapping (TaskNotFound = ``NOT_FOUND`` ...).
+  canonical mapping (TaskNotFound = ``NOT_FOUND`` ...), except where the SDK's table
+  departs from A2A §5.4: ``UnsupportedOperationError``, ``PushNotificationNotSupportedError``
+  and ``VersionNotSupportedError`` are ``UNIMPLEMENTED`` (the SDK says
+  ``FAILED_PRECONDITION``);
+- **version**: an ``a2a-version`` metadata naming a version this server does not speak
+  (not 1.x) is ``VersionNotSupportedError`` (the SDK checks ``A2A-Version`` on JSON-RPC
+  and REST only); a call without it is served as 1.0.
 
 Profile rejections (errors.md: a FAILED task with ``rta/errorCode``) are stream events, as
 on every binding: gRPC statuses carry only what the binding itself refuses.
@@ -45,6 +51,13 @@ from a2a.server.request_handlers.grpc_handler import (
     GrpcHandler,
 )
 from a2a.types import a2a_pb2, a2a_pb2_grpc
+from a2a.utils.errors import (
+    A2A_ERROR_REASONS,
+    A2AError,
+    PushNotificationNotSupportedError,
+    UnsupportedOperationError,
+    VersionNotSupportedError,
+)
 from a2a.utils.grpc_status import status_to_grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
@@ -59,6 +72,13 @@ EXT_METADATA = "a2a-extensions"
 AUTH_METADATA = "authorization"
 WORKER_METADATA = WORKER_HEADER.lower()
 INTERNAL_TEXT = "Something went wrong on our side."
+VERSION_METADATA = "a2a-version"
+# A2A §5.4's gRPC column where the SDK's _ERROR_CODE_MAP says FAILED_PRECONDITION.
+SPEC_STATUS: dict[type[A2AError], grpc.StatusCode] = {
+    UnsupportedOperationError: grpc.StatusCode.UNIMPLEMENTED,
+    PushNotificationNotSupportedError: grpc.StatusCode.UNIMPLEMENTED,
+    VersionNotSupportedError: grpc.StatusCode.UNIMPLEMENTED,
+}
 MAX_CONCURRENT_STREAMS = 1000  # one load generator process multiplexes all its calls
 
 
@@ -68,6 +88,15 @@ def free_port(host: str) -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def version_supported(values: list[str]) -> bool:
+    """``a2a-version`` metadata: absent, or a 1.x version (the patch and minor are ignored,
+    as the SDK's ``validate_version`` does on the HTTP bindings)."""
+    for value in values:
+        major = value.strip().split(".", 1)[0]
+        return major == "1"
+    return True
 
 
 def _metadata(context: Any, key: str) -> list[str]:
@@ -171,9 +200,31 @@ class ProfileGrpcHandler(GrpcHandler):
 
     def _build_call_context(self, context: grpc.aio.ServicerContext,
                             request: Any) -> ServerCallContext:
+        versions = _metadata(context, VERSION_METADATA)
+        if not version_supported(versions):
+            raise VersionNotSupportedError(
+                message=f"A2A version '{versions[0][:20]}' is not supported; this server "
+                        "speaks 1.0.")
         call_context = super()._build_call_context(context, request)
         call_context.state["binding"] = "grpc"
         return call_context
+
+    async def abort_context(self, error: A2AError, context: grpc.aio.ServicerContext) -> None:
+        """The SDK's rich status, with A2A §5.4's code where the SDK's table departs."""
+        code = SPEC_STATUS.get(type(error))
+        if code is None:
+            await super().abort_context(error, context)
+            return
+        info = error_details_pb2.ErrorInfo(
+            reason=A2A_ERROR_REASONS.get(type(error), "UNKNOWN_ERROR"),
+            domain="a2a-protocol.org")
+        detail = any_pb2.Any()
+        detail.Pack(info)
+        status = status_to_grpc(status_pb2.Status(
+            code=code.value[0], message=getattr(error, "message", None) or str(error),
+            details=[detail]))
+        context.set_trailing_metadata(tuple(status.trailing_metadata))
+        await context.abort(status.code, status.details)
 
     async def _echo(self, context: grpc.aio.ServicerContext) -> None:
         """Initial metadata: the worker, and the echo when the profile was asked for."""

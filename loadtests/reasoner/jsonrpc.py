@@ -26,7 +26,7 @@ from a2a.server.jsonrpc_models import (
 )
 from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
-from a2a.utils.errors import A2AError
+from a2a.utils.errors import A2AError, ContentTypeNotSupportedError
 from google.protobuf.json_format import ParseDict
 from google.protobuf.message import Message as ProtoMessage
 from jsonrpc.jsonrpc2 import JSONRPC20Response
@@ -59,11 +59,29 @@ class DecodeError:
     """A malformed request: the JSON-RPC error to answer with."""
 
     id: RequestId
-    error: JSONRPCError
+    error: JSONRPCError | A2AError
 
     def response(self) -> dict[str, Any]:
         """The JSON-RPC error response object."""
         return build_error_response(self.id, self.error)
+
+
+def _json_media_type(content_type: str | None) -> bool:
+    """Absent, ``application/json`` or any ``+json`` type (parameters ignored)."""
+    if not content_type:
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+def content_type_error(decoded: DecodeError, content_type: str | None) -> DecodeError:
+    """A body that is not JSON, sent as a non-JSON media type (``text/plain``...), is
+    ``ContentTypeNotSupportedError`` (-32005): A2A §9.1 wants ``application/json``
+    requests.  Only on the parse-error path: JSON under any label is still served."""
+    if decoded.error.code != JSONParseError().code or _json_media_type(content_type):
+        return decoded
+    return DecodeError(None, ContentTypeNotSupportedError(
+        message="Content-Type must be application/json"))
 
 
 def _short(text: str, limit: int = 200) -> str:
@@ -130,8 +148,9 @@ class ProfileJsonRpcDispatcher(JsonRpcDispatcher):
         """POST / : decode, dispatch, answer JSON or SSE."""
         decoded = decode_request(await request.body())
         if isinstance(decoded, DecodeError):
-            metrics.BAD_REQUESTS.labels("http", str(decoded.error.code)).inc()
-            return JSONResponse(decoded.response())
+            body = content_type_error(decoded, request.headers.get("content-type")).response()
+            metrics.BAD_REQUESTS.labels("http", str(body["error"]["code"])).inc()
+            return JSONResponse(body)
         context = self._context_builder.build(request)
         result = await self.dispatch(decoded, context)
         response = self._create_response(context, result)

@@ -12,8 +12,12 @@ Written from the specification's rules, not from the server's code:
   (-32001 TaskNotFound, -32004 UnsupportedOperation, -32602 invalid params, on
   SSE, unary JSON and WebSocket alike), HTTP+JSON statuses with a google.rpc
   ``Status`` body (404 NOT_FOUND, 400 FAILED_PRECONDITION, 400 INVALID_ARGUMENT),
-  gRPC statuses (NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT) with the
-  ``ErrorInfo`` reason, streaming and unary;
+  gRPC statuses (NOT_FOUND, UNIMPLEMENTED, INVALID_ARGUMENT) with the
+  ``ErrorInfo`` reason, streaming and unary (§5.4's gRPC column: UnsupportedOperation,
+  PushNotificationNotSupported and VersionNotSupported are UNIMPLEMENTED);
+- §3.6.2 / §5.4 an unsupported ``a2a-version`` is VersionNotSupportedError on gRPC too;
+- §9.1 JSON-RPC requests are ``application/json``: a non-JSON body sent as another
+  media type is ContentTypeNotSupportedError (-32005);
 - the agent card is cacheable (``Cache-Control``, ``ETag``, 304 on revalidation).
 
 With the extension active errors.md's rules stay: a rejection is a FAILED task
@@ -41,11 +45,13 @@ from tests.serve.conftest import (
     uid,
 )
 
-# error kind -> (JSON-RPC code, HTTP status, google.rpc status, ErrorInfo reason)  (A2A §5.4)
+# error kind -> (JSON-RPC code, HTTP status, REST google.rpc status, gRPC status,
+#                ErrorInfo reason)  (A2A §5.4)
 CANONICAL = {
-    "TaskNotFound": (-32001, 404, "NOT_FOUND", "TASK_NOT_FOUND"),
-    "UnsupportedOperation": (-32004, 400, "FAILED_PRECONDITION", "UNSUPPORTED_OPERATION"),
-    "InvalidParams": (-32602, 400, "INVALID_ARGUMENT", "INVALID_PARAMS"),
+    "TaskNotFound": (-32001, 404, "NOT_FOUND", "NOT_FOUND", "TASK_NOT_FOUND"),
+    "UnsupportedOperation": (-32004, 400, "FAILED_PRECONDITION", "UNIMPLEMENTED",
+                             "UNSUPPORTED_OPERATION"),
+    "InvalidParams": (-32602, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "INVALID_PARAMS"),
 }
 BINDINGS = ["jsonrpc-sse", "jsonrpc-unary", "ws", "rest-stream", "rest-unary", "grpc-stream",
             "grpc-unary"]
@@ -122,7 +128,7 @@ def finished_task(reasoner: Reasoner, token: str = ALICE) -> tuple[str, str]:
 
 def assert_core_error(binding: str, answer: Answer, kind: str) -> None:
     """``answer`` is the canonical error ``kind`` of ``binding`` (and echoes nothing)."""
-    code, http_status, grpc_status, reason = CANONICAL[kind]
+    code, http_status, rest_status, grpc_status, reason = CANONICAL[kind]
     assert answer.events == [], f"{binding}: events instead of {kind}: {answer.raw[:400]}"
     assert answer.error is not None, f"{binding}: no error: {answer.raw[:400]}"
     if binding.startswith("grpc"):
@@ -130,7 +136,7 @@ def assert_core_error(binding: str, answer: Answer, kind: str) -> None:
         assert answer.error["reason"] == reason, answer.raw
     elif binding.startswith("rest"):
         assert answer.http_status == http_status, answer.raw
-        assert answer.error["status"] == grpc_status, answer.raw
+        assert answer.error["status"] == rest_status, answer.raw
         reasons = [d.get("reason") for d in answer.error.get("details", [])]
         assert reason in reasons, answer.raw
     else:
@@ -217,3 +223,83 @@ def test_agent_card_is_cacheable(reasoner: Reasoner) -> None:
     other = httpx.get(reasoner.url + "/.well-known/agent-card.json",
                       headers={"If-None-Match": 'W/"not-this-card"'}, timeout=TIMEOUT_S)
     assert other.status_code == 200 and other.json()["name"] == r.json()["name"]
+
+
+def _grpc_error(reasoner: Reasoner, call: Any) -> tuple[str, str]:
+    """(status name, ErrorInfo reason) of a gRPC call that must fail."""
+    import grpc
+    from a2a.types import a2a_pb2_grpc
+    from google.rpc import error_details_pb2, status_pb2
+
+    with grpc.insecure_channel(reasoner.grpc_address()) as ch, \
+            pytest.raises(grpc.RpcError) as e:
+        call(a2a_pb2_grpc.A2AServiceStub(ch))
+    reason = ""
+    for key, value in e.value.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            for d in status.details:
+                info = error_details_pb2.ErrorInfo()
+                if d.Unpack(info):
+                    reason = info.reason
+    return e.value.code().name, reason
+
+
+def _grpc_md(version: str = "1.0") -> list[tuple[str, str]]:
+    return [("a2a-version", version), ("authorization", f"Bearer {ALICE}")]
+
+
+@pytest.mark.parametrize("version", ["99.0", "0.3", "2"])
+def test_grpc_unsupported_version_is_unimplemented(reasoner: Reasoner, version: str) -> None:
+    """a2a-tck GRPC-ERR-002: an a2a-version the server does not speak is
+    VersionNotSupportedError = UNIMPLEMENTED (§5.4), before anything runs; 1.x is served."""
+    from a2a.types import a2a_pb2
+    from google.protobuf.json_format import ParseDict
+
+    req = ParseDict({"message": core_message(ctx=uid("c"))}, a2a_pb2.SendMessageRequest())
+    assert _grpc_error(reasoner, lambda stub: stub.SendMessage(
+        req, metadata=_grpc_md(version), timeout=TIMEOUT_S)) == (
+        "UNIMPLEMENTED", "VERSION_NOT_SUPPORTED")
+    assert _grpc_error(reasoner, lambda stub: list(stub.SendStreamingMessage(
+        req, metadata=_grpc_md(version), timeout=TIMEOUT_S)))[0] == "UNIMPLEMENTED"
+    for ok in ("1.0", "1.1"):  # the minor is ignored, as on the HTTP bindings
+        import grpc
+
+        with grpc.insecure_channel(reasoner.grpc_address()) as ch:
+            from a2a.types import a2a_pb2_grpc
+
+            answer = a2a_pb2_grpc.A2AServiceStub(ch).SendMessage(
+                req, metadata=_grpc_md(ok), timeout=TIMEOUT_S)
+        assert answer.task.status.state == a2a_pb2.TaskState.TASK_STATE_COMPLETED
+
+
+def test_grpc_push_notifications_not_supported_is_unimplemented(reasoner: Reasoner) -> None:
+    """a2a-tck GRPC-ERR-002: PushNotificationNotSupportedError = UNIMPLEMENTED (§5.4; the
+    card says pushNotifications false)."""
+    from a2a.types import a2a_pb2
+
+    card = httpx.get(reasoner.url + "/.well-known/agent-card.json", timeout=TIMEOUT_S).json()
+    assert not card["capabilities"].get("pushNotifications")
+    cfg = a2a_pb2.TaskPushNotificationConfig(task_id=uid("t"), url="https://example.com")
+    assert _grpc_error(reasoner, lambda stub: stub.CreateTaskPushNotificationConfig(
+        cfg, metadata=_grpc_md(), timeout=TIMEOUT_S)) == (
+        "UNIMPLEMENTED", "PUSH_NOTIFICATION_NOT_SUPPORTED")
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded"])
+def test_jsonrpc_non_json_body_of_another_media_type_is_content_type_not_supported(
+        reasoner: Reasoner, content_type: str) -> None:
+    """a2a-tck JSONRPC-SSE-002: §9.1 requests are application/json; a body that is not JSON,
+    labelled as something else, is -32005. JSON under any label is still served, and a
+    broken body labelled JSON stays a parse error (-32700, JSON-RPC 2.0)."""
+    good = rpc("SendMessage", {"message": core_message(ctx=uid("c"))})
+    bad = repr(good).encode()  # a Python repr: not JSON
+    hdrs = {**plain(), "Content-Type": content_type}
+    r = httpx.post(reasoner.url + "/", content=bad, headers=hdrs, timeout=TIMEOUT_S)
+    assert r.json()["error"]["code"] == -32005, r.text
+    r = httpx.post(reasoner.url + "/", content=bad,
+                   headers={**hdrs, "Content-Type": "application/json"}, timeout=TIMEOUT_S)
+    assert r.json()["error"]["code"] == -32700, r.text
+    r = httpx.post(reasoner.url + "/", content=json.dumps(good).encode(), headers=hdrs,
+                   timeout=TIMEOUT_S)
+    assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r.text
