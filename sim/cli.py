@@ -420,20 +420,25 @@ def print_prediction(ref: Any, other: Any, k: int) -> None:
         return "∞" if v == math.inf else fmt_value(v, name)
 
     run_s, sim_s = rows[0]["run_s"], rows[0]["sim_run_s"]
-    print(f"\nprediction (the simulation) against measurement (the load run), [{k}] and [0]: "
-          "inside/outside the 90 % one-run prediction interval; accuracy p50 ±20 %, p95 ±30 %,"
-          f" p99 ±35 % of the predicted mean (judged on runs >= {ACCURACY_MIN_RUN_S:g} s; this "
-          f"one: {run_s:g} s)")
+    print("\n" + textwrap.fill(
+        f"prediction (the simulation) against measurement (the load run), [{k}] and [0]: "
+        "inside/outside the 90 % one-run prediction interval; accuracy p50 ±20 %, p95 ±30 %,"
+        f" p99 ±35 % of the predicted mean (judged on runs >= {ACCURACY_MIN_RUN_S:g} s; this "
+        f"one: {run_s:g} s)", 80))
     if sim_s is not None and run_s and abs(sim_s - run_s) > 1e-9:
-        print(f"  NOTE the simulated replications are {sim_s:g} s, the load run {run_s:g} s: the "
-              "one-run interval is for a run as long as the replications")
+        print(textwrap.fill(
+            f"NOTE the simulated replications are {sim_s:g} s, the load run {run_s:g} s: the "
+            "one-run interval is for a run as long as the replications", 80,
+            initial_indent="  ", subsequent_indent="    "))
     for r in rows:
         name = r["metric"]
         inf = (f" (∞ in {r['infinite_replications']} of {r['replications']} replications: "
                "too many turns not served)") if r["infinite_replications"] else ""
-        print(f"  {metric_label(name):<38} predicted {f(r['predicted'], name):>9}  "
-              f"[{f(r['low'], name)}, {f(r['high'], name)}]  measured "
-              f"{f(r['measured'], name):>9}  {r['verdict']:<7}  accuracy {r['accuracy']}{inf}")
+        print(f"  {metric_label(name)}")
+        print(textwrap.fill(
+            f"predicted {f(r['predicted'], name)} [{f(r['low'], name)}, {f(r['high'], name)}]"
+            f"  measured {f(r['measured'], name)}  {r['verdict']}  accuracy {r['accuracy']}{inf}",
+            80, initial_indent="      ", subsequent_indent="        "))
 
 
 def _nan_none(v: Any) -> Any:
@@ -564,6 +569,8 @@ EXAMPLES: dict[str, str] = {
     "sim storm": "rtalab sim storm retry_storm --strategies exponential,breaker",
     "sim metastability": "rtalab sim metastability metastable_spike --loads 0.5,0.75,1,1.25 "
                          "--sizes 0.25,0.5,1,2,4 --replications 5",
+    "sim fleet-size": "rtalab sim fleet-size baseline --calls-per-hour 10e6 "
+                      "--slo 'turn_completion_p99_s<=3' --balancers random,power_of_two",
     "sim presets": "rtalab sim presets",
     "sim show": "rtalab sim show preset:baseline --set reasoner.workers=4",
     "bench": "rtalab bench sim --memory",

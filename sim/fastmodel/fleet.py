@@ -185,7 +185,7 @@ class FleetModel:
         """Turns offered per second at a call rate (the scenario's mean turns per call)."""
         return calls_per_s * self.turns_per_call
 
-    def _queue(self, lam: float, policy: str, n: int) -> tuple[np.ndarray, float]:
+    def _queue_law(self, lam: float, policy: str, n: int) -> tuple[np.ndarray, float]:
         d = choices(policy, n)
         s = occupancy(lam, self.workers, self.mu, d, self.cap)
         return join_law(s, d), (0.5 * (1.0 / n + 1.0) if policy == "round_robin" else 1.0)
@@ -213,7 +213,7 @@ class FleetModel:
         retry_new = self.p.retry_is_work or self.p.cancel_on_timeout
         pto, lam = 0.0, lam_turn
         for _ in range(200):  # damped fixed point: requests offered <-> timeouts
-            law, scale = self._queue(lam, policy, replicas)
+            law, scale = self._queue_law(lam, policy, replicas)
             new_pto = self._p_timeout(law, scale)
             refused = float(law[self.cap]) if len(law) > self.cap else 0.0
             attempts = sum(new_pto ** j for j in range(K)) if retry_new else 1.0
@@ -224,7 +224,7 @@ class FleetModel:
             if abs(new_lam - lam) <= 1e-9 * lam_turn and abs(new_pto - pto) < 1e-12:
                 break
             lam, pto = 0.5 * (lam + new_lam), new_pto
-        law, scale = self._queue(lam, policy, replicas)
+        law, scale = self._queue_law(lam, policy, replicas)
         pto = self._p_timeout(law, scale)
         refused = float(law[self.cap]) if len(law) > self.cap else 0.0
         success = (1.0 - refused) * (1.0 - pto ** K)
