@@ -174,7 +174,9 @@ def test_compare_of_a_prediction_and_a_measurement(tmp_path, capsys) -> None:
     rc = main(["compare", str(sim), str(load), "--no-plot"])
     out = capsys.readouterr().out
     assert rc == 0
-    line = next(x for x in out.splitlines() if "caller" in x and "p99" in x and "∞" in x)
+    # a row is its label, then its figures wrapped at 80 columns (indented)
+    rows_text = out.replace("\n      ", " ").replace("\n  ", "\n  ")
+    line = next(x for x in rows_text.splitlines() if "caller" in x and "p99" in x and "∞" in x)
     assert "inside" in line and "3 of 5" in line
     assert "accuracy beyond" in out and "90 % one-run prediction interval" in out
     short = _folder(tmp_path, "short", {"completion_s.p50": [1.3]}, "load", 90)
