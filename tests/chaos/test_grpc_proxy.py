@@ -67,6 +67,11 @@ def test_the_live_grpc_channel_reads_through_the_proxy_what_the_reasoner_sent(
                          extra_args=[*QUIET, "--grpc-listen", address,
                                      "--grpc-upstream", f"grpc://{up}"]) as px:
             live._check_answers(live._probe(address, False, "tok", ClientTls()))
+            # the trailers come back as sent: the google.rpc.ErrorInfo of a refusal
+            bad = grpc_request(address, stream(side_effect_msg(uid("ctx"), uid("g"))),
+                               headers("wrong-token"))
+            assert bad.errors[0]["grpcStatus"] == "UNAUTHENTICATED", bad
+            assert bad.errors[0]["reason"] == "AUTH", bad
             assert "Traceback" not in px.log_text()
 
 
