@@ -42,6 +42,7 @@ import grpc
 import grpc.aio
 
 from loadtests.common.tls import ClientTls, ServerTls
+from loadtests.live.grpc_channel import RECONNECT_OPTIONS
 
 from .config import uplink_faults
 from .proxy import COPY_FIRST_WAIT_S, ChaosProxy
@@ -142,8 +143,10 @@ class GrpcChaos:
 
     def open(self) -> None:
         """The upstream channel (on the running loop)."""
+        # reconnect within 0.1-1 s of a lost upstream (a restarted Reasoner): gRPC's default
+        # backoff (1 s growing to 120 s) would fail calls fast long after it is back
         opts = [("grpc.max_receive_message_length", MAX_MESSAGE),
-                ("grpc.max_send_message_length", MAX_MESSAGE)]
+                ("grpc.max_send_message_length", MAX_MESSAGE), *RECONNECT_OPTIONS]
         self.channel = (grpc.aio.secure_channel(self.upstream, self.tls.grpc_credentials(),
                                                 options=opts) if self.secure
                         else grpc.aio.insecure_channel(self.upstream, options=opts))
