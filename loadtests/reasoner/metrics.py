@@ -46,6 +46,17 @@ SIDE_EFFECTS = Counter("rta_reasoner_side_effects_total",
                        "unrecorded (not started: the store could not record its start)",
                        ["result"])
 IN_FLIGHT = Gauge("rta_reasoner_in_flight", "Turns executing now", multiprocess_mode="livesum")
+# the capacity's state (calibration from a scrape, docs/calibration.md "From telemetry"): a
+# scrape that finds turns waiting finds every worker busy, so busy there is the capacity
+BUSY = Gauge("rta_reasoner_workers_busy", "Reasoning workers held by a turn now",
+             multiprocess_mode="livesum")
+QUEUED = Gauge("rta_reasoner_queued", "Turns waiting for a reasoning worker now",
+               multiprocess_mode="livesum")
+CHUNKS = Counter("rta_reasoner_chunks_total", "Spoken chunks sent")
+CHUNK_GAP_SECONDS = Histogram("rta_reasoner_chunk_interval_seconds",
+                              "Gap between consecutive spoken chunks of a turn",
+                              buckets=(0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                       0.3, 0.5, 0.75, 1.0, 2.0))
 TURN_SECONDS = Histogram("rta_reasoner_turn_seconds",
                          "Request received to end of its stream (terminal or INPUT_REQUIRED)",
                          ["outcome"], buckets=_LATENCY_BUCKETS)
