@@ -14,7 +14,9 @@ round draws ``n`` values (at most :data:`MAX_DRAW`, the spread scaled to ``n``),
 values).  The 2.5-97.5 % range of the bucketed rounds is the CI of the
 mean and of the cv; the ratio of its width to the exact rounds' width is what the buckets
 cost (``widening``: 1.0 = as good as exact values; 2.0 = twice as wide) and is printed
-with the value.
+with the value.  When one bucket holds :data:`CONCENTRATED` of the observations no family is
+fitted (the law inside the bucket is not identified): the histogram is kept and the mean's
+interval is that bucket; likewise when fewer than :data:`MIN_BUCKETS` buckets hold any.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from sim.dist import Dist, Gamma, Histogram, LogNormal, Weibull
 ROUNDS = 60
 MAX_DRAW = 20_000  # values per bootstrap draw (a larger count's spread is scaled down)
 MIN_COUNT = 10  # observations needed for a fit
+CONCENTRATED = 0.9  # this share of the observations in one bucket: no family is fitted
+MIN_BUCKETS = 3  # ... nor with fewer buckets holding observations (2 parameters)
 
 
 @dataclass
@@ -51,16 +55,21 @@ class BucketFit:
     cv_ci: tuple[float, float]
     widening: dict[str, float]  # "mean", "cv": bucketed CI width / exact-value CI width
     families: list[dict[str, Any]] = field(default_factory=list)
+    note: str = ""
 
     def summary(self) -> dict[str, Any]:
         """Plain data for calibration.json."""
         return {"n": self.n, "buckets": self.buckets, "chosen": self.chosen, "ks": self.ks,
                 "ks_critical": self.ks_critical, "mean": self.mean,
                 "mean_ci": list(self.mean_ci), "cv": self.cv, "cv_ci": list(self.cv_ci),
-                "widening": self.widening, "families": self.families}
+                "widening": self.widening, "families": self.families, "note": self.note}
 
     def comment(self) -> str:
         """One line for the TOML and the terminal: the choice, CIs, and the buckets' cost."""
+        if self.note:
+            return (f"histogram ({self.n:g} observations in {self.buckets + 1} buckets): "
+                    f"{self.note}; mean {self.mean:.4g} s in [{self.mean_ci[0]:.4g}, "
+                    f"{self.mean_ci[1]:.4g}]")
         alt = ", ".join(f"{f['family']} AIC {f['aic']:.0f} KS {f['ks']:.3f}"
                         for f in self.families)
         return (f"{self.chosen} (interval-censored fit of {self.n:g} observations in "
@@ -181,6 +190,17 @@ def fit_buckets(name: str, le: tuple[float, ...], counts: tuple[float, ...],
     h = Histogram(tuple(le), tuple(counts))
     mean0 = h.mean if h.mean > 0 else float(bounds[0])
     cv0 = math.sqrt(h.variance) / mean0 if mean0 > 0 else 1.0
+    top, used = int(np.argmax(n)), np.flatnonzero(n > 0)
+    if n[top] >= CONCENTRATED * total or len(used) < MIN_BUCKETS:
+        # a two-parameter law is not identified from so few buckets: the histogram is kept
+        edges = np.concatenate(([0.0], bounds, [math.inf]))
+        lo, hi = float(edges[used[0]]), float(edges[used[-1] + 1])
+        return BucketFit(name, int(total), len(bounds), "histogram", h, 0.0, 0.0, h.mean,
+                         (lo, hi), math.sqrt(h.variance) / h.mean if h.mean > 0 else 0.0,
+                         (0.0, math.inf), {"mean": math.inf, "cv": math.inf},
+                         note=f"the observations fill {len(used)} bucket(s) ({n[top] / total:.0%}"
+                              f" in one): no law is identified within ({lo:g}, {hi:g}] s, so the "
+                              "histogram is kept and the mean is only known to lie there")
     fams = []
     for fam in FAMILIES:
         try:

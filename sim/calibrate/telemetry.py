@@ -130,7 +130,7 @@ def scrape_url(url: str, window_s: float, every_s: float, ca: str | None = None,
             reason = getattr(e, "reason", None) or e
             raise ObservationError(f"{url}: cannot scrape ({reason})") from None
         (one,) = parse_exposition(text, url) or [Scrape(now)]
-        one.t = now
+        one.t = round(now * 1000) / 1000  # as saved (ms): a replay gives the same rates
         scrapes.append(one)
         texts.append(stamped(one))
         if say:
