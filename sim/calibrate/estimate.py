@@ -76,6 +76,7 @@ class Calibration:
     figures: dict[str, Any]
     method: str  # "server-timings", "server-histograms" or "client-only"
     base: Scenario = field(default_factory=Scenario)
+    network_from_base: bool = False  # server telemetry only: [network] is the base's
 
     def value(self, key: str) -> Any:
         """The calibrated value of ``key`` (KeyError if not identified)."""
@@ -89,7 +90,8 @@ class Calibration:
         sections at the simulator's defaults with every identified key set."""
         data = to_plain(self.base)
         data["reasoner"] = to_plain(ReasonerConfig())
-        data["network"] = to_plain(Scenario().network)
+        data["network"] = to_plain(self.base.network if self.network_from_base
+                                   else Scenario().network)
         for v in self.values:
             node = data
             *path, last = v.key.split(".")
@@ -296,8 +298,8 @@ def calibrate(obs: Observations, base: Scenario | None = None, seed: int = 0) ->
         if len(a):
             _client_network(a, values, unident, fits, fig, seed)
         else:
-            unident.append(("network.uplink.latency_s", "server telemetry only: the network "
-                            "between the callers and the server is not seen"))
+            unident.append(("network", "server telemetry only: the network between the callers "
+                            "and the server is not seen, so [network] is the base scenario's"))
     else:
         method = "client-only"
         cap = None
@@ -331,9 +333,10 @@ def calibrate(obs: Observations, base: Scenario | None = None, seed: int = 0) ->
     for key in ("reasoner.queue_limit", "reasoner.queue_timeout_s", "reasoner.load_latency_k_s",
                 "reasoner.upstream_timeout_s", "reasoner.context_rate_per_s",
                 "reasoner.dedup_window_s", "network.uplink.loss", "network.downlink.loss"):
-        if key not in listed:
+        if key not in listed and not (key.startswith("network.") and "network" in listed):
             unident.append((key, "not observable in these runs (simulator default kept)"))
-    return Calibration(values, unident, fits, fig, method, base)
+    return Calibration(values, unident, fits, fig, method, base,
+                       network_from_base=method == "server-histograms" and not len(a))
 
 
 def _from_histograms(obs: Observations, values: list[Value], unident: list[tuple[str, str]],
