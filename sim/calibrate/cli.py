@@ -111,8 +111,11 @@ def describe(cal: Any) -> list[str]:
             lines.append(f"    NOTE {v.quality[v.quality.index(CLIPPED):]}")
     f = cal.figures
     if f.get("turns_per_s") is not None and math.isfinite(f["turns_per_s"]):
-        lines.append(f"  observed turn rate: {f['turns_per_s']:.3g} turns/s "
-                     f"(calls/s = that / the base scenario's turns per call)")
+        r, t = f["turns_per_s"], f.get("duration_s") or math.nan
+        half = 1.96 * math.sqrt(r * t) / t if t > 0 else math.nan  # Poisson, normal approx.
+        lines.append(f"  observed turn rate: {r:.3g} turns/s [{r - half:.3g}, {r + half:.3g}] "
+                     f"(95 %, Poisson, over {t:.0f} s; calls/s = that / the base scenario's "
+                     "turns per call)")
     lines += utilisation_lines(f)
     if cal.unidentified:
         lines.append("  not identified (defaults): " + ", ".join(k for k, _ in cal.unidentified))

@@ -172,3 +172,54 @@ def test_bad_telemetry_is_one_line_exit_2(tmp_path: Path, source: str, message: 
     assert p.returncode == 2, p.stderr
     assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "Traceback" not in p.stderr
+
+
+# x the observed rate: 68 % -> 78 % busy (the observed rate of a 25-s window is itself within
+# about +-8 %: near saturation a few % of load move the queue a lot)
+PEAK = 1.15
+
+
+def test_predict_the_peak_from_the_scrape_and_measure_it(scraped, tmp_path: Path) -> None:
+    """Point 5: calibrate from the saved scrape, predict the peak with 90 % one-run intervals,
+    load-test that peak on the embedded deployment, compare."""
+    toml, _, saved, _ = scraped
+    out = tmp_path / "results"
+    p = subprocess.run([*RTALAB, "predict", str(saved.parent / "truth.toml"), "--from",
+                        f"prometheus:{saved}", "--peak", f"{PEAK}x", "--duration", "20",
+                        "--warmup", "4", "--drain", "10", "--outage", "0", "--replications",
+                        "10", "--workers", "1", "--table", "short", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr + p.stdout
+    (folder,) = out.glob("*-predict-teldep-*")
+    res = json.loads((folder / "prediction.json").read_text())
+    assert res["calibration_run"] == f"prometheus:{saved}"
+    observed = toml["workload"]["calls_per_s"]
+    assert res["rate_a"] == pytest.approx(observed)
+    assert res["rate_b"] == pytest.approx(PEAK * observed)
+    assert f"B = the peak: {PEAK:g} x the observed" in p.stdout
+    assert res["capacity"]["identified"] and res["capacity"]["workers"] == WORKERS
+    (case,) = res["cases"]
+    verdicts = [r["verdict"] for r in case["rows"]]
+    assert len(verdicts) == 9 and set(verdicts) <= {"inside", "outside"}, verdicts
+    # a right model puts each metric inside its 90 % interval 9 times in 10 (the metrics are
+    # correlated): at least 6 of the 9 inside, or the prediction is wrong
+    assert verdicts.count("inside") >= 6, case["rows"]
+    assert list((folder / "runs").glob("*-load-*")), "the peak was not measured"
+
+
+def test_predict_no_measure_states_the_prediction_alone(scraped, tmp_path: Path) -> None:
+    _, _, saved, _ = scraped
+    out = tmp_path / "results"
+    p = subprocess.run([*RTALAB, "predict", str(saved.parent / "truth.toml"), "--from",
+                        f"prometheus:{saved}", "--peak", "9", "--no-measure", "--duration", "20",
+                        "--warmup", "4", "--outage", "0", "--replications", "4", "--out",
+                        str(out), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr + p.stdout
+    (folder,) = out.glob("*-predict-teldep-*")
+    res = json.loads((folder / "prediction.json").read_text())
+    assert res["rate_b"] == 9.0
+    (case,) = res["cases"]
+    assert {r["verdict"] for r in case["rows"]} == {"n/a"}
+    lo, hi = next(r["interval"] for r in case["rows"] if r["metric"] == "completion_s.p50")
+    assert 0 < lo <= hi
+    assert not (folder / "runs").exists()
