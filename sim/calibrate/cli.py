@@ -9,15 +9,15 @@ from typing import Any
 
 from sim.calibrate.estimate import CLIPPED
 
-SOURCES = ("prometheus", "otlp")
+SOURCES = ("prometheus",)  # otlp:FILE is not built yet (issue 28 point 4, open)
 
 
 def telemetry_source(text: str) -> tuple[str, str]:
-    """``prometheus:URL_OR_FILE`` or ``otlp:FILE`` -> (kind, target)."""
+    """``prometheus:URL_OR_FILE`` -> (kind, target)."""
     kind, sep, target = text.partition(":")
     if not sep or kind not in SOURCES or not target:
         raise argparse.ArgumentTypeError(
-            f"expected prometheus:URL_OR_FILE or otlp:FILE, got {text!r}")
+            f"expected prometheus:URL_OR_FILE, got {text!r}")
     return kind, target
 
 
@@ -26,8 +26,7 @@ def add_telemetry_options(p: argparse.ArgumentParser) -> None:
     from sim.shared.argtypes import non_negative, opt
 
     opt(p, "--from SOURCE", "calibrate from telemetry: prometheus:URL_OR_FILE (a /metrics URL "
-        "scraped over --window, or a file of text exposition) or otlp:FILE (an OTLP JSON "
-        "export)", telemetry_source, dest="source")
+        "scraped over --window, or a file of text exposition)", telemetry_source, dest="source")
     opt(p, "--window S", "prometheus URL: seconds to scrape over", non_negative, 60.0)
     opt(p, "--every S", "prometheus URL: seconds between scrapes", non_negative, 5.0)
     opt(p, "--map FILE.toml", "metric names of a server with its own ([metrics] role = name; "
@@ -38,18 +37,13 @@ def add_telemetry_options(p: argparse.ArgumentParser) -> None:
 def telemetry_observations(args: argparse.Namespace, say: Any = None) -> Any:
     """The observations of ``--from`` (raises ObservationError, one line)."""
     from sim.calibrate.observations import ObservationError
+    from sim.calibrate.telemetry import from_prometheus
 
-    kind, target = args.source
-    if kind == "prometheus":
-        from sim.calibrate.telemetry import from_prometheus
-
-        if target.startswith(("http://", "https://")) and not args.every > 0:
-            raise ObservationError("--every must be > 0")
-        return from_prometheus(target, args.window, args.every, args.mapping,
-                               save=args.save, say=say)
-    from sim.calibrate.otlp import from_otlp
-
-    return from_otlp(target, args.mapping)
+    _, target = args.source
+    if target.startswith(("http://", "https://")) and not args.every > 0:
+        raise ObservationError("--every must be > 0")
+    return from_prometheus(target, args.window, args.every, args.mapping, save=args.save,
+                           say=say)
 
 
 def observed_base(obs: Any, base: Any) -> Any:
@@ -126,7 +120,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     """fit a scenario to load runs or telemetry of a real deployment
 
     Fit the deployment's scenario keys ([reasoner], [network]) to one or more load-run folders
-    or to the deployment's telemetry (--from prometheus:URL_OR_FILE, --from otlp:FILE):
+    or to the deployment's telemetry (--from prometheus:URL_OR_FILE):
     distributions by maximum likelihood (lognormal, gamma, Weibull, empirical; AIC, KS distance),
     network / queueing / service apart, capacity, error rates. Writes a commented TOML, a JSON of
     every figure and QQ plots (docs/calibration.md).

@@ -161,7 +161,7 @@ def test_saved_scrape_file_calibrates_the_same(scraped, tmp_path: Path) -> None:
     ("prometheus:{tmp}/junk.prom", "not Prometheus text exposition format"),
     ("prometheus:{tmp}/other.prom", "no service-time histogram"),
     ("prometheus:{tmp}/missing.prom", "cannot read"),
-    ("graphite:x", "expected prometheus:URL_OR_FILE or otlp:FILE"),
+    ("otlp:x.json", "expected prometheus:URL_OR_FILE"),
 ])
 def test_bad_telemetry_is_one_line_exit_2(tmp_path: Path, source: str, message: str) -> None:
     (tmp_path / "junk.prom").write_text("this is { not exposition\n")
