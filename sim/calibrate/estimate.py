@@ -324,7 +324,7 @@ def calibrate(obs: Observations, base: Scenario | None = None, seed: int = 0) ->
     _capacity(obs, values, unident, fig, cap)
     offered_utilisation(fig, values, base)
     _chunks(obs, a, values, unident, fig)
-    _errors(obs, a, values, unident, fig, timed)
+    _errors(a, values, unident, fig, timed, obs)
     if fig.get("progress_share", 0) == fig.get("progress_share") and \
             fig["progress_share"] < 0.5:
         values.append(Value("reasoner.progress_directive", False,
@@ -518,11 +518,11 @@ def _chunks(obs: Observations, a: Any, values: list[Value], unident: list[tuple[
         unident.append(("reasoner.chunk_interval_s", "fewer than 10 chunk gaps"))
 
 
-def _errors(obs: Observations, a: Any, values: list[Value], unident: list[tuple[str, str]],
-            fig: dict[str, Any], timed: np.ndarray) -> None:
+def _errors(a: Any, values: list[Value], unident: list[tuple[str, str]], fig: dict[str, Any],
+            timed: np.ndarray, obs: Observations | None = None) -> None:
     """Injected failure probability per code, per execution; emergent codes reported apart."""
     outcome, code = a["outcome"].to_numpy(), a["error_code"].to_numpy()
-    if len(a) == 0 and obs.server_turns:  # the server's turn counter (telemetry)
+    if len(a) == 0 and obs is not None and obs.server_turns:  # the server's turn counter
         n = round(sum(obs.server_turns.values()))
         counts = {c: round(sum(v for (o, k), v in obs.server_turns.items()
                                if o == "failed" and k == c)) for c in ALL_CODES}
