@@ -56,9 +56,10 @@ T_PRED = ("tests/trust/test_predict_guards.py", "tests/test_calibrate_validate.p
           "tests/test_prediction_interval.py")
 T_CALLER = ("tests/test_summary.py", "tests/trust/test_summary_intervals.py")
 T_RULE = ("tests/serve/test_dedup_fingerprint.py", "tests/serve/test_dedup_rule_parity.py",
-          "tests/test_side_effect_rule.py", "tests/test_model_dedup.py")
+          "tests/test_side_effect_rule.py", "tests/test_model_dedup.py",
+          "tests/trust/test_fingerprint.py")
 T_CHECK = ("tests/check/test_rules.py",)
-T_CONN = ("tests/serve/test_pending_eviction.py",)
+T_CONN = ("tests/serve/test_pending_eviction.py", "tests/trust/test_conn_limits.py")
 T_STORE2 = (*T_STORE, "tests/serve/test_dedup_rule_parity.py")
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -512,6 +513,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "for field_ in (method, msg.task_id, repr(side_effect), repr(handoff)):",
              "for field_ in (method, repr(side_effect), repr(handoff)):", T_RULE,
              "fingerprint without the taskId"),
+    Mutation("dedup rule, fingerprints", "loadtests/reasoner/idempotency.py",
+             "        h.update(len(data).to_bytes(8, \"big\") + data)\n    for part",
+             "        h.update(data)\n    for part", T_RULE,
+             "fingerprint fields not length-prefixed (\"Send\"+\"t\" = \"Sendt\"+\"\")"),
     # ---------------------------------------------------------------- stores (round 3)
     Mutation("stores", "loadtests/dedup/sqlite.py",
              "n = db.execute(\"DELETE FROM dedup WHERE state = 'done' AND t + ? < ?\",",
