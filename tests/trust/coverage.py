@@ -174,3 +174,26 @@ FAMILIES: tuple[Family, ...] = (
     Family("agreement, load with bootstrap se", "sim.shared.agreement (se)",
            "load value ~ N(mean, se), 8 reps", lambda: _agreement(0.5, 42), (0.93, 0.97)),
 )
+
+
+def bootstrap_se_ratio(resamples: int = 80, boot: dict | None = None) -> tuple[float, float]:
+    """(the load bootstrap's ``se`` of attempts per turn, the truth): the linearised
+    (cluster-robust) standard error of a ratio over calls, sqrt(sum (y_c - r m_c)^2) /
+    sum m_c, on a simulated load-like run (tests.trust.loadlike); ``boot``: its bootstrap
+    already made (seed 3)."""
+    import math
+
+    from loadtests.loadrun import uncertainty as U
+    from loadtests.loadrun.tables import timeseries
+    from sim.shared import schema as S
+    from tests.trust.loadlike import WARMUP_S, loadlike
+
+    rec = loadlike()
+    if boot is None:
+        boot = U.bootstrap(rec, WARMUP_S, 3, timeseries, resamples=resamples)
+    t = rec.turns[rec.turns[S.START_S].to_numpy() >= WARMUP_S]
+    by_call = t.groupby(t[S.CALL_ID].astype(str))
+    m = by_call.size().to_numpy(dtype=float)
+    y = by_call[S.ATTEMPTS].sum().to_numpy(dtype=float)
+    r = y.sum() / m.sum()
+    return boot[S.M_ATTEMPTS_PER_TURN]["se"], math.sqrt(((y - r * m) ** 2).sum()) / m.sum()
