@@ -110,3 +110,16 @@ def test_percentile_interval_is_at_95_percent(monkeypatch: pytest.MonkeyPatch) -
     assert b["ci_low"] == pytest.approx(np.quantile(xs, 0.025))  # 5.975
     assert b["ci_high"] == pytest.approx(np.quantile(xs, 0.975))  # 195.025
     assert b["se"] == pytest.approx(xs.std(ddof=1))
+
+
+def test_whole_run_counters_are_not_resampled() -> None:
+    """The dedup store's peak is a counter of the whole run: the bootstrap says so, not
+    "every resample gives the same value"."""
+    from dataclasses import replace
+
+    rec = loadlike()
+    rec = replace(rec, counters={**rec.counters, "dedup_peak_entries": 12,
+                                 "dedup_peak_bytes": 3400})
+    boot = U.bootstrap(rec, WARMUP_S, 3, timeseries, resamples=4)
+    assert boot[S.M_DEDUP_PEAK_ENTRIES] == {"ci_note": U.NOTE_COUNTER}
+    assert boot[S.M_DEDUP_PEAK_BYTES] == {"ci_note": U.NOTE_COUNTER}
