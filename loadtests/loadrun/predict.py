@@ -109,6 +109,21 @@ class CpuWatch:
         return best
 
 
+def client_void(cpu_share: float, limit: float | None = None) -> bool:
+    """Whether a prediction is void: the busiest Locust process used more than ``limit``
+    (default :data:`sim.calibrate.validate.CLIENT_CPU_VOID`) of one core, so its timings
+    are its own queueing; an unknown share (no sample, a calibration run given) is not."""
+    from sim.calibrate.validate import CLIENT_CPU_VOID
+
+    lim = CLIENT_CPU_VOID if limit is None else limit
+    return math.isfinite(cpu_share) and cpu_share > lim
+
+
+def offered_utilisation_at(rate: float, rate_a: float, offered_util_a: float) -> float:
+    """The model's offered utilisation at ``rate`` calls/s: linear in the rate, from A's."""
+    return offered_util_a * rate / rate_a if rate_a > 0 else math.nan
+
+
 def _num(x: float) -> str:
     """A figure for the report ("–" when undefined, e.g. no capacity identified)."""
     return f"{x:.2f}" if x == x and math.isfinite(x) else "– (capacity not identified)"
@@ -299,7 +314,6 @@ def run_predict(args: argparse.Namespace) -> int:
     from sim.calibrate.cli import describe
     from sim.calibrate.output import jsonable
     from sim.calibrate.validate import (
-        CLIENT_CPU_VOID,
         METRICS,
         accuracy_note,
         bootstrap,
@@ -345,7 +359,8 @@ def run_predict(args: argparse.Namespace) -> int:
     if note:
         say("    " + note)
     say(f"    B = {rate_b:.3g} calls/s (offered utilisation (model) at A: {util_a:.2f}, at B: "
-        f"{util_a * rate_b / base.workload.calls_per_s:.2f}; A's measured busy share: "
+        f"{offered_utilisation_at(rate_b, base.workload.calls_per_s, util_a):.2f}; A's "
+        f"measured busy share: "
         f"{busy_a:.2f})")
     cases = [("B", {})] + ([(f"B + {args.outage:g}-s outage", _outage(args))]
                            if args.outage > 0 else [])
@@ -368,7 +383,7 @@ def run_predict(args: argparse.Namespace) -> int:
             run_b, cpu, turns_b = None, math.nan, sim_turns[0].iloc[0:0]
             measured = dict.fromkeys(METRICS, math.nan)
             ci = dict.fromkeys(METRICS, (math.nan, math.nan))
-        void = math.isfinite(cpu) and cpu > CLIENT_CPU_VOID
+        void = client_void(cpu)
         judged = int((turns_b["start_s"] >= args.warmup).sum())
         rows = compare(predicted, measured, ci, void=void, run_s=args.duration, turns=judged)
         one_run = one_run_rows(rows, predicted)
@@ -408,7 +423,7 @@ def run_predict(args: argparse.Namespace) -> int:
               "measured busy share at A": _num(busy_a),
               "B (calls/s)": f"{rate_b:.3g}",
               "offered utilisation (model) at B": _num(
-                  util_a * rate_b / base.workload.calls_per_s),
+                  offered_utilisation_at(rate_b, base.workload.calls_per_s, util_a)),
               "load generator CPU at A": f"{cpu_a:.0%}" if math.isfinite(cpu_a) else "–",
               "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
                          "(shared: timings are noisy)",
