@@ -1,7 +1,10 @@
 """One call of the Live layer: its turns, each turn's attempts, retries and injected faults.
 
 This is the Locust counterpart of :mod:`sim.model.live` and follows its rules
-(read its docstring): the same :class:`sim.policy.RetryPolicy`, retry budget
+(read its docstring): both drive the one sans-IO turn machine
+(:class:`sim.policy.turn.TurnMachine`: ids, continuation, barge-in, budget calls, the retry
+decision, every ending) — this module from the call's greenlet and the channel of its
+binding; the same :class:`sim.policy.RetryPolicy`, retry budget
 (:func:`sim.policy.make_budget`, one per Live instance = Locust process) and
 :class:`sim.policy.Escalation` (one per call) make every decision; turn counts,
 think times, side-effect and handoff draws, caller answers and handoff

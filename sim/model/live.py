@@ -1,5 +1,11 @@
 """The Live layer: calls (sessions), their turns, and each turn's attempts under the retry policy.
 
+The turn logic itself (identifiers, continuation, barge-in, the budget's calls, the retry
+decision, every ending, the turn row's policy cells) is :mod:`sim.policy.turn`'s sans-IO
+:class:`~sim.policy.turn.TurnMachine`, shared with the Locust Live user
+(:mod:`loadtests.live.call`); this module drives it from callbacks on the SimPy clock and
+models what it does not own: negotiation, links, timers, the reorder buffer, the records.
+
 A call is served by Live-layer instance ``call_id % live.instances`` (round
 robin); each instance owns one retry budget (:func:`sim.policy.make_budget`)
 and one :class:`sim.policy.RetryPolicy`; each call owns an

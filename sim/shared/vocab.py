@@ -96,7 +96,7 @@ class Phase(StrEnum):
     CONTINUATION = "continuation"
 
 
-class Binding(StrEnum):
+class BindingName(StrEnum):
     """The wire bindings of the Live users (:mod:`loadtests.live.bindings`)."""
 
     SSE = "sse"
@@ -120,3 +120,8 @@ FAILED_OUTCOMES: Final = frozenset((AttemptOutcome.FAILED, AttemptOutcome.TIMEOU
 #: attempt outcomes the Live layer cannot tell from a timeout (decided as upstream-timeout)
 TIMEOUT_OUTCOMES: Final = frozenset((AttemptOutcome.TIMEOUT, AttemptOutcome.TOTAL_TIMEOUT,
                                      AttemptOutcome.RESPONSE_LOST))
+
+
+def values(enum: type[StrEnum]) -> tuple[str, ...]:
+    """The plain string values of ``enum``, in definition order (a record's categories)."""
+    return tuple(m.value for m in enum)
