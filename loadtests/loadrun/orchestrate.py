@@ -57,6 +57,11 @@ from loadtests.common.tls import ClientTls, ServerTls
 from loadtests.live.config import ENV, LoadSettings
 from sim.scenario import Scenario
 from sim.shared.results import collect_meta, finish_run, new_run_dir, start_run, write_json
+from sim.shared.vocab import TIMEOUT_OUTCOMES
+from sim.shared.vocab import AttemptOutcome as A
+
+# attempts the server answered with an end state
+ANSWERED = (A.COMPLETED, A.FAILED, A.INPUT_REQUIRED, A.CANCELLED)
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "live" / "locustfile.py"
 TOKEN = "rtalab-load-token"
@@ -610,8 +615,7 @@ def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: i
 
     led = run_dir / "ledger"
     attempts = read_jsonl(led / "attempts.jsonl")
-    ended = [a for a in attempts if a.get("outcome") in ("completed", "failed", "input-required",
-                                                          "cancelled")]
+    ended = [a for a in attempts if a.get("outcome") in ANSWERED]
     se_guids = {a["request_guid"] for a in attempts
                 if a.get("side_effect") and a.get("outcome") == "completed"}
     # a side effect may also have run for a request the caller saw fail: the tool outlived
@@ -620,7 +624,7 @@ def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: i
     maybe = {a["request_guid"] for a in attempts
              if a.get("side_effect") and a["request_guid"] not in se_guids
              and (a.get("error_code") == "upstream-timeout"
-                  or a.get("outcome") in ("timeout", "total-timeout", "response-lost"))}
+                  or a.get("outcome") in TIMEOUT_OUTCOMES)}
     out: dict[str, Any] = {"comparable": comparable, "attempts": len(attempts),
                            "attempts_answered": len(ended),
                            "completed_side_effect_request_guids": len(se_guids),
