@@ -14,7 +14,9 @@ import ssl
 import threading
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -252,3 +254,99 @@ def test_grpc_credentials(pki: Pki) -> None:
             ClientTls(insecure=True).grpc_credentials()
     finally:
         server.stop(None)
+
+
+
+@dataclass
+class _Grpc:
+    """gRPC servers on 127.0.0.1 (no methods: any call is UNIMPLEMENTED), one per
+    certificate problem ({kind: port}), with the CA and client certificate to reach them."""
+
+    ports: dict[str, int]
+    ca: str
+    client: tuple[str, str]
+    stranger: tuple[str, str]
+
+
+@pytest.fixture(scope="module")
+def grpc_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Grpc]:
+    grpc = pytest.importorskip("grpc")
+    from concurrent import futures
+
+    d = tmp_path_factory.mktemp("grpc-certs")
+    ca, other = make_ca("grpc CA"), make_ca("another CA")
+    now = dt.datetime.now(dt.UTC)
+
+    def leaf(issuer: Any, stem: str, **kw: Any) -> tuple[str, str]:
+        got = issuer.issue(d, stem, **kw)
+        return str(got.cert), str(got.key)
+
+    good = leaf(ca, "server")
+    kinds = {"ok": ServerTls(*good), "mutual": ServerTls(*good, str(ca.write(d / "ca.pem"))),
+             "expired": ServerTls(*leaf(ca, "old", not_before=now - dt.timedelta(days=10),
+                                        not_after=now - dt.timedelta(days=1))),
+             "hostname": ServerTls(*leaf(ca, "wrong", names=("other.example",))),
+             "unknown": ServerTls(*leaf(other, "foreign"))}
+    servers, ports = [], {}
+    for kind, server_tls in [*kinds.items(), ("plain", None)]:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        ports[kind] = (server.add_secure_port("127.0.0.1:0", server_tls.grpc_credentials())
+                       if server_tls else server.add_insecure_port("127.0.0.1:0"))
+        server.start()
+        servers.append(server)
+    try:
+        yield _Grpc(ports, str(d / "ca.pem"), leaf(ca, "client", names=("c",), client=True),
+                    leaf(other, "stranger", names=("s",), client=True))
+    finally:
+        for server in servers:
+            server.stop(None)
+
+
+@pytest.mark.parametrize(("kind", "client", "says"), [
+    ("ok", "ca", None),
+    ("plain", "none", None),
+    ("mutual", "mtls", None),
+    ("ok", "default", tls.UNKNOWN_CA),
+    ("unknown", "ca", tls.UNKNOWN_CA),
+    ("hostname", "ca", tls.HOSTNAME),
+    ("expired", "ca", tls.EXPIRED),
+    ("mutual", "ca", tls.CLIENT_REQUIRED_LIKELY),
+    ("mutual", "stranger", tls.CLIENT_REJECTED_LIKELY),
+    ("ok", "insecure", "--insecure is not available on gRPC"),
+])
+def test_grpc_problems_are_one_line_naming_them(grpc_servers: _Grpc, kind: str, client: str,
+                                                says: str | None) -> None:
+    """The gRPC check a load run makes before it starts (loadtests.common.procs.grpc_problem):
+    each certificate problem named on one line, a working server None; gRPC itself says
+    only "Socket closed" when the server wants a client certificate."""
+    from loadtests.common.procs import grpc_problem
+
+    g = grpc_servers
+    clients = {"ca": ClientTls(g.ca), "none": ClientTls(), "default": ClientTls(),
+               "mtls": ClientTls(g.ca, *g.client), "stranger": ClientTls(g.ca, *g.stranger),
+               "insecure": ClientTls(insecure=True)}
+    got = grpc_problem(f"127.0.0.1:{g.ports[kind]}", kind != "plain", clients[client])
+    if says is None:
+        assert got is None
+    else:
+        assert got is not None and says in got and "\n" not in got, got
+
+
+def test_grpc_refused_is_does_not_answer() -> None:
+    pytest.importorskip("grpc")
+    from loadtests.common.procs import free_port, grpc_problem
+
+    got = grpc_problem(f"127.0.0.1:{free_port()}", True, ClientTls())
+    assert got is not None and "does not answer" in got and "refused" in got.lower(), got
+    assert "TLS" not in got and "\n" not in got
+
+
+def test_the_handshake_of_our_own_speaks_h2_to_grpc(grpc_servers: _Grpc) -> None:
+    """The live gRPC channel's diagnosis of an UNAVAILABLE call (a restarted server, a cut
+    stream) on a server that accepts the client: no problem (without ALPN h2 a gRPC server
+    closes at once, which would read as a refused client certificate)."""
+    g = grpc_servers
+    good = ClientTls(g.ca, *g.client)
+    assert tls.diagnose(f"grpcs://127.0.0.1:{g.ports['mutual']}", good) is None
+    assert tls.diagnose(f"grpcs://127.0.0.1:{g.ports['mutual']}", ClientTls(g.ca)) == \
+        tls.CLIENT_REQUIRED_LIKELY

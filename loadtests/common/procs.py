@@ -104,6 +104,43 @@ def url_problem(url: str, tls: ClientTls | None = None, timeout_s: float = 5.0,
     return None
 
 
+GRPC_PING = "/rtalab.Probe/Ping"  # no server has it: any status but UNAVAILABLE is an answer
+
+
+def grpc_problem(address: str, secure: bool, tls: ClientTls | None = None,
+                 timeout_s: float = 5.0) -> str | None:
+    """Why the gRPC server at ``address`` cannot be used, in one line, or None when it
+    answers: one unary call of a method no server has (an answer, UNIMPLEMENTED or any
+    other status, means the connection and its TLS work), on a channel verified as the Live
+    users' is (:meth:`loadtests.common.tls.ClientTls.grpc_credentials`).  UNAVAILABLE is
+    the certificate problem (:func:`loadtests.common.tls.reason`, a handshake of our own
+    when gRPC says only "Socket closed") or that it does not answer."""
+    import grpc
+
+    from loadtests.common.tls import TlsError, reason
+
+    tls = tls or ClientTls()
+    where = f"{'grpcs' if secure else 'grpc'}://{address}"
+    try:
+        channel = (grpc.secure_channel(address, tls.grpc_credentials()) if secure
+                   else grpc.insecure_channel(address))
+    except TlsError as e:
+        return f"{where}: {e}"
+    try:
+        channel.unary_unary(GRPC_PING)(b"", timeout=timeout_s)
+    except grpc.RpcError as e:
+        if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return None
+        line = reason(e, where, tls if secure else None)
+        if line.startswith("TLS error"):
+            return line
+        details = (e.details() or e.code().name).strip().splitlines()[0]
+        return f"{where} does not answer: gRPC {e.code().name}: {details}"
+    finally:
+        channel.close()
+    return None
+
+
 def serves_from(url: str, pgid: int, timeout_s: float = 1.0,
                 tls: ClientTls | None = None) -> bool:
     """True if ``url`` answers JSON whose ``pid`` is in process group ``pgid`` (ours), so a

@@ -339,6 +339,7 @@ _TEXTS: tuple[tuple[str, str], ...] = (
     ("hostname mismatch", HOSTNAME),
     ("ip address mismatch", HOSTNAME),
     ("peer name", HOSTNAME),  # gRPC core: "Peer name X is not in peer certificate"
+    ("hostname verification check failed", HOSTNAME),  # gRPC core (grpcio >= 1.6x)
     ("certificate has expired", EXPIRED),
     ("certificate_expired", EXPIRED),
     ("certificate is not yet valid", NOT_YET),
@@ -413,7 +414,7 @@ def describe(exc: BaseException, where: str = "") -> str | None:
 
 _ENDED = ("eof occurred in violation of protocol", "unexpected eof", "connection reset",
           "remote end closed connection", "server disconnected", "connection lost",
-          "unexpected_eof", "peer closed connection")
+          "unexpected_eof", "peer closed connection", "socket closed")
 
 
 def diagnose(url: str, client: ClientTls, timeout_s: float = 2.0) -> str | None:
@@ -421,17 +422,23 @@ def diagnose(url: str, client: ClientTls, timeout_s: float = 2.0) -> str | None:
     context, then a read without sending anything, so the alert the server sends (client
     certificate required or rejected, with TLS 1.3 sent only after the client's handshake
     ended) is read rather than lost to a write that raced it.  A server that accepted the
-    client waits for a request (the read times out: None); one that closes at once without
-    an alert most likely refused the client certificate."""
+    client waits for a request (the read times out: None) or, HTTP/2, speaks first (its
+    SETTINGS: None); one that closes at once without an alert most likely refused the client
+    certificate.  A ``grpcs://`` URL offers ALPN ``h2`` (a gRPC server closes a connection
+    without it, which must not read as a refusal)."""
     import socket
 
     parts = urlsplit(url)
-    if parts.scheme not in ("https", "wss") or not parts.hostname:
+    if parts.scheme not in ("https", "wss", "grpcs") or not parts.hostname:
         return None
     host, port = parts.hostname, parts.port or 443
+    ctx = client.context()
+    if parts.scheme == "grpcs":
+        ctx = client.new_context()
+        ctx.set_alpn_protocols(["h2"])
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as raw, \
-                client.context().wrap_socket(raw, server_hostname=host) as s:
+                ctx.wrap_socket(raw, server_hostname=host) as s:
             s.settimeout(timeout_s)
             if s.recv(1):  # it spoke first: not a refusal
                 return None

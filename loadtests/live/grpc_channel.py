@@ -280,7 +280,7 @@ def _transport_failure(err: Any, channel: GrpcChannel | None = None) -> str:
     if channel is not None and channel.secure and err.code().name == "UNAVAILABLE":
         from loadtests.common.tls import diagnose
 
-        cause = diagnose(f"https://{channel.address}", channel.tls)
+        cause = diagnose(f"grpcs://{channel.address}", channel.tls)
         if cause:
             text = f"{cause} (gRPC UNAVAILABLE)"
     return text[:300]

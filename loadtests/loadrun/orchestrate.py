@@ -497,12 +497,28 @@ def reachable(opts: Any) -> str | None:
         problem = url_problem(f"{opts.target}/.well-known/agent-card.json", opts.tls)
         if problem:
             return f"target {opts.target}: agent card: {problem}"
+    if opts.target and "grpc" in str(getattr(opts, "binding", "")).split(","):
+        problem = grpc_reachable(opts.target, opts.tls)
+        if problem:
+            return f"target {opts.target}: gRPC interface: {problem}"
     if opts.witness_url:
         problem = url_problem(f"{opts.witness_url}/ledger?since=0&limit=1", opts.tls,
                               json_keys=("rows", "nextSince", "more"))
         if problem:
             return f"--witness {opts.witness_url}: not a witness ledger: {problem}"
     return None
+
+
+def grpc_reachable(target: str, tls: ClientTls) -> str | None:
+    """Why the gRPC interface a --target's agent card advertises cannot be used (one line:
+    none advertised, a certificate problem, no answer), or None."""
+    from loadtests.common.procs import grpc_problem
+
+    try:
+        address, secure = grpc_target(f"{target.rstrip('/')}/.well-known/agent-card.json", tls)
+    except RunError as e:
+        return str(e).removeprefix("--binding grpc: ")
+    return grpc_problem(address, secure, tls)
 
 
 def grpc_target(card_url: str, tls: ClientTls) -> tuple[str, bool]:

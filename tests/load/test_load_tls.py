@@ -14,6 +14,7 @@ import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -115,6 +116,7 @@ class _Stub(http.server.BaseHTTPRequestHandler):
     else; otherwise 503 to everything."""
 
     card_ok = False
+    card: ClassVar[dict[str, object]] = {"name": "stub", "supportedInterfaces": []}
     protocol_version = "HTTP/1.1"
 
     def _send(self, status: int, body: bytes) -> None:
@@ -126,7 +128,7 @@ class _Stub(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.card_ok and self.path == "/.well-known/agent-card.json":
-            self._send(200, json.dumps({"name": "stub", "supportedInterfaces": []}).encode())
+            self._send(200, json.dumps(self.card).encode())
         else:
             self._send(503, b'{"error": "unavailable"}')
 
@@ -184,3 +186,57 @@ def test_a_bad_witness_is_one_line(tmp_path: Path, stub,
     handler.card_ok = True
     p, _ = load_run(tmp_path, *target, "--witness", url + "/.well-known/agent-card.json#")
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.fixture(scope="module")
+def grpc_tls_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
+    """gRPC servers on 127.0.0.1 behind a working HTTP side: one with an expired
+    certificate, one requiring client certificates ({kind: port})."""
+    import datetime as dt
+    from concurrent import futures
+
+    import grpc
+
+    from loadtests.common.certs import make_ca
+
+    d = tmp_path_factory.mktemp("grpc-tls")
+    ca = make_ca("grpc CA")
+    now = dt.datetime.now(dt.UTC)
+    old = ca.issue(d, "old", not_before=now - dt.timedelta(days=3),
+                   not_after=now - dt.timedelta(days=1))
+    good = ca.issue(d, "server")
+    kinds = {"expired": ServerTls(str(old.cert), str(old.key)),
+             "mutual": ServerTls(str(good.cert), str(good.key), str(ca.write(d / "ca.pem")))}
+    servers, ports = [], {}
+    for kind, server_tls in kinds.items():
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        ports[kind] = server.add_secure_port("127.0.0.1:0", server_tls.grpc_credentials())
+        server.start()
+        servers.append(server)
+    (tmp_path_factory.getbasetemp() / "grpc-ca.pem").write_bytes((d / "ca.pem").read_bytes())
+    try:
+        yield ports
+    finally:
+        for server in servers:
+            server.stop(None)
+
+
+@pytest.mark.parametrize(("kind", "trusted", "says"), [
+    ("expired", True, "certificate expired"),
+    ("mutual", True, "client certificate required"),
+    ("mutual", False, "unknown CA"),
+])
+def test_a_grpc_interface_with_a_certificate_problem_is_one_line(
+        tmp_path: Path, stub, grpc_tls_servers: dict[str, int], kind: str, trusted: bool,
+        says: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The agent card (plain HTTP here) answers; the gRPC interface it advertises has the
+    certificate problem: named before the run, one line, exit 2 (the Live users never
+    start)."""
+    url, handler = stub
+    handler.card_ok = True
+    handler.card = {"name": "stub", "supportedInterfaces": [
+        {"protocolBinding": "GRPC", "url": f"grpcs://127.0.0.1:{grpc_tls_servers[kind]}"}]}
+    ca = ["--ca", str(tmp_path_factory.getbasetemp() / "grpc-ca.pem")] if trusted else []
+    p, run = load_run(tmp_path, "--target", url, "--binding", "grpc", *ca, "--duration", "1")
+    _one_line_exit_2(p, says)
+    assert "gRPC interface" in p.stderr and run is None
