@@ -27,8 +27,10 @@ from loadtests.common.tls import ClientTls, ServerTls, TlsError
 
 
 class _Ok(http.server.BaseHTTPRequestHandler):
+    body = b"ok"
+
     def do_GET(self) -> None:
-        body = b"ok"
+        body = self.body
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -41,8 +43,8 @@ class _Ok(http.server.BaseHTTPRequestHandler):
 class _Server:
     """An HTTP(S) server in a thread on 127.0.0.1 (``server`` None: plain HTTP)."""
 
-    def __init__(self, server: ServerTls | None):
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+    def __init__(self, server: ServerTls | None, handler: type = _Ok):
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         if server is not None:
             self.httpd.socket = server.context().wrap_socket(self.httpd.socket,
@@ -241,7 +243,8 @@ def test_grpc_credentials(pki: Pki) -> None:
     server.start()
     try:
         def call(client: ClientTls) -> bytes:
-            with grpc.secure_channel(f"127.0.0.1:{port}", client.grpc_credentials()) as ch:
+            creds = tls.client_grpc_credentials(client)
+            with grpc.secure_channel(f"127.0.0.1:{port}", creds) as ch:
                 return bytes(ch.unary_unary("/t.Echo/Echo")(b"hi", timeout=10))
 
         good = ClientTls(ca=str(pki.ca), client_cert=str(pki.client.cert),
@@ -251,7 +254,7 @@ def test_grpc_credentials(pki: Pki) -> None:
             call(ClientTls(client_cert=str(pki.client.cert), client_key=str(pki.client.key)))
         assert tls.problem(e.value) is not None
         with pytest.raises(TlsError, match="not available on gRPC"):
-            ClientTls(insecure=True).grpc_credentials()
+            tls.client_grpc_credentials(ClientTls(insecure=True))
     finally:
         server.stop(None)
 
@@ -350,3 +353,42 @@ def test_the_handshake_of_our_own_speaks_h2_to_grpc(grpc_servers: _Grpc) -> None
     assert tls.diagnose(f"grpcs://127.0.0.1:{g.ports['mutual']}", good) is None
     assert tls.diagnose(f"grpcs://127.0.0.1:{g.ports['mutual']}", ClientTls(g.ca)) == \
         tls.CLIENT_REQUIRED_LIKELY
+
+
+
+class _Metrics(_Ok):
+    body = b"# TYPE up gauge\nup 1\n"  # exposition without the Reasoner's histograms
+
+
+def _calibrate(url: str, tmp_path: Path, *tls_args: str) -> tuple[int, list[str]]:
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "sim.cli", "calibrate", "--from",
+                        f"prometheus:{url}metrics", "--window", "0.2", "--every", "0.1",
+                        "--out", str(tmp_path / "c.toml"), "--quiet", *tls_args],
+                       capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p.returncode, p.stderr.strip().splitlines()
+
+
+def test_calibrate_scrapes_verify_certificates(pki: Pki, tmp_path: Path) -> None:
+    """``rtalab calibrate --from prometheus:https://...`` verifies the server (the system's
+    CAs by default, --ca, a client certificate for mutual TLS, --insecure said loudly) and
+    names a certificate problem in one line, exit 2.  A scrape that got through fails on the
+    exposition (no Reasoner histograms here), which is how a test sees it got through."""
+    s = _Server(ServerTls(str(pki.server.cert), str(pki.server.key), str(pki.ca)), _Metrics)
+    try:
+        url = s.url()
+        rc, lines = _calibrate(url, tmp_path)
+        assert rc == 2 and len(lines) == 1 and tls.UNKNOWN_CA in lines[0], lines
+        rc, lines = _calibrate(url, tmp_path, "--ca", str(pki.ca))
+        assert rc == 2 and len(lines) == 1 and "client certificate required" in lines[0], lines
+        mutual = ["--client-cert", str(pki.client.cert), "--client-key", str(pki.client.key)]
+        rc, lines = _calibrate(url, tmp_path, "--ca", str(pki.ca), *mutual)
+        assert rc == 2 and len(lines) == 1 and "no service-time histogram" in lines[0], lines
+        rc, lines = _calibrate(url, tmp_path, "--insecure", *mutual)
+        assert rc == 2 and "NOT verified" in lines[0], lines
+        assert "no service-time histogram" in lines[-1], lines
+    finally:
+        s.close()

@@ -41,7 +41,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from loadtests.common.tls import ClientTls, ServerTls
+from loadtests.common.tls import ClientTls, ServerTls, client_grpc_credentials
 from loadtests.live.grpc_channel import RECONNECT_OPTIONS
 
 from .config import uplink_faults
@@ -147,7 +147,7 @@ class GrpcChaos:
         # backoff (1 s growing to 120 s) would fail calls fast long after it is back
         opts = [("grpc.max_receive_message_length", MAX_MESSAGE),
                 ("grpc.max_send_message_length", MAX_MESSAGE), *RECONNECT_OPTIONS]
-        self.channel = (grpc.aio.secure_channel(self.upstream, self.tls.grpc_credentials(),
+        self.channel = (grpc.aio.secure_channel(self.upstream, client_grpc_credentials(self.tls),
                                                 options=opts) if self.secure
                         else grpc.aio.insecure_channel(self.upstream, options=opts))
 

@@ -112,17 +112,17 @@ def grpc_problem(address: str, secure: bool, tls: ClientTls | None = None,
     """Why the gRPC server at ``address`` cannot be used, in one line, or None when it
     answers: one unary call of a method no server has (an answer, UNIMPLEMENTED or any
     other status, means the connection and its TLS work), on a channel verified as the Live
-    users' is (:meth:`loadtests.common.tls.ClientTls.grpc_credentials`).  UNAVAILABLE is
+    users' is (:func:`loadtests.common.tls.client_grpc_credentials`).  UNAVAILABLE is
     the certificate problem (:func:`loadtests.common.tls.reason`, a handshake of our own
     when gRPC says only "Socket closed") or that it does not answer."""
     import grpc
 
-    from loadtests.common.tls import TlsError, reason
+    from loadtests.common.tls import TlsError, client_grpc_credentials, reason
 
     tls = tls or ClientTls()
     where = f"{'grpcs' if secure else 'grpc'}://{address}"
     try:
-        channel = (grpc.secure_channel(address, tls.grpc_credentials()) if secure
+        channel = (grpc.secure_channel(address, client_grpc_credentials(tls)) if secure
                    else grpc.insecure_channel(address))
     except TlsError as e:
         return f"{where}: {e}"

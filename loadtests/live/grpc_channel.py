@@ -33,7 +33,7 @@ request bodies and response objects, the same on every binding; this channel tra
 
 ``CancelTask`` and ``GetTask`` are the unary RPCs; cancel is advisory (best effort, its
 answer's ``rta/sideEffect`` is read).  Certificates are verified on every gRPC channel
-(:meth:`loadtests.common.tls.ClientTls.grpc_credentials`: grpcio cannot skip verification).
+(:func:`loadtests.common.tls.client_grpc_credentials`: grpcio cannot skip verification).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import json
 import time
 from typing import Any, Final
 
-from loadtests.common.tls import ClientTls
+from loadtests.common.tls import ClientTls, client_grpc_credentials
 from loadtests.live.call import StreamBroken
 from loadtests.live.wire import code_of_http_status
 
@@ -118,7 +118,7 @@ def channel_for(address: str, secure: bool, tls: ClientTls) -> Any:
         import grpc
 
         opts = [("grpc.max_receive_message_length", 4 * 1024 * 1024), *RECONNECT_OPTIONS]
-        ch = (grpc.secure_channel(address, tls.grpc_credentials(), options=opts) if secure
+        ch = (grpc.secure_channel(address, client_grpc_credentials(tls), options=opts) if secure
               else grpc.insecure_channel(address, options=opts))
         _CHANNELS[key] = ch
     return ch

@@ -32,6 +32,9 @@ def add_telemetry_options(p: argparse.ArgumentParser) -> None:
     opt(p, "--map FILE.toml", "metric names of a server with its own ([metrics] role = name; "
         "docs/calibration.md)", dest="mapping")
     opt(p, "--save FILE", "prometheus URL: write the scrapes (timestamped exposition) here")
+    from sim.shared.tls import add_client_tls
+
+    add_client_tls(p, "scraping a prometheus:https:// URL")
 
 
 def telemetry_observations(args: argparse.Namespace, say: Any = None) -> Any:
@@ -42,8 +45,15 @@ def telemetry_observations(args: argparse.Namespace, say: Any = None) -> Any:
     _, target = args.source
     if target.startswith(("http://", "https://")) and not args.every > 0:
         raise ObservationError("--every must be > 0")
-    return from_prometheus(target, args.window, args.every, args.mapping, save=args.save,
-                           say=say)
+    from sim.shared.tls import INSECURE_WARNING, client_tls_from_args
+
+    tls = client_tls_from_args(args)  # TlsError: one line, exit 2
+    if tls.insecure and target.startswith("https://"):
+        import sys
+
+        print(f"rtalab: WARNING: {INSECURE_WARNING}", file=sys.stderr)
+    return from_prometheus(target, args.window, args.every, args.mapping, tls=tls,
+                           save=args.save, say=say)
 
 
 def observed_base(obs: Any, base: Any) -> Any:

@@ -2,8 +2,9 @@
 
 ``from_prometheus(SOURCE, window_s, every_s)`` -> :class:`~sim.calibrate.observations.Observations`.
 SOURCE is a URL (``http(s)://host:port/metrics``, scraped every ``every_s`` seconds for
-``window_s`` seconds, certificates verified) or a file of text exposition format: one or
-more scrapes, told apart by the samples' timestamps (a file without timestamps is one
+``window_s`` seconds, certificates verified as :class:`sim.shared.tls.ClientTls` says:
+``--ca``, ``--client-cert``, ``--insecure``) or a file of text exposition format: one or more
+scrapes, told apart by the samples' timestamps (a file without timestamps is one
 scrape, its totals since the server started: distributions and counts, but no rates).
 The parser is prometheus_client's (``text_string_to_metric_families``).
 
@@ -24,7 +25,6 @@ labels of the turn counter in ``[labels]``): see docs/calibration.md "From telem
 from __future__ import annotations
 
 import math
-import ssl
 import time
 import tomllib
 import urllib.error
@@ -36,6 +36,7 @@ from typing import Any
 import pandas as pd
 
 from sim.calibrate.observations import HISTOGRAMS, ObservationError, Observations
+from sim.shared.tls import ClientTls, reason
 
 # role -> the reference Reasoner's metric name (docs/reasoner.md "Metrics")
 ROLES = {**HISTOGRAMS, "turns": "rta_reasoner_turns_total", "chunks": "rta_reasoner_chunks_total",
@@ -104,15 +105,13 @@ def parse_exposition(text: str, source: str) -> list[Scrape]:
     return [by_t[k] for k in sorted(by_t)]
 
 
-def _context(ca: str | None) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=ca)  # verified, always
-    return ctx
-
-
-def scrape_url(url: str, window_s: float, every_s: float, ca: str | None = None,
+def scrape_url(url: str, window_s: float, every_s: float, tls: ClientTls | None = None,
                say: Any = None) -> tuple[list[Scrape], str]:
     """Scrape ``url`` every ``every_s`` for ``window_s`` seconds (at least two scrapes);
-    the scrapes and their text with timestamps (to save and calibrate again later)."""
+    the scrapes and their text with timestamps (to save and calibrate again later).  An
+    ``https`` URL is verified as ``tls`` says (default: the system's CAs); a failed scrape is
+    one line (:func:`sim.shared.tls.reason`: the certificate problem named)."""
+    tls = tls or ClientTls()
     n = max(2, int(window_s // every_s) + 1) if every_s > 0 else 2
     scrapes, texts = [], []
     t0 = time.monotonic()
@@ -123,12 +122,17 @@ def scrape_url(url: str, window_s: float, every_s: float, ca: str | None = None,
         now = time.time()
         try:
             with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S,
-                                        context=_context(ca) if url.startswith("https") else None
-                                        ) as r:
+                                        context=tls.context_for(url)) as r:
                 text = r.read().decode("utf-8", errors="replace")
+        except urllib.error.HTTPError as e:
+            raise ObservationError(f"{url}: cannot scrape (HTTP {e.code} {e.reason})".rstrip()
+                                   ) from None
         except (urllib.error.URLError, OSError, ValueError) as e:
-            reason = getattr(e, "reason", None) or e
-            raise ObservationError(f"{url}: cannot scrape ({reason})") from None
+            line = reason(e, url, tls)
+            if line.startswith("TLS error"):
+                raise ObservationError(f"cannot scrape: {line}") from None
+            raise ObservationError(f"{url}: cannot scrape ({line.removeprefix(f'{url}: ')})"
+                                   ) from None
         (one,) = parse_exposition(text, url) or [Scrape(now)]
         one.t = round(now * 1000) / 1000  # as saved (ms): a replay gives the same rates
         scrapes.append(one)
@@ -235,13 +239,13 @@ def observations_from_scrapes(scrapes: list[Scrape], source: str,
 
 
 def from_prometheus(source: str, window_s: float = 60.0, every_s: float = 5.0,
-                    mapping: str | Path | None = None, ca: str | None = None,
+                    mapping: str | Path | None = None, tls: ClientTls | None = None,
                     save: str | Path | None = None, say: Any = None) -> Observations:
     """Observations from a Prometheus URL (scraped) or exposition file; ``save``: write the
     scrapes (timestamped exposition text) there, to calibrate again without the server."""
     m = load_mapping(mapping)
     if source.startswith(("http://", "https://")):
-        scrapes, text = scrape_url(source, window_s, every_s, ca, say)
+        scrapes, text = scrape_url(source, window_s, every_s, tls, say)
         if save:
             Path(save).write_text(text, encoding="utf-8")
     else:

@@ -18,7 +18,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from loadtests.common.certs import Pki, make_pki
 from loadtests.common.procs import start_reasoner
-from loadtests.common.tls import ClientTls, ServerTls
+from loadtests.common.tls import ClientTls, ServerTls, client_grpc_credentials
 
 from .conftest import ALICE, EXT, Reasoner, k, message, stream, uid
 
@@ -183,15 +183,15 @@ class _TlsReasoner(Reasoner):
 
 
 def test_grpc_over_mutual_tls(mtls_reasoner: _TlsReasoner, pki: Pki) -> None:
-    good = mtls_reasoner.client.grpc_credentials()
+    good = client_grpc_credentials(mtls_reasoner.client)
     ch, stub = _stub(mtls_reasoner, good)
     with ch:
         events = list(stub.SendStreamingMessage(_send(), metadata=_md(), timeout=20))
         assert events[-1].status_update.status.state == a2a_pb2.TaskState.TASK_STATE_COMPLETED
     refused = {
-        "no client certificate": ClientTls(str(pki.ca)).grpc_credentials(),
-        "unknown CA": ClientTls(None, str(pki.client.cert),
-                                str(pki.client.key)).grpc_credentials(),
+        "no client certificate": client_grpc_credentials(ClientTls(str(pki.ca))),
+        "unknown CA": client_grpc_credentials(ClientTls(None, str(pki.client.cert),
+                                                         str(pki.client.key))),
     }
     for why, creds in refused.items():
         ch, stub = _stub(mtls_reasoner, creds)
@@ -203,4 +203,4 @@ def test_grpc_over_mutual_tls(mtls_reasoner: _TlsReasoner, pki: Pki) -> None:
         list(stub.SendStreamingMessage(_send(), metadata=_md(), timeout=20))
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
     with pytest.raises(Exception, match="--insecure is not available on gRPC"):
-        ClientTls(insecure=True).grpc_credentials()
+        client_grpc_credentials(ClientTls(insecure=True))
