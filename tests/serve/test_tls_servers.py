@@ -4,7 +4,8 @@ Real servers on 127.0.0.1 with certificates made at run time: the Reasoner requi
 certificates and calls the witness over mutual TLS; the readiness check, the agent card
 and the Live users (the SSE FastHttpUser and the WebSocket channel, run in a subprocess:
 importing Locust monkey-patches this process) verify certificates by default, and name
-the problem in one line when one is wrong.
+the problem in one line when one is wrong; so do the chaos proxy's upstream legs (HTTP
+and gRPC) and the Reasoner's calls to the witness.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def stack(pki: Pki, tmp_path_factory: pytest.TempPathFactory
                        server_tls=_server(pki), client_tls=_client(pki)) as witness, \
             start_reasoner(witness=witness.url, log_path=base / "reasoner.log",
                            dedup=f"sqlite:///{base / 'd.sqlite'}",
-                           extra_args=["--token", "tok=alice", "--log-level", "warning"],
+                           extra_args=["--token", "tok=alice", "--log-level", "warning",
+                                       "--grpc-port", "0"],
                            server_tls=_server(pki), client_tls=_client(pki)) as reasoner:
         yield reasoner, witness
 
@@ -56,7 +58,8 @@ def test_servers_speak_mutual_tls(stack: tuple[ManagedProcess, ManagedProcess], 
     reasoner, witness = stack
     assert reasoner.url.startswith("https://") and witness.url.startswith("https://")
     card = httpx.get(reasoner.url + CARD, verify=_client(pki).context(), timeout=10).json()
-    urls = [i["url"] for i in card["supportedInterfaces"]]
+    # gRPC's is host:port (docs/reasoner.md): its TLS is the card's scheme
+    urls = [i["url"] for i in card["supportedInterfaces"] if i["protocolBinding"] != "GRPC"]
     assert urls and all(u.startswith("https://") for u in urls), urls
     for proc in (reasoner, witness):
         url = f"{proc.url}/healthz"
@@ -142,3 +145,58 @@ def test_bad_server_certificate_files_are_one_line(tmp_path: Path) -> None:
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1, (cmd, p.stderr)
         assert "--tls-" in lines[0], lines
+
+
+def _card_via(proxy_url: str) -> int:
+    return httpx.get(proxy_url + CARD, timeout=20).status_code
+
+
+def test_the_chaos_proxy_verifies_its_upstream(stack: tuple[ManagedProcess, ManagedProcess],
+                                              pki: Pki, tmp_path: Path) -> None:
+    """The proxy's HTTP and gRPC legs to an HTTPS Reasoner: verified against the system's
+    CAs unless given --ca (the throwaway CA is not one of them), so a proxy without it
+    answers 502 / UNAVAILABLE and never reads what the Reasoner sends."""
+    pytest.importorskip("grpc")
+    from loadtests.chaos.procs import start_chaos
+    from loadtests.common.procs import free_port
+    from loadtests.common.wireclient import grpc_request, headers, message, state, stream
+
+    reasoner, _ = stack
+    card = httpx.get(reasoner.url + CARD, verify=_client(pki).context(), timeout=10).json()
+    up = next(i["url"] for i in card["supportedInterfaces"] if i["protocolBinding"] == "GRPC")
+    up = up.split("://")[-1]
+    untrusted = ClientTls(None, str(pki.client.cert), str(pki.client.key))
+    for name, client, card_status in (("trusted", _client(pki), 200), ("default", untrusted, 502)):
+        address = f"127.0.0.1:{free_port()}"
+        with start_chaos(reasoner.url, ledger=tmp_path / f"{name}.jsonl",
+                         log_path=tmp_path / f"{name}.log", client_tls=client,
+                         extra_args=["--log-level", "warning", "--grpc-listen", address,
+                                     "--grpc-upstream", f"grpcs://{up}"]) as proxy:
+            assert _card_via(proxy.url) == card_status, name
+            turn = grpc_request(address, stream(message(ctx="c-" + name)), headers("tok"))
+            if name == "trusted":
+                assert state(turn.final) == "TASK_STATE_COMPLETED", turn.final
+            else:  # the proxy's upstream channel failed its handshake: UNAVAILABLE (503)
+                assert turn.status == 503, (turn.status, turn.final)
+
+
+def test_the_reasoner_verifies_the_witness(stack: tuple[ManagedProcess, ManagedProcess],
+                                           pki: Pki, tmp_path: Path) -> None:
+    """A Reasoner given no --ca calls the HTTPS witness with the system's CAs: the
+    side-effect tool call fails (and the witness records nothing) instead of talking to a
+    server it could not verify."""
+    from loadtests.common.wireclient import Client, k, message, state, stream
+
+    _, witness = stack
+    for name, client in (("default", ClientTls(None, str(pki.client.cert),
+                                               str(pki.client.key))), ("trusted", _client(pki))):
+        with start_reasoner(witness=witness.url, log_path=tmp_path / f"{name}.log",
+                            dedup="memory", client_tls=client,
+                            extra_args=["--token", "token-alice=alice", "--log-level",
+                                        "warning"]) as r:
+            turn = Client(r.url).send("sse", stream(message(ctx=f"c-{name}",
+                                                            meta={k("sideEffect"): True})))
+        if name == "trusted":
+            assert state(turn.final) == "TASK_STATE_COMPLETED", (name, turn.final)
+        else:
+            assert state(turn.final) == "TASK_STATE_FAILED" and turn.error_code, turn.final
