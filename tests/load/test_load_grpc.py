@@ -13,8 +13,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from loadtests.common.procs import start_reasoner
 from tests.load.conftest import FAST, jsonl, load_run
+from tests.load.parallel import load_runs
 from tests.load.test_gate_triggers import (
     CONSEQUENCES,
     CONTROLS,
@@ -47,21 +50,29 @@ def _check_clean(p, run: Path | None, read_json) -> None:
     assert read_json(run / "meta.json")["binding"] == "grpc"
 
 
-def test_a_grpc_run_passes_with_ledger_equal_to_server_counts(tmp_path: Path,
-                                                              read_json) -> None:
-    p, run = load_run(tmp_path, "--binding", "grpc", "--duration", "3")
-    _check_clean(p, run, read_json)
+@pytest.fixture(scope="module")
+def grpc_runs(tmp_path_factory: pytest.TempPathFactory):
+    """The module's three short gRPC runs, at once: plaintext, mutual TLS, and duplicates
+    against a Reasoner without dedup."""
+    return load_runs(tmp_path_factory.mktemp("grpc-runs"), {
+        "plain": ["--binding", "grpc", "--duration", "3"],
+        "mtls": ["--tls", "--binding", "grpc", "--duration", "3"],
+        "no-dedup": ["--binding", "grpc", "--dedup-mode", "none", "--duration", "3"],
+    }, scenarios={"no-dedup": COPIES})
 
 
-def test_a_grpc_run_over_mutual_tls(tmp_path: Path, read_json) -> None:
-    p, run = load_run(tmp_path, "--tls", "--binding", "grpc", "--duration", "3")
+def test_a_grpc_run_passes_with_ledger_equal_to_server_counts(grpc_runs, read_json) -> None:
+    _check_clean(*grpc_runs["plain"], read_json)
+
+
+def test_a_grpc_run_over_mutual_tls(grpc_runs, read_json) -> None:
+    p, run = grpc_runs["mtls"]
     _check_clean(p, run, read_json)
     assert run is not None and read_json(run / "meta.json")["tls"].startswith("mutual TLS")
 
 
-def test_duplicates_over_grpc_fail_a_reasoner_without_dedup(tmp_path: Path) -> None:
-    p, run = load_run(tmp_path, "--binding", "grpc", "--dedup-mode", "none", "--duration", "3",
-                      scenario=COPIES)
+def test_duplicates_over_grpc_fail_a_reasoner_without_dedup(grpc_runs) -> None:
+    p, run = grpc_runs["no-dedup"]
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     assert "duplicated" in p.stdout
     assert run is not None and EVIDENCE["late-claim"](run) == {"grpc"}

@@ -24,6 +24,7 @@ from loadtests.common.tls import ClientTls, ServerTls
 from loadtests.live.bindings import parse_bindings
 
 from .conftest import FAST, jsonl, load_run
+from .parallel import load_runs
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +61,22 @@ def _one_line_exit_2(p, says: str) -> None:
     assert len(lines) == 1 and says in lines[0], lines
 
 
-def test_tls_embedded_run_passes_on_every_binding(tmp_path: Path, read_json) -> None:
+@pytest.fixture(scope="module")
+def embedded_tls_runs(tmp_path_factory: pytest.TempPathFactory):
+    """--tls on the embedded stack, at once: the correct Reasoner on --binding all, and one
+    that does not deduplicate (the negative control)."""
+    copies = FAST.replace("[live.timeouts]", "[load]\nresend_share = 0.5\n"
+                          "concurrent_duplicate_share = 0.5\n[live.timeouts]")
+    return load_runs(tmp_path_factory.mktemp("tls-runs"), {
+        "all": ["--tls", "--binding", "all", "--duration", "3"],
+        "no-dedup": ["--tls", "--dedup-mode", "none", "--duration", "3"],
+    }, scenarios={"no-dedup": copies})
+
+
+def test_tls_embedded_run_passes_on_every_binding(embedded_tls_runs, read_json) -> None:
     """--tls: witness, Reasoner and chaos proxy over mutual TLS; the gate passes on
     --binding all (every binding this install has)."""
-    p, run = load_run(tmp_path, "--tls", "--binding", "all", "--duration", "3")
+    p, run = embedded_tls_runs["all"]
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert run is not None and (run / "tls" / "ca.pem").is_file()
     meta = read_json(run / "meta.json")
@@ -79,11 +92,8 @@ def test_tls_embedded_run_passes_on_every_binding(tmp_path: Path, read_json) -> 
     assert read_json(run / "ledger" / "counts.json").get("server_turns_answered", 0) > 0
 
 
-def test_tls_embedded_negative_control_still_fails(tmp_path: Path) -> None:
-    p, _ = load_run(tmp_path, "--tls", "--dedup-mode", "none", "--duration", "3",
-                    scenario=FAST.replace("[live.timeouts]", "[load]\nresend_share = 0.5\n"
-                                          "concurrent_duplicate_share = 0.5\n"
-                                          "[live.timeouts]"))
+def test_tls_embedded_negative_control_still_fails(embedded_tls_runs) -> None:
+    p, _ = embedded_tls_runs["no-dedup"]
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     assert "duplicated" in p.stdout
 
@@ -99,7 +109,8 @@ def test_target_over_mutual_tls(tmp_path: Path, pki: Pki,
     p, run = load_run(tmp_path, *target, *_client_args(pki), "--duration", "2")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert run is not None and "warning: TLS NOT VERIFIED" not in p.stdout
-    # --insecure: passes (nothing verified), said in the terminal and in the verdict
+    # --insecure: passes (nothing verified), said in the terminal and in the verdict (not at
+    # once with the run above: one target and witness, the runs would count each other's)
     p, run = load_run(tmp_path, *target, "--insecure", "--client-cert", str(pki.client.cert),
                       "--client-key", str(pki.client.key), "--duration", "2")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

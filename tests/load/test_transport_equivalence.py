@@ -12,7 +12,8 @@ import pytest
 
 from loadtests.live.bindings import parse_bindings
 
-from .conftest import FAST, jsonl, load_run
+from .conftest import FAST, jsonl
+from .parallel import load_runs
 
 COPIES = FAST.replace("side_effect_share = 0.5", "side_effect_share = 0.8").replace(
     "duration_s = 4", "duration_s = 7") + """
@@ -31,11 +32,20 @@ def _rule(read_json, run: Path) -> dict:
     return {r["name"]: r for r in verdict["rules"]}["transport-equivalence"]
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory):
+    """The module's three runs at once: the correct server on two seeds, and the Reasoner
+    that skips dedup on REST only."""
+    every = ("--binding", "all", "--chaos")
+    return load_runs(tmp_path_factory.mktemp("equivalence"), {
+        "seed-3": (*every, "--set", "run.seed=3"), "seed-4": (*every, "--set", "run.seed=4"),
+        "rest-bug": (*every, "--unsafe-bug", "rest-skips-dedup")},
+        scenarios=dict.fromkeys(("seed-3", "seed-4", "rest-bug"), COPIES))
+
+
 @pytest.mark.parametrize("seed", [3, 4])
-def test_all_bindings_pass_against_the_correct_server(tmp_path: Path, read_json,
-                                                      seed: int) -> None:
-    p, run = load_run(tmp_path, "--binding", "all", "--chaos", "--set", f"run.seed={seed}",
-                      scenario=COPIES)
+def test_all_bindings_pass_against_the_correct_server(runs, read_json, seed: int) -> None:
+    p, run = runs[f"seed-{seed}"]
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     used = {a["binding"] for a in jsonl(run / "ledger" / "attempts.jsonl")}
     assert used == set(parse_bindings("all")) and len(used) >= 3
@@ -51,9 +61,8 @@ def test_all_bindings_pass_against_the_correct_server(tmp_path: Path, read_json,
     assert all(s["metrics"]["success_rate"]["mean"] is not None for s in split.values())
 
 
-def test_dedup_skipped_on_rest_only_fails_naming_rest(tmp_path: Path, read_json) -> None:
-    p, run = load_run(tmp_path, "--binding", "all", "--chaos", "--unsafe-bug",
-                      "rest-skips-dedup", scenario=COPIES)
+def test_dedup_skipped_on_rest_only_fails_naming_rest(runs, read_json) -> None:
+    p, run = runs["rest-bug"]
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     rule = _rule(read_json, run)
     assert rule["status"] == "fail", rule
