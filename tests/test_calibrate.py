@@ -176,7 +176,7 @@ def test_client_only_calibration_says_what_it_could_not_separate() -> None:
     assert cal.figures["rtt_median_s"] == pytest.approx(0.006, rel=0.10)
 
 
-def test_server_histograms_alone_become_histogram_distributions() -> None:
+def test_server_histograms_alone_become_interval_censored_fits() -> None:
     a = synth_attempts(Truth(), 8)
     svc = a["server_service_s"].to_numpy()
     bounds = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
@@ -188,10 +188,15 @@ def test_server_histograms_alone_become_histogram_distributions() -> None:
                        duration_s=float(a["send_s"].max()), server_histograms=hist)
     cal = calibrate(obs)
     assert cal.method == "server-histograms"
-    d = _find(cal, "reasoner.reasoning_time_s").value
-    assert d["dist"] == "histogram" and d["le"][-1] == "+Inf"
-    assert d["counts"][-1] == len(svc)
+    v = _find(cal, "reasoner.reasoning_time_s")
+    # the service of every turn (tool turns too): a family or, where none fits, the histogram
+    assert v.value["dist"] in ("gamma", "lognormal", "weibull", "histogram")
+    assert "interval-censored" in v.quality and "the buckets widen the CI" in v.quality
+    fit = cal.figures["bucket_fits"]["reasoner.reasoning_time_s"]
+    assert fit["n"] == len(svc)
+    assert fit["mean_ci"][0] <= svc.mean() * 1.02 and svc.mean() * 0.98 <= fit["mean_ci"][1]
     assert cal.scenario().reasoner.reasoning_time_s.mean == pytest.approx(svc.mean(), rel=0.05)
+    assert _find(cal, "reasoner.tool_latency_s").value == 0.0  # folded into the service
 
 
 def test_parse_histograms_sums_labels_and_needs_inf() -> None:

@@ -108,6 +108,20 @@ SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
         "... within S seconds after the trigger ends (default 60)"))],
     "--window": [(("sim metastability", "sim storm"), (
         "store", "float", 10.0, "S", None, "sliding window of the rates (default 10 s)"))],
+    "--from": [(("calibrate", "predict"),
+             ('store', 'telemetry_source', None, 'SOURCE', None,
+              "calibrate from telemetry: prometheus:URL_OR_FILE (a /metrics URL "
+              "scraped over --window, or a file of text exposition)"))],
+    "--every": [(("calibrate", "predict"),
+             ('store', 'non_negative', 5.0, 'S', None,
+              "prometheus URL: seconds between scrapes (default 5)"))],
+    "--map": [(("calibrate", "predict"),
+             ('store', None, None, 'FILE.toml', None,
+              "metric names of a server with its own ([metrics] role = name; "
+              "docs/calibration.md)"))],
+    "--save": [(("calibrate", "predict"),
+             ('store', None, None, 'FILE', None,
+              "prometheus URL: write the scrapes (timestamped exposition) here"))],
     "--noise-z": [(("sim metastability", "sim storm"), (
         "store", "float", 3.0, "Z", None,
         "Poisson noise allowance in standard errors (sim.recovery; default 3)"))],
@@ -308,6 +322,8 @@ DISTINCT: dict[tuple[str, str], str] = {
     ("run_dir", "load summarize"): "the folder whose gathered ledger is summarised",
     ("runs", "compare"): "any run folders (>= 2)",
     ("runs", "calibrate"): "load-run folders",
+    ("--window", "calibrate"): "seconds of Prometheus scrapes, not a sliding window of rates",
+    ("--window", "predict"): "seconds of Prometheus scrapes, not a sliding window of rates",
 }
 
 KINDS = {argparse._HelpAction: "help", argparse._StoreAction: "store",

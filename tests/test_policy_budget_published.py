@@ -105,9 +105,9 @@ def test_aws_never_limits_first_sends() -> None:
 def test_retry_policy_passes_the_timeout_to_the_budget() -> None:
     q = aws(initial_tokens=100)
     policy = RetryPolicy(LivePolicyConfig(), q)
-    assert policy.decide("upstream-timeout", 1, 0.0, 0.0, RNG, timeout=True).retry
+    assert policy.decide("upstream-timeout", 1, 0.0, 0.0, RNG, ending=Ending.TIMEOUT).retry
     assert q.tokens == 90  # a Live-side timeout costs 10 (botocore: connect/read timeout)
-    assert policy.decide("upstream-timeout", 1, 0.0, 0.0, RNG, timeout=True, lost=True).retry
+    assert policy.decide("upstream-timeout", 1, 0.0, 0.0, RNG, ending=Ending.LOST).retry
     assert q.tokens == 85  # a lost response costs 5: not a connect/read timeout
     q.tokens = 90
     assert policy.decide("internal", 1, 0.0, 0.0, RNG).retry

@@ -26,6 +26,7 @@ from sim.policy import (
     TokenBucketConfig,
     make_budget,
 )
+from sim.shared.vocab import Ending
 
 EXPO = BackoffConfig(strategy="exponential", base_s=0.25, multiplier=2.0, cap_s=2.0)
 
@@ -38,7 +39,7 @@ def policy(retry: RetryConfig | None = None, backoff: BackoffConfig = EXPO,
 
 
 def decide(p: RetryPolicy, code: str, attempt: int = 1, elapsed_s: float = 0.0,
-           **kw: float | bool | None) -> Decision:
+           **kw: float | bool | Ending | None) -> Decision:
     """Shorthand with a fixed seed."""
     return p.decide(code, attempt, elapsed_s, 0.0, np.random.default_rng(0), **kw)  # type: ignore[arg-type]
 
@@ -89,11 +90,12 @@ def test_delay_is_backoff_for_retry_number_attempt() -> None:
 def test_timeout_follows_retry_on_timeout() -> None:
     on = policy()
     # a timeout is decided as upstream-timeout (limit 3), whatever the code says
-    assert decide(on, "internal", 2, timeout=True) == Decision(True, 0.5, "retry")
-    assert decide(on, "auth", 1, timeout=True).retry  # timeout overrides the code
+    assert decide(on, "internal", 2, ending=Ending.TIMEOUT) == Decision(True, 0.5, "retry")
+    assert decide(on, "auth", 1, ending=Ending.TIMEOUT).retry  # timeout overrides the code
     assert on.max_attempts_for("internal", timeout=True) == 3
     off = policy(RetryConfig(retry_on_timeout=False))
-    assert decide(off, "upstream-timeout", 1, timeout=True) == Decision(False, 0.0, "not-retryable")
+    assert decide(off, "upstream-timeout", 1, ending=Ending.TIMEOUT) == Decision(
+        False, 0.0, "not-retryable")
     assert decide(off, "upstream-timeout", 1).retry  # a Reasoner-reported upstream-timeout still is
     assert off.max_attempts_for("upstream-timeout", timeout=True) == 1
 
@@ -194,7 +196,7 @@ def test_property_decision_invariants(code: str, attempt: int, elapsed: float, t
     p = policy(RetryConfig(deadline_s=deadline),
                backoff=BackoffConfig(strategy=strategy))  # type: ignore[arg-type]
     d = p.decide(code, attempt, elapsed, 0.0, np.random.default_rng(seed), retry_after, 0.0,
-                 timeout)
+                 Ending.TIMEOUT if timeout else Ending.FAILURE)
     assert d.reason in REASONS
     assert d.retry == (d.reason == "retry")
     if not d.retry:

@@ -60,6 +60,25 @@ def upstream_url(text: str) -> str:
     return text.rstrip("/")
 
 
+def grpc_upstream(text: str) -> tuple[str, bool]:
+    """``grpc://HOST:PORT`` (or bare ``HOST:PORT``, plaintext) or ``grpcs://HOST:PORT`` (TLS):
+    (address, secure)."""
+    secure, rest = False, text
+    for prefix, tls in (("grpcs://", True), ("grpc://", False)):
+        if text.startswith(prefix):
+            secure, rest = tls, text[len(prefix):]
+    rest = rest.rstrip("/")
+    parts = urlsplit(f"//{rest}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None or "/" in rest:
+        raise argparse.ArgumentTypeError(
+            f"expected grpc://HOST:PORT or grpcs://HOST:PORT, got {text!r}")
+    return rest, secure
+
+
 def outage_spec(text: str) -> Any:
     """``START_S:DURATION_S[:uplink|downlink|both]``."""
     from sim.scenario import OutageConfig
@@ -107,6 +126,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     opt(p, "--start-file PATH", "second 0 of the outage schedule is the 't0' (unix time) of "
                                 "this JSON file once it appears (a load run's "
                                 "ledger/clock.json); no outage before that")
+    opt(p, "--grpc-listen HOST:PORT", "also proxy the A2A gRPC binding on this address (port 0: "
+        "any free port, printed); needs --grpc-upstream", listen_addr)
+    opt(p, "--grpc-upstream URL", "the Reasoner's gRPC address: grpc://HOST:PORT, or "
+        "grpcs://HOST:PORT for TLS (verified with --ca / --client-cert)", grpc_upstream)
     LOG_LEVEL.add(p, default="warning")
     add_server_tls(p)
     add_client_tls(p, "connecting to --upstream")
@@ -141,7 +164,14 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     up = urlsplit(args.upstream)
     if port and (up.hostname, up.port) == (host, port):
         raise FlagError("--listen and --upstream are the same address")
+    if (args.grpc_listen is None) != (args.grpc_upstream is None):
+        raise FlagError("--grpc-listen and --grpc-upstream go together")
+    if args.grpc_listen is not None and args.grpc_listen[1] and args.grpc_listen == (host, port):
+        raise FlagError("--listen and --grpc-listen are the same address")
+    g_up, g_secure = args.grpc_upstream or ("", False)
     return ChaosSettings(host=host, port=port, upstream=args.upstream, cfg=cfg,
+                         grpc_listen=args.grpc_listen, grpc_upstream=g_up,
+                         grpc_upstream_secure=g_secure,
                          ledger=Path(args.ledger) if args.ledger else None,
                          start_at_unix=args.start_at,
                          start_file=args.start_file, log_level=args.log_level,
@@ -150,7 +180,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
 @one_line_errors(PROG, FlagError)
 def cmd_chaos(args: argparse.Namespace) -> int:
-    """L7 chaos proxy for JSON-RPC HTTP/SSE and WebSocket
+    """L7 chaos proxy for JSON-RPC HTTP/SSE, HTTP+JSON, WebSocket and gRPC
 
     Proxy a Reasoner, injecting the scenario's [network] faults at the message level: duplicated
     requests, reordered and delayed stream events, mid-stream drops, refuse / black-hole outages.

@@ -57,8 +57,12 @@ class Gate:
     """Public listener -> app pipe, with refuse / black-hole outages."""
 
     def __init__(self, host: str, port: int, app_host: str, app_port: int, cfg: ChaosConfig,
-                 ledger: ChaosLedger, t0: float):
+                 ledger: ChaosLedger, t0: float, binding: str = "tcp",
+                 schedule_lines: bool = True):
         self.host, self.port = host, port
+        # the ledger's binding of this gate's lines; the proxy's second gate (in front of its
+        # gRPC server) leaves the outage-start/-end lines to the first one
+        self.binding, self.schedule_lines = binding, schedule_lines
         self.app_host, self.app_port = app_host, app_port
         self.cfg, self.ledger, self.t0 = cfg, ledger, t0
         self.server: asyncio.Server | None = None
@@ -109,13 +113,13 @@ class Gate:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Hold (black-hole window) or pipe one caller connection."""
         if self.cfg.outage_at(self.now_s(), "uplink", "reset") is not None:
-            self.ledger.record("reset", binding="tcp", what="connection")
+            self.ledger.record("reset", binding=self.binding, what="connection")
             reset(writer)
             return
         o = self.cfg.outage_at(self.now_s(), "uplink", "blackhole")
         if o is not None:  # packets vanish: held, unanswered, until the caller gives up
             self.held.add(writer)
-            self.ledger.record("blackhole", binding="tcp", what="connection")
+            self.ledger.record("blackhole", binding=self.binding, what="connection")
             try:
                 async with asyncio.timeout(self.cfg.max_hold_s):
                     while await reader.read(BUF):
@@ -176,15 +180,17 @@ class Gate:
                 self.stop_listening()
             if kind in ("reasoner-down", "reset"):
                 n = self.reset_all()
-            self.ledger.record("outage-start", binding="tcp", mode=kind,
-                               direction=o.direction, start_s=start, duration_s=o.duration_s)
+            if self.schedule_lines:
+                self.ledger.record("outage-start", binding="tcp", mode=kind,
+                                   direction=o.direction, start_s=start, duration_s=o.duration_s)
             if n is not None:
                 self.ledger.record("refused" if kind == "reasoner-down" else "reset",
-                                   binding="tcp", connections=n)
+                                   binding=self.binding, connections=n)
             await asyncio.sleep(max(0.0, end - self.now_s()))
             if kind == "reasoner-down":
                 await self._reopen()
-            self.ledger.record("outage-end", binding="tcp", mode=kind, direction=o.direction)
+            if self.schedule_lines:
+                self.ledger.record("outage-end", binding="tcp", mode=kind, direction=o.direction)
 
     async def _reopen(self) -> None:
         """Listen again on the same port (retrying briefly if the kernel still holds it)."""

@@ -41,6 +41,10 @@ class ChaosSettings:
     log_level: str = "warning"
     tls: ServerTls = field(default_factory=ServerTls)  # what the proxy serves
     upstream_tls: ClientTls = field(default_factory=ClientTls)  # how it verifies the upstream
+    # the gRPC side (--grpc-listen / --grpc-upstream): None = HTTP only
+    grpc_listen: tuple[str, int] | None = None
+    grpc_upstream: str = ""  # host:port
+    grpc_upstream_secure: bool = False
 
 
 class NoiseFilter(logging.Filter):
@@ -69,7 +73,7 @@ def _clock_start(start_at_unix: float | None) -> float:
 START_FILE_POLL_S = 0.05
 
 
-async def _outages_from_file(path: str, gate: Gate, proxy: ChaosProxy) -> None:
+async def _outages_from_file(path: str, gates: list[Gate], proxy: ChaosProxy) -> None:
     """Wait for ``path`` (JSON with ``t0``), start the schedule's clock there, run outages."""
     while True:
         try:
@@ -77,8 +81,31 @@ async def _outages_from_file(path: str, gate: Gate, proxy: ChaosProxy) -> None:
             break
         except (OSError, ValueError, KeyError, TypeError):  # not there yet or half-written
             await asyncio.sleep(START_FILE_POLL_S)
-    gate.t0 = proxy.t0 = _clock_start(t0_unix)
-    await gate.run_outages()
+    proxy.t0 = _clock_start(t0_unix)
+    for gate in gates:
+        gate.t0 = proxy.t0
+    await asyncio.gather(*(gate.run_outages() for gate in gates))
+
+
+async def _start_grpc(s: ChaosSettings, proxy: ChaosProxy, ledger: ChaosLedger,
+                      t0: float) -> tuple[Any, Any, Gate]:
+    """The gRPC side: its server on a private port behind a TCP gate of its own on
+    ``--grpc-listen`` (a reset / reasoner-down outage resets its HTTP/2 connections)."""
+    from .grpc_proxy import GrpcChaos, start_grpc
+
+    assert s.grpc_listen is not None
+    chaos = GrpcChaos(proxy, s.grpc_upstream, s.grpc_upstream_secure, s.upstream_tls)
+    server, app_port = await start_grpc(chaos, 0, s.tls)
+    host, port = s.grpc_listen
+    gate = Gate(host, port, "127.0.0.1", app_port, s.cfg, ledger, t0, binding="grpc",
+                schedule_lines=False)
+    try:
+        await gate.start()
+    except OSError:
+        await server.stop(0)
+        await chaos.close()
+        raise
+    return server, chaos, gate
 
 
 async def serve(s: ChaosSettings) -> int:
@@ -102,24 +129,39 @@ async def serve(s: ChaosSettings) -> int:
         if task.done():
             return 1
         await asyncio.sleep(0.01)
+    gates, grpc_server, grpc_chaos = [gate], None, None
+    where = f"{s.host}:{s.port}"
     try:
+        if s.grpc_listen is not None:  # first: the HTTP port accepting means both are ready
+            where = "{}:{}".format(*s.grpc_listen)
+            grpc_server, grpc_chaos, grpc_gate = await _start_grpc(s, proxy, ledger, t0)
+            gates.append(grpc_gate)
+        where = f"{s.host}:{s.port}"
         await gate.start()
     except OSError as e:
-        print(f"rtalab chaos: error: cannot listen on {s.host}:{s.port}: {e.strerror or e}",
+        print(f"rtalab chaos: error: cannot listen on {where}: {e.strerror or e}",
               file=sys.stderr, flush=True)
         server.should_exit = True
         await task
         return 2
     print(f"chaos proxy on {s.tls.scheme}://{s.host}:{gate.port} -> {s.upstream} "
           f"(ledger {s.ledger or 'off'})", flush=True)
-    outages = asyncio.create_task(_outages_from_file(s.start_file, gate, proxy) if s.start_file
-                                  else gate.run_outages())
+    if len(gates) > 1:
+        print(f"chaos proxy on {'grpcs' if s.tls.enabled else 'grpc'}://{s.grpc_listen[0]}:"
+              f"{gates[1].port} -> {s.grpc_upstream}", flush=True)
+    outages = asyncio.ensure_future(
+        _outages_from_file(s.start_file, gates, proxy) if s.start_file
+        else asyncio.gather(*(g.run_outages() for g in gates)))
     try:
         await task
     finally:
         outages.cancel()
-        gate.stop_listening()
-        gate.reset_all()
+        for g in gates:
+            g.stop_listening()
+            g.reset_all()
+        if grpc_server is not None:
+            await grpc_server.stop(0)
+            await grpc_chaos.close()
         ledger.close()
     return 0
 

@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from sim.policy.codes import RETRYABLE_CODES
+from sim.shared.vocab import AttemptOutcome as A
 
 CoverageStatus = Literal["exercised", "not exercised", "not observable"]
 CLASSES = {
@@ -206,7 +207,7 @@ def coverage(a: pd.DataFrame, chaos: pd.DataFrame | None, witness: bool, restart
         _exercise("resend-across-restart", int(across.sum()),
                   f"{len(restarts)} restarts" if witness else no_w, witness),
     ]
-    done = real[real["outcome"].isin(("completed", "input-required"))]  # executed or replayed
+    done = real[real["outcome"].isin((A.COMPLETED, A.INPUT_REQUIRED))]  # executed or replayed
     calls_per_id = done.groupby("turn_id")["call_id"].nunique()
     shared = calls_per_id.index[calls_per_id.to_numpy() > 1]
     se_turns = done.loc[done["side_effect"].fillna(False).astype(bool)

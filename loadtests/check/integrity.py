@@ -36,10 +36,11 @@ from loadtests.check.verdict import (
     RuleResult,
     examples_of,
 )
+from sim.shared.vocab import AttemptOutcome as A
 
 INTEGRITY = "run integrity"
 AVAILABILITY_MIN = 0.9  # default availability gate: share of judged turns that completed
-ANSWERED = ("completed", "failed", "input-required", "cancelled")
+ANSWERED = (A.COMPLETED, A.FAILED, A.INPUT_REQUIRED, A.CANCELLED)
 HTTP_ANSWERED = (200, 101)  # statuses the Reasoner counts (a refused request is not a turn)
 
 

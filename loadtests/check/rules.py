@@ -32,14 +32,16 @@ from loadtests.check.verdict import (
     per_1k,
 )
 from sim.policy.codes import RETRYABLE_CODES
+from sim.shared.vocab import AttemptOutcome as A
+from sim.shared.vocab import EndReason, TurnOutcome
 
 TURN_COLS = ["call_id", "turn_index"]
-SUCCESS_OUTCOMES = ("completed",)
-END_OF_RUN = "end-of-run"  # turns.end_reason of a turn cut by the end of the load run
+SUCCESS_OUTCOMES = (A.COMPLETED,)
+END_OF_RUN = EndReason.END_OF_RUN  # turns.end_reason of a turn cut by the end of the load run
 # attempt outcomes that end without a terminal state from the server: judged as timeouts
-NO_ANSWER = ("timeout", "response-lost", "unfinished", "total-timeout")
-FAILURE_OUTCOMES = ("failed", "timeout", "total-timeout", "response-lost")
-NOT_FAILED = ("completed", "input-required", "cancelled")
+NO_ANSWER = (A.TIMEOUT, A.RESPONSE_LOST, A.UNFINISHED, A.TOTAL_TIMEOUT)
+FAILURE_OUTCOMES = (A.FAILED, A.TIMEOUT, A.TOTAL_TIMEOUT, A.RESPONSE_LOST)
+NOT_FAILED = (A.COMPLETED, A.INPUT_REQUIRED, A.CANCELLED)
 # attempts.side_effect_reported values by which the server told the caller that the side effect
 # ran or may have run (rta/sideEffect, docs/reasoner.md): such a turn is not a ghost
 SIDE_EFFECT_TOLD = ("rolled-forward", "unknown")
@@ -145,7 +147,7 @@ def prepare(led: Ledgers) -> Prepared:
         np.logical_or.at(se, tk, _truthy(t["side_effect"]).to_numpy())
         told[tk] = t["told_caller"].fillna("none").to_numpy()
         outcome[tk] = t["outcome"].to_numpy()
-        cut = t["outcome"].eq("unfinished") & t["end_reason"].eq(END_OF_RUN)
+        cut = t["outcome"].eq(TurnOutcome.UNFINISHED) & t["end_reason"].eq(END_OF_RUN)
         end_of_run[tk[cut.to_numpy()]] = True
     else:
         real = a[~a["inj"]]
@@ -333,7 +335,7 @@ def rule_incomplete(p: Prepared, interrupted: bool = False) -> RuleResult:
     lost ledger row) — fails.
     """
     out = p.turns["outcome"].to_numpy()
-    open_ = pd.isna(out) | (out == "unfinished")
+    open_ = pd.isna(out) | (out == A.UNFINISHED)
     cut = indeterminate_turns(p, interrupted)
     bad = np.flatnonzero(open_ & ~cut)
     return _violation("incomplete", len(bad), _labels(p, bad),
@@ -348,7 +350,7 @@ def indeterminate_turns(p: Prepared, interrupted: bool = False) -> np.ndarray:
     cut = p.turns["end_of_run"].to_numpy()
     if interrupted:
         out = p.turns["outcome"].to_numpy()
-        cut = cut | pd.isna(out) | (out == "unfinished")
+        cut = cut | pd.isna(out) | (out == A.UNFINISHED)
     return cut
 
 
@@ -632,7 +634,7 @@ def indeterminate(p: Prepared, restarts: list[float], interrupted: bool = False
         return out
     a = p.a
     # completed as far as the caller knows: a real (not client-injected) attempt completed
-    done = set(a.loc[~a["inj"] & a["outcome"].isin((*SUCCESS_OUTCOMES, "input-required")),
+    done = set(a.loc[~a["inj"] & a["outcome"].isin((*SUCCESS_OUTCOMES, A.INPUT_REQUIRED)),
                      "request_guid"].dropna())
     main = a.sort_values("inj", kind="stable").drop_duplicates("request_guid")
     main = main.set_index("request_guid")
@@ -646,7 +648,7 @@ def indeterminate(p: Prepared, restarts: list[float], interrupted: bool = False
     at_restart = np.zeros(len(att), dtype=bool)
     for r in restarts:
         at_restart |= (send <= r) & (r <= end)
-    cls = np.where(att["outcome"].eq("unfinished").to_numpy()
+    cls = np.where(att["outcome"].eq(A.UNFINISHED).to_numpy()
                    | cut[att["tkey"].to_numpy(dtype=np.int64)], "cut-off-by-stop",
                    np.where(at_restart, "in-flight-at-restart",
                             np.where(told == "failure", "ghost-success", "slow-success")))

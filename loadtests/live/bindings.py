@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sim.shared.vocab import BindingName as B
+
 COMPAT = {"both": ("sse", "ws")}  # names kept for earlier command lines
 ALL = "all"
 
@@ -83,10 +85,10 @@ class Binding:
 
 
 REGISTRY: dict[str, Binding] = {b.name: b for b in (
-    Binding("sse", "loadtests.live.sse", "JSON-RPC over HTTP with SSE"),
-    Binding("rest", "loadtests.live.rest", "HTTP+JSON (REST) with SSE"),
-    Binding("grpc", "loadtests.live.grpc_channel", "gRPC", requires=("grpc",)),
-    Binding("ws", "loadtests.live.ws", "JSON-RPC over WebSocket", requires=("websockets",)),
+    Binding(B.SSE, "loadtests.live.sse", "JSON-RPC over HTTP with SSE"),
+    Binding(B.REST, "loadtests.live.rest", "HTTP+JSON (REST) with SSE"),
+    Binding(B.GRPC, "loadtests.live.grpc_channel", "gRPC", requires=("grpc",)),
+    Binding(B.WS, "loadtests.live.ws", "JSON-RPC over WebSocket", requires=("websockets",)),
 )}
 
 

@@ -1,7 +1,10 @@
 """One call of the Live layer: its turns, each turn's attempts, retries and injected faults.
 
 This is the Locust counterpart of :mod:`sim.model.live` and follows its rules
-(read its docstring): the same :class:`sim.policy.RetryPolicy`, retry budget
+(read its docstring): both drive the one sans-IO turn machine
+(:class:`sim.policy.turn.TurnMachine`: ids, continuation, barge-in, budget calls, the retry
+decision, every ending) — this module from the call's greenlet and the channel of its
+binding; the same :class:`sim.policy.RetryPolicy`, retry budget
 (:func:`sim.policy.make_budget`, one per Live instance = Locust process) and
 :class:`sim.policy.Escalation` (one per call) make every decision; turn counts,
 think times, side-effect and handoff draws, caller answers and handoff
@@ -44,22 +47,30 @@ import math
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import gevent
 import gevent.event
 import numpy as np
 
+from loadtests.live.config import HARD_TIMEOUT_S, HOLD_S, LoadSettings
 from loadtests.live.playback import Playback
 from loadtests.live.wire import TIMING_COLUMNS, Event, Ids, parse_event, streaming_request
 from sim.model.rand import sampler
-from sim.policy import Ending, Escalation, RetryBudget, RetryPolicy, ending_of, make_budget
-from sim.policy.codes import ErrorCode, is_retryable
+from sim.policy import RetryBudget, RetryPolicy, make_budget
+from sim.policy.codes import ErrorCode
+from sim.policy.turn import AWAIT_CALLER, END, WAIT, Action, CallMachine, TurnMachine, TurnRules
 from sim.scenario import Scenario
+from sim.shared.vocab import AttemptOutcome as A
+from sim.shared.vocab import CallEndReason, Told, TurnOutcome
 
 UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
-_TOLD = {"completed": "success", "failed": "failure"}  # what the caller was told, by outcome
+# what the caller was told, by turn outcome
+_TOLD = {TurnOutcome.COMPLETED: Told.SUCCESS, TurnOutcome.FAILED: Told.FAILURE}
+_END_STATES = {"TASK_STATE_COMPLETED": A.COMPLETED, "TASK_STATE_INPUT_REQUIRED": A.INPUT_REQUIRED,
+               "TASK_STATE_CANCELED": A.CANCELLED}  # any other end state: failed
+_TIMEOUTS = (A.TIMEOUT, A.TOTAL_TIMEOUT, A.RESPONSE_LOST)
 NAN = float("nan")
 TEXT = "what is my balance"
 UNIFORM_BLOCK = 64  # share draws per numpy call (Call._uniform)
@@ -160,12 +171,18 @@ class LiveOptions:
     """Per-run options of the Live users that are not in the scenario."""
 
     ext_uri: str
-    token: str | None = None
     reorder: bool = True  # False: test-only negative control (play in arrival order)
-    hold_s: float = 0.25  # reorder buffer: how long a gap is waited for
+    hold_s: float = HOLD_S  # reorder buffer: how long a gap is waited for
     unsafe_test_retry_codes: tuple[str, ...] = ()  # test-only: retry these non-retryable codes
     force_error_codes: tuple[str, ...] = ()  # --test-hooks runs: turn i forces code i % n
-    hard_timeout_s: float = 120.0  # safety bound of one attempt when no Live timer applies
+    hard_timeout_s: float = HARD_TIMEOUT_S  # safety bound of one attempt without a Live timer
+
+    @classmethod
+    def of(cls, s: LoadSettings) -> LiveOptions:
+        """The Live users' options of a load run's settings (their defaults are the same)."""
+        return cls(ext_uri=s.ext_uri, reorder=s.reorder, hold_s=s.hold_s,
+                   unsafe_test_retry_codes=s.unsafe_test_retry_codes,
+                   force_error_codes=s.force_error_codes, hard_timeout_s=s.hard_timeout_s)
 
 
 class UnsafeTestRetryPolicy(RetryPolicy):
@@ -213,31 +230,27 @@ def _id(prefix: str) -> str:
     return f"{prefix}-{_BASE}{next(_COUNTER):x}"
 
 
-@dataclass(slots=True)
-class _Turn:
-    index: int
-    interaction_id: str
-    turn_id: str
-    side_effect: bool
-    handoff: bool
-    start_s: float
-    force_error: str | None
-    phase: str = "initial"
-    phase_start_s: float = 0.0
-    phase_attempts: int = 0
-    attempts: int = 0
-    first_sends: int = 0
-    task_id: str | None = None
-    input_task_id: str | None = None
-    handoff_wait_s: float = 0.0
-    guid: str | None = None
-    barge_in_s: float | None = None
-    next_seq: float | None = None  # where the task's sequenceIds go on (continuation)
-    retry_after_timeout: bool = False  # the pending retry was granted after a timeout
-    side_sent: bool = False  # a request of this turn was sent with sideEffect: true
-    input_required: bool = False  # the server answered the first phase INPUT_REQUIRED
-    sends: dict[str, int] = field(default_factory=dict)  # requestGuid -> times sent
-    last_row: dict[str, Any] | None = None  # the attempt row of the turn's latest attempt
+class _Turn(TurnMachine):
+    """One turn: the sans-IO :class:`sim.policy.turn.TurnMachine` (ids, policy, endings) plus
+    what the wire needs.  Its clock is ``time.time()``; the rules' ``t0`` gives the budget the
+    run's clock."""
+
+    __slots__ = ("barge_in_s", "force_error", "index", "input_required", "interaction_id",
+                 "last_row", "next_seq", "sends", "side_sent")
+
+    def __init__(self, rules: TurnRules, index: int, interaction_id: str, turn_id: str,
+                 side_effect: bool, handoff: bool, start_s: float,
+                 force_error: str | None) -> None:
+        super().__init__(rules, start_s, side_effect, handoff, turn_id)
+        self.index = index
+        self.interaction_id = interaction_id
+        self.force_error = force_error
+        self.barge_in_s: float | None = None
+        self.next_seq: float | None = None  # where the task's sequenceIds go on (continuation)
+        self.side_sent = False  # a request of this turn was sent with sideEffect: true
+        self.input_required = False  # the server answered the first phase INPUT_REQUIRED
+        self.sends: dict[str, int] = {}  # requestGuid -> times sent
+        self.last_row: dict[str, Any] | None = None  # the attempt row of the latest attempt
 
 
 @dataclass(slots=True)
@@ -270,18 +283,20 @@ class Call:
         self.stats = stats or (lambda kind, name, ms, ok: None)
         self.spawn = spawn
         wl, live = scenario.workload, scenario.live
-        self.turns_planned = max(1, math.ceil(sampler(wl.turns_per_call, rng)()))
+        self.progress = CallMachine(max(1, math.ceil(sampler(wl.turns_per_call, rng)())),
+                                    live.escalation)
+        self.turns_planned = self.progress.turns_planned
         self.think = sampler(wl.think_time_s, rng)
         self.caller_response = sampler(wl.caller_response_time_s, rng)
         self.barge_after = sampler(scenario.load.barge_in_after_s, rng)
         self.resend_delay = sampler(scenario.load.resend_delay_s, rng)
         self.context_id: str | None = _id("ctx") if live.client_context_id else None
         self.contexts_seen: set[str] = set()
-        self.escalation = Escalation(live.escalation)
+        self.rules = TurnRules(live, instance.policy, instance.budget, rng, self._new_guid,
+                               self._new_turn_id, instance.t0, opts.unsafe_test_retry_codes)
         self.active = True
         self.degraded = False
         self.negotiated = False
-        self.turns_started = 0
         self.copies: list[gevent.Greenlet] = []
         self._uniforms: list[float] = []  # share draws of ``rng``, a block at a time
         self._open_attempt: dict[str, Any] | None = None
@@ -289,6 +304,10 @@ class Call:
         self.turn_ids_minted = 0
         self.per_call_turn_ids = scenario.load.turn_ids == "per_call"
         self.arrival_s = time.time()
+
+    @staticmethod
+    def _new_guid() -> str:
+        return _id("g")
 
     def _new_turn_id(self) -> str:
         """A new turnId: globally unique, or ``t-1``, ``t-2``, ... per call (``load.turn_ids``)."""
@@ -312,23 +331,20 @@ class Call:
 
     def run(self) -> None:
         """Play the whole call; a kill (end of run) records what was open as ``unfinished``."""
-        end_reason = "end-of-run"
+        end_reason = CallEndReason.END_OF_RUN
         try:
             self._negotiate()
-            while self.turns_started < self.turns_planned:
-                outcome = self._play_turn()
-                if self.escalation.record_turn(outcome == "failed"):
-                    end_reason = "escalated"
+            while True:
+                _, end = self.progress.turn_ended(self._play_turn())
+                if end is not None:
+                    end_reason = end
                     break
-                if self.turns_started < self.turns_planned:
-                    think = self.think()
-                    if think > 0:  # no think time: go on without a trip through the hub
-                        gevent.sleep(think)
-            else:
-                end_reason = "all-turns-done"
+                think = self.think()
+                if think > 0:  # no think time: go on without a trip through the hub
+                    gevent.sleep(think)
         except gevent.GreenletExit:
             self._flush_unfinished()
-            end_reason = "end-of-run"
+            end_reason = CallEndReason.END_OF_RUN
             raise
         finally:
             gevent.joinall(self.copies, timeout=self.opts.hard_timeout_s)
@@ -337,8 +353,9 @@ class Call:
                 "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
                 "call_id": self.call_id, "live_instance": self.inst.index,
                 "arrival_s": self.arrival_s,
-                "end_s": time.time() if end_reason != "end-of-run" else None,
-                "turns_planned": self.turns_planned, "turns_started": self.turns_started,
+                "end_s": time.time() if end_reason != CallEndReason.END_OF_RUN else None,
+                "turns_planned": self.turns_planned,
+                "turns_started": self.progress.turns_started,
                 "end_reason": end_reason, "degraded": self.degraded,
                 "context_ids": sorted(self.contexts_seen)})
 
@@ -358,174 +375,109 @@ class Call:
         self.active = False
         self.degraded = True
 
-    def _play_turn(self) -> str:
+    def _play_turn(self) -> TurnOutcome:
         wl = self.sc.workload
-        i = self.turns_started
-        self.turns_started += 1
+        i = self.progress.turns_started
+        self.progress.turns_started += 1
         codes = self.opts.force_error_codes
         u_side, u_handoff = self._uniform(), self._uniform()
-        t = _Turn(i, f"{self.call_id}.{i}", self._new_turn_id(), u_side < wl.side_effect_share,
-                  u_handoff < wl.handoff_share, time.time(),
+        t = _Turn(self.rules, i, f"{self.call_id}.{i}", self._new_turn_id(),
+                  u_side < wl.side_effect_share, u_handoff < wl.handoff_share, time.time(),
                   codes[i % len(codes)] if codes else None)
         if self.sc.load.barge_in_share > 0 and self._uniform() < self.sc.load.barge_in_share:
             t.barge_in_s = self.barge_after()
         self._turn = t
-        t.phase_start_s = t.start_s
-        outcome, reason, code, end_s, first_chunk_s = self._run_phase(t)
-        if outcome == "input-required":
+        action, end_s, first_chunk_s = self._run_phase(t, t.send(t.start_s))
+        if action == AWAIT_CALLER:
             t.input_required = True
-            wait = self.caller_response()
-            limit = self.sc.live.timeouts.handoff_s
-            if 0.0 < limit < wait:
-                t.handoff_wait_s = limit
-                gevent.sleep(limit)
-                outcome, reason, code, end_s = "abandoned", "handoff-timeout", None, time.time()
+            gone = t.caller_wait(self.caller_response(), self.sc.live.timeouts.handoff_s)
+            gevent.sleep(t.handoff_wait_s)
+            if gone:
+                end_s = time.time()
+                t.caller_gone(end_s)
             else:
-                t.handoff_wait_s = wait
-                gevent.sleep(wait)
-                t.phase, t.phase_attempts, t.phase_start_s = "continuation", 0, time.time()
-                outcome, reason, code, end_s, first_chunk_s = self._run_phase(t)
-        self._end_turn(t, outcome, reason, code, end_s, first_chunk_s)
-        return outcome
+                _, end_s, first_chunk_s = self._run_phase(t, t.caller_answered(time.time()))
+        t.first_chunk_s = first_chunk_s
+        self._end_turn(t, end_s)
+        return t.outcome  # type: ignore[return-value]
 
-    def _end_turn(self, t: _Turn, outcome: str, reason: str, code: str | None, end_s: float,
-                  first_chunk_s: float) -> None:
-        base = t.start_s + t.handoff_wait_s
-        ttfc = completion = NAN
-        if outcome == "completed":
-            completion = end_s - base
-            if not math.isnan(first_chunk_s):
-                ttfc = first_chunk_s - base
-                self.stats("TTFC", self.ch.binding, ttfc * 1000.0, True)
-        self.stats("TURN", self.ch.binding, (end_s - t.start_s) * 1000.0, outcome == "completed")
-        told = _TOLD.get(outcome, "none")
+    def _end_turn(self, t: _Turn, end_s: float) -> None:
+        ttfc, _ = t.timings(end_s)
+        if not math.isnan(ttfc):
+            self.stats("TTFC", self.ch.binding, ttfc * 1000.0, True)
+        self.stats("TURN", self.ch.binding, (end_s - t.start_s) * 1000.0,
+                   t.outcome == TurnOutcome.COMPLETED)
+        self._write_turn(t, end_s)
+
+    def _write_turn(self, t: _Turn, end_s: float | None) -> None:
+        """The turn's ledger row, once: ended at ``end_s``, or unfinished (None)."""
+        ttfc, completion = t.timings(NAN if end_s is None else end_s)
         self.sink.turn({
             "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
             "call_id": self.call_id, "turn_index": t.index, "interaction_id": t.interaction_id,
             "turn_id": t.turn_id, "live_instance": self.inst.index,
             "side_effect": t.side_sent, "side_effect_planned": t.side_effect,
             "handoff": t.handoff, "input_required": t.input_required, "start_s": t.start_s,
-            "end_s": end_s, "outcome": outcome, "end_reason": reason, "error_code": code,
+            "end_s": end_s, "outcome": t.outcome, "end_reason": t.reason, "error_code": t.code,
             "attempts": t.attempts, "retries": t.attempts - t.first_sends,
             "ttfc_s": None if math.isnan(ttfc) else ttfc,
             "completion_s": None if math.isnan(completion) else completion,
             "handoff_wait_s": t.handoff_wait_s,
-            "told_caller": told, "forced_error": t.force_error,
-            **_timing_of(t.last_row)})
+            "told_caller": _TOLD.get(t.outcome, Told.NONE),  # type: ignore[call-overload]
+            "forced_error": t.force_error,
+            **(_NO_TIMING if end_s is None else _timing_of(t.last_row))})
         self._turn = None
 
     def _flush_unfinished(self) -> None:
         """Record the attempt and turn still open when the run was stopped."""
         row = self._open_attempt
         if row is not None:
-            row["outcome"] = "unfinished"
+            row["outcome"] = A.UNFINISHED
             self.sink.attempt(row)
             self._open_attempt = None
         t = self._turn
         if t is not None:
-            self.sink.turn({
-                "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
-                "call_id": self.call_id, "turn_index": t.index,
-                "interaction_id": t.interaction_id, "turn_id": t.turn_id,
-                "live_instance": self.inst.index, "side_effect": t.side_sent,
-                "side_effect_planned": t.side_effect, "handoff": t.handoff,
-                "input_required": t.input_required, "start_s": t.start_s, "end_s": None,
-                "outcome": "unfinished", "end_reason": "end-of-run", "error_code": None,
-                "attempts": t.attempts, "retries": t.attempts - t.first_sends, "ttfc_s": None,
-                "completion_s": None, "handoff_wait_s": t.handoff_wait_s, "told_caller": "none",
-                "forced_error": t.force_error, **_NO_TIMING})
-            self._turn = None
+            t.stop(time.time())  # a retry waiting in its backoff is dropped
+            self._write_turn(t, None)
 
     # ------------------------------------------------------------------ one phase
 
-    def _run_phase(self, t: _Turn) -> tuple[str, str, str | None, float, float]:
-        """Attempts of one phase until an end: (outcome, end reason, code, end_s, first chunk)."""
-        inst = self.inst
-        retry = self.sc.live.retry
-        delay_before = 0.0
-        renew = False
-        while True:
-            first = t.phase_attempts == 0
-            now = time.time()
-            if inst.budget is not None:
-                if first and not inst.budget.allow_first(inst.now(), self.rng):
-                    return "failed", "budget", None, now, NAN
-                inst.budget.on_attempt(inst.now(), not first)
-            t.phase_attempts += 1
-            t.attempts += 1
-            if first:
-                t.first_sends += 1
-            if first or retry.new_request_guid or t.guid is None:
-                t.guid = _id("g")
-            if not first and renew:
-                t.task_id = None  # errors.md §4: a retry after FAILED is a new task
-                if retry.new_turn_id:
-                    t.turn_id = self._new_turn_id()
-            if t.phase == "continuation" and first:
-                t.task_id = t.input_task_id
-            res = self._attempt(t, delay_before)
-            self._attempt_ended(t, res, inst.now())
-            if res.outcome == "completed":
-                return "completed", "completed", None, res.end_s, res.first_chunk_s
-            if res.outcome == "cancelled":
-                return "cancelled", "barge-in", None, res.end_s, res.first_chunk_s
-            if res.outcome == "input-required":
-                t.input_task_id = t.task_id
-                return "input-required", "", None, res.end_s, NAN
-            code = res.code or UPSTREAM_TIMEOUT
-            lost = res.outcome == "response-lost"
-            d = inst.policy.decide(code, t.phase_attempts, res.end_s - t.phase_start_s,
-                                   inst.now(), self.rng, res.retry_after_ms, delay_before,
-                                   res.timeout, lost)
-            self._last_row["decision"] = d.reason
-            self._commit_attempt()
-            if not d.retry:
-                return "failed", d.reason, code, res.end_s, NAN
-            self._retry_granted(t, res)
-            renew = res.outcome == "failed"
-            delay_before = d.delay_s
-            if d.delay_s > 0:
+    def _run_phase(self, t: _Turn, action: Action) -> tuple[Action, float, float]:
+        """Attempts of one phase, from the machine's answer to its first send, until the
+        phase ends: (END or AWAIT_CALLER, end_s, first playable chunk)."""
+        while action != END:
+            res = self._attempt(t, t.delay_s)
+            action = t.attempt_ended(res.end_s, res.outcome, res.code, res.retry_after_ms)
+            if t.decision is not None:  # a failed attempt: its row waits for the decision
+                self._last_row["decision"] = t.decision
+                self._commit_attempt()
+            if t.cancel and t.task_id:  # cancel_on_timeout: CancelTask for the abandoned attempt
+                self.ch.cancel(_id("r"), t.task_id, self.active)  # type: ignore[arg-type]
+            if action == AWAIT_CALLER:
+                return action, res.end_s, NAN
+            if action != WAIT:
+                return action, res.end_s, res.first_chunk_s if t.decision is None else NAN
+            if t.delay_s > 0:
                 try:
-                    gevent.sleep(d.delay_s)
+                    gevent.sleep(t.delay_s)
                 except BaseException:  # the user is stopped in the backoff: retry dropped
-                    self._retry_dropped(t, inst.now())
+                    t.stop(time.time())
                     raise
-
-    def _attempt_ended(self, t: _Turn, res: _Result, now: float) -> None:
-        """Tell the budget how the attempt ended: the simulator's one call path
-        (``end_attempt`` with ``ending_of``; sim/model/live.py ``_budget_end``)."""
-        budget = self.inst.budget
-        if budget is None:
-            return
-        code = res.code or UPSTREAM_TIMEOUT
-        retryable = is_retryable(code) or code in self.opts.unsafe_test_retry_codes
-        budget.end_attempt(now, ending_of(res.outcome, code, retryable), t.phase_attempts > 1,
-                           t.retry_after_timeout)
-
-    @staticmethod
-    def _retry_granted(t: _Turn, res: _Result) -> None:
-        """A retry of ``res``'s attempt was granted: was it after a timeout (the AWS quota's
-        timeout cost; a lost response is not one)?"""
-        t.retry_after_timeout = res.timeout and res.outcome != "response-lost"
-
-    def _retry_dropped(self, t: _Turn, now: float) -> None:
-        """A granted retry is dropped before it was sent."""
-        if self.inst.budget is not None:
-            self.inst.budget.end_attempt(now, Ending.DROPPED, True, t.retry_after_timeout)
+            action = t.retry_due(time.time())
+        return action, time.time(), NAN
 
     # ------------------------------------------------------------------ one attempt
 
     def _attempt(self, t: _Turn, delay_before: float) -> _Result:
         """Send one request of turn ``t``, read it to its end (or a timer), record it."""
-        ids = Ids(_id("m"), t.guid or _id("g"), t.turn_id, t.interaction_id, self.context_id,
-                  t.task_id)
+        ids = Ids(_id("m"), t.guid, t.turn_id, t.interaction_id, self.context_id,  # type: ignore[arg-type]
+                  t.task_id)  # type: ignore[arg-type]
         extra = {"test.forceError": t.force_error} if t.force_error else None
-        wants_input = t.handoff and t.phase == "initial"
-        side = t.side_effect and not wants_input
+        side = t.side_effect and not t.wants_input
         t.side_sent = t.side_sent or side
         rpc_id = _id("r")
         body = streaming_request(rpc_id, ids, self.opts.ext_uri, self.active, text=TEXT,
-                                 side_effect=side, handoff=wants_input, extra_meta=extra)
+                                 side_effect=side, handoff=t.wants_input, extra_meta=extra)
         row = self._attempt_row(t, ids, "", side, delay_before)
         self._open_attempt = row
         load = self.sc.load
@@ -538,7 +490,7 @@ class Call:
             self._spawn_copy(t, ids, body, "concurrent", side, sent=sent)
             if sent is not None:
                 sent.wait(timeout=COPY_FIRST_WAIT_S)
-        if t.phase == "continuation" and ids.task_id and load.continuation_duplicate_share > 0 and (
+        if t.phase and ids.task_id and load.continuation_duplicate_share > 0 and (
                 self._uniform() < load.continuation_duplicate_share):
             dup_ids = Ids(_id("m"), _id("g"), ids.turn_id, ids.interaction_id, ids.context_id,
                           ids.task_id)
@@ -549,7 +501,7 @@ class Call:
             self._spawn_copy(t, dup_ids, dup_body, "continuation-dup", side, dup_rpc)
         res = self._exchange(t, ids, rpc_id, body, row, main=True)
         self._last_row = t.last_row = row
-        if res.outcome in ("completed", "input-required", "cancelled"):
+        if res.outcome not in _TIMEOUTS and res.outcome != A.FAILED:  # no decision to wait for
             self._commit_attempt()
         if load.resend_share > 0 and self._uniform() < load.resend_share:
             self._spawn_copy(t, ids, body, "resend", side)
@@ -566,13 +518,13 @@ class Call:
         return {
             "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
             "call_id": self.call_id, "turn_index": t.index, "interaction_id": t.interaction_id,
-            "turn_id": ids.turn_id, "task_id": ids.task_id, "phase": t.phase,
+            "turn_id": ids.turn_id, "task_id": ids.task_id, "phase": t.phase_name,
             "attempt": t.phase_attempts, "request_guid": ids.request_guid,
             "context_id": ids.context_id, "context_id_learned": None, "task_id_answered": None,
             "injected": injected,
             "side_effect": side, "handoff": t.handoff, "live_instance": self.inst.index,
             "delay_before_s": delay_before, "send_s": time.time(), "first_response_s": None,
-            "first_chunk_s": None, "end_s": None, "outcome": "unfinished", "state": None,
+            "first_chunk_s": None, "end_s": None, "outcome": A.UNFINISHED, "state": None,
             "error_code": None, "retry_after_ms": None, "decision": None,
             "echo": False, "events": 0, "events_without_seq": 0, "order_violations": 0,
             "http_status": None, "server_worker": None, "active": self.active,
@@ -595,7 +547,7 @@ class Call:
                     gevent.sleep(delay)
                 self._exchange(t, ids, rpc_id, body, row, main=False, sent=sent)
             except gevent.GreenletExit:
-                row["outcome"] = "unfinished"
+                row["outcome"] = A.UNFINISHED
             finally:
                 if sent is not None:
                     sent.set()  # never keep the original waiting for a copy that failed
@@ -612,7 +564,7 @@ class Call:
         total_deadline = send_s + to.turn_total_s if to.turn_total_s > 0 else math.inf
         hard_deadline = send_s + self.opts.hard_timeout_s
         pb = Playback(self.opts.reorder, self.opts.hold_s,
-                      t.next_seq if t.phase == "continuation" else None)
+                      t.next_seq if t.phase else None)
         copy_no = t.sends.get(ids.request_guid, 0)
         t.sends[ids.request_guid] = copy_no + 1
         key = f"{ids.request_guid}#{copy_no}"
@@ -620,7 +572,7 @@ class Call:
         barge_at = math.inf
         end_ev: Event | None = None
         failure: str | None = None
-        outcome = "response-lost"
+        outcome = A.RESPONSE_LOST
         ex: Exchange | None = None
         deadline: _Deadline | None = None
         ev_rows: list[dict[str, Any]] = []
@@ -653,7 +605,7 @@ class Call:
                     frame = next_frame()
                     now = _time()
                     if frame is None:
-                        outcome = "response-lost"
+                        outcome = A.RESPONSE_LOST
                         failure = "stream ended without an end state"
                         break
                     ev = _parse(frame, ext_uri)
@@ -702,18 +654,18 @@ class Call:
             except _Expired:
                 now = time.time()
                 if barge_at <= now:
-                    outcome = "cancelled"
+                    outcome = A.CANCELLED
                     if t.task_id:  # the answer says whether the side effect ran
                         row["side_effect_reported"] = self.ch.cancel(_id("r"), t.task_id,
                                                                      self.active)
                 elif not got_output and resp_deadline <= now:
-                    outcome, failure = "timeout", "turn-response timeout"
+                    outcome, failure = A.TIMEOUT, "turn-response timeout"
                 elif total_deadline <= now:
-                    outcome, failure = "total-timeout", "turn total timeout"
+                    outcome, failure = A.TOTAL_TIMEOUT, "turn total timeout"
                 else:
-                    outcome, failure = "timeout", "hard timeout"
+                    outcome, failure = A.TIMEOUT, "hard timeout"
             except StreamBroken as e:
-                outcome, failure = "response-lost", str(e)
+                outcome, failure = A.RESPONSE_LOST, str(e)
         finally:
             row["events"] += n_events
             row["events_without_seq"] += n_without_seq
@@ -724,31 +676,25 @@ class Call:
         end_s = time.time()
         for n, idx in pb.finish(end_s):
             seq_rows[n]["played_index"] = idx
-        if main and t.phase == "initial" and math.isfinite(pb.last_played):
+        if main and not t.phase and math.isfinite(pb.last_played):
             t.next_seq = pb.last_played + 1
         res = _Result(outcome, end_s, first_chunk_s=pb.first_chunk_s,
-                      timeout=outcome in ("timeout", "total-timeout", "response-lost"))
+                      timeout=outcome in _TIMEOUTS)
         if end_ev is not None:
             if end_ev.timing:
                 row.update(end_ev.timing)
             res.state = end_ev.state
             st = end_ev.state
             row["side_effect_reported"] = end_ev.side_effect
-            if st == "TASK_STATE_COMPLETED":
-                res.outcome = "completed"
-            elif st == "TASK_STATE_INPUT_REQUIRED":
-                res.outcome = "input-required"
-            elif st == "TASK_STATE_CANCELED":
-                res.outcome = "cancelled"
-            else:
-                res.outcome = "failed"
+            res.outcome = _END_STATES.get(st, A.FAILED)  # type: ignore[arg-type]
+            if res.outcome == A.FAILED:
                 res.code = end_ev.error_code or "internal"
                 res.retry_after_ms = end_ev.retry_after_ms
             res.timeout = False
         if res.timeout:
             res.code = UPSTREAM_TIMEOUT
         row["end_s"], row["outcome"], row["state"] = end_s, res.outcome, res.state
-        row["error_code"] = res.code if res.outcome == "failed" or res.timeout else None
+        row["error_code"] = res.code if res.outcome == A.FAILED or res.timeout else None
         row["retry_after_ms"] = res.retry_after_ms
         row["first_chunk_s"] = None if math.isnan(pb.first_chunk_s) else pb.first_chunk_s
         row["order_violations"] = pb.order_violations

@@ -17,6 +17,9 @@ from loadtests.live.wire import DEFAULT_EXT_URI
 
 ENV = "RTALAB_LOAD_SETTINGS"
 WORKER_DIR_ENV = "RTALAB_LOAD_WORKER_DIR"  # a remote worker's own run folder (rtalab load worker)
+# the Live users' defaults, once (LoadSettings and loadtests.live.call.LiveOptions)
+HARD_TIMEOUT_S = 60.0  # safety bound of one attempt when no Live timer applies
+HOLD_S = 0.25  # reorder buffer: how long a gap is waited for
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,10 @@ class LoadSettings:
     token: str | None = None
     tokens: tuple[str, ...] = field(default_factory=tuple)  # >1: calls alternate principals
     reorder: bool = True
-    hold_s: float = 0.25
+    hold_s: float = HOLD_S
     unsafe_test_retry_codes: tuple[str, ...] = field(default_factory=tuple)
     force_error_codes: tuple[str, ...] = field(default_factory=tuple)
-    hard_timeout_s: float = 60.0
+    hard_timeout_s: float = HARD_TIMEOUT_S
     grpc_target: str = ""  # the gRPC address the target's agent card advertises (host:port)
     grpc_secure: bool = False  # TLS on it (the run's target is https)
 

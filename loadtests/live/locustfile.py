@@ -53,11 +53,7 @@ class Process:
         self.s = settings
         self.scenario = load_scenario(settings.scenario_path)
         self.bindings = settings.bindings
-        self.opts = LiveOptions(ext_uri=settings.ext_uri, token=settings.token,
-                                reorder=settings.reorder, hold_s=settings.hold_s,
-                                unsafe_test_retry_codes=settings.unsafe_test_retry_codes,
-                                force_error_codes=settings.force_error_codes,
-                                hard_timeout_s=settings.hard_timeout_s)
+        self.opts = LiveOptions.of(settings)
         self.calls = Group()
         self.ledger: Ledger | None = None
         self.instance: Instance | None = None

@@ -57,6 +57,11 @@ from loadtests.common.tls import ClientTls, ServerTls
 from loadtests.live.config import ENV, LoadSettings
 from sim.scenario import Scenario
 from sim.shared.results import collect_meta, finish_run, new_run_dir, start_run, write_json
+from sim.shared.vocab import TIMEOUT_OUTCOMES
+from sim.shared.vocab import AttemptOutcome as A
+
+# attempts the server answered with an end state
+ANSWERED = (A.COMPLETED, A.FAILED, A.INPUT_REQUIRED, A.CANCELLED)
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "live" / "locustfile.py"
 TOKEN = "rtalab-load-token"
@@ -115,6 +120,7 @@ class Stack:
     reasoner_args: dict[str, Any] = field(default_factory=dict)
     server_tls: ServerTls = field(default_factory=ServerTls)  # what the embedded servers serve
     client_tls: ClientTls = field(default_factory=ClientTls)  # how this run's clients verify
+    grpc_proxy: str = ""  # host:port of the chaos proxy's gRPC side (with --chaos on gRPC)
 
     def stop(self) -> None:
         """Stop everything still running."""
@@ -214,22 +220,37 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
         raise
     target = st.reasoner.url
     if use_chaos(opts):  # `rtalab chaos --listen ADDR --upstream URL --scenario FILE`
-        target = start_proxy(st, target, run_dir, scenario_path)
+        target = start_proxy(st, target, run_dir, scenario_path, grpc_on(opts))
     return st, target, st.witness.url
 
 
-def start_proxy(st: Stack, upstream: str, run_dir: Path, scenario_path: Path) -> str:
+def grpc_on(opts: RunOptions) -> bool:
+    """True when the run's bindings include gRPC."""
+    return "grpc" in opts.binding.split(",")
+
+
+def start_proxy(st: Stack, upstream: str, run_dir: Path, scenario_path: Path,
+                grpc: bool = False) -> str:
     """The chaos proxy (``rtalab chaos --upstream URL --scenario FILE``) in front of
-    ``upstream`` (the embedded Reasoner or a --target); its URL."""
+    ``upstream`` (the embedded Reasoner or a --target); its URL.  With ``grpc`` it proxies
+    the gRPC interface ``upstream``'s agent card advertises too (``--grpc-listen`` /
+    ``--grpc-upstream``; its address in ``st.grpc_proxy``)."""
     if not _chaos_available():
         raise RunError("--chaos needs the chaos proxy (loadtests.chaos), not in this build")
     from loadtests.chaos.procs import start_chaos
+    from loadtests.common.procs import free_port
 
     (run_dir / "logs").mkdir(exist_ok=True)
+    extra = ["--start-file", str(run_dir / "ledger" / "clock.json")]
+    if grpc:
+        at, secure = grpc_target(f"{upstream.rstrip('/')}/.well-known/agent-card.json",
+                                 st.client_tls)
+        st.grpc_proxy = f"127.0.0.1:{free_port()}"
+        extra += ["--grpc-listen", st.grpc_proxy,
+                  "--grpc-upstream", f"{'grpcs' if secure else 'grpc'}://{at}"]
     proxy = start_chaos(upstream, ledger=run_dir / "ledger" / "chaos.jsonl",
                         scenario=scenario_path, log_path=run_dir / "logs" / "chaos.log",
-                        extra_args=["--start-file", str(run_dir / "ledger" / "clock.json")],
-                        server_tls=st.server_tls, client_tls=st.client_tls)
+                        extra_args=extra, server_tls=st.server_tls, client_tls=st.client_tls)
     st.procs.append(proxy)
     return proxy.url
 
@@ -594,8 +615,7 @@ def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: i
 
     led = run_dir / "ledger"
     attempts = read_jsonl(led / "attempts.jsonl")
-    ended = [a for a in attempts if a.get("outcome") in ("completed", "failed", "input-required",
-                                                          "cancelled")]
+    ended = [a for a in attempts if a.get("outcome") in ANSWERED]
     se_guids = {a["request_guid"] for a in attempts
                 if a.get("side_effect") and a.get("outcome") == "completed"}
     # a side effect may also have run for a request the caller saw fail: the tool outlived
@@ -604,7 +624,7 @@ def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: i
     maybe = {a["request_guid"] for a in attempts
              if a.get("side_effect") and a["request_guid"] not in se_guids
              and (a.get("error_code") == "upstream-timeout"
-                  or a.get("outcome") in ("timeout", "total-timeout", "response-lost"))}
+                  or a.get("outcome") in TIMEOUT_OUTCOMES)}
     out: dict[str, Any] = {"comparable": comparable, "attempts": len(attempts),
                            "attempts_answered": len(ended),
                            "completed_side_effect_request_guids": len(se_guids),
@@ -668,16 +688,19 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             target, token, tokens = opts.target.rstrip("/"), opts.token, opts.tokens
             if use_chaos(opts):  # the proxy serves plain HTTP; it verifies the --target
                 st = Stack(client_tls=tls)
-                target = start_proxy(st, target, run_dir, scenario_path)
+                target = start_proxy(st, target, run_dir, scenario_path, grpc_on(opts))
         witness_since = witness_position(witness_url, tls) if witness_url else 0
-        # gRPC goes to the address the server's card advertises (never through the chaos
-        # proxy, an HTTP/1 L7 proxy: docs/chaos.md says what that means)
+        # gRPC goes to the address the server's card advertises, or (--chaos) to the chaos
+        # proxy's gRPC side in front of it (docs/chaos.md: what an L7 fault means there)
         card_base = st.reasoner.url if st is not None and st.reasoner else (
             opts.target or target).rstrip("/")
         grpc_at, grpc_tls = grpc_target(f"{card_base}/.well-known/agent-card.json", tls) \
-            if "grpc" in opts.binding.split(",") else ("", False)
+            if grpc_on(opts) else ("", False)
         if grpc_at:
             meta["grpc_target"] = f"{'grpcs' if grpc_tls else 'grpc'}://{grpc_at}"
+        if grpc_at and st is not None and st.grpc_proxy:  # the users dial the proxy
+            meta["grpc_proxy"] = st.grpc_proxy
+            grpc_at, grpc_tls = st.grpc_proxy, st.server_tls.enabled
         settings = LoadSettings(
             run_dir=str(run_dir), run_id=uuid.uuid4().hex[:8], scenario_path=str(scenario_path),
             binding=opts.binding, duration_s=duration, drain_s=drain, processes=opts.processes,

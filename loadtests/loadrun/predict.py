@@ -109,6 +109,21 @@ class CpuWatch:
         return best
 
 
+def client_void(cpu_share: float, limit: float | None = None) -> bool:
+    """Whether a prediction is void: the busiest Locust process used more than ``limit``
+    (default :data:`sim.calibrate.validate.CLIENT_CPU_VOID`) of one core, so its timings
+    are its own queueing; an unknown share (no sample, a calibration run given) is not."""
+    from sim.calibrate.validate import CLIENT_CPU_VOID
+
+    lim = CLIENT_CPU_VOID if limit is None else limit
+    return math.isfinite(cpu_share) and cpu_share > lim
+
+
+def offered_utilisation_at(rate: float, rate_a: float, offered_util_a: float) -> float:
+    """The model's offered utilisation at ``rate`` calls/s: linear in the rate, from A's."""
+    return offered_util_a * rate / rate_a if rate_a > 0 else math.nan
+
+
 def _num(x: float) -> str:
     """A figure for the report ("–" when undefined, e.g. no capacity identified)."""
     return f"{x:.2f}" if x == x and math.isfinite(x) else "– (capacity not identified)"
@@ -125,6 +140,32 @@ def rate_b_for(predict_rate: float | None, predict_utilisation: float, rate_a: f
         return rate_a * predict_utilisation / offered_util_a, None
     return FALLBACK_FACTOR * rate_a, (f"capacity not identified (no turn waited): B = "
                                       f"{FALLBACK_FACTOR:g} x A instead of --predict-utilisation")
+
+
+def peak_spec(text: str) -> tuple[str, float]:
+    """``--peak``: ``1.5x`` (a factor of the observed / calibration rate) or ``RATE`` (calls/s)."""
+    from sim.shared.argtypes import checked
+
+    factor = text.strip().lower().endswith("x")
+    value = checked(text.strip()[:-1] if factor else text, float, "not a number: {text!r}",
+                    lambda v: math.isfinite(v) and v > 0, "must be a number > 0, got {text}")
+    return ("factor" if factor else "rate", value)
+
+
+def peak_rate(args: argparse.Namespace, base: Any, cal: Any) -> tuple[float, str]:
+    """(B, a note): the ``--peak`` rate, a factor of A's call rate (the observed one with
+    ``--from``) or calls/s."""
+    from sim.calibrate import ObservationError
+
+    kind, value = args.peak
+    if kind == "rate":
+        return value, f"B = the peak: {value:g} calls/s (--peak)"
+    if args.source and not math.isfinite(cal.figures.get("turns_per_s", math.nan)):
+        raise ObservationError("the telemetry has no rate (a single scrape): give --peak as "
+                               "calls/s, or scrape a window")
+    a = float(base.workload.calls_per_s)
+    seen = "observed" if args.source else "calibration"
+    return value * a, f"B = the peak: {value:g} x the {seen} {a:.3g} calls/s (--peak)"
 
 
 def _say(quiet: bool, t0: float, text: str) -> None:
@@ -219,34 +260,27 @@ def _simulate(sc: Any, reps: int, run_dir: Path) -> list[pd.DataFrame]:
     return [g for _, g in turns.groupby("replication", sort=True)]
 
 
-def run_predict(args: argparse.Namespace) -> int:
-    """Carry out the steps of the module docstring; 0 when the comparison was written."""
-    from sim.calibrate import calibrate, combine, from_run_dir, write
-    from sim.calibrate.cli import describe
-    from sim.calibrate.output import jsonable
-    from sim.calibrate.validate import (
-        CLIENT_CPU_VOID,
-        accuracy_note,
-        bootstrap,
-        cdf_png,
-        compare,
-        html_section,
-        one_run_json,
-        one_run_rows,
-        rows_json,
-        short_table_lines,
-        table_lines,
-        turn_metrics,
-    )
-    from sim.scenario import load_scenario
-    from sim.shared import results
+def _from_telemetry(args: argparse.Namespace, sc: Any, say: Any) -> tuple[str, float, Any, Any]:
+    """Steps 1-2 from the deployment's telemetry (``--from``): no load run A; the observed
+    call rate (turns/s over SCENARIO's turns per call) is A."""
+    from sim.calibrate import calibrate
+    from sim.calibrate.cli import observed_base, telemetry_observations
 
-    t0 = time.monotonic()
-    sc = load_scenario(args.scenario, list(args.set))
-    chaos = args.outage > 0 if args.chaos is None else args.chaos
-    folder = results.new_run_dir(Path(args.out), "predict", scenario_name=sc.name,
-                                 seed=args.seed)
-    say = lambda text: _say(args.quiet, t0, text)  # noqa: E731
+    kind, target = args.source
+    say(f"1/5 telemetry: {kind}:{target} ...")
+    obs = telemetry_observations(args)
+    base = observed_base(obs, sc)
+    say("2/5 calibrating from telemetry ...")
+    return f"{kind}:{target}", math.nan, base, calibrate(obs, base)
+
+
+def _from_load_run(args: argparse.Namespace, sc: Any, folder: Path, chaos: bool,
+                   say: Any) -> tuple[Path, float, Any, Any, Path | None]:
+    """Steps 1-2 from load run A (run here, or ``--calibration-run``), with the probe when
+    A does not identify the capacity."""
+    from sim.calibrate import calibrate, combine, from_run_dir
+    from sim.scenario import load_scenario
+
     if args.calibration_run:
         run_a, cpu_a = Path(args.calibration_run), math.nan
         say(f"1/5 calibration run given: {run_a}")
@@ -271,6 +305,42 @@ def run_predict(args: argparse.Namespace) -> int:
         if workers:  # the utilisation at A, not over A and the probe's steps together
             cal.figures["utilisation"] = (len(obs_a.attempts) / obs_a.duration_s
                                           * cal.figures["mean_service_s"] / workers[0])
+    return run_a, cpu_a, base, cal, probe_dir
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """Carry out the steps of the module docstring; 0 when the comparison was written."""
+    from sim.calibrate import write
+    from sim.calibrate.cli import describe
+    from sim.calibrate.output import jsonable
+    from sim.calibrate.validate import (
+        METRICS,
+        accuracy_note,
+        bootstrap,
+        cdf_png,
+        compare,
+        html_section,
+        one_run_json,
+        one_run_rows,
+        rows_json,
+        short_table_lines,
+        table_lines,
+        turn_metrics,
+    )
+    from sim.scenario import load_scenario
+    from sim.shared import results
+
+    t0 = time.monotonic()
+    sc = load_scenario(args.scenario, list(args.set))
+    chaos = args.outage > 0 if args.chaos is None else args.chaos
+    folder = results.new_run_dir(Path(args.out), "predict", scenario_name=sc.name,
+                                 seed=args.seed)
+    say = lambda text: _say(args.quiet, t0, text)  # noqa: E731
+    probe_dir = None
+    if args.source:
+        run_a, cpu_a, base, cal = _from_telemetry(args, sc, say)
+    else:
+        run_a, cpu_a, base, cal, probe_dir = _from_load_run(args, sc, folder, chaos, say)
     paths = write(cal, folder / "calibrated.toml")
     calibrated = load_scenario(paths["toml"])
     # B is derived from the model's offered utilisation at A (calls/s x turns/call x the
@@ -284,10 +354,13 @@ def run_predict(args: argparse.Namespace) -> int:
     say(("    " if capacity["identified"] else "    WARNING: ") + capacity["text"])
     rate_b, note = rate_b_for(args.predict_rate, args.predict_utilisation,
                               base.workload.calls_per_s, util_a)
+    if args.peak:
+        rate_b, note = peak_rate(args, base, cal)
     if note:
         say("    " + note)
     say(f"    B = {rate_b:.3g} calls/s (offered utilisation (model) at A: {util_a:.2f}, at B: "
-        f"{util_a * rate_b / base.workload.calls_per_s:.2f}; A's measured busy share: "
+        f"{offered_utilisation_at(rate_b, base.workload.calls_per_s, util_a):.2f}; A's "
+        f"measured busy share: "
         f"{busy_a:.2f})")
     cases = [("B", {})] + ([(f"B + {args.outage:g}-s outage", _outage(args))]
                            if args.outage > 0 else [])
@@ -298,13 +371,19 @@ def run_predict(args: argparse.Namespace) -> int:
         say(f"{3 + i}/5 {name}: simulating {args.replications} replications ...")
         sim_turns = _simulate(pred_sc, args.replications, folder / f"sim-{tag}")
         predicted = [turn_metrics(t, args.warmup, args.duration) for t in sim_turns]
-        say(f"{3 + i}/5 {name}: load run at {rate_b:.3g} calls/s for {args.duration:g} s ...")
-        real_sc = _window(sc, args, rate_b).with_overrides(extra)
-        run_b, cpu = _load_run(real_sc, args, folder / "runs", chaos)
-        turns_b = pd.read_parquet(run_b / "turns.parquet")
-        measured = turn_metrics(turns_b, args.warmup, args.duration)
-        ci = bootstrap(turns_b, args.warmup, args.duration, seed=args.seed)
-        void = math.isfinite(cpu) and cpu > CLIENT_CPU_VOID
+        if args.measure:
+            say(f"{3 + i}/5 {name}: load run at {rate_b:.3g} calls/s for {args.duration:g} s "
+                "...")
+            real_sc = _window(sc, args, rate_b).with_overrides(extra)
+            run_b, cpu = _load_run(real_sc, args, folder / "runs", chaos)
+            turns_b = pd.read_parquet(run_b / "turns.parquet")
+            measured = turn_metrics(turns_b, args.warmup, args.duration)
+            ci = bootstrap(turns_b, args.warmup, args.duration, seed=args.seed)
+        else:  # --no-measure: the prediction alone (a deployment that cannot be load-tested)
+            run_b, cpu, turns_b = None, math.nan, sim_turns[0].iloc[0:0]
+            measured = dict.fromkeys(METRICS, math.nan)
+            ci = dict.fromkeys(METRICS, (math.nan, math.nan))
+        void = client_void(cpu)
         judged = int((turns_b["start_s"] >= args.warmup).sum())
         rows = compare(predicted, measured, ci, void=void, run_s=args.duration, turns=judged)
         one_run = one_run_rows(rows, predicted)
@@ -312,7 +391,7 @@ def run_predict(args: argparse.Namespace) -> int:
                        & (turns_b["start_s"] >= args.warmup)]["completion_s"].to_numpy()
         sim_comp = [t[(t["outcome"].astype(str) == "completed") & (t["start_s"] >= args.warmup)]
                     ["completion_s"].to_numpy() for t in sim_turns]
-        png = cdf_png(sim_comp, comp, f"{name}: {rate_b:.3g} calls/s")
+        png = cdf_png(sim_comp, comp, f"{name}: {rate_b:.3g} calls/s") if len(comp) else ""
         notes = [f"load run: {run_b}", f"simulation: {folder / f'sim-{tag}'}"]
         report_cases.append({"name": name, "rows": rows, "png": png, "client_cpu": cpu,
                              "void": void, "notes": notes})
@@ -330,7 +409,7 @@ def run_predict(args: argparse.Namespace) -> int:
             report_cases[-1]["notes"].append(note)
             if args.table == "full":
                 say("    " + note)
-        rec = _recovery(extra, sim_turns, turns_b, args) if extra else None
+        rec = _recovery(extra, sim_turns, turns_b, args) if extra and args.measure else None
         if rec is not None:  # the outage case: predicted and measured recovery after it
             out_cases[-1]["recovery"] = jsonable(rec.__dict__)
             report_cases[-1]["notes"].append(rec.sentence())
@@ -344,7 +423,7 @@ def run_predict(args: argparse.Namespace) -> int:
               "measured busy share at A": _num(busy_a),
               "B (calls/s)": f"{rate_b:.3g}",
               "offered utilisation (model) at B": _num(
-                  util_a * rate_b / base.workload.calls_per_s),
+                  offered_utilisation_at(rate_b, base.workload.calls_per_s, util_a)),
               "load generator CPU at A": f"{cpu_a:.0%}" if math.isfinite(cpu_a) else "–",
               "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
                          "(shared: timings are noisy)",
@@ -378,6 +457,8 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab predict``."""
+    from sim.calibrate.cli import add_telemetry_options
+
     add_scenario(p)  # the deployment
     opt(p, "--calibrate-rate CALLS_PER_S", "load A, calls/s", float, 1.0)
     opt(p, "--calibrate-duration S", "seconds of arrivals at A (default: --duration)",
@@ -387,6 +468,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     opt(g, "--predict-rate CALLS_PER_S", "load B, calls/s", float)
     opt(g, "--predict-utilisation U", "load B at offered utilisation (model) U: calls/s x "
         "turns/call x calibrated mean service / workers", float, 0.9)
+    opt(g, "--peak 1.5x|RATE", "load B = the peak to predict: a factor of A's call rate (with "
+        "--from: the observed one) or calls/s", peak_spec)
+    add_telemetry_options(p)
+    opt(p, "--measure", "load-test B on SCENARIO's embedded deployment and compare (default "
+        "on; --no-measure: the prediction alone)", action=argparse.BooleanOptionalAction,
+        default=True)
     opt(p, "--outage S", "also predict B with an S-second outage mid-window (0 = not; "
                          "{default})", non_negative, 10.0)
     DURATION.add(p, default=60.0)
@@ -429,6 +516,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     if args.warmup >= args.duration:
         return usage_error("rtalab: --warmup must be < --duration")
+    if args.source and args.calibration_run:
+        return usage_error("rtalab: --from and --calibration-run: give one of the two")
     if args.calibration_run and not (Path(args.calibration_run) / "ledger").is_dir():
         return usage_error(f"rtalab: --calibration-run {args.calibration_run}: not a load-run "
                            "folder")

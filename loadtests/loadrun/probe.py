@@ -43,11 +43,12 @@ import numpy as np
 
 from loadtests.common.tls import INSECURE_WARNING, ClientTls, add_client_tls, client_tls_from_args
 from sim.shared.argtypes import non_negative, usage_error
+from sim.shared.vocab import AttemptOutcome as A
 
 SATURATED = 0.9  # a step is saturated when it completes less than this share of the offer
 QUEUED = 1.5  # ... and its TTFC p50 is above this times the first step's (a queue built)
 FLAT_GROWTH = 0.05  # ... or when its throughput grew less than this over the previous step
-ANSWERED = ("completed", "input-required", "failed")  # the server answered (worker used)
+ANSWERED = (A.COMPLETED, A.INPUT_REQUIRED, A.FAILED)  # the server answered (worker used)
 STEP_OVERHEAD_S = 6.0  # a step's cost beyond its load (Locust start, tables), first guess
 
 

@@ -30,8 +30,10 @@ import pandas as pd
 from loadtests.loadrun.uncertainty import add_uncertainty
 from sim.shared import schema as S
 from sim.shared.summary import summarize
+from sim.shared.vocab import CallEndReason, EndReason, TurnOutcome
 
-EXTRA_CATEGORIES = {S.OUTCOME: ("cancelled",), S.END_REASON: ("barge-in",)}
+EXTRA_CATEGORIES = {S.OUTCOME: (TurnOutcome.CANCELLED.value,),
+                    S.END_REASON: (EndReason.BARGE_IN.value,)}
 # what only the Reasoner's own per-request records can tell (queue, workers, dedup store,
 # what happened to abandoned work): undefined in a load run, never a misleading 0
 SERVER_ONLY_METRICS = (S.M_LOAD_AMPLIFICATION, S.M_REJECTIONS_PER_TURN, S.M_UTILISATION,
@@ -107,7 +109,8 @@ def build_output(run_dir: Path, duration_s: float, seed: int,
     se_by_turn: dict[str, list[str]] = {}
     for w in witness:
         se_by_turn.setdefault(str(w.get("interactionId")), []).append(str(w.get("requestGuid")))
-    escalated_calls = {c["call_id"] for c in raw_calls if c.get("end_reason") == "escalated"}
+    escalated_calls = {c["call_id"] for c in raw_calls
+                       if c.get("end_reason") == CallEndReason.ESCALATED}
     last_turn: dict[str, int] = {}
     for t in raw_turns:
         last_turn[t["call_id"]] = max(last_turn.get(t["call_id"], -1), int(t["turn_index"]))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -260,19 +261,27 @@ class ReasonerExecutor(AgentExecutor):
         t_queue = time.monotonic()
         timing.intake_s = max(0.0, t_queue - plan.received_s)
         cap = rt.capacity
+        metrics.QUEUED.inc()
         try:
             in_system = await cap.admit()
         except QueueFull:
+            metrics.QUEUED.dec()
             plan.refused = True
             timing.queue_wait_s = time.monotonic() - t_queue
             await emit(self._failure(f, cfg.queue_full_code, "The Reasoner is at capacity."))
             return
         except QueueTimeout:
+            metrics.QUEUED.dec()
             plan.refused = True
             timing.queue_wait_s = time.monotonic() - t_queue
             await emit(self._failure(f, cfg.queue_full_code,
                                      "The request waited too long for the Reasoner."))
             return
+        except BaseException:  # cancelled while waiting
+            metrics.QUEUED.dec()
+            raise
+        metrics.QUEUED.dec()
+        metrics.BUSY.inc()
         t_start = time.monotonic()
         timing.queue_wait_s = t_start - t_queue
         try:
@@ -294,6 +303,7 @@ class ReasonerExecutor(AgentExecutor):
                             else ErrorCode.INTERNAL).value
         finally:
             cap.release()
+            metrics.BUSY.dec()
             timing.service_s = time.monotonic() - t_start
         if plan.store_error is not None:  # nothing ran: the claims are released, not stored
             plan.refused = True
@@ -364,11 +374,17 @@ class ReasonerExecutor(AgentExecutor):
         worker was freed (``t_free``): deadlines, so event-loop lag does not accumulate."""
         cfg, f = self.rt.cfg, emit.factory
         first_due = t_free + cfg.first_chunk_s.sample(self.rt.rng)
+        last = math.nan
         for i in range(cfg.chunks):
             wait = first_due + i * cfg.chunk_interval_s - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
             if i == 0 and emit.timing is not None:
                 emit.timing.first_chunk_delay_s = time.monotonic() - t_free
+            now = time.monotonic()
+            if i > 0:
+                metrics.CHUNK_GAP_SECONDS.observe(now - last)
+            last = now
+            metrics.CHUNKS.inc()
             await emit(f.chunk(i, cfg.chunks, f"Spoken chunk {i + 1} of {cfg.chunks}."))
         await emit(f.completed())

@@ -46,6 +46,17 @@ SIDE_EFFECTS = Counter("rta_reasoner_side_effects_total",
                        "unrecorded (not started: the store could not record its start)",
                        ["result"])
 IN_FLIGHT = Gauge("rta_reasoner_in_flight", "Turns executing now", multiprocess_mode="livesum")
+# the capacity's state (calibration from a scrape, docs/calibration.md "From telemetry"): a
+# scrape that finds turns waiting finds every worker busy, so busy there is the capacity
+BUSY = Gauge("rta_reasoner_workers_busy", "Reasoning workers held by a turn now",
+             multiprocess_mode="livesum")
+QUEUED = Gauge("rta_reasoner_queued", "Turns waiting for a reasoning worker now",
+               multiprocess_mode="livesum")
+CHUNKS = Counter("rta_reasoner_chunks_total", "Spoken chunks sent")
+CHUNK_GAP_SECONDS = Histogram("rta_reasoner_chunk_interval_seconds",
+                              "Gap between consecutive spoken chunks of a turn",
+                              buckets=(0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                       0.3, 0.5, 0.75, 1.0, 2.0))
 TURN_SECONDS = Histogram("rta_reasoner_turn_seconds",
                          "Request received to end of its stream (terminal or INPUT_REQUIRED)",
                          ["outcome"], buckets=_LATENCY_BUCKETS)
@@ -54,7 +65,12 @@ FIRST_EVENT_SECONDS = Histogram("rta_reasoner_first_output_seconds",
                                 buckets=_LATENCY_BUCKETS)
 # the per-turn timings of docs/reasoner.md: executor.Timing attribute -> histogram, one
 # observation per execution
-TIMING_SECONDS = {attr: Histogram(name, doc, buckets=_LATENCY_BUCKETS) for attr, name, doc in (
+# finer below 0.1 s than the turn's: calibration fits laws to these buckets (an interval-censored
+# fit needs several buckets where the values are; docs/calibration.md "From telemetry")
+_TIMING_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06,
+                   0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
+                   20.0, 60.0)
+TIMING_SECONDS = {attr: Histogram(name, doc, buckets=_TIMING_BUCKETS) for attr, name, doc in (
     ("intake_s", "rta_reasoner_intake_seconds",
      "Request received to queue entry (parsing, sessions, dedup store)"),
     ("queue_wait_s", "rta_reasoner_queue_wait_seconds",

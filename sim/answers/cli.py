@@ -524,16 +524,21 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
     add_junit_argument(p)
 
 
-def _storm_arguments(p: argparse.ArgumentParser) -> None:
-    add_scenario(p)
-    repeatable(p, "--strategies A,B,...", "strategies to run (default: all this build has)")
-    opt(p, "--replications R", "replications per strategy (default: run.replications)",
-        positive_int)
+def _recovery_arguments(p: argparse.ArgumentParser) -> None:
+    """What "recovered" means (sim.recovery.Detector), shared by storm and metastability."""
     opt(p, "--fraction", "recovered = goodput >= this share of offered load", float, 0.9)
     opt(p, "--hold S", "... within S seconds after the trigger ends", float, 60.0)
     opt(p, "--window S", "sliding window of the rates ({default} s)", float, 10.0)
     opt(p, "--noise-z Z", "Poisson noise allowance in standard errors (sim.recovery; {default})",
         float, 3.0)
+
+
+def _storm_arguments(p: argparse.ArgumentParser) -> None:
+    add_scenario(p)
+    repeatable(p, "--strategies A,B,...", "strategies to run (default: all this build has)")
+    opt(p, "--replications R", "replications per strategy (default: run.replications)",
+        positive_int)
+    _recovery_arguments(p)
     _common_arguments(p)
 
 
@@ -554,11 +559,7 @@ def _metastability_arguments(p: argparse.ArgumentParser) -> None:
         float, 0.3)
     flag(p, "--full-grid", "simulate every cell (no fast-model guidance)")
     flag(p, "--no-hitting", "skip the CTMC hitting times per load")
-    opt(p, "--fraction", "recovered = goodput >= this share of offered load", float, 0.9)
-    opt(p, "--hold S", "... within S seconds after the trigger ends", float, 60.0)
-    opt(p, "--window S", "sliding window of the rates ({default} s)", float, 10.0)
-    opt(p, "--noise-z Z", "Poisson noise allowance in standard errors (sim.recovery; {default})",
-        float, 3.0)
+    _recovery_arguments(p)
     _common_arguments(p)
 
 

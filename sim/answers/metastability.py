@@ -63,6 +63,7 @@ from sim.answers.storm import (
 from sim.scenario import Scenario
 from sim.shared import schema as S
 from sim.shared.stats import wilson
+from sim.shared.vocab import AttemptOutcome as A
 from sim.sweep import POINTS_DIR, point_dir_name, run_points
 
 KINDS = ("length", "depth")
@@ -299,7 +300,7 @@ def work_shares(run_dir: Path, trigger: tuple[float, float], horizon_s: float,
         busy = np.clip(hi - lo, 0.0, None)
         total = float(busy.sum())
         outcome = m[S.OUTCOME].astype(str).to_numpy()
-        answered = np.isin(outcome, ("completed", "input-required"))
+        answered = np.isin(outcome, (A.COMPLETED.value, A.INPUT_REQUIRED.value))
         att_end = m[S.END_S].to_numpy(dtype=float)
         dup_net = m["network_duplicate"].to_numpy(dtype=bool)
         stale = dup_net | (~answered & (np.nan_to_num(att_end, nan=np.inf)

@@ -9,11 +9,57 @@ from typing import Any
 
 from sim.calibrate.estimate import CLIPPED
 
+SOURCES = ("prometheus",)  # otlp:FILE is not built yet (issue 28 point 4, open)
+
+
+def telemetry_source(text: str) -> tuple[str, str]:
+    """``prometheus:URL_OR_FILE`` -> (kind, target)."""
+    kind, sep, target = text.partition(":")
+    if not sep or kind not in SOURCES or not target:
+        raise argparse.ArgumentTypeError(
+            f"expected prometheus:URL_OR_FILE, got {text!r}")
+    return kind, target
+
+
+def add_telemetry_options(p: argparse.ArgumentParser) -> None:
+    """--from, --window, --every, --map, --save (calibrate and predict: the same options)."""
+    from sim.shared.argtypes import non_negative, opt
+
+    opt(p, "--from SOURCE", "calibrate from telemetry: prometheus:URL_OR_FILE (a /metrics URL "
+        "scraped over --window, or a file of text exposition)", telemetry_source, dest="source")
+    opt(p, "--window S", "prometheus URL: seconds to scrape over", non_negative, 60.0)
+    opt(p, "--every S", "prometheus URL: seconds between scrapes", non_negative, 5.0)
+    opt(p, "--map FILE.toml", "metric names of a server with its own ([metrics] role = name; "
+        "docs/calibration.md)", dest="mapping")
+    opt(p, "--save FILE", "prometheus URL: write the scrapes (timestamped exposition) here")
+
+
+def telemetry_observations(args: argparse.Namespace, say: Any = None) -> Any:
+    """The observations of ``--from`` (raises ObservationError, one line)."""
+    from sim.calibrate.observations import ObservationError
+    from sim.calibrate.telemetry import from_prometheus
+
+    _, target = args.source
+    if target.startswith(("http://", "https://")) and not args.every > 0:
+        raise ObservationError("--every must be > 0")
+    return from_prometheus(target, args.window, args.every, args.mapping, save=args.save,
+                           say=say)
+
+
+def observed_base(obs: Any, base: Any) -> Any:
+    """The client's scenario with the observed call rate (telemetry's turns/s over the
+    scenario's turns per call), when the observations have one."""
+    if base is None or not math.isfinite(obs.turns_per_s) or obs.turns_per_s <= 0:
+        return base
+    return base.with_overrides({"workload.calls_per_s": round(
+        obs.turns_per_s / float(base.workload.turns_per_call.mean), 6)})
+
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     from sim.shared.argtypes import NO_PLOTS, add_quiet, opt
 
-    opt(p, "runs RUN_DIR", "load-run folders", Path, nargs="+")
+    opt(p, "runs RUN_DIR", "load-run folders", Path, nargs="*")
+    add_telemetry_options(p)
     opt(p, "--out FILE.toml", "the calibrated scenario (next to it: .calibration.json, .qq.png)",
         Path, required=True)
     opt(p, "--base SCENARIO", "client settings ([workload], [live], [run], [load]) from this "
@@ -58,6 +104,12 @@ def describe(cal: Any) -> list[str]:
         if CLIPPED in v.quality:  # a statistical artefact, said where it is read
             lines.append(f"    NOTE {v.quality[v.quality.index(CLIPPED):]}")
     f = cal.figures
+    if f.get("turns_per_s") is not None and math.isfinite(f["turns_per_s"]):
+        r, t = f["turns_per_s"], f.get("duration_s") or math.nan
+        half = 1.96 * math.sqrt(r * t) / t if t > 0 else math.nan  # Poisson, normal approx.
+        lines.append(f"  observed turn rate: {r:.3g} turns/s [{r - half:.3g}, {r + half:.3g}] "
+                     f"(95 %, Poisson, over {t:.0f} s; calls/s = that / the base scenario's "
+                     "turns per call)")
     lines += utilisation_lines(f)
     if cal.unidentified:
         lines.append("  not identified (defaults): " + ", ".join(k for k, _ in cal.unidentified))
@@ -65,9 +117,10 @@ def describe(cal: Any) -> list[str]:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    """fit a scenario to load runs of a real deployment
+    """fit a scenario to load runs or telemetry of a real deployment
 
-    Fit the deployment's scenario keys ([reasoner], [network]) to one or more load-run folders:
+    Fit the deployment's scenario keys ([reasoner], [network]) to one or more load-run folders
+    or to the deployment's telemetry (--from prometheus:URL_OR_FILE):
     distributions by maximum likelihood (lognormal, gamma, Weibull, empirical; AIC, KS distance),
     network / queueing / service apart, capacity, error rates. Writes a commented TOML, a JSON of
     every figure and QQ plots (docs/calibration.md).
@@ -76,15 +129,21 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from sim.scenario import load_scenario
     from sim.shared.argtypes import UsageError
 
+    if bool(args.runs) == bool(args.source):
+        raise UsageError("calibrate: give load-run folders or --from SOURCE (one of the two)")
     for r in args.runs:
         if not r.is_dir():
             raise UsageError(f"calibrate: {r} is not a folder")
+    say = None if args.quiet else print
     try:
-        obs = combine([from_run_dir(r) for r in args.runs])
+        obs = (combine([from_run_dir(r) for r in args.runs]) if args.runs
+               else telemetry_observations(args, say))
     except ObservationError as e:
         raise UsageError(f"calibrate: {e}") from None
-    base_ref = args.base or args.runs[0] / "scenario.toml"
-    base = load_scenario(base_ref) if (args.base or Path(base_ref).exists()) else None
+    base_ref = args.base or (args.runs[0] / "scenario.toml" if args.runs else None)
+    base = load_scenario(base_ref) if (args.base or (base_ref and Path(base_ref).exists())) \
+        else None
+    base = observed_base(obs, base)
     cal = calibrate(obs, base)
     try:
         paths = write(cal, args.out, plots=not args.no_plots)

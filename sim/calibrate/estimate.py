@@ -76,6 +76,7 @@ class Calibration:
     figures: dict[str, Any]
     method: str  # "server-timings", "server-histograms" or "client-only"
     base: Scenario = field(default_factory=Scenario)
+    network_from_base: bool = False  # server telemetry only: [network] is the base's
 
     def value(self, key: str) -> Any:
         """The calibrated value of ``key`` (KeyError if not identified)."""
@@ -89,7 +90,8 @@ class Calibration:
         sections at the simulator's defaults with every identified key set."""
         data = to_plain(self.base)
         data["reasoner"] = to_plain(ReasonerConfig())
-        data["network"] = to_plain(Scenario().network)
+        data["network"] = to_plain(self.base.network if self.network_from_base
+                                   else Scenario().network)
         for v in self.values:
             node = data
             *path, last = v.key.split(".")
@@ -211,7 +213,7 @@ def calibrate(obs: Observations, base: Scenario | None = None, seed: int = 0) ->
     unident: list[tuple[str, str]] = []
     fits: dict[str, Fit] = {}
     fig: dict[str, Any] = {"attempts": len(a), "duration_s": obs.duration_s,
-                           "source": obs.source}
+                           "source": obs.source, "turns_per_s": obs.turns_per_s}
     send, first, chunk, _end = (a[c].to_numpy() for c in ("send_s", "first_response_s",
                                                          "first_chunk_s", "end_s"))
     outcome = a["outcome"].to_numpy()
@@ -289,22 +291,15 @@ def calibrate(obs: Observations, base: Scenario | None = None, seed: int = 0) ->
         fig["capacity"] = cap
         fig["queue_wait_share"] = float(np.mean(waited))
         fig["mean_service_s"] = float(svc[timed].mean())
-    elif any(HISTOGRAMS[k] in obs.server_histograms for k in ("service",)):
+    elif HISTOGRAMS["service"] in obs.server_histograms:
         method = "server-histograms"
-        le, counts = obs.server_histograms[HISTOGRAMS["service"]]
-        h = Histogram(le, counts)
-        values.append(Value("reasoner.reasoning_time_s", h.to_toml(),
-                            f"server histogram {HISTOGRAMS['service']} (all turns, tool included)",
-                            f"n = {counts[-1]:g}"))
-        if HISTOGRAMS["first_chunk_delay"] in obs.server_histograms:
-            le, counts = obs.server_histograms[HISTOGRAMS["first_chunk_delay"]]
-            values.append(Value("reasoner.first_chunk_s", Histogram(le, counts).to_toml(),
-                                f"server histogram {HISTOGRAMS['first_chunk_delay']}",
-                                f"n = {counts[-1]:g}"))
-        unident.append(("reasoner.tool_latency_s", "histograms do not tell tool turns apart"))
-        fig["mean_service_s"] = h.mean
         cap = None
-        _client_network(a, values, unident, fits, fig, seed)
+        _from_histograms(obs, values, unident, fig, seed)
+        if len(a):
+            _client_network(a, values, unident, fits, fig, seed)
+        else:
+            unident.append(("network", "server telemetry only: the network between the callers "
+                            "and the server is not seen, so [network] is the base scenario's"))
     else:
         method = "client-only"
         cap = None
@@ -329,7 +324,7 @@ def calibrate(obs: Observations, base: Scenario | None = None, seed: int = 0) ->
     _capacity(obs, values, unident, fig, cap)
     offered_utilisation(fig, values, base)
     _chunks(obs, a, values, unident, fig)
-    _errors(a, values, unident, fig, timed)
+    _errors(a, values, unident, fig, timed, obs)
     if fig.get("progress_share", 0) == fig.get("progress_share") and \
             fig["progress_share"] < 0.5:
         values.append(Value("reasoner.progress_directive", False,
@@ -338,9 +333,60 @@ def calibrate(obs: Observations, base: Scenario | None = None, seed: int = 0) ->
     for key in ("reasoner.queue_limit", "reasoner.queue_timeout_s", "reasoner.load_latency_k_s",
                 "reasoner.upstream_timeout_s", "reasoner.context_rate_per_s",
                 "reasoner.dedup_window_s", "network.uplink.loss", "network.downlink.loss"):
-        if key not in listed:
+        if key not in listed and not (key.startswith("network.") and "network" in listed):
             unident.append((key, "not observable in these runs (simulator default kept)"))
-    return Calibration(values, unident, fits, fig, method, base)
+    return Calibration(values, unident, fits, fig, method, base,
+                       network_from_base=method == "server-histograms" and not len(a))
+
+
+def _from_histograms(obs: Observations, values: list[Value], unident: list[tuple[str, str]],
+                     fig: dict[str, Any], seed: int) -> None:
+    """Service and first-chunk delay from the server's histograms: interval-censored fits
+    (:mod:`sim.calibrate.censored`), the histogram itself where no family fits."""
+    from sim.calibrate.censored import fit_buckets
+
+    fig["bucket_fits"] = {}
+    for key, role, what in (("reasoner.reasoning_time_s", "service", "all turns, tool included"),
+                            ("reasoner.first_chunk_s", "first_chunk_delay", "")):
+        name = HISTOGRAMS[role]
+        if name not in obs.server_histograms:
+            unident.append((key, f"no histogram {name}"))
+            continue
+        le, counts = obs.server_histograms[name]
+        f = fit_buckets(key.split(".")[-1], le, counts, seed)
+        if f is None:
+            unident.append((key, f"fewer than 10 observations in {name}"))
+            continue
+        fig["bucket_fits"][key] = f.summary()
+        values.append(Value(key, f.dist.to_toml(), f"server histogram {name}"
+                            + (f" ({what})" if what else ""), quality=f.comment()))
+        if role == "service":
+            fig["mean_service_s"] = f.mean
+    values.append(Value("reasoner.tool_latency_s", 0.0, "folded into reasoning_time_s: the "
+                        "service histogram holds the tool turns' service too"))
+    if HISTOGRAMS["queue_wait"] in obs.server_histograms:
+        le, counts = obs.server_histograms[HISTOGRAMS["queue_wait"]]
+        if counts[-1] > 0:
+            fig["queue_wait_mean_s"] = Histogram(le, counts).mean
+
+
+def capacity_from_gauges(gauges: list[tuple[float, float, float]]) -> dict[str, Any] | None:
+    """Workers from scrapes of the busy-workers and queued-turns gauges: a scrape that found
+    turns queued found every worker busy, so its busy count is the capacity (the median over
+    those scrapes, at least :data:`MIN_WAITED`); otherwise the most seen busy is a lower bound."""
+    if not gauges:
+        return None
+    busy = np.asarray([g[1] for g in gauges])
+    queued = np.asarray([g[2] for g in gauges])
+    at_queue = busy[queued > 0]
+    top = int(busy.max())
+    if len(at_queue) >= MIN_WAITED:
+        c = int(np.median(at_queue))
+        return {"workers": c, "identified": True, "scrapes": len(gauges),
+                "queued_scrapes": len(at_queue), "agreement": float(np.mean(at_queue == c)),
+                "max_busy": top}
+    return {"workers": top, "identified": False, "scrapes": len(gauges),
+            "queued_scrapes": len(at_queue), "max_busy": top}
 
 
 def _network(values: list[Value], unident: list[tuple[str, str]], fits: dict[str, Fit],
@@ -383,8 +429,8 @@ def _capacity(obs: Observations, values: list[Value], unident: list[tuple[str, s
     workers = [v.value for v in values if v.key == "reasoner.workers"]
     svc = fig.get("mean_service_s", math.nan)
     if workers and obs.duration_s > 0 and math.isfinite(svc):
-        n = len(obs.attempts)
-        fig["utilisation"] = n / obs.duration_s * svc / workers[0]
+        rate = len(obs.attempts) / obs.duration_s if len(obs.attempts) else obs.turns_per_s
+        fig["utilisation"] = rate * svc / workers[0]
 
 
 def offered_utilisation(fig: dict[str, Any], values: list[Value], base: Scenario) -> None:
@@ -412,7 +458,18 @@ def _capacity_value(obs: Observations, values: list[Value], unident: list[tuple[
             f"step-load knee: {probe['throughput_per_s']:.3g} turns/s at saturation × "
             f"mean service {probe['mean_service_s']:.3g} s (Little's law)"))
         return
-    if from_timings and from_timings["identified"]:
+    gauge = capacity_from_gauges(obs.gauges)
+    if gauge is not None:
+        fig["capacity_gauges"] = gauge
+        if gauge["identified"]:
+            values.append(Value(
+                "reasoner.workers", gauge["workers"],
+                f"busy workers at the {gauge['queued_scrapes']} of {gauge['scrapes']} scrapes "
+                "that found turns queued (median)",
+                quality=f"{gauge['agreement']:.0%} of them agree"))
+            return
+        from_timings = from_timings or {"workers": gauge["workers"]}
+    if from_timings and from_timings.get("identified"):
         per, pooled = from_timings["per_process"], from_timings["pooled"]
         values.append(Value(
             "reasoner.workers", from_timings["workers"],
@@ -424,8 +481,8 @@ def _capacity_value(obs: Observations, values: list[Value], unident: list[tuple[
                         for w, p in per.items())))
         return
     lower = from_timings["workers"] if from_timings else None
-    why = ("no turn waited for a worker: at least "
-           f"{lower} concurrent turns (run `rtalab load probe`)" if lower else
+    seen = "no scrape found a turn queued" if gauge is not None else "no turn waited for a worker"
+    why = (f"{seen}: at least {lower} concurrent turns (run `rtalab load probe`)" if lower else
            "no server timings and no step-load (run `rtalab load probe`)")
     unident.append(("reasoner.workers", why))
 
@@ -436,6 +493,10 @@ def _chunks(obs: Observations, a: Any, values: list[Value], unident: list[tuple[
         n = int(np.bincount(obs.chunks).argmax())
         values.append(Value("reasoner.chunks", n, "spoken chunks per completed attempt (mode)",
                             quality=f"n = {len(obs.chunks)}"))
+    elif math.isfinite(obs.chunks_per_completed) and obs.chunks_per_completed > 0:
+        values.append(Value("reasoner.chunks", max(1, round(obs.chunks_per_completed)),
+                            "server counter: spoken chunks / completed turns",
+                            quality=f"{obs.chunks_per_completed:.3f} per completed turn"))
     else:
         unident.append(("reasoner.chunks", "no event ledger"))
     gaps = obs.chunk_gaps_s[np.isfinite(obs.chunk_gaps_s)]
@@ -445,22 +506,38 @@ def _chunks(obs: Observations, a: Any, values: list[Value], unident: list[tuple[
         values.append(Value("reasoner.chunk_interval_s", round(med, 6),
                             "median gap between spoken chunks at the client",
                             f"interquartile [{lo:.4g}, {hi:.4g}] s", f"n = {len(gaps)}"))
+    elif HISTOGRAMS["chunk_interval"] in obs.server_histograms and \
+            obs.server_histograms[HISTOGRAMS["chunk_interval"]][1][-1] >= 10:
+        h = Histogram(*obs.server_histograms[HISTOGRAMS["chunk_interval"]])
+        lo, med, hi = (float(x) for x in h.quantile(np.array([0.25, 0.5, 0.75])))
+        values.append(Value("reasoner.chunk_interval_s", round(med, 6),
+                            f"server histogram {HISTOGRAMS['chunk_interval']} (median, "
+                            "interpolated in its bucket)", f"interquartile [{lo:.4g}, {hi:.4g}] s",
+                            f"n = {h.counts[-1]:g}"))
     else:
         unident.append(("reasoner.chunk_interval_s", "fewer than 10 chunk gaps"))
 
 
 def _errors(a: Any, values: list[Value], unident: list[tuple[str, str]], fig: dict[str, Any],
-            timed: np.ndarray) -> None:
+            timed: np.ndarray, obs: Observations | None = None) -> None:
     """Injected failure probability per code, per execution; emergent codes reported apart."""
     outcome, code = a["outcome"].to_numpy(), a["error_code"].to_numpy()
-    answered = np.isfinite(a["first_response_s"].to_numpy())
-    executed = timed if timed.any() else answered
-    n = int(executed.sum())
-    failed = outcome == "failed"
+    if len(a) == 0 and obs is not None and obs.server_turns:  # the server's turn counter
+        n = round(sum(obs.server_turns.values()))
+        counts = {c: round(sum(v for (o, k), v in obs.server_turns.items()
+                               if o == "failed" and k == c)) for c in ALL_CODES}
+        how = "FAILED turns per code / turns answered (server counter, Wilson 95 % CI)"
+    else:
+        answered = np.isfinite(a["first_response_s"].to_numpy())
+        executed = timed if timed.any() else answered
+        n = int(executed.sum())
+        failed = outcome == "failed"
+        counts = {c: int((failed & (code == c)).sum()) for c in ALL_CODES}
+        how = "FAILED states per code / executions (Wilson 95 % CI)"
     errors, report = {}, {}
     for c in ALL_CODES:
-        k = int((failed & (code == c)).sum())
-        if not k:
+        k = counts[c]
+        if not k or not n:
             continue
         lo, hi = _wilson(k, n)
         report[c] = {"count": k, "per_execution": k / n, "ci": [lo, hi],
@@ -471,8 +548,7 @@ def _errors(a: Any, values: list[Value], unident: list[tuple[str, str]], fig: di
     fig["executions"] = n
     text = ", ".join(f"{c} {r['count']}/{n} [{r['ci'][0]:.2%}, {r['ci'][1]:.2%}]"
                      for c, r in report.items() if not r["emergent"])
-    values.append(Value("reasoner.errors", errors,
-                        "FAILED states per code / executions (Wilson 95 % CI)",
+    values.append(Value("reasoner.errors", errors, how,
                         text or f"no injected failure in {n} executions"))
     emergent = {c: r for c, r in report.items() if r["emergent"]}
     if emergent:

@@ -25,6 +25,10 @@
 * ``chunks`` — spoken chunks per completed attempt (a sample);
 * ``server_histograms`` — cumulative Prometheus histograms scraped from the server
   (``name -> (le bounds, cumulative counts)``), used when per-turn timings are absent;
+* from a server's counters and gauges (a Prometheus scrape, an OTLP export:
+  :mod:`sim.calibrate.telemetry`): ``server_turns`` (turns answered in the window by
+  (outcome, error code)), ``turns_per_s`` (their rate), ``chunks_per_completed``, ``gauges``
+  (``(time, busy workers, queued turns)`` per scrape);
 * ``duration_s``, ``calls_per_s`` (offered), ``capacity`` (concurrent turns, when the
   server exports it), ``probe`` (steps of a step-load: offered and completed turns/s, mean
   service time), ``source`` (where it came from, for the comments of the output).
@@ -56,7 +60,8 @@ ATTEMPT_COLUMNS = (*FLOAT_COLUMNS, "outcome", "error_code", "side_effect", "hand
 HISTOGRAMS = {"service": "rta_reasoner_service_seconds",
               "queue_wait": "rta_reasoner_queue_wait_seconds",
               "first_chunk_delay": "rta_reasoner_first_chunk_delay_seconds",
-              "intake": "rta_reasoner_intake_seconds"}
+              "intake": "rta_reasoner_intake_seconds",
+              "chunk_interval": "rta_reasoner_chunk_interval_seconds"}
 CHUNK_SAMPLE_LINES = 200_000  # events read for the chunk cadence (a sample of the ledger)
 
 
@@ -88,6 +93,11 @@ class Observations:
     capacity_source: str = ""
     probe: list[Probe] = field(default_factory=list)
     source: str = ""
+    # from a server's counters and gauges (sim.calibrate.telemetry), when no attempts are seen
+    server_turns: dict[tuple[str, str], float] = field(default_factory=dict)
+    turns_per_s: float = math.nan
+    chunks_per_completed: float = math.nan
+    gauges: list[tuple[float, float, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.attempts = normalise_attempts(self.attempts)

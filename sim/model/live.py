@@ -1,5 +1,11 @@
 """The Live layer: calls (sessions), their turns, and each turn's attempts under the retry policy.
 
+The turn logic itself (identifiers, continuation, barge-in, the budget's calls, the retry
+decision, every ending, the turn row's policy cells) is :mod:`sim.policy.turn`'s sans-IO
+:class:`~sim.policy.turn.TurnMachine`, shared with the Locust Live user
+(:mod:`loadtests.live.call`); this module drives it from callbacks on the SimPy clock and
+models what it does not own: negotiation, links, timers, the reorder buffer, the records.
+
 A call is served by Live-layer instance ``call_id % live.instances`` (round
 robin); each instance owns one retry budget (:func:`sim.policy.make_budget`)
 and one :class:`sim.policy.RetryPolicy`; each call owns an
@@ -79,6 +85,7 @@ phase that completes the turn.
 
 from __future__ import annotations
 
+import itertools
 import math
 from operator import attrgetter
 from typing import Any
@@ -93,9 +100,19 @@ from sim.model.playout import playout
 from sim.model.rand import Streams
 from sim.model.reasoner import Reasoner
 from sim.model.recorder import Table, code_of, row_writer
-from sim.policy import Escalation, RetryBudget, RetryPolicy, is_retryable, make_budget
-from sim.policy.budget import Ending, ending_of
+from sim.policy import RetryBudget, RetryPolicy, make_budget
 from sim.policy.codes import ErrorCode
+from sim.policy.turn import (
+    CANCEL,
+    END,
+    IGNORE,
+    SEND,
+    WAIT,
+    Action,
+    CallMachine,
+    TurnMachine,
+    TurnRules,
+)
 from sim.scenario import Scenario
 from sim.shared import schema as S
 from sim.shared.schema import (
@@ -109,6 +126,7 @@ from sim.shared.schema import (
     TURN_OUTCOMES,
     TURNS_TABLE,
 )
+from sim.shared.vocab import AttemptOutcome, CallEndReason
 
 NAN = float("nan")
 INF = float("inf")
@@ -119,13 +137,13 @@ _AO = code_of(ATTEMPT_OUTCOMES)
 _TO = code_of(TURN_OUTCOMES)
 _ER = code_of(END_REASONS)
 _CE = code_of(CALL_END_REASONS)
-A_COMPLETED, A_INPUT, A_FAILED = _AO["completed"], _AO["input-required"], _AO["failed"]
-A_TIMEOUT, A_TOTAL, A_LOST, A_UNFINISHED = (_AO["timeout"], _AO["total-timeout"],
-                                            _AO["response-lost"], _AO["unfinished"])
-A_CANCELLED = _AO["cancelled"]
-T_COMPLETED, T_FAILED, T_ABANDONED, T_UNFINISHED = (_TO["completed"], _TO["failed"],
-                                                    _TO["abandoned"], _TO["unfinished"])
-T_CANCELLED = _TO["cancelled"]
+A_COMPLETED, A_INPUT, A_FAILED = (_AO[AttemptOutcome.COMPLETED],
+                                  _AO[AttemptOutcome.INPUT_REQUIRED], _AO[AttemptOutcome.FAILED])
+A_TIMEOUT, A_TOTAL, A_LOST, A_UNFINISHED = (
+    _AO[AttemptOutcome.TIMEOUT], _AO[AttemptOutcome.TOTAL_TIMEOUT],
+    _AO[AttemptOutcome.RESPONSE_LOST], _AO[AttemptOutcome.UNFINISHED])
+A_CANCELLED = _AO[AttemptOutcome.CANCELLED]
+_COMPLETED, _INPUT = AttemptOutcome.COMPLETED, AttemptOutcome.INPUT_REQUIRED
 
 # The record rows the Live layer writes, cell by cell (sim.model.recorder.row_writer)
 ATTEMPT_ROW = ("req, end_s, outcome, code, decision", {
@@ -159,7 +177,7 @@ TURN_ROW = ("t, end_s, outcome, reason, code, ttfc_s, completion_s, escalated", 
     S.LIVE_INSTANCE: "s.instance.index",
     S.START_S: "t.start_s",
     S.END_S: "end_s",
-    S.OUTCOME: "outcome",
+    S.OUTCOME: "_TO[outcome]",
     S.END_REASON: "_ER[reason]",
     S.ERROR_CODE: "_CODE[code]",
     S.ATTEMPTS: "t.attempts",
@@ -192,66 +210,50 @@ def _ignore(value: Any) -> None:
 
 
 class Instance:
-    """One Live-layer process: its retry policy and its retry budget (None: no budget enabled)."""
+    """One Live-layer process: its retry policy and its retry budget (None: no budget enabled);
+    ``rules`` (the turns' :class:`sim.policy.turn.TurnRules`) is set by :class:`LiveLayer`."""
 
-    __slots__ = ("budget", "index", "policy")
+    __slots__ = ("budget", "index", "policy", "rules")
 
     def __init__(self, index: int, scenario: Scenario) -> None:
         self.index = index
         budget = make_budget(scenario.live.budget)
         self.budget: RetryBudget | None = budget if budget.parts else None
         self.policy = RetryPolicy(scenario.live, self.budget)
+        self.rules: TurnRules
 
 
-class Session:
-    """One call: a Live-layer session with a sequence of turns."""
+class Session(CallMachine):
+    """One call: a Live-layer session with a sequence of turns (its escalation and turn count
+    in :class:`sim.policy.turn.CallMachine`)."""
 
-    __slots__ = ("arrival_s", "call_id", "context_id", "degraded", "escalation", "instance",
-                 "turn", "turns_planned", "turns_started")
+    __slots__ = ("arrival_s", "call_id", "context_id", "degraded", "instance", "turn")
 
     def __init__(self, call_id: int, instance: Instance, arrival_s: float, turns_planned: int,
-                 context_id: int, escalation: Escalation) -> None:
+                 context_id: int, escalation: Any) -> None:
+        super().__init__(turns_planned, escalation)
         self.call_id = call_id
         self.degraded = False  # no A2A-Extensions echo in time: core A2A, no rta/* metadata
         self.instance = instance
         self.arrival_s = arrival_s
-        self.turns_planned = turns_planned
-        self.turns_started = 0
         self.context_id = context_id
-        self.escalation = escalation
         self.turn: Turn | None = None
 
 
-class Turn:
-    """One logical turn (one interactionId), across its phases and attempts."""
+class Turn(TurnMachine):
+    """One logical turn (one interactionId): the sans-IO :class:`sim.policy.turn.TurnMachine`
+    plus what the simulator keeps per turn.  ``turn_id`` is the simulator's task identity
+    (the Reasoner's ``task_id``), minted by the instance's rules."""
 
-    __slots__ = ("attempts", "awaiting_caller", "first_chunk_s", "first_sends", "handoff",
-                 "handoff_wait_s", "index", "input_task_id", "next_delay_s", "phase",
-                 "phase_attempts", "phase_start_s", "renew_task", "req",
-                 "retry_after_timeout", "session", "side_effect", "start_s", "task_id", "uid")
+    __slots__ = ("index", "req", "session", "uid")
 
     def __init__(self, session: Session, index: int, uid: int, start_s: float, side_effect: bool,
                  handoff: bool) -> None:
+        super().__init__(session.instance.rules, start_s, side_effect, handoff)
         self.session = session
         self.index = index
         self.uid = uid
-        self.start_s = start_s
-        self.side_effect = side_effect
-        self.handoff = handoff
-        self.phase = 0
-        self.phase_start_s = start_s
-        self.phase_attempts = 0
-        self.attempts = 0
-        self.first_sends = 0
-        self.task_id = -1
-        self.renew_task = False  # the last attempt ended in a FAILED state (errors.md §4)
-        self.retry_after_timeout = False  # the pending retry was granted after a timeout
-        self.input_task_id = -1  # the task that went INPUT_REQUIRED
         self.req: Request | None = None
-        self.awaiting_caller = False  # INPUT_REQUIRED received, the caller has not answered yet
-        self.next_delay_s = 0.0
-        self.handoff_wait_s = 0.0
-        self.first_chunk_s = INF
 
 
 class LiveLayer:
@@ -272,11 +274,8 @@ class LiveLayer:
         self.t_handoff_s = live.timeouts.handoff_s
         self.t_negotiation_s = live.timeouts.negotiation_s if negotiation is not None else 0.0
         self.negotiation = negotiation
-        self.new_guid = live.retry.new_request_guid
-        self.new_task = live.retry.new_turn_id
         self.client_context = live.client_context_id
         self.gap_s = live.reorder_gap_s
-        self.cancel_on_timeout = live.cancel_on_timeout
         self.barge_share = wl.barge_in_share
         self.barge_after = streams.sampler("barge_in_after", wl.barge_in_after_s)
         self.u_barge = streams.uniform("barge_in")
@@ -289,6 +288,10 @@ class LiveLayer:
         self.side_share = wl.side_effect_share
         self.handoff_share = wl.handoff_share
         self.rng: np.random.Generator = streams.rng("policy")
+        # one requestGuid and one task-id sequence for the whole layer (C-level counters)
+        mint_guid, mint_task = itertools.count().__next__, itertools.count().__next__
+        for inst in self.instances:
+            inst.rules = TurnRules(live, inst.policy, inst.budget, self.rng, mint_guid, mint_task)
         self.attempts = Table(ATTEMPTS_TABLE)
         self.turns = Table(TURNS_TABLE)
         self.calls = Table(CALLS_TABLE)
@@ -303,8 +306,6 @@ class LiveLayer:
         #: with start time, so the turns counted by the summary are the ids >= it
         self.first_counted_uid = -1
         self._count_from_s = scenario.run.warmup_s
-        self._next_guid = 0
-        self._next_task = 0
         # bound once: used per event
         self.on_terminal = self._on_terminal
         # fixed-length timers, armed in deadline order: one pending event per kind (clock.py)
@@ -328,7 +329,7 @@ class LiveLayer:
         inst = self.instances[call_id % len(self.instances)]
         n = max(1, math.ceil(self.turns_per_call()))
         ctx = call_id if self.client_context else NO_CONTEXT
-        s = Session(call_id, inst, now, n, ctx, Escalation(self.escalation_cfg))
+        s = Session(call_id, inst, now, n, ctx, self.escalation_cfg)
         self.sessions[call_id] = s
         if self.t_negotiation_s > 0.0:
             wait = self._negotiate(s, now)
@@ -370,28 +371,21 @@ class LiveLayer:
         self.in_progress += 1
         if self.barge_share > 0.0 and self.u_barge() < self.barge_share:
             self._later(self.barge_after(), self._barge_cb, t)
-        self._send(t, now, 0.0)
+        self._act(t, now, t.send(now))
 
-    def _end_turn(self, t: Turn, now: float, end_s: float, outcome: int, reason: str,
-                  code: str | None, next_after_s: float | None = None) -> None:
-        """Record turn ``t`` (ended at ``end_s``) and start the next turn ``next_after_s`` later
-        (default: the caller's think time) or end the call."""
+    def _end_turn(self, t: Turn, now: float, end_s: float,
+                  next_after_s: float | None = None) -> None:
+        """Record turn ``t`` (ended at ``end_s``; its ending is the machine's) and start the next
+        turn ``next_after_s`` later (default: the caller's think time) or end the call."""
         s = t.session
-        ttfc = completion = NAN
-        if outcome == T_COMPLETED:
-            base = t.start_s + t.handoff_wait_s
-            completion = end_s - base
-            if t.first_chunk_s < INF:  # NaN: every chunk was skipped (nothing playable)
-                ttfc = t.first_chunk_s - base
-        escalate = s.escalation.record_turn(outcome == T_FAILED)  # abandoned: not a failure
-        self._record_turn(t, end_s, outcome, reason, code, ttfc, completion, escalate)
+        ttfc, completion = t.timings(end_s)
+        escalate, call_end = s.turn_ended(t.outcome)  # type: ignore[arg-type]
+        self._record_turn(t, end_s, t.outcome, t.reason, t.code, ttfc, completion, escalate)
         s.turn = None  # no reference cycles: finished turns are freed by refcounting alone
         t.req = None
         self.in_progress -= 1
-        if escalate:
-            self._end_call(s, end_s, "escalated")
-        elif s.turns_started >= s.turns_planned:
-            self._end_call(s, end_s, "all-turns-done")
+        if call_end is not None:
+            self._end_call(s, end_s, call_end)
         else:
             wait = self.think() if next_after_s is None else next_after_s
             self._later((end_s - now) + wait, self._next_turn_cb, s)
@@ -412,52 +406,36 @@ class LiveLayer:
         """The caller interrupts turn ``t`` now: if it is still in flight (an attempt
         open or a retry pending; not while the caller owes a handoff answer) the Live layer
         cancels its task and starts the next turn at once."""
-        s = t.session
-        if s.turn is not t or t.awaiting_caller:
-            return
         now = sim_time(self.env)
-        req = t.req
-        if req is not None and req.open:
-            self._close(req, now)
-            self._budget_end(t, now, Ending.CANCELLED, req.attempt > 1)
+        action = t.barge_in(now)
+        if action == IGNORE:
+            return
+        if action == CANCEL:
+            req = t.req
+            self._close(req, now)  # type: ignore[arg-type]
             self._record(req, now, A_CANCELLED, None, None)
-            self._cancel(req)
-        elif req is not None:  # a granted retry waits out its backoff: it is dropped
-            self._budget_end(t, now, Ending.DROPPED, True)
-        self._end_turn(t, now, now, T_CANCELLED, "barge-in", None, 0.0)
+            self._cancel(req)  # type: ignore[arg-type]
+        self._end_turn(t, now, now, 0.0)
 
     # ------------------------------------------------------------------ attempts
 
-    def _send(self, t: Turn, now: float, delay_before_s: float) -> None:
+    def _act(self, t: Turn, now: float, action: Action) -> None:
+        """Carry out the machine's answer to a send event: the attempt, or the turn's end."""
+        if action == SEND:
+            self._send(t, now)
+        elif action == END:  # the budget refused the phase's first attempt
+            self._end_turn(t, now, now)
+
+    def _send(self, t: Turn, now: float) -> None:
         s = t.session
-        first = t.phase_attempts == 0
-        budget = s.instance.budget
-        if budget is not None:
-            if first and not budget.allow_first(now, self.rng):
-                self._end_turn(t, now, now, T_FAILED, "budget", None)
-                return
-            budget.on_attempt(now, not first)
-        t.phase_attempts += 1
-        t.attempts += 1
-        if first:
-            t.first_sends += 1
-        if first or self.new_guid or t.req is None:
-            guid = self._next_guid
-            self._next_guid = guid + 1
-        else:
-            guid = t.req.request_guid
-        if t.task_id < 0 or (not first and self.new_task and t.renew_task):
-            t.task_id = self._next_task
-            self._next_task += 1
-        t.renew_task = False
         wants_input = t.handoff and t.phase == 0
-        req = Request(t, s.call_id, t.uid, guid, t.task_id, s.context_id, t.phase,
+        req = Request(t, s.call_id, t.uid, t.guid, t.turn_id, s.context_id, t.phase,
                       t.side_effect and not wants_input, wants_input, t.phase_attempts, now,
-                      delay_before_s)
+                      t.delay_s)
         if s.degraded:
             req.degraded = True
         if t.phase:
-            req.resumes_task = t.task_id == t.input_task_id
+            req.resumes_task = t.turn_id == t.input_turn_id
         t.req = req
         r = self.uplink.send(req, self.reasoner.on_request, self.reasoner.on_copy)
         if r:
@@ -476,7 +454,7 @@ class LiveLayer:
 
     def _on_refused(self, req: Request) -> None:
         if req.open:  # as the Live users account it: a broken stream, response-lost
-            self._attempt_failed(req, sim_time(self.env), A_LOST, UPSTREAM_TIMEOUT, None, True)
+            self._attempt_failed(req, sim_time(self.env), A_LOST, UPSTREAM_TIMEOUT, None)
 
     def _cut_open(self, _: Any) -> None:
         """A refusing outage starts: every open attempt's connection is cut (response-lost)."""
@@ -485,7 +463,7 @@ class LiveLayer:
             t = s.turn
             req = None if t is None else t.req
             if req is not None and req.open:
-                self._attempt_failed(req, now, A_LOST, UPSTREAM_TIMEOUT, None, True)
+                self._attempt_failed(req, now, A_LOST, UPSTREAM_TIMEOUT, None)
 
     def _on_response_timer(self, req: Request) -> None:
         if not req.open:
@@ -495,31 +473,24 @@ class LiveLayer:
             if self.t_total_s > 0.0:
                 self._total_timers.add(req.send_s + self.t_total_s, req)
             return
-        self._attempt_failed(req, now, A_TIMEOUT, UPSTREAM_TIMEOUT, None, True)
+        self._attempt_failed(req, now, A_TIMEOUT, UPSTREAM_TIMEOUT, None)
 
     def _on_total_timer(self, req: Request) -> None:
         if req.open:
-            self._attempt_failed(req, sim_time(self.env), A_TOTAL, UPSTREAM_TIMEOUT, None, True)
+            self._attempt_failed(req, sim_time(self.env), A_TOTAL, UPSTREAM_TIMEOUT, None)
 
     def _on_terminal(self, req: Request) -> None:
         if not req.open:
             return
         now = sim_time(self.env)
         if req.terminal_lost:
-            self._attempt_failed(req, now, A_LOST, UPSTREAM_TIMEOUT, None, True)
+            self._attempt_failed(req, now, A_LOST, UPSTREAM_TIMEOUT, None)
         elif req.status == COMPLETED:
             self._attempt_completed(req, now)
         elif req.status == INPUT_REQUIRED:
             self._input_required(req, now)
         else:
-            self._attempt_failed(req, now, A_FAILED, req.error_code, req.retry_after_ms, False)
-
-    @staticmethod
-    def _budget_end(t: Turn, now: float, ending: Ending, is_retry: bool) -> None:
-        """Tell the instance's budget (if any) how an attempt of ``t`` ended: the one path."""
-        budget = t.session.instance.budget
-        if budget is not None:
-            budget.end_attempt(now, ending, is_retry, t.retry_after_timeout)
+            self._attempt_failed(req, now, A_FAILED, req.error_code, req.retry_after_ms)
 
     def _close(self, req: Request, now: float) -> None:
         """Stop listening to ``req``; learn the server's contextId if a message of it arrived."""
@@ -530,41 +501,29 @@ class LiveLayer:
                 s.context_id = req.server_context_id
 
     def _attempt_failed(self, req: Request, now: float, outcome: int, code: str | None,
-                        retry_after_ms: float | None, timeout: bool) -> None:
+                        retry_after_ms: float | None) -> None:
         self._close(req, now)
         t = req.turn
-        inst = t.session.instance
-        code = code or UPSTREAM_TIMEOUT
-        lost = outcome == A_LOST
-        if inst.budget is not None:
-            self._budget_end(t, now, ending_of(ATTEMPT_OUTCOMES[outcome], code,
-                                               is_retryable(code)), req.attempt > 1)
-        d = inst.policy.decide(code, t.phase_attempts, now - t.phase_start_s, now, self.rng,
-                               retry_after_ms, req.delay_before_s, timeout, lost)
-        self._record(req, now, outcome, code, d.reason)
-        cancelled = self.cancel_on_timeout and outcome in (A_TIMEOUT, A_TOTAL)
-        if cancelled:
+        action = t.attempt_ended(now, ATTEMPT_OUTCOMES[outcome], code, retry_after_ms)
+        self._record(req, now, outcome, t.code, t.decision)
+        if t.cancel:  # cancel_on_timeout: CancelTask for the abandoned attempt
             self._cancel(req)
-        if d.retry:
-            # a FAILED state (errors.md §4) or a CancelTask ends the task: retry on a new one
-            t.renew_task = outcome == A_FAILED or cancelled
-            t.retry_after_timeout = timeout and not lost  # the budget's timeout cost
-            if d.delay_s > 0.0:
-                t.next_delay_s = d.delay_s
-                self._later(d.delay_s, self._retry_cb, t)
+        if action == WAIT:
+            if t.delay_s > 0.0:
+                self._later(t.delay_s, self._retry_cb, t)
             else:
-                self._send(t, now, 0.0)
+                self._act(t, now, t.retry_due(now))
         else:
-            self._end_turn(t, now, now, T_FAILED, d.reason, code)
+            self._end_turn(t, now, now)
 
     def _on_retry_due(self, t: Turn) -> None:
-        if t.session.turn is t:  # not ended meanwhile (barge-in)
-            self._send(t, sim_time(self.env), t.next_delay_s)
+        now = sim_time(self.env)
+        self._act(t, now, t.retry_due(now))  # IGNORE: ended meanwhile (barge-in)
 
     def _attempt_completed(self, req: Request, now: float) -> None:
         self._close(req, now)
         t = req.turn
-        self._budget_end(t, now, Ending.SUCCESS, req.attempt > 1)
+        t.attempt_ended(now, _COMPLETED)
         # what the caller hears: the reorder buffer plays the chunks out (errors.md §6);
         # without arrival times (a fast link) they came in order, each playable on arrival
         arrivals = req.chunk_arrivals
@@ -576,34 +535,26 @@ class LiveLayer:
         end_s = done if done > now else now
         self._record(req, end_s, A_COMPLETED, None, None)
         t.first_chunk_s = first
-        self._end_turn(t, now, end_s, T_COMPLETED, "completed", None)
+        self._end_turn(t, now, end_s)
 
     def _input_required(self, req: Request, now: float) -> None:
         self._close(req, now)
         t = req.turn
-        self._budget_end(t, now, Ending.SUCCESS, req.attempt > 1)
+        t.attempt_ended(now, _INPUT)
         self._record(req, now, A_INPUT, None, None)
-        t.input_task_id = req.task_id
-        t.awaiting_caller = True
-        wait = self.caller_response()
-        if 0.0 < self.t_handoff_s < wait:
-            t.handoff_wait_s = self.t_handoff_s
-            self._later(self.t_handoff_s, self._abandon_cb, t)
-            return
-        t.handoff_wait_s = wait
-        self._later(wait, self._answer_cb, t)
+        if t.caller_wait(self.caller_response(), self.t_handoff_s):
+            self._later(t.handoff_wait_s, self._abandon_cb, t)
+        else:
+            self._later(t.handoff_wait_s, self._answer_cb, t)
 
     def _on_handoff_timeout(self, t: Turn) -> None:
         now = sim_time(self.env)
-        self._end_turn(t, now, now, T_ABANDONED, "handoff-timeout", None)
+        if t.caller_gone(now) == END:
+            self._end_turn(t, now, now)
 
     def _on_caller_answer(self, t: Turn) -> None:
         now = sim_time(self.env)
-        t.phase = 1
-        t.awaiting_caller = False
-        t.phase_attempts = 0
-        t.phase_start_s = now
-        self._send(t, now, 0.0)
+        self._act(t, now, t.caller_answered(now))
 
     # ------------------------------------------------------------------ end of run
 
@@ -616,11 +567,12 @@ class LiveLayer:
                 if req is not None and req.open:
                     req.open = False
                     self._record(req, NAN, A_UNFINISHED, None, None)
-                self._record_turn(t, NAN, T_UNFINISHED, "end-of-run", None, NAN, NAN, False)
+                t.stop(None)  # the run's clock ended: no budget is told
+                self._record_turn(t, NAN, t.outcome, t.reason, None, NAN, NAN, False)
                 s.turn = None
                 t.req = None
                 self.in_progress -= 1
-            self._end_call(s, NAN, "end-of-run")
+            self._end_call(s, NAN, CallEndReason.END_OF_RUN)
 
     def counters(self) -> dict[str, Any]:
         """Totals for the run's ``counters`` dict."""

@@ -30,6 +30,8 @@ import numpy as np
 from sim.shared import schema as S
 from sim.shared.sketch import Sketch
 from sim.shared.summary import _ratio
+from sim.shared.vocab import AttemptOutcome as A
+from sim.shared.vocab import CallEndReason, Decision, values
 
 _U64 = np.uint64
 
@@ -65,7 +67,7 @@ A_OUT = {o: i for i, o in enumerate(S.ATTEMPT_OUTCOMES)}
 C_REASON = {o: i for i, o in enumerate(S.CALL_END_REASONS)}
 DISP = {o: i for i, o in enumerate(S.DISPOSITIONS)}
 STATUS = {o: i for i, o in enumerate(S.STATUSES)}
-REASONS = ("not-retryable", "attempts-exhausted", "deadline", "budget")
+REASONS = values(Decision)[1:]  # the refusals
 REJECTIONS = ("rate-limited", "queue-full", "session-not-found", "queue-timeout")
 
 
@@ -190,7 +192,7 @@ class Tally:
         started = cols[_CA[S.TURNS_STARTED]][keep]
         self.add("planned", int(planned.sum()))
         self.add("escalated_removed",
-                 int((planned - started)[reason == C_REASON["escalated"]].sum()))
+                 int((planned - started)[reason == C_REASON[CallEndReason.ESCALATED]].sum()))
         return self._sample(cols, _CA[S.CALL_ID])
 
     def _attempts(self, cols: list[np.ndarray]) -> list[np.ndarray] | None:
@@ -202,7 +204,7 @@ class Tally:
         self.add("n_att", int(keep.sum()))
         for o, i in A_OUT.items():
             self.add("att." + o, int((out == i).sum()))
-        timed = (out == A_OUT["timeout"]) | (out == A_OUT["total-timeout"])
+        timed = (out == A_OUT[A.TIMEOUT]) | (out == A_OUT[A.TOTAL_TIMEOUT])
         if timed.any():
             guid = cols[_AT[S.REQUEST_GUID]][keep][timed]
             tp = _tp(cols[_AT[S.TASK_ID]][keep][timed], cols[_AT[S.PHASE]][keep][timed])
@@ -234,7 +236,7 @@ class Tally:
         # spurious timeouts: successful executions and joins of the counted turns
         status = cols[_EX[S.STATUS]][keep]
         ok = (d == DISP["executed"]) & ((status == STATUS["completed"])
-                                        | (status == STATUS["input-required"]))
+                                        | (status == STATUS[A.INPUT_REQUIRED]))
         joined = d == DISP["joined"]
         if ok.any() or joined.any():
             rel = ok | joined

@@ -84,7 +84,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -100,26 +99,16 @@ from sim.policy.config import (
     RetryBreakerConfig,
     TokenBucketConfig,
 )
-
-
-class Ending(StrEnum):
-    """Every way an attempt can end, as far as a retry budget is concerned."""
-
-    SUCCESS = "success"  # COMPLETED or INPUT_REQUIRED
-    NOT_RETRYABLE = "not-retryable"  # a non-retryable code: the request was bad
-    FAILURE = "failure"  # a retryable code
-    OVERLOADED = "overloaded"  # rate-limited: the server shed the request
-    TIMEOUT = "timeout"  # turn-response or total timeout
-    LOST = "lost"  # the response was lost (stream ended without a terminal state)
-    CANCELLED = "cancelled"  # the caller cancelled it (barge-in, CancelTask): no outcome
-    DROPPED = "dropped"  # a granted retry dropped during its backoff, never sent
-
+from sim.shared.vocab import AttemptOutcome, Ending
 
 #: endings that are a failed attempt (``on_failure``)
 FAILED_ENDINGS = frozenset((Ending.FAILURE, Ending.OVERLOADED, Ending.TIMEOUT, Ending.LOST))
-_OUTCOME_ENDINGS = {"completed": Ending.SUCCESS, "input-required": Ending.SUCCESS,
-                    "timeout": Ending.TIMEOUT, "total-timeout": Ending.TIMEOUT,
-                    "response-lost": Ending.LOST, "cancelled": Ending.CANCELLED}
+_OUTCOME_ENDINGS = {AttemptOutcome.COMPLETED: Ending.SUCCESS,
+                    AttemptOutcome.INPUT_REQUIRED: Ending.SUCCESS,
+                    AttemptOutcome.TIMEOUT: Ending.TIMEOUT,
+                    AttemptOutcome.TOTAL_TIMEOUT: Ending.TIMEOUT,
+                    AttemptOutcome.RESPONSE_LOST: Ending.LOST,
+                    AttemptOutcome.CANCELLED: Ending.CANCELLED}
 _OVERLOAD_CODE = "rate-limited"
 
 
@@ -129,7 +118,7 @@ def ending_of(outcome: str, code: str | None = None, retryable: bool = False) ->
     e = _OUTCOME_ENDINGS.get(outcome)
     if e is not None:
         return e
-    if outcome != "failed":
+    if outcome != AttemptOutcome.FAILED:
         raise ValueError(f"attempt outcome {outcome!r} has no budget ending")
     if code == _OVERLOAD_CODE:
         return Ending.OVERLOADED

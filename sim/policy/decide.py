@@ -24,11 +24,12 @@ from sim.policy.backoff import Backoff, make_backoff
 from sim.policy.budget import RetryBudget
 from sim.policy.codes import ALL_CODES, ErrorCode, is_retryable
 from sim.policy.config import EscalationConfig, LivePolicyConfig
+from sim.shared.vocab import Decision as Verdict
+from sim.shared.vocab import Ending
 
-Reason = Literal["retry", "not-retryable", "attempts-exhausted", "deadline", "budget"]
-REASONS: Final[tuple[str, ...]] = (
-    "retry", "not-retryable", "attempts-exhausted", "deadline", "budget"
-)
+Reason = Literal[Verdict.RETRY, Verdict.NOT_RETRYABLE, Verdict.ATTEMPTS_EXHAUSTED,
+                 Verdict.DEADLINE, Verdict.BUDGET]
+REASONS: Final[tuple[str, ...]] = tuple(Verdict)
 
 _TIMEOUT_CODE: Final[str] = ErrorCode.UPSTREAM_TIMEOUT.value
 _RATE_LIMITED: Final[str] = ErrorCode.RATE_LIMITED.value
@@ -40,13 +41,15 @@ class Decision:
 
     retry: bool
     delay_s: float
-    reason: str
+    reason: Verdict
 
 
-NOT_RETRYABLE: Final = Decision(False, 0.0, "not-retryable")
-ATTEMPTS_EXHAUSTED: Final = Decision(False, 0.0, "attempts-exhausted")
-DEADLINE: Final = Decision(False, 0.0, "deadline")
-BUDGET: Final = Decision(False, 0.0, "budget")
+NOT_RETRYABLE: Final = Decision(False, 0.0, Verdict.NOT_RETRYABLE)
+ATTEMPTS_EXHAUSTED: Final = Decision(False, 0.0, Verdict.ATTEMPTS_EXHAUSTED)
+DEADLINE: Final = Decision(False, 0.0, Verdict.DEADLINE)
+BUDGET: Final = Decision(False, 0.0, Verdict.BUDGET)
+#: endings the Live layer cannot tell from a timeout: decided as ``upstream-timeout``
+_TIMEOUT_ENDINGS: Final = frozenset((Ending.TIMEOUT, Ending.LOST))
 
 
 class RetryPolicy:
@@ -74,18 +77,20 @@ class RetryPolicy:
 
     def decide(self, code: str, attempt: int, elapsed_s: float, now_s: float,
                rng: np.random.Generator, retry_after_ms: float | None = None,
-               prev_delay_s: float = 0.0, timeout: bool = False, lost: bool = False) -> Decision:
+               prev_delay_s: float = 0.0, ending: Ending = Ending.FAILURE) -> Decision:
         """Decide about attempt number ``attempt`` (1 = first send) that just failed with ``code``.
 
         ``elapsed_s`` is the time since the turn's first send; ``prev_delay_s``
         the delay before the failed attempt (decorrelated jitter uses it);
-        ``timeout=True`` marks a Live-side turn-response timeout, decided as
-        ``upstream-timeout`` whatever ``code`` says; ``lost=True`` (with ``timeout``) marks a
-        lost response: decided like a timeout, but the budget is asked with ``timeout=False``
-        (botocore charges the timeout cost only for connect/read timeouts).
+        ``ending`` is how the attempt ended (:class:`sim.shared.vocab.Ending`):
+        ``TIMEOUT`` (a Live-side turn-response or total timeout) is decided as
+        ``upstream-timeout`` whatever ``code`` says; ``LOST`` (a lost response) is decided
+        like a timeout, but the budget is asked with ``timeout=False`` (botocore charges the
+        timeout cost only for connect/read timeouts); any other ending decides by ``code``.
         """
         if attempt < 1:
             raise ValueError(f"attempt must be >= 1, got {attempt}")
+        timeout = ending in _TIMEOUT_ENDINGS
         if timeout:
             if not self._retry_on_timeout:
                 return NOT_RETRYABLE
@@ -103,9 +108,9 @@ class RetryPolicy:
         if self._deadline_s > 0.0 and elapsed_s + delay > self._deadline_s:
             return DEADLINE
         if self.budget is not None and not self.budget.allow_retry(now_s, rng,
-                                                                   timeout and not lost):
+                                                                   ending == Ending.TIMEOUT):
             return BUDGET
-        return Decision(True, delay, "retry")
+        return Decision(True, delay, Verdict.RETRY)
 
 
 class Escalation:

@@ -29,6 +29,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sim.shared.vocab import RunState, values
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 RECORD_TABLES = ("attempts", "turns", "timeseries")  # always written
 EXTRA_TABLES = ("calls", "executions", "side_effects")  # written when the output has them
 REPLICATION_COLUMN = "replication"
-STATUSES = ("running", "complete", "failed", "interrupted")
+STATUSES = values(RunState)
 VERSIONED_PACKAGES = ("rtalab", "simpy", "numpy", "pandas", "pyarrow", "matplotlib")
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from sim.policy.codes import ALL_CODES
+from sim.shared import vocab as V
+from sim.shared.vocab import values
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,18 +31,13 @@ SCHEMA_VERSION: Final[int] = 1
 
 # --------------------------------------------------------------------------- categories
 
-PHASES: Final = ("initial", "continuation")
-ATTEMPT_OUTCOMES: Final = (
-    "completed", "input-required", "failed", "timeout", "total-timeout", "response-lost",
-    "unfinished", "cancelled",
-)
-TURN_OUTCOMES: Final = ("completed", "failed", "abandoned", "unfinished", "cancelled")
-DECISIONS: Final = ("retry", "not-retryable", "attempts-exhausted", "deadline", "budget")
-END_REASONS: Final = (
-    "completed", "not-retryable", "attempts-exhausted", "deadline", "budget", "handoff-timeout",
-    "end-of-run", "barge-in",
-)
-CALL_END_REASONS: Final = ("all-turns-done", "escalated", "end-of-run")
+# the vocabulary's values (sim.shared.vocab) in their fixed on-disk order (the codes)
+PHASES: Final = values(V.Phase)
+ATTEMPT_OUTCOMES: Final = values(V.AttemptOutcome)
+TURN_OUTCOMES: Final = values(V.TurnOutcome)
+DECISIONS: Final = values(V.Decision)
+END_REASONS: Final = values(V.EndReason)
+CALL_END_REASONS: Final = values(V.CallEndReason)
 DISPOSITIONS: Final = (
     "executed", "replayed", "joined", "rate-limited", "queue-full", "session-not-found",
     "unserved", "queue-timeout",
@@ -52,7 +49,8 @@ DISPOSITIONS: Final = (
 )
 CANCEL_DISPOSITIONS: Final = ("cancel-dropped", "cancel-stopped", "cancel-rolled-forward",
                               "cancel-too-late")
-STATUSES: Final = ("completed", "input-required", "failed")
+STATUSES: Final = (V.AttemptOutcome.COMPLETED.value, V.AttemptOutcome.INPUT_REQUIRED.value,
+                   V.AttemptOutcome.FAILED.value)
 ERROR_CODES: Final = ALL_CODES
 
 # --------------------------------------------------------------------------- column names

@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 
 from sim.shared import schema as S
+from sim.shared.vocab import AttemptOutcome as A
+from sim.shared.vocab import CallEndReason, TurnOutcome
 
 # Student t 0.975 quantiles for 1..30 degrees of freedom (beyond: Cornish-Fisher, error < 1e-7)
 _T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
@@ -192,11 +194,11 @@ def replication_metrics(out: S.RunRecords, warmup_s: float) -> dict[str, float |
     m[S.M_DEGRADED_CALL_SHARE] = _ratio(degraded[calls_keep].sum(), calls_keep.sum())
     m[S.M_SUCCESS_RATE] = _ratio(completed.sum(), n)
     m[S.M_FAILED_SHARE] = _ratio(failed.sum(), n)
-    m[S.M_ABANDONED_SHARE] = _ratio(_is(outcome, "abandoned")[keep].sum(), n)
-    m[S.M_UNFINISHED_SHARE] = _ratio(_is(outcome, "unfinished")[keep].sum(), n)
+    m[S.M_ABANDONED_SHARE] = _ratio(_is(outcome, TurnOutcome.ABANDONED)[keep].sum(), n)
+    m[S.M_UNFINISHED_SHARE] = _ratio(_is(outcome, TurnOutcome.UNFINISHED)[keep].sum(), n)
     m[S.M_CANCELLED_SHARE] = _ratio(_is(outcome, "cancelled")[keep].sum(), n)
     reasons = t_all[S.END_REASON]
-    for reason in ("not-retryable", "attempts-exhausted", "deadline", "budget"):
+    for reason in S.DECISIONS[1:]:  # the refusals
         m[S.M_FAILED_BY_REASON_PREFIX + reason] = _ratio(
             (_is(reasons, reason)[keep] & failed).sum(), n)
     codes = t_all[S.ERROR_CODE]
@@ -342,7 +344,7 @@ def call_metrics(calls: pd.DataFrame, keep: np.ndarray) -> dict[str, float | Non
         m[S.M_CALL_END_PREFIX + r + "_share"] = _ratio((_is(reason, r) & keep).sum(), n)
     planned = _col(calls, S.TURNS_PLANNED, keep)
     started = _col(calls, S.TURNS_STARTED, keep)
-    escalated = _is(reason, "escalated")[keep]
+    escalated = _is(reason, CallEndReason.ESCALATED)[keep]
     m[S.M_ESCALATED_TURNS_REMOVED] = _ratio((planned - started)[escalated].sum(), planned.sum())
     return m
 
@@ -353,12 +355,12 @@ def spurious_timeouts(attempts: pd.DataFrame, executions: pd.DataFrame) -> tuple
     ``executed`` row of the attempt's requestGuid with status completed / input-required,
     or, for an attempt that joined another execution, a successful execution of the same
     (task, phase).  The answer would have come, later than the timer allowed."""
-    timed = _is(attempts[S.OUTCOME], "timeout", "total-timeout")
+    timed = _is(attempts[S.OUTCOME], A.TIMEOUT, A.TOTAL_TIMEOUT)
     n = int(timed.sum())
     if n == 0:
         return 0, 0
     disp = executions[S.DISPOSITION]
-    ok = _is(disp, "executed") & _is(executions[S.STATUS], "completed", "input-required")
+    ok = _is(disp, "executed") & _is(executions[S.STATUS], A.COMPLETED, A.INPUT_REQUIRED)
     ok_guids = executions[S.REQUEST_GUID].to_numpy()[ok]
     phase = executions[S.PHASE].astype(str).to_numpy()
     tasks = executions[S.TASK_ID].to_numpy()

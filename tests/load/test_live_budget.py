@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from sim.model.world import World
-from sim.policy import Ending
+from sim.policy import Decision, Ending
+from sim.policy.turn import _BACKOFF, _SENT, TurnRules
 from sim.scenario import Scenario
 
 EXT = "https://example.org/ext/rta/v1"
@@ -69,8 +70,17 @@ def _record(budget: Any, log: list[tuple[str, tuple[Any, ...], Any, dict[str, An
         setattr(budget, name, wrapper)
 
 
+class _Replayed:
+    """A retry policy that answers the simulator's logged decision about the replayed row."""
+
+    decision = "retry"
+
+    def decide(self, *args: Any) -> Decision:
+        return Decision(self.decision == "retry", 0.0, self.decision)  # type: ignore[arg-type]
+
+
 def test_locust_user_drives_the_budget_like_the_simulator() -> None:
-    from loadtests.live.call import Call, Instance, LiveOptions, _Result, _Turn
+    from loadtests.live.call import Call, Instance, LiveOptions, _Turn
 
     sc = _scenario()
     world = World(sc, 11, 0)
@@ -86,6 +96,11 @@ def test_locust_user_drives_the_budget_like_the_simulator() -> None:
                 np.random.default_rng(0), "p", "r")
     mine = call.inst.budget
     assert mine is not None and mine is not world.live.instances[0].budget
+    # the shared turn machine of the Locust user, its retry decisions replayed from the
+    # simulator's rows: the budget must see the same end_attempt calls
+    replayed = _Replayed()
+    rules = TurnRules(sc.live, replayed, mine, np.random.default_rng(0),  # type: ignore[arg-type]
+                      str, str, 0.0)
     turns: dict[tuple[int, int], _Turn] = {}  # the user keeps one _Turn per turn
     kinds = {name: 0 for name in ("allow_first", "allow_retry", "on_attempt")}
     endings: dict[Ending, int] = {}
@@ -96,20 +111,22 @@ def test_locust_user_drives_the_budget_like_the_simulator() -> None:
             ending = args[1]
             endings[ending] = endings.get(ending, 0) + 1
             if ending is Ending.DROPPED:  # the flags do not matter: no outcome
-                call._retry_dropped(_Turn(0, "i", "t", False, False, 0.0, None), now)
+                t = _Turn(rules, 0, "i", "t", False, False, 0.0, None)
+                t.state = _BACKOFF
+                t.stop(now)
             else:
                 row = rows[rows_used]
                 rows_used += 1
                 code = row.error_code if isinstance(row.error_code, str) else None
-                res = _Result(row.outcome, row.end_s, code=code,
-                              timeout=row.outcome in ("timeout", "total-timeout",
-                                                      "response-lost"))
                 key = (int(row.call_id), int(row.turn_index))
-                t = turns.setdefault(key, _Turn(key[1], "i", "t", False, False, 0.0, None))
-                t.phase_attempts = int(row.attempt)
-                call._attempt_ended(t, res, now)
-                if row.decision == "retry":
-                    call._retry_granted(t, res)
+                t = turns.setdefault(key, _Turn(rules, key[1], "i", "t", False, False, 0.0,
+                                                None))
+                t.phase_attempts, t.state = int(row.attempt), _SENT
+                replayed.decision = row.decision if isinstance(row.decision, str) else "retry"
+                if row.outcome == "cancelled":  # a barge-in of the open attempt
+                    t.barge_in(now)
+                else:
+                    t.attempt_ended(now, row.outcome, code)
         else:
             kinds[name] += 1
             assert getattr(mine, name)(*args) == result, (name, args)

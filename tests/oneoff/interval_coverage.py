@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-from tests.trust.coverage import DRAWS, FAMILIES
+from tests.trust.coverage import DRAWS, FAMILIES, bootstrap_se_ratio
 
 
 def main() -> int:
@@ -22,6 +22,10 @@ def main() -> int:
         print(f"| {f.name} | `{f.where}` | {f.truth} | {share:.1%} | "
               f"{f.band[0]:.1%}–{f.band[1]:.1%} |", flush=True)
         print(f"  ({time.monotonic() - t0:.1f} s)", file=sys.stderr)
+    se, truth = bootstrap_se_ratio()
+    print(f"| load-run bootstrap over calls | `loadtests.loadrun.uncertainty` | its se of "
+          f"attempts/turn against the cluster standard error over calls | "
+          f"{se / truth:.2f} x | 0.75-1.25 x |", flush=True)
     return 0
 
 

@@ -8,7 +8,8 @@ folder (no .git, .venv, results), each mutation applied there, the area's tests 
 ``-x -q`` (the copy first on PYTHONPATH), the file restored.  CPU-heavy: run it nice'd, on a
 few areas at a time.
 
-    nice -n 10 .venv/bin/python tests/oneoff/mutate.py [--area AREA ...] [--match TEXT] [--list]
+    nice -n 10 .venv/bin/python tests/oneoff/mutate.py [--area AREA ...] [--match TEXT]
+        [--first N] [--list]
 """
 
 from __future__ import annotations
@@ -51,6 +52,15 @@ T_INTAKE = ("tests/trust/test_intake.py",)
 T_CHAOS = ("tests/trust/test_chaos_faults.py", "tests/chaos/test_units.py")
 T_VJA = ("tests/trust/test_verdict_junit.py", "tests/test_junit.py", "tests/test_agreement.py")
 T_PLAY = ("tests/trust/test_playback.py", "tests/load/test_live_units.py")
+T_PRED = ("tests/trust/test_predict_guards.py", "tests/test_calibrate_validate.py",
+          "tests/test_prediction_interval.py")
+T_CALLER = ("tests/test_summary.py", "tests/trust/test_summary_intervals.py")
+T_RULE = ("tests/serve/test_dedup_fingerprint.py", "tests/serve/test_dedup_rule_parity.py",
+          "tests/test_side_effect_rule.py", "tests/test_model_dedup.py",
+          "tests/trust/test_fingerprint.py")
+T_CHECK = ("tests/check/test_rules.py",)
+T_CONN = ("tests/serve/test_pending_eviction.py", "tests/trust/test_conn_limits.py")
+T_STORE2 = (*T_STORE, "tests/serve/test_dedup_rule_parity.py")
 
 MUTATIONS: tuple[Mutation, ...] = (
     # ---------------------------------------------------------------- intervals
@@ -343,7 +353,358 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("verdict, JUnit, agreement", "sim/shared/agreement.py",
              "        if name in EXTENSIVE:\n            continue\n", "", T_VJA,
              "counts of turns and calls compared across runs of other lengths"),
+    # ================================================================ round 3 (2026-12-03):
+    # a fresh set, written as a hostile reviewer would, across every area of issue 31
+    # ---------------------------------------------------------------- intervals (round 3)
+    Mutation("intervals", "loadtests/loadrun/uncertainty.py",
+             "result[name] = {\"se\": float(x.std(ddof=1)),",
+             "result[name] = {\"se\": float(x.std(ddof=1)) / math.sqrt(len(x)),", T_UNC,
+             "bootstrap se divided by sqrt(resamples)"),
+    Mutation("intervals", "loadtests/loadrun/uncertainty.py",
+             "NOT_RESAMPLED = {S.M_CALLS: NOTE_FIXED, S.M_CONCURRENT_CALLS_PEAK: NOTE_PEAK}",
+             "NOT_RESAMPLED = {S.M_CALLS: NOTE_FIXED}", T_UNC, "a peak given a bootstrap interval"),
+    Mutation("intervals", "loadtests/loadrun/uncertainty.py",
+             "note = NOT_RESAMPLED.get(name) or (NOTE_COUNTER if name in counters else None)",
+             "note = NOT_RESAMPLED.get(name)", T_UNC, "whole-run counters resampled"),
+    Mutation("intervals", "loadtests/loadrun/resample.py",
+             "frame[col] = frame[col].to_numpy() + copy * m",
+             "frame[col] = frame[col].to_numpy() + copy", T_UNC,
+             "a drawn copy's ids offset by its copy number (collide with other calls' ids)"),
+    Mutation("intervals", "sim/calibrate/intervals.py",
+             "half = t_quantile_975(n - 1) * float(np.std(x, ddof=1)) / math.sqrt(n)",
+             "half = t_quantile_975(n - 1) * float(np.std(x)) / math.sqrt(n)", T_COV,
+             "calibration mean CI with the ddof-0 sd"),
+    Mutation("intervals", "sim/calibrate/intervals.py",
+             "return (min(float(s[lo_rank - 1]), est), max(float(s[hi_rank - 1]), est)), \"\"",
+             "return (min(float(s[lo_rank - 1]), est), max(float(s[hi_rank - 2]), est)), \"\"",
+             T_COV, "off-by-one upper rank of the p99 interval"),
+    Mutation("intervals", "sim/shared/agreement.py",
+             "half = t_quantile((1.0 + level) / 2.0, n - 1) * s * math.sqrt(1.0 + 1.0 / n)",
+             "half = t_quantile(level, n - 1) * s * math.sqrt(1.0 + 1.0 / n)", T_COV,
+             "one-run interval at 80 % (one-sided quantile)"),
+    Mutation("intervals", "sim/shared/agreement.py",
+             "j = math.floor((n + 1) * (1.0 - level) / 2.0 + 1e-9)",
+             "j = math.floor((n + 1) * (1.0 - level) + 1e-9)", T_COV,
+             "one-run order-statistic interval at 80 %"),
+    Mutation("intervals", "sim/shared/stats.py",
+             "    se = math.sqrt(var / n)\n    half = t_quantile_975(n - 1) * se",
+             "    se = math.sqrt(var / n)\n    half = t_quantile_975(n) * se", T_COV,
+             "paired interval with n, not n - 1, degrees of freedom"),
+    # ---------------------------------------------------------------- multiple comparisons (3)
+    Mutation("multiple comparisons", "sim/shared/stats.py",
+             "for rank, i in enumerate(order, start=1):",
+             "for rank, i in enumerate(order):", T_MC, "Benjamini-Hochberg ranks from 0"),
+    Mutation("multiple comparisons", "sim/shared/stats.py",
+             "        if p_values[i] <= q * rank / m:\n            cut = rank\n",
+             "        if p_values[i] <= q * rank / m:\n            cut = rank\n        else:\n"
+             "            break\n", T_MC, "Benjamini-Hochberg step-down instead of step-up"),
+    Mutation("multiple comparisons", "sim/shared/stats.py",
+             "        if p_values[i] > alpha / (m - rank):\n            break\n        rejected",
+             "        if p_values[i] >= alpha / (m - rank):\n            break\n        rejected",
+             T_MC, "Holm refuses a p-value at its threshold"),
+    # ---------------------------------------------------------------- tune (round 3)
+    Mutation("tune", "sim/answers/tune.py", "    return d is None or d.p_value >= ALPHA",
+             "    return d is None or d.p_value < ALPHA", T_TUNE,
+             "indistinguishable ranges: the test reversed"),
+    Mutation("tune", "sim/answers/tune.py",
+             "                p_values.append(1.0 if d is None else d.p_value)",
+             "                p_values.append(0.0 if d is None else d.p_value)", T_TUNE,
+             "an untestable candidate counted as significant"),
+    Mutation("tune", "sim/answers/slo.py",
+             "return {\"<=\": value <= self.target, \"<\": value < self.target,",
+             "return {\"<=\": value < self.target, \"<\": value < self.target,", T_TUNE,
+             "an SLO 'x <= target' failing at its target"),
+    # ---------------------------------------------------------------- calibration (round 3)
+    Mutation("calibration", "sim/calibrate/estimate.py", "errors[c] = round(k / n, 6)",
+             "errors[c] = round(k / len(a), 6)", T_CAL,
+             "injected error rate written per attempt, not per execution"),
+    Mutation("calibration", "sim/calibrate/estimate.py",
+             "        if c not in EMERGENT_CODES:\n            errors[c]",
+             "        if True:\n            errors[c]", T_CAL,
+             "emergent codes injected as configured failures"),
+    Mutation("calibration", "sim/calibrate/fit.py",
+             "scale = math.sqrt(len(sub) / len(x))", "scale = 1.0", T_CAL,
+             "a subsample's cv interval not narrowed to the full sample"),
+    Mutation("calibration", "sim/calibrate/fit.py", "x = x[np.isfinite(x) & (x >= 0)]",
+             "x = x[np.isfinite(x)]", T_CAL, "negative durations fitted"),
+    Mutation("calibration", "sim/calibrate/estimate.py",
+             "per_ok = bool(per) and all(p[\"identified\"] for p in per.values())",
+             "per_ok = bool(per) and any(p[\"identified\"] for p in per.values())", T_CAL,
+             "per-process capacity with one process identified"),
+    # ---------------------------------------------------------------- predict
+    Mutation("predict", "loadtests/loadrun/predict.py",
+             "return math.isfinite(cpu_share) and cpu_share > lim",
+             "return math.isfinite(cpu_share) and cpu_share >= lim", T_PRED,
+             "void at exactly 90 % of a core"),
+    Mutation("predict", "loadtests/loadrun/predict.py",
+             "return math.isfinite(cpu_share) and cpu_share > lim", "return cpu_share > lim",
+             T_PRED, "an unknown CPU share (NaN) compared as a number"),
+    Mutation("predict", "loadtests/loadrun/predict.py",
+             "return rate_a * predict_utilisation / offered_util_a, None",
+             "return predict_utilisation / offered_util_a, None", T_PRED,
+             "B in multiples of A, not calls/s"),
+    Mutation("predict", "sim/calibrate/estimate.py",
+             "rate = float(base.workload.calls_per_s) * float(base.workload.turns_per_call.mean)",
+             "rate = float(base.workload.calls_per_s)", T_PRED,
+             "offered utilisation per call, not per turn"),
+    Mutation("predict", "loadtests/loadrun/predict.py",
+             "if j < i and t1 - samples[j][0] >= window_s / 2:",
+             "if j < i:", T_PRED, "a CPU share read over less than half a window"),
+    Mutation("predict", "loadtests/loadrun/predict.py",
+             "best = share if not best >= share else best", "best = share", T_PRED,
+             "the last window's CPU share, not the busiest"),
+    Mutation("predict", "sim/shared/agreement.py",
+             "return \"within\" if abs(error) <= tol else \"beyond\"",
+             "return \"within\" if error <= tol else \"beyond\"", T_PRED,
+             "an under-prediction always within its target"),
+    Mutation("predict", "sim/calibrate/validate.py",
+             "err = (m - p) / p if p and math.isfinite(p) and math.isfinite(m) else math.nan",
+             "err = (m - p) / m if m and math.isfinite(p) and math.isfinite(m) else math.nan",
+             T_PRED, "relative error over the measured value"),
+    Mutation("predict", "sim/calibrate/validate.py",
+             "step = 1.0 / turns if k == \"success_rate\" and turns else 0.0", "step = 0.0",
+             T_PRED, "success-rate interval without its one-turn resolution"),
+    # ---------------------------------------------------------------- caller-perceived latency
+    Mutation("caller-perceived latency", "sim/shared/summary.py",
+             "    offered = ~_is(outcome, \"cancelled\")[keep]",
+             "    offered = np.ones(n, dtype=bool)", T_CALLER,
+             "barge-in (cancelled) turns counted as not served"),
+    Mutation("caller-perceived latency", "sim/shared/summary.py",
+             "    c_ttfc[np.isnan(c_ttfc)] = math.inf\n", "", T_CALLER,
+             "a completed turn that never played a chunk left out of the caller's TTFC"),
+    Mutation("caller-perceived latency", "sim/shared/summary.py",
+             "    x = x[~np.isnan(x)]\n    if not len(x):",
+             "    x = x[np.isfinite(x)]\n    if not len(x):", T_CALLER,
+             "turns not served dropped from the caller's percentile"),
+    Mutation("caller-perceived latency", "sim/shared/summary.py",
+             "m[S.M_NOT_SERVED_SHARE] = _ratio(not_served.sum(), offered.sum())",
+             "m[S.M_NOT_SERVED_SHARE] = _ratio(not_served.sum(), n)", T_CALLER,
+             "not-served share over every turn, barge-ins included"),
+    Mutation("caller-perceived latency", "sim/shared/summary.py",
+             "    if any(v is None or not math.isfinite(v) for v in values):",
+             "    if all(v is None or not math.isfinite(v) for v in values):", T_CALLER,
+             "a mean of the finite replications when one is infinite"),
+    Mutation("caller-perceived latency", "sim/shared/summary.py",
+             "PERCENTILE_METHOD = \"inverted_cdf\"", "PERCENTILE_METHOD = \"linear\"", T_CALLER,
+             "interpolated percentiles (not an observed value)"),
+    # ---------------------------------------------------------------- dedup rule, fingerprints
+    Mutation("dedup rule, fingerprints", "sim/shared/dedup_rule.py",
+             "    return now_s > expires_at_s", "    return now_s >= expires_at_s", T_RULE,
+             "window open at its end (expired at completed + window)"),
+    Mutation("dedup rule, fingerprints", "sim/shared/dedup_rule.py",
+             "    return now_s - claimed_at_s > lease_s",
+             "    return now_s - claimed_at_s >= lease_s", T_RULE,
+             "lease stale at exactly its length"),
+    Mutation("dedup rule, fingerprints", "sim/shared/dedup_rule.py",
+             "return bool(stored) and bool(presented) and stored != presented",
+             "return stored != presented", T_RULE, "an empty fingerprint conflicts"),
+    Mutation("dedup rule, fingerprints", "sim/shared/dedup_rule.py",
+             "    if conflicts(row.fingerprint, fingerprint):\n        return \"conflict\"\n"
+             "    if stale(", "    if stale(", T_RULE,
+             "a reused key of a crashed owner handed its lost outcome"),
+    Mutation("dedup rule, fingerprints", "sim/shared/dedup_rule.py",
+             "return \"not-run\" if witnessed is False or not has_ledger else \"unknown\"",
+             "return \"not-run\"", T_RULE, "'nothing ran' without the ledger's word"),
+    Mutation("dedup rule, fingerprints", "loadtests/reasoner/idempotency.py",
+             "for field_ in (method, msg.task_id, repr(side_effect), repr(handoff)):",
+             "for field_ in (method, msg.task_id, repr(side_effect)):", T_RULE,
+             "fingerprint without the handoff flag"),
+    Mutation("dedup rule, fingerprints", "loadtests/reasoner/idempotency.py",
+             "for field_ in (method, msg.task_id, repr(side_effect), repr(handoff)):",
+             "for field_ in (method, repr(side_effect), repr(handoff)):", T_RULE,
+             "fingerprint without the taskId"),
+    Mutation("dedup rule, fingerprints", "loadtests/reasoner/idempotency.py",
+             "        h.update(len(data).to_bytes(8, \"big\") + data)\n    for part",
+             "        h.update(data)\n    for part", T_RULE,
+             "fingerprint fields not length-prefixed (\"Send\"+\"t\" = \"Sendt\"+\"\")"),
+    # ---------------------------------------------------------------- stores (round 3)
+    Mutation("stores", "loadtests/dedup/sqlite.py",
+             "n = db.execute(\"DELETE FROM dedup WHERE state = 'done' AND t + ? < ?\",",
+             "n = db.execute(\"DELETE FROM dedup WHERE state = 'done' AND t + ? <= ?\",",
+             T_STORE2, "sqlite: done rows purged at the window's last instant"),
+    Mutation("stores", "loadtests/dedup/sqlite.py",
+             "            if db.execute(_INSERT, (context_id, key, owner, now_s, now_s,\n"
+             "                                    fingerprint)).rowcount == 1:",
+             "            if db.execute(_INSERT, (context_id, key, owner, now_s, now_s,\n"
+             "                                    \"\")).rowcount == 1:", T_STORE2,
+             "sqlite: a claim's fingerprint not stored"),
+    Mutation("stores", "loadtests/dedup/sqlite.py",
+             "\"outcome = NULL, fingerprint = CASE fingerprint WHEN '' THEN ? ELSE fingerprint "
+             "END \"",
+             "\"outcome = outcome, fingerprint = CASE fingerprint WHEN '' THEN ? ELSE fingerprint "
+             "END \"", T_STORE2, "sqlite: a reclaimed entry keeps the dead owner's progress"),
+    Mutation("stores", "loadtests/dedup/redis.py",
+             "  if now > tonumber(e[4]) + tonumber(ARGV[5]) then\n    if peek",
+             "  if now >= tonumber(e[4]) + tonumber(ARGV[5]) then\n    if peek", T_STORE2,
+             "redis: window open at its end"),
+    Mutation("stores", "loadtests/dedup/redis.py",
+             "if now - tonumber(e[3]) > tonumber(ARGV[4]) or",
+             "if now - tonumber(e[3]) >= tonumber(ARGV[4]) or", T_STORE2,
+             "redis: lease stale at exactly its length"),
+    Mutation("stores", "loadtests/dedup/redis.py",
+             "self._inflight_ttl_ms = max(1, int((self.lease_s + self.window_s) * 1000))",
+             "self._inflight_ttl_ms = max(1, int(self.lease_s * 1000))", T_STORE2,
+             "redis: in-flight TTL without the window"),
+    Mutation("stores", "loadtests/dedup/redis.py",
+             "  redis.call('PEXPIRE', KEYS[1], ARGV[8])\n  redis.call('ZREM', KEYS[2], KEYS[1])\n"
+             "  return {'lost'",
+             "  redis.call('ZREM', KEYS[2], KEYS[1])\n  return {'lost'", T_STORE2,
+             "redis: a lost outcome stored without its TTL"),
+    Mutation("stores", "loadtests/dedup/redis.py",
+             "redis.call('HSET', KEYS[1], 'f', f ~= '' and f or ARGV[10])",
+             "redis.call('HSET', KEYS[1], 'f', ARGV[10])", T_STORE2,
+             "redis: a reclaim replaces the stored fingerprint"),
+    Mutation("stores", "loadtests/dedup/redis.py",
+             "cutoff = now_s - self.window_s - self.lease_s", "cutoff = now_s - self.lease_s",
+             T_STORE2, "redis: index entries dropped after the lease alone"),
+    # ---------------------------------------------------------------- Reasoner validation (3)
+    Mutation("reasoner validation", "loadtests/reasoner/intake.py",
+             "if len(msg.parts) > b.max_parts:", "if len(msg.parts) >= b.max_parts:", T_INTAKE,
+             "exactly max_parts parts refused"),
+    Mutation("reasoner validation", "loadtests/reasoner/intake.py",
+             "problem = _check_ids(msg, bounds) or _check_parts(msg, bounds)",
+             "problem = _check_parts(msg, bounds)", T_INTAKE, "core identifiers not bounded"),
+    Mutation("reasoner validation", "loadtests/reasoner/intake.py",
+             "if msg.role != Role.ROLE_USER:", "if msg.role == Role.ROLE_AGENT:", T_INTAKE,
+             "an unspecified role accepted"),
+    Mutation("reasoner validation", "loadtests/reasoner/intake.py",
+             "if force is not None and force not in ALL_CODES:", "if False:", T_INTAKE,
+             "an unknown forced error code accepted"),
+    Mutation("reasoner validation", "loadtests/reasoner/intake.py",
+             "if problem is None and _compact_len(meta) > bounds.metadata_bytes:",
+             "if problem is None and len(meta) > bounds.metadata_bytes:", T_INTAKE,
+             "metadata bound in keys, not bytes"),
+    # ---------------------------------------------------------------- chaos proxy (round 3)
+    Mutation("chaos proxy", "loadtests/chaos/config.py",
+             "        delay += sample(link.reorder_delay_s, rng)",
+             "        delay = sample(link.reorder_delay_s, rng)", T_CHAOS,
+             "a reordered request loses its latency"),
+    Mutation("chaos proxy", "loadtests/chaos/config.py",
+             "    return max(0.0, float(dist.sample(rng)))", "    return float(dist.sample(rng))",
+             T_CHAOS, "negative delays from a law with a negative tail"),
+    Mutation("chaos proxy", "loadtests/chaos/config.py",
+             "return tuple(sorted(self.network.outages + self.extra_outages, key=lambda o: "
+             "o.start_s))", "return tuple(self.network.outages)", T_CHAOS,
+             "outages given on the command line ignored"),
+    Mutation("chaos proxy", "loadtests/chaos/config.py",
+             "dup_delay = sample(link.duplicate_delay_s, rng) if dup else 0.0",
+             "dup_delay = 0.0", T_CHAOS, "a duplicate's delay ignored"),
+    # ---------------------------------------------------------------- playback (round 3)
+    Mutation("playback", "loadtests/live/playback.py",
+             "            if seq < self.last_played:\n                self.order_violations += 1",
+             "            if seq <= self.last_played:\n                self.order_violations += 1",
+             T_PLAY, "a repeated sequence number counted as out of order"),
+    Mutation("playback", "loadtests/live/playback.py",
+             "ok = end or seq <= self._next or (", "ok = end or seq < self._next or (", T_PLAY,
+             "the expected event held until the timeout"),
+    Mutation("playback", "loadtests/live/playback.py",
+             "        if seq > self.last_played:\n            self.last_played = seq",
+             "        if True:\n            self.last_played = seq", T_PLAY,
+             "a late event lowers the highest number played"),
+    # ---------------------------------------------------------------- gates (round 3)
+    Mutation("gates", "loadtests/check/integrity.py",
+             "ok = answered <= server <= answered + open_", "ok = answered <= server", T_GATE,
+             "server answering more than it was sent passes"),
+    Mutation("gates", "loadtests/check/integrity.py", "ok = saved == read",
+             "ok = saved >= read", T_GATE, "fewer witness rows read than saved passes"),
+    Mutation("gates", "loadtests/check/integrity.py",
+             "lim = float(f.gates.get(\"availability_min\", AVAILABILITY_MIN))",
+             "lim = AVAILABILITY_MIN", T_GATE, "the run's availability limit ignored"),
+    Mutation("gates", "loadtests/check/integrity.py",
+             "    real = attempts[attempts[\"injected\"].fillna(\"\").astype(str).eq(\"\")]\n"
+             "    bad = real[real[\"error_code\"].eq(\"auth\")]",
+             "    real = attempts\n    bad = real[real[\"error_code\"].eq(\"auth\")]", T_GATE,
+             "client-injected copies counted by the auth gate"),
+    Mutation("gates", "loadtests/check/coverage.py",
+             "window = float(np.max(gap)) if len(gap) else None",
+             "window = float(np.min(gap)) if len(gap) else None", T_GATE,
+             "the dedup window exercised read from the shortest gap"),
+    Mutation("gates", "loadtests/check/coverage.py",
+             "done = real[real[\"outcome\"].isin((A.COMPLETED, A.INPUT_REQUIRED))]",
+             "done = real[real[\"outcome\"].isin((A.COMPLETED,))]", T_GATE,
+             "turns paused for input not counted as executed"),
+    Mutation("gates", "loadtests/check/coverage.py",
+             "proxy_running = int((seen & ~first & (delay < took)).sum())",
+             "proxy_running = int((seen & ~first & (delay <= took)).sum())", T_GATE,
+             "a proxy copy landing at the original's end counted as concurrent"),
+    # ---------------------------------------------------------------- checker rules
+    Mutation("checker rules", "loadtests/check/rules.py", "    dup = vc[vc > 1]\n",
+             "    dup = vc[vc > 2]\n", T_CHECK, "a requestGuid run twice not a duplicate"),
+    Mutation("checker rules", "loadtests/check/rules.py", "extra = int((dup - 1).sum())",
+             "extra = int(dup.sum())", T_CHECK, "duplicates counted with their first execution"),
+    Mutation("checker rules", "loadtests/check/rules.py",
+             "lost = np.flatnonzero(acked & ~degraded & (_executions(p) == 0))",
+             "lost = np.flatnonzero(acked & (_executions(p) == 0))", T_CHECK,
+             "degraded turns judged lost"),
+    Mutation("checker rules", "loadtests/check/rules.py",
+             "over = rate is not None and rate > limit",
+             "over = rate is not None and rate >= limit", T_CHECK,
+             "a hazard at exactly its limit fails"),
+    Mutation("checker rules", "loadtests/check/rules.py",
+             "ghost = np.flatnonzero(untold & ~reported)", "ghost = np.flatnonzero(untold)",
+             T_CHECK, "turns told 'it may have run' counted as ghosts"),
+    Mutation("checker rules", "loadtests/check/rules.py",
+             "bad = seq[nonretry & seq[\"next_same_context\"]]",
+             "bad = seq[nonretry & seq[\"has_next\"]]", T_CHECK,
+             "a resend in a new session counted as an unmodified retry"),
+    Mutation("checker rules", "loadtests/check/rules.py",
+             "bad = seq[judged & (seq[\"ordinal\"] >= limit)]",
+             "bad = seq[judged & (seq[\"ordinal\"] > limit)]", T_CHECK,
+             "one retry beyond the attempt limit allowed"),
+    Mutation("checker rules", "loadtests/check/rules.py",
+             "bad = seq[hinted & (wait < seq[\"retry_after_ms\"] / 1000.0 - RETRY_AFTER_SLACK_S)]",
+             "bad = seq[hinted & (wait < seq[\"retry_after_ms\"] - RETRY_AFTER_SLACK_S)]",
+             T_CHECK, "retryAfterMs compared with seconds"),
+    # ---------------------------------------------------------------- connection limits
+    Mutation("connection limits", "loadtests/reasoner/conns.py",
+             "if self.per_peer[peer] >= self.limits.max_connections_per_client:",
+             "if self.per_peer[peer] > self.limits.max_connections_per_client:", T_CONN,
+             "one connection more per client than the limit"),
+    Mutation("connection limits", "loadtests/reasoner/conns.py",
+             "if len(self.open) >= self.limits.max_connections:",
+             "if len(self.open) > self.limits.max_connections:", T_CONN,
+             "one connection more in total than the limit"),
+    Mutation("connection limits", "loadtests/reasoner/conns.py",
+             "                   min(per_client, total), min(pending, total))",
+             "                   per_client, min(pending, total))", T_CONN,
+             "a per-client limit above the total"),
+    Mutation("connection limits", "loadtests/reasoner/conns.py",
+             "return max(16, limit - max(FD_RESERVE_MIN, limit // 10))",
+             "return max(16, limit - FD_RESERVE_MIN)", T_CONN,
+             "no 10 % reserve of open files"),
+    Mutation("connection limits", "loadtests/reasoner/conns.py",
+             "            return len(mine), -next(iter(mine.values()))[0]",
+             "            return len(mine), next(iter(mine.values()))[0]", T_CONN,
+             "eviction among equal peers takes the youngest"),
+    # ---------------------------------------------------------------- verdict, JUnit (round 3)
+    Mutation("verdict, JUnit, agreement", "sim/shared/junit.py",
+             "errors=\"0\", skipped=str(sum(c.status == \"skipped\" for c in cases)))",
+             "errors=\"0\", skipped=\"0\")", T_VJA, "suite counts no skipped case"),
+    Mutation("verdict, JUnit, agreement", "sim/shared/junit.py",
+             "cases.append(Case(label, cls, \"skipped\" if v is None else \"pass\" if v else "
+             "\"fail\",",
+             "cases.append(Case(label, cls, \"pass\" if v is None else \"pass\" if v else "
+             "\"fail\",", T_VJA, "a count not comparable shown as passed"),
+    Mutation("verdict, JUnit, agreement", "sim/shared/junit.py",
+             "        elif c.status == \"skipped\":", "        elif c.status == \"skip\":", T_VJA,
+             "skipped cases written without <skipped>"),
+    Mutation("verdict, JUnit, agreement", "loadtests/check/verdict.py",
+             "    return 1000.0 * float(count) / float(turns)",
+             "    return 100.0 * float(count) / float(turns)", T_VJA,
+             "hazard rates per 100 turns, not per 1,000"),
+    Mutation("verdict, JUnit, agreement", "sim/shared/agreement.py",
+             "        se = lm.get(\"se\")\n", "        se = None\n", T_VJA,
+             "the load run's own uncertainty ignored"),
+    Mutation("verdict, JUnit, agreement", "sim/shared/agreement.py",
+             "var_s = math.fsum((v - m) ** 2 for v in sim_values) / (n - 1)",
+             "var_s = math.fsum((v - m) ** 2 for v in sim_values) / n", T_VJA,
+             "simulated spread with the ddof-0 variance"),
 )
+
+
+#: index of the first mutation of round 3 (2026-12-03) in :data:`MUTATIONS`
+ROUND3 = next(i for i, m in enumerate(MUTATIONS)
+              if m.what == "bootstrap se divided by sqrt(resamples)")
 
 
 def validate(mutations: tuple[Mutation, ...] = MUTATIONS, root: Path = ROOT) -> list[str]:
@@ -371,9 +732,9 @@ def _copy_tree(dst: Path) -> None:
     shutil.copytree(ROOT, dst, ignore=ignore, dirs_exist_ok=True)
 
 
-def run(areas: list[str] | None, match: str | None = None
+def run(areas: list[str] | None, match: str | None = None, first: int = 0
         ) -> dict[str, list[tuple[Mutation, bool, float]]]:
-    chosen = [m for m in MUTATIONS if (not areas or m.area in areas)
+    chosen = [m for m in MUTATIONS[first:] if (not areas or m.area in areas)
               and (not match or match in m.what)]
     results: dict[str, list[tuple[Mutation, bool, float]]] = defaultdict(list)
     with tempfile.TemporaryDirectory(prefix="rtalab-mutate-") as tmp:
@@ -406,6 +767,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--area", action="append", help="only this area (repeatable)")
     ap.add_argument("--match", help="only the mutations whose description contains this")
+    ap.add_argument("--first", type=int, default=0,
+                    help=f"start at this index of the list (e.g. {ROUND3}: round 3 only)")
     ap.add_argument("--list", action="store_true", help="list the mutations and stop")
     args = ap.parse_args(argv)
     problems = validate()
@@ -416,7 +779,7 @@ def main(argv: list[str] | None = None) -> int:
         for m in MUTATIONS:
             print(f"[{m.area}] {m.file}: {m.what}")
         return 0
-    results = run(args.area, args.match)
+    results = run(args.area, args.match, args.first)
     print("\n| area | planted | caught | score |\n| --- | --- | --- | --- |")
     for area, rows in results.items():
         k = sum(c for _, c, _ in rows)

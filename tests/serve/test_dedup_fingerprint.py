@@ -36,6 +36,8 @@ CASES: list[tuple[str, str, float, str, str | None, str, str]] = [
     ("in_flight", "", C + 1, "fail", None, "y", "in_flight"),
     ("in_flight", "x", C + L + 1, "fail", None, "y", "conflict"),  # before the lease
     ("in_flight", "x", C + L + 1, "fail", None, "x", "lost"),
+    ("in_flight", "x", C + L, "fail", None, "x", "in_flight"),  # at its lease: not yet stale
+    ("in_flight", "x", math.nextafter(C + L, UP), "fail", None, "x", "lost"),
     ("in_flight", "x", C + L + 1, "reclaim", None, "y", "conflict"),
     ("in_flight", "x", C + L + 1, "reclaim", None, "x", "reclaim"),
     ("in_flight", "x", C + 1, "fail", "A", "y", "conflict"),  # a dead owner's key: refused
@@ -94,6 +96,30 @@ def test_every_store_follows_the_table(backend: str, request: pytest.FixtureRequ
         return got
 
     assert asyncio.run(main()) == [c[-1] for c in CASES]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_reclaim_keeps_the_stored_fingerprint(backend: str, request: pytest.FixtureRequest,
+                                                 tmp_path: Path) -> None:
+    """A stale entry reclaimed by a claim that presents no fingerprint (a continuation or
+    side-effect guard) still holds the original request's: a reuse of the key by another
+    request is refused afterwards."""
+    if backend == "redis":
+        url = str(request.getfixturevalue("redis_url"))
+    else:
+        url = {"memory": "memory", "sqlite": f"sqlite:///{tmp_path / 'd.db'}",
+               "sqlite-thread": f"sqlite:///{tmp_path / 'd.db'}?inline=0"}[backend]
+    ctx = f"rc-{uuid.uuid4().hex}"
+
+    async def main() -> tuple[str, str, str]:
+        async with open_store(url, W, lease_s=L, on_stale="reclaim") as store:
+            await store.claim(ctx, "k", "A", C, fingerprint="x")
+            taken = await store.claim(ctx, "k", "B", C + L + 1, fingerprint="")
+            other = await store.claim(ctx, "k", "D", C + L + 2, fingerprint="y")
+            same = await store.claim(ctx, "k", "E", C + L + 3, fingerprint="x")
+            return _verdict(taken), other.state, same.state
+
+    assert asyncio.run(main()) == ("reclaim", "conflict", "in_flight")
 
 
 def test_a_conflict_writes_nothing(tmp_path: Path) -> None:

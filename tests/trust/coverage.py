@@ -13,7 +13,7 @@ from scipy import stats
 
 from sim.calibrate.estimate import _wilson
 from sim.calibrate.intervals import bca_ci, quantile, quantile_ci, t_mean_ci
-from sim.shared.agreement import _test, prediction_interval
+from sim.shared.agreement import _test, prediction_interval, run_interval
 from sim.shared.stats import paired, welch
 from sim.shared.summary import mean_ci
 
@@ -116,6 +116,20 @@ def prediction() -> float:
     return hits / DRAWS
 
 
+def _one_run(n: int, seed: int) -> float:
+    """predict's 90 % one-run interval (``run_interval``) from ``n`` simulated replications
+    of a lognormal figure (a p95 in seconds) against one new run from the same law: t on the
+    log scale below 19 replications, order statistics from 19 on."""
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(DRAWS):
+        iv = run_interval(list(rng.lognormal(0.0, 0.6, n)), 0.90, metric="completion_s.p95",
+                          bounds=(0.0, np.inf))
+        assert iv is not None and iv.low <= iv.centre <= iv.high
+        hits += iv.contains(float(rng.lognormal(0.0, 0.6)))
+    return hits / DRAWS
+
+
 def _agreement(se: float | None, seed: int) -> float:
     """The share of single load values drawn from the truth judged 'agrees' (1 − false
     alarms) by sim-vs-load agreement, per metric before Holm."""
@@ -149,8 +163,37 @@ FAMILIES: tuple[Family, ...] = (
            "normal pairs, n = 10", paired_ci, (0.93, 0.97)),
     Family("prediction interval (twin, validate)", "sim.shared.agreement.prediction_interval",
            "normal, 6 runs, a new run", prediction, (0.93, 0.97)),
+    Family("one-run interval, t on the log scale (predict, 90 %)",
+           "sim.shared.agreement.run_interval", "lognormal sigma 0.6, 8 runs, a new run",
+           lambda: _one_run(8, 51), (0.88, 0.92)),
+    Family("one-run interval, order statistics (predict, 90 %)",
+           "sim.shared.agreement.run_interval", "lognormal sigma 0.6, 39 runs, a new run",
+           lambda: _one_run(39, 52), (0.88, 0.92)),
     Family("agreement, load without se", "sim.shared.agreement (prediction spread)",
            "load value ~ simulated law, 8 reps", lambda: _agreement(None, 41), (0.93, 0.97)),
     Family("agreement, load with bootstrap se", "sim.shared.agreement (se)",
            "load value ~ N(mean, se), 8 reps", lambda: _agreement(0.5, 42), (0.93, 0.97)),
 )
+
+
+def bootstrap_se_ratio(resamples: int = 80, boot: dict | None = None) -> tuple[float, float]:
+    """(the load bootstrap's ``se`` of attempts per turn, the truth): the linearised
+    (cluster-robust) standard error of a ratio over calls, sqrt(sum (y_c - r m_c)^2) /
+    sum m_c, on a simulated load-like run (tests.trust.loadlike); ``boot``: its bootstrap
+    already made (seed 3)."""
+    import math
+
+    from loadtests.loadrun import uncertainty as U
+    from loadtests.loadrun.tables import timeseries
+    from sim.shared import schema as S
+    from tests.trust.loadlike import WARMUP_S, loadlike
+
+    rec = loadlike()
+    if boot is None:
+        boot = U.bootstrap(rec, WARMUP_S, 3, timeseries, resamples=resamples)
+    t = rec.turns[rec.turns[S.START_S].to_numpy() >= WARMUP_S]
+    by_call = t.groupby(t[S.CALL_ID].astype(str))
+    m = by_call.size().to_numpy(dtype=float)
+    y = by_call[S.ATTEMPTS].sum().to_numpy(dtype=float)
+    r = y.sum() / m.sum()
+    return boot[S.M_ATTEMPTS_PER_TURN]["se"], math.sqrt(((y - r * m) ** 2).sum()) / m.sum()

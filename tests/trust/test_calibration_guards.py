@@ -44,3 +44,23 @@ def test_error_rates_are_per_execution() -> None:
     assert rep["per_execution"] == pytest.approx(0.1)
     assert rep["ci"][0] <= 0.1 <= rep["ci"][1]
     assert values[0].value == {"internal": 0.1}
+
+
+def test_emergent_codes_are_reported_not_injected() -> None:
+    """rate-limited (capacity refusals) is the model's own: 4 of 50 executions are reported
+    with their rate and interval, marked emergent, and not written as an injected error."""
+    n = 50
+    outcome = np.array(["completed"] * n, dtype=object)
+    code = np.array([None] * n, dtype=object)
+    outcome[:5], code[:5] = "failed", "internal"
+    outcome[5:9], code[5:9] = "failed", "rate-limited"
+    a = pd.DataFrame({"outcome": outcome, "error_code": code,
+                      "first_response_s": np.arange(n, dtype=float), "retry_after_ms": np.nan})
+    values: list = []
+    fig: dict = {}
+    _errors(a, values, [], fig, np.ones(n, dtype=bool))
+    assert values[0].value == {"internal": 0.1}
+    rl = fig["errors"]["rate-limited"]
+    assert (rl["count"], rl["emergent"]) == (4, True)
+    assert rl["per_execution"] == pytest.approx(0.08)
+    assert fig["errors"]["internal"]["emergent"] is False

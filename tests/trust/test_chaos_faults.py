@@ -56,3 +56,21 @@ def test_an_outage_on_both_directions_covers_each() -> None:
     one = ChaosConfig(extra_outages=(OutageConfig(start_s=5, duration_s=2,
                                                   direction="downlink"),))
     assert one.outage_at(6, "uplink") is None and one.outage_at(6, "downlink") is not None
+
+
+def test_delays_add_up_and_never_go_negative() -> None:
+    """A reordered request waits its latency *plus* the reorder delay (0.2 + 1.0 s); a
+    duplicate's copy waits the duplicate delay (0.7 s); a law with values below 0 (an
+    empirical one measured with clock skew) gives delays clipped at 0, never negative."""
+    from sim.dist import Empirical, Uniform
+
+    link = replace(LinkConfig(), latency_s=Const(0.2), reorder=1.0, reorder_delay_s=Const(1.0),
+                   duplication=1.0, duplicate_delay_s=Const(0.7))
+    d = _draws(link)[:200]
+    assert {round(f.delay_s, 9) for f in d} == {1.2}
+    assert {f.duplicate_delay_s for f in d} == {0.7}
+    skewed = replace(LinkConfig(), latency_s=Empirical((-0.05, 0.01)),
+                     reorder=0.0, duplication=1.0, duplicate_delay_s=Uniform(-1.0, 1.0))
+    d = _draws(skewed)[:400]
+    assert min(f.delay_s for f in d) == 0.0 and max(f.delay_s for f in d) == 0.01
+    assert min(f.duplicate_delay_s for f in d) == 0.0

@@ -4,7 +4,6 @@ the bootstrap cannot speak for say so, and the spread is the right size."""
 
 from __future__ import annotations
 
-import math
 from functools import cache
 
 import numpy as np
@@ -14,6 +13,7 @@ from loadtests.loadrun import uncertainty as U
 from loadtests.loadrun.tables import load_summary, timeseries
 from sim.shared import schema as S
 from sim.shared.summary import summarize
+from tests.trust.coverage import bootstrap_se_ratio
 from tests.trust.loadlike import WARMUP_S, loadlike
 
 
@@ -94,15 +94,7 @@ def test_bootstrap_se_matches_the_cluster_se_over_calls() -> None:
     """The truth for a ratio over calls: the linearised (cluster-robust) standard error
     sqrt(sum (y_c - r m_c)^2) / sum m_c.  A bootstrap drawing too few or too many calls,
     or rows instead of calls, is off by far more than the 25 % allowed."""
-    rec = loadlike()
-    _, boot = _boot()
-    t = rec.turns[rec.turns[S.START_S].to_numpy() >= WARMUP_S]
-    by_call = t.groupby(t[S.CALL_ID].astype(str))
-    m = by_call.size().to_numpy(dtype=float)
-    y = by_call[S.ATTEMPTS].sum().to_numpy(dtype=float)
-    r = y.sum() / m.sum()
-    truth = math.sqrt(((y - r * m) ** 2).sum()) / m.sum()
-    se = boot[S.M_ATTEMPTS_PER_TURN]["se"]
+    se, truth = bootstrap_se_ratio(boot=_boot()[1])
     assert truth > 0 and 0.75 < se / truth < 1.25, (se, truth)
 
 
@@ -118,3 +110,16 @@ def test_percentile_interval_is_at_95_percent(monkeypatch: pytest.MonkeyPatch) -
     assert b["ci_low"] == pytest.approx(np.quantile(xs, 0.025))  # 5.975
     assert b["ci_high"] == pytest.approx(np.quantile(xs, 0.975))  # 195.025
     assert b["se"] == pytest.approx(xs.std(ddof=1))
+
+
+def test_whole_run_counters_are_not_resampled() -> None:
+    """The dedup store's peak is a counter of the whole run: the bootstrap says so, not
+    "every resample gives the same value"."""
+    from dataclasses import replace
+
+    rec = loadlike()
+    rec = replace(rec, counters={**rec.counters, "dedup_peak_entries": 12,
+                                 "dedup_peak_bytes": 3400})
+    boot = U.bootstrap(rec, WARMUP_S, 3, timeseries, resamples=4)
+    assert boot[S.M_DEDUP_PEAK_ENTRIES] == {"ci_note": U.NOTE_COUNTER}
+    assert boot[S.M_DEDUP_PEAK_BYTES] == {"ci_note": U.NOTE_COUNTER}

@@ -60,3 +60,25 @@ def test_a_repeated_event_just_played_is_dropped() -> None:
     assert pb.push(1, True, 0.2) == []  # a second copy of 1 (next expected: 2)
     assert pb.push(0, False, 0.3) == []
     assert pb.played == 2 and pb.finish(1.0) == []
+
+
+def test_without_reordering_violations_count_events_below_the_highest_played() -> None:
+    """Played as they come: 0, 5, 3, 4 has two events below the highest number played
+    (3 and 4 both below 5), a repeated number (1, 1) is not out of order."""
+    pb = Playback(reorder=False, hold_s=0.5)
+    for i, seq in enumerate((0, 5, 3, 4)):
+        pb.push(seq, True, 0.1 * i)
+    assert (pb.played, pb.order_violations, pb.last_played) == (4, 2, 5)
+    again = Playback(reorder=False, hold_s=0.5)
+    for i, seq in enumerate((0, 1, 1, 2)):
+        again.push(seq, True, 0.1 * i)
+    assert again.order_violations == 0
+
+
+def test_the_expected_event_plays_at_once_after_a_held_one() -> None:
+    """0 played, 2 held (1 missing), then 1 arrives: 1 and 2 play at once, without waiting
+    for the hold."""
+    pb = Playback(reorder=True, hold_s=5.0)
+    assert pb.push(0, False, 0.0) == [(0, 0)]
+    assert pb.push(2, True, 0.1) == []
+    assert pb.push(1, True, 0.2) == [(2, 1), (1, 2)]

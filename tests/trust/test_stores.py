@@ -77,3 +77,58 @@ def test_redis_keeps_a_done_entry_for_the_whole_window(redis_url: str) -> None:
         assert 0.9 * window * 1000 < ttl_ms <= window * 1000
 
     run_with(redis_url, body, window_s=window)
+
+
+def test_a_purge_at_the_windows_last_instant_keeps_the_entry(store_url: str) -> None:
+    """Closed window (sim.shared.dedup_rule): an outcome completed at t is replayed at
+    t + window, so a purge at that instant must not drop it; one after it may."""
+    t0 = float(int(time.time()))
+
+    async def body(s: DedupStore) -> None:
+        await s.claim("ctx", "g", "A", t0)
+        assert await s.complete("ctx", "g", {"k": 1}, t0, owner="A")
+        await s.purge(t0 + 60.0)
+        c = await s.claim("ctx", "g", "B", t0 + 60.0)
+        assert (c.state, c.outcome) == ("done", {"k": 1})
+
+    run_with(store_url, body, window_s=60.0)
+
+
+async def _pttl(redis_url: str, key: str) -> int:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        return int(await client.pttl(key))
+    finally:
+        await client.aclose()
+
+
+def test_redis_ttls_of_in_flight_and_lost_entries(redis_url: str) -> None:
+    """window 60 s, lease 120 s: an in-flight entry lives lease + window (180 s), a lost
+    outcome (the owner's lease ran out, policy fail) the window (60 s): neither is kept
+    forever nor dropped early."""
+    async def body(s: DedupStore) -> None:
+        t = time.time()
+        await s.claim("ctx", "g", "A", t)
+        ttl = await _pttl(redis_url, s.entry_key("ctx", "g"))  # type: ignore[attr-defined]
+        assert 0.9 * 180_000 < ttl <= 180_000
+        lost = await s.claim("ctx", "g", "B", t + 121.0)
+        assert (lost.state, lost.stale) == ("done", True)
+        ttl = await _pttl(redis_url, s.entry_key("ctx", "g"))  # type: ignore[attr-defined]
+        assert 0.9 * 60_000 < ttl <= 60_000
+
+    run_with(redis_url, body, window_s=60.0, lease_s=120.0, on_stale="fail")
+
+
+def test_redis_purge_keeps_index_entries_until_lease_plus_window(redis_url: str) -> None:
+    """The in-flight index is trimmed of owners gone past lease + window (180 s), not
+    past the lease alone."""
+    async def body(s: DedupStore) -> None:
+        t = float(int(time.time()))
+        await s.claim("ctx", "g", "A", t)
+        assert await s.purge(t + 150.0) == 0
+        assert (await s.stats()).in_flight == 1
+        assert await s.purge(t + 181.0) == 1
+
+    run_with(redis_url, body, window_s=60.0, lease_s=120.0)

@@ -1,0 +1,225 @@
+"""Calibration from a running deployment's telemetry (issue 28, point 4): the embedded
+Reasoner under a short load, its /metrics scraped over real HTTP by ``rtalab calibrate
+--from prometheus:URL``, the calibrated law, means and capacity checked against the
+Reasoner's configured truth within the intervals the output states."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from loadtests.common.procs import start_reasoner
+
+# the truth: 2 workers, gamma reasoning (mean 0.2 s, cv 0.6), 3 chunks every 40 ms, 5 %
+# internal errors; 3.4 calls/s x 2 turns -> 6.8 turns/s x 0.2 s / 2 workers = 68 % busy
+TRUTH = """
+name = "teldep"
+[workload]
+calls_per_s = 3.4
+turns_per_call = 2
+think_time_s = { dist = "exp", mean = 0.3 }
+side_effect_share = 0.0
+handoff_share = 0.0
+[live.timeouts]
+turn_response_s = 8.0
+[network.uplink]
+latency_s = 0.0
+[network.downlink]
+latency_s = 0.0
+[reasoner]
+workers = 2
+reasoning_time_s = { dist = "gamma", mean = 0.2, cv = 0.6 }
+first_chunk_s = 0.03
+chunks = 3
+chunk_interval_s = 0.04
+tool_latency_s = 0.0
+errors = { internal = 0.05 }
+[run]
+duration_s = 45
+warmup_s = 1
+drain_s = 10
+seed = 11
+"""
+MEAN_S, CV, WORKERS, CALLS_PER_S = 0.2, 0.6, 2, 3.4
+# the output states 95 % intervals; a test holding them would fail one run in 20 by design, so
+# it holds the 99 % ones (the stated half-widths x 2.576 / 1.96)
+Z99 = 2.576 / 1.96
+# the service histogram measures the worker held: the reasoning plus the server's own
+# event-loop lag (a few ms on a busy 2-core machine)
+OVERHEAD_S = 0.015
+RTALAB = [sys.executable, "-m", "sim.cli"]
+
+
+def _metric(url: str, name: str) -> float:
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(name) and not line.startswith("#"))
+
+
+def _wait_for_turns(url: str, load: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    """Until the Reasoner has answered a turn (the load has started), polling /metrics."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if _metric(url, "rta_reasoner_turns_total") > 0:
+            return
+        assert load.poll() is None, "the load run ended before answering any turn"
+        time.sleep(0.2)
+    raise AssertionError("no turn answered within 60 s of the load's start")
+
+
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory):
+    """One load run against a Reasoner of the truth, scraped for 25 s by ``rtalab calibrate``;
+    (calibrated TOML, calibration.json, the saved scrapes, stdout)."""
+    tmp = tmp_path_factory.mktemp("telemetry")
+    sc = tmp / "truth.toml"
+    sc.write_text(TRUTH)
+    with start_reasoner(dedup="memory", scenario=sc, log_path=tmp / "reasoner.log") as srv:
+        url = f"{srv.url}/metrics"
+        load = subprocess.Popen([*RTALAB, "load", "run", str(sc), "--target", srv.url,
+                                 "--out", str(tmp / "results"), "--quiet", "--no-plots"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _wait_for_turns(url, load)
+            out = tmp / "cal" / "calibrated.toml"
+            p = subprocess.run([*RTALAB, "calibrate", "--from", f"prometheus:{url}",
+                                "--window", "25", "--every", "1", "--save",
+                                str(tmp / "scrape.prom"), "--base", str(sc), "--out", str(out),
+                                "--no-plots"], capture_output=True, text=True, timeout=180)
+        finally:
+            load.wait(timeout=180)
+    assert p.returncode == 0, p.stderr + p.stdout
+    data = json.loads((tmp / "cal" / "calibrated.calibration.json").read_text())
+    return tomllib.loads(out.read_text()), data, tmp / "scrape.prom", p.stdout
+
+
+def _wider(centre: float, ci: list[float]) -> tuple[float, float]:
+    """The 99 % interval of a stated 95 % one (module constant Z99)."""
+    return centre - (centre - ci[0]) * Z99, centre + (ci[1] - centre) * Z99
+
+
+def _value(data: dict, key: str) -> dict:
+    return next(v for v in data["values"] if v["key"] == key)
+
+
+def test_prometheus_scrape_calibrates_law_means_and_capacity(scraped) -> None:
+    toml, data, _, stdout = scraped
+    assert data["method"] == "server-histograms"
+    fit = data["figures"]["bucket_fits"]["reasoner.reasoning_time_s"]
+    assert fit["n"] >= 50
+    # the configured mean inside the stated 95 % interval (its upper end plus the server's
+    # own overhead); the cv inside its interval
+    lo, hi = _wider(fit["mean"], fit["mean_ci"])
+    assert lo <= MEAN_S + OVERHEAD_S, fit
+    assert hi >= MEAN_S, fit
+    clo, chi = _wider(fit["cv"], fit["cv_ci"])
+    assert clo <= CV <= chi, fit
+    # the law: a family was fitted (not the histogram), and its KS distance at the bounds is
+    # within the rejection threshold
+    assert fit["chosen"] in ("gamma", "lognormal", "weibull"), fit
+    assert fit["ks"] <= max(fit["ks_critical"], 0.03)
+    # the buckets' cost is stated, on screen and in the TOML comment
+    assert "the buckets widen the CI of the mean x" in _value(data, "reasoner.reasoning_time_s"
+                                                              )["quality"]
+    assert fit["widening"]["mean"] >= 0.8
+    # capacity from the busy/queued gauges, exact
+    assert toml["reasoner"]["workers"] == WORKERS
+    assert "scrapes that found turns queued" in _value(data, "reasoner.workers")["source"]
+    # chunks and their cadence from the counter and the histogram
+    assert toml["reasoner"]["chunks"] == 3
+    assert 0.04 <= toml["reasoner"]["chunk_interval_s"] <= 0.05
+    # the injected error rate inside its Wilson interval
+    err = data["figures"]["errors"]["internal"]
+    assert err["ci"][0] <= 0.05 <= err["ci"][1], err
+    # the observed call rate: turns/s over the scenario's 2 turns per call, near the offered
+    rate = toml["workload"]["calls_per_s"]
+    assert CALLS_PER_S * 0.7 <= rate <= CALLS_PER_S * 1.3, rate
+    assert "observed turn rate" in stdout
+
+
+def test_saved_scrape_file_calibrates_the_same(scraped, tmp_path: Path) -> None:
+    toml, _, saved, _ = scraped
+    out = tmp_path / "again.toml"
+    p = subprocess.run([*RTALAB, "calibrate", "--from", f"prometheus:{saved}", "--base",
+                        str(saved.parent / "truth.toml"), "--out", str(out), "--no-plots",
+                        "--quiet"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    again = tomllib.loads(out.read_text())
+    assert again["reasoner"] == toml["reasoner"]  # same scrapes, same seed: same figures
+    assert again["workload"]["calls_per_s"] == toml["workload"]["calls_per_s"]
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("prometheus:http://127.0.0.1:9/metrics", "cannot scrape"),
+    ("prometheus:{tmp}/junk.prom", "not Prometheus text exposition format"),
+    ("prometheus:{tmp}/other.prom", "no service-time histogram"),
+    ("prometheus:{tmp}/missing.prom", "cannot read"),
+    ("otlp:x.json", "expected prometheus:URL_OR_FILE"),
+])
+def test_bad_telemetry_is_one_line_exit_2(tmp_path: Path, source: str, message: str) -> None:
+    (tmp_path / "junk.prom").write_text("this is { not exposition\n")
+    (tmp_path / "other.prom").write_text("# TYPE up gauge\nup 1\n")
+    p = subprocess.run([*RTALAB, "calibrate", "--from", source.format(tmp=tmp_path),
+                        "--window", "1", "--every", "1", "--out", str(tmp_path / "x.toml")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "Traceback" not in p.stderr
+
+
+# x the observed rate: 68 % -> 78 % busy (the observed rate of a 25-s window is itself within
+# about +-8 %: near saturation a few % of load move the queue a lot)
+PEAK = 1.15
+
+
+def test_predict_the_peak_from_the_scrape_and_measure_it(scraped, tmp_path: Path) -> None:
+    """Point 5: calibrate from the saved scrape, predict the peak with 90 % one-run intervals,
+    load-test that peak on the embedded deployment, compare."""
+    toml, _, saved, _ = scraped
+    out = tmp_path / "results"
+    p = subprocess.run([*RTALAB, "predict", str(saved.parent / "truth.toml"), "--from",
+                        f"prometheus:{saved}", "--peak", f"{PEAK}x", "--duration", "20",
+                        "--warmup", "4", "--drain", "10", "--outage", "0", "--replications",
+                        "10", "--workers", "1", "--table", "short", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr + p.stdout
+    (folder,) = out.glob("*-predict-teldep-*")
+    res = json.loads((folder / "prediction.json").read_text())
+    assert res["calibration_run"] == f"prometheus:{saved}"
+    observed = toml["workload"]["calls_per_s"]
+    assert res["rate_a"] == pytest.approx(observed)
+    assert res["rate_b"] == pytest.approx(PEAK * observed)
+    assert f"B = the peak: {PEAK:g} x the observed" in p.stdout
+    assert res["capacity"]["identified"] and res["capacity"]["workers"] == WORKERS
+    (case,) = res["cases"]
+    verdicts = [r["verdict"] for r in case["rows"]]
+    assert len(verdicts) == 9 and set(verdicts) <= {"inside", "outside"}, verdicts
+    # a right model puts each metric inside its 90 % interval 9 times in 10 (the metrics are
+    # correlated): at least 6 of the 9 inside, or the prediction is wrong
+    assert verdicts.count("inside") >= 6, case["rows"]
+    assert list((folder / "runs").glob("*-load-*")), "the peak was not measured"
+
+
+def test_predict_no_measure_states_the_prediction_alone(scraped, tmp_path: Path) -> None:
+    _, _, saved, _ = scraped
+    out = tmp_path / "results"
+    p = subprocess.run([*RTALAB, "predict", str(saved.parent / "truth.toml"), "--from",
+                        f"prometheus:{saved}", "--peak", "9", "--no-measure", "--duration", "20",
+                        "--warmup", "4", "--outage", "0", "--replications", "4", "--out",
+                        str(out), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr + p.stdout
+    (folder,) = out.glob("*-predict-teldep-*")
+    res = json.loads((folder / "prediction.json").read_text())
+    assert res["rate_b"] == 9.0
+    (case,) = res["cases"]
+    assert {r["verdict"] for r in case["rows"]} == {"n/a"}
+    lo, hi = next(r["interval"] for r in case["rows"] if r["metric"] == "completion_s.p50")
+    assert 0 < lo <= hi
+    assert not (folder / "runs").exists()
