@@ -13,11 +13,18 @@ with ``λ`` the request rate *per replica*, gives the queue-length law a request
 balancer policies map to it as follows (each a place where the simulator can differ; the
 errors at N = 2..4 are measured and asserted in tests/test_fleet_meanfield.py):
 
-- ``random`` and ``sticky`` (by contextId: hashing random contextIds is a Poisson split of the
-  calls): ``d = 1``, the replicas are independent M/M/c/K queues (Erlang C per replica when
-  the queue is unbounded) — exact for Poisson arrivals and exponential service, whatever N.
-  The simulator's sticky deals calls by ``call_id % N`` (sequential ids: a round robin of
-  calls), smoother than a Poisson split: the model overstates its p50 by 4–8 % at N = 3, 4;
+- ``random``: ``d = 1``, the replicas are independent M/M/c/K queues (Erlang C per replica
+  when the queue is unbounded) — exact for Poisson arrivals and exponential service,
+  whatever N;
+- ``sticky`` (by contextId): a call's requests all go to one replica, so a replica is a
+  finite-source queue — its ``K`` active calls each send one request at a time, a think
+  time after the last (the machine-repairman chain; an arriving request sees it with
+  ``K - 1`` sources).  ``K`` varies with the calls dealt to the replica: the simulator deals
+  calls by ``call_id % N`` (a round robin of calls, smoother than a Poisson split), so
+  ``Var K = z E[K]`` with Whitt's peakedness ``z = 1 + (1/N - 1) η`` of the call durations;
+  ``sticky_hash=True`` takes ``z = 1`` (Poisson ``K``: hashing random contextIds, what a
+  real balancer does).  Taken as independent Poisson arrivals instead (the random
+  policy's law) the p50 comes out 4–8 % high at N = 3, 4;
 - ``power_of_two``: ``d = 2`` for N >= 3 (the simulator samples two *distinct* replicas: at
   small N it balances a little better than the mean field); at N = 2 it is least outstanding;
 - ``least_outstanding``: join-the-shortest-queue, taken as one pooled queue of N·c workers
@@ -49,12 +56,15 @@ attempts time out or it is refused by a full queue.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import numpy as np
+from scipy.optimize import brentq
 from scipy.special import gammaincc
+from scipy.stats import binom, poisson
 
 from sim.fastmodel.params import FastParams, from_scenario
 from sim.scenario import Scenario
@@ -144,8 +154,6 @@ def _supermarket(lam: float, c: int, mu: float, d: int, cap: int) -> np.ndarray:
     across each level is solved backward from the top level, whose share is the one unknown
     (a root find on ``s_0 = 1``).  Above ``c + 64`` levels the doubly exponential tail is nil,
     so a longer queue is taken as unbounded: ``s_k = λ/(cμ) s_{k-1}^d`` for ``k > c``."""
-    from scipy.optimize import brentq
-
     if cap <= c + 64:  # a queue limit the fleet can reach: s_K is the unknown
         def g(y: float) -> float:
             return _backward(math.exp(y), lam, c, mu, d, cap, True)[0] - 1.0
@@ -166,6 +174,27 @@ def _supermarket(lam: float, c: int, mu: float, d: int, cap: int) -> np.ndarray:
     sc = brentq(h, 1e-300, 1.0, xtol=1e-15, rtol=1e-13) if h(1.0) > 0 else 1.0
     low = _backward(sc, lam, c, mu, d, c, False)
     return np.clip(np.concatenate([low, tail(sc)[1:]]), 0.0, 1.0)
+
+
+def _repairman(sources: int, c: int, mu: float, theta: float, cap: int) -> np.ndarray:
+    """The stationary law of requests at a replica fed by ``sources`` pinned calls, each
+    sending one request ``1/θ`` (exponential) after its last one ended; ``c`` workers of rate
+    ``μ``, room for ``cap`` requests (``law[cap]``: full)."""
+    top = min(max(sources, 0), cap)
+    j = np.arange(top + 1)
+    logp = np.zeros(top + 1)
+    if top:
+        birth = np.log((sources - j[:-1]) * theta)
+        death = np.log(mu * np.minimum(j[1:], c))
+        logp[1:] = np.cumsum(birth - death)
+    p = np.exp(logp - logp.max())
+    return p / p.sum()
+
+
+def _throughput(sources: int, c: int, mu: float, theta: float, cap: int) -> float:
+    """Requests a second served by a replica with ``sources`` pinned calls."""
+    p = _repairman(sources, c, mu, theta, cap)
+    return float((p * mu * np.minimum(np.arange(len(p)), c)).sum())
 
 
 def join_law(s: np.ndarray, d: int) -> np.ndarray:
@@ -213,7 +242,9 @@ class FleetPoint:
 class FleetModel:
     """The mean field of a scenario's Reasoner replicated behind a balancer."""
 
-    def __init__(self, scenario: Scenario, params: FastParams | None = None) -> None:
+    def __init__(self, scenario: Scenario, params: FastParams | None = None, *,
+                 sticky_hash: bool = False) -> None:
+        self.sticky_hash = sticky_hash  # sticky: K Poisson (hashed ids), not dealt in turn
         self.scenario = scenario
         self.p = params or from_scenario(scenario)
         r, net = scenario.reasoner, scenario.network
@@ -254,12 +285,76 @@ class FleetModel:
         extra = np.where(se, tool, 0.0)
         return reason + extra + r.load_latency_base_s, extra
 
+    @functools.cached_property
+    def _pinned_calls(self) -> tuple[float, float]:
+        """(:meth:`_calls`), drawn when a sticky fleet first needs them."""
+        return self._calls(self.scenario)
+
+    def _calls(self, s: Scenario) -> tuple[float, float]:
+        """A pinned call's mean time away from the Reasoner per turn (the think times, the
+        negotiation and the fixed latencies) and ``η = E[min(D, D')] / E[D]`` of the call
+        duration ``D`` (Whitt's G/GI/∞ peakedness factor), by fixed-seed Monte Carlo."""
+        w, net = s.workload, s.network
+        rng = np.random.default_rng(20261203)
+        n = SAMPLES // 10
+        turns = np.array([max(1, math.ceil(w.turns_per_call.sample(rng))) for _ in range(n)])
+        think = np.array([w.think_time_s.sample(rng) for _ in range(int(turns.sum()))])
+        neg = net.uplink.latency_s.mean + net.downlink.latency_s.mean
+        ends = np.cumsum(turns)
+        thinks = np.add.reduceat(think, ends - turns) - think[ends - 1]  # M - 1 per call
+        busy = rng.choice(self.service, size=int(turns.sum())) + self.other_s
+        dur = neg + thinks + np.add.reduceat(busy, ends - turns)
+        gap = float((thinks.sum() + neg * n) / turns.sum()) + self.other_s
+        eta = float(np.minimum(dur, rng.permutation(dur)).mean() / dur.mean())
+        return gap, eta
+
+    def _pinned_law(self, lam: float, n: int) -> np.ndarray:
+        """What a request finds at its replica when calls are pinned (sticky): a replica
+        holds ``K`` active calls, each away for the mean gap of :meth:`_calls` then sending
+        one request — the finite-source (machine-repairman) queue, whose arrivals see its
+        stationary law with ``K - 1`` sources (the arrival theorem).  ``K`` has mean ``L``
+        (solved so the replica's throughput is ``lam``) and variance ``z L``: the simulator
+        deals calls by ``call_id % N`` (the call arrivals a replica sees have squared
+        coefficient of variation ``1/N``), so ``z = 1 + (1/N - 1) η`` (Whitt) and ``K`` is
+        binomial; with :attr:`sticky_hash` ``z = 1`` (Poisson)."""
+        gap, eta = self._pinned_calls
+        z = 1.0 if self.sticky_hash else 1.0 + (1.0 / n - 1.0) * eta
+        c, mu, theta = self.workers, self.mu, 1.0 / gap
+
+        def mix(L: float) -> tuple[float, np.ndarray]:
+            top = int(L + 12 * math.sqrt(L) + 12)
+            ks = np.arange(top + 1)
+            if z < 1.0 - 1e-9:
+                m = max(round(L / (1.0 - z)), 1)
+                pk = binom.pmf(ks, m, min(L / m, 1.0))
+            else:
+                pk = poisson.pmf(ks, L)
+            laws = [_repairman(k - 1, c, mu, theta, self.cap) for k in ks]
+            # throughput from K sources: Σ_j π_K(j) (K - j) θ = K θ (1 - E_{K-1}[busy share])
+            thru = np.array([0.0] + [_throughput(k, c, mu, theta, self.cap) for k in ks[1:]])
+            wts = pk * thru
+            law = np.zeros(self.cap + 1 if self.cap < 10**6 else top + 1)
+            for wt, q in zip(wts, laws, strict=True):
+                law[: len(q)] += wt * q
+            return float(wts.sum()), law / max(wts.sum(), 1e-300)
+
+        hi = lam / theta + 1.0
+        while mix(hi)[0] < lam:
+            hi *= 2.0
+            if hi > 1e6:
+                raise FleetModelError("sticky routing: the replica cannot carry its calls")
+        L = brentq(lambda x: mix(x)[0] - lam, 1e-9, hi, xtol=1e-10, rtol=1e-10)
+        return mix(L)[1]
+
     def turns_per_s(self, calls_per_s: float) -> float:
         """Turns offered per second at a call rate (the scenario's mean turns per call)."""
         return calls_per_s * self.turns_per_call
 
     def _queue_law(self, lam: float, policy: str, n: int) -> _Law:
         """The law of requests a request finds at its replica (or, pooled, in the fleet)."""
+        if policy == "sticky" and n > 1:
+            return _Law(self._pinned_law(lam, n), self.workers, self.cap,
+                        0.5 * (1.0 + self.service_scv))
         if pooled(policy, n):  # JSQ of N replicas ~ one queue of N·c workers
             c, cap = n * self.workers, n * self.cap
             law = join_law(occupancy(n * lam, c, self.mu, 1, cap), 1)
