@@ -47,6 +47,7 @@ SLOW_TESTS = frozenset({
     "tests/test_compare_report.py::test_report_of_a_run_and_a_sweep_is_one_self_contained_file",
     "tests/check/test_equivalence.py::test_false_alarms_at_most_alpha_without_margins",
     "tests/test_junit.py::test_capacity_and_tune_junit",
+    "tests/test_fleet_meanfield.py::test_small_fleets_agree_with_the_simulator",
 })
 
 
