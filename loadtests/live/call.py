@@ -388,15 +388,17 @@ class Call:
             t.barge_in_s = self.barge_after()
         self._turn = t
         action, end_s, first_chunk_s = self._run_phase(t, t.send(t.start_s))
-        if action == AWAIT_CALLER:
+        # a continuation may be asked for input again (any task may go INPUT_REQUIRED, A2A
+        # §7.1): the caller is prompted each time, as in the simulator's event loop
+        while action == AWAIT_CALLER:
             t.input_required = True
             gone = t.caller_wait(self.caller_response(), self.sc.live.timeouts.handoff_s)
             gevent.sleep(t.handoff_wait_s)
             if gone:
                 end_s = time.time()
-                t.caller_gone(end_s)
+                action = t.caller_gone(end_s)
             else:
-                _, end_s, first_chunk_s = self._run_phase(t, t.caller_answered(time.time()))
+                action, end_s, first_chunk_s = self._run_phase(t, t.caller_answered(time.time()))
         t.first_chunk_s = first_chunk_s
         self._end_turn(t, end_s)
         return t.outcome  # type: ignore[return-value]

@@ -13,9 +13,7 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from sim.shared.argtypes import (
     OUT_DIR,
@@ -30,6 +28,9 @@ from sim.shared.argtypes import (
     repeatable,
 )
 from sim.shared.junit import add_junit_argument
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _usage(message: str) -> Exception:
@@ -446,6 +447,8 @@ def cmd_fleet_size(args: argparse.Namespace) -> int:
     except FleetModelError as e:
         raise _usage(str(e)) from None
     took = time.perf_counter() - t0
+    import pandas as pd
+
     table = pd.DataFrame(rows)
     table.to_csv(out / "fleet_size.csv", index=False)
     ok = [r for r in rows if r["replicas"] is not None]

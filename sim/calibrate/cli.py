@@ -7,8 +7,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sim.calibrate.estimate import CLIPPED
-
 SOURCES = ("prometheus",)  # otlp:FILE is not built yet (issue 28 point 4, open)
 
 
@@ -102,6 +100,8 @@ def utilisation_lines(f: dict[str, Any]) -> list[str]:
 
 def describe(cal: Any) -> list[str]:
     """Key figures of a calibration, one line each (for the terminal)."""
+    from sim.calibrate.estimate import CLIPPED
+
     lines = [f"method: {cal.method}"]
     for v in cal.values:
         val = v.value

@@ -1,10 +1,13 @@
 """The release gate (issue 15 points 5-7): triggers, coverage and negative controls.
 
-One test process runs several short ``release_gate`` variants at once (real
-witness, reference Reasoner, chaos proxy and Locust per run, ``--binding
-both``): the correct Reasoner passes with every bug class exercised, and each
-planted bug (``--unsafe-bug``) fails exactly its rule, with violations found on
-both bindings (computed here from the ledgers, not taken from the verdict).
+One test process runs the short ``release_gate`` variants at once (real witness,
+reference Reasoner, chaos proxy and Locust per run, ``--binding both``): the correct
+Reasoner passes with every bug class exercised, a server that refuses every credential
+fails ``auth`` on both bindings, one that never asks for input warns.  The planted
+dedup bugs (``--unsafe-bug``) run once, on every binding at once over mutual TLS
+(tests/load/test_release_gate_all_tls.py: each fails its rule, its violations found
+there in the ledgers on every binding where the bug gives many): one run per bug, not
+one per binding, keeps the suite within its ten minutes (issue 32).
 """
 
 from __future__ import annotations
@@ -128,12 +131,12 @@ def _copies_across_restart(run: Path) -> int:
 
 
 @needs_chaos
-def test_release_gate_passes_the_correct_reasoner_and_fails_each_planted_bug(tmp_path):
+def test_release_gate_passes_the_correct_reasoner_and_refuses_what_it_must(tmp_path):
     variants = {"correct": [], **{bug: ["--unsafe-bug", bug] for bug in
-                                  [*CONTROLS, "refuse-auth", "no-input-required"]}}
-    # at most four runs at once: seven at once starve a busy 2-core machine, where restarts
-    # then take longer than the run and the correct run exercises nothing (seen in CI)
-    with ThreadPoolExecutor(4) as pool:
+                                  ["refuse-auth", "no-input-required"]}}
+    # three runs at once: seven at once starve a busy 2-core machine, where restarts then
+    # take longer than the run and the correct run exercises nothing (seen in CI)
+    with ThreadPoolExecutor(3) as pool:
         futures = {name: pool.submit(rtalab_load, tmp_path / name, *SHORT, *extra)
                    for name, extra in variants.items()}
         done = {name: f.result() for name, f in futures.items()}
@@ -160,21 +163,6 @@ def test_release_gate_passes_the_correct_reasoner_and_fails_each_planted_bug(tmp
     # per-call turnIds: t-1, t-2, ... in every call, the same values in many calls
     ids = {a["turn_id"] for a in attempts}
     assert ids <= {f"t-{i}" for i in range(1, 40)} and "t-1" in ids
-
-    for bug, rule in CONTROLS.items():
-        p, run = done[bug]
-        assert p.returncode == 1, (bug, p.stderr)
-        verdict = _json(run / "verdict.json")
-        assert rule in verdict["failed"], (bug, verdict["failed"])
-        assert set(verdict["failed"]) <= {rule, *CONSEQUENCES.get(bug, ())}, (bug, verdict)
-        assert _json(run / "meta.json")["unsafe_bugs"] == [bug]
-        assert "TEST ONLY" in p.stderr and bug in p.stderr
-        # the violations, found in the ledgers here: on both bindings where they are many;
-        # volatile (resends across the one restart) and continuation-twice (paused turns)
-        # give a handful per run, so one binding may see none in a 16-s run on a busy machine
-        found = EVIDENCE[bug](run)
-        assert found == {"sse", "ws"} if bug in BOTH_BINDINGS else found, (bug, found)
-    assert _copies_across_restart(done["volatile"][1]) > 0
 
     # a server that refuses every credential: the auth gate, on both bindings, never retried
     p, run = done["refuse-auth"]

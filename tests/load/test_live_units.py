@@ -200,3 +200,45 @@ def test_held_rows_do_not_keep_the_collector_busy():
         assert len(starts) <= 1  # at the default threshold: one collection every 700 rows
     finally:
         gc.set_threshold(*saved)
+
+
+def test_a_continuation_asked_for_input_again_prompts_the_caller_again(monkeypatch):
+    """Any task may go INPUT_REQUIRED (A2A §7.1), a continuation's too: the Live user prompts
+    the caller again and sends another continuation, as the simulator's event loop does --
+    a turn left without an outcome would be judged ``incomplete`` (seen on gRPC in CI)."""
+    import numpy as np
+
+    from loadtests.live import call as call_mod
+    from loadtests.live.call import Call, Instance, LiveOptions
+    from sim.scenario import from_dict
+
+    sc = from_dict({"workload": {"turns_per_call": 1, "handoff_share": 1.0,
+                                 "caller_response_time_s": 0.0}})
+    opts = LiveOptions(ext_uri=EXT)
+
+    class Sink:
+        def __init__(self) -> None:
+            self.turns: list[dict] = []
+
+        def turn(self, row: dict) -> None:
+            self.turns.append(row)
+
+    class Channel:
+        binding = "sse"
+
+    sink = Sink()
+    call = Call("c", sc, Instance(0, sc, opts, 0.0), Channel(), sink, opts,  # type: ignore[arg-type]
+                np.random.default_rng(3), "p", "r")
+    answers = iter(["input-required", "input-required", "input-required", "completed"])
+    phases: list[int] = []
+
+    def attempt(t, delay_before):
+        phases.append(t.phase)
+        return call_mod._Result(next(answers), 1.0, first_chunk_s=0.5)
+
+    monkeypatch.setattr(call, "_attempt", attempt)
+    monkeypatch.setattr(call_mod.gevent, "sleep", lambda s=0: None)
+    assert call._play_turn() == "completed"
+    assert phases == [0, 1, 1, 1]  # the first request, then a continuation per prompt
+    (row,) = sink.turns
+    assert row["outcome"] == "completed" and row["input_required"] is True

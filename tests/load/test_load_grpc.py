@@ -4,8 +4,9 @@ Real subprocesses on 127.0.0.1: the embedded witness and Reasoner (serving gRPC 
 port its agent card advertises), Locust with grpcio in gevent mode.  A run passes with
 ledger == server counts, over plaintext and over mutual TLS (``--tls``); a target whose
 card advertises no gRPC interface is one line, exit 2; duplicates reach a Reasoner that
-does not deduplicate and the run fails ``duplicated``; and the release gate's planted bugs
-(``--unsafe-bug``) fail their rules on gRPC, found in the ledgers on gRPC attempts.
+does not deduplicate and the run fails ``duplicated``; and the release gate on gRPC alone
+passes the correct Reasoner and fails one that refuses every credential (its planted dedup
+bugs on gRPC: tests/load/test_release_gate_all_tls.py).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from loadtests.common.procs import start_reasoner
 from tests.load.conftest import FAST, jsonl, load_run
 from tests.load.parallel import load_runs
 from tests.load.test_gate_triggers import (
-    CONSEQUENCES,
-    CONTROLS,
     EVIDENCE,
     SHORT,
     _json,
@@ -128,13 +127,13 @@ def test_a_target_without_a_grpc_interface_is_one_line_exit_2(tmp_path: Path) ->
 
 
 @needs_chaos
-def test_the_release_gate_on_grpc_passes_the_correct_reasoner_and_fails_each_bug(tmp_path):
+def test_the_release_gate_on_grpc_passes_the_correct_reasoner_and_fails_a_refusing_one(tmp_path):
+    """gRPC alone through the chaos proxy: the correct Reasoner passes with the bug classes
+    exercised, one that refuses every credential fails ``auth``.  The planted dedup bugs on
+    gRPC: tests/load/test_release_gate_all_tls.py (every binding in one run per bug)."""
     args = [a if a != "both" else "grpc" for a in SHORT]
-    variants = {"correct": [], **{bug: ["--unsafe-bug", bug] for bug in
-                                  [*CONTROLS, "refuse-auth"]}}
-    # three at once: a gRPC Live user costs more client CPU than an SSE one (docs/load.md),
-    # and more runs at once starve a busy 2-core machine (tests/load/test_gate_triggers.py)
-    with ThreadPoolExecutor(3) as pool:
+    variants = {"correct": [], "refuse-auth": ["--unsafe-bug", "refuse-auth"]}
+    with ThreadPoolExecutor(2) as pool:
         futures = {name: pool.submit(rtalab_load, tmp_path / name, *args, *extra,
                                      timeout_s=400.0)
                    for name, extra in variants.items()}
@@ -154,15 +153,6 @@ def test_the_release_gate_on_grpc_passes_the_correct_reasoner_and_fails_each_bug
     faults = {(r["kind"], r["binding"]) for r in jsonl(run / "ledger" / "chaos.jsonl")}
     assert {("duplicate", "grpc"), ("reorder", "grpc")} <= faults, faults
     assert _json(run / "meta.json")["grpc_proxy"]  # the users dialled the proxy
-
-    for bug, rule in CONTROLS.items():
-        p, run = done[bug]
-        assert p.returncode == 1, (bug, p.stdout[-2000:], p.stderr[-2000:])
-        verdict = _json(run / "verdict.json")
-        assert rule in verdict["failed"], (bug, verdict["failed"])
-        assert set(verdict["failed"]) <= {rule, *CONSEQUENCES.get(bug, ())}, (bug, verdict)
-        if bug in ("late-claim", "turn-key"):  # many violations: found on gRPC attempts
-            assert EVIDENCE[bug](run) == {"grpc"}, bug
 
     p, run = done["refuse-auth"]
     assert p.returncode == 1

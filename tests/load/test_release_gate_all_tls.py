@@ -5,8 +5,10 @@ verifies the servers), with every binding's calls -- gRPC included -- through th
 proxy; and each planted bug (``--unsafe-bug``) fails its rule in the same setting, its
 violations found here in the ledgers on the attempts of every binding where the bug gives
 many (late-claim, turn-key), on at least one where a short run gives a handful (volatile:
-resends across the one restart; continuation-twice: paused turns).  The per-binding
-controls are tests/load/test_gate_triggers.py (sse, ws) and test_load_grpc.py (grpc).
+resends across the one restart; continuation-twice: paused turns).  These are the suite's
+only runs of the planted dedup bugs: one run per bug covers every binding (issue 32's ten
+minutes); the correct Reasoner and the auth and no-input controls per binding are
+tests/load/test_gate_triggers.py (sse, ws) and test_load_grpc.py (grpc).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tests.load.test_gate_triggers import (
     CONTROLS,
     EVIDENCE,
     SHORT,
+    _copies_across_restart,
     _json,
     needs_chaos,
     rtalab_load,
@@ -65,5 +68,9 @@ def test_release_gate_on_every_binding_over_mutual_tls(tmp_path) -> None:
         assert rule in verdict["failed"], (bug, verdict["failed"])
         allowed = {rule, *CONSEQUENCES.get(bug, ()), "transport-equivalence"}
         assert set(verdict["failed"]) <= allowed, (bug, verdict["failed"])
+        assert _json(run / "meta.json")["unsafe_bugs"] == [bug]
+        assert "TEST ONLY" in p.stderr and bug in p.stderr
         found = EVIDENCE[bug](run)
         assert found == every if bug in BOTH_BINDINGS else found, (bug, found)
+    # the volatile store's duplicates come from the restart: copies sent after it
+    assert _copies_across_restart(done["volatile"][1]) > 0

@@ -1,6 +1,6 @@
 """The planted dedup bugs do what the release gate's negative controls say they do.
 
-The gate tests (tests/load/test_gate_triggers.py) fail a run for each ``--unsafe-bug``;
+The gate tests (tests/load/test_release_gate_all_tls.py) fail a run for each ``--unsafe-bug``;
 if a plant stopped planting anything, those runs would PASS and only a long load test
 would notice.  Here, directly on the wire: concurrent answers to one INPUT_REQUIRED task
 run its side effect once on the correct Reasoner and more than once with
