@@ -284,6 +284,29 @@ class Histogram(Dist):
         return {"dist": "histogram", "le": le, "counts": counts}
 
 
+def scaled(d: Dist, factor: float) -> Dist:
+    """``d`` with every value multiplied by ``factor`` > 0 (the law of ``factor · X``): the mean
+    scales by ``factor``, the cv and the shape stay.  An empirical law read from a file is
+    written back inline (the file holds the unscaled values)."""
+    if not (math.isfinite(factor) and factor > 0):
+        raise DistError(f"a scale factor must be a finite number > 0, got {factor!r}")
+    if isinstance(d, Const):
+        return Const(d.value * factor)
+    if isinstance(d, Exp):
+        return Exp(d.mean_ * factor)
+    if isinstance(d, Uniform):
+        return Uniform(d.low * factor, d.high * factor)
+    if isinstance(d, _MeanCv):
+        return type(d)(d.mean_ * factor, d.cv)
+    if isinstance(d, Weibull):
+        return Weibull(d.shape, d.scale * factor)
+    if isinstance(d, Empirical):
+        return Empirical(tuple(v * factor for v in d.values))
+    if isinstance(d, Histogram):
+        return Histogram((*(b * factor for b in d.le[:-1]), d.le[-1]), d.counts)
+    raise DistError(f"cannot scale a {type(d).__name__}")
+
+
 def _num(spec: dict, key: str, *, positive: bool = False) -> float:
     if key not in spec:
         raise DistError(f"missing '{key}'")

@@ -39,8 +39,13 @@ def replication_plan(seed: int, replications: int) -> list[tuple[int, int]]:
 def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
                   run_dir: Path | None = None, *, plots: bool = True,
                   progress: Progress | None = None,
-                  executor: cf.Executor | None = None) -> dict[str, Any]:
+                  executor: cf.Executor | None = None,
+                  scenarios: Sequence[Scenario] | None = None) -> dict[str, Any]:
     """Simulate every (seed, replication) of ``plan`` in order and return ``summary.json``.
+
+    ``scenarios``: one per plan entry, replication ``k`` running ``scenarios[k]`` (parameters
+    drawn per replication, :mod:`sim.calibrate.uncertainty`); ``scenario`` then names the run
+    (its warm-up and plots).
 
     With ``executor`` (``sim.sweep.make_executor``: processes or a Dask cluster) the
     replications run there as independent parts, at most ``2 x`` its workers ahead of
@@ -59,6 +64,8 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
 
     if not plan:
         raise ValueError("a run needs at least one replication")
+    if scenarios is not None and len(scenarios) != len(plan):
+        raise ValueError(f"{len(scenarios)} scenarios for {len(plan)} replications")
     warmup_s = scenario.run.warmup_s
     writer = RecordWriter(run_dir) if run_dir is not None else None
     per_rep: list[dict[str, float | None]] = []
@@ -71,7 +78,8 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
     pooled: dict[str, Any] = {}
     gc.freeze()
     try:
-        for k, out in enumerate(_outputs(scenario, plan, progress, executor)):
+        each = list(scenarios) if scenarios is not None else [scenario] * len(plan)
+        for k, out in enumerate(_outputs(each, plan, progress, executor)):
             if progress is not None and executor is not None:
                 progress((k + 1) / len(plan))
             per_rep.append(metrics_of(out, warmup_s))
@@ -116,32 +124,36 @@ def run_part(plain: dict[str, Any], seed: int, replication: int) -> Any:
     return run_once(from_dict(plain), seed, replication)
 
 
-def _outputs(scenario: Scenario, plan: Sequence[tuple[int, int]], progress: Progress | None,
-             executor: cf.Executor | None) -> Iterator[Any]:
-    """Each replication's RunOutput, in plan order (here, or as parts on ``executor``)."""
+def _outputs(scenarios: Sequence[Scenario], plan: Sequence[tuple[int, int]],
+             progress: Progress | None, executor: cf.Executor | None) -> Iterator[Any]:
+    """Each replication's RunOutput, in plan order (here, or as parts on ``executor``);
+    replication ``k`` runs ``scenarios[k]``."""
     from sim.runner import run_once
 
     if executor is None:
         for k, (seed, rep) in enumerate(plan):
             sub = None if progress is None else _scaled(progress, k, len(plan))
-            yield run_once(scenario, seed, rep, sub)
+            yield run_once(scenarios[k], seed, rep, sub)
         return
     from sim.config import to_plain
 
-    plain = to_plain(scenario)  # picklable (a Scenario holds mapping proxies)
+    # picklable (a Scenario holds mapping proxies); converted once when they are all one
+    plains = ([to_plain(scenarios[0])] * len(plan) if all(s is scenarios[0] for s in scenarios)
+              else [to_plain(s) for s in scenarios])
     ahead = 2 * max(1, getattr(executor, "_max_workers", 2))
     futures: deque[cf.Future[Any]] = deque()
-    todo = iter(plan)
+    todo = iter(enumerate(plan))
     try:
-        for seed, rep in todo:
-            futures.append(executor.submit(run_part, plain, seed, rep))
+        for k, (seed, rep) in todo:
+            futures.append(executor.submit(run_part, plains[k], seed, rep))
             if len(futures) >= ahead:
                 break
         while futures:
             out = futures.popleft().result()
             nxt = next(todo, None)
             if nxt is not None:
-                futures.append(executor.submit(run_part, plain, *nxt))
+                k, (seed, rep) = nxt
+                futures.append(executor.submit(run_part, plains[k], seed, rep))
             yield out
     finally:
         for f in futures:

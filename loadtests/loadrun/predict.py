@@ -10,8 +10,10 @@ Steps (a progress line each, with the elapsed time and the machine's load averag
    calibrates on A and the probe; either way the capacity's origin, or that the default
    was kept, is said on screen and in the report;
 3. per case (B; B with a ``--outage``-second outage in the middle of the measured
-   window): the simulator on the calibrated scenario at rate B (``--replications``),
-   then the real load run of SCENARIO at rate B, the busiest Locust process's CPU share
+   window): the simulator on the calibrated scenario at rate B (``--replications``,
+   each with its own parameters drawn from the calibration's stated intervals --
+   :mod:`sim.calibrate.uncertainty`; ``--no-parameter-uncertainty``: all at the point
+   estimates), then the real load run of SCENARIO at rate B, the busiest Locust process's CPU share
    sampled meanwhile;
 4. :mod:`sim.calibrate.validate` compares them: per metric, is the measured value inside
    the 90 % one-run prediction interval of the replications (which are as long as the
@@ -248,13 +250,17 @@ def _recovery(extra: dict[str, Any], sim_turns: list[pd.DataFrame], turns_b: pd.
     return predict_recovery(pred, meas)
 
 
-def _simulate(sc: Any, reps: int, run_dir: Path) -> list[pd.DataFrame]:
-    """Replications of ``sc`` into ``run_dir``; the turns of each."""
+def _simulate(sc: Any, reps: int, run_dir: Path, draws: list[dict[str, Any]] | None = None
+              ) -> list[pd.DataFrame]:
+    """Replications of ``sc`` into ``run_dir`` (replication ``i`` with ``draws[i]``'s
+    parameters); the turns of each."""
     from sim.shared import results
     from sim.stream import replication_plan, run_streaming
 
     run_dir.mkdir(parents=True)
-    summary = run_streaming(sc, replication_plan(sc.run.seed, reps), run_dir, plots=False)
+    each = [sc.with_overrides(d) if d else sc for d in draws] if draws else None
+    summary = run_streaming(sc, replication_plan(sc.run.seed, reps), run_dir, plots=False,
+                            scenarios=each)
     results.write_summary(run_dir, summary)
     turns = pd.read_parquet(run_dir / "turns.parquet")
     return [g for _, g in turns.groupby("replication", sort=True)]
@@ -364,12 +370,20 @@ def run_predict(args: argparse.Namespace) -> int:
         f"{busy_a:.2f})")
     cases = [("B", {})] + ([(f"B + {args.outage:g}-s outage", _outage(args))]
                            if args.outage > 0 else [])
+    draws, uncertain = None, []
+    if args.parameter_uncertainty:
+        from sim.calibrate.uncertainty import parameter_draws, spreads
+
+        uncertain = [s.text() for s in spreads(cal)]
+        draws = parameter_draws(cal, args.replications, args.seed)
+        say("    parameter uncertainty: each replication draws " + (
+            "; ".join(uncertain) if uncertain else "nothing (no stated interval)"))
     report_cases, out_cases = [], []
     for i, (name, extra) in enumerate(cases):
         tag = "b" if not extra else "b-outage"
         pred_sc = _window(calibrated, args, rate_b).with_overrides(extra)
         say(f"{3 + i}/5 {name}: simulating {args.replications} replications ...")
-        sim_turns = _simulate(pred_sc, args.replications, folder / f"sim-{tag}")
+        sim_turns = _simulate(pred_sc, args.replications, folder / f"sim-{tag}", draws)
         predicted = [turn_metrics(t, args.warmup, args.duration) for t in sim_turns]
         if args.measure:
             say(f"{3 + i}/5 {name}: load run at {rate_b:.3g} calls/s for {args.duration:g} s "
@@ -427,7 +441,9 @@ def run_predict(args: argparse.Namespace) -> int:
               "load generator CPU at A": f"{cpu_a:.0%}" if math.isfinite(cpu_a) else "–",
               "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
                          "(shared: timings are noisy)",
-              "not identified (defaults)": ", ".join(k for k, _ in cal.unidentified)}
+              "not identified (defaults)": ", ".join(k for k, _ in cal.unidentified),
+              "parameter uncertainty (per replication)": "; ".join(uncertain) if uncertain
+              else ("none stated" if args.parameter_uncertainty else "off: point estimates")}
     section = html_section(report_cases, header)
     (folder / "prediction.html").write_text(
         "<!doctype html><meta charset='utf-8'><title>rtalab prediction</title>\n" + section,
@@ -440,6 +456,8 @@ def run_predict(args: argparse.Namespace) -> int:
          "capacity": capacity, "warmup_s": args.warmup, "duration_s": args.duration,
          "calibrate_duration_s": None if args.calibration_run else (
              args.calibrate_duration or args.duration), "replications": args.replications,
+         "parameter_uncertainty": {"on": bool(args.parameter_uncertainty), "spreads": uncertain,
+                                   "draws": draws or []},
          "cases": out_cases, "elapsed_s": time.monotonic() - t0}),
         indent=2) + "\n",
         encoding="utf-8")
@@ -489,6 +507,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=("auto", "always", "never"), default="auto")
     opt(p, "--probe-seconds S", "the probe's time bound", non_negative, 90.0)
     opt(p, "--replications", "simulator replications per case", positive_int, 10)
+    opt(p, "--parameter-uncertainty", "each replication draws the calibrated means and error "
+        "rates from their stated intervals, so the prediction interval holds what the "
+        "calibration does not know (default on; --no-parameter-uncertainty: the point "
+        "estimates only, the run's randomness alone)", action=argparse.BooleanOptionalAction,
+        default=True)
     opt(p, "--table", "the comparison on screen: full (accuracy targets, CIs of the mean) or "
                       "short (the 90 %% one-run interval, 80 columns)",
         choices=("full", "short"), default="full")

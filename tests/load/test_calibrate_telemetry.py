@@ -136,7 +136,9 @@ def test_prometheus_scrape_calibrates_law_means_and_capacity(scraped) -> None:
     assert "scrapes that found turns queued" in _value(data, "reasoner.workers")["source"]
     # chunks and their cadence from the counter and the histogram
     assert toml["reasoner"]["chunks"] == 3
-    assert 0.04 <= toml["reasoner"]["chunk_interval_s"] <= 0.05
+    # the gaps (40 ms sleeps plus a few ms of lag) all fall in the histogram's (0.03, 0.05]
+    # bucket: the median interpolated in it is only as precise as that bucket
+    assert 0.03 < toml["reasoner"]["chunk_interval_s"] <= 0.05
     # the injected error rate inside its Wilson interval
     err = data["figures"]["errors"]["internal"]
     assert err["ci"][0] <= 0.05 <= err["ci"][1], err
