@@ -10,6 +10,7 @@ the truth lies inside the central 90 % of the draws about 90 % of the time -- no
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from sim.dist import DistError, Gamma, Histogram, parse_dist, scaled
 from sim.scenario import Scenario
 from sim.stream import replication_plan, run_streaming
 
+BASELINE = Path(__file__).resolve().parents[1] / "sim" / "scenarios" / "baseline.toml"
 TRUTH = Truth(n=200, error_share=0.05, mean_s=0.5, cv=0.5)
 CALIBRATIONS = 60
 DRAWS = 400
@@ -110,3 +112,51 @@ def test_run_streaming_runs_each_replication_with_its_own_scenario() -> None:
     assert p50[0][1] > p50[1][1] + 2.0  # replication 1: 3-s reasoning
     with pytest.raises(ValueError, match="1 scenarios for 2 replications"):
         run_streaming(sc, plan, plots=False, scenarios=[sc])
+
+
+def test_a_high_error_rate_is_drawn_around_its_estimate_with_its_binomial_spread() -> None:
+    cal = calibrate(synth_observations(Truth(n=200, error_share=0.4), 2))
+    k, n = cal.figures["errors"]["internal"]["count"], cal.figures["executions"]
+    p = k / n
+    drawn = np.array([d["reasoner.errors"]["internal"] for d in parameter_draws(cal, 2000, 2)])
+    # Jeffreys Beta(k + 1/2, n - k + 1/2): mean (k + 1/2) / (n + 1), sd ~ sqrt(p (1 - p) / n)
+    assert drawn.mean() == pytest.approx((k + 0.5) / (n + 1), abs=0.005)
+    assert drawn.std() == pytest.approx(math.sqrt(p * (1 - p) / n), rel=0.1)
+
+
+def test_predict_gives_each_replication_its_draw_and_says_so(tmp_path) -> None:
+    """``rtalab predict`` on a synthetic calibration run, the prediction alone: with parameter
+    uncertainty every replication runs its own draw (their figures differ from the point
+    estimates' with the same seeds); without, none is drawn."""
+    import json
+    import subprocess
+    import sys
+
+    from sim.calibrate.synth import write_run_dir
+
+    run = write_run_dir(Truth(n=400, rate_per_s=4.0, processes=1, workers_per_process=2,
+                              mean_s=0.3, error_share=0.05), tmp_path / "run")
+    got = {}
+    for flag in ("--parameter-uncertainty", "--no-parameter-uncertainty"):
+        out = tmp_path / flag
+        p = subprocess.run([sys.executable, "-m", "sim.cli", "predict", str(BASELINE),
+                            "--calibration-run", str(run), "--no-measure", "--outage", "0",
+                            "--duration", "20", "--warmup", "2", "--drain", "5",
+                            "--replications", "4", "--predict-rate", "3", "--out", str(out),
+                            flag], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        (folder,) = out.glob("*-predict-*")
+        got[flag] = json.loads((folder / "prediction.json").read_text())
+        html = (folder / "prediction.html").read_text()
+        assert "parameter uncertainty (per replication)" in html
+    on, off = got["--parameter-uncertainty"], got["--no-parameter-uncertainty"]
+    assert on["parameter_uncertainty"]["on"] and not off["parameter_uncertainty"]["on"]
+    assert len(on["parameter_uncertainty"]["draws"]) == 4 and off["parameter_uncertainty"][
+        "draws"] == []
+    assert any(s.startswith("reasoner.reasoning_time_s: mean") for s in on[
+        "parameter_uncertainty"]["spreads"])
+    # the first_chunk_s of the synthetic truth is a constant: nothing to draw
+    assert not any("first_chunk" in s for s in on["parameter_uncertainty"]["spreads"])
+    reps_on = [r["completion_s.p50"] for r in on["cases"][0]["replications"]]
+    reps_off = [r["completion_s.p50"] for r in off["cases"][0]["replications"]]
+    assert all(a != b for a, b in zip(reps_on, reps_off, strict=True)), (reps_on, reps_off)

@@ -34,6 +34,7 @@ LAWS = {"reasoner.reasoning_time_s": "reasoning_time_s",
         "reasoner.first_chunk_s": "first_chunk_s",
         "network.uplink.latency_s": "uplink_latency_s"}
 Z95 = 1.959963984540054
+MIN_LOG_SD = 1e-3  # a law known to better than 0.1 % (a constant's jitter) is not drawn
 STREAM = 0x0CA1_1B2A  # the draws' stream, apart from the replications' own
 
 
@@ -75,7 +76,9 @@ def spreads(cal: Any) -> list[Spread]:
         mean, lo, hi = m
         if not (0 < lo <= mean <= hi) or not math.isfinite(hi):
             continue  # a constant law or a degenerate interval: nothing to spread
-        out.append(Spread(key, "scale", mean, (math.log(hi) - math.log(lo)) / (2 * Z95)))
+        s = (math.log(hi) - math.log(lo)) / (2 * Z95)
+        if s >= MIN_LOG_SD:
+            out.append(Spread(key, "scale", mean, s))
     n = cal.figures.get("executions", 0)
     rates = identified.get("reasoner.errors")
     if isinstance(rates, dict) and n:

@@ -41,6 +41,7 @@ class Mutation:
 
 T_UNC = ("tests/trust/test_load_uncertainty.py", "tests/test_resample.py")
 T_COV = ("tests/trust/test_interval_coverage.py",)
+T_PUNC = ("tests/test_calibrate_uncertainty.py",)
 T_MC = ("tests/trust/test_multiple_comparisons.py",)
 T_TUNE = ("tests/trust/test_tune_guards.py", "tests/trust/test_multiple_comparisons.py")
 T_CAL = ("tests/trust/test_calibration_guards.py", "tests/trust/test_interval_coverage.py",
@@ -64,6 +65,22 @@ T_STORE2 = (*T_STORE, "tests/serve/test_dedup_rule_parity.py")
 
 MUTATIONS: tuple[Mutation, ...] = (
     # ---------------------------------------------------------------- intervals
+    Mutation("intervals", "sim/calibrate/uncertainty.py",
+             "(math.log(hi) - math.log(lo)) / (2 * Z95)", "(math.log(hi) - math.log(lo)) / 2",
+             T_PUNC, "a parameter draw's spread from the half-width, not its sd (x 1.96)"),
+    Mutation("intervals", "sim/calibrate/uncertainty.py",
+             "k + 0.5, n - k + 0.5, code", "k + 0.5, n + 0.5, code", T_PUNC,
+             "the error rate's Beta counts every execution as a success"),
+    Mutation("intervals", "sim/calibrate/uncertainty.py",
+             "np.random.SeedSequence([seed, STREAM, i])", "np.random.SeedSequence([seed, STREAM])",
+             T_PUNC, "every replication draws the same parameters"),
+    Mutation("intervals", "sim/stream.py", "yield run_once(scenarios[k], seed, rep, sub)",
+             "yield run_once(scenarios[0], seed, rep, sub)", T_PUNC,
+             "every replication runs the first draw"),
+    Mutation("intervals", "loadtests/loadrun/predict.py",
+             'sim_turns = _simulate(pred_sc, args.replications, folder / f"sim-{tag}", draws)',
+             'sim_turns = _simulate(pred_sc, args.replications, folder / f"sim-{tag}")', T_PUNC,
+             "predict draws the parameters but simulates the point estimates"),
     Mutation("intervals", "loadtests/loadrun/resample.py",
              "ID_COLUMNS = (S.CALL_ID, S.INTERACTION_ID, S.REQUEST_GUID, S.TASK_ID, S.CONTEXT_ID)",
              "ID_COLUMNS = (S.CALL_ID,)", T_UNC, "only the call id made unique per drawn copy"),
