@@ -20,7 +20,7 @@ from tests.signals import default_sigint
 
 @pytest.fixture(scope="module")
 def parsers() -> dict[str, argparse.ArgumentParser]:
-    parser, failed = build_parser(["load"])  # a plugin command: every plugin is loaded
+    parser, failed = build_parser()  # no command: every plugin is loaded
     assert failed == {}
     return commands(parser)
 

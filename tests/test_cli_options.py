@@ -355,7 +355,7 @@ def options_by_name(parsers: dict[str, argparse.ArgumentParser]) -> dict[str, di
 
 @pytest.fixture(scope="module")
 def parsers() -> dict[str, argparse.ArgumentParser]:
-    parser, failed = build_parser(["load"])  # a plugin command: every plugin is loaded
+    parser, failed = build_parser()  # no command: every plugin is loaded
     assert failed == {}
     return commands(parser)
 
