@@ -56,10 +56,32 @@ def is_slow(nodeid: str) -> bool:
     return nodeid.startswith(SLOW_PATHS) or nodeid.split("[", 1)[0] in SLOW_TESTS
 
 
+# The files longest first (tests/durations.json, tests/oneoff/record_durations.py): with
+# `--dist loadfile --no-loadscope-reorder` (the Makefile) xdist hands them out in this order,
+# so a long file never starts last and leaves one worker running alone (xdist's own order,
+# most tests first, put the one-test load runs at the end).
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def file_order(items: list[pytest.Item], seconds: dict[str, float]) -> list[pytest.Item]:
+    """``items`` grouped by file, the files longest first (unknown: 0 s, after the known
+    ones), the order within a file and among equals kept."""
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.nodeid.split("::", 1)[0], i)
+    return sorted(items, key=lambda it: (-seconds.get(f := it.nodeid.split("::", 1)[0], 0.0),
+                                         first[f]))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if is_slow(item.nodeid):
             item.add_marker(pytest.mark.slow)
+    try:
+        seconds = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return  # no table: pytest's order
+    items[:] = file_order(items, seconds)
 
 
 @pytest.fixture(scope="session")
