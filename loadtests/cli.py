@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -115,6 +116,11 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
         non_negative_int, 0)
     LOG_LEVEL.add(p, default="info")
     flag(p, "--access-log", "uvicorn access log")
+    opt(p, "--otlp-file FILE", "also export the metrics and a span per turn with "
+                               "OpenTelemetry, as OTLP/JSON lines appended to FILE (every "
+                               "worker; `rtalab calibrate --from otlp:FILE` reads them)")
+    opt(p, "--otlp-interval S", "seconds between the OpenTelemetry exports ({default})",
+        positive_float, 5.0)
     add_server_tls(p)
     add_client_tls(p, "calling the witness")
 
@@ -149,6 +155,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections,
         max_connections_per_client=args.max_connections_per_client,
         max_pending_connections=args.max_pending_connections,
+        otlp_file=str(Path(args.otlp_file).resolve()) if args.otlp_file else None,
+        otlp_interval_s=args.otlp_interval,
         unsafe_bugs=tuple(args.unsafe_bug), tls_cert=server_tls.cert, tls_key=server_tls.key,
         tls_client_ca=server_tls.client_ca, ca=client_tls.ca, client_cert=client_tls.client_cert,
         client_key=client_tls.client_key, insecure=client_tls.insecure)

@@ -64,6 +64,10 @@ async def _purge_loop(rt: Runtime) -> None:
 def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASGIApp:
     """One worker's application."""
     metrics.count_tracebacks()
+    if settings.otlp_file:
+        from loadtests.reasoner import otel
+
+        otel.configure(settings.otlp_file, settings.otlp_interval_s)
     rt = build_runtime(settings, scenario)
     ttl_s = max(900.0, 2 * rt.cfg.handoff_timeout_s + 60.0)
     task_store = BoundedTaskStore(max_tasks=settings.max_tasks, ttl_s=ttl_s)
@@ -150,6 +154,10 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
             await handler.aclose()
             await rt.close()
             metrics.worker_exit()
+            if settings.otlp_file:
+                from loadtests.reasoner import otel
+
+                otel.shutdown()
 
     app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
     app = ExtensionEcho(app, settings.ext_uri)

@@ -62,7 +62,7 @@ from a2a.utils.proto_utils import validate_proto_required_fields
 from google.protobuf.message import DecodeError
 
 from loadtests.dedup.base import StoreUnavailable
-from loadtests.reasoner import metrics, unsafe
+from loadtests.reasoner import metrics, otel, unsafe
 from loadtests.reasoner.executor import PLAN_KEY, STORE_DETAIL, TurnPlan, next_seq
 from loadtests.reasoner.idempotency import (
     OUTCOME_VERSION,
@@ -607,6 +607,8 @@ class ProfileRequestHandler(DefaultRequestHandler):
         outcome = _OUTCOME_NAMES.get(state, "other")
         metrics.TURNS.labels(outcome, code or "").inc()
         metrics.TURN_SECONDS.labels(outcome).observe(time.monotonic() - plan.received_s)
+        otel.turn_done(plan, outcome, code, plan.factory.task_id if plan.factory else None,
+                       plan.factory.context_id if plan.factory else None)
         req = plan.request
         level = logging.INFO if code else logging.DEBUG
         log.log(level, "turn outcome=%s code=%s task=%s turn=%s guid=%s interaction=%s "

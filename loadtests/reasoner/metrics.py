@@ -27,12 +27,54 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# OpenTelemetry instrument name -> its explicit bucket bounds (loadtests.reasoner.otel's views)
+OTEL_BUCKETS: dict[str, tuple[float, ...]] = {}
+
+
+class _Tee:
+    """A Prometheus metric and its OpenTelemetry twin (loadtests.reasoner.otel): ``inc``,
+    ``dec``, ``observe`` and ``labels`` go to both; anything else is the Prometheus
+    metric's.  ``labels(*values)`` gives the child with the same values as attributes."""
+
+    def __init__(self, prom: Any, otel: Any, labelnames: tuple[str, ...] = (),
+                 attrs: dict[str, str] | None = None) -> None:
+        self._prom, self._otel, self._names, self._attrs = prom, otel, labelnames, attrs or {}
+
+    def labels(self, *values: str) -> _Tee:
+        return _Tee(self._prom.labels(*values), self._otel, (), dict(zip(self._names, values,
+                                                                         strict=True)))
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._prom.inc(amount)
+        self._otel.add(amount, self._attrs)
+
+    def dec(self, amount: float = 1.0) -> None:
+        self._prom.dec(amount)
+        self._otel.add(-amount, self._attrs)
+
+    def observe(self, value: float) -> None:
+        self._prom.observe(value)
+        self._otel.record(value, self._attrs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._prom, name)
+
+
+def _otel(kind: str, name: str, unit: str, doc: str,
+          buckets: tuple[float, ...] | None = None) -> Any:
+    from opentelemetry import metrics as otel_metrics
+
+    meter = otel_metrics.get_meter("rtalab.reasoner")
+    if buckets is not None:
+        OTEL_BUCKETS[name] = buckets
+    return {"counter": meter.create_counter, "updown": meter.create_up_down_counter,
+            "histogram": meter.create_histogram}[kind](name, unit=unit, description=doc)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0,
                     7.5, 10.0, 20.0, 60.0)
 
-TURNS = Counter("rta_reasoner_turns_total",
-                "Requests answered, by outcome (final state) and error code ('' if none)",
-                ["outcome", "code"])
+_TURNS_DOC = "Requests answered, by outcome (final state) and error code ('' if none)"
+TURNS = _Tee(Counter("rta_reasoner_turns_total", _TURNS_DOC, ["outcome", "code"]),
+             _otel("counter", "rta.reasoner.turns", "{turn}", _TURNS_DOC), ("outcome", "code"))
 # exported from the start, at 0: a scrape of a server that has answered nothing yet (or
 # nothing since a restart) still shows the family, so a load run can compare its ledger
 # with it instead of reading the counter as absent (ledger/counts.json server_matches)
@@ -48,15 +90,25 @@ SIDE_EFFECTS = Counter("rta_reasoner_side_effects_total",
 IN_FLIGHT = Gauge("rta_reasoner_in_flight", "Turns executing now", multiprocess_mode="livesum")
 # the capacity's state (calibration from a scrape, docs/calibration.md "From telemetry"): a
 # scrape that finds turns waiting finds every worker busy, so busy there is the capacity
-BUSY = Gauge("rta_reasoner_workers_busy", "Reasoning workers held by a turn now",
-             multiprocess_mode="livesum")
-QUEUED = Gauge("rta_reasoner_queued", "Turns waiting for a reasoning worker now",
-               multiprocess_mode="livesum")
-CHUNKS = Counter("rta_reasoner_chunks_total", "Spoken chunks sent")
-CHUNK_GAP_SECONDS = Histogram("rta_reasoner_chunk_interval_seconds",
-                              "Gap between consecutive spoken chunks of a turn",
-                              buckets=(0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2,
-                                       0.3, 0.5, 0.75, 1.0, 2.0))
+BUSY = _Tee(Gauge("rta_reasoner_workers_busy", "Reasoning workers held by a turn now",
+                  multiprocess_mode="livesum"),
+            _otel("updown", "rta.reasoner.workers_busy", "{worker}",
+                  "Reasoning workers held by a turn now"))
+QUEUED = _Tee(Gauge("rta_reasoner_queued", "Turns waiting for a reasoning worker now",
+                    multiprocess_mode="livesum"),
+              _otel("updown", "rta.reasoner.queued", "{turn}",
+                    "Turns waiting for a reasoning worker now"))
+CHUNKS = _Tee(Counter("rta_reasoner_chunks_total", "Spoken chunks sent"),
+              _otel("counter", "rta.reasoner.chunks", "{chunk}", "Spoken chunks sent"))
+_GAP_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0)
+CHUNK_GAP_SECONDS = _Tee(
+    Histogram("rta_reasoner_chunk_interval_seconds",
+              "Gap between consecutive spoken chunks of a turn", buckets=_GAP_BUCKETS),
+    _otel("histogram", "rta.reasoner.chunk_interval", "s",
+          "Gap between consecutive spoken chunks of a turn", _GAP_BUCKETS))
+GENAI_DURATION = _otel("histogram", "gen_ai.invoke_agent.duration", "s",
+                       "GenAI agent invocation: request received to the end of its stream",
+                       _LATENCY_BUCKETS)
 TURN_SECONDS = Histogram("rta_reasoner_turn_seconds",
                          "Request received to end of its stream (terminal or INPUT_REQUIRED)",
                          ["outcome"], buckets=_LATENCY_BUCKETS)
@@ -70,7 +122,9 @@ FIRST_EVENT_SECONDS = Histogram("rta_reasoner_first_output_seconds",
 _TIMING_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06,
                    0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
                    20.0, 60.0)
-TIMING_SECONDS = {attr: Histogram(name, doc, buckets=_TIMING_BUCKETS) for attr, name, doc in (
+TIMING_SECONDS = {attr: _Tee(Histogram(name, doc, buckets=_TIMING_BUCKETS), _otel(
+    "histogram", "rta.reasoner." + name.removeprefix("rta_reasoner_").removesuffix("_seconds"),
+    "s", doc, _TIMING_BUCKETS)) for attr, name, doc in (
     ("intake_s", "rta_reasoner_intake_seconds",
      "Request received to queue entry (parsing, sessions, dedup store)"),
     ("queue_wait_s", "rta_reasoner_queue_wait_seconds",

@@ -49,6 +49,8 @@ class ServerSettings:
     max_connections: int = 0
     max_connections_per_client: int = 0
     max_pending_connections: int = 0  # 0 = half of max_connections (conns: the share kept)
+    otlp_file: str | None = None  # OTLP/JSON export of metrics and spans (reasoner.otel)
+    otlp_interval_s: float = 5.0
     unsafe_bugs: tuple[str, ...] = ()  # TEST ONLY: planted bugs (loadtests/reasoner/unsafe.py)
     # TLS (loadtests/common/tls.py): what the server presents and requires ...
     tls_cert: str | None = None

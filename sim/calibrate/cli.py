@@ -7,15 +7,16 @@ import math
 from pathlib import Path
 from typing import Any
 
-SOURCES = ("prometheus",)  # otlp:FILE is not built yet (issue 28 point 4, open)
+SOURCES = ("prometheus", "otlp")
 
 
 def telemetry_source(text: str) -> tuple[str, str]:
-    """``prometheus:URL_OR_FILE`` -> (kind, target)."""
+    """``prometheus:URL_OR_FILE`` or ``otlp:FILE`` -> (kind, target)."""
     kind, sep, target = text.partition(":")
-    if not sep or kind not in SOURCES or not target:
+    if not sep or kind not in SOURCES or not target or (
+            kind == "otlp" and target.startswith(("http://", "https://"))):
         raise argparse.ArgumentTypeError(
-            f"expected prometheus:URL_OR_FILE, got {text!r}")
+            f"expected prometheus:URL_OR_FILE or otlp:FILE, got {text!r}")
     return kind, target
 
 
@@ -24,7 +25,9 @@ def add_telemetry_options(p: argparse.ArgumentParser) -> None:
     from sim.shared.argtypes import non_negative, opt
 
     opt(p, "--from SOURCE", "calibrate from telemetry: prometheus:URL_OR_FILE (a /metrics URL "
-        "scraped over --window, or a file of text exposition)", telemetry_source, dest="source")
+        "scraped over --window, or a file of text exposition) or otlp:FILE (OTLP/JSON metrics "
+        "lines, as OpenTelemetry's file exporter writes them)", telemetry_source,
+        dest="source")
     opt(p, "--window S", "prometheus URL: seconds to scrape over", non_negative, 60.0)
     opt(p, "--every S", "prometheus URL: seconds between scrapes", non_negative, 5.0)
     opt(p, "--map FILE.toml", "metric names of a server with its own ([metrics] role = name; "
@@ -38,9 +41,11 @@ def add_telemetry_options(p: argparse.ArgumentParser) -> None:
 def telemetry_observations(args: argparse.Namespace, say: Any = None) -> Any:
     """The observations of ``--from`` (raises ObservationError, one line)."""
     from sim.calibrate.observations import ObservationError
-    from sim.calibrate.telemetry import from_prometheus
+    from sim.calibrate.telemetry import from_otlp, from_prometheus
 
-    _, target = args.source
+    kind, target = args.source
+    if kind == "otlp":
+        return from_otlp(target, args.mapping)
     if target.startswith(("http://", "https://")) and not args.every > 0:
         raise ObservationError("--every must be > 0")
     from sim.shared.tls import INSECURE_WARNING, client_tls_from_args
@@ -116,10 +121,12 @@ def describe(cal: Any) -> list[str]:
     f = cal.figures
     if f.get("turns_per_s") is not None and math.isfinite(f["turns_per_s"]):
         r, t = f["turns_per_s"], f.get("duration_s") or math.nan
-        half = 1.96 * math.sqrt(r * t) / t if t > 0 else math.nan  # Poisson, normal approx.
-        lines.append(f"  observed turn rate: {r:.3g} turns/s [{r - half:.3g}, {r + half:.3g}] "
-                     f"(95 %, Poisson, over {t:.0f} s; calls/s = that / the base scenario's "
-                     "turns per call)")
+        from sim.shared.stats import poisson_rate_ci
+
+        lo, hi = poisson_rate_ci(round(r * t), t) if t > 0 else (math.nan, math.nan)
+        lines.append(f"  observed turn rate: {r:.3g} turns/s [{lo:.3g}, {hi:.3g}] "
+                     f"(95 %, Poisson exact, over {t:.0f} s; calls/s = that / the base "
+                     "scenario's turns per call)")
     lines += utilisation_lines(f)
     if cal.unidentified:
         lines.append("  not identified (defaults): " + ", ".join(k for k, _ in cal.unidentified))
@@ -130,7 +137,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     """fit a scenario to load runs or telemetry of a real deployment
 
     Fit the deployment's scenario keys ([reasoner], [network]) to one or more load-run folders
-    or to the deployment's telemetry (--from prometheus:URL_OR_FILE):
+    or to the deployment's telemetry (--from prometheus:URL_OR_FILE or otlp:FILE):
     distributions by maximum likelihood (lognormal, gamma, Weibull, empirical; AIC, KS distance),
     network / queueing / service apart, capacity, error rates. Writes a commented TOML, a JSON of
     every figure and QQ plots (docs/calibration.md).

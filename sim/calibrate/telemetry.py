@@ -257,3 +257,182 @@ def from_prometheus(source: str, window_s: float = 60.0, every_s: float = 5.0,
                                    ) from None
         scrapes = parse_exposition(text, source)
     return observations_from_scrapes(scrapes, source, m)
+
+
+# ---- OTLP/JSON (``--from otlp:FILE``) --------------------------------------------------------
+
+_UNIT_SUFFIX = {"s": "seconds", "ms": "milliseconds", "us": "microseconds",
+                "ns": "nanoseconds", "By": "bytes"}
+
+
+def prometheus_name(name: str, unit: str = "", counter: bool = False) -> str:
+    """The Prometheus name of an OpenTelemetry metric (the OpenTelemetry specification's
+    Prometheus compatibility rules): characters outside ``[a-zA-Z0-9_:]`` become ``_`` (runs
+    of them one), the unit's suffix is appended unless the name ends with it (``s`` ->
+    ``_seconds``; an annotation unit ``{turn}`` adds nothing), a monotonic sum ends with
+    ``_total``."""
+    import re
+
+    out = re.sub(r"[^a-zA-Z0-9_:]+", "_", name).strip("_")
+    suffix = _UNIT_SUFFIX.get(unit, "" if (not unit or unit.startswith("{") or unit == "1")
+                              else re.sub(r"[^a-zA-Z0-9_:]+", "_", unit).strip("_"))
+    if suffix and not out.endswith(f"_{suffix}"):
+        out = f"{out}_{suffix}"
+    if counter and not out.endswith("_total"):
+        out += "_total"
+    return out
+
+
+def _attr_value(v: dict[str, Any]) -> str:
+    for k in ("stringValue", "intValue", "doubleValue", "boolValue"):
+        if k in v:
+            return str(v[k]).lower() if k == "boolValue" else str(v[k])
+    return json_text(v)
+
+
+def json_text(v: Any) -> str:
+    import json
+
+    return json.dumps(v, sort_keys=True)
+
+
+def _attrs(items: list[dict[str, Any]] | None) -> dict[str, str]:
+    return {a["key"]: _attr_value(a.get("value") or {}) for a in items or []}
+
+
+def _num(dp: dict[str, Any]) -> float:
+    return float(dp["asDouble"]) if "asDouble" in dp else float(dp.get("asInt", 0))
+
+
+def _otlp_samples(metric: dict[str, Any], alias: dict[str, str]
+                  ) -> list[tuple[int, str, dict[str, str], float]]:
+    """(time ns, Prometheus name, labels, value) of one OTLP metric's data points (cumulative
+    histograms and sums; a delta temporality is refused: it needs every export)."""
+    name, unit = metric.get("name", ""), metric.get("unit", "")
+    out = []
+    if "histogram" in metric:
+        body = metric["histogram"]
+        if body.get("aggregationTemporality") == 1:
+            raise ObservationError(f"OTLP metric {name}: delta temporality (export cumulative "
+                                   "histograms: the default of OpenTelemetry's SDK)")
+        base = prometheus_name(name, unit)
+        alias[name] = base
+        for dp in body.get("dataPoints", []):
+            t, labels = int(dp.get("timeUnixNano", 0)), _attrs(dp.get("attributes"))
+            bounds = [float(b) for b in dp.get("explicitBounds", [])]
+            counts = [float(c) for c in dp.get("bucketCounts", [])]
+            if len(counts) != len(bounds) + 1:
+                raise ObservationError(f"OTLP metric {name}: {len(counts)} bucket counts for "
+                                       f"{len(bounds)} bounds (expected one more)")
+            acc = 0.0
+            for le, c in zip([*bounds, math.inf], counts, strict=True):
+                acc += c
+                out.append((t, f"{base}_bucket", {**labels, "le": "+Inf" if le == math.inf
+                                                  else repr(le)}, acc))
+            out.append((t, f"{base}_count", labels, float(dp.get("count", acc))))
+            out.append((t, f"{base}_sum", labels, float(dp.get("sum", 0.0))))
+    elif "sum" in metric or "gauge" in metric:
+        body = metric.get("sum") or metric.get("gauge") or {}
+        mono = bool(body.get("isMonotonic")) and "sum" in metric
+        if mono and body.get("aggregationTemporality") == 1:
+            raise ObservationError(f"OTLP metric {name}: delta temporality (export cumulative "
+                                   "sums: the default of OpenTelemetry's SDK)")
+        base = prometheus_name(name, unit, counter=mono)
+        alias[name] = base
+        for dp in body.get("dataPoints", []):
+            out.append((int(dp.get("timeUnixNano", 0)), base, _attrs(dp.get("attributes")),
+                        _num(dp)))
+    return out
+
+
+def parse_otlp(text: str, source: str) -> tuple[list[Scrape], dict[str, str]]:
+    """The scrapes of an OTLP/JSON file (one ``ExportMetricsServiceRequest`` per line, as the
+    Collector's file exporter and the reference Reasoner write them) and {OpenTelemetry
+    name: Prometheus name}.  Trace lines count only where the metrics have no turn counter:
+    the GenAI agent spans (``gen_ai.operation.name`` = ``invoke_agent``, with
+    ``a2a.task.state`` and ``error.type``) that ended by a scrape's time are its turns.
+
+    Each resource (a process) exports cumulative values at its own times; a scrape is taken
+    at every export time from the moment every resource has exported once, each resource
+    contributing its latest export at or before it (a resource's values are its totals since
+    its start, so the window's deltas count each one's turns once)."""
+    import json
+
+    alias: dict[str, str] = {}
+    series: dict[str, list[tuple[int, list[tuple[str, dict[str, str], float]]]]] = {}
+    ends: list[tuple[int, str, str]] = []  # agent spans: (end ns, outcome, code)
+    lines = [x for x in text.splitlines() if x.strip()]
+    for n, line in enumerate(lines, 1):
+        try:
+            doc = json.loads(line)
+        except ValueError as e:
+            raise ObservationError(f"{source}: line {n} is not OTLP/JSON ({e})") from None
+        if not isinstance(doc, dict) or not ({"resourceMetrics", "resourceSpans",
+                                              "resourceLogs"} & set(doc)):
+            raise ObservationError(f"{source}: line {n} is not OTLP/JSON (no resourceMetrics)")
+        try:
+            for rm in doc.get("resourceMetrics") or []:
+                res = json_text(sorted(_attrs((rm.get("resource") or {}).get("attributes"))
+                                       .items()))
+                by_t: dict[int, list[tuple[str, dict[str, str], float]]] = {}
+                for sm in rm.get("scopeMetrics") or []:
+                    for metric in sm.get("metrics") or []:
+                        for t, name, labels, v in _otlp_samples(metric, alias):
+                            by_t.setdefault(t, []).append((name, labels, v))
+                for t, samples in by_t.items():
+                    series.setdefault(res, []).append((t, samples))
+            for rs in doc.get("resourceSpans") or []:
+                for ss in rs.get("scopeSpans") or []:
+                    for span in ss.get("spans") or []:
+                        a = _attrs(span.get("attributes"))
+                        if a.get("gen_ai.operation.name") == "invoke_agent" and \
+                                "a2a.task.state" in a:
+                            ends.append((int(span.get("endTimeUnixNano", 0)),
+                                         a["a2a.task.state"], a.get("error.type", "")))
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            if isinstance(e, ObservationError):
+                raise
+            raise ObservationError(f"{source}: line {n}: malformed OTLP metrics "
+                                   f"({type(e).__name__}: {e})") from None
+    if not series:
+        raise ObservationError(f"{source}: no OTLP metrics (only spans or logs, or empty)")
+    for s in series.values():
+        s.sort(key=lambda x: x[0])
+    start = max(s[0][0] for s in series.values())  # every resource has exported once
+    times = sorted({t for s in series.values() for t, _ in s if t >= start})
+    counted = any(n == ROLES["turns"] for s in series.values() for _, smp in s
+                  for n, _, _ in smp)
+    scrapes = []
+    for t in times:
+        samples: list[tuple[str, dict[str, str], float]] = []
+        for s in series.values():
+            latest = [x for x in s if x[0] <= t]
+            if latest:
+                samples += latest[-1][1]
+        if ends and not counted:  # no turn counter: the agent spans that ended by t
+            by: dict[tuple[str, str], float] = {}
+            for end, state, code in ends:
+                if end <= t:
+                    key = ("completed" if state == "completed" else state, code)
+                    by[key] = by.get(key, 0.0) + 1.0
+            samples += [(ROLES["turns"], {"outcome": o, "code": c}, v)
+                        for (o, c), v in sorted(by.items())]
+        scrapes.append(Scrape(t / 1e9, samples))
+    return scrapes, alias
+
+
+def from_otlp(source: str, mapping: str | Path | None = None) -> Observations:
+    """Observations from an OTLP/JSON metrics file (:func:`parse_otlp`); a mapping file may
+    name a role's metric by its OpenTelemetry name or by its Prometheus translation."""
+    m = load_mapping(mapping)
+    try:
+        text = Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ObservationError(f"{source}: cannot read ({getattr(e, 'strerror', None) or e})"
+                               ) from None
+    scrapes, alias = parse_otlp(text, source)
+    m.names = {role: alias.get(name, name) for role, name in m.names.items()}
+    obs = observations_from_scrapes(scrapes, source, m)
+    obs.source = obs.source.replace("prometheus:", "otlp:", 1).replace(" scrapes over ",
+                                                                         " exports over ", 1)
+    return obs

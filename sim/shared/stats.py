@@ -114,6 +114,18 @@ def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
             1.0 if k >= n else min(1.0, max(p, mid + half)))
 
 
+def poisson_rate_ci(k: int, t: float, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Garwood) ``level`` interval of a Poisson rate from ``k`` events in ``t``
+    seconds: ``[chi2(a/2, 2k) / 2t, chi2(1 - a/2, 2k + 2) / 2t]`` -- never below 0, at least
+    ``level`` for every rate (the normal approximation's lower end goes negative for small
+    ``k``)."""
+    from scipy.stats import chi2
+
+    a = 1 - level
+    lo = float(chi2.ppf(a / 2, 2 * k)) / (2 * t) if k > 0 else 0.0
+    return lo, float(chi2.ppf(1 - a / 2, 2 * k + 2)) / (2 * t)
+
+
 def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
     """Holm's step-down: which hypotheses are rejected with family-wise error <= ``alpha``."""
     order = sorted(range(len(p_values)), key=lambda i: p_values[i])

@@ -81,7 +81,9 @@ def scraped(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("telemetry")
     sc = tmp / "truth.toml"
     sc.write_text(TRUTH)
-    with start_reasoner(dedup="memory", scenario=sc, log_path=tmp / "reasoner.log") as srv:
+    otlp = tmp / "otlp.jsonl"  # the same server's OpenTelemetry export, every second
+    with start_reasoner(dedup="memory", scenario=sc, log_path=tmp / "reasoner.log",
+                        extra_args=["--otlp-file", str(otlp), "--otlp-interval", "1"]) as srv:
         url = f"{srv.url}/metrics"
         load = subprocess.Popen([*RTALAB, "load", "run", str(sc), "--target", srv.url,
                                  "--out", str(tmp / "results"), "--quiet", "--no-plots"],
@@ -165,7 +167,9 @@ def test_saved_scrape_file_calibrates_the_same(scraped, tmp_path: Path) -> None:
     ("prometheus:{tmp}/junk.prom", "not Prometheus text exposition format"),
     ("prometheus:{tmp}/other.prom", "no service-time histogram"),
     ("prometheus:{tmp}/missing.prom", "cannot read"),
-    ("otlp:x.json", "expected prometheus:URL_OR_FILE"),
+    ("otlp:{tmp}/junk.prom", "is not OTLP/JSON"),
+    ("otlp:http://127.0.0.1:9/v1/metrics", "expected prometheus:URL_OR_FILE or otlp:FILE"),
+    ("otel:x.json", "expected prometheus:URL_OR_FILE or otlp:FILE"),
 ])
 def test_bad_telemetry_is_one_line_exit_2(tmp_path: Path, source: str, message: str) -> None:
     (tmp_path / "junk.prom").write_text("this is { not exposition\n")
@@ -176,6 +180,41 @@ def test_bad_telemetry_is_one_line_exit_2(tmp_path: Path, source: str, message: 
     assert p.returncode == 2, p.stderr
     assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_the_opentelemetry_export_calibrates_the_same_deployment(scraped, tmp_path: Path
+                                                                 ) -> None:
+    """Point 4, OTLP: the Reasoner's OTLP/JSON file of the same run (``--otlp-file``, the
+    SDK's export every second; spans included, skipped by the reader) calibrates the law,
+    the capacity, the chunks and the error rate within the same intervals."""
+    _, _, saved, _ = scraped
+    otlp = saved.parent / "otlp.jsonl"
+    lines = otlp.read_text().splitlines()
+    assert any('"resourceSpans"' in x for x in lines) and any('"resourceMetrics"' in x
+                                                              for x in lines)
+    span = next(json.loads(x) for x in lines if '"resourceSpans"' in x)
+    attrs = {a["key"] for a in span["resourceSpans"][0]["scopeSpans"][0]["spans"][0][
+        "attributes"]}
+    assert {"gen_ai.operation.name", "a2a.task.id", "a2a.task.state",
+            "gen_ai.conversation.id"} <= attrs
+    out = tmp_path / "otlp.toml"
+    p = subprocess.run([*RTALAB, "calibrate", "--from", f"otlp:{otlp}", "--base",
+                        str(saved.parent / "truth.toml"), "--out", str(out), "--no-plots"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    data = json.loads((tmp_path / "otlp.calibration.json").read_text())
+    assert data["method"] == "server-histograms"
+    fit = data["figures"]["bucket_fits"]["reasoner.reasoning_time_s"]
+    lo, hi = _wider(fit["mean"], fit["mean_ci"])
+    assert lo <= MEAN_S + OVERHEAD_S and hi >= MEAN_S, fit
+    again = tomllib.loads(out.read_text())
+    assert again["reasoner"]["workers"] == WORKERS
+    assert again["reasoner"]["chunks"] == 3
+    err = data["figures"]["errors"]["internal"]
+    assert err["ci"][0] <= 0.05 <= err["ci"][1], err
+    rate = again["workload"]["calls_per_s"]
+    assert CALLS_PER_S * 0.7 <= rate <= CALLS_PER_S * 1.3, rate
+    assert out.read_text().startswith(f"# Calibrated by `rtalab calibrate` from: otlp:{otlp} (")
 
 
 # x the observed rate: 68 % -> 78 % busy (the observed rate of a 25-s window is itself within

@@ -42,6 +42,7 @@ class Mutation:
 T_UNC = ("tests/trust/test_load_uncertainty.py", "tests/test_resample.py")
 T_COV = ("tests/trust/test_interval_coverage.py",)
 T_PUNC = ("tests/test_calibrate_uncertainty.py",)
+T_OTLP = ("tests/test_calibrate_otlp.py",)
 T_MC = ("tests/trust/test_multiple_comparisons.py",)
 T_TUNE = ("tests/trust/test_tune_guards.py", "tests/trust/test_multiple_comparisons.py")
 T_CAL = ("tests/trust/test_calibration_guards.py", "tests/trust/test_interval_coverage.py",
@@ -81,6 +82,19 @@ MUTATIONS: tuple[Mutation, ...] = (
              'sim_turns = _simulate(pred_sc, args.replications, folder / f"sim-{tag}", draws)',
              'sim_turns = _simulate(pred_sc, args.replications, folder / f"sim-{tag}")', T_PUNC,
              "predict draws the parameters but simulates the point estimates"),
+    Mutation("calibration", "sim/calibrate/telemetry.py",
+             "start = max(s[0][0] for s in series.values())",
+             "start = min(s[0][0] for s in series.values())", T_OTLP,
+             "OTLP: the window starts before every process has exported"),
+    Mutation("calibration", "sim/calibrate/telemetry.py", "                acc += c\n",
+             "                acc = c\n", T_OTLP,
+             "OTLP: bucket counts taken as cumulative (they are per bucket)"),
+    Mutation("calibration", "sim/calibrate/telemetry.py",
+             "                samples += latest[-1][1]", "                samples += latest[0][1]",
+             T_OTLP, "OTLP: a process's first export instead of its latest"),
+    Mutation("intervals", "sim/shared/stats.py", "lo = float(chi2.ppf(a / 2, 2 * k)) / (2 * t)",
+             "lo = float(chi2.ppf(a, 2 * k)) / (2 * t)", T_COV,
+             "the Poisson rate's lower end at 5 %, not 2.5 %"),
     Mutation("intervals", "loadtests/loadrun/resample.py",
              "ID_COLUMNS = (S.CALL_ID, S.INTERACTION_ID, S.REQUEST_GUID, S.TASK_ID, S.CONTEXT_ID)",
              "ID_COLUMNS = (S.CALL_ID,)", T_UNC, "only the call id made unique per drawn copy"),

@@ -125,3 +125,20 @@ def test_a_large_sample_keeps_a_close_family_below_the_3_point_floor() -> None:
     f = fit_duration("x", x, seed=1)
     assert f is not None and f.chosen in ("gamma", "weibull", "lognormal")
     assert f.ks_critical < f.ks < 0.03
+
+
+@pytest.mark.parametrize(("rate", "seconds"), [(2.0, 10.0), (30.0, 10.0), (0.5, 1.0)])
+def test_the_poisson_rate_interval_covers_and_never_goes_below_zero(rate: float,
+                                                                   seconds: float) -> None:
+    """calibrate's observed turn rate: the exact (Garwood) interval, >= 95 % for every rate
+    (conservative: 99.5 % at a mean of 0.5 events), never below 0, holding k / t; the
+    normal approximation it replaced went negative below ~4 events."""
+    from sim.shared.stats import poisson_rate_ci
+
+    rng = np.random.default_rng(17)
+    hits = 0
+    for k in rng.poisson(rate * seconds, DRAWS):
+        lo, hi = poisson_rate_ci(int(k), seconds)
+        assert 0.0 <= lo <= k / seconds <= hi
+        hits += lo <= rate <= hi
+    assert 0.94 <= _share(hits) <= 0.999, _share(hits)
