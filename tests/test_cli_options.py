@@ -111,7 +111,8 @@ SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
     "--from": [(("calibrate", "predict"),
              ('store', 'telemetry_source', None, 'SOURCE', None,
               "calibrate from telemetry: prometheus:URL_OR_FILE (a /metrics URL "
-              "scraped over --window, or a file of text exposition)"))],
+              "scraped over --window, or a file of text exposition) or otlp:FILE (OTLP/JSON "
+              "metrics lines, as OpenTelemetry's file exporter writes them)"))],
     "--every": [(("calibrate", "predict"),
              ('store', 'non_negative', 5.0, 'S', None,
               "prometheus URL: seconds between scrapes (default 5)"))],

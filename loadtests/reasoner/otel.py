@@ -179,8 +179,6 @@ def shutdown() -> None:
             stop()
 
 
-_STATES = {"completed": "completed", "failed": "failed", "canceled": "canceled",
-           "input_required": "input-required", "rejected": "rejected"}
 
 
 def turn_done(plan: Any, outcome: str, code: str | None, task_id: str | None,
@@ -202,7 +200,7 @@ def turn_done(plan: Any, outcome: str, code: str | None, task_id: str | None,
         req, timing = plan.request, getattr(plan, "timing", None)
         span = t.start_span(f"invoke_agent {AGENT_NAME}", kind=otel_trace.SpanKind.SERVER,
                             start_time=now_ns - int(took * 1e9))
-        span.set_attributes({**attrs, "a2a.task.state": _STATES.get(outcome, outcome),
+        span.set_attributes({**attrs, "a2a.task.state": outcome,
                              **({"a2a.task.id": task_id} if task_id else {}),
                              **({"gen_ai.conversation.id": context_id} if context_id else {}),
                              **({"rta.turn_id": str(req.turn_id)} if req.turn_id else {}),
