@@ -244,9 +244,28 @@ def test_predict_the_peak_from_the_scrape_and_measure_it(scraped, tmp_path: Path
     (case,) = res["cases"]
     verdicts = [r["verdict"] for r in case["rows"]]
     assert len(verdicts) == 9 and set(verdicts) <= {"inside", "outside"}, verdicts
-    # a right model puts each metric inside its 90 % interval 9 times in 10 (the metrics are
-    # correlated): at least 6 of the 9 inside, or the prediction is wrong
-    assert verdicts.count("inside") >= 6, case["rows"]
+    # The tool's verdicts are at 90 % per metric; the four tail percentiles move together (a
+    # measured run whose arrivals came 10 % short -- seed 1's do -- has all four near the
+    # interval's lower end), so "k of 9 inside at 90 %" fails a right model far more often
+    # than 1 - 0.9^k suggests.  The test judges the same measured figures against the same
+    # replications' 99 % one-run intervals (sim.shared.agreement.run_interval, as the tool
+    # computes its 90 % ones): a right model leaves at most one outside but in ~1-2 % of
+    # runs (measured on two runs: 0 outside each).  A prediction at 1.5 x the load puts 6 of
+    # 9 outside; one at 0.7 x shows only in goodput at 90 % and passes this rule: the rule
+    # guards gross errors, the per-metric 90 % claim is tests/twin/test_coverage.py's.
+    from sim.shared.agreement import run_interval
+    from sim.shared.summary import domain
+
+    judged = case["replications"]
+    outside = []
+    for row in case["rows"]:
+        step = 1.0 / 100 if row["metric"] == "success_rate" else 0.0
+        iv = run_interval([r[row["metric"]] for r in judged], 0.99, metric=row["metric"],
+                          resolution=step, bounds=domain(row["metric"]))
+        assert iv is not None and iv.low <= iv.high
+        if not iv.contains(row["measured"]):
+            outside.append((row["metric"], row["measured"], iv.low, iv.high))
+    assert len(outside) <= 1, (outside, case["rows"])
     assert list((folder / "runs").glob("*-load-*")), "the peak was not measured"
 
 
