@@ -64,3 +64,17 @@ def test_emergent_codes_are_reported_not_injected() -> None:
     assert (rl["count"], rl["emergent"]) == (4, True)
     assert rl["per_execution"] == pytest.approx(0.08)
     assert fig["errors"]["internal"]["emergent"] is False
+
+
+def test_negative_and_infinite_durations_are_not_fitted() -> None:
+    """A clock step gives negative durations; they are no duration and are left out: 40 of
+    the 50 values are fitted, and the fitted mean is theirs."""
+    import numpy as np
+
+    from sim.calibrate.fit import fit_duration
+
+    good = np.random.default_rng(4).gamma(4.0, 0.1, 40)
+    x = np.concatenate([good, -np.abs(good[:8]), [np.inf, np.nan]])
+    f = fit_duration("reasoning_time_s", x, seed=1)
+    assert f is not None and f.n == 40
+    assert f.mean == pytest.approx(float(good.mean()), rel=1e-9)

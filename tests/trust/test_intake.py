@@ -71,6 +71,7 @@ def test_part_count_empty_message_and_role() -> None:
     assert _code(_parse(_msg(parts=[Part(text="a")] * (B.max_parts + 1)))) == SCHEMA
     assert _code(_parse(_msg(parts=[]))) == SCHEMA
     assert _code(_parse(_msg(role=Role.ROLE_AGENT))) == SCHEMA
+    assert _code(_parse(_msg(role=Role.ROLE_UNSPECIFIED))) == SCHEMA  # not the user: refused
 
 
 def test_identifier_bounds() -> None:

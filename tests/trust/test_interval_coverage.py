@@ -142,3 +142,13 @@ def test_the_poisson_rate_interval_covers_and_never_goes_below_zero(rate: float,
         assert 0.0 <= lo <= k / seconds <= hi
         hits += lo <= rate <= hi
     assert 0.94 <= _share(hits) <= 0.999, _share(hits)
+
+
+def test_the_paired_interval_uses_n_minus_one_degrees_of_freedom() -> None:
+    """Differences 1, 2, 3, 4: mean 2.5, sd sqrt(5/3), half-width t(0.975, 3) x sd / 2 =
+    3.1824 x 1.2910 / 2 = 2.0542 (with n = 4 degrees of freedom it would be 1.7923)."""
+    from sim.shared.stats import paired
+
+    d = paired([0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0])
+    assert d is not None and d.diff == pytest.approx(2.5) and d.df == 3.0
+    assert d.ci_high - d.diff == pytest.approx(2.0542, abs=1e-3)

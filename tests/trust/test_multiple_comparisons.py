@@ -114,3 +114,12 @@ def test_sweep_answers_flag_no_metric_of_80_null_ones_in_most_sweeps() -> None:
             point_metrics.append(pm)
         flagged += bool(sweep_differences(pd.DataFrame(rows), point_metrics))
     assert flagged / 60 <= 0.12, flagged
+
+
+def test_holm_rejects_a_p_value_exactly_at_its_threshold() -> None:
+    """Holm with 2 tests at 5 %: the smallest p is compared with 0.05 / 2; p = 0.025 is at
+    the threshold and is rejected (p <= alpha / (m - rank)), the other kept."""
+    from sim.shared.stats import holm
+
+    assert holm([0.025, 0.5], alpha=0.05) == [True, False]
+    assert holm([0.0250001, 0.5], alpha=0.05) == [False, False]

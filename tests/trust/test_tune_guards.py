@@ -70,3 +70,13 @@ def test_non_dominated_keeps_the_pareto_front() -> None:
     df["constraints_hold"] = [False, True, True, True]
     assert _non_dominated(df, objs).tolist() == [False, True, False, True]
     assert not math.isnan(df[P99].sum())
+
+
+def test_an_slo_at_its_target_is_met_by_its_operator() -> None:
+    """'x <= 1.0' holds at 1.0, '<' does not; '>=' holds at its target, '>' does not."""
+    from sim.answers.slo import Slo
+
+    assert Slo("ttfc_s.p99", "<=", 1.0)._meets(1.0)
+    assert not Slo("ttfc_s.p99", "<", 1.0)._meets(1.0)
+    assert Slo("success_rate", ">=", 0.99)._meets(0.99)
+    assert not Slo("success_rate", ">", 0.99)._meets(0.99)

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from loadtests.check.verdict import FAIL, NOT_CHECKED, PASS, RuleResult, Verdict
 from sim.answers.slo import parse_slo
@@ -67,3 +68,31 @@ def test_agreement_difference_is_load_minus_sim_and_counts_are_not_compared() ->
     assert r.diff_ci_low <= r.diff <= r.diff_ci_high
     load["metrics"]["x"]["mean"] = float(np.mean(sims))
     assert agreement_rows(sim, load)[0].verdict == AGREES
+
+
+def test_hazards_are_per_1000_turns() -> None:
+    from loadtests.check.verdict import per_1k
+
+    assert per_1k(3, 600) == pytest.approx(5.0)
+    assert per_1k(1, 0) is None
+
+
+def test_a_count_not_comparable_is_skipped_not_passed(tmp_path) -> None:
+    from sim.shared.junit import load_run_cases
+
+    cases = {c.name: c.status for c in load_run_cases(
+        tmp_path, None, {"ledger_complete": True, "server_matches": None,
+                         "witness_matches": False})}
+    assert cases == {"ledger-complete": "pass", "server-count-matches": "skipped",
+                     "witness-count-matches": "fail"}
+
+
+def test_the_agreement_test_uses_the_sample_variance_of_the_replications() -> None:
+    """Replications 1, 2, 3 (mean 2, sample variance 1) and a load value 2 without its own
+    se: the spread of one more run is sqrt(1 x (1 + 1/3)) = 1.1547, the interval
+    +- t(0.975, 2) x 1.1547 = +- 4.9683 (with the ddof-0 variance, 4.0566)."""
+    from sim.shared.agreement import _test
+
+    d, lo, hi, p = _test("x", [1.0, 2.0, 3.0], 2.0, None)
+    assert d == 0.0 and p == pytest.approx(1.0)
+    assert hi == pytest.approx(4.9683, abs=1e-3) and lo == pytest.approx(-4.9683, abs=1e-3)
