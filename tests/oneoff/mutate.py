@@ -468,8 +468,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              "return math.isfinite(cpu_share) and cpu_share >= lim", T_PRED,
              "void at exactly 90 % of a core"),
     Mutation("predict", "loadtests/loadrun/predict.py",
-             "return math.isfinite(cpu_share) and cpu_share > lim", "return cpu_share > lim",
-             T_PRED, "an unknown CPU share (NaN) compared as a number"),
+             "return math.isfinite(cpu_share) and cpu_share > lim",
+             "return not cpu_share <= lim",  # (`cpu_share > lim` alone was equivalent: nan > x
+             T_PRED, "an unknown CPU share (NaN) taken as saturated"),  # is False)
     Mutation("predict", "loadtests/loadrun/predict.py",
              "return rate_a * predict_utilisation / offered_util_a, None",
              "return predict_utilisation / offered_util_a, None", T_PRED,

@@ -177,3 +177,13 @@ def test_junit_shows_an_unchecked_rule_as_skipped(status: str, child: str | None
     assert kids == ([] if child is None else [child])
     assert root.get("skipped") == str(int(child == "skipped"))
     assert root.get("failures") == str(int(child == "failure"))
+
+
+def test_the_witness_rows_read_must_be_the_rows_saved() -> None:
+    from loadtests.check.integrity import rule_witness_agrees
+
+    rows = pd.DataFrame({"request_guid": ["a", "b", "c"]})
+    for saved, status in ((3, "PASS"), (5, "FAIL"), (2, "FAIL")):
+        r = rule_witness_agrees(RunFiles(run_dir=Path("."), counts={"witness_rows": saved}),
+                                rows)
+        assert str(r.status).upper().endswith(status), (saved, r.status)

@@ -136,3 +136,10 @@ def test_busiest_share_is_over_five_seconds_and_needs_half_of_them() -> None:
     short = [(0.5 * i, 0.4 * i) for i in range(7)]  # 3 s at 0.8
     assert _watch({1: short}).busiest_share() == pytest.approx(0.8)
     assert math.isnan(_watch({1: [(0.0, 0.0), (0.5, 0.5), (2.0, 2.0)]}).busiest_share())
+
+
+def test_an_unknown_cpu_share_voids_nothing() -> None:
+    from loadtests.loadrun.predict import client_void
+
+    assert client_void(float("nan")) is False
+    assert client_void(0.95) is True and client_void(0.5) is False

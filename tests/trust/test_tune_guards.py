@@ -80,3 +80,11 @@ def test_an_slo_at_its_target_is_met_by_its_operator() -> None:
     assert not Slo("ttfc_s.p99", "<", 1.0)._meets(1.0)
     assert Slo("success_rate", ">=", 0.99)._meets(0.99)
     assert not Slo("success_rate", ">", 0.99)._meets(0.99)
+
+
+def test_indistinguishable_from_the_best_means_not_significantly_different() -> None:
+    from sim.answers.tune import _same_as_best
+
+    best = [1.0, 1.1, 0.9, 1.05, 0.95]
+    assert _same_as_best(best, [1.02, 1.08, 0.92, 1.0, 0.97], minimize=True)
+    assert not _same_as_best(best, [3.0, 3.1, 2.9, 3.05, 2.95], minimize=True)
