@@ -198,3 +198,16 @@ def test_a_turn_paused_for_input_counts_as_executed_for_a_reused_turn_id() -> No
             _attempt("g2", 12.0, 13.0, AttemptOutcome.INPUT_REQUIRED.value, call="c2",
                      turn_id="t-9")]
     assert _counts(rows)["turn-id-reused"] == ("exercised", 2)
+
+
+def test_the_auth_gate_counts_only_the_clients_real_requests() -> None:
+    """A copy the harness injected (with a planted bad token, or refused as a duplicate) is
+    not the run's credentials: only real requests refused with auth fail the gate."""
+    from loadtests.check.integrity import rule_auth
+
+    a = pd.DataFrame({"request_guid": ["g1", "g2", "g3"], "injected": ["", "concurrent", None],
+                      "error_code": [None, "auth", None]})
+    assert str(rule_auth(a).status).upper().endswith("PASS")
+    a.loc[2, "error_code"] = "auth"
+    r = rule_auth(a)
+    assert str(r.status).upper().endswith("FAIL") and r.count == 1
