@@ -211,3 +211,19 @@ def test_the_auth_gate_counts_only_the_clients_real_requests() -> None:
     a.loc[2, "error_code"] = "auth"
     r = rule_auth(a)
     assert str(r.status).upper().endswith("FAIL") and r.count == 1
+
+
+def test_the_runs_own_availability_limit_is_the_one_judged() -> None:
+    """6 of 10 judged turns completed: below the default limit, above a run's 0.5."""
+    import numpy as np
+
+    from loadtests.check.integrity import AVAILABILITY_MIN, rule_availability
+
+    out = pd.Series(["completed"] * 6 + ["failed"] * 4)
+    none = np.zeros(10, dtype=bool)
+    assert AVAILABILITY_MIN > 0.6
+    default = rule_availability(RunFiles(run_dir=Path("."), gates={}), out, none)
+    lenient = rule_availability(RunFiles(run_dir=Path("."), gates={"availability_min": 0.5}),
+                                out, none)
+    assert str(default.status).upper().endswith("FAIL")
+    assert str(lenient.status).upper().endswith("PASS")

@@ -96,3 +96,16 @@ def test_the_agreement_test_uses_the_sample_variance_of_the_replications() -> No
     d, lo, hi, p = _test("x", [1.0, 2.0, 3.0], 2.0, None)
     assert d == 0.0 and p == pytest.approx(1.0)
     assert hi == pytest.approx(4.9683, abs=1e-3) and lo == pytest.approx(-4.9683, abs=1e-3)
+
+
+def test_agreement_uses_the_load_runs_own_standard_error() -> None:
+    """Replications 1, 2, 3 against a load value 2.5 whose own se is 10: the difference's
+    interval is +- t x sqrt(1/3 + 100) ~ +-20, not the prediction spread's +-5."""
+    from sim.shared.agreement import agreement_rows
+
+    sim = {"metrics": {"x": {"values": [1.0, 2.0, 3.0]}}}
+    (row,) = agreement_rows(sim, {"metrics": {"x": {"mean": 2.5, "se": 10.0}}})
+    assert row.load_se == 10.0
+    assert row.diff_ci_high - row.diff > 19.0
+    (plain,) = agreement_rows(sim, {"metrics": {"x": {"mean": 2.5}}})
+    assert plain.load_se is None and plain.diff_ci_high - plain.diff < 6.0
