@@ -194,8 +194,11 @@ class DedupStore(ABC):
 
     @abstractmethod
     async def complete(self, context_id: str, key: str, outcome: dict[str, Any],
-                       now_s: float, owner: str | None = None) -> bool:
-        """Store the outcome and wake waiters; with ``owner``, only if still owned by it."""
+                       now_s: float, owner: str | None = None, fingerprint: str = "") -> bool:
+        """Store the outcome and wake waiters; with ``owner``, only if still owned by it.
+        ``fingerprint`` (of the request that produced the outcome) is kept by an entry that
+        has none (one this write creates: a store that lost its data), so the fingerprint
+        rule holds for it as for any other entry."""
 
     @abstractmethod
     async def progress(self, context_id: str, key: str, owner: str, value: str) -> bool:

@@ -91,7 +91,7 @@ class MemoryStore(PollingStore):
         self._wakeups.notify(k)
 
     async def complete(self, context_id: str, key: str, outcome: dict[str, Any],
-                       now_s: float, owner: str | None = None) -> bool:
+                       now_s: float, owner: str | None = None, fingerprint: str = "") -> bool:
         """Store the outcome; refused (False) if ``owner`` no longer owns the entry."""
         k = (context_id, key)
         text = json.dumps(outcome)
@@ -101,6 +101,7 @@ class MemoryStore(PollingStore):
             return False
         if row is None:
             row = self._rows[k] = Row("done", "", now_s)
+        row.fingerprint = row.fingerprint or fingerprint
         self._finish(k, row, text, now_s)
         self._counters["completes"] += 1
         return True

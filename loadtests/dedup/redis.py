@@ -107,6 +107,9 @@ if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 e
 redis.call('HSET', KEYS[1], 's', 'd', 't', ARGV[2], 'r', ARGV[3])
 redis.call('HSETNX', KEYS[1], 'o', '')
 redis.call('HSETNX', KEYS[1], 'c', ARGV[2])
+if ARGV[5] ~= '' and (redis.call('HGET', KEYS[1], 'f') or '') == '' then
+  redis.call('HSET', KEYS[1], 'f', ARGV[5])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('ZREM', KEYS[2], KEYS[1])
 return 1
@@ -295,10 +298,11 @@ class RedisStore(PollingStore):
             self._counters["background_errors"] += 1
 
     async def complete(self, context_id: str, key: str, outcome: dict[str, Any],
-                       now_s: float, owner: str | None = None) -> bool:
+                       now_s: float, owner: str | None = None, fingerprint: str = "") -> bool:
         """Store the outcome for ``window_s``; refused (False) if ``owner`` lost the entry."""
         ok = bool(await self._call("complete", context_id, key, owner or "",
-                                   repr(float(now_s)), json.dumps(outcome), self._done_ttl_ms))
+                                   repr(float(now_s)), json.dumps(outcome), self._done_ttl_ms,
+                                   fingerprint))
         self._counters["completes" if ok else "completes_refused"] += 1
         if ok:
             self._wakeups.notify((context_id, key))

@@ -125,9 +125,10 @@ _LOSE = ("UPDATE dedup SET state = 'done', completed_at = ?, t = ?, outcome = ? 
 _COMPLETE_OWNED = ("UPDATE dedup SET state = 'done', completed_at = ?, t = ?, outcome = ? "
                    "WHERE context_id = ? AND key = ? AND owner = ?")
 _COMPLETE_ANY = ("INSERT INTO dedup (context_id, key, state, owner, claimed_at, completed_at, t, "
-                 "outcome) VALUES (?, ?, 'done', '', ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
-                 "state = 'done', completed_at = excluded.completed_at, t = excluded.t, "
-                 "outcome = excluded.outcome")
+                 "outcome, fingerprint) VALUES (?, ?, 'done', '', ?, ?, ?, ?, ?) ON CONFLICT DO "
+                 "UPDATE SET state = 'done', completed_at = excluded.completed_at, "
+                 "t = excluded.t, outcome = excluded.outcome, fingerprint = CASE "
+                 "dedup.fingerprint WHEN '' THEN excluded.fingerprint ELSE dedup.fingerprint END")
 _PROGRESS = ("UPDATE dedup SET outcome = ? WHERE context_id = ? AND key = ? "
              "AND state = 'in_flight' AND owner = ?")  # in flight: the outcome slot holds it
 _ABANDON = "DELETE FROM dedup WHERE context_id = ? AND key = ? AND state = 'in_flight'"
@@ -415,10 +416,12 @@ class SqliteStore(PollingStore):
 
     @staticmethod
     def _complete_sync(db: Db, context_id: str, key: str, outcome_json: str, now_s: float,
-                       owner: str | None) -> bool:
-        """Store an outcome (only for ``owner`` if given)."""
+                       owner: str | None, fingerprint: str = "") -> bool:
+        """Store an outcome (only for ``owner`` if given; else keeping ``fingerprint`` on a
+        row without one)."""
         if owner is None:
-            db.execute(_COMPLETE_ANY, (context_id, key, now_s, now_s, now_s, outcome_json))
+            db.execute(_COMPLETE_ANY, (context_id, key, now_s, now_s, now_s, outcome_json,
+                                       fingerprint))
             return True
         return db.execute(_COMPLETE_OWNED, (now_s, now_s, outcome_json, context_id, key,
                                             owner)).rowcount == 1
@@ -496,10 +499,10 @@ class SqliteStore(PollingStore):
         return claim
 
     async def complete(self, context_id: str, key: str, outcome: dict[str, Any],
-                       now_s: float, owner: str | None = None) -> bool:
+                       now_s: float, owner: str | None = None, fingerprint: str = "") -> bool:
         """Store the outcome; refused (False) if ``owner`` no longer owns the entry."""
         ok = await self._call(self._complete_sync, context_id, key, json.dumps(outcome), now_s,
-                              owner)
+                              owner, fingerprint)
         self._counters["completes" if ok else "completes_refused"] += 1
         if ok:
             self._wakeups.notify((context_id, key))

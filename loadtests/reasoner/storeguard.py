@@ -159,7 +159,12 @@ class GuardedStore(DedupStore):
         command may have reached it, defer an owner-checked abandon (a no-op unless the claim
         was applied)."""
         held = self._unstored.get((context_id, key))
-        if held is not None and (not fingerprint or not held[1] or held[1] == fingerprint):
+        if held is not None:
+            # the held outcome is the key's entry meanwhile: the fingerprint rule applies to
+            # it (a request reusing its key for another meaning must not reach a store that
+            # lost the entry and run again)
+            if fingerprint and held[1] and held[1] != fingerprint:
+                return Claim("conflict")
             metrics.STORE_DEFERRED.labels("claim", "replayed").inc()
             return Claim("done", held[0])
         try:
@@ -171,10 +176,10 @@ class GuardedStore(DedupStore):
             raise
 
     async def complete(self, context_id: str, key: str, outcome: dict[str, Any],
-                       now_s: float, owner: str | None = None) -> bool:
+                       now_s: float, owner: str | None = None, fingerprint: str = "") -> bool:
         """Store an outcome."""
-        return await self._do("complete", lambda: self.inner.complete(context_id, key, outcome,
-                                                                      now_s, owner=owner))
+        return await self._do("complete", lambda: self.inner.complete(
+            context_id, key, outcome, now_s, owner=owner, fingerprint=fingerprint))
 
     async def progress(self, context_id: str, key: str, owner: str, value: str) -> bool:
         """Record the side effect's progress."""
@@ -262,7 +267,8 @@ class GuardedStore(DedupStore):
                 if not ok and inner.on_stale == "fail":
                     # the entry is gone (a store that lost its data) or lost: this outcome
                     # is the truth for the key (at-most-once), so it is written anyway
-                    ok = await inner.complete(context_id, key, outcome, time.time())
+                    ok = await inner.complete(context_id, key, outcome, time.time(),
+                                              fingerprint=fingerprint)
                 return ok
 
             def forget(_: Any = None) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from loadtests.common.procs import start_reasoner
+from sim.shared.stats import wilson
 
 # the truth: 2 workers, gamma reasoning (mean 0.2 s, cv 0.6), 3 chunks every 40 ms, 5 %
 # internal errors; 3.4 calls/s x 2 turns -> 6.8 turns/s x 0.2 s / 2 workers = 68 % busy
@@ -107,6 +108,17 @@ def _wider(centre: float, ci: list[float]) -> tuple[float, float]:
     return centre - (centre - ci[0]) * Z99, centre + (ci[1] - centre) * Z99
 
 
+def _holds_the_error_rate(data: dict) -> None:
+    """The injected 5 % inside the 99 % Wilson interval of the stated count (the output's 95 %
+    one misses one run in 20 by design -- the clean-clone CI saw 25/327 = 7.6 %, [5.2 %,
+    11.0 %]); the stated 95 % interval is the one the output computes."""
+    err, n = data["figures"]["errors"]["internal"], data["figures"]["executions"]
+    assert err["per_execution"] == pytest.approx(err["count"] / n)
+    assert err["ci"] == pytest.approx(list(wilson(err["count"], n, 1.96))), err
+    lo, hi = wilson(err["count"], n, z=2.5758293035489)
+    assert lo <= 0.05 <= hi, (err, n)
+
+
 def _value(data: dict, key: str) -> dict:
     return next(v for v in data["values"] if v["key"] == key)
 
@@ -142,8 +154,7 @@ def test_prometheus_scrape_calibrates_law_means_and_capacity(scraped) -> None:
     # bucket: the median interpolated in it is only as precise as that bucket
     assert 0.03 < toml["reasoner"]["chunk_interval_s"] <= 0.05
     # the injected error rate inside its Wilson interval
-    err = data["figures"]["errors"]["internal"]
-    assert err["ci"][0] <= 0.05 <= err["ci"][1], err
+    _holds_the_error_rate(data)
     # the observed call rate: turns/s over the scenario's 2 turns per call, near the offered
     rate = toml["workload"]["calls_per_s"]
     assert CALLS_PER_S * 0.7 <= rate <= CALLS_PER_S * 1.3, rate
@@ -210,8 +221,7 @@ def test_the_opentelemetry_export_calibrates_the_same_deployment(scraped, tmp_pa
     again = tomllib.loads(out.read_text())
     assert again["reasoner"]["workers"] == WORKERS
     assert again["reasoner"]["chunks"] == 3
-    err = data["figures"]["errors"]["internal"]
-    assert err["ci"][0] <= 0.05 <= err["ci"][1], err
+    _holds_the_error_rate(data)
     rate = again["workload"]["calls_per_s"]
     assert CALLS_PER_S * 0.7 <= rate <= CALLS_PER_S * 1.3, rate
     assert out.read_text().startswith(f"# Calibrated by `rtalab calibrate` from: otlp:{otlp} (")

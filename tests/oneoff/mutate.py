@@ -63,6 +63,8 @@ T_RULE = ("tests/serve/test_dedup_fingerprint.py", "tests/serve/test_dedup_rule_
 T_CHECK = ("tests/check/test_rules.py",)
 T_CONN = ("tests/serve/test_pending_eviction.py", "tests/trust/test_conn_limits.py")
 T_STORE2 = (*T_STORE, "tests/serve/test_dedup_rule_parity.py")
+T_FP = (*T_STORE2, "tests/serve/test_dedup_fingerprint.py")
+T_HELD = ("tests/serve/test_dedup_fingerprint.py", "tests/serve/test_store_faults.py")
 
 MUTATIONS: tuple[Mutation, ...] = (
     # ---------------------------------------------------------------- intervals
@@ -282,6 +284,23 @@ MUTATIONS: tuple[Mutation, ...] = (
              "\"WHERE context_id = ? AND key = ? AND owner = ?\")",
              "\"WHERE context_id = ? AND key = ? AND (owner = ? OR 1)\")", T_STORE,
              "sqlite: a stale owner's late complete accepted"),
+    Mutation("stores", "loadtests/reasoner/storeguard.py",
+             "if fingerprint and held[1] and held[1] != fingerprint:",
+             "if False:", T_HELD, "held outcome: a reuse by another request replayed"),
+    Mutation("stores", "loadtests/reasoner/storeguard.py",
+             "time.time(),\n                                              fingerprint=fingerprint)",
+             "time.time())", T_HELD, "held outcome written without its fingerprint"),
+    Mutation("stores", "loadtests/dedup/redis.py",
+             "redis.call('HSET', KEYS[1], 'f', ARGV[5])", "redis.call('HSET', KEYS[1], 'f', '')",
+             T_HELD, "redis: an unowned complete drops the fingerprint"),
+    Mutation("stores", "loadtests/dedup/memory.py",
+             "now_s)\n        row.fingerprint = row.fingerprint or fingerprint",
+             "now_s)\n        row.fingerprint = row.fingerprint", T_HELD,
+             "memory: an unowned complete drops the fingerprint"),
+    Mutation("stores", "loadtests/dedup/sqlite.py",
+             "WHEN '' THEN excluded.fingerprint ELSE dedup.fingerprint END",
+             "WHEN '' THEN '' ELSE excluded.fingerprint END", T_HELD,
+             "sqlite: an unowned complete loses or replaces the fingerprint"),
     Mutation("stores", "loadtests/dedup/redis.py",
              "_ESCAPES = str.maketrans({\"%\": \"%25\", \":\": \"%3A\", \"{\": \"%7B\", "
              "\"}\": \"%7D\"})",
@@ -558,7 +577,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "            if db.execute(_INSERT, (context_id, key, owner, now_s, now_s,\n"
              "                                    fingerprint)).rowcount == 1:",
              "            if db.execute(_INSERT, (context_id, key, owner, now_s, now_s,\n"
-             "                                    \"\")).rowcount == 1:", T_STORE2,
+             "                                    \"\")).rowcount == 1:", T_FP,
              "sqlite: a claim's fingerprint not stored"),
     Mutation("stores", "loadtests/dedup/sqlite.py",
              "\"outcome = NULL, fingerprint = CASE fingerprint WHEN '' THEN ? ELSE fingerprint "
@@ -584,7 +603,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "redis: a lost outcome stored without its TTL"),
     Mutation("stores", "loadtests/dedup/redis.py",
              "redis.call('HSET', KEYS[1], 'f', f ~= '' and f or ARGV[10])",
-             "redis.call('HSET', KEYS[1], 'f', ARGV[10])", T_STORE2,
+             "redis.call('HSET', KEYS[1], 'f', ARGV[10])", T_FP,
              "redis: a reclaim replaces the stored fingerprint"),
     Mutation("stores", "loadtests/dedup/redis.py",
              "cutoff = now_s - self.window_s - self.lease_s", "cutoff = now_s - self.lease_s",

@@ -122,6 +122,34 @@ def test_a_reclaim_keeps_the_stored_fingerprint(backend: str, request: pytest.Fi
     assert asyncio.run(main()) == ("reclaim", "conflict", "in_flight")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_outcome_written_into_a_store_that_lost_its_entry_keeps_its_fingerprint(
+        backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A held outcome written (no owner) after the store lost the entry -- a Redis without
+    persistence restarted empty -- carries the fingerprint of the request that produced it:
+    a reuse of the key by another request is still refused, its own retry replayed; an
+    entry that already has a fingerprint keeps it."""
+    if backend == "redis":
+        url = str(request.getfixturevalue("redis_url"))
+    else:
+        url = {"memory": "memory", "sqlite": f"sqlite:///{tmp_path / 'd.db'}",
+               "sqlite-thread": f"sqlite:///{tmp_path / 'd.db'}?inline=0"}[backend]
+    ctx = f"lw-{uuid.uuid4().hex}"
+
+    async def main() -> tuple[str, str, str, str]:
+        async with open_store(url, W, lease_s=L) as store:
+            assert await store.complete(ctx, "k", {"paid": 10}, C, fingerprint="x")
+            other = await store.claim(ctx, "k", "B", C + 1, fingerprint="y")
+            same = await store.claim(ctx, "k", "D", C + 2, fingerprint="x")
+            await store.claim(ctx, "k2", "A", C, fingerprint="x")
+            assert await store.complete(ctx, "k2", {"paid": 10}, C, fingerprint="y")
+            kept = await store.claim(ctx, "k2", "B", C + 1, fingerprint="y")
+            kept_same = await store.claim(ctx, "k2", "D", C + 1, fingerprint="x")
+            return other.state, same.state, kept.state, kept_same.state
+
+    assert asyncio.run(main()) == ("conflict", "done", "conflict", "done")
+
+
 def test_a_conflict_writes_nothing(tmp_path: Path) -> None:
     """After a refused reuse the original's outcome is still there for its own retries."""
     async def main() -> None:

@@ -12,6 +12,7 @@ fails").
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -368,7 +369,11 @@ def test_volatile_redis_killed_during_the_tool_call_never_runs_twice(
     """Redis WITHOUT persistence SIGKILLed while the tool runs and restarted empty: the worker
     that holds the unstored outcome answers retries with it and writes it into the new Redis,
     so the side effect never runs twice (a retry on ANOTHER worker would run it again: the
-    documented limit of a volatile store)."""
+    documented limit of a volatile store).  The retry by ``SendMessage`` has another
+    fingerprint (the method is part of it): refused ``schema-validation`` whether it comes
+    while the outcome is held or after it was written -- never claimed in the empty Redis
+    (the clean-clone CI once saw it claim there, race the held write and be told "nothing
+    ran")."""
     set_faults(witness, latencyS=1.0)
     ctx, guid = uid("c"), uid("g")
     with reasoner_on(tmp_path, witness_server, redis_box.url) as r:
@@ -382,9 +387,53 @@ def test_volatile_redis_killed_during_the_tool_call_never_runs_twice(
         agains = [answer(r, b, _pay(ctx, guid)) for b in BINDINGS]
         _until(lambda: redis_box.entries(ctx) > 0, "the outcome written into the new Redis")
         assert executions(witness, ctx) == 1
-        for a in (first, *agains):
-            assert a["state"] == "TASK_STATE_COMPLETED", a
+        late = answer(r, "send", _pay(ctx, guid))  # after the write: the same refusal
+        assert executions(witness, ctx) == 1
+        for who, a in zip(("first", *BINDINGS, "send-late"), (first, *agains, late),
+                         strict=True):
+            if who.startswith("send"):
+                assert (a["state"], a["code"]) == ("TASK_STATE_FAILED", "schema-validation"), \
+                    (who, a)
+            else:
+                assert a["state"] == "TASK_STATE_COMPLETED", (who, a)
         check_quiet(r)
+
+
+def test_a_held_outcome_refuses_a_reuse_of_its_key_by_another_request(
+        redis_box: RedisBox) -> None:
+    """The store guard over a real Redis that is down: the outcome it could not store is held
+    and answers the key meanwhile -- its own retry (same fingerprint, or none) replayed, a
+    request reusing the key with another fingerprint refused as a conflict (the store's
+    rule), never sent to a store that may have lost the entry; once Redis is back (empty)
+    the deferred write lands with the fingerprint, and the same answers hold."""
+    from loadtests.dedup import open_store
+    from loadtests.dedup.base import StoreUnavailable
+    from loadtests.reasoner.storeguard import GuardedStore
+
+    async def main() -> list[str]:
+        store = GuardedStore(open_store(redis_box.url, 60.0, lease_s=30.0))
+        await store.start()
+        try:
+            now = time.time()
+            assert (await store.claim("c", "g:1", "A", now, fingerprint="x")).state == "new"
+            redis_box.kill()
+            with pytest.raises(StoreUnavailable):
+                await store.complete("c", "g:1", {"paid": 10}, now, owner="A")
+            store.defer_write("complete", "c", "g:1", "A", {"paid": 10}, "x")
+            got = [(await store.claim("c", "g:1", o, now, fingerprint=f)).state
+                   for o, f in (("B", "y"), ("D", "x"), ("E", ""))]
+            redis_box.start()
+            deadline = time.monotonic() + 15.0
+            while store._unstored and time.monotonic() < deadline:  # the deferred write
+                await asyncio.sleep(0.05)
+            assert not store._unstored, "the held outcome was never written"
+            got += [(await store.claim("c", "g:1", o, time.time(), fingerprint=f)).state
+                    for o, f in (("F", "y"), ("G", "x"))]
+            return got
+        finally:
+            await store.close()
+
+    assert asyncio.run(main()) == ["conflict", "done", "done", "conflict", "done"]
 
 
 # ---------------------------------------------------------------------------- SQLite
