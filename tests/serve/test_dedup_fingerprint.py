@@ -67,6 +67,14 @@ def _verdict(claim: Claim) -> str:
     return claim.state
 
 
+def _url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store URL of a backend (Redis: the session's real redis-server)."""
+    if backend == "redis":
+        return str(request.getfixturevalue("redis_url"))
+    return {"memory": "memory", "sqlite": f"sqlite:///{tmp_path / 'd.db'}",
+            "sqlite-thread": f"sqlite:///{tmp_path / 'd.db'}?inline=0"}[backend]
+
+
 def test_the_rule_table() -> None:
     got = [judge(_row(state, fa), now, W, L, policy, dead, fb)  # type: ignore[arg-type]
            for state, fa, now, policy, dead, fb, _ in CASES]
@@ -76,11 +84,7 @@ def test_the_rule_table() -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_store_follows_the_table(backend: str, request: pytest.FixtureRequest,
                                        tmp_path: Path) -> None:
-    if backend == "redis":
-        url = str(request.getfixturevalue("redis_url"))
-    else:
-        url = {"memory": "memory", "sqlite": f"sqlite:///{tmp_path / 'd.db'}",
-               "sqlite-thread": f"sqlite:///{tmp_path / 'd.db'}?inline=0"}[backend]
+    url = _url(backend, request, tmp_path)
     ctx = f"fp-{uuid.uuid4().hex}"
 
     async def main() -> list[str]:
@@ -104,11 +108,7 @@ def test_a_reclaim_keeps_the_stored_fingerprint(backend: str, request: pytest.Fi
     """A stale entry reclaimed by a claim that presents no fingerprint (a continuation or
     side-effect guard) still holds the original request's: a reuse of the key by another
     request is refused afterwards."""
-    if backend == "redis":
-        url = str(request.getfixturevalue("redis_url"))
-    else:
-        url = {"memory": "memory", "sqlite": f"sqlite:///{tmp_path / 'd.db'}",
-               "sqlite-thread": f"sqlite:///{tmp_path / 'd.db'}?inline=0"}[backend]
+    url = _url(backend, request, tmp_path)
     ctx = f"rc-{uuid.uuid4().hex}"
 
     async def main() -> tuple[str, str, str]:
@@ -129,11 +129,7 @@ def test_an_outcome_written_into_a_store_that_lost_its_entry_keeps_its_fingerpri
     persistence restarted empty -- carries the fingerprint of the request that produced it:
     a reuse of the key by another request is still refused, its own retry replayed; an
     entry that already has a fingerprint keeps it."""
-    if backend == "redis":
-        url = str(request.getfixturevalue("redis_url"))
-    else:
-        url = {"memory": "memory", "sqlite": f"sqlite:///{tmp_path / 'd.db'}",
-               "sqlite-thread": f"sqlite:///{tmp_path / 'd.db'}?inline=0"}[backend]
+    url = _url(backend, request, tmp_path)
     ctx = f"lw-{uuid.uuid4().hex}"
 
     async def main() -> tuple[str, str, str, str]:
