@@ -246,6 +246,22 @@ def test_caller_p99_is_inf_when_more_than_one_percent_are_not_served(
     assert m["completion_s.p99"] == completed_p99  # blind to the failures
 
 
+def test_completed_turns_that_never_played_a_chunk_were_not_served_a_first_chunk() -> None:
+    """100 completed turns, TTFC 0.1 s but for two that never played a chunk (NaN): the
+    caller waited for a first chunk that never came in 2 % of turns, so the caller's TTFC
+    p99 is infinite (None) while the completed-only TTFC p99 and the completion p99 are
+    finite; nothing failed."""
+    rows = [_turn(i, 20.0, "completed", **{S.COMPLETION_S: 1.0,
+                                           S.TTFC_S: np.nan if i < 2 else 0.1})
+            for i in range(100)]
+    base = empty_output(Scenario())
+    out = RunOutput(**{**base.__dict__, "turns": _frame("turns", rows), "warmup_s": 0.0})
+    m = {k: v["mean"] for k, v in summarize([out], 0.0)["metrics"].items()}
+    assert m["not_served_share"] == 0.0 and m["caller_completion_s.p99"] == 1.0
+    assert m["caller_ttfc_s.p50"] == 0.1 and m["ttfc_s.p99"] == 0.1
+    assert m["caller_ttfc_s.p99"] is None  # infinite: 2 % never got a first chunk
+
+
 def test_mean_ci_inf_keeps_inf() -> None:
     from sim.shared.summary import mean_ci_inf
 

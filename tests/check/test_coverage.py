@@ -140,3 +140,15 @@ def test_resends_after_completion_state_the_dedup_window_they_demand():
                                         RESTART.iloc[0:0], 0)}
     assert none["resend-after-completion"].min_dedup_window_s is None
     assert "dedup window" not in none["resend-after-completion"].detail
+
+
+def test_a_proxy_copy_delayed_exactly_the_originals_time_counts_after_it():
+    """The proxy's copy of a 1-s request (sent at 10.0, ended at 11.0) delayed exactly 1 s
+    reaches the server as the original's answer ends: after completion, never also "while
+    running" (each copy counts in exactly one class)."""
+    rows = [_attempt("g1", 10.0, 11.0)]
+    chaos = pd.DataFrame({"kind": ["duplicate"], "request_guid": ["g1"], "delay_s": [1.0],
+                          "first": [False]})
+    c = _counts(rows, chaos, restarts=RESTART.iloc[0:0])
+    assert c["duplicate-while-running"] == ("not exercised", 0)
+    assert c["resend-after-completion"] == ("exercised", 1)

@@ -464,3 +464,30 @@ def test_foreign_task_answer_not_checked_without_the_column(tmp_path: Path,
     del led["attempts"]["task_id_answered"]
     r = judge(tmp_path, led).rule("foreign-task-answer")
     assert r.status == "not-checked" and "task_id_answered" in r.detail
+
+
+def test_a_ghost_the_server_owned_up_to_is_not_counted(tmp_path: Path, led: Ledger) -> None:
+    """The planted ghost (executed, told failed), but the server's answer said
+    ``rta/sideEffect: unknown`` ("may have run"): the caller was told, not a ghost."""
+    plant_ghost(led)
+    w, a = side_effect_turn(led), led["attempts"]
+    a.loc[a["interaction_id"] == w["interactionId"], "side_effect_reported"] = "unknown"
+    r = judge(tmp_path, led).rule("ghost-success")
+    assert r.count == 0, r.detail
+    assert "1 more were told by rta/sideEffect" in r.detail
+
+
+def test_a_resend_in_a_new_session_is_not_an_unmodified_retry(tmp_path: Path,
+                                                              led: Ledger) -> None:
+    """A ``session-not-found`` failure (non-retryable) followed by its resend: in the same
+    session it is a retry of a non-retryable failure; in a new session (a new contextId,
+    errors.md: "start a new session") it is a modified request, allowed."""
+    a = led["attempts"]
+    i = a.index[a["outcome"] == "failed"][0]
+    a.loc[i, "error_code"] = "session-not-found"
+    assert judge(tmp_path, led).rule("retried-non-retryable").count == 1
+    later = a.index[(a["interaction_id"] == a.loc[i, "interaction_id"])
+                    & (a["send_s"] > a.loc[i, "send_s"]) & (a["injected"] == "")]
+    a.loc[later, ["context_id", "context_id_learned"]] = "ctx-new-session"
+    r = judge(tmp_path, led).rule("retried-non-retryable")
+    assert (r.status, r.count) == ("pass", 0), r.detail

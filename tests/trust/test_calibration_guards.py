@@ -25,6 +25,33 @@ def test_capacity_counts_the_service_that_freed_the_worker_as_ended_despite_jitt
     assert (r["workers"], r["identified"]) == (2, True)
 
 
+def test_per_process_capacity_needs_every_process_identified() -> None:
+    """Two processes with a pool each: process a (3 workers) waits in every cycle, so its
+    count at the waits says 3; process b never waits (1, 2 or 0 services beside a's): its
+    largest count, 2, is only a lower bound.  The per-process layout would sum 3 + 2 and
+    call it identified; with b unidentified the pooled reading stands instead -- never "one
+    pool per process, identified"."""
+    start, end, waited, proc = [], [], [], []
+    for k in range(9):
+        b = 10.0 * k
+        start += [b, b, b, b + 1.0]  # a: three busy, a fourth waits for the first to end
+        end += [b + 1.0, b + 1.5, b + 1.5, b + 2.0]
+        waited += [False, False, False, True]
+        proc += ["a"] * 4
+        for j in range(k % 3):  # b: 0, 1 or 2 services running across a's wait
+            start.append(b + 0.2 + 0.1 * j)
+            end.append(b + 1.8)
+            waited.append(False)
+            proc.append("b")
+    r = capacity_from_concurrency(np.array(start), np.array(end), np.array(waited),
+                                  np.array(proc))
+    per = r["per_process"]
+    assert (per["a"]["capacity"], per["a"]["identified"]) == (3, True)
+    assert (per["b"]["capacity"], per["b"]["identified"]) == (2, False)
+    assert r["layout"] != "one pool per process", r
+    assert r["workers"] == r["pooled"]["capacity"]
+
+
 def test_error_rates_are_per_execution() -> None:
     """100 attempts, 50 executed (server timings), 5 of those FAILED internal: 10 % per
     execution (5 % per attempt would halve the injected rate)."""

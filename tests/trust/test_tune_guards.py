@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+import pytest
 
 from sim.answers.slo import parse_slo
 from sim.answers.tune import ALPHA, Objective, _non_dominated, judge, success_lower
@@ -88,3 +89,38 @@ def test_indistinguishable_from_the_best_means_not_significantly_different() -> 
     best = [1.0, 1.1, 0.9, 1.05, 0.95]
     assert _same_as_best(best, [1.02, 1.08, 0.92, 1.0, 0.97], minimize=True)
     assert not _same_as_best(best, [3.0, 3.1, 2.9, 3.05, 2.95], minimize=True)
+
+
+def _summary(p99: list[float | None]) -> dict:
+    """A confirmation summary: per-replication p99 values (None: not measured), success 1."""
+    vals = [v for v in p99 if v is not None]
+    mean = sum(vals) / len(vals) if vals else None
+    return {"metrics": {P99: {"mean": mean, "ci_low": mean, "ci_high": mean, "values": p99},
+                        "success_rate": {"mean": 1.0, "ci_low": 1.0, "ci_high": 1.0,
+                                         "values": [1.0] * len(p99)}}}
+
+
+def test_an_untestable_candidate_does_not_loosen_the_correction(monkeypatch, tmp_path) -> None:
+    """Two candidates confirmed on common seeds: A's paired p is 0.031 (significant alone,
+    not after Holm over two hypotheses: 0.031 > 0.05 / 2), B has no paired values (its
+    metric was never measured: no test, counted as p = 1 -- a hypothesis that cannot be
+    rejected). An untestable candidate counted as p = 0 would shift A to the lenient end of
+    Holm's ladder and recommend it."""
+    from sim.answers import tune
+
+    current = [2.0, 2.2, 2.1, 2.4, 2.3]
+    a = [1.9, 1.95, 2.1, 2.2, 2.15]
+    assert 0.025 < paired(current, a).p_value < ALPHA  # type: ignore[union-attr]
+    fake = [_summary(a), _summary([None] * 5), _summary(current)]
+    monkeypatch.setattr(tune, "run_points", lambda *a, **k: fake)
+    df = tune._confirm(None, tmp_path, {}, [{}, {}], ["A", "B"],  # type: ignore[arg-type]
+                       [Objective(P99, "minimize")], [], 5, 1, None)
+    assert list(df["candidate"]) == ["A", "B", "current"]
+    assert df.loc[0, f"{P99}.p"] == pytest.approx(paired(current, a).p_value)  # type: ignore
+    assert df.loc[1, f"{P99}.p"] is None or math.isnan(df.loc[1, f"{P99}.p"])
+    assert not df["significantly_better"].any() and not df["recommended"].any(), df
+    # the same A alone: one hypothesis, significant, recommended
+    monkeypatch.setattr(tune, "run_points", lambda *a, **k: [fake[0], fake[2]])
+    alone = tune._confirm(None, tmp_path, {}, [{}], ["A"],  # type: ignore[arg-type]
+                          [Objective(P99, "minimize")], [], 5, 1, None)
+    assert list(alone["recommended"]) == [True, False]
