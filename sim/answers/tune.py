@@ -588,8 +588,10 @@ def _non_dominated(df: pd.DataFrame, objectives: Sequence[Objective]) -> pd.Seri
     objective (ties: the first row wins)."""
     ok = df["constraints_hold"].to_numpy()
     signs = [1 if o.direction == "minimize" else -1 for o in objectives]
-    vals = [[s * (df.iloc[i][o.metric] if df.iloc[i][o.metric] is not None else math.inf)
-             for s, o in zip(signs, objectives, strict=True)] for i in range(len(df))]
+    # an unmeasured objective (None, NaN in a frame) is the worst value: +inf once signed
+    vals = [[s * v if (v := df.iloc[i][o.metric]) is not None and not pd.isna(v)
+             else math.inf for s, o in zip(signs, objectives, strict=True)]
+            for i in range(len(df))]
     out = []
     for i in range(len(df)):
         if not ok[i]:

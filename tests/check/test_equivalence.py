@@ -177,3 +177,78 @@ def test_a_difference_at_the_margin_alarms_at_most_alpha() -> None:
     n = 200
     alarms = sum(_rejects(_frame(rng, 15, 4, {"rest": E.LATENCY_MARGIN})) for _ in range(n))
     assert alarms <= n * E.ALPHA + 3.1 * np.sqrt(n * E.ALPHA) + 1, alarms
+
+
+# ------------------------------------------------------------------- the pieces, written out
+
+
+def test_the_cluster_robust_variance_written_out() -> None:
+    """Calls a (values 1, 0), b (1, 1), c (0): ratio 3/5; residuals per call -0.2, 0.8,
+    -0.6; variance m/(m-1) x sum(resid^2) / W^2 = 1.5 x 1.04 / 25 = 0.0624."""
+    est, var, m = E._cluster_ratio(np.array([1.0, 0.0, 1.0, 1.0, 0.0]), np.ones(5),
+                                   np.array(["a", "a", "b", "b", "c"], dtype=object))
+    assert (est, m) == (pytest.approx(0.6), 3)
+    assert var == pytest.approx(0.0624)
+
+
+def test_too_few_calls_give_no_confident_difference() -> None:
+    """A large difference with a small variance: with MIN_CALLS calls on the smaller side it
+    is tested, with one fewer it never is (p = 1)."""
+    assert E._min_effect_p(0.5, 0.0001, 0.05, E.MIN_CALLS) < 1e-6
+    assert E._min_effect_p(0.5, 0.0001, 0.05, E.MIN_CALLS - 1) == 1.0
+
+
+def test_latency_is_compared_on_completed_turns_only() -> None:
+    """ws fails 30 % of its turns (a success difference) and those failed turns carry 20x
+    latencies (a timeout's): the latency comparisons see completed turns only, so ws differs
+    in success and not in latency (with the failed turns, ws would read ~2.5x slower)."""
+    rng = np.random.default_rng(11)
+    frame = _frame(rng, 30, 4, {})
+    ws = frame["binding"].eq("ws").to_numpy() & (rng.random(len(frame)) < 0.3)
+    frame.loc[ws, "ok"] = False
+    frame.loc[ws, ["ttfc_s", "completion_s"]] *= 20.0
+    tests, _ = E.metric_comparisons(frame, list(BINDINGS))
+    rejected = {(t.binding, t.what) for t, r in zip(tests, holm([t.p_value for t in tests],
+                                                                E.ALPHA), strict=True) if r}
+    assert ("ws", "success") in rejected
+    assert not {w for b, w in rejected if w in ("ttfc", "completion")}, rejected
+
+
+def test_a_rule_failing_on_every_binding_is_no_difference_even_when_uneven(
+        tmp_path: Path) -> None:
+    """Duplicates on every binding, 10 on sse and 1 on each other: the bug is everywhere
+    (duplicated fails); which binding shows more of it is not a transport difference."""
+    led = spread(clean_ledger(600))
+    for b, n in (("sse", 10), ("rest", 1), ("grpc", 1), ("ws", 1)):
+        duplicate_side_effects(led, b, n)
+    v, r = judge(tmp_path, led)
+    assert "duplicated" in v.failed and r.status == "pass", r.detail
+    assert "(every binding)" in r.detail
+
+
+def test_barge_in_turns_are_not_judged_for_success(tmp_path: Path) -> None:
+    """40 % of sse's turns withdrawn by the caller (cancelled: a barge-in) are not judged,
+    as in availability: sse's success equals the others'."""
+    led = spread(clean_ledger(800))
+    t = led["turns"]
+    rng = np.random.default_rng(5)
+    hit = t["binding"].eq("sse").to_numpy() & (rng.random(len(t)) < 0.4) \
+        & t["outcome"].eq("completed").to_numpy()
+    t.loc[hit, "outcome"] = "cancelled"
+    t.loc[hit, ["ttfc_s", "completion_s"]] = np.nan
+    v, r = judge(tmp_path, led)
+    assert r.status == "pass", r.detail
+    by = v.stats["by_binding"]
+    assert by["sse"]["judged_turns"] < 0.75 * by["rest"]["judged_turns"]
+    assert by["sse"]["success"] == pytest.approx(1.0, abs=0.05)
+
+
+def test_the_comparisons_are_one_family_under_holm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three comparisons at p = 0.003, 0.006, 0.5: the first two below ALPHA = 0.01 alone,
+    but Holm over the family rejects 0.003 (<= 0.01 / 3) and stops at 0.006 (> 0.01 / 2)."""
+    comps = [E.Comparison("sse", "ttfc", 0.003, "a"), E.Comparison("rest", "ttfc", 0.006, "b"),
+             E.Comparison("ws", "ttfc", 0.5, "c")]
+    monkeypatch.setattr(E, "metric_comparisons", lambda frame, names: (comps, {}))
+    r, _ = E.rule(None, ["sse", "rest", "ws"], {}, {"sse": 10, "rest": 10, "ws": 10},
+                  pd.DataFrame())  # type: ignore[arg-type]
+    assert r.status == "fail" and r.examples == ("sse: ttfc",), r

@@ -91,13 +91,90 @@ def test_indistinguishable_from_the_best_means_not_significantly_different() -> 
     assert not _same_as_best(best, [3.0, 3.1, 2.9, 3.05, 2.95], minimize=True)
 
 
-def _summary(p99: list[float | None]) -> dict:
-    """A confirmation summary: per-replication p99 values (None: not measured), success 1."""
-    vals = [v for v in p99 if v is not None]
+def _metric(values: list[float | None]) -> dict:
+    vals = [v for v in values if v is not None]
     mean = sum(vals) / len(vals) if vals else None
-    return {"metrics": {P99: {"mean": mean, "ci_low": mean, "ci_high": mean, "values": p99},
-                        "success_rate": {"mean": 1.0, "ci_low": 1.0, "ci_high": 1.0,
-                                         "values": [1.0] * len(p99)}}}
+    return {"mean": mean, "ci_low": mean, "ci_high": mean, "values": values}
+
+
+def _summary(p99: list[float | None], success: list[float] | None = None,
+             goodput: list[float] | None = None) -> dict:
+    """A confirmation summary: per-replication p99 values (None: not measured), success
+    rates (default 1) and, if given, goodput."""
+    m = {P99: _metric(p99), "success_rate": _metric(success or [1.0] * len(p99))}
+    if goodput is not None:
+        m[GOOD] = _metric(goodput)  # type: ignore[arg-type]
+    return {"metrics": m}
+
+
+CURRENT = [2.0, 2.2, 2.1, 2.4, 2.3]
+MUCH_LOWER = [1.0, 1.15, 1.05, 1.3, 1.2]  # every pair 0.9-1.1 lower: p far below ALPHA
+
+
+def _confirm_of(monkeypatch, tmp_path, summaries: list[dict], objectives: list[Objective],
+                seen: dict | None = None) -> pd.DataFrame:
+    """``tune._confirm`` of candidates A, B, ... over ``summaries`` (the current settings'
+    last), its confirmation runs replaced by them (``seen``: the run's keyword arguments)."""
+    from sim.answers import tune
+
+    def fake(*a, **k):
+        if seen is not None:
+            seen.update(k)
+        return summaries
+    monkeypatch.setattr(tune, "run_points", fake)
+    names = [chr(ord("A") + i) for i in range(len(summaries) - 1)]
+    return tune._confirm(None, tmp_path, {}, [{}] * len(names), names,  # type: ignore[arg-type]
+                         objectives, [], 5, 1, None)
+
+
+def test_a_candidate_worse_on_another_objective_is_not_recommended(monkeypatch,
+                                                                   tmp_path) -> None:
+    """A: p99 much lower (better) and goodput much lower (worse, maximized): significantly
+    better and significantly worse, not recommended; B: the same p99 gain, goodput equal:
+    recommended."""
+    objs = [Objective(P99, "minimize"), Objective(GOOD, "maximize")]
+    good = [10.0, 10.1, 9.9, 10.2, 10.0]
+    df = _confirm_of(monkeypatch, tmp_path, [
+        _summary(MUCH_LOWER, goodput=[g - 3.0 + 0.01 * i for i, g in enumerate(good)]),
+        _summary(MUCH_LOWER, goodput=good), _summary(CURRENT, goodput=good)], objs)
+    assert list(df["significantly_better"]) == [True, True, False]
+    assert list(df["significantly_worse"]) == [True, False, False]
+    assert list(df["recommended"]) == [False, True, False]
+    # A alone (no B to dominate it on the front): still not recommended
+    alone = _confirm_of(monkeypatch, tmp_path, [
+        _summary(MUCH_LOWER, goodput=[g - 3.0 + 0.01 * i for i, g in enumerate(good)]),
+        _summary(CURRENT, goodput=good)], objs)
+    assert list(alone["recommended"]) == [False, False]
+
+
+def test_a_candidate_with_a_lower_success_rate_is_not_recommended(monkeypatch,
+                                                                  tmp_path) -> None:
+    """A: p99 much better, success rate lower in every pair (the guard); B: the same p99
+    gain at the current success rate: only B is recommended."""
+    lower = [0.90, 0.91, 0.89, 0.92, 0.90]
+    df = _confirm_of(monkeypatch, tmp_path, [_summary(MUCH_LOWER, success=lower),
+                                             _summary(MUCH_LOWER), _summary(CURRENT)],
+                     [Objective(P99, "minimize")])
+    assert list(df["success_lower"]) == [True, False, False]
+    assert list(df["recommended"]) == [False, True, False]
+
+
+def test_confirmation_runs_share_their_seeds(monkeypatch, tmp_path) -> None:
+    """The paired test is only valid on common random numbers: the confirmation asks for
+    them."""
+    seen: dict = {}
+    _confirm_of(monkeypatch, tmp_path, [_summary(MUCH_LOWER), _summary(CURRENT)],
+                [Objective(P99, "minimize")], seen)
+    assert seen["common_seeds"] is True
+
+
+def test_an_unmeasured_objective_is_the_worst_value() -> None:
+    """A row without a value for a minimized objective (None) never dominates a measured
+    one: it reads as +inf."""
+    df = pd.DataFrame({P99: [None, 2.0], "constraints_hold": [True, True]})
+    assert list(_non_dominated(df, [Objective(P99, "minimize")])) == [False, True]
+    df = pd.DataFrame({GOOD: [None, 2.0], "constraints_hold": [True, True]})
+    assert list(_non_dominated(df, [Objective(GOOD, "maximize")])) == [False, True]
 
 
 def test_an_untestable_candidate_does_not_loosen_the_correction(monkeypatch, tmp_path) -> None:
