@@ -109,3 +109,77 @@ def test_agreement_uses_the_load_runs_own_standard_error() -> None:
     assert row.diff_ci_high - row.diff > 19.0
     (plain,) = agreement_rows(sim, {"metrics": {"x": {"mean": 2.5}}})
     assert plain.load_se is None and plain.diff_ci_high - plain.diff < 6.0
+
+
+# ------------------------------------------------------------------- more, written out
+
+
+def test_agreement_degrees_of_freedom_are_welchs() -> None:
+    """Three replications (1.0, 1.1, 0.9: s^2 = 0.01) against a load run of 1.5 with its
+    bootstrap se 0.2: var = 0.01/3 + 0.04; the load part is known (bootstrap), so the
+    Welch-Satterthwaite df = var^2 / ((0.01/3)^2 / 2) = 338 -- nearly normal, p = 0.017;
+    with the replications' 2 df alone it would read p = 0.14 ("agrees")."""
+    from scipy import stats
+
+    from sim.shared.agreement import _test
+
+    d, lo, hi, p = _test("m", [1.0, 1.1, 0.9], 1.5, 0.2)
+    var = 0.01 / 3 + 0.04
+    df = var * var / ((0.01 / 3) ** 2 / 2)
+    assert df == pytest.approx(338.0, rel=1e-3)
+    assert d == pytest.approx(0.5)
+    assert p == pytest.approx(2 * stats.t.sf(0.5 / var ** 0.5, df), rel=1e-6)
+    assert hi - d == pytest.approx(stats.t.ppf(0.975, df) * var ** 0.5, rel=1e-6)
+    assert d - lo == pytest.approx(hi - d)
+
+
+def test_identical_replications_differ_from_another_value() -> None:
+    """Replications that all read 1.0 (no spread) and no load se: a load value of 2.0 is a
+    certain difference (p = 0), 1.0 a certain agreement (p = 1)."""
+    from sim.shared.agreement import _test
+
+    assert _test("m", [1.0, 1.0, 1.0], 2.0, None)[3] == 0.0
+    assert _test("m", [1.0, 1.0, 1.0], 1.0, None)[3] == 1.0
+
+
+def test_twin_check_ties_pass_and_a_missing_metric_never_narrows_it() -> None:
+    from sim.shared.agreement import TwinCheck, simultaneous_prediction
+
+    assert TwinCheck((), 2.0, 2.0, 19).ok  # as extreme as the most extreme replication
+    assert not TwinCheck((), 2.0000001, 2.0, 19).ok
+    reps = [{"x": 1.0 + 0.1 * i} for i in range(5)]
+    run = {"x": 100.0}
+    assert not simultaneous_prediction(reps, run, ["x"]).ok  # far out: fails
+    reps[2] = {"x": None}  # one replication without the metric: its score is infinite
+    check = simultaneous_prediction(reps, run, ["x"])
+    assert check.t_star == float("inf") and check.ok
+    assert (check.rows[0].low, check.rows[0].high) == (float("-inf"), float("inf"))
+
+
+def test_one_run_interval_resolution_edges_and_undefined_percentiles() -> None:
+    from sim.shared.agreement import RunInterval, one_run_intervals, run_interval
+
+    # every replication succeeded completely: the interval still admits a run one turn off
+    iv = run_interval([1.0] * 10, 0.9, "success_rate", resolution=0.01, bounds=(0.0, 1.0))
+    assert iv is not None and (iv.low, iv.high) == (pytest.approx(0.99), 1.0)
+    edge = RunInterval(1.0, 2.0, 1.5, 10, 0.9, "t")
+    assert edge.contains(1.0) and edge.contains(2.0) and not edge.contains(2.0000001)
+    # a caller-perceived percentile infinite (None) in one replication has no interval
+    s = {"metrics": {"caller_ttfc_s.p99": {"values": [1.0, None, 1.2]},
+                     "ttfc_s.p99": {"values": [1.0, 1.1, 1.2]}}}
+    assert set(one_run_intervals(s)) == {"ttfc_s.p99"}
+
+
+def test_junit_load_run_without_a_verdict_shows_an_incomplete_ledger_failed() -> None:
+    from pathlib import Path
+
+    from sim.shared.junit import load_run_cases
+
+    cases = load_run_cases(Path("run"), None, {"ledger_complete": False,
+                                               "server_matches": True,
+                                               "witness_matches": None})
+    assert [(c.name, c.status) for c in cases] == [
+        ("ledger-complete", "fail"), ("server-count-matches", "pass"),
+        ("witness-count-matches", "skipped")]
+    ok = load_run_cases(Path("run"), None, {"ledger_complete": True})
+    assert ok[0].status == "pass"
