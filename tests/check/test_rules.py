@@ -491,3 +491,42 @@ def test_a_resend_in_a_new_session_is_not_an_unmodified_retry(tmp_path: Path,
     a.loc[later, ["context_id", "context_id_learned"]] = "ctx-new-session"
     r = judge(tmp_path, led).rule("retried-non-retryable")
     assert (r.status, r.count) == ("pass", 0), r.detail
+
+
+def test_a_websocket_answer_without_the_echo_fails(tmp_path: Path, led: Ledger) -> None:
+    """An attempt answered over an accepted WebSocket upgrade (HTTP 101) with events but
+    without the A2A-Extensions echo is judged like any accepted answer."""
+    a = led["attempts"]
+    a.loc[7, ["http_status", "echo"]] = [101, False]
+    v = judge(tmp_path, led)
+    assert failed(v) == {"extension-echo"} and v.rule("extension-echo").count == 1
+
+
+def test_an_attempt_without_any_event_is_not_judged_for_the_echo(tmp_path: Path,
+                                                                 led: Ledger) -> None:
+    """No event came (the connection failed before the answer): nothing to carry an echo."""
+    a = led["attempts"]
+    a.loc[7, ["events", "echo"]] = [0, False]
+    assert judge(tmp_path, led).rule("extension-echo").count == 0
+
+
+def test_a_continuation_copy_without_a_task_is_a_new_request(tmp_path: Path,
+                                                             led: Ledger) -> None:
+    """The planted continuation-twice, but the copy carries no taskId (the continuation was
+    retried after a FAILED answer: a new task): not a second continuation of the pause."""
+    plant_continuation_twice(led)
+    a = led["attempts"]
+    a.loc[a["injected"] == "continuation-dup", "task_id"] = None
+    assert judge(tmp_path, led).rule("continuation-answered-twice").count == 0
+
+
+def test_a_foreign_task_belongs_to_the_turn_answered_with_it_first(tmp_path: Path,
+                                                                   led: Ledger) -> None:
+    """The planted foreign task with the ledger rows in reverse order: the donor turn, the
+    first answered with the task, owns it whatever the row order; the victim is named."""
+    plant_foreign_task(led)
+    a = led["attempts"]
+    victim = a.loc[(a["call_id"] == "c5") & (a["injected"] == ""), "request_guid"].iloc[0]
+    led["attempts"] = a.iloc[::-1].reset_index(drop=True)
+    r = judge(tmp_path, led).rule("foreign-task-answer")
+    assert r.count == 1 and r.examples == (victim,), r
