@@ -17,6 +17,7 @@ the constants, the bench's raw asyncio client (:mod:`benchmarks.serve`):
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from typing import Any
 import httpx
 from websockets.sync.client import ClientConnection, connect
 
+from loadtests.common.tls import ClientTls
 from loadtests.live.wire import headers as wire_headers
 from loadtests.reasoner.wire import (  # noqa: F401 - the JSON-side wire rules, re-exported
     DEFAULT_EXT_URI,
@@ -199,10 +201,22 @@ def _absorb(turn: Turn, frame: dict[str, Any]) -> None:
 
 
 class Client:
-    """A client of the Reasoner at ``url`` (``http://HOST:PORT``)."""
+    """A client of the Reasoner at ``url`` (``http://HOST:PORT`` or ``https://...``;
+    ``tls``: what it trusts and presents, :class:`loadtests.common.tls.ClientTls` -- without
+    it, httpx's and the standard library's defaults verify certificates)."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, tls: ClientTls | None = None):
         self._url = url
+        self.tls = tls
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        """httpx's ``verify=``: the TLS settings' context, else httpx's default (verify)."""
+        return self.tls.httpx_verify() if self.tls is not None else True
+
+    def http(self) -> httpx.Client:
+        """An httpx client for this server (its timeout and TLS settings)."""
+        return httpx.Client(timeout=TIMEOUT_S, verify=self.verify)
 
     @property
     def url(self) -> str:
@@ -211,14 +225,14 @@ class Client:
 
     @property
     def ws_url(self) -> str:
-        """``ws://127.0.0.1:P/ws``."""
-        return self.url.replace("http://", "ws://") + "/ws"
+        """``ws://127.0.0.1:P/ws`` (``wss://`` for an https server)."""
+        return self.url.replace("https://", "wss://").replace("http://", "ws://") + "/ws"
 
     def sse(self, body: Any, hdrs: dict[str, str] | None = None, *,
             raw: bytes | None = None) -> Turn:
         """POST / and read the whole answer (SSE events or one JSON body)."""
         turn = Turn()
-        with httpx.Client(timeout=TIMEOUT_S) as c, c.stream(
+        with self.http() as c, c.stream(
                 "POST", self.url + "/", headers=hdrs or headers(),
                 content=raw if raw is not None else json.dumps(body).encode()) as r:
             turn.status = r.status_code
@@ -234,8 +248,10 @@ class Client:
     def ws(self, hdrs: dict[str, str] | None = None) -> WsSession:
         """Open a WebSocket session (auth and negotiation on the upgrade)."""
         h = hdrs if hdrs is not None else headers(sse=False)
+        tls = {"ssl": self.tls.context_for(self.ws_url)} if self.tls is not None and \
+            self.ws_url.startswith("wss://") else {}
         conn = connect(self.ws_url, additional_headers=h, open_timeout=TIMEOUT_S,
-                       max_size=8 * 1024 * 1024)
+                       max_size=8 * 1024 * 1024, **tls)
         return WsSession(conn)
 
     def grpc_address(self) -> str:
@@ -269,17 +285,18 @@ class Client:
     def call(self, method: str, params: Any, token: str | None = ALICE) -> dict[str, Any]:
         """A unary JSON-RPC call over HTTP; the response object."""
         r = httpx.post(self.url + "/", json=rpc(method, params),
-                       headers=headers(token, sse=False), timeout=TIMEOUT_S)
+                       headers=headers(token, sse=False), timeout=TIMEOUT_S, verify=self.verify)
         return dict(r.json())
 
     def get_json(self, path: str) -> Any:
         """GET a public JSON path."""
-        with urllib.request.urlopen(self.url + path, timeout=TIMEOUT_S) as r:
+        context = self.tls.context_for(self.url) if self.tls is not None else None
+        with urllib.request.urlopen(self.url + path, timeout=TIMEOUT_S, context=context) as r:
             return json.loads(r.read())
 
     def metrics(self) -> str:
         """The /metrics text."""
-        return httpx.get(self.url + "/metrics", timeout=TIMEOUT_S).text
+        return httpx.get(self.url + "/metrics", timeout=TIMEOUT_S, verify=self.verify).text
 
 
 GRPC_METHODS = {"SendStreamingMessage": ("SendMessageRequest", True),

@@ -18,9 +18,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from loadtests.common.tls import add_client_tls, client_tls_from_args
 from loadtests.common.wireclient import FAST_SCENARIO, TOKENS, Client
 from loadtests.fuzz.engine import BINDINGS, MIN_REACHED, BindingReport, fuzz_binding
-from sim.shared.argtypes import add_quiet, positive_int
+from sim.shared.argtypes import UsageError, add_quiet, positive_int
 from sim.shared.progress import progress_bar, should_show
 
 DEFAULT_REQUESTS = 10_000
@@ -49,6 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "instead of starting one")
     p.add_argument("--results", default="results", metavar="DIR",
                    help="results root (default results/)")
+    add_client_tls(p, "connecting to --url")
     add_quiet(p)
 
 
@@ -87,7 +89,13 @@ def run_fuzz(args: argparse.Namespace) -> int:
     from sim.shared.results import new_run_dir
 
     if args.url:
-        reports, rss = _run(Client(args.url.rstrip("/")), args)
+        from loadtests.common.procs import url_problem
+
+        url, tls = args.url.rstrip("/"), client_tls_from_args(args)
+        problem = url_problem(url + "/healthz", tls, json_keys=("pid",))
+        if problem:
+            raise UsageError(problem)
+        reports, rss = _run(Client(url, tls), args)
     else:
         with tempfile.TemporaryDirectory(prefix="rtalab-fuzz-") as tmp:
             base = Path(tmp)

@@ -49,7 +49,6 @@ from loadtests.common.wireclient import (
     BOB,
     END_STATES,
     EVENT_KINDS,
-    TIMEOUT_S,
     Client,
     Turn,
     frame_ends,
@@ -429,7 +428,7 @@ def _normal_turn(client: Client, binding: str) -> str:
     """Final state of one ordinary turn over ``binding`` after the fuzzing."""
     msg = message(ctx=uid("c"))
     if binding == "rest":
-        with httpx.Client(timeout=TIMEOUT_S) as c, c.stream(
+        with client.http() as c, c.stream(
                 "POST", client.url + "/message:stream", headers=headers(ALICE),
                 content=json.dumps({"message": msg}).encode()) as r:
             payloads = _sse_frames(r)
@@ -480,7 +479,7 @@ def fuzz_binding(client: Client, binding: str, requests: int, *, seed: int = 1,
                                 report.sockets_lost += 1
                             break
             return
-        with httpx.Client(timeout=TIMEOUT_S) as http:
+        with client.http() as http:
             for _ in range(share[i]):
                 case = gen.case(binding)
                 ans = send_http(http, client.url, case)

@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 from loadtests.live.bindings import ChannelContext
 from loadtests.live.call import StreamBroken
-from loadtests.live.sse import SseChannel, SseExchange
+from loadtests.live.sse import _DECODE, SseChannel, SseExchange
 from loadtests.live.wire import (
     cancel_answer_side_effect,
     headers,
@@ -72,13 +72,29 @@ class RestExchange(SseExchange):
 
     def next_frame(self) -> dict[str, Any] | None:
         """The next event as a JSON-RPC response object, or None at the end (raises
-        StreamBroken)."""
-        if self._refused is not None:  # a non-2xx answer: already one error frame
-            return super().next_frame()
-        obj = super().next_frame()
-        if obj is None:
-            return None
-        return rest_frame(obj, self._ext_uri)
+        StreamBroken).  The stream's lines are read here, as :class:`SseExchange` reads
+        them (one call per event on the Live layer's hottest path, not two)."""
+        if self._refused is not None or self._json:  # a refused or plain answer: one frame
+            if self._refused is not None:
+                return super().next_frame()
+            obj = super().next_frame()
+            return None if obj is None else rest_frame(obj, self._ext_uri)
+        raw = self._raw
+        while True:
+            try:
+                line = raw.readline(b"\n")
+            except Exception as e:
+                raise StreamBroken(f"stream broken: {e}") from None
+            if not line:
+                return None
+            if line.startswith(b"data:"):
+                try:
+                    obj = _DECODE(line[5:].decode())
+                except ValueError as e:
+                    raise StreamBroken(f"bad event: {e}") from None
+                if type(obj) is dict and "error" not in obj:
+                    return {"result": obj}  # a StreamResponse (the common case)
+                return rest_frame(obj, self._ext_uri)
 
 
 class RestChannel(SseChannel):
