@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 from loadtests.live.bindings import ChannelContext
 from loadtests.live.call import StreamBroken
-from loadtests.live.sse import _DECODE, SseChannel, SseExchange
+from loadtests.live.sse import SseChannel, SseExchange
 from loadtests.live.wire import (
     cancel_answer_side_effect,
     headers,
@@ -68,33 +68,14 @@ class RestExchange(SseExchange):
 
     def __init__(self, client: Any, body: bytes, hdrs: dict[str, str], ext_uri: str) -> None:
         self._ext_uri = ext_uri
+        self._frame = self._to_frame
         super().__init__(client, body, hdrs, ext_uri)
 
-    def next_frame(self) -> dict[str, Any] | None:
-        """The next event as a JSON-RPC response object, or None at the end (raises
-        StreamBroken).  The stream's lines are read here, as :class:`SseExchange` reads
-        them (one call per event on the Live layer's hottest path, not two)."""
-        if self._refused is not None or self._json:  # a refused or plain answer: one frame
-            if self._refused is not None:
-                return super().next_frame()
-            obj = super().next_frame()
-            return None if obj is None else rest_frame(obj, self._ext_uri)
-        raw = self._raw
-        while True:
-            try:
-                line = raw.readline(b"\n")
-            except Exception as e:
-                raise StreamBroken(f"stream broken: {e}") from None
-            if not line:
-                return None
-            if line.startswith(b"data:"):
-                try:
-                    obj = _DECODE(line[5:].decode())
-                except ValueError as e:
-                    raise StreamBroken(f"bad event: {e}") from None
-                if type(obj) is dict and "error" not in obj:
-                    return {"result": obj}  # a StreamResponse (the common case)
-                return rest_frame(obj, self._ext_uri)
+    def _to_frame(self, obj: Any) -> dict[str, Any]:
+        """A StreamResponse (or an ``error`` event's object) as a JSON-RPC response object."""
+        if type(obj) is dict and "error" not in obj:
+            return {"result": obj}  # the common case, without a call
+        return rest_frame(obj, self._ext_uri)
 
 
 class RestChannel(SseChannel):

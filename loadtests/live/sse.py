@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from loadtests.common.tls import reason
@@ -36,6 +37,9 @@ class SseExchange:
 
     path = "/"  # where the request is POSTed
     name = REQUEST_NAME  # its Locust stats row
+    # what turns a decoded event into the JSON-RPC response object the Live layer reads
+    # (None: it is one already); an attribute, not a method call, on the hottest path
+    _frame: Callable[[Any], dict[str, Any]] | None = None
 
     def __init__(self, client: Any, body: bytes, hdrs: dict[str, str], ext_uri: str) -> None:
         self._t0 = time.perf_counter()
@@ -77,9 +81,10 @@ class SseExchange:
             self._json = False
             try:
                 body = raw.read()
-                return json.loads(body) if body else None
+                obj = json.loads(body) if body else None
             except Exception as e:
                 raise StreamBroken(f"unreadable answer: {e}") from None
+            return obj if obj is None or self._frame is None else self._frame(obj)
         while True:
             try:
                 line = raw.readline(b"\n")
@@ -89,9 +94,10 @@ class SseExchange:
                 return None
             if line.startswith(b"data:"):
                 try:
-                    return _DECODE(line[5:].decode())
+                    obj = _DECODE(line[5:].decode())
                 except ValueError as e:
                     raise StreamBroken(f"bad event: {e}") from None
+                return obj if self._frame is None else self._frame(obj)
 
     def close(self, failure: str | None = None) -> None:
         """Report the request (failure text if any) and release its connection."""
