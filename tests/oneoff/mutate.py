@@ -44,6 +44,7 @@ T_COV = ("tests/trust/test_interval_coverage.py",)
 T_PUNC = ("tests/test_calibrate_uncertainty.py",)
 T_OTLP = ("tests/test_calibrate_otlp.py",)
 T_MC = ("tests/trust/test_multiple_comparisons.py",)
+T_TLS = ("tests/serve/test_tls_servers.py", "tests/serve/test_wire_fuzz.py")
 T_EQ = ("tests/check/test_equivalence.py",)
 T_TUNE = ("tests/trust/test_tune_guards.py", "tests/trust/test_multiple_comparisons.py")
 T_CAL = ("tests/trust/test_calibration_guards.py", "tests/trust/test_interval_coverage.py",
@@ -768,6 +769,31 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("checker rules", "loadtests/check/rules.py",
              "multi = nu.index[nu.to_numpy() > 1]", "multi = nu.index[nu.to_numpy() >= 1]",
              T_CHECK, "turn-re-executed: every executed turn counted"),
+    # ---------------------------------------------------------------- TLS clients
+    Mutation("TLS clients", "loadtests/loadrun/orchestrate.py",
+             "timeout=10,\n                                    context=(tls or ClientTls())"
+             ".context_for(url)) as r:",
+             "timeout=10,\n                                    context=__import__('ssl')"
+             "._create_unverified_context()) as r:", T_TLS,
+             "a load run's /metrics scrape verifies nothing"),
+    Mutation("TLS clients", "loadtests/loadrun/orchestrate.py",
+             "timeout=10,\n                                    context=(tls or ClientTls())"
+             ".context_for(url)) as r:",
+             "timeout=10,\n                                    context=ClientTls()"
+             ".context_for(url)) as r:", T_TLS,
+             "a load run's /metrics scrape ignores --ca and the client certificate"),
+    Mutation("TLS clients", "sim/calibrate/telemetry.py",
+             "                                        context=tls.context_for(url)) as r:",
+             "                                        context=None) as r:", T_TLS,
+             "calibrate's prometheus:https:// scrape ignores --ca and the client certificate"),
+    Mutation("TLS clients", "loadtests/common/wireclient.py",
+             "        tls = {\"ssl\": self.tls.context_for(self.ws_url)} if self.tls is not None",
+             "        tls = {} if True else {\"ssl\": self.tls.context_for(self.ws_url)} if "
+             "self.tls is not None", T_TLS,
+             "serve fuzz's WebSocket ignores --ca and the client certificate"),
+    Mutation("TLS clients", "loadtests/common/wireclient.py",
+             "        return self.tls.httpx_verify() if self.tls is not None else True",
+             "        return False", T_TLS, "serve fuzz's HTTP clients verify nothing"),
     # ---------------------------------------------------------------- transport equivalence
     Mutation("gates", "loadtests/check/equivalence.py",
              "stats.binom.sf(k - 1, n,", "stats.binom.sf(k, n,", T_EQ,

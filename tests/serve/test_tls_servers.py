@@ -74,6 +74,33 @@ def test_servers_speak_mutual_tls(stack: tuple[ManagedProcess, ManagedProcess], 
         assert plain is not None and "\n" not in plain
 
 
+def test_metrics_scrapes_verify_the_server_and_present_the_client_certificate(
+        stack: tuple[ManagedProcess, ManagedProcess], pki: Pki, tmp_path: Path) -> None:
+    """The two /metrics clients -- a load run's scrape (``save_server_metrics``) and
+    ``calibrate --from prometheus:https://`` (``scrape_url``) -- verify the Reasoner's
+    certificate and present the client's: with the run's CA and client pair they read the
+    metrics; with the system's CAs, or without a client certificate, they read nothing and
+    say why (the scrape of a load run: None, calibrate: one line naming the problem)."""
+    from loadtests.loadrun.orchestrate import save_server_metrics
+    from sim.calibrate.observations import ObservationError
+    from sim.calibrate.telemetry import scrape_url
+
+    reasoner, _ = stack
+    good = save_server_metrics(reasoner.url, tmp_path / "m.json", _client(pki))
+    assert good and any(k.startswith("rta_reasoner_") for k in good)
+    assert save_server_metrics(reasoner.url, tmp_path / "x.json", ClientTls()) is None
+    assert save_server_metrics(reasoner.url, tmp_path / "y.json", ClientTls(str(pki.ca))) is None
+    assert not (tmp_path / "x.json").exists() and not (tmp_path / "y.json").exists()
+    url = f"{reasoner.url}/metrics"
+    scrapes, _ = scrape_url(url, 0.0, 0.0, _client(pki))
+    assert len(scrapes) == 2
+    for tls, words in ((ClientTls(), "unknown CA"),
+                       (ClientTls(str(pki.ca)), "client certificate required")):
+        with pytest.raises(ObservationError) as e:
+            scrape_url(url, 0.0, 0.0, tls)
+        assert words in str(e.value) and "\n" not in str(e.value)
+
+
 LIVE_USERS = r"""
 import json, sys
 import gevent.monkey
