@@ -105,7 +105,6 @@ def _bindings_continuation_twice(run: Path) -> set[str]:
             and (a["call_id"], a["turn_index"], a["attempt"]) in mains}
 
 
-BOTH_BINDINGS = ("late-claim", "turn-key")
 EVIDENCE = {"late-claim": _bindings_duplicated, "turn-key": _bindings_cross_session,
             "volatile": _bindings_duplicated,
             "continuation-twice": _bindings_continuation_twice}
