@@ -231,12 +231,17 @@ TIMING_COLUMNS: Final = (("serverIntakeMs", "server_intake_s"),
                          ("serverFirstChunkDelayMs", "server_first_chunk_delay_s"))
 
 
+_TIMING_KEYS: dict[str, tuple[tuple[str, str], ...]] = {}
+
+
 def read_timing(meta: dict[str, Any], ext_uri: str) -> dict[str, float] | None:
     """The timing columns present in a stream-end event's metadata (None if none is)."""
-    p = ext_uri + "/"
+    keys = _TIMING_KEYS.get(ext_uri)
+    if keys is None:  # the metadata keys under this URI, built once (not per event)
+        keys = _TIMING_KEYS[ext_uri] = tuple((f"{ext_uri}/{k}", c) for k, c in TIMING_COLUMNS)
     out = None
-    for key, column in TIMING_COLUMNS:
-        v = _num(meta.get(p + key))
+    for key, column in keys:
+        v = _num(meta.get(key))
         if v is not None and v >= 0.0:
             if out is None:
                 out = {}
