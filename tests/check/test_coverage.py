@@ -152,3 +152,32 @@ def test_a_proxy_copy_delayed_exactly_the_originals_time_counts_after_it():
     c = _counts(rows, chaos, restarts=RESTART.iloc[0:0])
     assert c["duplicate-while-running"] == ("not exercised", 0)
     assert c["resend-after-completion"] == ("exercised", 1)
+
+
+def test_a_reused_turn_id_counts_only_with_a_side_effect():
+    """Two calls both send turnId t-1 and complete: a dedup-by-turnId bug can only show if
+    the turn has a side effect (a witness execution), so only then is the class exercised."""
+    plain = [_attempt("g1", 10.0, 11.0, call="c1", side=False),
+             _attempt("g2", 20.0, 21.0, call="c2", side=False)]
+    assert _counts(plain)["turn-id-reused"] == ("not exercised", 0)
+    paid = [_attempt("g1", 10.0, 11.0, call="c1"), _attempt("g2", 20.0, 21.0, call="c2")]
+    assert _counts(paid)["turn-id-reused"] == ("exercised", 2)
+
+
+def test_a_continuation_copy_counts_only_when_the_pause_was_answered():
+    """A continuation and its continuation-dup copy (same task) that both timed out gave the
+    Reasoner nothing to claim twice; when the continuation completed, the pair counts."""
+    def pair(outcome: str) -> list[dict]:
+        return [_attempt("g1", 10.0, 11.0, outcome=outcome, phase="continuation", task="T"),
+                _attempt("g1-c", 10.0, 11.0, outcome="timeout", injected="continuation-dup",
+                         phase="continuation", task="T")]
+    assert _counts(pair("timeout"))["continuation-twice"] == ("not exercised", 0)
+    assert _counts(pair("completed"))["continuation-twice"] == ("exercised", 1)
+
+
+def test_non_retryable_handling_counts_failed_answers_only():
+    """A FAILED schema-validation answer exercises non-retryable handling; the same code on
+    an attempt that did not end FAILED (a timeout recorded with it) does not."""
+    rows = [_attempt("g1", 10.0, 11.0, outcome="failed", code="schema-validation"),
+            _attempt("g2", 12.0, 13.0, outcome="timeout", code="schema-validation", call="c2")]
+    assert _counts(rows)["non-retryable"] == ("exercised", 1)
