@@ -143,3 +143,24 @@ def test_an_unknown_cpu_share_voids_nothing() -> None:
 
     assert client_void(float("nan")) is False
     assert client_void(0.95) is True and client_void(0.5) is False
+
+
+def test_peak_is_a_factor_of_a_or_a_rate_in_calls_per_s() -> None:
+    """``--peak 1.5x`` is 1.5 x A's call rate; ``--peak 3`` is 3 calls/s whatever A was;
+    zero, negative and non-numbers are refused."""
+    import argparse
+    from types import SimpleNamespace
+
+    from loadtests.loadrun.predict import peak_rate, peak_spec
+
+    assert peak_spec("1.5x") == ("factor", 1.5) and peak_spec("3") == ("rate", 3.0)
+    for bad in ("0", "-2", "0x", "-1.5x", "fast", "nanx"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            peak_spec(bad)
+    base = SimpleNamespace(workload=SimpleNamespace(calls_per_s=2.0))
+    cal = SimpleNamespace(figures={"turns_per_s": 8.0})
+    rate, note = peak_rate(SimpleNamespace(peak=("rate", 3.0), source=None), base, cal)
+    assert rate == 3.0 and "3 calls/s" in note
+    rate, note = peak_rate(SimpleNamespace(peak=("factor", 1.5), source="prometheus:x"),
+                           base, cal)
+    assert rate == 3.0 and "1.5 x the observed 2 calls/s" in note
