@@ -851,6 +851,23 @@ MUTATIONS: tuple[Mutation, ...] = (
              "lambda v: math.isfinite(v) and v > 0, \"must be a number > 0, got {text}\")",
              "lambda v: math.isfinite(v), \"must be a number > 0, got {text}\")", T_PRED,
              "--peak accepts zero or a negative rate"),
+    # ---------------------------------------------------------------- connection limits, more
+    Mutation("connection limits", "loadtests/reasoner/conns.py",
+             "            return len(mine), -next(iter(mine.values()))[0]",
+             "            return -len(mine), -next(iter(mine.values()))[0]", T_CONN,
+             "eviction takes the peer holding the fewest pending connections"),
+    Mutation("connection limits", "loadtests/reasoner/conns.py",
+             "        while self.n_pending >= cap and self.pending:",
+             "        if self.n_pending > cap and self.pending:", T_CONN,
+             "one pending connection more than the cap"),
+    Mutation("connection limits", "loadtests/reasoner/conns.py",
+             "        self._unpend(transport, self.open.get(id(transport)))\n        peer = "
+             "self.open.pop(id(transport), None)",
+             "        peer = self.open.pop(id(transport), None)", T_CONN,
+             "a released connection stays counted as pending"),
+    Mutation("connection limits", "loadtests/reasoner/conns.py",
+             "        if self.per_peer[peer] <= 0:\n            del self.per_peer[peer]\n", "",
+             T_CONN, "per-client counts kept for peers that left (a leak)"),
     # ---------------------------------------------------------------- transport equivalence
     Mutation("gates", "loadtests/check/equivalence.py",
              "stats.binom.sf(k - 1, n,", "stats.binom.sf(k, n,", T_EQ,
