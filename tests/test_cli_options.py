@@ -27,7 +27,8 @@ UNSAFE_BUGS = ("late-claim", "turn-key", "turn-key-rewrite", "volatile", "contin
                "ws-skips-dedup", "grpc-skips-dedup")
 SIM_ANSWERS = ("sim capacity", "sim metastability", "sim storm", "sim tune")
 SERVERS = ("chaos", "serve reasoner", "serve witness")
-TLS_CLIENTS = ("calibrate", "chaos", "load probe", "load run", "predict", "serve reasoner")
+TLS_CLIENTS = ("calibrate", "chaos", "load probe", "load run", "predict", "serve fuzz",
+               "serve reasoner")
 
 # option: [(commands, (kind, type, default, metavar, choices, help)), ...]
 # Rows of one option differ only in the default and the "(default ...)" part of the help,
