@@ -248,10 +248,9 @@ class Client:
     def ws(self, hdrs: dict[str, str] | None = None) -> WsSession:
         """Open a WebSocket session (auth and negotiation on the upgrade)."""
         h = hdrs if hdrs is not None else headers(sse=False)
-        tls = {"ssl": self.tls.context_for(self.ws_url)} if self.tls is not None and \
-            self.ws_url.startswith("wss://") else {}
+        context = self.tls.context_for(self.ws_url) if self.tls is not None else None
         conn = connect(self.ws_url, additional_headers=h, open_timeout=TIMEOUT_S,
-                       max_size=8 * 1024 * 1024, **tls)
+                       max_size=8 * 1024 * 1024, ssl=context)
         return WsSession(conn)
 
     def grpc_address(self) -> str:

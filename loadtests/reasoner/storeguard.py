@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from loadtests.dedup.base import Claim, DedupStore, StoreStats, StoreUnavailable
 from loadtests.reasoner import metrics
+from sim.shared.dedup_rule import conflicts
 
 log = logging.getLogger("rtalab.reasoner")
 T = TypeVar("T")
@@ -163,7 +164,7 @@ class GuardedStore(DedupStore):
             # the held outcome is the key's entry meanwhile: the fingerprint rule applies to
             # it (a request reusing its key for another meaning must not reach a store that
             # lost the entry and run again)
-            if fingerprint and held[1] and held[1] != fingerprint:
+            if conflicts(held[1], fingerprint):
                 return Claim("conflict")
             metrics.STORE_DEFERRED.labels("claim", "replayed").inc()
             return Claim("done", held[0])

@@ -287,8 +287,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "\"WHERE context_id = ? AND key = ? AND (owner = ? OR 1)\")", T_STORE,
              "sqlite: a stale owner's late complete accepted"),
     Mutation("stores", "loadtests/reasoner/storeguard.py",
-             "if fingerprint and held[1] and held[1] != fingerprint:",
-             "if False:", T_HELD, "held outcome: a reuse by another request replayed"),
+             "            if conflicts(held[1], fingerprint):",
+             "            if False:", T_HELD, "held outcome: a reuse by another request replayed"),
     Mutation("stores", "loadtests/reasoner/storeguard.py",
              "time.time(),\n                                              fingerprint=fingerprint)",
              "time.time())", T_HELD, "held outcome written without its fingerprint"),
@@ -787,9 +787,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "                                        context=None) as r:", T_TLS,
              "calibrate's prometheus:https:// scrape ignores --ca and the client certificate"),
     Mutation("TLS clients", "loadtests/common/wireclient.py",
-             "        tls = {\"ssl\": self.tls.context_for(self.ws_url)} if self.tls is not None",
-             "        tls = {} if True else {\"ssl\": self.tls.context_for(self.ws_url)} if "
-             "self.tls is not None", T_TLS,
+             "        context = self.tls.context_for(self.ws_url) if self.tls is not None else "
+             "None", "        context = None", T_TLS,
              "serve fuzz's WebSocket ignores --ca and the client certificate"),
     Mutation("TLS clients", "loadtests/common/wireclient.py",
              "        return self.tls.httpx_verify() if self.tls is not None else True",
