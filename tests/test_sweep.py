@@ -3,6 +3,7 @@ resume, grid errors before anything runs, streamed replications and ``summary.cs
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -128,7 +129,9 @@ def test_one_process_two_processes_and_dask_give_byte_identical_tables(tmp_path:
 
 # --------------------------------------------------------------------------- acceptance 2
 
-SWEEP_ARGS = ["sim", "sweep", "baseline", "--set", "run.duration_s=60", "run.warmup_s=5",
+# points long enough (~0.4 s each) that the remaining ones cannot all finish in the instant
+# between the first completion and the workers' suspension below
+SWEEP_ARGS = ["sim", "sweep", "baseline", "--set", "run.duration_s=1200", "run.warmup_s=5",
               "run.drain_s=10", "--grid", "reasoner.workers=3,4,5,6,7,8,9,10",
               "--replications", "2", "--no-plots", "--quiet"]
 
@@ -142,6 +145,17 @@ def _complete(out: Path) -> list[Path]:
         except (OSError, ValueError):
             continue  # being replaced right now
     return done
+
+
+def _asked_to_end(worker: psutil.Process) -> bool:
+    """A stopped worker holds the SIGTERM it was sent as pending (``ShdPnd`` in /proc)."""
+    try:
+        status = Path(f"/proc/{worker.pid}/status").read_text()
+    except OSError:
+        return True  # gone
+    pending = int(next(ln.split()[1] for ln in status.splitlines()
+                       if ln.startswith("ShdPnd:")), 16)
+    return bool(pending & (1 << (signal.SIGTERM - 1))) or not worker.is_running()
 
 
 def _stamp(point: Path) -> dict[str, tuple[int, str]]:
@@ -163,7 +177,21 @@ def test_sigint_mid_sweep_then_rerun_finishes_without_recomputing(tmp_path: Path
     workers = [c for c in coordinator.children(recursive=True)
                if c not in coordinator.children()]  # forkserver's children: the pool
     assert workers
-    proc.send_signal(signal.SIGINT)
+    # hold the pool where it is (no point can finish while its worker is stopped), then
+    # interrupt; the workers go on only once the coordinator has asked them to end
+    for w in workers:
+        w.suspend()
+    try:
+        held = len(_complete(out))
+        proc.send_signal(signal.SIGINT)
+        while not all(_asked_to_end(w) for w in workers):
+            assert time.monotonic() < deadline, "the coordinator never stopped its workers"
+            time.sleep(0.005)
+    finally:
+        for w in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                w.resume()
+    assert held < 8
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "rerun the same command" in err and "Traceback" not in err
