@@ -33,7 +33,7 @@ demo: $(STAMP) system-deps
 
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=40 tests
 
 # the inner loop (~2 min on 2 cores): no real servers, load runs, notebooks or browsers
 # (tests/conftest.py SLOW_PATHS, SLOW_TESTS); CI still runs the whole suite (make test)
