@@ -321,11 +321,99 @@ def _run_section(run: RunFolder, kind: str) -> dict[str, Any]:
             [metric_label(k), fmt_value(mean(k), k),
              fmt_ci(None, met[k].get("ci_low"), met[k].get("ci_high"), k).removeprefix("– ")]
             for k in HEADLINE_METRICS if mean(k) is not None])
+    fleet = fleet_load(run.summary)
+    if fleet:
+        tables.append(_fleet_table(fleet))
+        figures.append(fleet_figure(fleet))
     tables.append(_table("Key figures (mean, 95 % CI over replications)",
                          ["metric", "mean", "95 % CI"], rows))
     tables.append(_metric_table(run.summary))
     return _section(kind, run.label, run.path, facts=facts, answer=answer, figures=figures,
                     notes=notes, tables=tables, toml=run.scenario_toml)
+
+
+# --------------------------------------------------------------------------- a fleet
+
+FLEET_UTIL = "fleet.replica_utilisation.r"
+FLEET_SHARE = "fleet.replica_requests_share.r"
+FLEET_IMBALANCE = ("fleet.utilisation_imbalance", "fleet.requests_imbalance")
+
+
+def fleet_load(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """A fleet run's load per replica from its ``summary.json`` (None for one pool):
+    ``replicas`` [(index, utilisation {mean, ci_low, ci_high}, requests share {...})] in
+    replica order and ``imbalance`` {metric: {mean, ci_low, ci_high}}."""
+    met = summary.get("metrics") or {}
+    index = sorted(int(k[len(FLEET_UTIL):]) for k in met
+                   if k.startswith(FLEET_UTIL) and k[len(FLEET_UTIL):].isdigit())
+    if not index:
+        return None
+
+    def stats(name: str) -> dict[str, Any]:
+        m = met.get(name) or {}
+        return {k: _num(m.get(k)) for k in ("mean", "ci_low", "ci_high")}
+
+    return {"replicas": [(r, stats(f"{FLEET_UTIL}{r}"), stats(f"{FLEET_SHARE}{r}"))
+                         for r in index],
+            "imbalance": {k: stats(k) for k in FLEET_IMBALANCE if k in met}}
+
+
+def _fmt_stats(st: dict[str, Any], name: str) -> tuple[str, str]:
+    ci = (fmt_ci(None, st["ci_low"], st["ci_high"], name).removeprefix("– ")
+          if st["ci_low"] is not None and st["ci_high"] is not None else "–")
+    return fmt_value(st["mean"], name), ci
+
+
+def _fleet_table(fleet: dict[str, Any]) -> dict[str, Any]:
+    n = len(fleet["replicas"])
+    rows = []
+    for r, util, share in fleet["replicas"]:
+        u, uci = _fmt_stats(util, f"{FLEET_UTIL}{r}")
+        s, sci = _fmt_stats(share, f"{FLEET_SHARE}{r}")
+        rows.append([f"replica {r}", u, uci, s, sci])
+    for name, label in zip(FLEET_IMBALANCE, ("utilisation", "requests"), strict=True):
+        if name in fleet["imbalance"]:
+            v, ci = _fmt_stats(fleet["imbalance"][name], name)
+            rows.append([f"imbalance of {label} (max / mean)",
+                         *((v, ci, "", "") if label == "utilisation" else ("", "", v, ci))])
+    return _table(f"Fleet: load per replica ({n} replicas; mean, 95 % CI over replications)",
+                  ["", "utilisation", "95 % CI", "requests share", "95 % CI"], rows,
+                  note=f"an even split is {fmt_value(1 / n, FLEET_SHARE)} of the "
+                       "requests per replica; imbalance = the largest replica's value ÷ the "
+                       "mean over replicas (1 = even)")
+
+
+def fleet_figure(fleet: dict[str, Any]) -> dict[str, str]:
+    """Bars of each replica's utilisation with its 95 % CI (readable at 1280 px)."""
+    from sim.answers.figure import new_figure
+
+    reps = fleet["replicas"]
+    fig = new_figure(min(12.0, max(7.0, 3.0 + 0.5 * len(reps))), 3.4)
+    ax = fig.subplots()
+    x = [r for r, _, _ in reps]
+    y = [100 * (u["mean"] or 0.0) for _, u, _ in reps]
+    lo = [max(0.0, yy - 100 * u["ci_low"]) if u["ci_low"] is not None else 0.0
+          for yy, (_, u, _) in zip(y, reps, strict=True)]
+    hi = [max(0.0, 100 * u["ci_high"] - yy) if u["ci_high"] is not None else 0.0
+          for yy, (_, u, _) in zip(y, reps, strict=True)]
+    ax.bar(x, y, yerr=[lo, hi], capsize=4, color="tab:blue", alpha=0.8,
+           error_kw={"ecolor": "0.2"})
+    mean = sum(y) / len(y)
+    ax.axhline(mean, color="tab:red", lw=1, ls="--", label=f"fleet mean {mean:.1f} %")
+    ax.set_xticks(x, [f"r{r}" for r in x], fontsize=10)
+    ax.set_xlabel("replica", fontsize=10)
+    ax.set_ylabel("worker utilisation (%)", fontsize=10)
+    ax.set_ylim(0, max(100.0, max(y[i] + hi[i] for i in range(len(y))) * 1.05))
+    ax.tick_params(labelsize=10)
+    ax.legend(fontsize=10, loc="best")
+    imb = (fleet["imbalance"].get("fleet.utilisation_imbalance") or {}).get("mean")
+    ax.set_title("Utilisation per replica, 95 % CI over replications"
+                 + (f"; imbalance (max / mean) {imb:.3f}" if imb is not None else ""),
+                 fontsize=11)
+    fig.tight_layout()
+    return {"caption": "Worker utilisation of each replica of the fleet over the measurement "
+                       "window (bars: mean over replications; whiskers: 95 % CI; dashed: the "
+                       "fleet's mean).", "data": _png(fig), "svg": ""}
 
 
 # --------------------------------------------------------------------------- sweep

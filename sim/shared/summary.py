@@ -427,6 +427,8 @@ _UNIT_RULES: tuple[tuple[str, str], ...] = (
     ("prefix:failure_rate.", "share"), ("prefix:failed_by_reason.", "share"),
     ("prefix:attempt_outcome.", "share"), ("prefix:call_end.", "share"),
     ("prefix:concurrent_calls.", "calls"),
+    ("prefix:fleet.replica_utilisation.", "share"),
+    ("prefix:fleet.replica_requests_share.", "share"),
     ("suffix:_per_turn", "per turn"), ("suffix:_per_side_effect_turn", "per turn"),
 )
 _UNITS: dict[str, str] = {
@@ -434,6 +436,7 @@ _UNITS: dict[str, str] = {
     "queue.p_wait": "probability", "load_amplification": "ratio",
     "dedup.peak_entries": "entries", "queue.mean_length": "requests",
     "queue.little_lambda_w": "requests", "mean_turns_in_progress": "turns",
+    "fleet.utilisation_imbalance": "ratio", "fleet.requests_imbalance": "ratio",
 }
 
 
