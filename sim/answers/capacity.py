@@ -20,6 +20,13 @@ Every probe is one sweep point (``replications`` replications with seeds from
 do not depend on which executor ran them; with ``out_dir`` probe ``k`` is the one-point
 sweep folder ``out_dir/probes/probeNNN``.  The answer at each level is therefore a value that
 passes with the value one step below it failing ("headroom to the next value down").
+
+**A fleet.** With knob ``fleet.replicas`` the search sizes the replica count (each replica
+``[reasoner]``'s workers); on a scenario with ``[fleet] replicas`` > 1 a ``reasoner.*`` knob
+(e.g. ``reasoner.workers``) is sized *per replica*.  The SLO metrics are the fleet's (all
+replicas' turns, ``worker_utilisation`` over every worker); the sentence names the fleet and
+the table adds the replicas, workers per replica, their product and the utilisation
+imbalance (max / mean over replicas) at the answer.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import pandas as pd
 from sim.answers.figure import new_figure, save_figure
 from sim.answers.slo import Slo
 from sim.config import ConfigError, to_plain
-from sim.scenario import Scenario
+from sim.scenario import FleetConfig, Scenario
 from sim.sweep import run_points
 
 
@@ -117,6 +124,23 @@ class CapacityResult:
     root_seed: int
     required: dict[float, float | None] = field(default_factory=dict)  # None: > knob.hi
     probes: list[Probe] = field(default_factory=list)
+    fleet: FleetConfig | None = None  # the scenario's [fleet]
+    workers: int = 0  # the scenario's reasoner.workers (per replica on a fleet)
+
+    @property
+    def on_fleet(self) -> bool:
+        """True when the answer is about a fleet: the knob is the replica count, or the
+        scenario has several replicas (then the knob is sized per replica)."""
+        return self.knob.key == "fleet.replicas" or (self.fleet is not None
+                                                     and self.fleet.is_fleet)
+
+    def fleet_at(self, value: float | None) -> tuple[int, int] | None:
+        """(replicas, workers per replica) of the fleet at knob ``value`` (None: no fleet)."""
+        if not self.on_fleet or value is None or self.fleet is None:
+            return None
+        replicas = int(value) if self.knob.key == "fleet.replicas" else self.fleet.replicas
+        workers = int(value) if self.knob.key == "reasoner.workers" else self.workers
+        return replicas, workers
 
     @property
     def evaluations(self) -> int:
@@ -151,6 +175,14 @@ class CapacityResult:
             below = None if down is None or down == req else self.probe(load, down)
             row["next_down"] = down if below else None
             row["next_down_fails"] = ", ".join(below.failing) if below else ""
+            size = self.fleet_at(req)
+            if self.on_fleet:  # the fleet at the answer and how evenly it is loaded
+                row["replicas"], row["workers_per_replica"] = size or (None, None)
+                row["fleet_workers"] = size[0] * size[1] if size else None
+                mm = m.get("fleet.utilisation_imbalance") or {}
+                row["utilisation_imbalance"] = mm.get("mean")
+                row["utilisation_imbalance.ci_low"] = mm.get("ci_low")
+                row["utilisation_imbalance.ci_high"] = mm.get("ci_high")
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -160,14 +192,30 @@ class CapacityResult:
         parts = []
         for load, req in self.required.items():
             value = f"more than {_fmt(self.knob.hi)}" if req is None else _fmt(req)
+            size = self.fleet_at(req)
+            if size and self.knob.key in ("fleet.replicas", "reasoner.workers"):
+                value += f" ({size[0]} × {size[1]} = {size[0] * size[1]} workers)"
             parts.append(f"{value} at {self.load_key} = {_fmt(load)}")
         util = [r for r in self.table()["utilisation"] if r is not None and r == r]
         util_text = (f"; utilisation at the answer {min(util):.2f}–{max(util):.2f}"
                      if util else "")
-        return (f"Scenario '{self.scenario}': the smallest {self.knob.key} for which "
+        return (f"Scenario '{self.scenario}': the smallest {self.knob.key}{self._fleet_text()} "
+                f"for which "
                 f"{slo_text} holds with 95 % confidence (CI bound on the unfavourable side) is "
                 f"{', '.join(parts)} ({self.replications} replications per point, root seed "
                 f"{self.root_seed}{util_text}).")
+
+
+    def _fleet_text(self) -> str:
+        """What the knob is of, on a fleet ("" for one pool)."""
+        f = self.fleet
+        if not self.on_fleet or f is None:
+            return ""
+        how = f"{f.balancer} balancer, {f.state} state"
+        if self.knob.key == "fleet.replicas":
+            return f" (replicas of {self.workers} workers each, {how})"
+        per = " per replica" if self.knob.key.startswith("reasoner.") else ""
+        return f"{per} of a fleet of {f.replicas} replicas ({how})"
 
 
 def _fmt(x: float) -> str:
@@ -195,7 +243,8 @@ def find_capacity(scenario: Scenario, *, load_key: str, loads: Sequence[float], 
         raise ValueError("SLOs hold with confidence only with >= 2 replications (a CI)")
     for load in loads:
         scenario.with_overrides({load_key: load})  # bad load values fail before anything runs
-    res = CapacityResult(scenario.name, load_key, knob, tuple(slos), replications, root_seed)
+    res = CapacityResult(scenario.name, load_key, knob, tuple(slos), replications, root_seed,
+                         fleet=scenario.fleet, workers=scenario.reasoner.workers)
 
     def evaluate(load: float, value: float) -> bool:
         point = {load_key: load, knob.key: value}

@@ -315,6 +315,8 @@ def cmd_storm(args: argparse.Namespace) -> int:
     rec = [n for n in res.runs if res.verdict(n) == "recovered"]
     stuck = [n for n in res.runs if res.verdict(n) == "metastable"]
     _say(f"recovered: {', '.join(rec) or 'none'}; metastable: {', '.join(stuck) or 'none'}")
+    if res.fleet_sentence():
+        _say(res.fleet_sentence())
     _prune(args, out, keep=("timeseries", "turns"))  # the storm analysis reads these two
     print(f"results: {out}")
     return 0

@@ -36,6 +36,14 @@ where the simulator's crossing is not bracketed or a spot check disagrees, withi
 verdict (reported as such).  :attr:`MapResult.disagreements` lists the simulated cells whose
 interval excludes the model's verdict.  The CTMC (:mod:`sim.fastmodel.ctmc`) adds, per load,
 the expected times healthy → overloaded and overloaded → healthy under the normal inputs.
+
+**On a fleet** (``[fleet] replicas`` > 1) the simulated cells run the whole fleet
+(:mod:`sim.model.fleet`); the fast model sees one replica fed ``1/N`` of the calls (random,
+round robin, sticky, power of two at N >= 3: the Poisson split, exact for first attempts and
+for re-routed retries in the mean) or one pooled queue of ``N`` × the workers (least
+outstanding, power of two at N = 2), per :func:`sim.fastmodel.params.replica_params`; the
+CTMC's hitting times are then one replica's (or the pool's).  :attr:`MapResult.fleet` says
+which, and the sentence ends with it.
 """
 
 from __future__ import annotations
@@ -236,10 +244,10 @@ def model_cell(scenario: Scenario, det: Detector) -> ModelCell:
     import time
 
     from sim.fastmodel.fluid import trajectory
-    from sim.fastmodel.params import from_scenario
+    from sim.fastmodel.params import replica_params
 
     t0 = time.perf_counter()
-    params = from_scenario(scenario)
+    params = replica_params(scenario)  # a fleet: one replica's share (or the pooled queue)
     tr = trajectory(params)
     start, end = trigger_window(scenario)
     warm = scenario.run.warmup_s
@@ -259,9 +267,9 @@ def model_hitting_times(scenario: Scenario, max_orbit: int = 60) -> tuple[float,
     """CTMC expected times (s) healthy → overloaded and overloaded → healthy under the
     scenario's normal (first-phase) inputs."""
     from sim.fastmodel import ctmc
-    from sim.fastmodel.params import from_scenario
+    from sim.fastmodel.params import replica_params
 
-    h = ctmc.hitting_times(from_scenario(scenario), max_orbit=max_orbit)
+    h = ctmc.hitting_times(replica_params(scenario), max_orbit=max_orbit)
     return h.healthy_to_overloaded_s, h.overloaded_to_healthy_s
 
 
@@ -401,6 +409,7 @@ class MapResult:
     skipped: dict[str, str] = field(default_factory=dict)
     hitting: pd.DataFrame | None = None  # per load: CTMC expected times
     unexpressed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    fleet: str = ""  # on a fleet: how the fast model sees it (:func:`fleet_note`)
 
     def cells(self) -> pd.DataFrame:
         """Every strategy's cells in one table."""
@@ -433,7 +442,24 @@ class MapResult:
                              f"({self.spec.sizes[0]:g} {unit}) at loads "
                              f"{', '.join(f'{v:g}' for v in th[th['threshold'] == 0]['load'])}×")
         return (f"{self.scenario} (trigger {self.trigger[0]:g}–{self.trigger[1]:g} s = 1×): "
-                + "; ".join(parts) + ".")
+                + "; ".join(parts) + "." + (f" {self.fleet}" if self.fleet else ""))
+
+
+def fleet_note(scenario: Scenario) -> str:
+    """How the map treats ``scenario``'s fleet ("" for one pool): the simulator runs the whole
+    fleet, the fast model one replica's share (:func:`sim.fastmodel.params.replica_params`)."""
+    from sim.fastmodel.params import replica_params
+
+    f = scenario.fleet
+    if not f.is_fleet:
+        return ""
+    p = replica_params(scenario)
+    pooled = p.phases[0].workers > scenario.reasoner.workers
+    model = (f"one pooled queue of {p.phases[0].workers} workers" if pooled else
+             f"one replica at 1/{f.replicas} of the load")
+    return (f"Fleet: {f.replicas} replicas behind a {f.balancer} balancer ({f.state} state); "
+            f"the simulated cells run the whole fleet, the fast model that places them is "
+            f"{model}.")
 
 
 def _fmt_hi(v: float) -> str:
@@ -638,7 +664,8 @@ def run_map(scenario: Scenario, out_dir: Path, spec: MapSpec, *,
     else:
         r = scenario.reasoner
         base_len = float(sum(r.workers - d.workers for d in r.capacity_drops)) or 1.0
-    res = MapResult(scenario.name, spec, trigger, base_len, duration, skipped=skipped)
+    res = MapResult(scenario.name, spec, trigger, base_len, duration, skipped=skipped,
+                    fleet=fleet_note(scenario))
     n_l, n_s = len(spec.loads), len(spec.sizes)
     names = list(runnable)
     total_steps = len(names) * (n_l * n_s * (1 + spec.replications))
@@ -737,9 +764,9 @@ def run_map(scenario: Scenario, out_dir: Path, spec: MapSpec, *,
 
 
 def _unexpressed(s: Scenario) -> tuple[str, ...]:
-    from sim.fastmodel.params import from_scenario
+    from sim.fastmodel.params import replica_params
 
-    return from_scenario(s).unexpressed
+    return replica_params(s).unexpressed
 
 
 def write_map(res: MapResult, out: Path) -> list[Path]:

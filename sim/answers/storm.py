@@ -27,6 +27,13 @@ reproduces them) and each is judged from its folder's per-second time series:
 - hazards: ghost successes per 1,000 turns (``summary.json``, when the simulator
   has the metric) and duplicate side effects per 1,000 turns (side-effect
   executions beyond the first of each turn, from ``turns.parquet``).
+
+On a fleet (``[fleet] replicas`` > 1, :mod:`sim.model.fleet`) the storm runs the simulator's
+fleet (a capacity drop hits every replica, an outage the whole network) and the table adds
+the fleet's figures from each point's ``summary.json`` (:data:`FLEET_COLUMNS`): utilisation
+and requests imbalance (max / mean over replicas, over the measurement window), duplicate
+side effects across replicas and requests lost to a down replica per 1,000 turns;
+:meth:`StormResult.fleet_sentence` says which fleet it was.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ import pandas as pd
 from sim import recovery
 from sim.answers.figure import new_figure, save_figure
 from sim.config import ConfigError
-from sim.scenario import Scenario
+from sim.scenario import FleetConfig, Scenario
 from sim.shared import schema as S
 from sim.shared.summary import mean_ci
 from sim.sweep import POINTS_DIR, point_dir_name, run_points
@@ -242,8 +249,23 @@ def case_figures(run_dir: Path, trigger: tuple[float, float], det: Detector = De
             "ghost_per_1k": None if ghost is None else ghost[i],
             "duplicate_side_effects_per_1k": 1000.0 * extra / len(tr) if len(tr) else None,
             "seed": seeds.get(int(rep)),
+            **{col: _value(summary, name, i) for col, name in FLEET_COLUMNS.items()
+               if name in summary["metrics"]},
         })
     return rows
+
+
+# a fleet's load figures ([fleet], sim.model.fleet), from the point's summary.json: only
+# present for a fleet (a one-pool storm's table is unchanged)
+FLEET_COLUMNS = {"utilisation_imbalance": "fleet.utilisation_imbalance",
+                 "requests_imbalance": "fleet.requests_imbalance",
+                 "dup_cross_replica_per_1k": "fleet.dup_request_guid_cross_replica_per_1k_turns",
+                 "lost_to_down_replica_per_1k": "fleet.requests_lost_to_down_replica_per_1k_turns"}
+
+
+def _value(summary: dict[str, Any], name: str, i: int) -> float | None:
+    values = (summary["metrics"].get(name) or {}).get("values") or []
+    return values[i] if i < len(values) else None
 
 
 # --------------------------------------------------------------------------- the storm
@@ -261,6 +283,17 @@ class StormResult:
     runs: dict[str, Path] = field(default_factory=dict)
     figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    fleet: FleetConfig | None = None  # the scenario's [fleet]
+
+    def fleet_sentence(self) -> str:
+        """One line naming the fleet the storm ran on ("" for one pool)."""
+        f = self.fleet
+        if f is None or not f.is_fleet:
+            return ""
+        fails = f" and {len(f.failures)} replica failure(s)" if f.failures else ""
+        return (f"fleet: {f.replicas} replicas behind a {f.balancer} balancer, {f.state} "
+                f"state{fails}; a capacity drop hits every replica; imbalance = max / mean "
+                f"over replicas in the measurement window")
 
     def verdict(self, name: str) -> str:
         """``recovered`` (every replication), ``metastable`` (every one) or ``mixed k/R``."""
@@ -276,7 +309,8 @@ class StormResult:
             row: dict[str, Any] = {"strategy": name, "description": STRATEGIES.get(
                 name, ("", {}))[0]}
             for col in ("peak_amplification", "peak_request_amplification", "goodput_dip",
-                        "recover_s", "ghost_per_1k", "duplicate_side_effects_per_1k"):
+                        "recover_s", "ghost_per_1k", "duplicate_side_effects_per_1k",
+                        *[c for c in FLEET_COLUMNS if reps and c in reps[0]]):
                 vals = [r[col] for r in reps]
                 stats = mean_ci([math.nan if v is None else float(v) for v in vals],
                                 (-math.inf, 1.0) if col == "goodput_dip" else (0.0, math.inf))
@@ -306,7 +340,7 @@ def run_storm(scenario: Scenario, out_dir: Path, *, strategies: Sequence[str] | 
     seed = scenario.run.seed if seed is None else seed
     reps = scenario.run.replications if replications is None else replications
     res = StormResult(scenario.name, trigger, detector, scenario.run.duration_s,
-                      scenario.run.warmup_s, skipped=skipped)
+                      scenario.run.warmup_s, skipped=skipped, fleet=scenario.fleet)
     out_dir = Path(out_dir)
     names = list(runnable)
     run_points(scenario, [dict(table_[n][1]) for n in names], replications=reps,

@@ -174,3 +174,45 @@ def from_scenario(s: Scenario) -> FastParams:
         retry_cap_per_s=fin.min_retries_per_s if fin.enabled else math.inf,
         retry_share=fin.percent_can_retry if fin.enabled else math.inf,
         duration_s=s.run.duration_s, unexpressed=_unexpressed(s))
+
+
+def replica_params(s: Scenario) -> FastParams:
+    """The fast model's view of one replica of ``s``'s fleet (``from_scenario(s)`` itself for
+    one pool, so a one-pool scenario's numbers do not change).
+
+    The fluid model and the CTMC see one pool; a fleet of ``N`` replicas is mapped to one:
+
+    - ``random``, ``round_robin``, ``sticky`` and ``power_of_two`` (N >= 3): one replica fed
+      ``1/N`` of the calls (:meth:`FastParams.scaled`), its own ``[reasoner]`` workers, queue
+      and capacity drops (a drop hits every replica).  For random routing this is the Poisson
+      split: exact for the first attempts, and for retries in the mean (each is re-routed at
+      random, so every replica gets ``1/N`` of them: the fluid is symmetric); the CTMC's
+      hitting times are then those of *one* replica (the fleet's replicas are coupled only
+      through re-routed retries, which the mean field averages);
+    - ``least_outstanding`` (and ``power_of_two`` at N = 2, the same rule): one pooled queue
+      of ``N`` × the workers and ``N`` × the queue room (join-the-shortest-queue is close to a
+      central queue; :mod:`sim.fastmodel.fleet`);
+    - ``state = "per-replica"`` with a balancer other than ``sticky`` and ``known_task =
+      "retry"``: a retry that lands on another replica than its abandoned execution does not
+      find it and runs as new work — ``(N - 1)/N`` of the retries under random routing; taken
+      as every retry (``retry_is_work``), listed in ``unexpressed``;
+    - ``[[fleet.failures]]`` are not expressed (listed in ``unexpressed``).
+    """
+    p = from_scenario(s)
+    f = s.fleet
+    if not f.is_fleet:
+        return p
+    n = f.replicas
+    extra: list[str] = []
+    if f.balancer == "least_outstanding" or (f.balancer == "power_of_two" and n == 2):
+        p = replace(p.scaled(workers=n), queue_limit=p.queue_limit * n)
+    else:
+        p = p.scaled(load=1.0 / n)
+    if f.state == "per-replica" and f.balancer != "sticky" and n > 1 and not p.retry_is_work:
+        p = replace(p, retry_is_work=True)
+        extra.append("fleet.state = per-replica: a retry on another replica is new work "
+                     f"({n - 1}/{n} of them; taken as all)")
+    if f.failures:
+        extra.append("fleet.failures")
+    return replace(p, unexpressed=p.unexpressed + tuple(extra))
+
