@@ -60,8 +60,14 @@ def test_storm_on_a_fleet_shows_the_fleet_and_its_imbalance(tmp_path: Path) -> N
         met = json.loads((run_dir / "summary.json").read_text())["metrics"]
         assert met["fleet.replica_utilisation.r1"]["mean"] > 0  # the simulator ran 2 replicas
         assert "fleet.replica_utilisation.r2" not in met
-        for col, metric in FLEET_COLUMNS.items():
-            assert table.loc[name, col] == pytest.approx(met[metric]["mean"]), col
+        for col, metric in (("utilisation_imbalance", "utilisation_imbalance"),
+                            ("requests_imbalance", "requests_imbalance"),
+                            ("dup_cross_replica_per_1k",
+                             "dup_request_guid_cross_replica_per_1k_turns"),
+                            ("lost_to_down_replica_per_1k",
+                             "requests_lost_to_down_replica_per_1k_turns")):
+            assert table.loc[name, col] == pytest.approx(met[f"fleet.{metric}"]["mean"]), col
+        assert set(FLEET_COLUMNS) <= set(table.columns)
         assert table.loc[name, "utilisation_imbalance"] >= 1.0
     assert res.fleet_sentence().startswith("fleet: 2 replicas behind a random balancer, "
                                            "per-replica state")
