@@ -117,13 +117,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sim.shared.progress import progress_bar, should_show
     from sim.stream import replication_plan, seeds_meta
 
+    if args.split == "replicas":
+        from sim.fleetsplit import SplitError, check_split
+
+        try:  # before the folder is made
+            check_split(scenario)
+        except SplitError as e:
+            raise UsageError(str(e)) from None
     seed, reps = scenario.run.seed, scenario.run.replications
     try:
         run_dir = results.new_run_dir(args.out, "sim", scenario_name=scenario.name, seed=seed)
         meta = results.collect_meta(
             kind="sim", scenario=scenario, seed=seed, replications=reps,
             argv=[PROG, *args.rtalab_argv],
-            extra={"scenario_ref": args.scenario, "overrides": list(args.set)},
+            extra={"scenario_ref": args.scenario, "overrides": list(args.set),
+                   **({"split": "replicas"} if args.split == "replicas" else {})},
         )
         results.start_run(run_dir, scenario, meta)
     except OSError as e:
@@ -158,19 +166,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_plan(scenario: Any, plan: Any, run_dir: Path, args: argparse.Namespace,
               progress: Any) -> dict[str, Any]:
-    """The replications here, or as independent parts on ``--processes`` / ``--dask``."""
+    """The replications (or, ``--split replicas``, a fleet's replicas) here, or as independent
+    parts on ``--processes`` / ``--dask``."""
+    from sim.fleetsplit import SplitError
     from sim.stream import run_streaming
 
-    if args.processes is None and args.dask is None:
-        return run_streaming(scenario, plan, run_dir, plots=not args.no_plots,
-                             progress=progress)
-    from sim.sweep import SweepError, make_executor
-
+    split = args.split
     try:
-        with make_executor(args.processes, args.dask) as ex:
+        if args.processes is None and args.dask is None:
             return run_streaming(scenario, plan, run_dir, plots=not args.no_plots,
-                                 progress=progress, executor=ex)
-    except SweepError as e:
+                                 progress=progress, split=split)
+        from sim.sweep import SweepError, make_executor
+
+        try:
+            with make_executor(args.processes, args.dask) as ex:
+                return run_streaming(scenario, plan, run_dir, plots=not args.no_plots,
+                                     progress=progress, executor=ex, split=split)
+        except SweepError as e:
+            raise UsageError(str(e)) from None
+    except SplitError as e:  # a call of a part reached the Reasoner twice (sim.fleetsplit)
         raise UsageError(str(e)) from None
 
 
@@ -502,6 +516,10 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
         positive_int)
     add_outage(p)
     add_executor(p)
+    opt(p, "--split HOW", "what runs as independent parts: replications, or replicas (a fleet "
+                          "whose replicas are independent: random routing, one request per "
+                          "call; see docs/contracts.md)",
+        choices=("replications", "replicas"), default="replications")
     add_results_root(p)
     NO_PLOTS.add(p)
     add_quiet(p, "no progress bar or table; print only the run folder")

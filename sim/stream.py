@@ -40,7 +40,8 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
                   run_dir: Path | None = None, *, plots: bool = True,
                   progress: Progress | None = None,
                   executor: cf.Executor | None = None,
-                  scenarios: Sequence[Scenario] | None = None) -> dict[str, Any]:
+                  scenarios: Sequence[Scenario] | None = None,
+                  split: str = "replications") -> dict[str, Any]:
     """Simulate every (seed, replication) of ``plan`` in order and return ``summary.json``.
 
     ``scenarios``: one per plan entry, replication ``k`` running ``scenarios[k]`` (parameters
@@ -58,6 +59,11 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
     there and, with ``plots``, the PNGs are drawn from the written tables; the caller
     owns ``meta.json`` and ``summary.json`` (see :func:`sim.shared.results.write_summary`).
     Without ``run_dir`` nothing is written (metrics only, e.g. for an optimiser).
+
+    ``split = "replicas"``: a fleet whose replicas are independent (:mod:`sim.fleetsplit`:
+    random routing, one request per call, ...) runs each replication as one one-pool part per
+    replica (here or on ``executor``), merged in part order; any other fleet raises
+    :class:`sim.fleetsplit.SplitError` (one line: why) before anything runs.
     """
     from sim.shared.results import RecordWriter
     from sim.shared.summary import metrics_of, summarize_metrics
@@ -66,6 +72,14 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
         raise ValueError("a run needs at least one replication")
     if scenarios is not None and len(scenarios) != len(plan):
         raise ValueError(f"{len(scenarios)} scenarios for {len(plan)} replications")
+    if split not in ("replications", "replicas"):
+        raise ValueError(f"split must be 'replications' or 'replicas', got {split!r}")
+    if split == "replicas":
+        from sim.fleetsplit import check_split
+
+        if scenarios is not None:
+            raise ValueError("split = 'replicas' takes one scenario for every replication")
+        check_split(scenario)
     warmup_s = scenario.run.warmup_s
     writer = RecordWriter(run_dir) if run_dir is not None else None
     per_rep: list[dict[str, float | None]] = []
@@ -79,7 +93,9 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
     gc.freeze()
     try:
         each = list(scenarios) if scenarios is not None else [scenario] * len(plan)
-        for k, out in enumerate(_outputs(each, plan, progress, executor)):
+        outputs = (_replica_outputs(scenario, plan, progress, executor) if split == "replicas"
+                   else _outputs(each, plan, progress, executor))
+        for k, out in enumerate(outputs):
             if progress is not None and executor is not None:
                 progress((k + 1) / len(plan))
             per_rep.append(metrics_of(out, warmup_s))
@@ -140,6 +156,44 @@ def _outputs(scenarios: Sequence[Scenario], plan: Sequence[tuple[int, int]],
     # picklable (a Scenario holds mapping proxies); converted once when they are all one
     plains = ([to_plain(scenarios[0])] * len(plan) if all(s is scenarios[0] for s in scenarios)
               else [to_plain(s) for s in scenarios])
+    yield from _submitted(plains, plan, executor)
+
+
+def _replica_outputs(scenario: Scenario, plan: Sequence[tuple[int, int]],
+                     progress: Progress | None, executor: cf.Executor | None) -> Iterator[Any]:
+    """Each replication of a splittable fleet, merged from its parts (one per replica, run
+    here or as independent parts on ``executor``), in plan order."""
+    from sim.fleetsplit import merge_parts, part_plan, part_scenario
+
+    part = part_scenario(scenario)
+    plans = [part_plan(scenario, seed, rep) for seed, rep in plan]
+    parts = [(k, p) for k in range(len(plan)) for p in plans[k]]
+    n = scenario.fleet.replicas
+
+    def merged(k: int, outs: list[Any]) -> Any:
+        return merge_parts(scenario, outs, *plan[k])
+
+    if executor is None:
+        from sim.runner import run_once
+
+        for k in range(len(plan)):
+            outs = []
+            for i, (seed, rep) in enumerate(plans[k]):
+                sub = None if progress is None else _scaled(progress, k * n + i, len(parts))
+                outs.append(run_once(part, seed, rep, sub))
+            yield merged(k, outs)
+        return
+    from sim.config import to_plain
+
+    futures = _submitted([to_plain(part)] * len(parts), [p for _, p in parts], executor)
+    for k in range(len(plan)):
+        yield merged(k, [next(futures) for _ in range(n)])
+
+
+def _submitted(plains: Sequence[dict[str, Any]], plan: Sequence[tuple[int, int]],
+               executor: cf.Executor) -> Iterator[Any]:
+    """``run_part(plains[k], *plan[k])`` of every plan entry on ``executor``, at most ``2 x``
+    its workers ahead, results in plan order."""
     ahead = 2 * max(1, getattr(executor, "_max_workers", 2))
     futures: deque[cf.Future[Any]] = deque()
     todo = iter(enumerate(plan))

@@ -329,21 +329,28 @@ class Fleet:
         return "same_replica"
 
     def _load(self, lo: int, hi: int) -> dict[str, Any]:
-        out: dict[str, Any] = {}
         window = self.samples[lo:hi]
         if not window:
-            return out
+            return {}
         busy = np.sum([b for b, _, _ in window], axis=0).astype(float)
         cap = np.sum([c for _, c, _ in window], axis=0).astype(float)
         before = self.samples[lo - 1][2] if lo > 0 else np.zeros(len(self.replicas), np.int64)
         routed = (window[-1][2] - before).astype(float)
-        util = np.divide(busy, cap, out=np.zeros_like(busy), where=cap > 0)
-        for r in range(len(self.replicas)):
-            out[f"fleet.replica_utilisation.r{r}"] = float(util[r])
-            out[f"fleet.replica_requests_share.r{r}"] = (float(routed[r] / routed.sum())
-                                                        if routed.sum() else None)
-        out["fleet.utilisation_imbalance"] = (float(util.max() / util.mean())
-                                              if util.mean() > 0 else None)
-        out["fleet.requests_imbalance"] = (float(routed.max() / routed.mean())
-                                           if routed.mean() > 0 else None)
-        return out
+        return load_counters(busy, cap, routed)
+
+
+def load_counters(busy: np.ndarray, cap: np.ndarray, routed: np.ndarray) -> dict[str, Any]:
+    """The per-replica load counters from each replica's busy and capacity worker-seconds and
+    requests over the measurement window: utilisation, requests share, and their imbalance
+    (max / mean over replicas)."""
+    out: dict[str, Any] = {}
+    util = np.divide(busy, cap, out=np.zeros_like(busy), where=cap > 0)
+    for r in range(len(util)):
+        out[f"fleet.replica_utilisation.r{r}"] = float(util[r])
+        out[f"fleet.replica_requests_share.r{r}"] = (float(routed[r] / routed.sum())
+                                                    if routed.sum() else None)
+    out["fleet.utilisation_imbalance"] = (float(util.max() / util.mean())
+                                          if util.mean() > 0 else None)
+    out["fleet.requests_imbalance"] = (float(routed.max() / routed.mean())
+                                       if routed.mean() > 0 else None)
+    return out

@@ -385,11 +385,10 @@ def _fleet_table(fleet: dict[str, Any]) -> dict[str, Any]:
 
 def fleet_figure(fleet: dict[str, Any]) -> dict[str, str]:
     """Bars of each replica's utilisation with its 95 % CI (readable at 1280 px)."""
-    from sim.answers.figure import new_figure
+    import matplotlib.pyplot as plt
 
     reps = fleet["replicas"]
-    fig = new_figure(min(12.0, max(7.0, 3.0 + 0.5 * len(reps))), 3.4)
-    ax = fig.subplots()
+    fig, ax = plt.subplots(figsize=(min(12.0, max(7.0, 3.0 + 0.5 * len(reps))), 3.4))
     x = [r for r, _, _ in reps]
     y = [100 * (u["mean"] or 0.0) for _, u, _ in reps]
     lo = [max(0.0, yy - 100 * u["ci_low"]) if u["ci_low"] is not None else 0.0
