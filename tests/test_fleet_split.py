@@ -124,3 +124,32 @@ def test_the_cli_runs_a_split_fleet(tmp_path: Path) -> None:
     assert meta["split"] == "replicas"
     met = json.loads((run / "summary.json").read_text())["metrics"]
     assert "fleet.replica_utilisation.r2" in met
+
+
+def test_the_merge_keeps_every_row_distinct_and_adds_the_series() -> None:
+    from sim.fleetsplit import merge_parts, part_plan
+    from sim.runner import run_once
+    from sim.shared import schema as S
+
+    sc = FLEET.with_overrides({"run.duration_s": 200.0})
+    part = part_scenario(sc)
+    outs = [run_once(part, s, r) for s, r in part_plan(sc, 9, 0)]
+    assert len({s for s, _ in part_plan(sc, 9, 0)}) == 4  # four distinct part seeds
+    merged = merge_parts(sc, outs, 9, 0)
+    for name, key in (("calls", S.CALL_ID), ("turns", S.INTERACTION_ID),
+                      ("executions", S.REQUEST_GUID)):
+        table = getattr(merged, name)
+        assert len(table) == sum(len(getattr(o, name)) for o in outs)
+        assert table[key].is_unique, name
+    for col in (S.OFFERED_TURNS_PER_S, S.BUSY_WORKERS, S.WORKER_CAPACITY):
+        assert (merged.timeseries[col].to_numpy()
+                == sum(o.timeseries[col].to_numpy() for o in outs)).all()
+    assert merged.counters["turns"] == sum(o.counters["turns"] for o in outs)
+    assert merged.counters["end_s"] == outs[0].counters["end_s"]
+    # each replica's utilisation is its part's own (the window of sim.model.fleet)
+    from sim.shared.summary import replication_metrics
+
+    m = replication_metrics(merged, sc.run.warmup_s)
+    for i, o in enumerate(outs):
+        own = replication_metrics(o, sc.run.warmup_s)["worker_utilisation"]
+        assert m[f"fleet.replica_utilisation.r{i}"] == pytest.approx(own, abs=0.02)
