@@ -90,3 +90,22 @@ def test_a_one_pool_run_has_no_fleet_section(tmp_path: Path) -> None:
     assert fleet_load(json.loads((run / "summary.json").read_text())) is None
     page = render_report([run])
     assert FLEET_TITLE not in page and "Worker utilisation of each replica" not in page
+
+
+def test_the_terminal_table_shows_each_replica_and_the_imbalance(
+        fleet_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sim.cli import print_summary
+    from sim.shared.fmt import fmt_kind
+
+    summary = json.loads((fleet_run / "summary.json").read_text())
+    meta = json.loads((fleet_run / "meta.json").read_text())
+    print_summary(summary, fleet_run, meta)
+    out = capsys.readouterr().out
+    met = summary["metrics"]
+    for r in range(3):
+        for label, name in (("utilisation of replica", "replica_utilisation"),
+                            ("requests to replica", "replica_requests_share")):
+            line = next(x for x in out.splitlines() if f"{label} r{r} " in x)
+            assert fmt_kind(met[f"fleet.{name}.r{r}"]["mean"], "%") in line, line
+    line = next(x for x in out.splitlines() if "fleet utilisation imbalance" in x)
+    assert fmt_kind(met["fleet.utilisation_imbalance"]["mean"], "x") in line
