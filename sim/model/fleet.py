@@ -39,6 +39,7 @@ import simpy
 import sim.model.reasoner as reasoner_module
 from sim.model.clock import call_later, sim_time
 from sim.model.dedup import DedupStore
+from sim.model.intsets import IntCounts
 from sim.model.messages import Request
 from sim.model.network import Link
 from sim.model.rand import Streams
@@ -147,10 +148,10 @@ class Fleet:
         return None if stores[0] is None else _Stores(stores)  # type: ignore[arg-type]
 
     @property
-    def sessions_opened(self) -> dict[int, int]:
+    def sessions_opened(self) -> IntCounts:
         if self.shared:
             return self.replicas[0].sessions_opened
-        out: dict[int, int] = {}
+        out = IntCounts()
         for rep in self.replicas:
             for k, v in rep.sessions_opened.items():
                 out[k] = out.get(k, 0) + v

@@ -49,6 +49,7 @@ import simpy
 
 from sim.model.clock import scheduler, sim_time
 from sim.model.dedup import DedupStore, Entry, fingerprint
+from sim.model.intsets import IntCounts, IntSet
 from sim.model.messages import COMPLETED, FAILED, INPUT_REQUIRED, NO_CONTEXT, Request
 from sim.model.network import Link
 from sim.model.rand import Streams
@@ -187,8 +188,8 @@ class Reasoner:
         self.minted: dict[int, dict[int, int]] = {}  # D1: call -> requestGuid -> minted context
         self.cancellable = cancellable
         self.jobs_by_task: dict[int, list[Job]] = {}  # cancellable: live jobs of each task
-        self.known_contexts: set[int] = set()
-        self.sessions_opened: dict[int, int] = {}
+        self.known_contexts = IntSet()  # every session opened (compact: sim.model.intsets)
+        self.sessions_opened = IntCounts()  # call -> sessions it opened
         self._next_context = 0
         self._context_step = 1  # a fleet's replicas mint interleaved contextIds (sim.model.fleet)
         self.buckets: dict[int, list[float]] = {}

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.model.intsets import IntCounts
 from sim.shared import schema as S
 from sim.shared.sketch import Sketch
 from sim.shared.summary import _ratio
@@ -304,7 +305,7 @@ class Tally:
         arrays += [a for t in self.se for a in t]
         return sum(a.nbytes for a in arrays)
 
-    def metrics(self, sessions_opened: dict[int, int], timeseries: Any,
+    def metrics(self, sessions_opened: IntCounts, timeseries: Any,
                 counters: dict[str, Any]) -> dict[str, float | None]:
         """The replication's metrics, named and ordered as ``replication_metrics``'."""
         from sim.shared.summary import counter_metrics, recovery_metrics, timeseries_metrics
@@ -384,7 +385,7 @@ class Tally:
         by_task = joined & np.isin(tp, np.fromiter(self.ok_tps, np.int64, len(self.ok_tps)))
         return int((by_guid | by_task).sum()), len(guid)
 
-    def _hazards(self, n: int, sessions_opened: dict[int, int]) -> dict[str, float | None]:
+    def _hazards(self, n: int, sessions_opened: IntCounts) -> dict[str, float | None]:
         if self.se:
             guids = np.concatenate([g for g, _, _ in self.se])
             turn_ids = np.concatenate([u for _, u, _ in self.se])

@@ -20,6 +20,7 @@ import simpy
 
 from sim.model.clock import call_later, run, sim_time
 from sim.model.fleet import Fleet
+from sim.model.intsets import IntCounts
 from sim.model.live import LiveLayer
 from sim.model.network import Link
 from sim.model.rand import Streams, sample_key
@@ -47,7 +48,7 @@ class WorldResult:
     side_effects: Table
     # per 1-s bin: one value per gauge of ``sim.shared.schema.SAMPLED_GAUGES``, in that order
     gauges: list[tuple[int, ...]]
-    sessions_opened: dict[int, int]
+    sessions_opened: IntCounts
     end_s: float
     dedup_entry_bytes: int
     counters: dict[str, Any]
