@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import grpc.aio
@@ -261,7 +261,7 @@ class GrpcChaos:
                                  events=1)
             await self._hold(ctx)
         ctx.set_trailing_metadata(_trailers(await call.trailing_metadata()))
-        return answer
+        return cast("bytes", answer)
 
     @staticmethod
     async def _abort(ctx: Any, code: Any, details: str | None, trailers: Any) -> None:

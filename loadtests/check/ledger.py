@@ -30,6 +30,7 @@ import math
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -223,7 +224,7 @@ def _read_table(path: Path, name: str) -> pa.Table | None:
              f"columns = {{{cols}}})")
     try:
         with duckdb.connect() as con:
-            return con.sql(query, params=[str(path)]).to_arrow_table()
+            return cast("pa.Table | None", con.sql(query, params=[str(path)]).to_arrow_table())
     except duckdb.IOException as e:
         raise LedgerError(f"{path}: cannot read ({str(e).splitlines()[0]})") from None
     except duckdb.Error:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -290,7 +291,7 @@ def _several_values(keys: pd.Series, values: pd.Series) -> pd.Index:
     ok = (k >= 0) & (v >= 0)
     pairs = np.unique(k[ok].astype(np.int64) * (len(vn) + 1) + v[ok])
     per_key = np.bincount(pairs // (len(vn) + 1), minlength=len(kn))
-    return pd.Index(kn[per_key > 1])
+    return cast("pd.Index", pd.Index(kn[per_key > 1]))
 
 
 def rule_sessions(p: Prepared, limits: Mapping[str, float]) -> RuleResult:

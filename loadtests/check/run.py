@@ -122,8 +122,9 @@ def _sub_context(led: Ledgers, ctx: Context) -> Context:
 
 def _indeterminate(ctx: Context) -> np.ndarray:
     """Turns that are not judged: cut off by the stop or open across a restart."""
-    return R.indeterminate_turns(ctx.p, ctx.files.interrupted) | turns_across_restarts(
+    out: np.ndarray = R.indeterminate_turns(ctx.p, ctx.files.interrupted) | turns_across_restarts(
         ctx.p.a, ctx.p.n_turns, read_restarts(ctx.files.run_dir))
+    return out
 
 
 def equivalence_rules(ctx: Context) -> list[RuleResult]:

@@ -21,7 +21,7 @@ import ssl
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from websockets.sync.client import ClientConnection, connect
@@ -119,12 +119,12 @@ def headers(token: str | None = ALICE, ext: bool = True, version: bool = True,
 
 def meta(ev: dict[str, Any]) -> dict[str, Any]:
     """Event-level metadata."""
-    return ev[kind(ev)].get("metadata", {})
+    return cast("dict[str, Any]", ev[kind(ev)].get("metadata", {}))
 
 
 def status_message(ev: dict[str, Any]) -> dict[str, Any]:
     """The status message of a task / statusUpdate payload."""
-    return ev[kind(ev)].get("status", {}).get("message", {})
+    return cast("dict[str, Any]", ev[kind(ev)].get("status", {}).get("message", {}))
 
 
 @dataclass
@@ -165,7 +165,8 @@ class Turn:
     @property
     def error_code(self) -> str | None:
         """``rta/errorCode`` of a FAILED final event."""
-        return status_message(self.final).get("metadata", {}).get(k("errorCode"))
+        code = status_message(self.final).get("metadata", {}).get(k("errorCode"))
+        return cast("str | None", code)
 
     @property
     def failure_text(self) -> str:

@@ -22,7 +22,7 @@ import json
 import math
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def load(folder: Path) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{folder}: not a complete rtalab predict folder "
                          f"({type(e).__name__}: {e})") from None
-    return res
+    return cast("dict[str, Any]", res)
 
 
 def _rows(case: dict[str, Any], metrics: tuple[str, ...]) -> list[OneRunRow]:

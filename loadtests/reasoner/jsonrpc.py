@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from a2a.server.context import ServerCallContext
 from a2a.server.jsonrpc_models import (
@@ -137,7 +137,8 @@ class ProfileJsonRpcDispatcher(JsonRpcDispatcher):
             if req.method in STREAMING_METHODS:
                 return await self._process_streaming_request(req.id, req.params, context)
             result = await self._process_non_streaming_request(req.params, context)
-            return JSONRPC20Response(result=result, _id=req.id).data
+            # json-rpc has no types: its response's data is the JSON-RPC object
+            return cast("dict[str, Any]", JSONRPC20Response(result=result, _id=req.id).data)
         except A2AError as e:
             return build_error_response(req.id, e)
         except Exception as e:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from a2a.types import (
     Artifact,
@@ -236,7 +236,7 @@ def json_kind(ev: dict[str, Any]) -> str:
 def json_state(ev: dict[str, Any]) -> str | None:
     """The task state of a JSON task / statusUpdate payload."""
     body = ev[json_kind(ev)]
-    return body.get("status", {}).get("state")
+    return cast("str | None", body.get("status", {}).get("state"))
 
 
 def frame_ends(frame: dict[str, Any]) -> bool:
@@ -278,7 +278,7 @@ def _unwrap(sr: StreamResponse) -> Event:
     kind = sr.WhichOneof("payload")
     if kind is None:
         raise ValueError("stored event has no payload")
-    return getattr(sr, kind)
+    return cast("Event", getattr(sr, kind))
 
 
 def pack_event(ev: Event) -> str:

@@ -49,7 +49,8 @@ class SloError(ValueError):
 
 def _known_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(exact metric names, name prefixes) declared in :mod:`sim.shared.schema` (``M_*``)."""
-    exact, prefixes = [], []
+    exact: list[str] = []
+    prefixes: list[str] = []
     for key, value in vars(S).items():
         if key.startswith("M_") and isinstance(value, str):
             (prefixes if value.endswith(".") else exact).append(value)

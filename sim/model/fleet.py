@@ -124,10 +124,10 @@ class Fleet:
         self.on_copy = self._on_copy
         self.on_cancel = self._on_cancel
         for f in cfg.failures:
-            call_later(env, f.start_s, lambda _=None, f=f: self._fail(f.replica))
+            call_later(env, f.start_s, lambda _=None, f=f: self._fail(f.replica))  # type: ignore[misc]  # f bound by default
             call_later(env, f.start_s + cfg.health_check_s,
-                       lambda _=None, f=f: self._unroute(f.replica))
-            call_later(env, f.start_s + f.duration_s, lambda _=None, f=f: self._restart(f.replica))
+                       lambda _=None, f=f: self._unroute(f.replica))  # type: ignore[misc]  # f bound by default
+            call_later(env, f.start_s + f.duration_s, lambda _=None, f=f: self._restart(f.replica))  # type: ignore[misc]  # f bound by default
 
     # ------------------------------------------------------------------ the Reasoner's face
 

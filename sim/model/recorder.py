@@ -102,7 +102,7 @@ class Table:
         self.compact(force=True)
         chunks, self._chunks = self._chunks, []
         self._n_compacted = 0
-        out = []
+        out: list[np.ndarray] = []
         for j, (_, kind) in enumerate(self.spec):
             parts = [c[j] for c in chunks]
             for c in chunks:
@@ -139,7 +139,9 @@ class Table:
 def as_column(arr: np.ndarray, kind: str | tuple[str, ...]) -> object:
     """A numpy column as stored in a DataFrame (categorical codes decoded)."""
     if isinstance(kind, tuple):
-        return pd.Categorical.from_codes(arr.astype(np.int16), categories=list(kind))
+        codes, categories = arr.astype(np.int16), list(kind)
+        # pandas-stubs types codes only as Sequence[int] and categories only as Index
+        return pd.Categorical.from_codes(codes, categories=categories)  # type: ignore[arg-type]  # see above
     return arr
 
 
