@@ -175,21 +175,21 @@ def prepare(led: Ledgers) -> Prepared:
         w = led.witness.copy()
         g2k = a.drop_duplicates("request_guid").set_index("request_guid")["tkey"]
         g2k = g2k[g2k.index.notna()]
-        tk = w["requestGuid"].map(g2k)
+        wkey = w["requestGuid"].map(g2k)
         inter = [a[["interaction_id", "tkey"]]]
         if t is not None:
             inter.append(t[["interaction_id", "tkey"]])
         i2k = (pd.concat(inter).dropna(subset=["interaction_id"])
                .drop_duplicates("interaction_id").set_index("interaction_id")["tkey"])
-        missing = tk.isna()
+        missing = wkey.isna()
         if missing.any():
-            tk[missing] = w.loc[missing, "interactionId"].map(i2k)
-        w["tkey"] = tk
+            wkey[missing] = w.loc[missing, "interactionId"].map(i2k)
+        w["tkey"] = wkey
         # an execution without any of the profile's ids, in the context of a degraded call:
         # it cannot be attributed to a turn (reported, neither unexpected nor lost)
         inactive_ctx = set(a.loc[a["active"].eq(False).to_numpy(), "context_id"].dropna()) | set(
             a.loc[a["active"].eq(False).to_numpy(), "context_id_learned"].dropna())
-        w["degraded"] = (tk.isna() & w["requestGuid"].isna() & w["interactionId"].isna()
+        w["degraded"] = (wkey.isna() & w["requestGuid"].isna() & w["interactionId"].isna()
                          & w["contextId"].isin(inactive_ctx)).to_numpy()
     return Prepared(a=a, turns=turns, w=w, n_turns=n_turns, keys=keys,
                     first=_first_rows(codes, n))

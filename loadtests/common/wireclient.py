@@ -28,15 +28,15 @@ from websockets.sync.client import ClientConnection, connect
 
 from loadtests.common.tls import ClientTls
 from loadtests.live.wire import headers as wire_headers
-from loadtests.reasoner.wire import (  # noqa: F401 - the JSON-side wire rules, re-exported
-    DEFAULT_EXT_URI,
-    EVENT_KINDS,
-    frame_ends,
-)
-from loadtests.reasoner.wire import END_STATE_NAMES as END_STATES  # noqa: F401
-from loadtests.reasoner.wire import json_kind as kind
-from loadtests.reasoner.wire import json_state as state
 
+# the JSON-side wire rules, re-exported
+from loadtests.reasoner.wire import DEFAULT_EXT_URI, END_STATE_NAMES, json_kind, json_state
+from loadtests.reasoner.wire import EVENT_KINDS as EVENT_KINDS
+from loadtests.reasoner.wire import frame_ends as frame_ends
+
+END_STATES = END_STATE_NAMES
+kind = json_kind
+state = json_state
 EXT = DEFAULT_EXT_URI
 
 TOKENS = {"token-alice": "alice", "token-bob": "bob"}
@@ -174,7 +174,7 @@ class Turn:
         return "".join(p.get("text", "") for p in status_message(self.final).get("parts", []))
 
     @property
-    def seqs(self) -> list[float]:
+    def seqs(self) -> list[float | None]:
         """``rta/sequenceId`` of every event after the Task."""
         return [meta(e).get(k("sequenceId")) for e in self.events[1:]]
 
@@ -336,7 +336,8 @@ def grpc_request(address: str, body: dict[str, Any], hdrs: dict[str, str],
             turn.headers = {key: v for key, v in call.initial_metadata() or ()}
         except grpc.RpcError as e:
             turn.status = HTTP_OF_STATUS.get(e.code().name, 500)
-            turn.headers = {key: v for key, v in e.initial_metadata() or ()
+            call_error = cast("grpc.Call", e)  # a blocking call's error is the call too
+            turn.headers = {key: v for key, v in call_error.initial_metadata() or ()
                             if isinstance(v, str)}
             frame = error_frame(rid, e, EXT)
             frame["error"]["grpcStatus"] = e.code().name

@@ -48,7 +48,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import gevent
 import gevent.event
@@ -270,7 +270,7 @@ class Call:
     def __init__(self, call_id: str, scenario: Scenario, instance: Instance, channel: Channel,
                  sink: Sink, opts: LiveOptions, rng: np.random.Generator, process: str,
                  run_id: str, stats: Callable[[str, str, float, bool], None] | None = None,
-                 spawn: Callable[..., gevent.Greenlet] = gevent.spawn) -> None:
+                 spawn: Callable[..., gevent.Greenlet[..., Any]] = gevent.spawn) -> None:
         self.call_id = call_id
         self.sc = scenario
         self.inst = instance
@@ -297,7 +297,7 @@ class Call:
         self.active = True
         self.degraded = False
         self.negotiated = False
-        self.copies: list[gevent.Greenlet] = []
+        self.copies: list[gevent.Greenlet[..., Any]] = []
         self._uniforms: list[float] = []  # share draws of ``rng``, a block at a time
         self._open_attempt: dict[str, Any] | None = None
         self._turn: _Turn | None = None
@@ -425,7 +425,7 @@ class Call:
             "ttfc_s": None if math.isnan(ttfc) else ttfc,
             "completion_s": None if math.isnan(completion) else completion,
             "handoff_wait_s": t.handoff_wait_s,
-            "told_caller": _TOLD.get(t.outcome, Told.NONE),  # type: ignore[call-overload]
+            "told_caller": _TOLD.get(t.outcome, Told.NONE),  # type: ignore[arg-type]  # None (no outcome yet) is no key: Told.NONE
             "forced_error": t.force_error,
             **(_NO_TIMING if end_s is None else _timing_of(t.last_row))})
         self._turn = None
@@ -647,7 +647,7 @@ class Call:
                             seq_rows[n]["played_index"] = idx
                     if (watch_barge and barge_at == math.inf
                             and not math.isnan(pb.first_chunk_s)):
-                        barge_at = pb.first_chunk_s + t.barge_in_s
+                        barge_at = pb.first_chunk_s + cast("float", t.barge_in_s)  # watch_barge
                         limit = min(total_deadline, hard_deadline, barge_at,
                                     math.inf if got_output else resp_deadline)
                     if ev.ends_stream:
@@ -658,7 +658,7 @@ class Call:
                 if barge_at <= now:
                     outcome = A.CANCELLED
                     if t.task_id:  # the answer says whether the side effect ran
-                        row["side_effect_reported"] = self.ch.cancel(_id("r"), t.task_id,
+                        row["side_effect_reported"] = self.ch.cancel(_id("r"), t.task_id,  # type: ignore[arg-type]  # a str on the wire (TurnRules: Hashable)
                                                                      self.active)
                 elif not got_output and resp_deadline <= now:
                     outcome, failure = A.TIMEOUT, "turn-response timeout"

@@ -78,7 +78,9 @@ def content_type_error(decoded: DecodeError, content_type: str | None) -> Decode
     """A body that is not JSON, sent as a non-JSON media type (``text/plain``...), is
     ``ContentTypeNotSupportedError`` (-32005): A2A §9.1 wants ``application/json``
     requests.  Only on the parse-error path: JSON under any label is still served."""
-    if decoded.error.code != JSONParseError().code or _json_media_type(content_type):
+    error = decoded.error  # (decode_request's errors are all JSON-RPC ones)
+    if (not isinstance(error, JSONRPCError) or error.code != JSONParseError().code
+            or _json_media_type(content_type)):
         return decoded
     return DecodeError(None, ContentTypeNotSupportedError(
         message="Content-Type must be application/json"))

@@ -87,7 +87,7 @@ class Keys:
         return key.startswith(self.prefix)
 
 
-def now_status(state: TaskState.ValueType, message: Message | None = None) -> TaskStatus:
+def now_status(state: TaskState, message: Message | None = None) -> TaskStatus:
     """A TaskStatus stamped with the current wall-clock time."""
     status = TaskStatus(state=state)
     status.timestamp.GetCurrentTime()
@@ -138,7 +138,7 @@ class EventFactory:
             msg.metadata.CopyFrom(to_struct(meta))
         return msg
 
-    def _status(self, state: TaskState.ValueType, message: Message | None,
+    def _status(self, state: TaskState, message: Message | None,
                 meta: dict[str, Any]) -> TaskStatusUpdateEvent:
         """A status update with event metadata."""
         ev = TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id,
@@ -152,7 +152,7 @@ class EventFactory:
         return Task(id=self.task_id, context_id=self.context_id,
                     status=now_status(TaskState.TASK_STATE_SUBMITTED))
 
-    def directive(self, directive_type: str, state: TaskState.ValueType,
+    def directive(self, directive_type: str, state: TaskState,
                   data: dict[str, Any] | None = None, text: str = "") -> TaskStatusUpdateEvent:
         """A directive status update (``progress`` while WORKING, ``handoff`` at INPUT_REQUIRED)."""
         meta = self._event_meta("directive")
@@ -215,7 +215,7 @@ class EventFactory:
                             self._event_meta())
 
 
-def event_state(ev: Event) -> TaskState.ValueType | None:
+def event_state(ev: Event) -> TaskState | None:
     """The task state an event carries, if any."""
     if isinstance(ev, Task | TaskStatusUpdateEvent):
         return ev.status.state

@@ -125,8 +125,9 @@ class _Connection:
 
     async def _error(self, err: DecodeError) -> None:
         """Answer a malformed frame."""
-        metrics.BAD_REQUESTS.labels("ws", str(err.error.code)).inc()
-        await self._send(err.response())
+        body = err.response()
+        metrics.BAD_REQUESTS.labels("ws", str(body["error"]["code"])).inc()
+        await self._send(body)
 
     async def _serve(self, req: Decoded) -> None:
         """Dispatch one request and relay its response frames."""

@@ -45,12 +45,17 @@ _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class Records(Protocol):
-    """What :func:`write_run` needs from one replication's output (a runner ``RunOutput``)."""
+    """What :func:`write_run` needs from one replication's output (a runner ``RunOutput``
+    or a load run's ``RunRecords``); read-only, as their frozen dataclasses are."""
 
-    attempts: pd.DataFrame
-    turns: pd.DataFrame
-    timeseries: pd.DataFrame
-    replication: int
+    @property
+    def attempts(self) -> pd.DataFrame: ...
+    @property
+    def turns(self) -> pd.DataFrame: ...
+    @property
+    def timeseries(self) -> pd.DataFrame: ...
+    @property
+    def replication(self) -> int: ...
 
 
 # --------------------------------------------------------------------------- folder naming
