@@ -28,11 +28,14 @@ from loadtests.check.verdict import (
     FAIL,
     NOT_CHECKED,
     PASS,
+    Kind,
     RuleResult,
+    Status,
     examples_of,
     per_1k,
 )
 from sim.policy.codes import RETRYABLE_CODES
+from sim.policy.decide import RetryPolicy
 from sim.shared.vocab import AttemptOutcome as A
 from sim.shared.vocab import EndReason, TurnOutcome
 
@@ -73,11 +76,11 @@ HAZARDS = ("ghost-success", "turn-re-executed", "duplicate-session")
 RULE_NAMES = tuple(SECTIONS)
 
 
-def _result(name: str, status: str, count: int = 0, examples: tuple[str, ...] = (),
+def _result(name: str, status: Status, count: int = 0, examples: tuple[str, ...] = (),
             detail: str = "", rate: float | None = None) -> RuleResult:
     """A RuleResult with the rule's section and kind."""
-    kind = "hazard" if name in HAZARDS else "violation"
-    return RuleResult(name=name, section=SECTIONS[name], kind=kind, status=status,  # type: ignore[arg-type]
+    kind: Kind = "hazard" if name in HAZARDS else "violation"
+    return RuleResult(name=name, section=SECTIONS[name], kind=kind, status=status,
                       count=int(count), examples=examples, detail=detail,
                       rate_per_1k_turns=rate)
 
@@ -450,13 +453,13 @@ def rule_non_retryable(p: Prepared, seq: pd.DataFrame) -> RuleResult:
                       detail)
 
 
-def rule_retry_limit(p: Prepared, seq: pd.DataFrame, policy: object | None,
+def rule_retry_limit(p: Prepared, seq: pd.DataFrame, policy: RetryPolicy | None,
                      why: str = "") -> RuleResult:
     """Retries beyond ``RetryPolicy.max_attempts_for`` of the code that failed."""
     if policy is None:
         return _not_checked("retry-limit", why or "retry policy unknown")
-    limit_of = {c: policy.max_attempts_for(c) for c in RETRYABLE_CODES}  # type: ignore[attr-defined]
-    timeout_limit = policy.max_attempts_for("upstream-timeout", timeout=True)  # type: ignore[attr-defined]
+    limit_of = {c: policy.max_attempts_for(c) for c in RETRYABLE_CODES}
+    timeout_limit = policy.max_attempts_for("upstream-timeout", timeout=True)
     code = seq["error_code"]
     # no answer (timeout, response-lost, total-timeout, cut off): the timeout limit, whatever
     # code the client wrote (the Live layer decides these as upstream-timeout, timeout=True)
@@ -474,11 +477,11 @@ def rule_retry_limit(p: Prepared, seq: pd.DataFrame, policy: object | None,
 RETRY_AFTER_SLACK_S = 0.001  # clock granularity of the ledger's unix times
 
 
-def rule_retry_after(seq: pd.DataFrame, policy: object | None, why: str = "") -> RuleResult:
+def rule_retry_after(seq: pd.DataFrame, policy: RetryPolicy | None, why: str = "") -> RuleResult:
     """Retries of a ``rate-limited`` failure sent before its ``retryAfterMs`` hint elapsed."""
     if policy is None:
         return _not_checked("retry-after", why or "retry policy unknown")
-    if not policy.cfg.retry.honour_retry_after:  # type: ignore[attr-defined]
+    if not policy.cfg.retry.honour_retry_after:
         return _not_checked("retry-after", "the run's policy does not honour retryAfterMs "
                                            "(live.retry.honour_retry_after = false)")
     hinted = (seq["error_code"].eq("rate-limited") & seq["retry_after_ms"].notna()
@@ -595,12 +598,12 @@ def rule_sequence_id(p: Prepared, events: Events | None) -> RuleResult:
     return _not_checked("sequence-id", "no events ledger and no events_without_seq")
 
 
-def rule_task_id_kept(seq: pd.DataFrame, policy: object | None = None) -> RuleResult:
+def rule_task_id_kept(seq: pd.DataFrame, policy: RetryPolicy | None = None) -> RuleResult:
     """Retries after a timeout or a lost response (no FAILED state) of a request whose task
     was known that were sent without that taskId (errors.md §3: keep it; the Reasoner joins
     the running task instead of starting the turn again).  Not checked when the run's policy
     cancels the task on a timeout (``live.cancel_on_timeout``: the retry is a new task)."""
-    if policy is not None and policy.cfg.cancel_on_timeout:  # type: ignore[attr-defined]
+    if policy is not None and policy.cfg.cancel_on_timeout:
         return _not_checked("task-id-kept", "live.cancel_on_timeout = true: a retry after a "
                                             "timeout starts a new task")
     known = pd.Series(seq["known_task"].to_numpy(), index=seq.index)

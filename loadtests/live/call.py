@@ -401,7 +401,7 @@ class Call:
                 action, end_s, first_chunk_s = self._run_phase(t, t.caller_answered(time.time()))
         t.first_chunk_s = first_chunk_s
         self._end_turn(t, end_s)
-        return t.outcome  # type: ignore[return-value]
+        return t.outcome  # type: ignore[return-value]  # _end_turn set the outcome
 
     def _end_turn(self, t: _Turn, end_s: float) -> None:
         ttfc, _ = t.timings(end_s)
@@ -454,7 +454,7 @@ class Call:
                 self._last_row["decision"] = t.decision
                 self._commit_attempt()
             if t.cancel and t.task_id:  # cancel_on_timeout: CancelTask for the abandoned attempt
-                self.ch.cancel(_id("r"), t.task_id, self.active)  # type: ignore[arg-type]
+                self.ch.cancel(_id("r"), t.task_id, self.active)  # type: ignore[arg-type]  # a str on the wire (TurnRules: Hashable)
             if action == AWAIT_CALLER:
                 return action, res.end_s, NAN
             if action != WAIT:
@@ -472,8 +472,8 @@ class Call:
 
     def _attempt(self, t: _Turn, delay_before: float) -> _Result:
         """Send one request of turn ``t``, read it to its end (or a timer), record it."""
-        ids = Ids(_id("m"), t.guid, t.turn_id, t.interaction_id, self.context_id,  # type: ignore[arg-type]
-                  t.task_id)  # type: ignore[arg-type]
+        ids = Ids(_id("m"), t.guid, t.turn_id, t.interaction_id, self.context_id,  # type: ignore[arg-type]  # strs on the wire (TurnRules: Hashable)
+                  t.task_id)  # type: ignore[arg-type]  # a str on the wire (TurnRules: Hashable)
         extra = {"test.forceError": t.force_error} if t.force_error else None
         side = t.side_effect and not t.wants_input
         t.side_sent = t.side_sent or side
@@ -688,7 +688,7 @@ class Call:
             res.state = end_ev.state
             st = end_ev.state
             row["side_effect_reported"] = end_ev.side_effect
-            res.outcome = _END_STATES.get(st, A.FAILED)  # type: ignore[arg-type]
+            res.outcome = _END_STATES.get(st, A.FAILED)  # type: ignore[arg-type]  # a missing state maps to FAILED
             if res.outcome == A.FAILED:
                 res.code = end_ev.error_code or "internal"
                 res.retry_after_ms = end_ev.retry_after_ms

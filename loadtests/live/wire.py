@@ -374,7 +374,7 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
         if isinstance(data, dict):
             code = data.get(code_key)
         if code is None and isinstance(err, dict):
-            code = _JSONRPC_ERROR_CODES.get(err.get("code"))  # type: ignore[arg-type]
+            code = _JSONRPC_ERROR_CODES.get(err.get("code"))  # type: ignore[arg-type]  # a missing or unknown code gives None
         ev = Event("error", error_code=code or "internal")
         if isinstance(data, dict) and retry_key in data:
             ev.retry_after_ms = _num(data.get(retry_key))

@@ -257,7 +257,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # ------------------------------------------------------------------ protocol hooks
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn hands a Transport
         """Admit (or refuse at once) and start the header deadline."""
         super().connection_made(transport)
         self._peer = self.client[0] if self.client else "?"
@@ -324,7 +324,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             release(transport)
             lost(exc)
 
-        ws.connection_lost = connection_lost  # type: ignore[method-assign]
+        ws.connection_lost = connection_lost  # type: ignore[method-assign]  # the per-connection hook wraps uvicorn's
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Stop the deadline, free the slot."""

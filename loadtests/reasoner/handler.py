@@ -604,7 +604,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
         """Count the turn and store its outcome under every claim (or release them if it was
         refused)."""
         end = events[-1]
-        state = end.status.state  # type: ignore[union-attr]
+        state = end.status.state  # type: ignore[union-attr]  # the last event is a Task or status update
         code = error_code_of(end, self.rt.keys)
         outcome = _OUTCOME_NAMES.get(state, "other")
         metrics.TURNS.labels(outcome, code or "").inc()

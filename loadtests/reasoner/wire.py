@@ -254,7 +254,7 @@ def error_code_of(ev: Event, keys: Keys) -> str | None:
     """``rta/errorCode`` of a FAILED event, else None."""
     if event_state(ev) != TaskState.TASK_STATE_FAILED:
         return None
-    status = ev.status  # type: ignore[union-attr]
+    status = ev.status  # type: ignore[union-attr]  # a FAILED state comes on a Task or status update
     value = status.message.metadata.fields.get(keys("errorCode"))
     return value.string_value if value is not None else "internal"
 

@@ -133,7 +133,7 @@ class _Connection:
         """Dispatch one request and relay its response frames."""
         result: dict[str, Any] | AsyncGenerator[dict[str, Any], None] | None = None
         try:
-            context = self.b.dispatcher._context_builder.build(self.ws)  # type: ignore[arg-type]
+            context = self.b.dispatcher._context_builder.build(self.ws)  # type: ignore[arg-type]  # the builder reads only headers and user, as on a Request
             context.state[BINDING_KEY] = "ws"
             result = await self.b.dispatcher.dispatch(req, context)
             if isinstance(result, dict):

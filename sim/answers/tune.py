@@ -247,7 +247,7 @@ def objective(name: str, direction: str = "minimize") -> Objective:
     """An :class:`Objective` for metric ``name`` (aliases of D5 allowed)."""
     if direction not in ("minimize", "maximize"):
         raise SloError(f"direction must be minimize or maximize, got {direction!r}")
-    return Objective(resolve_metric(name), direction)  # type: ignore[arg-type]
+    return Objective(resolve_metric(name), direction)  # type: ignore[arg-type]  # direction checked against both just above
 
 
 def trial_overrides(space: Space, params: Mapping[str, Any]) -> dict[str, Any]:

@@ -71,7 +71,7 @@ def call_at(env: simpy.Environment, when: float, callback: Callable[[Any], None]
     """Run ``callback(value)`` at the simulated time ``when`` (not before now)."""
     if when < env._now:
         raise ValueError(f"time {when!r} is in the past (now {env._now!r})")
-    heappush(_queue(env), (when, _NORMAL, next(env._eid), callback, value))
+    heappush(cast("list[_Entry]", env._queue), (when, _NORMAL, next(env._eid), callback, value))
 
 
 def run(env: simpy.Environment, until: float | None = None) -> None:

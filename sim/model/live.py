@@ -358,7 +358,7 @@ class LiveLayer:
         profile is active from its arrival.  Otherwise the Live layer falls back to degraded
         core A2A at ``negotiation_s`` (errors.md §5, spec §9).
         """
-        up, down = self.negotiation  # type: ignore[misc]
+        up, down = self.negotiation  # type: ignore[misc]  # called only when negotiation links exist
         limit = self.t_negotiation_s
         d_up = up.transit(now)
         if d_up >= 0.0:
@@ -391,7 +391,7 @@ class LiveLayer:
         turn ``next_after_s`` later (default: the caller's think time) or end the call."""
         s = t.session
         ttfc, completion = t.timings(end_s)
-        escalate, call_end = s.turn_ended(t.outcome)  # type: ignore[arg-type]
+        escalate, call_end = s.turn_ended(t.outcome)  # type: ignore[arg-type]  # an ended turn has its outcome
         self._record_turn(t, end_s, t.outcome, t.reason, t.code, ttfc, completion, escalate)
         s.turn = None  # no reference cycles: finished turns are freed by refcounting alone
         t.req = None
@@ -424,9 +424,9 @@ class LiveLayer:
             return
         if action == CANCEL:
             req = t.req
-            self._close(req, now)  # type: ignore[arg-type]
+            self._close(req, now)  # type: ignore[arg-type]  # CANCEL comes only with a request in flight
             self._record(req, now, A_CANCELLED, None, None)
-            self._cancel(req)  # type: ignore[arg-type]
+            self._cancel(req)  # type: ignore[arg-type]  # CANCEL comes only with a request in flight
         self._end_turn(t, now, now, 0.0)
 
     # ------------------------------------------------------------------ attempts
