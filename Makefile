@@ -33,6 +33,7 @@ demo: $(STAMP) system-deps
 
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=40 tests
 
 # the inner loop (~2 min on 2 cores): no real servers, load runs, notebooks or browsers
@@ -41,8 +42,10 @@ test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 --dist load -m "not slow" tests
 
+# ruff, and mypy strict on sim/ and loadtests/ ([tool.mypy] in pyproject.toml, docs/decisions.md D17)
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # One-off, not in `make test`: the statistical tests on 20 seeds, with each test's pass count.
 seed-check: $(STAMP)

@@ -19,7 +19,7 @@ import os
 import statistics
 import subprocess
 import sys
-from typing import Any
+from typing import Any, cast
 
 from loadtests.common.procs import LOCALHOST, free_port, port_open, start_process
 from sim.shared.argtypes import non_negative, positive_int
@@ -53,7 +53,7 @@ def measure(variant: str, url: str, seconds: float, users: int, cpu: int | None
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
     if out.returncode != 0 or not lines:
         raise RuntimeError(f"{variant}: client failed: {out.stderr.strip()[-500:]}")
-    return json.loads(lines[-1])
+    return cast("dict[str, Any]", json.loads(lines[-1]))
 
 
 def ratio_table(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

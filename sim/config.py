@@ -17,9 +17,14 @@ import dataclasses
 import math
 import types
 import typing
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from sim.dist import Dist, DistError, parse_dist
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_T = TypeVar("_T", bound="DataclassInstance")
 
 
 class ConfigError(ValueError):
@@ -91,7 +96,7 @@ def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any]) -> 
             return parse_dist(value)
         except DistError as e:
             raise ConfigError(path, str(e)) from None
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return build(tp, value, path)
     if origin is tuple:
         args = get_args(tp)
@@ -114,7 +119,7 @@ def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any]) -> 
     raise TypeError(f"unsupported config type {tp!r} at {path}")  # programming error
 
 
-def build(cls: type, data: Any, path: str = "") -> Any:
+def build(cls: type[_T], data: Any, path: str = "") -> _T:
     """Build the frozen dataclass ``cls`` from ``data``; raise :class:`ConfigError` on bad input."""
     if isinstance(data, cls):
         return data

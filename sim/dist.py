@@ -31,7 +31,7 @@ import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -269,7 +269,7 @@ class Histogram(Dist):
         with np.errstate(invalid="ignore", divide="ignore"):
             frac = np.where(count > 0, (rank - below) / count, 0.0)
             x = start + (end - start) * frac
-        return np.where(b == len(cum) - 1, bounds[-2], x)
+        return cast("np.ndarray", np.where(b == len(cum) - 1, bounds[-2], x))
 
     def sample(self, rng: np.random.Generator) -> float:
         return float(self.quantile(rng.random()))
@@ -307,7 +307,7 @@ def scaled(d: Dist, factor: float) -> Dist:
     raise DistError(f"cannot scale a {type(d).__name__}")
 
 
-def _num(spec: dict, key: str, *, positive: bool = False) -> float:
+def _num(spec: dict[str, Any], key: str, *, positive: bool = False) -> float:
     if key not in spec:
         raise DistError(f"missing '{key}'")
     v = spec[key]
@@ -369,7 +369,7 @@ def parse_dist(spec: Any) -> Dist:
     return _empirical(spec)
 
 
-def _empirical(spec: dict) -> Empirical:
+def _empirical(spec: dict[str, Any]) -> Empirical:
     """``values = [...]`` inline, or ``file`` + ``column`` (CSV or Parquet)."""
     if "file" in spec or "column" in spec:
         if "values" in spec:
@@ -445,7 +445,7 @@ def _bound(v: Any) -> float:
     return float(v)
 
 
-def _histogram(spec: dict) -> Histogram:
+def _histogram(spec: dict[str, Any]) -> Histogram:
     """Cumulative buckets, validated: bounds >= 0 increasing to +Inf, counts non-decreasing."""
     le, counts = spec.get("le"), spec.get("counts")
     if not isinstance(le, list) or len(le) < 2:

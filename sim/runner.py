@@ -171,4 +171,4 @@ def empty_output(scenario: Scenario, seed: int = 0, replication: int = 0) -> Run
     ts = pd.DataFrame({c: np.empty(0) for c in S.TIMESERIES_COLUMNS})
     return RunOutput(timeseries=ts, counters={}, seed=seed, replication=replication,
                      warmup_s=scenario.run.warmup_s, duration_s=scenario.run.duration_s,
-                     workers=scenario.reasoner.workers, **frames)
+                     workers=scenario.reasoner.workers, **frames)  # type: ignore[arg-type]  # one DataFrame per S.TABLES

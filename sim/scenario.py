@@ -176,7 +176,7 @@ class ReasonerConfig:
     tool_latency_s: Dist = Exp(0.3)  # side-effect turns: upstream tool call duration
     upstream_timeout_s: float = num(2.0, ge=0.0, doc="give up on the tool; 0 = wait forever")
     errors: dict[str, float] = field(
-        default_factory=lambda: types.MappingProxyType({}),
+        default_factory=lambda: types.MappingProxyType({}),  # type: ignore[arg-type,return-value]  # read-only, as build() makes dicts
         metadata={"keys": ALL_CODES, "ge": 0.0, "le": 1.0},
     )  # injected failure probability per code, per execution
     dedup: DedupMode = "request-guid"

@@ -120,7 +120,7 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
         raise
     finally:
         gc.unfreeze()
-    if plots:
+    if plots and run_dir is not None:  # (plots implies a run_dir)
         _plot(Path(run_dir), scenario, plot_turns, plot_ts)
     summary = summarize_metrics(per_rep, warmup_s, [s for s, _ in plan], [r for _, r in plan])
     if pooled:

@@ -36,7 +36,7 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sim.config import ConfigError, to_plain
 from sim.scenario import Scenario, from_dict
@@ -122,7 +122,7 @@ def expand_grid(grid: Mapping[str, Sequence[Any]],
     zrows: list[dict[str, Any]] = (
         [dict(zip(zipped, row, strict=True)) for row in zip(*zipped.values(), strict=True)]
         if zipped else [{}])
-    points = []
+    points: list[dict[str, Any]] = []
     for combo in itertools.product(*grid.values()):
         base = dict(zip(grid, combo, strict=True))
         points.extend({**base, **z} for z in zrows)
@@ -243,7 +243,8 @@ def _finished(point_dir: Path, identity: dict[str, Any]) -> dict[str, Any] | Non
             return None
         if meta.get("sweep_point", {}).get("identity_sha256") != _sha(identity):
             return None
-        return json.loads((point_dir / "summary.json").read_text(encoding="utf-8"))
+        text = (point_dir / "summary.json").read_text(encoding="utf-8")
+        return cast("dict[str, Any]", json.loads(text))
     except (OSError, ValueError):
         return None
 
@@ -304,8 +305,8 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
 
         def finished(i: int, summary: dict[str, Any]) -> None:
             nonlocal done
-            if dirs[i] is not None:
-                _complete_point(dirs[i], summary, plans[i])
+            if (d := dirs[i]) is not None:
+                _complete_point(d, summary, plans[i])
             summaries[i] = summary
             done += 1
             bar(done / len(points))
@@ -314,14 +315,14 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
         metas: dict[int, dict[str, Any]] = {}
         base_meta = None
         for i in todo:
-            if dirs[i] is not None:
+            if (pdir := dirs[i]) is not None:
                 if base_meta is None:  # host, versions, git: once per sweep, not per point
                     from sim.shared import results
 
                     base_meta = results.collect_meta(kind="sim", scenario=scenario,
                                                      seed=int(root_seed),
                                                      replications=replications, argv=argv)
-                metas[i] = _start_point(dirs[i], resolved[i], points[i], identities[i],
+                metas[i] = _start_point(pdir, resolved[i], points[i], identities[i],
                                         base_meta, i)
             tasks[i] = PointTask(i, to_plain(resolved[i]), tuple(plans[i]),
                                  None if dirs[i] is None else str(dirs[i]), plots)
@@ -334,8 +335,8 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
             _stop(executor)
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
             for i, meta in metas.items():
-                if summaries[i] is None and dirs[i] is not None:
-                    _mark(dirs[i], meta, status, e)
+                if summaries[i] is None and (pdir := dirs[i]) is not None:
+                    _mark(pdir, meta, status, e)
             raise
     result = [s for s in summaries if s is not None]
     if out_dir is not None:
@@ -406,7 +407,7 @@ def _stop(executor: cf.Executor | None) -> None:
             pass
 
 
-def _claim_sweep_dir(out_dir: Path, scenario: Scenario, points: list[dict[str, Any]],
+def _claim_sweep_dir(out_dir: Path, scenario: Scenario, points: Sequence[Mapping[str, Any]],
                      root_seed: int, replications: int) -> None:
     """Create ``out_dir`` with ``sweep.json``, or check that the one there is this sweep."""
     from sim.shared.results import write_json, write_scenario
@@ -518,9 +519,10 @@ def write_tables(out_dir: Path, points: Sequence[Point],
     """Write ``sweep.csv`` and ``sweep.parquet`` (the :func:`tidy_table`) atomically."""
     df = tidy_table(points, summaries)
     out_dir = Path(out_dir)
-    for name, write in ((SWEEP_CSV, lambda p: df.to_csv(p, index=False, lineterminator="\n")),
-                        (SWEEP_PARQUET, lambda p: df.to_parquet(p, engine="pyarrow",
-                                                                index=False))):
+    writers: tuple[tuple[str, Callable[[Path], object]], ...] = (
+        (SWEEP_CSV, lambda p: df.to_csv(p, index=False, lineterminator="\n")),
+        (SWEEP_PARQUET, lambda p: df.to_parquet(p, engine="pyarrow", index=False)))
+    for name, write in writers:
         tmp = out_dir / f".{name}.tmp"
         write(tmp)
         os.replace(tmp, out_dir / name)
@@ -581,7 +583,7 @@ def make_executor(processes: int | None = None, dask: str | None = None) -> Iter
         else:
             ex.shutdown(wait=True)
         return
-    kind, n = parse_dask(dask)
+    kind, n_workers = parse_dask(dask)
     try:
         from distributed import Client, LocalCluster
     except ImportError:
@@ -590,7 +592,7 @@ def make_executor(processes: int | None = None, dask: str | None = None) -> Iter
         try:
             if kind == "local":
                 cluster = stack.enter_context(LocalCluster(
-                    n_workers=n or usable_cpus(), threads_per_worker=1, processes=True,
+                    n_workers=n_workers or usable_cpus(), threads_per_worker=1, processes=True,
                     dashboard_address=None, silence_logs=40, preload=_PRELOAD))
                 client = stack.enter_context(Client(cluster))
             else:

@@ -94,7 +94,7 @@ def outage_spec(text: str) -> Any:
     if not (start >= 0 and dur > 0) or direction not in ("uplink", "downlink", "both"):
         raise argparse.ArgumentTypeError(
             f"need START >= 0, DURATION > 0, DIRECTION uplink|downlink|both; got {text!r}")
-    return OutageConfig(start_s=start, duration_s=dur, direction=direction)  # type: ignore[arg-type]
+    return OutageConfig(start_s=start, duration_s=dur, direction=direction)  # type: ignore[arg-type]  # direction checked just above
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

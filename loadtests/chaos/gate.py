@@ -25,6 +25,7 @@ import socket
 import struct
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from .config import ChaosConfig
 from .ledger import ChaosLedger
@@ -99,7 +100,7 @@ class Gate:
             n += 1
         return n
 
-    def abort(self, client: tuple[str, int] | list | None) -> bool:
+    def abort(self, client: tuple[str, int] | list[Any] | None) -> bool:
         """Reset the caller behind the app connection ``client`` (scope["client"])."""
         if not client:
             return False

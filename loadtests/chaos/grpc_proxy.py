@@ -124,6 +124,17 @@ def event_info(body: bytes) -> tuple[bool, bool]:
     return state in TERMINAL, has_seq
 
 
+def _unary(ch: grpc.aio.Channel, path: str) -> grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]:
+    """``ch.unary_unary(path)``: raw bytes both ways (no (de)serializer)."""
+    return ch.unary_unary(path)
+
+
+def _unary_stream(ch: grpc.aio.Channel, path: str
+                  ) -> grpc.aio.UnaryStreamMultiCallable[bytes, bytes]:
+    """``ch.unary_stream(path)``: raw bytes both ways (no (de)serializer)."""
+    return ch.unary_stream(path)
+
+
 class _Cut(Exception):
     """The caller's stream is ended on purpose (a drop)."""
 
@@ -221,16 +232,17 @@ class GrpcChaos:
         assert self.channel is not None
         status = "unanswered"
         try:
+            call: grpc.aio.Call
             if streaming:
-                call = self.channel.unary_stream(path)(req, metadata=md)
-                await call.initial_metadata()
+                call = scall = _unary_stream(self.channel, path)(req, metadata=md)
+                await scall.initial_metadata()
                 if started is not None:
                     started.set()
-                async for _ in call:
+                async for _ in scall:
                     pass
             else:
-                call = self.channel.unary_unary(path)(req, metadata=md)
-                await call
+                call = ucall = _unary(self.channel, path)(req, metadata=md)
+                await ucall
             status = (await call.code()).name
         except grpc.aio.AioRpcError as e:
             status = e.code().name
@@ -250,7 +262,7 @@ class GrpcChaos:
         md = _forward_md(ctx.invocation_metadata())
         await self._uplink(path, info, req, md, ctx, False)
         assert self.channel is not None
-        call = self.channel.unary_unary(path)(req, metadata=md)
+        call = _unary(self.channel, path)(req, metadata=md)
         try:
             answer = await call
         except grpc.aio.AioRpcError as e:
@@ -275,7 +287,7 @@ class GrpcChaos:
         md = _forward_md(ctx.invocation_metadata())
         rng = await self._uplink(path, info, req, md, ctx, True)
         assert self.channel is not None
-        call = self.channel.unary_stream(path)(req, metadata=md)
+        call = _unary_stream(self.channel, path)(req, metadata=md)
         try:
             head = await call.initial_metadata()
             if head:

@@ -39,7 +39,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import numpy as np
@@ -238,8 +238,9 @@ class ChaosProxy:
         """The upstream URL of this request."""
         qs = scope.get("query_string", b"")
         base = self.ws_upstream if ws else self.upstream
-        return base + scope.get("raw_path", scope["path"].encode()).decode("latin-1").split(
-            "?")[0] + (f"?{qs.decode('latin-1')}" if qs else "")
+        path = cast("bytes", scope.get("raw_path", scope["path"].encode()))
+        return base + path.decode("latin-1").split("?")[0] + (
+            f"?{qs.decode('latin-1')}" if qs else "")
 
     async def _http(self, scope: dict[str, Any], receive: Callable[..., Any],
                     send: Callable[..., Any]) -> None:

@@ -146,7 +146,7 @@ async def serve(s: ChaosSettings) -> int:
         return 2
     print(f"chaos proxy on {s.tls.scheme}://{s.host}:{gate.port} -> {s.upstream} "
           f"(ledger {s.ledger or 'off'})", flush=True)
-    if len(gates) > 1:
+    if len(gates) > 1 and s.grpc_listen is not None:  # (the gRPC gate: grpc_listen set)
         print(f"chaos proxy on {'grpcs' if s.tls.enabled else 'grpc'}://{s.grpc_listen[0]}:"
               f"{gates[1].port} -> {s.grpc_upstream}", flush=True)
     outages = asyncio.ensure_future(
@@ -159,7 +159,7 @@ async def serve(s: ChaosSettings) -> int:
         for g in gates:
             g.stop_listening()
             g.reset_all()
-        if grpc_server is not None:
+        if grpc_server is not None and grpc_chaos is not None:  # (started together)
             await grpc_server.stop(0)
             await grpc_chaos.close()
         ledger.close()

@@ -73,7 +73,7 @@ def parse_request(body: bytes | str, path: str = "/") -> tuple[Any, RpcInfo]:
         guid = _suffix(msg.get("metadata"), "requestGuid") if isinstance(msg, dict) else None
         return obj, RpcInfo(method=rest, request_guid=guid if isinstance(guid, str) else "",
                             binding="rest")
-    method = obj.get("method") if isinstance(obj.get("method"), str) else ""
+    method = m if isinstance(m := obj.get("method"), str) else ""
     params = obj.get("params")
     msg = params.get("message") if isinstance(params, dict) else None
     guid = _suffix(msg.get("metadata"), "requestGuid") if isinstance(msg, dict) else None
@@ -134,7 +134,7 @@ class SseSplitter:
     def feed(self, chunk: bytes) -> list[bytes]:
         """Complete events contained in the data so far."""
         self.buf += chunk
-        events = []
+        events: list[bytes] = []
         while True:
             cut = [i for i in (self.buf.find(b"\n\n"), self.buf.find(b"\r\n\r\n")) if i >= 0]
             if not cut:

@@ -179,8 +179,8 @@ def _min_effect_p(diff: float, var: float, margin: float, clusters: int) -> floa
     return float(stats.t.sf((abs(diff) - margin) / math.sqrt(var), clusters - 1))
 
 
-def metric_comparisons(frame: pd.DataFrame, names: list[str]) -> tuple[list[Comparison],
-                                                                         dict[str, dict]]:
+def metric_comparisons(frame: pd.DataFrame, names: list[str]
+                       ) -> tuple[list[Comparison], dict[str, dict[str, Any]]]:
     """Success, TTFC and completion of each binding against the others pooled; and the
     per-binding figures (``frame``: one row per judged turn with binding, call_id, ok,
     ttfc_s, completion_s)."""

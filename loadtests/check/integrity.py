@@ -33,7 +33,9 @@ from loadtests.check.verdict import (
     KEY_FIGURES,
     NOT_CHECKED,
     PASS,
+    Kind,
     RuleResult,
+    Status,
     examples_of,
 )
 from sim.shared.vocab import AttemptOutcome as A
@@ -92,9 +94,9 @@ class RunFiles:
         return self.status == INTERRUPTED
 
 
-def _rule(name: str, section: str, kind: str, status: str, count: int = 0,
+def _rule(name: str, section: str, kind: Kind, status: Status, count: int = 0,
           examples: tuple[str, ...] = (), detail: str = "") -> RuleResult:
-    return RuleResult(name=name, section=section, kind=kind, status=status,  # type: ignore[arg-type]
+    return RuleResult(name=name, section=section, kind=kind, status=status,
                       count=int(count), examples=examples, detail=detail)
 
 

@@ -30,6 +30,7 @@ import math
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -173,9 +174,9 @@ def normalise(df: pd.DataFrame, name: str) -> pd.DataFrame:
     for col, typ in SCHEMAS[name].items():
         s = df[col] if col in df.columns else pd.Series([None] * len(df), dtype=object)
         if typ == STR:
-            s = s.astype(object).where(s.notna(), None)
+            s = s.astype(object).where(s.notna(), None)  # type: ignore[call-overload]  # pandas-stubs: where() takes no None
         elif typ == BOOL:
-            s = s.astype(object).where(s.notna(), None)
+            s = s.astype(object).where(s.notna(), None)  # type: ignore[call-overload]  # pandas-stubs: where() takes no None
             if not s.isna().any():
                 s = s.astype(bool)
         else:
@@ -186,7 +187,7 @@ def normalise(df: pd.DataFrame, name: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _json_lines(path: Path) -> list[dict]:
+def _json_lines(path: Path) -> list[dict[str, Any]]:
     """Every non-blank line of ``path`` as a dict; LedgerError on the first line that is not one."""
     rows = []
     with path.open("rb") as f:
@@ -223,7 +224,7 @@ def _read_table(path: Path, name: str) -> pa.Table | None:
              f"columns = {{{cols}}})")
     try:
         with duckdb.connect() as con:
-            return con.sql(query, params=[str(path)]).to_arrow_table()
+            return cast("pa.Table | None", con.sql(query, params=[str(path)]).to_arrow_table())
     except duckdb.IOException as e:
         raise LedgerError(f"{path}: cannot read ({str(e).splitlines()[0]})") from None
     except duckdb.Error:
@@ -250,9 +251,9 @@ def events_from_frame(df: pd.DataFrame) -> Events:
 def events_from_table(table: pa.Table) -> Events:
     """:class:`Events` from the fast reader's table (stream ids dictionary-encoded in Arrow)."""
     key = pc.coalesce(table["attempt_key"], table["request_guid"]).combine_chunks()
-    enc = pc.dictionary_encode(key)
-    codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-    task = pc.fill_null(pc.is_in(table["kind"], pa.array(UNSEQUENCED_KINDS)), False).to_numpy()
+    enc = cast("pa.DictionaryArray[Any, Any]", pc.dictionary_encode(key))
+    codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    task = pc.is_in(table["kind"], pa.array(UNSEQUENCED_KINDS)).fill_null(False).to_numpy()
     num = {c: table[c].to_numpy() if table[c].null_count == 0 else
            table[c].to_pandas().to_numpy(dtype=np.float64)
            for c in ("sequence_id", "played_index", "recv_s")}
@@ -314,8 +315,9 @@ def read_ledgers(run_dir: str | Path, witness_since: int = 0) -> Ledgers:
         paths["chaos"] = run / "chaos.jsonl"
     pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rtalab-ledger")
     try:
-        futures = {name: pool.submit(read_events if name == "events" else read_jsonl, path,
-                                     *(() if name == "events" else (name,)))
+        futures: dict[str, Future[Any]] = {
+            name: pool.submit(read_events if name == "events" else read_jsonl, path,
+                              *(() if name == "events" else (name,)))
                    for name, path in paths.items() if path.exists()}
         attempts = read_jsonl(attempts_path, "attempts")
         got = {name: f.result() for name, f in futures.items() if name != "events"}

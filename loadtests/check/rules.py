@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -27,11 +28,14 @@ from loadtests.check.verdict import (
     FAIL,
     NOT_CHECKED,
     PASS,
+    Kind,
     RuleResult,
+    Status,
     examples_of,
     per_1k,
 )
 from sim.policy.codes import RETRYABLE_CODES
+from sim.policy.decide import RetryPolicy
 from sim.shared.vocab import AttemptOutcome as A
 from sim.shared.vocab import EndReason, TurnOutcome
 
@@ -72,11 +76,11 @@ HAZARDS = ("ghost-success", "turn-re-executed", "duplicate-session")
 RULE_NAMES = tuple(SECTIONS)
 
 
-def _result(name: str, status: str, count: int = 0, examples: tuple[str, ...] = (),
+def _result(name: str, status: Status, count: int = 0, examples: tuple[str, ...] = (),
             detail: str = "", rate: float | None = None) -> RuleResult:
     """A RuleResult with the rule's section and kind."""
-    kind = "hazard" if name in HAZARDS else "violation"
-    return RuleResult(name=name, section=SECTIONS[name], kind=kind, status=status,  # type: ignore[arg-type]
+    kind: Kind = "hazard" if name in HAZARDS else "violation"
+    return RuleResult(name=name, section=SECTIONS[name], kind=kind, status=status,
                       count=int(count), examples=examples, detail=detail,
                       rate_per_1k_turns=rate)
 
@@ -174,21 +178,21 @@ def prepare(led: Ledgers) -> Prepared:
         w = led.witness.copy()
         g2k = a.drop_duplicates("request_guid").set_index("request_guid")["tkey"]
         g2k = g2k[g2k.index.notna()]
-        tk = w["requestGuid"].map(g2k)
+        wkey = w["requestGuid"].map(g2k)
         inter = [a[["interaction_id", "tkey"]]]
         if t is not None:
             inter.append(t[["interaction_id", "tkey"]])
         i2k = (pd.concat(inter).dropna(subset=["interaction_id"])
                .drop_duplicates("interaction_id").set_index("interaction_id")["tkey"])
-        missing = tk.isna()
+        missing = wkey.isna()
         if missing.any():
-            tk[missing] = w.loc[missing, "interactionId"].map(i2k)
-        w["tkey"] = tk
+            wkey[missing] = w.loc[missing, "interactionId"].map(i2k)
+        w["tkey"] = wkey
         # an execution without any of the profile's ids, in the context of a degraded call:
         # it cannot be attributed to a turn (reported, neither unexpected nor lost)
         inactive_ctx = set(a.loc[a["active"].eq(False).to_numpy(), "context_id"].dropna()) | set(
             a.loc[a["active"].eq(False).to_numpy(), "context_id_learned"].dropna())
-        w["degraded"] = (tk.isna() & w["requestGuid"].isna() & w["interactionId"].isna()
+        w["degraded"] = (wkey.isna() & w["requestGuid"].isna() & w["interactionId"].isna()
                          & w["contextId"].isin(inactive_ctx)).to_numpy()
     return Prepared(a=a, turns=turns, w=w, n_turns=n_turns, keys=keys,
                     first=_first_rows(codes, n))
@@ -290,7 +294,7 @@ def _several_values(keys: pd.Series, values: pd.Series) -> pd.Index:
     ok = (k >= 0) & (v >= 0)
     pairs = np.unique(k[ok].astype(np.int64) * (len(vn) + 1) + v[ok])
     per_key = np.bincount(pairs // (len(vn) + 1), minlength=len(kn))
-    return pd.Index(kn[per_key > 1])
+    return cast("pd.Index", pd.Index(kn[per_key > 1]))
 
 
 def rule_sessions(p: Prepared, limits: Mapping[str, float]) -> RuleResult:
@@ -449,13 +453,13 @@ def rule_non_retryable(p: Prepared, seq: pd.DataFrame) -> RuleResult:
                       detail)
 
 
-def rule_retry_limit(p: Prepared, seq: pd.DataFrame, policy: object | None,
+def rule_retry_limit(p: Prepared, seq: pd.DataFrame, policy: RetryPolicy | None,
                      why: str = "") -> RuleResult:
     """Retries beyond ``RetryPolicy.max_attempts_for`` of the code that failed."""
     if policy is None:
         return _not_checked("retry-limit", why or "retry policy unknown")
-    limit_of = {c: policy.max_attempts_for(c) for c in RETRYABLE_CODES}  # type: ignore[attr-defined]
-    timeout_limit = policy.max_attempts_for("upstream-timeout", timeout=True)  # type: ignore[attr-defined]
+    limit_of = {c: policy.max_attempts_for(c) for c in RETRYABLE_CODES}
+    timeout_limit = policy.max_attempts_for("upstream-timeout", timeout=True)
     code = seq["error_code"]
     # no answer (timeout, response-lost, total-timeout, cut off): the timeout limit, whatever
     # code the client wrote (the Live layer decides these as upstream-timeout, timeout=True)
@@ -473,11 +477,11 @@ def rule_retry_limit(p: Prepared, seq: pd.DataFrame, policy: object | None,
 RETRY_AFTER_SLACK_S = 0.001  # clock granularity of the ledger's unix times
 
 
-def rule_retry_after(seq: pd.DataFrame, policy: object | None, why: str = "") -> RuleResult:
+def rule_retry_after(seq: pd.DataFrame, policy: RetryPolicy | None, why: str = "") -> RuleResult:
     """Retries of a ``rate-limited`` failure sent before its ``retryAfterMs`` hint elapsed."""
     if policy is None:
         return _not_checked("retry-after", why or "retry policy unknown")
-    if not policy.cfg.retry.honour_retry_after:  # type: ignore[attr-defined]
+    if not policy.cfg.retry.honour_retry_after:
         return _not_checked("retry-after", "the run's policy does not honour retryAfterMs "
                                            "(live.retry.honour_retry_after = false)")
     hinted = (seq["error_code"].eq("rate-limited") & seq["retry_after_ms"].notna()
@@ -594,12 +598,12 @@ def rule_sequence_id(p: Prepared, events: Events | None) -> RuleResult:
     return _not_checked("sequence-id", "no events ledger and no events_without_seq")
 
 
-def rule_task_id_kept(seq: pd.DataFrame, policy: object | None = None) -> RuleResult:
+def rule_task_id_kept(seq: pd.DataFrame, policy: RetryPolicy | None = None) -> RuleResult:
     """Retries after a timeout or a lost response (no FAILED state) of a request whose task
     was known that were sent without that taskId (errors.md §3: keep it; the Reasoner joins
     the running task instead of starting the turn again).  Not checked when the run's policy
     cancels the task on a timeout (``live.cancel_on_timeout``: the retry is a new task)."""
-    if policy is not None and policy.cfg.cancel_on_timeout:  # type: ignore[attr-defined]
+    if policy is not None and policy.cfg.cancel_on_timeout:
         return _not_checked("task-id-kept", "live.cancel_on_timeout = true: a retry after a "
                                             "timeout starts a new task")
     known = pd.Series(seq["known_task"].to_numpy(), index=seq.index)

@@ -29,9 +29,10 @@ from loadtests.check import rules as R
 from loadtests.check.coverage import coverage, read_restarts, turns_across_restarts
 from loadtests.check.ledger import Ledgers, read_ledgers
 from loadtests.check.verdict import RuleResult, Verdict
+from sim.policy.decide import RetryPolicy
 
 
-def load_policy(run_dir: Path) -> tuple[Any | None, str]:
+def load_policy(run_dir: Path) -> tuple[RetryPolicy | None, str]:
     """The run's ``RetryPolicy`` from the ``[live]`` table of ``scenario.toml``, or why not.
 
     Only ``[live]`` is read, so sections this build does not know (added by
@@ -41,7 +42,6 @@ def load_policy(run_dir: Path) -> tuple[Any | None, str]:
 
     from sim.config import ConfigError, build
     from sim.policy.config import LivePolicyConfig
-    from sim.policy.decide import RetryPolicy
 
     path = Path(run_dir) / "scenario.toml"
     try:
@@ -87,7 +87,7 @@ class Context:
     led: Ledgers
     p: R.Prepared
     seq: pd.DataFrame
-    policy: Any | None
+    policy: RetryPolicy | None
     policy_problem: str
     limits: dict[str, float]
     files: I.RunFiles
@@ -122,8 +122,9 @@ def _sub_context(led: Ledgers, ctx: Context) -> Context:
 
 def _indeterminate(ctx: Context) -> np.ndarray:
     """Turns that are not judged: cut off by the stop or open across a restart."""
-    return R.indeterminate_turns(ctx.p, ctx.files.interrupted) | turns_across_restarts(
+    out: np.ndarray = R.indeterminate_turns(ctx.p, ctx.files.interrupted) | turns_across_restarts(
         ctx.p.a, ctx.p.n_turns, read_restarts(ctx.files.run_dir))
+    return out
 
 
 def equivalence_rules(ctx: Context) -> list[RuleResult]:

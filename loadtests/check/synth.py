@@ -65,8 +65,9 @@ def clean_ledger(n_turns: int, *, seed: int = 1, turns_per_call: int = 4, chunks
         "first_response_s": send + 0.01, "first_chunk_s": np.where(failed, np.nan, send + 0.1),
         "end_s": send + 0.3, "outcome": np.where(failed, "failed", "completed").astype(object),
         "state": np.where(failed, "TASK_STATE_FAILED", "TASK_STATE_COMPLETED").astype(object),
-        "error_code": np.where(failed, "upstream-timeout", None).astype(object),
-        "retry_after_ms": np.nan, "decision": np.where(failed, "retry", None).astype(object),
+        "error_code": np.where(failed, "upstream-timeout", None).astype(object),  # type: ignore[call-overload]  # numpy stubs: where() takes no None
+        "retry_after_ms": np.nan,
+        "decision": np.where(failed, "retry", None).astype(object),  # type: ignore[call-overload]  # numpy stubs: where() takes no None
         "echo": True, "events": np.where(failed, 3, chunks + 3), "events_without_seq": 0,
         "order_violations": 0, "http_status": 200, "server_worker": "1",
     })

@@ -127,7 +127,8 @@ def grpc_problem(address: str, secure: bool, tls: ClientTls | None = None,
     except TlsError as e:
         return f"{where}: {e}"
     try:
-        channel.unary_unary(GRPC_PING)(b"", timeout=timeout_s)
+        ping: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(GRPC_PING)
+        ping(b"", timeout=timeout_s)
     except grpc.RpcError as e:
         if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return None

@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Any
 
 from sim.shared.argtypes import Option
-from sim.shared.tls import (  # noqa: F401 - the clients' side, re-exported
+from sim.shared.tls import (  # the clients' side, re-exported (__all__)
     CA,
     CLIENT_CERT,
     CLIENT_EXPIRED,
@@ -55,6 +55,17 @@ from sim.shared.tls import (  # noqa: F401 - the clients' side, re-exported
     reason,
     short_reason,
 )
+
+#: everything public here, the clients' side of sim.shared.tls included
+__all__ = [
+    "CA", "CLIENT_CERT", "CLIENT_EXPIRED", "CLIENT_KEY", "CLIENT_REJECTED",
+    "CLIENT_REJECTED_LIKELY", "CLIENT_REQUIRED", "CLIENT_REQUIRED_LIKELY", "ENV", "EXPIRED",
+    "HOSTNAME", "INSECURE", "INSECURE_WARNING", "NOT_TLS", "NOT_YET", "SELF_SIGNED", "TLS_CERT",
+    "TLS_CLIENT_CA", "TLS_KEY", "UNKNOWN_CA", "VERIFY_FAILED", "ClientTls", "ServerTls",
+    "TlsError", "add_client_tls", "add_server_tls", "client_grpc_credentials",
+    "client_tls_from_args", "describe", "diagnose", "path_args", "pem_file", "problem", "read_pem",
+    "reason", "server_tls_from_args", "short_reason",
+]
 
 
 def client_grpc_credentials(tls: ClientTls) -> Any:

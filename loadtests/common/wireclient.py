@@ -21,22 +21,22 @@ import ssl
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from websockets.sync.client import ClientConnection, connect
 
 from loadtests.common.tls import ClientTls
 from loadtests.live.wire import headers as wire_headers
-from loadtests.reasoner.wire import (  # noqa: F401 - the JSON-side wire rules, re-exported
-    DEFAULT_EXT_URI,
-    EVENT_KINDS,
-    frame_ends,
-)
-from loadtests.reasoner.wire import END_STATE_NAMES as END_STATES  # noqa: F401
-from loadtests.reasoner.wire import json_kind as kind
-from loadtests.reasoner.wire import json_state as state
 
+# the JSON-side wire rules, re-exported
+from loadtests.reasoner.wire import DEFAULT_EXT_URI, END_STATE_NAMES, json_kind, json_state
+from loadtests.reasoner.wire import EVENT_KINDS as EVENT_KINDS
+from loadtests.reasoner.wire import frame_ends as frame_ends
+
+END_STATES = END_STATE_NAMES
+kind = json_kind
+state = json_state
 EXT = DEFAULT_EXT_URI
 
 TOKENS = {"token-alice": "alice", "token-bob": "bob"}
@@ -119,12 +119,12 @@ def headers(token: str | None = ALICE, ext: bool = True, version: bool = True,
 
 def meta(ev: dict[str, Any]) -> dict[str, Any]:
     """Event-level metadata."""
-    return ev[kind(ev)].get("metadata", {})
+    return cast("dict[str, Any]", ev[kind(ev)].get("metadata", {}))
 
 
 def status_message(ev: dict[str, Any]) -> dict[str, Any]:
     """The status message of a task / statusUpdate payload."""
-    return ev[kind(ev)].get("status", {}).get("message", {})
+    return cast("dict[str, Any]", ev[kind(ev)].get("status", {}).get("message", {}))
 
 
 @dataclass
@@ -165,7 +165,8 @@ class Turn:
     @property
     def error_code(self) -> str | None:
         """``rta/errorCode`` of a FAILED final event."""
-        return status_message(self.final).get("metadata", {}).get(k("errorCode"))
+        code = status_message(self.final).get("metadata", {}).get(k("errorCode"))
+        return cast("str | None", code)
 
     @property
     def failure_text(self) -> str:
@@ -173,7 +174,7 @@ class Turn:
         return "".join(p.get("text", "") for p in status_message(self.final).get("parts", []))
 
     @property
-    def seqs(self) -> list[float]:
+    def seqs(self) -> list[float | None]:
         """``rta/sequenceId`` of every event after the Task."""
         return [meta(e).get(k("sequenceId")) for e in self.events[1:]]
 
@@ -335,7 +336,8 @@ def grpc_request(address: str, body: dict[str, Any], hdrs: dict[str, str],
             turn.headers = {key: v for key, v in call.initial_metadata() or ()}
         except grpc.RpcError as e:
             turn.status = HTTP_OF_STATUS.get(e.code().name, 500)
-            turn.headers = {key: v for key, v in e.initial_metadata() or ()
+            call_error = cast("grpc.Call", e)  # a blocking call's error is the call too
+            turn.headers = {key: v for key, v in call_error.initial_metadata() or ()
                             if isinstance(v, str)}
             frame = error_frame(rid, e, EXT)
             frame["error"]["grpcStatus"] = e.code().name

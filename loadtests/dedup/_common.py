@@ -16,7 +16,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from loadtests.dedup.base import Claim, DedupStore, StoreStats
-from sim.shared.dedup_rule import Row, Verdict, judge  # noqa: F401 - THE rule (docs/decisions.md D4)
+
+# THE rule (docs/decisions.md D4), re-exported
+from sim.shared.dedup_rule import Row as Row
+from sim.shared.dedup_rule import Verdict
+from sim.shared.dedup_rule import judge as judge
 
 PeekState = Literal["done", "in_flight", "gone"]
 Peek = Callable[[str, str], Awaitable[tuple[PeekState, dict[str, Any] | None]]]

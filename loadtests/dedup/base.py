@@ -69,7 +69,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sim.shared.dedup_rule import StalePolicy
+from sim.shared.dedup_rule import StalePolicy as StalePolicy  # re-exported
 
 ClaimState = Literal["new", "in_flight", "done", "conflict"]
 STALE_POLICIES: tuple[str, ...] = ("fail", "reclaim")
@@ -92,7 +92,7 @@ def lost_outcome(owner: str, claimed_at_s: float, lost_at_s: float,
 
 def is_lost_outcome(outcome: dict[str, Any] | None) -> bool:
     """True for the synthetic outcome of :func:`lost_outcome`."""
-    return bool(outcome) and outcome.get(LOST_KEY) is True
+    return outcome is not None and outcome.get(LOST_KEY) is True
 
 
 FAILURE_CAUSES: tuple[str, ...] = ("down", "timeout", "full", "busy", "loading", "read-only",

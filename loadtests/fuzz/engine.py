@@ -374,10 +374,10 @@ def send_ws(session: Any, case: Case) -> Answer:
 
 def scrape(client: Client) -> dict[str, float]:
     """The Reasoner's counters by name (summed over label sets)."""
-    totals: Counter[str] = Counter()
+    totals: dict[str, float] = {}
     for name, _labels, value in _METRIC.findall(client.metrics()):
-        totals[name] += float(value)
-    return dict(totals)
+        totals[name] = totals.get(name, 0) + float(value)
+    return totals
 
 
 @dataclass

@@ -23,7 +23,7 @@ import importlib
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sim.shared.vocab import BindingName as B
 
@@ -81,7 +81,7 @@ class Binding:
 
     def factory(self) -> ChannelFactory:
         """Its ``open_channel`` (imports the module)."""
-        return importlib.import_module(self.module).open_channel  # type: ignore[no-any-return]
+        return cast("ChannelFactory", importlib.import_module(self.module).open_channel)
 
 
 REGISTRY: dict[str, Binding] = {b.name: b for b in (

@@ -48,7 +48,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import gevent
 import gevent.event
@@ -270,7 +270,7 @@ class Call:
     def __init__(self, call_id: str, scenario: Scenario, instance: Instance, channel: Channel,
                  sink: Sink, opts: LiveOptions, rng: np.random.Generator, process: str,
                  run_id: str, stats: Callable[[str, str, float, bool], None] | None = None,
-                 spawn: Callable[..., gevent.Greenlet] = gevent.spawn) -> None:
+                 spawn: Callable[..., gevent.Greenlet[..., Any]] = gevent.spawn) -> None:
         self.call_id = call_id
         self.sc = scenario
         self.inst = instance
@@ -297,7 +297,7 @@ class Call:
         self.active = True
         self.degraded = False
         self.negotiated = False
-        self.copies: list[gevent.Greenlet] = []
+        self.copies: list[gevent.Greenlet[..., Any]] = []
         self._uniforms: list[float] = []  # share draws of ``rng``, a block at a time
         self._open_attempt: dict[str, Any] | None = None
         self._turn: _Turn | None = None
@@ -401,7 +401,7 @@ class Call:
                 action, end_s, first_chunk_s = self._run_phase(t, t.caller_answered(time.time()))
         t.first_chunk_s = first_chunk_s
         self._end_turn(t, end_s)
-        return t.outcome  # type: ignore[return-value]
+        return t.outcome  # type: ignore[return-value]  # _end_turn set the outcome
 
     def _end_turn(self, t: _Turn, end_s: float) -> None:
         ttfc, _ = t.timings(end_s)
@@ -425,7 +425,7 @@ class Call:
             "ttfc_s": None if math.isnan(ttfc) else ttfc,
             "completion_s": None if math.isnan(completion) else completion,
             "handoff_wait_s": t.handoff_wait_s,
-            "told_caller": _TOLD.get(t.outcome, Told.NONE),  # type: ignore[call-overload]
+            "told_caller": _TOLD.get(t.outcome, Told.NONE),  # type: ignore[arg-type]  # None (no outcome yet) is no key: Told.NONE
             "forced_error": t.force_error,
             **(_NO_TIMING if end_s is None else _timing_of(t.last_row))})
         self._turn = None
@@ -454,7 +454,7 @@ class Call:
                 self._last_row["decision"] = t.decision
                 self._commit_attempt()
             if t.cancel and t.task_id:  # cancel_on_timeout: CancelTask for the abandoned attempt
-                self.ch.cancel(_id("r"), t.task_id, self.active)  # type: ignore[arg-type]
+                self.ch.cancel(_id("r"), t.task_id, self.active)  # type: ignore[arg-type]  # a str on the wire (TurnRules: Hashable)
             if action == AWAIT_CALLER:
                 return action, res.end_s, NAN
             if action != WAIT:
@@ -472,8 +472,8 @@ class Call:
 
     def _attempt(self, t: _Turn, delay_before: float) -> _Result:
         """Send one request of turn ``t``, read it to its end (or a timer), record it."""
-        ids = Ids(_id("m"), t.guid, t.turn_id, t.interaction_id, self.context_id,  # type: ignore[arg-type]
-                  t.task_id)  # type: ignore[arg-type]
+        ids = Ids(_id("m"), t.guid, t.turn_id, t.interaction_id, self.context_id,  # type: ignore[arg-type]  # strs on the wire (TurnRules: Hashable)
+                  t.task_id)  # type: ignore[arg-type]  # a str on the wire (TurnRules: Hashable)
         extra = {"test.forceError": t.force_error} if t.force_error else None
         side = t.side_effect and not t.wants_input
         t.side_sent = t.side_sent or side
@@ -647,7 +647,7 @@ class Call:
                             seq_rows[n]["played_index"] = idx
                     if (watch_barge and barge_at == math.inf
                             and not math.isnan(pb.first_chunk_s)):
-                        barge_at = pb.first_chunk_s + t.barge_in_s
+                        barge_at = pb.first_chunk_s + cast("float", t.barge_in_s)  # watch_barge
                         limit = min(total_deadline, hard_deadline, barge_at,
                                     math.inf if got_output else resp_deadline)
                     if ev.ends_stream:
@@ -658,7 +658,7 @@ class Call:
                 if barge_at <= now:
                     outcome = A.CANCELLED
                     if t.task_id:  # the answer says whether the side effect ran
-                        row["side_effect_reported"] = self.ch.cancel(_id("r"), t.task_id,
+                        row["side_effect_reported"] = self.ch.cancel(_id("r"), t.task_id,  # type: ignore[arg-type]  # a str on the wire (TurnRules: Hashable)
                                                                      self.active)
                 elif not got_output and resp_deadline <= now:
                     outcome, failure = A.TIMEOUT, "turn-response timeout"
@@ -688,7 +688,7 @@ class Call:
             res.state = end_ev.state
             st = end_ev.state
             row["side_effect_reported"] = end_ev.side_effect
-            res.outcome = _END_STATES.get(st, A.FAILED)  # type: ignore[arg-type]
+            res.outcome = _END_STATES.get(st, A.FAILED)  # type: ignore[arg-type]  # a missing state maps to FAILED
             if res.outcome == A.FAILED:
                 res.code = end_ev.error_code or "internal"
                 res.retry_after_ms = end_ev.retry_after_ms

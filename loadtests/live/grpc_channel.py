@@ -258,7 +258,7 @@ def code_of_status(err: Any) -> tuple[str, str, float | None]:
     return code, name, retry_ms
 
 
-def error_frame(rpc_id: str, err: Any, ext_uri: str) -> dict[str, Any]:
+def error_frame(rpc_id: str | None, err: Any, ext_uri: str) -> dict[str, Any]:
     """A failed call as one JSON-RPC error frame (the profile's code in ``error.data``)."""
     code, name, retry_ms = code_of_status(err)
     data: dict[str, Any] = {f"{ext_uri}/errorCode": code}

@@ -23,7 +23,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gevent
 import locust.stats
@@ -61,7 +61,7 @@ class Process:
         self.t0 = 0.0
         self.running = False
         self.environment: Any = None
-        self.shipper: gevent.Greenlet | None = None
+        self.shipper: gevent.Greenlet[..., Any] | None = None
         self.finished = False
 
     def start(self, environment: Any) -> None:
@@ -140,7 +140,8 @@ class Process:
         # principal sees every binding)
         token = s.tokens[(n // k) % len(s.tokens)] if s.tokens else s.token
         channel = open_channel(bindings[n % k], ChannelContext(
-            user.client, user.host, s, token, self.environment.events, CLIENT_TLS))
+            user.client, cast("str", user.host), s, token, self.environment.events,  # host: set
+            CLIENT_TLS))
         rng = np.random.default_rng(np.random.SeedSequence([s.seed, self.index, n + 1]))
         assert self.instance is not None and self.ledger is not None
         call = Call(f"{s.run_id}-w{self.index}-{n}", self.scenario, self.instance, channel,
@@ -186,7 +187,7 @@ class Conductor:
             gevent.sleep(0.1)
         stop_t = time.time()
         environment.runner.stop()
-        if not isinstance(environment.runner, MasterRunner):
+        if not isinstance(environment.runner, MasterRunner) and PROCESS is not None:
             PROCESS.stop()  # the local runner's test_stop may have run before users ended
         deadline = stop_t + GATHER_TIMEOUT_S
         while not self.gatherer.complete(self.expected) and time.time() < deadline:
@@ -206,7 +207,7 @@ class Conductor:
         environment.runner.quit()
 
 
-locust.stats.CSV_STATS_INTERVAL_SEC = CSV_INTERVAL_S  # read by its writer at every write
+locust.stats.CSV_STATS_INTERVAL_SEC = CSV_INTERVAL_S  # type: ignore[assignment]  # locust says int; its writer sleeps any seconds
 # ``rtalab load run`` (master or local process, and the workers it starts itself) names the
 # settings file; a worker started by ``rtalab load worker`` on another host has none: it gets
 # the settings (and the scenario) from the master when the run starts (a Locust custom
@@ -221,13 +222,13 @@ PROCESS: Process | None = Process(SETTINGS) if SETTINGS is not None else None
 CONDUCTOR: Conductor | None = Conductor(SETTINGS) if SETTINGS is not None else None
 
 
-@events.init_command_line_parser.add_listener
+@events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]  # locust's add_listener is unannotated
 def _add_arguments(parser: Any) -> None:
     parser.add_argument("--rta-settings", default="",
                         help="(set by the master for remote workers; never by hand)")
 
 
-@events.init.add_listener
+@events.init.add_listener  # type: ignore[untyped-decorator]  # locust's add_listener is unannotated
 def _on_init(environment: Any, **kw: Any) -> None:
     if not isinstance(environment.runner, WorkerRunner):
         assert CONDUCTOR is not None and SETTINGS is not None
@@ -236,7 +237,7 @@ def _on_init(environment: Any, **kw: Any) -> None:
             environment.parsed_options.rta_settings = SETTINGS.for_remote_workers()
 
 
-@events.test_start.add_listener
+@events.test_start.add_listener  # type: ignore[untyped-decorator]  # locust's add_listener is unannotated
 def _on_test_start(environment: Any, **kw: Any) -> None:
     global PROCESS
     if PROCESS is None:  # a remote worker: the settings came with the spawn message
@@ -249,7 +250,7 @@ def _on_test_start(environment: Any, **kw: Any) -> None:
         CONDUCTOR.start(environment)
 
 
-@events.test_stop.add_listener
+@events.test_stop.add_listener  # type: ignore[untyped-decorator]  # locust's add_listener is unannotated
 def _on_test_stop(environment: Any, **kw: Any) -> None:
     if not isinstance(environment.runner, MasterRunner) and PROCESS is not None:
         PROCESS.stop()
@@ -271,4 +272,5 @@ class LiveCalls(FastHttpUser):
     @task
     def arrivals(self) -> None:
         """Run the arrival process (returns only when this process's share is done)."""
+        assert PROCESS is not None  # set at import (or at test start on a remote worker)
         PROCESS.arrivals(self)

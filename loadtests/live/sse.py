@@ -53,7 +53,7 @@ class SseExchange:
         h = r.headers or {}
         self.worker: str | None = h.get(WORKER_HEADER)
         self.echo = ext_uri in (h.get("a2a-extensions") or "")
-        self._raw = getattr(r, "_response", None)
+        self._raw: Any = getattr(r, "_response", None)  # geventhttpclient's raw response
         err = getattr(r, "error", None)
         if self._raw is None or not self.http_status:
             why = reason(err) if isinstance(err, BaseException) else err  # a certificate named

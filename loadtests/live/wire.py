@@ -106,7 +106,7 @@ def _json(v: Any) -> str:
     return _ESCAPE(v) if type(v) is str else _ENCODE(v)
 
 
-_ESCAPE: Final = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_ESCAPE: Final = json.encoder.encode_basestring_ascii
 _PARTS: dict[str, tuple[str, ...]] = {}
 
 
@@ -210,7 +210,7 @@ def decode_frame(text: str) -> Any:
 
 _DECODER: Final = json.JSONDecoder()
 _DECODE: Final = _DECODER.decode
-_SCAN: Final = _DECODER.scan_once  # the C scanner (clears its memo after every call)
+_SCAN: Final = _DECODER.scan_once  # type: ignore[attr-defined]  # the C scanner (clears its memo after every call); set in __init__, not in typeshed
 
 
 def _num(v: Any) -> float | None:
@@ -374,7 +374,7 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
         if isinstance(data, dict):
             code = data.get(code_key)
         if code is None and isinstance(err, dict):
-            code = _JSONRPC_ERROR_CODES.get(err.get("code"))  # type: ignore[arg-type]
+            code = _JSONRPC_ERROR_CODES.get(err.get("code"))  # type: ignore[arg-type]  # a missing or unknown code gives None
         ev = Event("error", error_code=code or "internal")
         if isinstance(data, dict) and retry_key in data:
             ev.retry_after_ms = _num(data.get(retry_key))
@@ -393,7 +393,7 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
         if type(seq) is not float:
             seq = _num(seq)
         directive = meta.get(type_key) == "directive"
-    status = body.get("status")
+    status = body.get("status") or {}
     state = status.get("state") if isinstance(status, dict) else None
     ev = Event(kind, state, seq, body.get("id" if name == "task" else "taskId"),
                body.get("contextId"), None, None, directive)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 import gevent
 from gevent.event import Event
@@ -90,7 +90,7 @@ class WsExchange:
                 if type(rid) is not str:
                     rid = str(rid)
                 if rid == rpc_id:
-                    return frame
+                    return cast("dict[str, Any] | None", frame)
                 other = routes.get(rid)
                 if other is not None:
                     other.frames.append(frame)

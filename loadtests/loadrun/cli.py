@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from loadtests.cli import DEDUP, DEDUP_MODE, UNSAFE_BUG
 from loadtests.common.tls import add_client_tls, client_tls_from_args
@@ -142,7 +142,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _duration(args: argparse.Namespace, sc: Any) -> float:
-    return args.duration if args.duration is not None else sc.run.duration_s
+    return cast("float", args.duration if args.duration is not None else sc.run.duration_s)
 
 
 def restart_times(args: argparse.Namespace, sc: Any) -> tuple[float, ...]:

@@ -22,7 +22,7 @@ import json
 import math
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def load(folder: Path) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{folder}: not a complete rtalab predict folder "
                          f"({type(e).__name__}: {e})") from None
-    return res
+    return cast("dict[str, Any]", res)
 
 
 def _rows(case: dict[str, Any], metrics: tuple[str, ...]) -> list[OneRunRow]:
@@ -132,7 +132,7 @@ def paragraph(res: dict[str, Any]) -> str:
     util_a = res.get("utilisation_a")
     util_b = (float(util_a) * rate_b / rate_a if util_a is not None and math.isfinite(
         float(util_a)) else math.nan)
-    dur_a = res.get("calibrate_duration_s") or res.get("duration_s")
+    dur_a = res.get("calibrate_duration_s") or res["duration_s"]
     window = float(res["duration_s"]) - float(res["warmup_s"])
     capacity = (f"capacity identified: {cap['workers']} concurrent turns" if cap["identified"]
                 else f"capacity NOT identified, the default {cap['workers']} workers assumed")
@@ -253,7 +253,7 @@ def case_table(case: dict[str, Any]) -> dict[str, Any]:
 
     rows = [[SHORT_LABELS.get(r.metric, r.metric), fmt_interval(r.centre, r.low, r.high,
                                                                 r.metric),
-             fmt_interval(r.measured, *r.measured_ci, r.metric), r.verdict]
+             fmt_interval(r.measured, r.measured_ci[0], r.measured_ci[1], r.metric), r.verdict]
             for r in case["one_run_rows"]]
     return table(f"{case['name']} at {float(case['rate_calls_per_s']):.3g} calls/s: every "
                  "metric against the 90 % interval of one run",

@@ -695,6 +695,7 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
     witness_url, witness_since = opts.witness_url, 0
     stopping: threading.Thread | None = None
     tls = opts.tls
+    token: str | None
     try:
         if opts.target is None:
             _say(opts, "rtalab load: starting witness and Reasoner ...")
@@ -954,7 +955,7 @@ def summarize_run(run_dir: Path) -> tuple[int, Any]:
 def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     """``summary.json`` + ``summary.csv`` with the sweeps branch's writer when present."""
     try:
-        from sim.shared.results import write_summary  # type: ignore[attr-defined]
+        from sim.shared.results import write_summary
     except ImportError:  # until the sweeps branch is merged: a plain metric table
         import csv
 

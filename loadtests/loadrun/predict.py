@@ -341,8 +341,12 @@ def run_predict(args: argparse.Namespace) -> int:
     chaos = args.outage > 0 if args.chaos is None else args.chaos
     folder = results.new_run_dir(Path(args.out), "predict", scenario_name=sc.name,
                                  seed=args.seed)
-    say = lambda text: _say(args.quiet, t0, text)  # noqa: E731
+
+    def say(text: str) -> None:
+        _say(args.quiet, t0, text)
+
     probe_dir = None
+    run_a: str | Path
     if args.source:
         run_a, cpu_a, base, cal = _from_telemetry(args, sc, say)
     else:
@@ -368,8 +372,8 @@ def run_predict(args: argparse.Namespace) -> int:
         f"{offered_utilisation_at(rate_b, base.workload.calls_per_s, util_a):.2f}; A's "
         f"measured busy share: "
         f"{busy_a:.2f})")
-    cases = [("B", {})] + ([(f"B + {args.outage:g}-s outage", _outage(args))]
-                           if args.outage > 0 else [])
+    cases: list[tuple[str, dict[str, Any]]] = [("B", {})] + (
+        [(f"B + {args.outage:g}-s outage", _outage(args))] if args.outage > 0 else [])
     draws, uncertain = None, []
     if args.parameter_uncertainty:
         from sim.calibrate.uncertainty import parameter_draws, spreads
@@ -378,7 +382,8 @@ def run_predict(args: argparse.Namespace) -> int:
         draws = parameter_draws(cal, args.replications, args.seed)
         say("    parameter uncertainty: each replication draws " + (
             "; ".join(uncertain) if uncertain else "nothing (no stated interval)"))
-    report_cases, out_cases = [], []
+    report_cases: list[dict[str, Any]] = []
+    out_cases: list[dict[str, Any]] = []
     for i, (name, extra) in enumerate(cases):
         tag = "b" if not extra else "b-outage"
         pred_sc = _window(calibrated, args, rate_b).with_overrides(extra)

@@ -211,6 +211,7 @@ def run_probe(opts: ProbeOptions) -> tuple[Path, dict[str, Any]]:
     steps: list[dict[str, Any]] = []
     reason = None
     st = None
+    witness: str | None  # None: --target without a witness
     with signals_interrupt():
         try:
             if opts.target is None:

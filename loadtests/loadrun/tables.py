@@ -22,7 +22,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -167,7 +167,7 @@ def _in_progress(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> list[
     b = edges[1:]
     started = np.searchsorted(np.sort(start), b, side="left")
     ended = np.searchsorted(np.sort(open_end), b, side="left")
-    return (started - ended).astype(float).tolist()
+    return cast("list[float]", (started - ended).astype(float).tolist())
 
 
 def timeseries(out: S.RunRecords, end_s: float) -> pd.DataFrame:

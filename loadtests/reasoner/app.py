@@ -20,6 +20,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from a2a.server.routes import create_agent_card_routes, create_rest_routes
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
@@ -80,14 +81,16 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
     if settings.grpc_port:
         from loadtests.reasoner.grpc_binding import GrpcBinding
 
-        grpc_binding = GrpcBinding(handler, BearerAuth(None, tokens, rt.keys), settings.ext_uri,
+        auth = BearerAuth(None, tokens, rt.keys)  # type: ignore[arg-type]  # gRPC calls principal() only: no ASGI app
+        grpc_binding = GrpcBinding(handler, auth, settings.ext_uri,
                                    settings.host, settings.grpc_port, settings.server_tls,
                                    rt.bounds.body_bytes)
 
     async def healthz(request: Request) -> JSONResponse:
         """GET /healthz: liveness plus a few gauges of this worker."""
         store = rt.store.health.as_json()
-        body = {"status": "ok" if store["healthy"] else "degraded", "pid": os.getpid(),
+        body: dict[str, Any] = {"status": "ok" if store["healthy"] else "degraded",
+                                "pid": os.getpid(),
                 "dedup": rt.store.name, "store": store, "mode": rt.cfg.dedup,
                 "tasks": len(task_store), "inFlight": rt.in_flight}
         if settings.unsafe_bugs:

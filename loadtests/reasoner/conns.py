@@ -133,12 +133,12 @@ class Guard:
         self.open: dict[int, str] = {}  # id(transport) -> peer host
         self.per_peer: Counter[str] = Counter()
         # pending connections by peer, oldest first within a peer: id -> (since, transport)
-        self.pending: dict[str, OrderedDict[int, tuple[int, asyncio.BaseTransport]]] = {}
+        self.pending: dict[str, OrderedDict[int, tuple[int, asyncio.Transport]]] = {}
         self.n_pending = 0
         self._seq = 0  # order in which connections became pending
         self._log = _Throttled()
 
-    def _pend(self, transport: asyncio.BaseTransport, peer: str) -> None:
+    def _pend(self, transport: asyncio.Transport, peer: str) -> None:
         """Mark a connection pending (the youngest of its peer)."""
         mine = self.pending.setdefault(peer, OrderedDict())
         self._seq += 1
@@ -147,7 +147,7 @@ class Guard:
         mine.pop(id(transport), None)
         mine[id(transport)] = (self._seq, transport)
 
-    def _unpend(self, transport: asyncio.BaseTransport, peer: str | None) -> None:
+    def _unpend(self, transport: asyncio.Transport, peer: str | None) -> None:
         """No longer pending (idempotent)."""
         if peer is None or peer not in self.pending:
             return
@@ -169,7 +169,7 @@ class Guard:
         self.release(oldest)
         oldest.abort()
 
-    def admit(self, transport: asyncio.BaseTransport, peer: str) -> str | None:
+    def admit(self, transport: asyncio.Transport, peer: str) -> str | None:
         """Register a new (pending) connection; the reason to refuse it, or None.  At the
         pending cap the oldest pending connection is closed to make room."""
         if self.per_peer[peer] >= self.limits.max_connections_per_client:
@@ -185,17 +185,17 @@ class Guard:
         metrics.CONNECTIONS.inc()
         return None
 
-    def serving(self, transport: asyncio.BaseTransport) -> None:
+    def serving(self, transport: asyncio.Transport) -> None:
         """The connection sent a complete request (or upgraded): no longer pending."""
         self._unpend(transport, self.open.get(id(transport)))
 
-    def waiting(self, transport: asyncio.BaseTransport) -> None:
+    def waiting(self, transport: asyncio.Transport) -> None:
         """The connection started a new request after an idle pause: pending (youngest)."""
         peer = self.open.get(id(transport))
         if peer is not None:
             self._pend(transport, peer)
 
-    def release(self, transport: asyncio.BaseTransport) -> None:
+    def release(self, transport: asyncio.Transport) -> None:
         """Forget a connection (idempotent)."""
         self._unpend(transport, self.open.get(id(transport)))
         peer = self.open.pop(id(transport), None)
@@ -257,7 +257,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # ------------------------------------------------------------------ protocol hooks
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn hands a Transport
         """Admit (or refuse at once) and start the header deadline."""
         super().connection_made(transport)
         self._peer = self.client[0] if self.client else "?"
@@ -324,7 +324,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             release(transport)
             lost(exc)
 
-        ws.connection_lost = connection_lost  # type: ignore[method-assign]
+        ws.connection_lost = connection_lost  # type: ignore[method-assign]  # the per-connection hook wraps uvicorn's
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Stop the deadline, free the slot."""

@@ -67,6 +67,9 @@ from loadtests.reasoner import metrics
 from loadtests.reasoner.auth import BearerAuth
 from loadtests.reasoner.negotiation import WORKER_HEADER
 
+#: a servicer's call context (requests and responses are the A2A protobuf messages)
+Context = grpc.aio.ServicerContext[Any, Any]
+
 log = logging.getLogger("rtalab.reasoner")
 EXT_METADATA = "a2a-extensions"
 AUTH_METADATA = "authorization"
@@ -165,7 +168,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         metrics.AUTH_FAILURES.labels("grpc").inc()
         refusal = auth_status()
 
-        async def deny(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def deny(request: Any, context: Context) -> Any:
             context.set_trailing_metadata(refusal.trailing_metadata)
             await context.abort(refusal.code, refusal.details)
 
@@ -183,7 +186,7 @@ class ProfileContextBuilder(DefaultGrpcServerCallContextBuilder):
     def __init__(self, auth: BearerAuth) -> None:
         self.auth = auth
 
-    def build_user(self, context: grpc.aio.ServicerContext) -> User:
+    def build_user(self, context: Context) -> User:
         """``anonymous`` when auth is off, else the token's principal."""
         if not self.auth.enabled:
             return _Principal("anonymous")
@@ -198,7 +201,7 @@ class ProfileGrpcHandler(GrpcHandler):
         super().__init__(request_handler, ProfileContextBuilder(auth))
         self.ext_uri = ext_uri
 
-    def _build_call_context(self, context: grpc.aio.ServicerContext,
+    def _build_call_context(self, context: Context,
                             request: Any) -> ServerCallContext:
         versions = _metadata(context, VERSION_METADATA)
         if not version_supported(versions):
@@ -209,7 +212,7 @@ class ProfileGrpcHandler(GrpcHandler):
         call_context.state["binding"] = "grpc"
         return call_context
 
-    async def abort_context(self, error: A2AError, context: grpc.aio.ServicerContext) -> None:
+    async def abort_context(self, error: A2AError, context: Context) -> None:
         """The SDK's rich status, with A2A §5.4's code where the SDK's table departs."""
         code = SPEC_STATUS.get(type(error))
         if code is None:
@@ -226,7 +229,7 @@ class ProfileGrpcHandler(GrpcHandler):
         context.set_trailing_metadata(tuple(status.trailing_metadata))
         await context.abort(status.code, status.details)
 
-    async def _echo(self, context: grpc.aio.ServicerContext) -> None:
+    async def _echo(self, context: Context) -> None:
         """Initial metadata: the worker, and the echo when the profile was asked for."""
         md = [(WORKER_METADATA, str(os.getpid()))]
         requested = ",".join(_metadata(context, EXT_METADATA))
@@ -234,12 +237,12 @@ class ProfileGrpcHandler(GrpcHandler):
             md.append((EXT_METADATA, self.ext_uri))
         await context.send_initial_metadata(tuple(md))
 
-    async def _internal(self, context: grpc.aio.ServicerContext, e: Exception) -> None:
+    async def _internal(self, context: Context, e: Exception) -> None:
         log.error("gRPC call failed (%s)", type(e).__name__, exc_info=e)
         await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_TEXT)
 
     async def SendStreamingMessage(
-            self, request: a2a_pb2.SendMessageRequest, context: grpc.aio.ServicerContext,
+            self, request: a2a_pb2.SendMessageRequest, context: Context,
     ) -> AsyncIterable[a2a_pb2.StreamResponse]:
         """The turn's events, after the echo."""
         await self._echo(context)
@@ -252,7 +255,7 @@ class ProfileGrpcHandler(GrpcHandler):
             await self._internal(context, e)
 
     async def SubscribeToTask(
-            self, request: a2a_pb2.SubscribeToTaskRequest, context: grpc.aio.ServicerContext,
+            self, request: a2a_pb2.SubscribeToTaskRequest, context: Context,
     ) -> AsyncIterable[a2a_pb2.StreamResponse]:
         """A task's events, after the echo."""
         await self._echo(context)
@@ -264,7 +267,7 @@ class ProfileGrpcHandler(GrpcHandler):
         except Exception as e:
             await self._internal(context, e)
 
-    async def _handle_unary(self, request: Any, context: grpc.aio.ServicerContext,
+    async def _handle_unary(self, request: Any, context: Context,
                             handler_func: Any, default_response: Any) -> Any:
         await self._echo(context)
         try:

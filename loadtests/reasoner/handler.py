@@ -193,6 +193,8 @@ async def once_per_sequence(events: AsyncIterator[Event], key: str) -> AsyncIter
 class ProfileRequestHandler(DefaultRequestHandler):
     """DefaultRequestHandler with negotiation, validation, tenancy, dedup and rate limits."""
 
+    task_store: TaskStore  # the plain store __init__ takes (the SDK's may also be versioned)
+
     def __init__(self, rt: Runtime, executor: AgentExecutor, task_store: TaskStore,
                  agent_card: AgentCard):
         super().__init__(agent_executor=executor, task_store=task_store, agent_card=agent_card,
@@ -202,7 +204,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
 
     # ------------------------------------------------------------------ SDK entry points
 
-    async def on_message_send_stream(  # type: ignore[override]
+    async def on_message_send_stream(
             self, params: SendMessageRequest, context: ServerCallContext,
     ) -> AsyncGenerator[Event, None]:
         """Streaming send: the events of the turn (or of its replay / rejection)."""
@@ -213,7 +215,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
         finally:
             await gen.aclose()
 
-    async def on_message_send(  # type: ignore[override]
+    async def on_message_send(
             self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         """Non-streaming send: the Task as of the end of this request's stream."""
         task: Task | None = None
@@ -225,7 +227,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
             raise RuntimeError("turn produced no task")
         return task
 
-    async def on_subscribe_to_task(  # type: ignore[override]
+    async def on_subscribe_to_task(
             self, params: SubscribeToTaskRequest, context: ServerCallContext,
     ) -> AsyncGenerator[Event, None]:
         """SubscribeToTask with the profile's stream-end rule: the stream ends at a terminal
@@ -243,7 +245,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
     # ------------------------------------------------------------------ the pipeline
 
     async def _gate(self, params: SendMessageRequest, context: ServerCallContext,
-                    method: str) -> AsyncIterator[Event]:
+                    method: str) -> AsyncGenerator[Event, None]:
         """Steps 1-7 of the module docstring; a dedup store that fails before the turn starts
         is answered FAILED ``internal`` (retryable, ``retryAfterMs`` when the wait is known),
         with a safe text: never a JSON-RPC error, an HTTP 500 or the store's address."""
@@ -262,7 +264,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
             await gen.aclose()
 
     async def _steps(self, params: SendMessageRequest, context: ServerCallContext,
-                     method: str) -> AsyncIterator[Event]:
+                     method: str) -> AsyncGenerator[Event, None]:
         """Steps 1-7 of the module docstring."""
         rt = self.rt
         received_s = time.monotonic()
@@ -602,7 +604,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
         """Count the turn and store its outcome under every claim (or release them if it was
         refused)."""
         end = events[-1]
-        state = end.status.state  # type: ignore[union-attr]
+        state = end.status.state  # type: ignore[union-attr]  # the last event is a Task or status update
         code = error_code_of(end, self.rt.keys)
         outcome = _OUTCOME_NAMES.get(state, "other")
         metrics.TURNS.labels(outcome, code or "").inc()

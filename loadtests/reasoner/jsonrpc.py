@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from a2a.server.context import ServerCallContext
 from a2a.server.jsonrpc_models import (
@@ -78,7 +78,9 @@ def content_type_error(decoded: DecodeError, content_type: str | None) -> Decode
     """A body that is not JSON, sent as a non-JSON media type (``text/plain``...), is
     ``ContentTypeNotSupportedError`` (-32005): A2A §9.1 wants ``application/json``
     requests.  Only on the parse-error path: JSON under any label is still served."""
-    if decoded.error.code != JSONParseError().code or _json_media_type(content_type):
+    error = decoded.error  # (decode_request's errors are all JSON-RPC ones)
+    if (not isinstance(error, JSONRPCError) or error.code != JSONParseError().code
+            or _json_media_type(content_type)):
         return decoded
     return DecodeError(None, ContentTypeNotSupportedError(
         message="Content-Type must be application/json"))
@@ -137,7 +139,8 @@ class ProfileJsonRpcDispatcher(JsonRpcDispatcher):
             if req.method in STREAMING_METHODS:
                 return await self._process_streaming_request(req.id, req.params, context)
             result = await self._process_non_streaming_request(req.params, context)
-            return JSONRPC20Response(result=result, _id=req.id).data
+            # json-rpc has no types: its response's data is the JSON-RPC object
+            return cast("dict[str, Any]", JSONRPC20Response(result=result, _id=req.id).data)
         except A2AError as e:
             return build_error_response(req.id, e)
         except Exception as e:

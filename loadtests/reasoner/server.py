@@ -77,7 +77,7 @@ def run(settings: ServerSettings) -> int:
                     log_config=log_config(settings.log_level), access_log=settings.access_log,
                     ws_max_size=WS_HARD_MAX_BYTES, timeout_graceful_shutdown=5,
                     http=GuardedHttpToolsProtocol, ws=GuardedWsProtocol,
-                    timeout_keep_alive=settings.idle_timeout_s,
+                    timeout_keep_alive=settings.idle_timeout_s,  # type: ignore[arg-type]  # uvicorn says int; any seconds work
                     lifespan="on", server_header=False, **settings.server_tls.uvicorn_kwargs())
     finally:
         for d in (prom_dir, broker_dir):

@@ -163,7 +163,7 @@ def idempotency_class(bugs: Iterable[str]) -> type[Any]:
                 # check-then-act: the task was read INPUT_REQUIRED before this; a slow step
                 # before it is marked WORKING lets a second continuation read the same
                 await asyncio.sleep(RACE_WINDOW_S)
-                return Unclaimed(self.store, scope, key, new_owner(), False)  # type: ignore[arg-type]
+                return Unclaimed(self.store, scope, key, new_owner(), False)  # type: ignore[arg-type]  # the unsafe bug runs with a dedup store
             if "late-claim" in bugs and not key.startswith("k:"):
                 assert self.store is not None
                 owner = new_owner()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from a2a.types import (
     Artifact,
@@ -87,7 +87,7 @@ class Keys:
         return key.startswith(self.prefix)
 
 
-def now_status(state: TaskState.ValueType, message: Message | None = None) -> TaskStatus:
+def now_status(state: TaskState, message: Message | None = None) -> TaskStatus:
     """A TaskStatus stamped with the current wall-clock time."""
     status = TaskStatus(state=state)
     status.timestamp.GetCurrentTime()
@@ -138,7 +138,7 @@ class EventFactory:
             msg.metadata.CopyFrom(to_struct(meta))
         return msg
 
-    def _status(self, state: TaskState.ValueType, message: Message | None,
+    def _status(self, state: TaskState, message: Message | None,
                 meta: dict[str, Any]) -> TaskStatusUpdateEvent:
         """A status update with event metadata."""
         ev = TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id,
@@ -152,7 +152,7 @@ class EventFactory:
         return Task(id=self.task_id, context_id=self.context_id,
                     status=now_status(TaskState.TASK_STATE_SUBMITTED))
 
-    def directive(self, directive_type: str, state: TaskState.ValueType,
+    def directive(self, directive_type: str, state: TaskState,
                   data: dict[str, Any] | None = None, text: str = "") -> TaskStatusUpdateEvent:
         """A directive status update (``progress`` while WORKING, ``handoff`` at INPUT_REQUIRED)."""
         meta = self._event_meta("directive")
@@ -215,7 +215,7 @@ class EventFactory:
                             self._event_meta())
 
 
-def event_state(ev: Event) -> TaskState.ValueType | None:
+def event_state(ev: Event) -> TaskState | None:
     """The task state an event carries, if any."""
     if isinstance(ev, Task | TaskStatusUpdateEvent):
         return ev.status.state
@@ -236,7 +236,7 @@ def json_kind(ev: dict[str, Any]) -> str:
 def json_state(ev: dict[str, Any]) -> str | None:
     """The task state of a JSON task / statusUpdate payload."""
     body = ev[json_kind(ev)]
-    return body.get("status", {}).get("state")
+    return cast("str | None", body.get("status", {}).get("state"))
 
 
 def frame_ends(frame: dict[str, Any]) -> bool:
@@ -254,7 +254,7 @@ def error_code_of(ev: Event, keys: Keys) -> str | None:
     """``rta/errorCode`` of a FAILED event, else None."""
     if event_state(ev) != TaskState.TASK_STATE_FAILED:
         return None
-    status = ev.status  # type: ignore[union-attr]
+    status = ev.status  # type: ignore[union-attr]  # a FAILED state comes on a Task or status update
     value = status.message.metadata.fields.get(keys("errorCode"))
     return value.string_value if value is not None else "internal"
 
@@ -278,7 +278,7 @@ def _unwrap(sr: StreamResponse) -> Event:
     kind = sr.WhichOneof("payload")
     if kind is None:
         raise ValueError("stored event has no payload")
-    return getattr(sr, kind)
+    return cast("Event", getattr(sr, kind))
 
 
 def pack_event(ev: Event) -> str:

@@ -125,14 +125,15 @@ class _Connection:
 
     async def _error(self, err: DecodeError) -> None:
         """Answer a malformed frame."""
-        metrics.BAD_REQUESTS.labels("ws", str(err.error.code)).inc()
-        await self._send(err.response())
+        body = err.response()
+        metrics.BAD_REQUESTS.labels("ws", str(body["error"]["code"])).inc()
+        await self._send(body)
 
     async def _serve(self, req: Decoded) -> None:
         """Dispatch one request and relay its response frames."""
         result: dict[str, Any] | AsyncGenerator[dict[str, Any], None] | None = None
         try:
-            context = self.b.dispatcher._context_builder.build(self.ws)  # type: ignore[arg-type]
+            context = self.b.dispatcher._context_builder.build(self.ws)  # type: ignore[arg-type]  # the builder reads only headers and user, as on a Request
             context.state[BINDING_KEY] = "ws"
             result = await self.b.dispatcher.dispatch(req, context)
             if isinstance(result, dict):

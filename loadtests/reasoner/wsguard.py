@@ -89,7 +89,7 @@ class GuardedWsProtocol(WebSocketsSansIOProtocol):
             return
         super().data_received(data)
 
-    def eof_received(self) -> bool | None:
+    def eof_received(self) -> None:
         """The client finished sending: a policed connection is closed now."""
         if self._policed:
             self.transport.close()

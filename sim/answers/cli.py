@@ -13,7 +13,7 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sim.shared.argtypes import (
     OUT_DIR,
@@ -59,7 +59,7 @@ def _out_dir(args: argparse.Namespace, kind: str, scenario: Any) -> Path:
     try:
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
-            return args.out
+            return cast("Path", args.out)
         return results.new_run_dir("results", kind, scenario_name=scenario.name,
                                    seed=scenario.run.seed)
     except OSError as e:
@@ -238,7 +238,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     (out / "answer.txt").write_text(sentence + "\n", encoding="utf-8")
     for name, why in skipped.items():
         _say(f"note: parameter {name} skipped: {why}")
-    shown = res.candidates.drop(columns=[c for c in res.candidates if c.endswith("_pct")])
+    shown = res.candidates.drop(columns=[c for c in res.candidates
+                                         if isinstance(c, str) and c.endswith("_pct")])
     _print_cards(shown, f"{scenario.name}: candidates and today's settings re-run on the same "
                         "fresh seeds (means [95 % CI]; change = candidate − current, paired, "
                         "[95 % CI], p before Holm)",
@@ -470,7 +471,7 @@ def cmd_fleet_size(args: argparse.Namespace) -> int:
     (out / "fleet_size.json").write_text(json.dumps(
         {"scenario": scenario.name, "calls_per_hour": args.calls_per_hour, "slos": args.slo,
          "workers_per_replica": model.workers, "seconds": took,
-         "rows": table.astype(object).where(table.notna(), None).to_dict("records")},
+         "rows": table.astype(object).where(table.notna(), None).to_dict("records")},  # type: ignore[call-overload]  # pandas-stubs: where() takes no None
         indent=1), encoding="utf-8")
     shown = table[["balancer", "replicas", "worker_utilisation", "p_wait", "completion_p50_s",
                    "completion_p99_s", "success_rate"]] if ok else table

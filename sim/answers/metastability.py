@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from sim import recovery
@@ -204,10 +205,10 @@ def _non_increasing(p: np.ndarray, w: np.ndarray) -> np.ndarray:
             tot = b[1] + w2
             b[0] = (b[0] * b[1] + v2 * w2) / tot if tot > 0 else (b[0] + v2) / 2
             b[1], b[2] = tot, b[2] + c2
-    return np.concatenate([[b[0]] * b[2] for b in blocks]) if blocks else np.array([])
+    return np.concatenate([[b[0]] * int(b[2]) for b in blocks]) if blocks else np.array([])
 
 
-def crossing(sizes: Sequence[float], p: Sequence[float], w: Sequence[float] | None = None,
+def crossing(sizes: npt.ArrayLike, p: npt.ArrayLike, w: npt.ArrayLike | None = None,
              ) -> float:
     """Trigger size where the (made non-increasing) recovery probability crosses 0.5:
     ``0`` when it is below 0.5 already at the smallest size, ``inf`` when it never is."""
@@ -593,7 +594,7 @@ def _cell_row(load: float, size: float, reps: list[dict[str, Any]] | None,
         row["spot_recovered"] = None
     for key in ("retry_work_share", "stale_work_share", "duplicate_work_share",
                 "goodput_lost_turns", "goodput_lost_share"):
-        vals = [s[key] for s in shares or [] if s[key] is not None]
+        vals = [v for s in shares or [] if (v := s[key]) is not None]
         row[key] = float(np.mean(vals)) if vals else None
     if pre_over:
         region = "overloaded"
@@ -734,7 +735,8 @@ def run_map(scenario: Scenario, out_dir: Path, spec: MapSpec, *,
                 m = models[(i, j)]
                 if (i, j) in sims:
                     d, reps = sims[(i, j)]
-                    shares = work_shares(d, triggers[j], duration, scenario.run.warmup_s)
+                    shares: list[dict[str, float | None]] | None = work_shares(
+                        d, triggers[j], duration, scenario.run.warmup_s)
                     rows.append(_cell_row(load, size, reps, shares, m, det, "simulated",
                                           spots.get((i, j), (None, None))[1]))
                 else:

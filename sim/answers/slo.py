@@ -49,7 +49,8 @@ class SloError(ValueError):
 
 def _known_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(exact metric names, name prefixes) declared in :mod:`sim.shared.schema` (``M_*``)."""
-    exact, prefixes = [], []
+    exact: list[str] = []
+    prefixes: list[str] = []
     for key, value in vars(S).items():
         if key.startswith("M_") and isinstance(value, str):
             (prefixes if value.endswith(".") else exact).append(value)
@@ -120,7 +121,7 @@ def parse_slo(text: str) -> Slo:
         raise SloError(f"bad SLO {text!r}: target {target!r} is not a number") from None
     if not math.isfinite(value):
         raise SloError(f"bad SLO {text!r}: target must be finite")
-    return Slo(resolve_metric(name), op, value, text.strip())  # type: ignore[arg-type]
+    return Slo(resolve_metric(name), op, value, text.strip())  # type: ignore[arg-type]  # op is one of the four (the pattern matched it)
 
 
 def metric_value(summary: dict[str, Any], name: str) -> float | None:

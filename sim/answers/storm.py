@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -144,7 +144,7 @@ def _windowed(x: np.ndarray, window_s: float) -> np.ndarray:
     k = max(round(window_s), 1)
     c = np.concatenate([[0.0], np.cumsum(x, dtype=float)])
     idx = np.arange(1, len(x) + 1)
-    return c[idx] - c[np.maximum(idx - k, 0)]
+    return cast("np.ndarray", c[idx] - c[np.maximum(idx - k, 0)])
 
 
 def offered_reference(ts: pd.DataFrame, trigger_start_s: float, from_s: float = 0.0) -> float:

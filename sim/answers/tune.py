@@ -57,7 +57,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import pandas as pd
 
@@ -173,7 +173,8 @@ def parse_space(data: Mapping[str, Any]) -> Space:
             log = bool(spec.get("log", False))
             if log and lo <= 0:
                 raise SpaceError(f"tune.{key}: a log range needs low > 0")
-            kind = "int" if isinstance(lo, int) and isinstance(hi, int) else "float"
+            kind: Literal["int", "float"] = (
+                "int" if isinstance(lo, int) and isinstance(hi, int) else "float")
             space[key] = Param(key, kind, float(lo), float(hi), log)
         else:
             raise SpaceError(f"tune.{key}: give low and high, choices, or options")
@@ -246,7 +247,7 @@ def objective(name: str, direction: str = "minimize") -> Objective:
     """An :class:`Objective` for metric ``name`` (aliases of D5 allowed)."""
     if direction not in ("minimize", "maximize"):
         raise SloError(f"direction must be minimize or maximize, got {direction!r}")
-    return Objective(resolve_metric(name), direction)  # type: ignore[arg-type]
+    return Objective(resolve_metric(name), direction)  # type: ignore[arg-type]  # direction checked against both just above
 
 
 def trial_overrides(space: Space, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -606,7 +607,7 @@ def _non_dominated(df: pd.DataFrame, objectives: Sequence[Objective]) -> pd.Seri
 
 
 
-def _finite(v: object) -> bool:
+def _finite(v: object) -> TypeGuard[float]:
     """A drawable number (not None, NaN or infinite)."""
     return isinstance(v, numbers.Real) and math.isfinite(v)
 

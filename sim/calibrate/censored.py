@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from scipy import optimize, stats
@@ -36,6 +36,16 @@ MAX_DRAW = 20_000  # values per bootstrap draw (a larger count's spread is scale
 MIN_COUNT = 10  # observations needed for a fit
 CONCENTRATED = 0.9  # this share of the observations in one bucket: no family is fitted
 MIN_BUCKETS = 3  # ... nor with fewer buckets holding observations (2 parameters)
+
+
+class _FamilyFit(TypedDict):
+    """One family's maximum-likelihood fit to the bucket counts."""
+
+    family: str
+    params: np.ndarray
+    loglik: float
+    aic: float
+    ks: float
 
 
 @dataclass
@@ -117,7 +127,7 @@ def _loglik(family: str, p: np.ndarray, bounds: np.ndarray, n: np.ndarray) -> fl
 def _fit_family(family: str, bounds: np.ndarray, n: np.ndarray,
                 start: np.ndarray) -> tuple[np.ndarray, float]:
     """(parameters, log L) of ``family`` on bucket counts ``n`` (len(bounds) + 1 of them)."""
-    res = optimize.minimize(lambda p: -_loglik(family, p, bounds, n), start,
+    res = optimize.minimize(lambda p: -_loglik(family, p, bounds, n), start,  # type: ignore[call-overload]  # scipy-stubs: fun must take *args, **kwargs
                             method="Nelder-Mead", options={"xatol": 1e-5, "fatol": 1e-7,
                                                            "maxiter": 1000})
     return res.x, -float(res.fun)
@@ -201,7 +211,7 @@ def fit_buckets(name: str, le: tuple[float, ...], counts: tuple[float, ...],
                          note=f"the observations fill {len(used)} bucket(s) ({n[top] / total:.0%}"
                               f" in one): no law is identified within ({lo:g}, {hi:g}] s, so the "
                               "histogram is kept and the mean is only known to lie there")
-    fams = []
+    fams: list[_FamilyFit] = []
     for fam in FAMILIES:
         try:
             p, ll = _fit_family(fam, bounds, n, _start(fam, mean0, cv0))

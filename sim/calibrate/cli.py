@@ -158,8 +158,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     except ObservationError as e:
         raise UsageError(f"calibrate: {e}") from None
     base_ref = args.base or (args.runs[0] / "scenario.toml" if args.runs else None)
-    base = load_scenario(base_ref) if (args.base or (base_ref and Path(base_ref).exists())) \
-        else None
+    base = load_scenario(base_ref) if base_ref is not None and (
+        args.base or Path(base_ref).exists()) else None
     base = observed_base(obs, base)
     cal = calibrate(obs, base)
     try:

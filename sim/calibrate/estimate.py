@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -98,7 +98,7 @@ class Calibration:
             for p in path:
                 node = node.setdefault(p, {})
             node[last] = v.value
-        return data
+        return cast("dict[str, Any]", data)
 
     def scenario(self) -> Scenario:
         """The calibrated scenario, validated."""
@@ -534,7 +534,8 @@ def _errors(a: Any, values: list[Value], unident: list[tuple[str, str]], fig: di
         failed = outcome == "failed"
         counts = {c: int((failed & (code == c)).sum()) for c in ALL_CODES}
         how = "FAILED states per code / executions (Wilson 95 % CI)"
-    errors, report = {}, {}
+    errors: dict[str, float] = {}
+    report: dict[str, dict[str, Any]] = {}
     for c in ALL_CODES:
         k = counts[c]
         if not k or not n:

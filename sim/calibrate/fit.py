@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import stats
 
 from sim.calibrate.intervals import bca_ci, quantile, quantile_ci, t_mean_ci
 from sim.dist import Const, Dist, Empirical, Gamma, LogNormal, Weibull
+
+if TYPE_CHECKING:
+    from scipy.stats._distn_infrastructure import rv_continuous_frozen
 
 FAMILIES = ("lognormal", "gamma", "weibull")
 KS_TOLERANCE = 0.03
@@ -106,7 +109,7 @@ def _ci_text(ci: tuple[float, float] | None, note: str, spec: str) -> str:
 def _family(name: str, x: np.ndarray, full: int) -> FamilyFit:
     if name == "lognormal":
         s, _, scale = stats.lognorm.fit(x, floc=0)
-        frozen = stats.lognorm(s, 0, scale)
+        frozen: rv_continuous_frozen = stats.lognorm(s, 0, scale)
         mean, var = frozen.mean(), frozen.var()
         dist: Dist = LogNormal(float(mean), float(math.sqrt(var) / mean))
         params = {"sigma": float(s), "mu": float(math.log(scale))}
@@ -121,7 +124,7 @@ def _family(name: str, x: np.ndarray, full: int) -> FamilyFit:
         dist = Weibull(float(c), float(scale))
         params = {"shape": float(c), "scale": float(scale)}
     loglik = float(np.sum(frozen.logpdf(x))) * (full / len(x))
-    ks = float(stats.kstest(x, frozen.cdf).statistic)
+    ks = float(stats.kstest(x, frozen.cdf).statistic)  # type: ignore[arg-type]  # scipy-stubs: no overloaded cdf
     return FamilyFit(name, params, dist, 2 * 2 - 2 * loglik, ks)
 
 

@@ -38,7 +38,8 @@ def t_mean_ci(x: np.ndarray) -> tuple[float, float]:
 
 def cv(x: np.ndarray) -> np.ndarray | float:
     """sd (ddof 0) / mean along the last axis."""
-    return np.std(x, axis=-1) / np.mean(x, axis=-1)
+    out: np.ndarray | float = np.std(x, axis=-1) / np.mean(x, axis=-1)
+    return out
 
 
 def _jackknife_cv(x: np.ndarray) -> np.ndarray:
@@ -47,7 +48,8 @@ def _jackknife_cv(x: np.ndarray) -> np.ndarray:
     s1, s2 = x.sum(), (x * x).sum()
     m = (s1 - x) / (n - 1)
     var = np.maximum((s2 - x * x) / (n - 1) - m * m, 0.0)
-    return np.sqrt(var) / m
+    out: np.ndarray = np.sqrt(var) / m
+    return out
 
 
 def bca_ci(x: np.ndarray, rng: np.random.Generator, resamples: int = CV_RESAMPLES,

@@ -138,7 +138,8 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
 
     if not path.exists() or path.stat().st_size == 0:
         return pd.DataFrame()
-    types = {"float64": pa.float64(), "string": pa.string(), "bool": pa.bool_()}
+    types: dict[str, pa.DataType] = {"float64": pa.float64(), "string": pa.string(),
+                                     "bool": pa.bool_()}
     schema = pa.schema([(k, types[v]) for k, v in LEDGER_FIELDS.items()])
     opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     try:
@@ -273,7 +274,8 @@ def combine(observations: list[Observations]) -> Observations:
     """Several runs as one set (the attempts side by side; clocks kept apart by an offset)."""
     if len(observations) == 1:
         return observations[0]
-    frames, offset = [], 0.0
+    frames: list[pd.DataFrame] = []
+    offset = 0.0
     for o in observations:
         a = o.attempts.copy()
         t0 = np.nanmin(a["send_s"].to_numpy())

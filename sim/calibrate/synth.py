@@ -14,6 +14,7 @@ import heapq
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -133,9 +134,10 @@ def write_run_dir(truth: Truth, run_dir: Path, seed: int = 0) -> Path:
         for i, row in enumerate(a.head(2000).itertuples()):
             if row.outcome != "completed":
                 continue
+            first_chunk_s = cast("float", row.first_chunk_s)
             for k in range(truth.chunks):
                 f.write(json.dumps({"attempt_key": f"a{i}", "kind": "artifact",
-                                    "recv_s": row.first_chunk_s + k * truth.chunk_s}) + "\n")
+                                    "recv_s": first_chunk_s + k * truth.chunk_s}) + "\n")
     (Path(run_dir) / "meta.json").write_text(json.dumps(
         {"kind": "load", "duration_s": float(a["send_s"].max())}))
     return Path(run_dir)

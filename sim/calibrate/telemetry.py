@@ -404,7 +404,7 @@ def parse_otlp(text: str, source: str) -> tuple[list[Scrape], dict[str, str]]:
                   for n, _, _ in smp)
     scrapes = []
     for t in times:
-        samples: list[tuple[str, dict[str, str], float]] = []
+        samples = []  # (name, labels, value), as in by_t above
         for s in series.values():
             latest = [x for x in s if x[0] <= t]
             if latest:

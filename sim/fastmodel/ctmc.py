@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -93,8 +94,8 @@ def build(params: FastParams, phase: Phase | None = None, max_orbit: int = 150,
     def add(mask: np.ndarray, dq: int | np.ndarray, do: int | np.ndarray,
             rate: np.ndarray) -> None:
         m = mask & (rate > 0)
-        q2 = np.clip(Q[m] + (dq if np.isscalar(dq) else dq[m]), 0, qmax)
-        o2 = np.clip(Ob[m] + (do if np.isscalar(do) else do[m]), 0, omax)
+        q2 = np.clip(Q[m] + (dq[m] if isinstance(dq, np.ndarray) else dq), 0, qmax)
+        o2 = np.clip(Ob[m] + (do[m] if isinstance(do, np.ndarray) else do), 0, omax)
         rows.append(idx[m])
         cols.append(o2 * (qmax + 1) + q2)
         vals.append(rate[m])
@@ -142,7 +143,7 @@ def stationary(chain: Chain) -> np.ndarray:
     b[0] = 1.0
     pi = spsolve(A.tocsc(), b)
     pi = np.clip(pi, 0.0, None)
-    return pi / pi.sum()
+    return cast("np.ndarray", pi / pi.sum())
 
 
 def hitting_time(chain: Chain, start: int, target: np.ndarray) -> float:

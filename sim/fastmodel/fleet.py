@@ -59,7 +59,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import asdict, dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 from scipy.optimize import brentq
@@ -156,10 +156,11 @@ def _supermarket(lam: float, c: int, mu: float, d: int, cap: int) -> np.ndarray:
     so a longer queue is taken as unbounded: ``s_k = λ/(cμ) s_{k-1}^d`` for ``k > c``."""
     if cap <= c + 64:  # a queue limit the fleet can reach: s_K is the unknown
         def g(y: float) -> float:
-            return _backward(math.exp(y), lam, c, mu, d, cap, True)[0] - 1.0
+            return cast("float", _backward(math.exp(y), lam, c, mu, d, cap, True)[0] - 1.0)
         if g(-745.0) < 0.0:
             y = brentq(g, -745.0, 0.0, xtol=1e-13, rtol=1e-13)
-            return np.clip(_backward(math.exp(y), lam, c, mu, d, cap, True), 0.0, 1.0)
+            top = _backward(math.exp(y), lam, c, mu, d, cap, True)
+            return cast("np.ndarray", np.clip(top, 0.0, 1.0))
     rho = lam / (c * mu)
 
     def tail(sc: float) -> list[float]:
@@ -169,11 +170,11 @@ def _supermarket(lam: float, c: int, mu: float, d: int, cap: int) -> np.ndarray:
         return out
 
     def h(sc: float) -> float:
-        return _backward(sc, lam, c, mu, d, c, False)[0] - 1.0
+        return cast("float", _backward(sc, lam, c, mu, d, c, False)[0] - 1.0)
 
     sc = brentq(h, 1e-300, 1.0, xtol=1e-15, rtol=1e-13) if h(1.0) > 0 else 1.0
     low = _backward(sc, lam, c, mu, d, c, False)
-    return np.clip(np.concatenate([low, tail(sc)[1:]]), 0.0, 1.0)
+    return cast("np.ndarray", np.clip(np.concatenate([low, tail(sc)[1:]]), 0.0, 1.0))
 
 
 def _repairman(sources: int, c: int, mu: float, theta: float, cap: int) -> np.ndarray:
@@ -188,7 +189,7 @@ def _repairman(sources: int, c: int, mu: float, theta: float, cap: int) -> np.nd
         death = np.log(mu * np.minimum(j[1:], c))
         logp[1:] = np.cumsum(birth - death)
     p = np.exp(logp - logp.max())
-    return p / p.sum()
+    return cast("np.ndarray", p / p.sum())
 
 
 def _throughput(sources: int, c: int, mu: float, theta: float, cap: int) -> float:
@@ -200,7 +201,7 @@ def _throughput(sources: int, c: int, mu: float, theta: float, cap: int) -> floa
 def join_law(s: np.ndarray, d: int) -> np.ndarray:
     """P(an arriving request finds ``k`` requests), k = 0..K (the last: refused if full)."""
     sd = np.minimum.accumulate(np.concatenate([s, [0.0]])) ** d
-    return np.maximum(sd[:-1] - sd[1:], 0.0)
+    return cast("np.ndarray", np.maximum(sd[:-1] - sd[1:], 0.0))
 
 
 @dataclass(frozen=True)
@@ -329,7 +330,7 @@ class FleetModel:
                 pk = binom.pmf(ks, m, min(L / m, 1.0))
             else:
                 pk = poisson.pmf(ks, L)
-            laws = [_repairman(k - 1, c, mu, theta, self.cap) for k in ks]
+            laws = [_repairman(int(k) - 1, c, mu, theta, self.cap) for k in ks]
             # throughput from K sources: Σ_j π_K(j) (K - j) θ = K θ (1 - E_{K-1}[busy share])
             thru = np.array([0.0] + [_throughput(k, c, mu, theta, self.cap) for k in ks[1:]])
             wts = pk * thru

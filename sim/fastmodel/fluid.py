@@ -110,7 +110,7 @@ class FluidModel:
         return dict(zip(("mu", "dep", "dep_live", "p_to", "full", "first", "q"), f[:7],
                         strict=True))
 
-    def _flows(self, y: list[float], ph: Phase) -> tuple:
+    def _flows(self, y: list[float], ph: Phase) -> tuple[float, ...]:
         p = self.p
         live, stale = max(y[_L], 0.0), max(y[_S], 0.0)
         q_all = live + stale
@@ -211,7 +211,9 @@ class FluidModel:
             ph = phase if phase is not None else self.p.phase_at(a)
             inside = (ts >= a) & (ts < b) if b < t_end_s else (ts >= a) & (ts <= b)
             t_eval = np.append(ts[inside], b) if b < t_end_s else ts[inside]
-            sol = solve_ivp(lambda _t, yy, ph=ph: self.deriv(yy, ph), (a, b), y,
+            def rhs(_t: float, yy: np.ndarray, ph: Phase = ph) -> np.ndarray:
+                return self.deriv(yy, ph)
+            sol = solve_ivp(rhs, (a, b), y,
                             method="LSODA", t_eval=t_eval, rtol=RTOL, atol=ATOL)
             if not sol.success:
                 raise RuntimeError(f"fluid model: integration failed at t={a:g} s: "

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from heapq import heappop, heappush
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 import simpy
 from simpy.core import StopSimulation
@@ -35,6 +35,14 @@ _URGENT = int(URGENT)
 
 #: ``sim_time(env)`` -> the current simulated time (``env.now`` without the property's cost)
 sim_time: Callable[[simpy.Environment], float] = attrgetter("_now")
+
+#: a queue entry: SimPy types its queue as ``(time, priority, id, event)``; the model's
+#: entries are ``(time, priority, id, callback, value)`` and the stop mark ``(time, URGENT, id)``
+_Entry = tuple[Any, ...]
+
+
+def _queue(env: simpy.Environment) -> list[_Entry]:
+    return cast("list[_Entry]", env._queue)
 
 
 def call_later(env: simpy.Environment, delay: float, callback: Callable[[Any], None],
@@ -48,7 +56,7 @@ def call_later(env: simpy.Environment, delay: float, callback: Callable[[Any], N
 def scheduler(env: simpy.Environment) -> Callable[..., None]:
     """``later(delay, callback, value=None)``: :func:`call_later` bound to ``env`` (the queue,
     the id counter and the push held in closure cells: the hot path's form)."""
-    queue, eid, push = env._queue, env._eid, heappush
+    queue, eid, push = _queue(env), env._eid, heappush
 
     def later(delay: float, callback: Callable[[Any], None], value: Any = None) -> None:
         if delay < 0.0:
@@ -63,7 +71,7 @@ def call_at(env: simpy.Environment, when: float, callback: Callable[[Any], None]
     """Run ``callback(value)`` at the simulated time ``when`` (not before now)."""
     if when < env._now:
         raise ValueError(f"time {when!r} is in the past (now {env._now!r})")
-    heappush(env._queue, (when, _NORMAL, next(env._eid), callback, value))
+    heappush(cast("list[_Entry]", env._queue), (when, _NORMAL, next(env._eid), callback, value))
 
 
 def run(env: simpy.Environment, until: float | None = None) -> None:
@@ -74,7 +82,7 @@ def run(env: simpy.Environment, until: float | None = None) -> None:
     Model entries are dispatched as ``callback(value)``; a SimPy event goes back on top of
     the queue (it was the smallest entry, and ids are unique) and ``Environment.step``
     processes it, so SimPy's own semantics apply (a failed undefused event raises)."""
-    queue = env._queue
+    queue = _queue(env)
     if until is not None:
         at = float(until)
         if at <= env._now:

@@ -94,7 +94,7 @@ class Fleet:
         self.turn_ids = turn_ids
         self.side_effects: list[tuple[int, int, int, float, bool]] = []
         self.replicas = [Reasoner(env, scenario.reasoner, streams, downlink,
-                                  _ReplicaWitness(witness, self.side_effects, r),  # type: ignore[arg-type]
+                                  _ReplicaWitness(witness, self.side_effects, r),  # type: ignore[arg-type]  # duck-types Witness (the methods a Reasoner calls)
                                   peak_from_s, cancellable) for r in range(n)]
         first = self.replicas[0]
         self.executions = first.executions
@@ -125,10 +125,10 @@ class Fleet:
         self.on_copy = self._on_copy
         self.on_cancel = self._on_cancel
         for f in cfg.failures:
-            call_later(env, f.start_s, lambda _=None, f=f: self._fail(f.replica))
+            call_later(env, f.start_s, lambda _=None, f=f: self._fail(f.replica))  # type: ignore[misc]  # f bound by default
             call_later(env, f.start_s + cfg.health_check_s,
-                       lambda _=None, f=f: self._unroute(f.replica))
-            call_later(env, f.start_s + f.duration_s, lambda _=None, f=f: self._restart(f.replica))
+                       lambda _=None, f=f: self._unroute(f.replica))  # type: ignore[misc]  # f bound by default
+            call_later(env, f.start_s + f.duration_s, lambda _=None, f=f: self._restart(f.replica))  # type: ignore[misc]  # f bound by default
 
     # ------------------------------------------------------------------ the Reasoner's face
 
@@ -145,7 +145,7 @@ class Fleet:
     @property
     def store(self) -> _Stores | None:
         stores = [rep.store for rep in (self.replicas[:1] if self.shared else self.replicas)]
-        return None if stores[0] is None else _Stores(stores)  # type: ignore[arg-type]
+        return None if stores[0] is None else _Stores(stores)  # type: ignore[arg-type]  # all replicas have a store or none has
 
     @property
     def sessions_opened(self) -> IntCounts:
@@ -174,7 +174,7 @@ class Fleet:
     def gauges(self, now: float) -> tuple[int, int, int, int]:
         g = np.array([rep.gauges(now) for rep in self.replicas], dtype=np.int64)
         self.samples.append((g[:, 2].copy(), g[:, 3].copy(), self.routed.copy()))
-        return tuple(int(x) for x in g.sum(axis=0))  # type: ignore[return-value]
+        return tuple(int(x) for x in g.sum(axis=0))  # type: ignore[return-value]  # the four gauges
 
     # ------------------------------------------------------------------ routing
 

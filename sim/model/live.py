@@ -87,8 +87,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
@@ -98,7 +99,6 @@ from sim.model.messages import COMPLETED, INPUT_REQUIRED, NO_CONTEXT, Request
 from sim.model.network import DROPPED, REFUSED, Link
 from sim.model.playout import playout
 from sim.model.rand import Streams
-from sim.model.reasoner import Reasoner
 from sim.model.recorder import Table, code_of, row_writer
 from sim.policy import RetryBudget, RetryPolicy, make_budget
 from sim.policy.codes import ErrorCode
@@ -256,11 +256,23 @@ class Turn(TurnMachine):
         self.req: Request | None = None
 
 
+class Backend(Protocol):
+    """What the Live layer sends to: a :class:`~sim.model.reasoner.Reasoner` or a fleet."""
+
+    @property
+    def on_request(self) -> Callable[[Request], None]: ...
+    @property
+    def on_copy(self) -> Callable[[Request], None]: ...
+    @property
+    def on_cancel(self) -> Callable[[Request], None]: ...
+    def end_call(self, call_id: int, context_id: int) -> None: ...
+
+
 class LiveLayer:
     """All Live-layer instances of the run and the calls they serve."""
 
     def __init__(self, env: simpy.Environment, scenario: Scenario, streams: Streams,
-                 uplink: Link, reasoner: Reasoner,
+                 uplink: Link, reasoner: Backend,
                  negotiation: tuple[Link, Link] | None = None) -> None:
         self.env = env
         self._later = scheduler(env)  # call_later bound to env
@@ -346,7 +358,7 @@ class LiveLayer:
         profile is active from its arrival.  Otherwise the Live layer falls back to degraded
         core A2A at ``negotiation_s`` (errors.md §5, spec §9).
         """
-        up, down = self.negotiation  # type: ignore[misc]
+        up, down = self.negotiation  # type: ignore[misc]  # called only when negotiation links exist
         limit = self.t_negotiation_s
         d_up = up.transit(now)
         if d_up >= 0.0:
@@ -379,7 +391,7 @@ class LiveLayer:
         turn ``next_after_s`` later (default: the caller's think time) or end the call."""
         s = t.session
         ttfc, completion = t.timings(end_s)
-        escalate, call_end = s.turn_ended(t.outcome)  # type: ignore[arg-type]
+        escalate, call_end = s.turn_ended(t.outcome)  # type: ignore[arg-type]  # an ended turn has its outcome
         self._record_turn(t, end_s, t.outcome, t.reason, t.code, ttfc, completion, escalate)
         s.turn = None  # no reference cycles: finished turns are freed by refcounting alone
         t.req = None
@@ -412,9 +424,9 @@ class LiveLayer:
             return
         if action == CANCEL:
             req = t.req
-            self._close(req, now)  # type: ignore[arg-type]
+            self._close(req, now)  # type: ignore[arg-type]  # CANCEL comes only with a request in flight
             self._record(req, now, A_CANCELLED, None, None)
-            self._cancel(req)  # type: ignore[arg-type]
+            self._cancel(req)  # type: ignore[arg-type]  # CANCEL comes only with a request in flight
         self._end_turn(t, now, now, 0.0)
 
     # ------------------------------------------------------------------ attempts
@@ -429,7 +441,7 @@ class LiveLayer:
     def _send(self, t: Turn, now: float) -> None:
         s = t.session
         wants_input = t.handoff and t.phase == 0
-        req = Request(t, s.call_id, t.uid, t.guid, t.turn_id, s.context_id, t.phase,
+        req = Request(t, s.call_id, t.uid, t.guid, t.turn_id, s.context_id, t.phase,  # type: ignore[arg-type]  # the model mints int ids (TurnRules: Hashable)
                       t.side_effect and not wants_input, wants_input, t.phase_attempts, now,
                       t.delay_s)
         if s.degraded:

@@ -109,7 +109,7 @@ class Link:
     def transit(self, send_s: float) -> float:
         """Transit time of one message sent at ``send_s``; -1.0 if it is dropped."""
         if self.fast:
-            return self.const_latency  # type: ignore[return-value]
+            return self.const_latency  # type: ignore[return-value]  # fast: const_latency is set
         if self.windows and self.in_outage(send_s):
             return -1.0
         if self.loss_windows and self._outage_lost(send_s):
@@ -157,7 +157,7 @@ class Link:
         lost).  On a fast link (constant latency, no faults) they arrive in order."""
         if self.fast:
             c = self.const_latency
-            return [first_send_s + k * interval_s + c for k in range(n)]  # type: ignore[operator]
+            return [first_send_s + k * interval_s + c for k in range(n)]  # type: ignore[operator]  # fast: const_latency is set
         out = []
         for k in range(n):
             t = first_send_s + k * interval_s
@@ -176,7 +176,7 @@ class Link:
         attempt (arrival ``inf``).
         """
         if self.fast:
-            return send_s + self.const_latency, False  # type: ignore[operator]
+            return send_s + self.const_latency, False  # type: ignore[operator]  # fast: const_latency is set
         if self.windows and self.in_outage(send_s):  # a refusing window cut it already
             return INF, True
         d = self.transit(send_s)

@@ -296,7 +296,7 @@ class Reasoner:
         """The job of an admitted request: its entry in the dedup store and the task index."""
         entry = None
         if key is not None:
-            entry = self.store.open(key, now, ctx, fingerprint(req))  # type: ignore[union-attr]
+            entry = self.store.open(key, now, ctx, fingerprint(req))  # type: ignore[union-attr]  # a dedup key implies the store
         if tkey is not None:
             if entry is None:
                 entry = Entry(ctx)
@@ -426,9 +426,9 @@ class Reasoner:
         store = self.store
         req = job.req
         gkey = ("side-effect", job.context_id, req.task_id)  # scoped by the server session
-        if store.lookup(gkey, now) is not None:  # type: ignore[union-attr]
+        if store.lookup(gkey, now) is not None:  # type: ignore[union-attr]  # turn mode: the store is set
             return False
-        job.guard = (gkey, store.open(gkey, now, job.context_id))  # type: ignore[union-attr]
+        job.guard = (gkey, store.open(gkey, now, job.context_id))  # type: ignore[union-attr]  # turn mode: the store is set
         return True
 
     def _progress(self, req: Request, now: float) -> None:
@@ -469,17 +469,17 @@ class Reasoner:
         store = self.store
         if job.guard is not None:  # settled when the tool call returned (or timed out)
             gkey, g = job.guard
-            store.close(gkey, g, now, COMPLETED, None, ctx)  # type: ignore[union-attr]
+            store.close(gkey, g, now, COMPLETED, None, ctx)  # type: ignore[union-attr]  # a guard implies the store
         e = job.entry
         if e is not None:
             waiters = e.waiters
             if job.key is None:  # task index only (dedup none)
                 e.done, e.status, e.error_code, e.context_id, e.waiters = (True, status, code,
                                                                            ctx, None)
-            elif self.by_turn and status == FAILED and is_retryable(code):  # type: ignore[arg-type]
-                store.release(job.key, e)  # type: ignore[union-attr]
+            elif self.by_turn and status == FAILED and is_retryable(code):  # type: ignore[arg-type]  # FAILED carries a code
+                store.release(job.key, e)  # type: ignore[union-attr]  # a dedup key implies the store
             else:
-                store.close(job.key, e, now, status, code, ctx)  # type: ignore[union-attr]
+                store.close(job.key, e, now, status, code, ctx)  # type: ignore[union-attr]  # a dedup key implies the store
             if waiters:
                 for w, wdup in waiters:
                     if not wdup:
@@ -547,7 +547,7 @@ class Reasoner:
             return
         waiters = e.waiters
         if job.key is not None:
-            self.store.release(job.key, e)  # type: ignore[union-attr]
+            self.store.release(job.key, e)  # type: ignore[union-attr]  # a dedup key implies the store
         else:
             e.done, e.waiters, e.expires_s = True, None, -INF
         if job.tkey is not None:
@@ -576,7 +576,7 @@ class Reasoner:
             n = self.chunks
             arrival, tlost = dl.terminal(first_chunk_send_s + (n - 1) * interval_s)
             if dl.fast:  # constant latency, no faults: in order, each playable on arrival
-                first = first_chunk_send_s + dl.const_latency  # type: ignore[operator]
+                first = first_chunk_send_s + dl.const_latency  # type: ignore[operator]  # fast: const_latency is set
                 last = first + (n - 1) * interval_s
                 req.first_chunk_s = first
                 req.complete_s = arrival if arrival > last else last

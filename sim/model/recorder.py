@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -102,7 +102,7 @@ class Table:
         self.compact(force=True)
         chunks, self._chunks = self._chunks, []
         self._n_compacted = 0
-        out = []
+        out: list[np.ndarray] = []
         for j, (_, kind) in enumerate(self.spec):
             parts = [c[j] for c in chunks]
             for c in chunks:
@@ -131,7 +131,7 @@ class Table:
         data: dict[str, object] = {REPLICATION: np.full(n, replication, dtype=np.int64)}
         for j, (name, kind) in enumerate(self.spec):
             arr = cols[j]
-            cols[j] = None  # type: ignore[call-overload]
+            cols[j] = None  # type: ignore[call-overload]  # frees the column (the list is dropped after)
             data[name] = as_column(arr if order is None else arr[order], kind)
         return pd.DataFrame(data, copy=False)
 
@@ -139,7 +139,9 @@ class Table:
 def as_column(arr: np.ndarray, kind: str | tuple[str, ...]) -> object:
     """A numpy column as stored in a DataFrame (categorical codes decoded)."""
     if isinstance(kind, tuple):
-        return pd.Categorical.from_codes(arr.astype(np.int16), categories=list(kind))
+        codes, categories = arr.astype(np.int16), list(kind)
+        # pandas-stubs types codes only as Sequence[int] and categories only as Index
+        return pd.Categorical.from_codes(codes, categories=categories)  # type: ignore[arg-type]  # see above
     return arr
 
 
@@ -169,4 +171,4 @@ def row_writer(table: Table, namespace: Mapping[str, Any], params: str,
     exec(compile(src, f"<row writer: {', '.join(names[:3])}, ...>", "exec"), scope)
     fn = scope["write_row"]
     fn.__doc__ = f"Write one row ({', '.join(names)}).\n\n{src}"
-    return fn  # type: ignore[no-any-return]
+    return cast("Callable[..., None]", fn)

@@ -20,7 +20,6 @@ from sim.policy.budget import (
     CallBucket,
     CircuitBreaker,
     CompositeBudget,
-    Ending,
     EnvoyRetryBudget,
     FinagleBudget,
     RetryBreaker,
@@ -56,6 +55,7 @@ from sim.policy.config import (
     TokenBucketConfig,
 )
 from sim.policy.decide import REASONS, Decision, Escalation, Reason, RetryPolicy
+from sim.shared.vocab import Ending
 
 __all__ = [
     "ALL_CODES",

@@ -103,12 +103,12 @@ from sim.shared.vocab import AttemptOutcome, Ending
 
 #: endings that are a failed attempt (``on_failure``)
 FAILED_ENDINGS = frozenset((Ending.FAILURE, Ending.OVERLOADED, Ending.TIMEOUT, Ending.LOST))
-_OUTCOME_ENDINGS = {AttemptOutcome.COMPLETED: Ending.SUCCESS,
-                    AttemptOutcome.INPUT_REQUIRED: Ending.SUCCESS,
-                    AttemptOutcome.TIMEOUT: Ending.TIMEOUT,
-                    AttemptOutcome.TOTAL_TIMEOUT: Ending.TIMEOUT,
-                    AttemptOutcome.RESPONSE_LOST: Ending.LOST,
-                    AttemptOutcome.CANCELLED: Ending.CANCELLED}
+_OUTCOME_ENDINGS: dict[str, Ending] = {AttemptOutcome.COMPLETED: Ending.SUCCESS,
+                                       AttemptOutcome.INPUT_REQUIRED: Ending.SUCCESS,
+                                       AttemptOutcome.TIMEOUT: Ending.TIMEOUT,
+                                       AttemptOutcome.TOTAL_TIMEOUT: Ending.TIMEOUT,
+                                       AttemptOutcome.RESPONSE_LOST: Ending.LOST,
+                                       AttemptOutcome.CANCELLED: Ending.CANCELLED}
 _OVERLOAD_CODE = "rate-limited"
 
 
@@ -747,5 +747,5 @@ def make_budget(cfg: BudgetConfig) -> CompositeBudget:
     for kind in CHECK_ORDER:
         part_cfg = getattr(cfg, kind.name)
         if part_cfg.enabled:
-            parts.append(kind(part_cfg))
+            parts.append(kind(part_cfg))  # type: ignore[call-arg]  # each kind takes its config
     return CompositeBudget(parts)

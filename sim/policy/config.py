@@ -30,7 +30,7 @@ class BackoffConfig:
     jitter: float = prob(0.2, doc="grpc strategy: delay * U(1-jitter, 1+jitter)")
 
 
-def _attempt_limits(d: dict[str, int] | None = None) -> types.MappingProxyType:
+def _attempt_limits(d: dict[str, int] | None = None) -> types.MappingProxyType[str, int]:
     return types.MappingProxyType(dict(d or {"internal": 2}))
 
 
@@ -40,7 +40,8 @@ class RetryConfig:
 
     max_attempts: int = num(3, ge=1, doc="attempts per turn, first send included")
     max_attempts_by_code: dict[str, int] = field(
-        default_factory=_attempt_limits, metadata={"keys": ALL_CODES, "ge": 1}
+        default_factory=_attempt_limits,  # type: ignore[arg-type]  # read-only, as build() makes dicts
+        metadata={"keys": ALL_CODES, "ge": 1}
     )
     retry_on_timeout: bool = True  # a turn-response timeout counts as upstream-timeout
     honour_retry_after: bool = True  # rate-limited: wait at least retryAfterMs

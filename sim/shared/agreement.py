@@ -352,7 +352,8 @@ def agreement_rows(sim_summary: dict[str, Any], load_summary: dict[str, Any],
     value; not the :data:`EXTENSIVE` counts), "agrees" or "differs" with Holm's correction
     over all of them."""
     sim_m, load_m = sim_summary.get("metrics", {}), load_summary.get("metrics", {})
-    tested: list[tuple[str, list[float], float, float | None, tuple[float, ...]]] = []
+    tested: list[tuple[str, list[float], float, float | None,
+                       tuple[float, float, float, float]]] = []
     for name, lm in load_m.items():
         if name in EXTENSIVE:
             continue

@@ -14,10 +14,16 @@ import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 EXIT_USAGE = 2
 Command = Callable[[argparse.Namespace], int]
+#: what options are added to (a parser or a group), and what ``add_subparsers()`` returns;
+#: argparse names both types privately (the second is generic only in its stubs)
+Options = argparse._ActionsContainer
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+_T = TypeVar("_T")
 
 
 class UsageError(Exception):
@@ -32,8 +38,8 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def checked(text: str, cast: Callable[[str], Any], bad: str, ok: Callable[[Any], bool],
-            out_of_range: str, shown: str | None = None) -> Any:
+def checked(text: str, cast: Callable[[str], _T], bad: str, ok: Callable[[_T], bool],
+            out_of_range: str, shown: str | None = None) -> _T:
     """``cast(text)`` if it parses and passes ``ok``; else an ArgumentTypeError: ``bad`` or
     ``out_of_range``, with ``{text}`` (``shown``, default ``text``) and ``{value}`` filled in."""
     shown = text if shown is None else shown
@@ -91,14 +97,14 @@ def help_of(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], i
     return func
 
 
-def add_group(subparsers: Any, name: str, help: str, description: str) -> Any:
+def add_group(subparsers: Subparsers, name: str, help: str, description: str) -> Subparsers:
     """A command group ``name`` (run bare: its help, exit 2); returns its sub-parsers."""
     group = subparsers.add_parser(name, help=help, description=description)
     group.set_defaults(func=help_of(group))
     return group.add_subparsers(title="commands", metavar="COMMAND")
 
 
-def add_command(sub: Any, name: str, func: Command,
+def add_command(sub: Subparsers, name: str, func: Command,
                 arguments: Callable[[argparse.ArgumentParser], None] | None = None,
                 help: str | None = None, description: str | None = None
                 ) -> argparse.ArgumentParser:
@@ -185,7 +191,7 @@ def with_default(help: str, default: Any = None, shown: Any = None) -> str:
     return help.replace("{default}", text) if "{default}" in help else f"{help} ({text})"
 
 
-def opt(p: Any, spec: str, help: str, type: Callable[[str], Any] | None = None,
+def opt(p: Options, spec: str, help: str, type: Callable[[str], Any] | None = None,
         default: Any = None, *, shown: Any = None, **kw: Any) -> argparse.Action:
     """Add one option to ``p`` (a parser or an argument group).  ``spec`` is the option as
     --help shows it: the flags (``--quiet/-q``), then a space and the metavar if it has one
@@ -202,12 +208,12 @@ def opt(p: Any, spec: str, help: str, type: Callable[[str], Any] | None = None,
     return p.add_argument(*names.split("/"), help=with_default(help, default, shown), **kw)
 
 
-def flag(p: Any, spec: str, help: str, **kw: Any) -> argparse.Action:
+def flag(p: Options, spec: str, help: str, **kw: Any) -> argparse.Action:
     """An on/off option (``store_true``)."""
     return opt(p, spec, help, action="store_true", **kw)
 
 
-def repeatable(p: Any, spec: str, help: str, type: Callable[[str], Any] | None = None,
+def repeatable(p: Options, spec: str, help: str, type: Callable[[str], Any] | None = None,
                **kw: Any) -> argparse.Action:
     """An option given any number of times; its values in a list (empty by default)."""
     return opt(p, spec, help, type, [], action="append", **kw)
@@ -223,7 +229,7 @@ class Option:
         self.spec, self.help, self.type, self.default, self.shown = spec, help, type, default, shown
         self.kw = kw
 
-    def add(self, p: Any, **changes: Any) -> argparse.Action:
+    def add(self, p: Options, **changes: Any) -> argparse.Action:
         """Add the option to ``p``; ``default=`` and/or ``shown=`` are this command's default."""
         if set(changes) - {"default", "shown"}:
             raise TypeError(f"{self.spec}: only the default may differ, not "

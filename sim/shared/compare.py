@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sim.shared.agreement import (
     AGREES,
@@ -70,7 +70,7 @@ class RunFolder:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return cast("dict[str, Any]", json.loads(path.read_text(encoding="utf-8")))
     except OSError as e:
         raise RunFolderError(f"{path}: cannot read: {e.strerror or e}") from None
     except ValueError as e:

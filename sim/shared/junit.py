@@ -131,10 +131,10 @@ def capacity_cases(res: Any, slos: Iterable[Any]) -> list[Case]:
 def tune_cases(candidates: Any, constraints: Iterable[Any]) -> list[Case]:
     """``sim tune``: one case per constraint, at the recommended candidate (re-run on fresh
     seeds); skipped when no candidate met every constraint (the command exits 0)."""
-    rec = candidates[candidates["recommended"]] if "recommended" in candidates else []
+    rec = candidates[candidates["recommended"]] if "recommended" in candidates else None
     cases = []
     for s in constraints:
-        if len(rec):
+        if rec is not None and len(rec):
             row = rec.iloc[0]
             value = row.get(s.metric)
             cases.append(Case(str(s), "rtalab.tune", "pass",

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib import ticker
 from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from sim.shared import schema as S
@@ -178,7 +179,7 @@ def _schedule_legend(scenario: Scenario, t_max: float | None = None) -> list[Any
                              label=f"capacity drop to {d.workers} worker{'s' * (d.workers != 1)} "
                                    f"({d.duration_s:g} s)"))
     if t_max is None or scenario.run.duration_s < t_max:
-        handles.append(plt.Line2D([], [], color="0.4", ls=":", label="arrivals stop"))
+        handles.append(Line2D([], [], color="0.4", ls=":", label="arrivals stop"))
     return handles
 
 
@@ -200,9 +201,11 @@ def _series(ax: Axes, ts: pd.DataFrame, col: str, label: str, color: Any,
     if smooth:
         mean = mean.rolling(SMOOTH_S, center=True, min_periods=1).mean()
         label = f"{label} ({SMOOTH_S} s mean)"
-    draw = ax.step if step else ax.plot
-    kwargs = {"where": "post"} if step else {}
-    draw(x, mean.to_numpy(dtype=float), color=color, lw=1.6, label=label, **kwargs)
+    y = mean.to_numpy(dtype=float)
+    if step:
+        ax.step(x, y, color=color, lw=1.6, label=label, where="post")
+    else:
+        ax.plot(x, y, color=color, lw=1.6, label=label)
 
 
 CLOCK_LABELS = {"simulated": "simulated time (s)",
@@ -259,7 +262,8 @@ STEP_COLUMNS = frozenset({S.WORKER_CAPACITY})
 
 def timeseries_panels(ts: pd.DataFrame) -> tuple[list[str], list[str]]:
     """Titles of the time-series panels with data in ``ts`` and of those without any."""
-    shown, empty = [], []
+    shown: list[str] = []
+    empty: list[str] = []
     for title, _, lines in TIMESERIES_PANELS:
         (shown if _has_data(ts, [c for c, _ in lines]) else empty).append(title)
     return shown, empty
@@ -318,10 +322,10 @@ def plot_timeseries(ts: pd.DataFrame, scenario: Scenario, path: Path, *,
     fig.suptitle(f"{scenario.name}: time series (seed {scenario.run.seed}, {many})")
     handles = _schedule_legend(scenario, t_max)
     if crashes:
-        handles.append(plt.Line2D([], [], color=CRASH_COLOR, ls="--",
+        handles.append(Line2D([], [], color=CRASH_COLOR, ls="--",
                                   label=f"Reasoner crash + restart ({len(crashes)})"))
     if barge_in:
-        handles.append(plt.Line2D([], [], color=BARGE_IN_COLOR, ls=":",
+        handles.append(Line2D([], [], color=BARGE_IN_COLOR, ls=":",
                                   label=f"barge-in spike ({len(barge_in)} s)"))
     if empty:
         handles.append(Patch(color="none", label="not shown, no data in this run: "

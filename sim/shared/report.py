@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sim.shared.compare import RunFolder, RunFolderError, compare_table, load_run, read_parquet
 from sim.shared.fmt import fmt_ci, fmt_value, metric_label, plain
@@ -473,8 +473,8 @@ def _metric_index(table: Any) -> dict[str, Any]:
     return {k: np.asarray(v) for k, v in order.items()}
 
 
-def _xaxis(table: Any, grid_keys: Sequence[str]) -> tuple[str, list[str], list[Any], dict,
-                                                           bool]:
+def _xaxis(table: Any, grid_keys: Sequence[str]
+           ) -> tuple[str, list[str], list[Any], dict[Any, float], bool]:
     import pandas as pd
 
     varying = [k for k in grid_keys if table[k].nunique(dropna=False) > 1]
@@ -667,7 +667,7 @@ def _sweep_section(path: Path, kind: str = "sweep") -> dict[str, Any]:
                      "may be missed. Use --replications 3 or more for a firmer answer.")
     figures = sweep_figures(table, grid_keys, shown)
     key_cols = KEY_SWEEP_METRICS
-    by = {(int(r.point), r.metric): r for r in table.itertuples(index=False)
+    by = {(int(cast("int", r.point)), r.metric): r for r in table.itertuples(index=False)
           if r.metric in key_cols}
     rows = []
     for i, p in enumerate(spec.get("points") or []):

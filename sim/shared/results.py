@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from sim.shared.vocab import RunState, values
 
@@ -45,12 +45,17 @@ _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class Records(Protocol):
-    """What :func:`write_run` needs from one replication's output (a runner ``RunOutput``)."""
+    """What :func:`write_run` needs from one replication's output (a runner ``RunOutput``
+    or a load run's ``RunRecords``); read-only, as their frozen dataclasses are."""
 
-    attempts: pd.DataFrame
-    turns: pd.DataFrame
-    timeseries: pd.DataFrame
-    replication: int
+    @property
+    def attempts(self) -> pd.DataFrame: ...
+    @property
+    def turns(self) -> pd.DataFrame: ...
+    @property
+    def timeseries(self) -> pd.DataFrame: ...
+    @property
+    def replication(self) -> int: ...
 
 
 # --------------------------------------------------------------------------- folder naming
@@ -159,7 +164,7 @@ def _cpu_model() -> str | None:
 def host_info() -> dict[str, Any]:
     """Host name, OS, CPU model and counts."""
     try:
-        usable = len(os.sched_getaffinity(0))
+        usable: int | None = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = os.cpu_count()
     return {
@@ -312,7 +317,7 @@ def concat_records(outputs: Sequence[Records], table: str) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame({REPLICATION_COLUMN: pd.Series(dtype="int64")})
     non_empty = [f for f in frames if len(f)] or frames[:1]
-    return pd.concat(non_empty, ignore_index=True)
+    return cast("pd.DataFrame", pd.concat(non_empty, ignore_index=True))
 
 
 def replication_seeds(outputs: Sequence[Any]) -> list[dict[str, Any]]:
@@ -455,4 +460,5 @@ def write_run(
 
 def read_meta(run_dir: str | Path) -> dict[str, Any]:
     """Load a run folder's ``meta.json``."""
-    return json.loads((Path(run_dir) / "meta.json").read_text(encoding="utf-8"))
+    text = (Path(run_dir) / "meta.json").read_text(encoding="utf-8")
+    return cast("dict[str, Any]", json.loads(text))

@@ -125,7 +125,7 @@ class Sketch:
         return self.encode()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()  # type: ignore[misc]
+        self.__init__()  # type: ignore[misc]  # unpickling: reset the fresh instance
         if state["hdr"]:
             self.hist.add(HdrHistogram.decode(state["hdr"].encode("ascii")))
         self.n_inf = int(state["n_inf"])

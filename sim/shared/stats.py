@@ -75,7 +75,7 @@ class Difference:
         return self.ci_low > 0.0 or self.ci_high < 0.0
 
 
-def welch(a: Sequence[float], b: Sequence[float]) -> Difference | None:
+def welch(a: Sequence[float | None], b: Sequence[float | None]) -> Difference | None:
     """Welch's t interval for mean(b) − mean(a); None with fewer than two values on a side.
 
     Degrees of freedom by Welch–Satterthwaite, rounded down for the quantile (the

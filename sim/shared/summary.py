@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final, cast
 
 import numpy as np
 import pandas as pd
@@ -124,7 +124,7 @@ def summarize_metrics(per_rep: Sequence[dict[str, float | None]], warmup_s: floa
 
 def metric(summary: dict[str, Any], name: str) -> dict[str, Any]:
     """One metric's ``{"mean", "ci_low", "ci_high", "values"}`` from a summary."""
-    return summary["metrics"][name]
+    return cast("dict[str, Any]", summary["metrics"][name])
 
 
 # --------------------------------------------------------------------------- one replication
@@ -134,7 +134,7 @@ def _ratio(a: float, b: float) -> float | None:
     return float(a) / float(b) if b else None
 
 
-PERCENTILE_METHOD = "inverted_cdf"
+PERCENTILE_METHOD: Final = "inverted_cdf"
 
 
 def percentile(x: np.ndarray, q: float) -> float | None:
@@ -174,7 +174,8 @@ def _is(col: pd.Series, *values: str) -> np.ndarray:
 
 
 def _col(df: pd.DataFrame, name: str, mask: np.ndarray) -> np.ndarray:
-    return df[name].to_numpy()[mask]
+    picked: np.ndarray = df[name].to_numpy()[mask]
+    return picked
 
 
 def replication_metrics(out: S.RunRecords, warmup_s: float) -> dict[str, float | None]:

@@ -538,7 +538,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    if all(v is None or not math.isfinite(v) for v in values):", T_CALLER,
              "a mean of the finite replications when one is infinite"),
     Mutation("caller-perceived latency", "sim/shared/summary.py",
-             "PERCENTILE_METHOD = \"inverted_cdf\"", "PERCENTILE_METHOD = \"linear\"", T_CALLER,
+             "PERCENTILE_METHOD: Final = \"inverted_cdf\"", "PERCENTILE_METHOD: Final = \"linear\"",
+             T_CALLER,
              "interpolated percentiles (not an observed value)"),
     # ---------------------------------------------------------------- dedup rule, fingerprints
     Mutation("dedup rule, fingerprints", "sim/shared/dedup_rule.py",
