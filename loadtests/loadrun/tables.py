@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadtests.loadrun.fleet import share_counters
 from loadtests.loadrun.uncertainty import add_uncertainty
 from sim.shared import schema as S
 from sim.shared.summary import summarize
@@ -80,9 +81,13 @@ def _frame(rows: list[dict[str, Any]], spec: tuple[S.ColumnSpec, ...]) -> pd.Dat
 
 
 def build_output(run_dir: Path, duration_s: float, seed: int,
-                 trigger_s: tuple[float, float] | None = None) -> S.RunRecords:
+                 trigger_s: tuple[float, float] | None = None, replicas: int = 1,
+                 warmup_s: float = 0.0) -> S.RunRecords:
     """Read ``ledger/*.jsonl`` of ``run_dir`` into schema tables; ``trigger_s`` (seconds
-    since the load's start) makes the summary report ``recovery_s`` after it."""
+    since the load's start) makes the summary report ``recovery_s`` after it.  Attempts a
+    balancing proxy stamped with their replica (``[fleet]``, ``replicas`` of them) add the
+    per-replica request shares to the counters (the attempts sent in [``warmup_s``,
+    ``duration_s``), every copy included, as the simulator counts what it routes)."""
     led = Path(run_dir) / "ledger"
     t0 = json.loads((led / "clock.json").read_text(encoding="utf-8"))["t0"]
     raw_attempts = read_jsonl(led / "attempts.jsonl")
@@ -155,7 +160,8 @@ def build_output(run_dir: Path, duration_s: float, seed: int,
     return replace(out, timeseries=timeseries(out, end), counters={
         "end_s": end, "calls": len(calls), "turns": len(turns), "attempts": len(attempts),
         "injected_copies": len(raw_attempts) - len(attempts), "witness_rows": len(witness),
-        "trigger_s": trigger_s})
+        "trigger_s": trigger_s,
+        **share_counters(raw_attempts, t0, replicas, (warmup_s, duration_s))})
 
 
 def _in_progress(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> list[float]:
