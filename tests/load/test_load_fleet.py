@@ -1,0 +1,120 @@
+"""Issue 27 point 2 on the load side: a scenario's ``[fleet]`` drives the embedded deployment.
+
+Two Reasoner processes behind the chaos proxy as balancer.  With ``state = "per-replica"``
+(each its own in-memory dedup store) and a random balancer, a client resend that lands on the
+other replica runs its side effect again: the checker's ``duplicated`` rule reports it (the
+hazard the simulator predicts as ``fleet.dup_request_guid_cross_replica``).  With ``state =
+"shared"`` (one SQLite store) the same resends are absorbed, also through a replica killed
+and restarted by ``[[fleet.failures]]``.  Requests reach both replicas: the per-replica
+shares are in ``summary.json`` under the simulator's metric names.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from tests.load.conftest import jsonl, load_run
+
+FLEET = """
+name = "fleet"
+[workload]
+calls_per_s = 4.0
+turns_per_call = 3
+think_time_s = 0.1
+side_effect_share = 0.8
+handoff_share = 0.0
+[reasoner]
+reasoning_time_s = 0.05
+chunks = 3
+chunk_interval_s = 0.02
+tool_latency_s = 0.02
+[load]
+resend_share = 0.3
+concurrent_duplicate_share = 0.5
+[fleet]
+replicas = 2
+{fleet}
+[run]
+duration_s = {duration}
+warmup_s = 0.5
+drain_s = 10
+seed = 11
+"""
+
+
+def _rules(read_json, run):
+    return {r["name"]: r for r in read_json(run / "verdict.json")["rules"]}
+
+
+def _replicas(run) -> collections.Counter:
+    """Attempts per replica, from the ``r<i>/`` the proxy put on X-RTA-Worker."""
+    return collections.Counter(_replica(a) for a in jsonl(run / "ledger" / "attempts.jsonl")
+                               if a.get("server_worker"))
+
+
+def test_per_replica_state_duplicates_a_resend_on_the_other_replica(tmp_path, read_json):
+    sc = FLEET.format(fleet='balancer = "random"\nstate = "per-replica"', duration=3)
+    p, run = load_run(tmp_path, scenario=sc)
+    assert p.returncode == 1, p.stderr
+    dup = _rules(read_json, run)["duplicated"]
+    assert dup["status"] == "fail" and dup["count"] > 0, dup
+    seen = _replicas(run)
+    assert set(seen) == {"r0", "r1"} and min(seen.values()) > 5, seen
+    m = read_json(run / "summary.json")["metrics"]
+    shares = [m[f"fleet.replica_requests_share.r{i}"]["mean"] for i in range(2)]
+    assert abs(sum(shares) - 1) < 1e-9 and min(shares) > 0.2, shares
+    assert m["fleet.requests_imbalance"]["mean"] >= 1.0
+    meta = read_json(run / "meta.json")
+    assert meta["fleet"]["state"] == "per-replica" and meta["network"] == "chaos-proxy"
+    assert (run / "logs" / "reasoner-r1.log").exists()
+
+
+def test_shared_state_absorbs_them_through_a_replica_failure(tmp_path, read_json):
+    sc = FLEET.format(fleet='balancer = "round_robin"\nstate = "shared"\n'
+                            "health_check_s = 0.2\n"
+                            "[[fleet.failures]]\nreplica = 1\nstart_s = 1.5\nduration_s = 1.0",
+                      duration=5)
+    p, run = load_run(tmp_path, scenario=sc)
+    assert p.returncode == 0, p.stderr
+    rules = _rules(read_json, run)
+    assert rules["duplicated"]["status"] == "pass" and rules["duplicated"]["count"] == 0
+    led = run / "ledger"
+    witness = jsonl(led / "witness.jsonl")
+    assert witness and max(collections.Counter(w["requestGuid"] for w in witness).values()) == 1
+    # the failure: killed at 1.5 s, out of the rotation, restarted, back in
+    (row,) = jsonl(led / "restarts.jsonl")
+    assert row["how"] == "replica" and row["replica"] == 1 and row["ready"]
+    assert row["start_s"] >= 1.5 and row["end_s"] >= 2.5
+    lines = [c for c in jsonl(led / "chaos.jsonl") if c.get("replica") == 1]
+    assert [c["kind"] for c in lines] == ["replica-out", "replica-in"], lines
+    out_t, in_t = lines[0]["t"], lines[1]["t"]
+    assert row["start_unix"] < out_t < row["start_unix"] + 1.0 and in_t >= row["end_unix"] - 0.5
+    attempts = jsonl(led / "attempts.jsonl")
+    # out of the rotation: every request went to r0, none to the dead replica (no 502)
+    while_out = [a for a in attempts if out_t + 0.1 < a["send_s"] < in_t]
+    assert while_out and {_replica(a) for a in while_out} == {"r0"}, while_out
+    after = {_replica(a) for a in attempts if a["send_s"] > in_t + 0.1}
+    assert after == {"r0", "r1"}, after  # back in the rotation
+
+
+def _replica(a: dict) -> str | None:
+    """The replica that answered an attempt (None: no answer from any, e.g. a 502)."""
+    w = a.get("server_worker")
+    return str(w).split("/")[0] if w else None
+
+
+def test_what_a_fleet_cannot_drive_is_refused_in_one_line(tmp_path):
+    per = FLEET.format(fleet='state = "per-replica"', duration=3)
+    for args, sc, said in (
+            (["--no-chaos"], per, "the chaos proxy is the fleet's balancer"),
+            (["--binding", "grpc"], per, "balances JSON-RPC/SSE, HTTP+JSON and WebSocket, not "
+                                         "gRPC"),
+            (["--dedup", "memory"], per, "each replica keeps its own in-memory store"),
+            (["--crash-at", "1"], per, "[[fleet.failures]]")):
+        p, run = load_run(tmp_path, *args, scenario=sc)
+        assert p.returncode == 2 and run is None, (args, p.stderr)
+        assert said in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert "Traceback" not in p.stderr
+    p, _ = load_run(tmp_path, "--target", "http://127.0.0.1:9", scenario=per)
+    assert p.returncode == 2
+    assert "[fleet] drives only the embedded deployment" in p.stderr, p.stderr
