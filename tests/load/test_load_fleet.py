@@ -14,32 +14,17 @@ from __future__ import annotations
 import collections
 
 from tests.load.conftest import jsonl, load_run
+from tests.load.test_load_negative import DUPS
 
-FLEET = """
-name = "fleet"
-[workload]
-calls_per_s = 4.0
-turns_per_call = 3
-think_time_s = 0.1
-side_effect_share = 0.8
-handoff_share = 0.0
-[reasoner]
-reasoning_time_s = 0.05
-chunks = 3
-chunk_interval_s = 0.02
-tool_latency_s = 0.02
-[load]
-resend_share = 0.3
-concurrent_duplicate_share = 0.5
+# the negative controls' duplicates (client resends, concurrent copies) on two replicas
+FLEET = DUPS + """
 [fleet]
 replicas = 2
-{fleet}
-[run]
-duration_s = {duration}
-warmup_s = 0.5
-drain_s = 10
-seed = 11
 """
+
+
+def _scenario(fleet: str, duration_s: float = 3) -> str:
+    return FLEET.replace("duration_s = 3", f"duration_s = {duration_s:g}") + fleet + "\n"
 
 
 def _rules(read_json, run):
@@ -53,7 +38,7 @@ def _replicas(run) -> collections.Counter:
 
 
 def test_per_replica_state_duplicates_a_resend_on_the_other_replica(tmp_path, read_json):
-    sc = FLEET.format(fleet='balancer = "random"\nstate = "per-replica"', duration=3)
+    sc = _scenario('balancer = "random"\nstate = "per-replica"')
     p, run = load_run(tmp_path, scenario=sc)
     assert p.returncode == 1, p.stderr
     dup = _rules(read_json, run)["duplicated"]
@@ -70,10 +55,8 @@ def test_per_replica_state_duplicates_a_resend_on_the_other_replica(tmp_path, re
 
 
 def test_shared_state_absorbs_them_through_a_replica_failure(tmp_path, read_json):
-    sc = FLEET.format(fleet='balancer = "round_robin"\nstate = "shared"\n'
-                            "health_check_s = 0.2\n"
-                            "[[fleet.failures]]\nreplica = 1\nstart_s = 1.5\nduration_s = 1.0",
-                      duration=5)
+    sc = _scenario('balancer = "round_robin"\nstate = "shared"\nhealth_check_s = 0.2\n'
+                   "[[fleet.failures]]\nreplica = 1\nstart_s = 1.5\nduration_s = 1.0", 5)
     p, run = load_run(tmp_path, scenario=sc)
     assert p.returncode == 0, p.stderr
     rules = _rules(read_json, run)
@@ -104,7 +87,7 @@ def _replica(a: dict) -> str | None:
 
 
 def test_what_a_fleet_cannot_drive_is_refused_in_one_line(tmp_path):
-    per = FLEET.format(fleet='state = "per-replica"', duration=3)
+    per = _scenario('state = "per-replica"')
     for args, sc, said in (
             (["--no-chaos"], per, "the chaos proxy is the fleet's balancer"),
             (["--binding", "grpc"], per, "balances JSON-RPC/SSE, HTTP+JSON and WebSocket, not "
