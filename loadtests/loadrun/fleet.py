@@ -13,12 +13,13 @@ What the embedded deployment makes of each key (docs/contracts.md has the table)
   and started again on its port ``start_s + duration_s`` in (a row of
   ``ledger/restarts.jsonl`` each, ``how = "replica"``);
 - the ``fleet.replica_requests_share.r<i>`` / ``fleet.requests_imbalance`` metrics: from the
-  attempts' ``server_worker`` (``r<i>/<pid>``: the proxy names the replica that answered).
+  attempts' ``server_worker`` (``r<i>/<pid>``: the proxy names the replica that answered);
+  the hazards by cause (``fleet.dup_request_guid_<cause>_per_1k_turns`` ...): from the
+  witness rows, whose ``server`` is the replica's ``--instance r<i>``.
 
 Not driven: the gRPC binding (the proxy does not balance it: a run refuses ``--binding grpc``
-with several replicas), and the hazards by cause (``fleet.*_cross_replica`` ...): the
-witness does not know which replica ran a side effect; the checker's ``duplicated`` and
-``turn-re-executed`` rules count them all.
+with several replicas); requests lost to a down replica and per-replica utilisation
+(server-side).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from sim.scenario import FleetConfig, Scenario
+from sim.shared.fleet_hazards import hazards_by_cause, restart_cause
 
 RESTART_HOW = "replica"
 
@@ -169,10 +171,10 @@ def sum_metrics(parts: list[dict[str, float] | None]) -> dict[str, float] | None
 
 def replica_of(worker: Any) -> int | None:
     """The replica index of a ``server_worker`` the balancing proxy stamped (``r<i>/pid``)."""
-    if not isinstance(worker, str) or not worker.startswith("r"):
+    if not isinstance(worker, str):
         return None
     head, sep, _ = worker.partition("/")
-    return int(head[1:]) if sep and head[1:].isdigit() else None
+    return replica_of_instance(head) if sep else None
 
 
 def share_counters(attempts: list[dict[str, Any]], t0: float, replicas: int,
@@ -203,3 +205,40 @@ def share_counters(attempts: list[dict[str, Any]], t0: float, replicas: int,
                            for r, c in enumerate(counts)}
     out["fleet.requests_imbalance"] = float(counts.max() / counts.mean()) if total else None
     return out
+
+
+def hazard_counters(witness: list[dict[str, Any]], turns: list[dict[str, Any]],
+                    restarts: list[dict[str, Any]], t0: float, warmup_s: float,
+                    ignore_guids: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The hazards by cause, as ``sim.model.fleet`` counts them, from the witness rows of a
+    fleet (``server`` = ``r<i>``, the replica's ``--instance``): per 1000 turns started
+    after the warm-up, ``fleet.dup_request_guid_<cause>_per_1k_turns`` (an execution of a
+    requestGuid that already ran) and ``fleet.reexecuted_turn_<cause>_per_1k_turns`` (a
+    turn run again under another requestGuid, once per turn), with cause ``cross_replica``
+    (another replica than the first execution), ``after_restart`` (the same replica, killed
+    by ``[[fleet.failures]]`` in between: its memory is gone) or ``same_replica``.  The
+    executions of ``ignore_guids`` are left out (the Live users' injected copies under a
+    requestGuid of their own, ``[load]`` concurrent duplicates: the simulator has none).
+    ``{}`` when no witness row names a replica."""
+    if not any(replica_of_instance(w.get("server")) is not None for w in witness):
+        return {}
+    counted = {str(t["interaction_id"]) for t in turns
+               if t.get("start_s") is not None and float(t["start_s"]) - t0 >= warmup_s}
+    kills: dict[Any, list[float]] = {}
+    for r in restarts:
+        if r.get("how") == RESTART_HOW:
+            kills.setdefault(int(r["replica"]), []).append(float(r["t"]))
+    executions = [(w.get("requestGuid"), w.get("requestGuid") is None,
+                   str(w.get("interactionId")), replica_of_instance(w.get("server")),
+                   float(w.get("tEnd") or 0.0))
+                  for w in witness if str(w.get("interactionId")) in counted
+                  and w.get("requestGuid") not in ignore_guids]
+    return dict(hazards_by_cause(executions, restart_cause(lambda r: kills.get(r, ())),
+                                 len(counted)))
+
+
+def replica_of_instance(name: Any) -> int | None:
+    """The replica index of a witness row's ``server`` (``r<i>``), else None."""
+    if isinstance(name, str) and name.startswith("r") and name[1:].isdigit():
+        return int(name[1:])
+    return None

@@ -239,7 +239,8 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
                             client_tls=st.client_tls)
     if fleet is not None:  # each replica: its own log and gRPC port
         st.replica_args = [dict(st.reasoner_args, log_path=logs / f"reasoner-r{i}.log",
-                                extra_args=[*extra, "--grpc-port", str(free_port())])
+                                extra_args=[*extra, "--grpc-port", str(free_port()),
+                                            "--instance", f"r{i}"])
                            for i in range(fleet.replicas)]
     try:
         for args in st.replica_args:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadtests.loadrun.fleet import share_counters
+from loadtests.loadrun.fleet import hazard_counters, share_counters
 from loadtests.loadrun.uncertainty import add_uncertainty
 from sim.shared import schema as S
 from sim.shared.summary import summarize
@@ -78,6 +78,12 @@ def _frame(rows: list[dict[str, Any]], spec: tuple[S.ColumnSpec, ...]) -> pd.Dat
         else:
             data[name] = np.array([-1 if v is None else int(v) for v in col], dtype=np.int64)
     return pd.DataFrame(data)
+
+
+def own_guid_copies(attempts: list[dict[str, Any]]) -> set[str]:
+    """The requestGuids only client-injected copies carried (a copy under a guid of its own)."""
+    injected = {a["request_guid"] for a in attempts if a.get("injected")}
+    return injected - {a["request_guid"] for a in attempts if not a.get("injected")}
 
 
 def build_output(run_dir: Path, duration_s: float, seed: int,
@@ -161,7 +167,9 @@ def build_output(run_dir: Path, duration_s: float, seed: int,
         "end_s": end, "calls": len(calls), "turns": len(turns), "attempts": len(attempts),
         "injected_copies": len(raw_attempts) - len(attempts), "witness_rows": len(witness),
         "trigger_s": trigger_s,
-        **share_counters(raw_attempts, t0, replicas, (warmup_s, duration_s))})
+        **share_counters(raw_attempts, t0, replicas, (warmup_s, duration_s)),
+        **hazard_counters(witness, raw_turns, read_jsonl(led / "restarts.jsonl"), t0,
+                          warmup_s, own_guid_copies(raw_attempts))})
 
 
 def _in_progress(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> list[float]:
