@@ -65,6 +65,9 @@ def fleet_problem(sc: Scenario, *, target: str | None, chaos: bool | None, bindi
     if fleet.state == "per-replica" and dedup:
         return ('--dedup with [fleet] state = "per-replica": each replica keeps its own '
                 'in-memory store (state = "shared" puts them all on one store)')
+    if fleet.state == "shared" and n > 1 and dedup == "memory":
+        return ('--dedup memory with [fleet] state = "shared": a memory store is each '
+                'process\'s own (state = "per-replica" says so; SQLite or Redis is shared)')
     if fleet.state == "per-replica" and (workers or 1) > 1:
         return ('--workers N with [fleet] state = "per-replica": a replica\'s in-memory store '
                 "would be split between its processes (use --workers 1)")

@@ -108,6 +108,7 @@ def test_what_a_fleet_cannot_drive_is_refused_in_one_line(tmp_path):
             (["--binding", "grpc"], per, "balances JSON-RPC/SSE, HTTP+JSON and WebSocket, not "
                                          "gRPC"),
             (["--dedup", "memory"], per, "each replica keeps its own in-memory store"),
+            (["--dedup", "memory"], _scenario('state = "shared"'), "a memory store is each "),
             (["--crash-at", "1"], per, "[[fleet.failures]]")):
         p, run = load_run(tmp_path, *args, scenario=sc)
         assert p.returncode == 2 and run is None, (args, p.stderr)
