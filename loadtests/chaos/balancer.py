@@ -14,7 +14,8 @@ injects, as a request of its own) to one replica, picked by the policy
   requestGuid, else method and id): a stable hash, modulo the replicas in rotation.
 
 WebSocket connections are balanced at the upgrade (every frame of a socket goes to its
-replica; sticky: by the caller's address and port).  The gRPC side is not balanced.
+replica; sticky: by the caller's address and port).  The gRPC side balances each call
+(:mod:`loadtests.chaos.grpc_proxy`; sticky: by ``message.context_id``) with this balancer.
 
 Health: a connect the proxy could not make marks the replica failing; a probe (a TCP
 connect every ``probe_s``) marks it failing or healthy again.  A replica failing for

@@ -131,7 +131,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     opt(p, "--grpc-listen HOST:PORT", "also proxy the A2A gRPC binding on this address (port 0: "
         "any free port, printed); needs --grpc-upstream", listen_addr)
     opt(p, "--grpc-upstream URL", "the Reasoner's gRPC address: grpc://HOST:PORT, or "
-        "grpcs://HOST:PORT for TLS (verified with --ca / --client-cert)", grpc_upstream)
+        "grpcs://HOST:PORT for TLS (verified with --ca / --client-cert); with several "
+        "--upstream, one per replica in the same order", grpc_upstream, action="append")
     opt(p, "--balancer POLICY", "with several --upstream: how each request picks its replica "
         "(default: the scenario's [fleet] balancer, else random)", choices=BALANCERS)
     opt(p, "--health-check-s S", "with several --upstream: a replica failing connects this long "
@@ -178,18 +179,22 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         raise FlagError("--balancer and --health-check-s need several --upstream")
     if (args.grpc_listen is None) != (args.grpc_upstream is None):
         raise FlagError("--grpc-listen and --grpc-upstream go together")
-    if args.grpc_listen is not None and len(upstreams) > 1:
-        raise FlagError("--grpc-listen with several --upstream: the gRPC side is not "
-                        "balanced (HTTP and WebSocket are)")
+    grpc_ups = list(args.grpc_upstream or ())
+    if grpc_ups and len(grpc_ups) != len(upstreams):
+        raise FlagError(f"{len(grpc_ups)} --grpc-upstream for {len(upstreams)} --upstream: "
+                        "give one gRPC address per replica, in the same order")
+    if len({secure for _, secure in grpc_ups}) > 1:
+        raise FlagError("--grpc-upstream: mix of grpc:// and grpcs:// (one scheme for all)")
     if args.grpc_listen is not None and args.grpc_listen[1] and args.grpc_listen == (host, port):
         raise FlagError("--listen and --grpc-listen are the same address")
-    g_up, g_secure = args.grpc_upstream or ("", False)
+    g_up, g_secure = grpc_ups[0] if grpc_ups else ("", False)
     fleet = scenario.fleet
     return ChaosSettings(host=host, port=port, upstream=upstreams[0], cfg=cfg,
                          upstreams=upstreams, balancer=args.balancer or fleet.balancer,
                          health_check_s=fleet.health_check_s if args.health_check_s is None
                          else args.health_check_s,
                          grpc_listen=args.grpc_listen, grpc_upstream=g_up,
+                         grpc_upstreams=tuple(a for a, _ in grpc_ups),
                          grpc_upstream_secure=g_secure,
                          ledger=Path(args.ledger) if args.ledger else None,
                          start_at_unix=args.start_at,

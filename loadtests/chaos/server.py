@@ -46,6 +46,7 @@ class ChaosSettings:
     grpc_listen: tuple[str, int] | None = None
     grpc_upstream: str = ""  # host:port
     grpc_upstream_secure: bool = False
+    grpc_upstreams: tuple[str, ...] = ()  # every replica's, in the order of upstreams
     # several upstreams: the replicas of a fleet, balanced (loadtests.chaos.balancer)
     upstreams: tuple[str, ...] = ()
     balancer: str = "random"
@@ -99,7 +100,8 @@ async def _start_grpc(s: ChaosSettings, proxy: ChaosProxy, ledger: ChaosLedger,
     from .grpc_proxy import GrpcChaos, start_grpc
 
     assert s.grpc_listen is not None
-    chaos = GrpcChaos(proxy, s.grpc_upstream, s.grpc_upstream_secure, s.upstream_tls)
+    chaos = GrpcChaos(proxy, s.grpc_upstream, s.grpc_upstream_secure, s.upstream_tls,
+                      upstreams=s.grpc_upstreams)
     server, app_port = await start_grpc(chaos, 0, s.tls)
     host, port = s.grpc_listen
     gate = Gate(host, port, "127.0.0.1", app_port, s.cfg, ledger, t0, binding="grpc",
@@ -157,7 +159,8 @@ async def serve(s: ChaosSettings) -> int:
           flush=True)
     if len(gates) > 1:
         print(f"chaos proxy on {'grpcs' if s.tls.enabled else 'grpc'}://{s.grpc_listen[0]}:"
-              f"{gates[1].port} -> {s.grpc_upstream}", flush=True)
+              f"{gates[1].port} -> {', '.join(s.grpc_upstreams) or s.grpc_upstream}",
+              flush=True)
     outages = asyncio.ensure_future(
         _outages_from_file(s.start_file, gates, proxy) if s.start_file
         else asyncio.gather(*(g.run_outages() for g in gates)))

@@ -189,7 +189,7 @@ def check_flags(args: argparse.Namespace, sc: Any) -> str | None:
             return f"--dedup: {e}"
     from loadtests.loadrun.fleet import fleet_problem
 
-    problem = fleet_problem(sc, target=args.target, chaos=args.chaos, binding=args.binding,
+    problem = fleet_problem(sc, target=args.target, chaos=args.chaos,
                             crash_at=restart_times(args, sc), dedup=args.dedup,
                             workers=args.workers)
     if problem:

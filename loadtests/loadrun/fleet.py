@@ -17,9 +17,9 @@ What the embedded deployment makes of each key (docs/contracts.md has the table)
   the hazards by cause (``fleet.dup_request_guid_<cause>_per_1k_turns`` ...): from the
   witness rows, whose ``server`` is the replica's ``--instance r<i>``.
 
-Not driven: the gRPC binding (the proxy does not balance it: a run refuses ``--binding grpc``
-with several replicas); requests lost to a down replica and per-replica utilisation
-(server-side).
+Every binding is balanced (gRPC per call: each replica's gRPC address is a
+``--grpc-upstream`` of the proxy).  Not driven: requests lost to a down replica and
+per-replica utilisation (server-side).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def embedded_fleet(sc: Scenario, target: str | None) -> FleetConfig | None:
     return sc.fleet if target is None and sc.fleet.is_fleet else None
 
 
-def fleet_problem(sc: Scenario, *, target: str | None, chaos: bool | None, binding: str,
+def fleet_problem(sc: Scenario, *, target: str | None, chaos: bool | None,
                   crash_at: tuple[float, ...] | list[float], dedup: str | None,
                   workers: int | None) -> str | None:
     """The one-line reason this run cannot drive the scenario's ``[fleet]``, or None."""
@@ -56,9 +56,6 @@ def fleet_problem(sc: Scenario, *, target: str | None, chaos: bool | None, bindi
     if n > 1 and chaos is False:
         return (f"--no-chaos with [fleet] replicas = {n}: the chaos proxy is the fleet's "
                 "balancer (drop --no-chaos)")
-    if n > 1 and "grpc" in binding.split(","):
-        return (f"--binding grpc with [fleet] replicas = {n}: the chaos proxy balances "
-                "JSON-RPC/SSE, HTTP+JSON and WebSocket, not gRPC")
     if crash_at:
         return ("--crash-at / --restart-at / load.restart_at_s with a [fleet]: schedule "
                 "replica failures with [[fleet.failures]] replica, start_s, duration_s")

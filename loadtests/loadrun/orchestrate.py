@@ -268,7 +268,7 @@ def start_proxy(st: Stack, upstream: str, run_dir: Path, scenario_path: Path,
     ``upstream`` (the embedded Reasoner or a --target); its URL.  With ``grpc`` it proxies
     the gRPC interface ``upstream``'s agent card advertises too (``--grpc-listen`` /
     ``--grpc-upstream``; its address in ``st.grpc_proxy``).  Several ``upstreams`` (a
-    fleet's replicas): the proxy balances them by the scenario's ``[fleet]`` (not gRPC)."""
+    fleet's replicas): the proxy balances them by the scenario's ``[fleet]``, gRPC too."""
     if not _chaos_available():
         raise RunError("--chaos needs the chaos proxy (loadtests.chaos), not in this build")
     from loadtests.chaos.procs import start_chaos
@@ -276,12 +276,13 @@ def start_proxy(st: Stack, upstream: str, run_dir: Path, scenario_path: Path,
 
     (run_dir / "logs").mkdir(exist_ok=True)
     extra = ["--start-file", str(run_dir / "ledger" / "clock.json")]
-    if grpc:
-        at, secure = grpc_target(f"{upstream.rstrip('/')}/.well-known/agent-card.json",
-                                 st.client_tls)
+    if grpc:  # a fleet: each replica's gRPC address, in the order of the HTTP upstreams
         st.grpc_proxy = f"127.0.0.1:{free_port()}"
-        extra += ["--grpc-listen", st.grpc_proxy,
-                  "--grpc-upstream", f"{'grpcs' if secure else 'grpc'}://{at}"]
+        extra += ["--grpc-listen", st.grpc_proxy]
+        for up in (upstreams if upstreams and len(upstreams) > 1 else [upstream]):
+            at, secure = grpc_target(f"{up.rstrip('/')}/.well-known/agent-card.json",
+                                     st.client_tls)
+            extra += ["--grpc-upstream", f"{'grpcs' if secure else 'grpc'}://{at}"]
     proxy = start_chaos(upstreams if upstreams and len(upstreams) > 1 else upstream,
                         ledger=run_dir / "ledger" / "chaos.jsonl",
                         scenario=scenario_path, log_path=run_dir / "logs" / "chaos.log",
@@ -735,7 +736,7 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
     duration = opts.duration_s if opts.duration_s is not None else sc.run.duration_s
     drain = opts.drain_s if opts.drain_s is not None else sc.run.drain_s
     warmup = min(sc.run.warmup_s, duration / 2)
-    problem = fleet_problem(sc, target=opts.target, chaos=opts.chaos, binding=opts.binding,
+    problem = fleet_problem(sc, target=opts.target, chaos=opts.chaos,
                             crash_at=opts.crash_at, dedup=opts.dedup, workers=opts.workers)
     if problem:
         raise RunError(problem)

@@ -14,8 +14,9 @@ import pytest
 
 from loadtests.chaos.balancer import Balancer, context_id
 from loadtests.chaos.procs import start_chaos
-from loadtests.common.procs import start_reasoner
-from tests.serve.conftest import TOKENS, Client, message, stream, uid
+from loadtests.common.procs import free_port, start_reasoner
+from loadtests.common.wireclient import grpc_request
+from tests.serve.conftest import TOKENS, Client, headers, message, stream, uid
 
 UPS = ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
 
@@ -96,7 +97,7 @@ DEADLINE_S = 20.0
 
 def _replica(base: Path, i: int, port: int | None = None) -> Any:
     (base / "scenario.toml").write_text(SCENARIO, encoding="utf-8")
-    args = ["--log-level", "warning"]
+    args = ["--log-level", "warning", "--grpc-port", "0"]
     for token, principal in TOKENS.items():
         args += ["--token", f"{token}={principal}"]
     return start_reasoner(port=port, dedup="memory", scenario=base / "scenario.toml",
@@ -149,3 +150,32 @@ def test_two_replicas_behind_the_proxy(tmp_path: Path, binding: str) -> None:
             r.stop()
     log = (tmp_path / "chaos.log").read_text()
     assert "Traceback" not in log and "round_robin over 2 replicas" in log
+
+
+@pytest.mark.parametrize("policy", ["round_robin", "sticky"])
+def test_grpc_calls_are_balanced_per_call(tmp_path: Path, policy: str) -> None:
+    reps = [_replica(tmp_path, i) for i in range(2)]
+    grpc_at = f"127.0.0.1:{free_port()}"
+    ups = [a for r in reps for a in ("--grpc-upstream", f"grpc://{Client(r.url).grpc_address()}")]
+    px = start_chaos([r.url for r in reps], ledger=tmp_path / "chaos.jsonl",
+                     log_path=tmp_path / "chaos.log",
+                     extra_args=["--balancer", policy, "--delay-s", "0", "--no-scenario-outages",
+                                 "--grpc-listen", grpc_at, *ups])
+    try:
+        def worker(ctx: str) -> str:
+            t = grpc_request(grpc_at, stream(message(ctx=ctx)), headers())
+            assert t.final_state == "TASK_STATE_COMPLETED", t.errors
+            return t.worker.split("/")[0]
+
+        if policy == "round_robin":
+            assert collections.Counter(worker(uid("ctx")) for _ in range(6)) == {"r0": 3,
+                                                                                 "r1": 3}
+        else:  # one context, one replica; contexts spread over both
+            assert all(len({worker(ctx) for _ in range(3)}) == 1
+                       for ctx in (uid("ctx") for _ in range(4)))
+            assert {worker(uid("ctx")) for _ in range(12)} == {"r0", "r1"}
+    finally:
+        px.stop()
+        for r in reps:
+            r.stop()
+    assert "Traceback" not in (tmp_path / "chaos.log").read_text()

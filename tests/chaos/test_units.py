@@ -192,7 +192,10 @@ def test_wire_parsing_never_raises(data: bytes | str) -> None:
     (["--listen", ":0", "--upstream", "http://127.0.0.1:1", "--upstream", "http://127.0.0.1:2",
       "--balancer", "fastest"], "invalid choice"),
     (["--listen", ":0", "--upstream", "http://127.0.0.1:1", "--upstream", "http://127.0.0.1:2",
-      "--grpc-listen", ":0", "--grpc-upstream", "grpc://127.0.0.1:3"], "not balanced"),
+      "--grpc-listen", ":0", "--grpc-upstream", "grpc://127.0.0.1:3"], "one gRPC address per"),
+    (["--listen", ":0", "--upstream", "http://127.0.0.1:1", "--upstream", "http://127.0.0.1:2",
+      "--grpc-listen", ":0", "--grpc-upstream", "grpc://127.0.0.1:3", "--grpc-upstream",
+      "grpcs://127.0.0.1:4"], "mix of grpc:// and grpcs://"),
 ])
 def test_cli_errors_are_one_line(args: list[str], needle: str,
                                  capsys: pytest.CaptureFixture[str]) -> None:

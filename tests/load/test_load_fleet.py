@@ -105,8 +105,6 @@ def test_what_a_fleet_cannot_drive_is_refused_in_one_line(tmp_path):
     per = _scenario('state = "per-replica"')
     for args, sc, said in (
             (["--no-chaos"], per, "the chaos proxy is the fleet's balancer"),
-            (["--binding", "grpc"], per, "balances JSON-RPC/SSE, HTTP+JSON and WebSocket, not "
-                                         "gRPC"),
             (["--dedup", "memory"], per, "each replica keeps its own in-memory store"),
             (["--dedup", "memory"], _scenario('state = "shared"'), "a memory store is each "),
             (["--crash-at", "1"], per, "[[fleet.failures]]")):
