@@ -165,7 +165,9 @@ def test_grpc_calls_are_balanced_per_call(tmp_path: Path, policy: str) -> None:
         def worker(ctx: str) -> str:
             t = grpc_request(grpc_at, stream(message(ctx=ctx)), headers())
             assert t.final_state == "TASK_STATE_COMPLETED", t.errors
-            return t.worker.split("/")[0]
+            replica, _, pid = t.worker.partition("/")
+            assert pid == str(reps[int(replica[1:])].pid), t.worker  # the replica named ran it
+            return replica
 
         if policy == "round_robin":
             assert collections.Counter(worker(uid("ctx")) for _ in range(6)) == {"r0": 3,
