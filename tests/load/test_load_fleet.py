@@ -3,7 +3,8 @@
 Two Reasoner processes behind the chaos proxy as balancer.  With ``state = "per-replica"``
 (each its own in-memory dedup store) and a random balancer, a client resend that lands on the
 other replica runs its side effect again: the checker's ``duplicated`` rule reports it, and
-the summary counts it as the simulator does, ``fleet.dup_request_guid_cross_replica``.
+the summary counts it as the simulator does, ``fleet.dup_request_guid_cross_replica`` (every
+binding, gRPC included).
 With ``state = "shared"`` (one SQLite store) the same resends are absorbed, also through a
 replica killed and restarted by ``[[fleet.failures]]``.  Requests reach both replicas: the
 per-replica shares are in ``summary.json`` under the simulator's metric names.
@@ -39,12 +40,16 @@ def _replicas(run) -> collections.Counter:
 
 def test_per_replica_state_duplicates_a_resend_on_the_other_replica(tmp_path, read_json):
     sc = _scenario('balancer = "random"\nstate = "per-replica"')
-    p, run = load_run(tmp_path, scenario=sc)
+    p, run = load_run(tmp_path, "--binding", "all", scenario=sc)
     assert p.returncode == 1, p.stderr
     dup = _rules(read_json, run)["duplicated"]
     assert dup["status"] == "fail" and dup["count"] > 0, dup
     seen = _replicas(run)
     assert set(seen) == {"r0", "r1"} and min(seen.values()) > 5, seen
+    # every binding is balanced: each one's answers name a replica (gRPC per call too)
+    named = {a["binding"] for a in jsonl(run / "ledger" / "attempts.jsonl")
+             if _replica(a) in ("r0", "r1")}
+    assert named == {"sse", "rest", "ws", "grpc"}, named
     m = read_json(run / "summary.json")["metrics"]
     shares = [m[f"fleet.replica_requests_share.r{i}"]["mean"] for i in range(2)]
     assert abs(sum(shares) - 1) < 1e-9 and min(shares) > 0.2, shares
