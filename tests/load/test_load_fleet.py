@@ -67,10 +67,12 @@ def test_per_replica_state_duplicates_a_resend_on_the_other_replica(tmp_path, re
 def test_shared_state_absorbs_them_through_a_replica_failure(tmp_path, read_json):
     sc = _scenario('balancer = "round_robin"\nstate = "shared"\nhealth_check_s = 0.2\n'
                    "[[fleet.failures]]\nreplica = 1\nstart_s = 1.0\nduration_s = 0.8", 5)
-    p, run = load_run(tmp_path, scenario=sc)
+    # over mutual TLS: the proxy verifies every replica, the replicas the witness
+    p, run = load_run(tmp_path, "--tls", scenario=sc)
     assert p.returncode == 0, p.stderr + _text(run, "verdict.txt")
     rules = _rules(read_json, run)
     assert rules["duplicated"]["status"] == "pass" and rules["duplicated"]["count"] == 0
+    assert "https://" in _text(run, "logs/chaos.log")  # balanced over TLS
     led = run / "ledger"
     witness = jsonl(led / "witness.jsonl")
     assert witness and max(collections.Counter(w["requestGuid"] for w in witness).values()) == 1
