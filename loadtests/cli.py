@@ -59,6 +59,18 @@ def positive_float(text: str) -> float:
     return v
 
 
+MAX_INSTANCE_CHARS = 64
+
+
+def instance_name(text: str) -> str:
+    """``--instance``: 1-64 printable characters, no spaces."""
+    if not text or len(text) > MAX_INSTANCE_CHARS or not text.isprintable() or any(
+            c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(
+            f"expected 1-{MAX_INSTANCE_CHARS} printable characters without spaces, got {text!r}")
+    return text
+
+
 # the Reasoner's options that ``rtalab load run`` passes on to its embedded Reasoner
 DEDUP = Option("--dedup URL", "dedup store: sqlite:///PATH, redis://HOST:PORT[/DB] or memory")
 DEDUP_MODE = Option("--dedup-mode", "override [reasoner].dedup", choices=MODES)
@@ -86,6 +98,9 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
     add_scenario(p, option="whose [reasoner] section drives the behaviour")
     opt(p, "--witness URL", "witness service for side effects (POST <URL>/execute); default: "
                             "simulated in process")
+    opt(p, "--instance NAME", "this Reasoner's name in the witness ledger (`server` of each "
+        "side effect; a load run names a fleet's replicas r0, r1, ...); default: none",
+        instance_name)
     repeatable(p, "--tokens FILE",
                "bearer tokens file: TOKEN=PRINCIPAL per line, or a JSON object")
     repeatable(p, "--token TOKEN=PRINCIPAL",
@@ -149,7 +164,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         dedup_url=args.dedup,
         dedup_mode=args.dedup_mode, dedup_window_s=args.dedup_window_s,
         dedup_wait_s=args.dedup_wait_s, scenario=args.scenario, overrides=tuple(args.set),
-        witness=args.witness, tokens=tokens, ext_uri=args.ext_uri, test_hooks=args.test_hooks,
+        witness=args.witness, instance=args.instance, tokens=tokens, ext_uri=args.ext_uri,
+        test_hooks=args.test_hooks,
         max_tasks=args.max_tasks, log_level=args.log_level, access_log=args.access_log,
         header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
         idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections,

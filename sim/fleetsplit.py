@@ -207,15 +207,21 @@ def merge_parts(scenario: Scenario, parts: Sequence[Any], seed: int, replication
             elif isinstance(v, int | float) and not isinstance(v, bool):
                 counters[k] = counters.get(k, 0) + v
     counters.update(_fleet_counters(scenario, parts, tables["turns"]))
-    out = RunOutput(timeseries=ts, counters=counters, seed=seed, replication=replication,
+    out = RunOutput(attempts=tables["attempts"], turns=tables["turns"], calls=tables["calls"],
+                    executions=tables["executions"], side_effects=tables["side_effects"],
+                    timeseries=ts, counters=counters, seed=seed, replication=replication,
                     warmup_s=scenario.run.warmup_s, duration_s=scenario.run.duration_s,
-                    workers=scenario.reasoner.workers, **tables)
+                    workers=scenario.reasoner.workers)
     if scenario.run.records != "all":  # the metrics of every row, then no rows written
+        import dataclasses
+
         from sim.shared.summary import replication_metrics
 
-        out.metrics = replication_metrics(out, scenario.run.warmup_s)
-        for name in tables:
-            setattr(out, name, getattr(out, name).head(0))
+        empty = {name: frame.head(0) for name, frame in tables.items()}
+        out = dataclasses.replace(out, metrics=replication_metrics(out, scenario.run.warmup_s),
+                                  attempts=empty["attempts"], turns=empty["turns"],
+                                  calls=empty["calls"], executions=empty["executions"],
+                                  side_effects=empty["side_effects"])
     return out
 
 

@@ -153,3 +153,13 @@ def test_the_merge_keeps_every_row_distinct_and_adds_the_series() -> None:
     for i, o in enumerate(outs):
         own = replication_metrics(o, sc.run.warmup_s)["worker_utilisation"]
         assert m[f"fleet.replica_utilisation.r{i}"] == pytest.approx(own, abs=0.02)
+
+
+def test_a_split_run_without_records_has_the_metrics_of_one_with_them() -> None:
+    """``records = "none"``: the merged metrics are those of every row, and no row is kept
+    (the run output is frozen: the merge builds a new one)."""
+    over = {"run.duration_s": 200.0}
+    kept = summary("replicas", **over)["metrics"]
+    none = summary("replicas", **over, **{"run.records": "none"})["metrics"]
+    for name in ("turns", "queue.p_wait", "goodput_turns_per_s", "fleet.requests_imbalance"):
+        assert none[name]["mean"] == pytest.approx(kept[name]["mean"], rel=1e-9), name

@@ -21,6 +21,7 @@ from loadtests.common.tls import (
     client_tls_from_args,
     server_tls_from_args,
 )
+from sim.scenario import BALANCERS
 from sim.shared.argtypes import (
     LOG_LEVEL,
     add_command,
@@ -101,8 +102,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab chaos``."""
     opt(p, "--listen HOST:PORT", "address to listen on (port 0: any free port, printed)",
         listen_addr, required=True)
-    opt(p, "--upstream URL", "the Reasoner, e.g. http://127.0.0.1:8000", upstream_url,
-        required=True)
+    opt(p, "--upstream URL", "the Reasoner, e.g. http://127.0.0.1:8000; given several times: "
+        "the replicas of a fleet, balanced by --balancer", upstream_url, required=True,
+        action="append")
     add_scenario(p, option="whose [network] section gives the rates and outages")
     add_seed(p)
     opt(p, "--ledger FILE", "injection ledger (JSONL, appended; '' = none; {default})",
@@ -129,7 +131,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     opt(p, "--grpc-listen HOST:PORT", "also proxy the A2A gRPC binding on this address (port 0: "
         "any free port, printed); needs --grpc-upstream", listen_addr)
     opt(p, "--grpc-upstream URL", "the Reasoner's gRPC address: grpc://HOST:PORT, or "
-        "grpcs://HOST:PORT for TLS (verified with --ca / --client-cert)", grpc_upstream)
+        "grpcs://HOST:PORT for TLS (verified with --ca / --client-cert); with several "
+        "--upstream, one per replica in the same order", grpc_upstream, action="append")
+    opt(p, "--balancer POLICY", "with several --upstream: how each request picks its replica "
+        "(default: the scenario's [fleet] balancer, else random)", choices=BALANCERS)
+    opt(p, "--health-check-s S", "with several --upstream: a replica failing connects this long "
+        "leaves the rotation (default: the scenario's [fleet] health_check_s)", non_negative)
     LOG_LEVEL.add(p, default="warning")
     add_server_tls(p)
     add_client_tls(p, "connecting to --upstream")
@@ -161,16 +168,33 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     cfg = with_overrides(cfg, duplicate=args.duplicate, reorder=args.reorder, drop=args.drop,
                          delay_s=args.delay_s, reorder_delay_s=args.reorder_delay_s)
     host, port = args.listen
-    up = urlsplit(args.upstream)
-    if port and (up.hostname, up.port) == (host, port):
-        raise FlagError("--listen and --upstream are the same address")
+    upstreams = tuple(args.upstream)
+    for u in upstreams:
+        up = urlsplit(u)
+        if port and (up.hostname, up.port) == (host, port):
+            raise FlagError("--listen and --upstream are the same address")
+    if len(set(upstreams)) != len(upstreams):
+        raise FlagError("an --upstream is given twice")
+    if len(upstreams) == 1 and (args.balancer or args.health_check_s is not None):
+        raise FlagError("--balancer and --health-check-s need several --upstream")
     if (args.grpc_listen is None) != (args.grpc_upstream is None):
         raise FlagError("--grpc-listen and --grpc-upstream go together")
+    grpc_ups = list(args.grpc_upstream or ())
+    if grpc_ups and len(grpc_ups) != len(upstreams):
+        raise FlagError(f"{len(grpc_ups)} --grpc-upstream for {len(upstreams)} --upstream: "
+                        "give one gRPC address per replica, in the same order")
+    if len({secure for _, secure in grpc_ups}) > 1:
+        raise FlagError("--grpc-upstream: mix of grpc:// and grpcs:// (one scheme for all)")
     if args.grpc_listen is not None and args.grpc_listen[1] and args.grpc_listen == (host, port):
         raise FlagError("--listen and --grpc-listen are the same address")
-    g_up, g_secure = args.grpc_upstream or ("", False)
-    return ChaosSettings(host=host, port=port, upstream=args.upstream, cfg=cfg,
+    g_up, g_secure = grpc_ups[0] if grpc_ups else ("", False)
+    fleet = scenario.fleet
+    return ChaosSettings(host=host, port=port, upstream=upstreams[0], cfg=cfg,
+                         upstreams=upstreams, balancer=args.balancer or fleet.balancer,
+                         health_check_s=fleet.health_check_s if args.health_check_s is None
+                         else args.health_check_s,
                          grpc_listen=args.grpc_listen, grpc_upstream=g_up,
+                         grpc_upstreams=tuple(a for a, _ in grpc_ups),
                          grpc_upstream_secure=g_secure,
                          ledger=Path(args.ledger) if args.ledger else None,
                          start_at_unix=args.start_at,

@@ -30,6 +30,12 @@ per requestGuid), at the level of HTTP/2 streams, not TCP packets (docs/chaos.md
   TCP gate's in front of this server (the HTTP/2 connection reset: every stream on it).
 
 Every injection is a line of ``chaos.jsonl`` with ``binding: "grpc"``, as on HTTP.
+
+With several ``--grpc-upstream`` (a fleet's replicas, in the order of the ``--upstream``
+URLs) each call, and each duplicate copy, goes to the replica the HTTP side's balancer picks
+(sticky: by ``SendMessageRequest.message.context_id``, else the requestGuid); the calls in
+flight count for ``least_outstanding``, the health probes and the rotation are the HTTP
+side's, and the initial metadata's ``x-rta-worker`` becomes ``r<i>/<pid>``.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from loadtests.common.tls import ClientTls, ServerTls, client_grpc_credentials
 from loadtests.live.grpc_channel import RECONNECT_OPTIONS
 
 from .config import uplink_faults
-from .proxy import COPY_FIRST_WAIT_S, ChaosProxy
+from .proxy import COPY_FIRST_WAIT_S, WORKER_HEADER, ChaosProxy
 from .release import Releaser, StreamTiming
 from .wire import TERMINAL, RpcInfo
 
@@ -62,14 +68,30 @@ def _service() -> tuple[str, dict[str, bool]]:
     return s.full_name, {m.name: bool(m.server_streaming) for m in s.methods}
 
 
-def _forward_md(md: Any) -> tuple[tuple[str, Any], ...]:
-    """Metadata to copy onto the other leg (pseudo-headers and transport keys removed)."""
+def _forward_md(md: Any, replica: int | None = None) -> tuple[tuple[str, Any], ...]:
+    """Metadata to copy onto the other leg (pseudo-headers and transport keys removed; with
+    ``replica``, ``x-rta-worker`` prefixed ``r<replica>/``)."""
     out = []
     for k, v in md or ():
         if k.startswith(":") or k.startswith("grpc-") or k in _TRANSPORT_MD:
             continue
+        if replica is not None and k == WORKER_HEADER:
+            v = f"r{replica}/{v}"
         out.append((k, v))
     return tuple(out)
+
+
+def context_of(method: str, body: bytes) -> str:
+    """The ``message.context_id`` of a ``SendMessageRequest`` (``""`` for anything else)."""
+    if method not in ("SendStreamingMessage", "SendMessage"):
+        return ""
+    from a2a.types import SendMessageRequest
+    from google.protobuf.message import DecodeError
+
+    try:
+        return str(SendMessageRequest.FromString(body).message.context_id)
+    except (DecodeError, ValueError):
+        return ""
 
 
 def _trailers(md: Any) -> tuple[tuple[str, Any], ...]:
@@ -144,28 +166,45 @@ class GrpcChaos:
     outages and ledger."""
 
     def __init__(self, proxy: ChaosProxy, upstream: str, secure: bool,
-                 tls: ClientTls | None = None):
+                 tls: ClientTls | None = None, upstreams: tuple[str, ...] = ()):
         self.p = proxy
         self.cfg = proxy.cfg
         self.upstream, self.secure = upstream, secure
+        self.upstreams = upstreams or (upstream,)  # several: a fleet, balanced by proxy's
         self.tls = tls or ClientTls()
         self.channel: grpc.aio.Channel | None = None
+        self.channels: list[grpc.aio.Channel] = []
         self.service, self.streaming = _service()
 
     def open(self) -> None:
-        """The upstream channel (on the running loop)."""
+        """The upstream channels (on the running loop)."""
         # reconnect within 0.1-1 s of a lost upstream (a restarted Reasoner): gRPC's default
         # backoff (1 s growing to 120 s) would fail calls fast long after it is back
         opts = [("grpc.max_receive_message_length", MAX_MESSAGE),
                 ("grpc.max_send_message_length", MAX_MESSAGE), *RECONNECT_OPTIONS]
-        self.channel = (grpc.aio.secure_channel(self.upstream, client_grpc_credentials(self.tls),
-                                                options=opts) if self.secure
-                        else grpc.aio.insecure_channel(self.upstream, options=opts))
+        self.channels = [grpc.aio.secure_channel(u, client_grpc_credentials(self.tls),
+                                                 options=opts) if self.secure
+                         else grpc.aio.insecure_channel(u, options=opts)
+                         for u in self.upstreams]
+        self.channel = self.channels[0]
 
     async def close(self) -> None:
-        """Close the upstream channel."""
-        if self.channel is not None:
-            await self.channel.close()
+        """Close the upstream channels."""
+        for c in self.channels:
+            await c.close()
+
+    def _pick(self, name: str, req: bytes, info: RpcInfo) -> int | None:
+        """The replica of one call (None: one upstream, not balanced)."""
+        if len(self.channels) < 2 or self.p.balancer is None:
+            return None
+        key = context_of(name, req) if self.p.balancer.policy == "sticky" else ""
+        return self.p.pick(key or info.key)
+
+    def _on(self, replica: int | None) -> grpc.aio.Channel:
+        """The channel to ``replica`` (the one upstream's when not balanced)."""
+        channel = self.channel if replica is None else self.channels[replica]
+        assert channel is not None
+        return channel
 
     # ------------------------------------------------------------------ dispatch
 
@@ -215,35 +254,40 @@ class GrpcChaos:
         if f.duplicate and f.duplicate_first:  # the copy reaches the server first
             started = asyncio.Event()
             self.p.spawn(self._duplicate(path, req, md, info, streaming, 0.0, started,
-                                         f.duplicate_delay_s))
+                                         f.duplicate_delay_s,
+                                         self._pick(path.rsplit("/", 1)[-1], req, info)))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(started.wait(), COPY_FIRST_WAIT_S)
             await asyncio.sleep(f.duplicate_delay_s)
         elif f.duplicate:
-            self.p.spawn(self._duplicate(path, req, md, info, streaming, f.duplicate_delay_s))
+            self.p.spawn(self._duplicate(path, req, md, info, streaming, f.duplicate_delay_s,
+                                         replica=self._pick(path.rsplit("/", 1)[-1], req,
+                                                            info)))
         return rng
 
     async def _duplicate(self, path: str, req: bytes, md: Any, info: RpcInfo, streaming: bool,
                          delay_s: float, started: asyncio.Event | None = None,
-                         lead_s: float = 0.0) -> None:
+                         lead_s: float = 0.0, replica: int | None = None) -> None:
         """The extra copy of a call (same bytes, same metadata), its answer discarded; with
-        ``started``, set once the server answers the copy (the original ``lead_s`` behind)."""
+        ``started``, set once the server answers the copy (the original ``lead_s`` behind);
+        sent to ``replica`` when balancing."""
         await asyncio.sleep(delay_s)
-        assert self.channel is not None
+        channel = self._on(replica)
         status = "unanswered"
         try:
             call: grpc.aio.Call
-            if streaming:
-                call = scall = _unary_stream(self.channel, path)(req, metadata=md)
-                await scall.initial_metadata()
-                if started is not None:
-                    started.set()
-                async for _ in scall:
-                    pass
-            else:
-                call = ucall = _unary(self.channel, path)(req, metadata=md)
-                await ucall
-            status = (await call.code()).name
+            with self.p._in_flight(replica):
+                if streaming:
+                    call = scall = _unary_stream(channel, path)(req, metadata=md)
+                    await scall.initial_metadata()
+                    if started is not None:
+                        started.set()
+                    async for _ in scall:
+                        pass
+                else:
+                    call = ucall = _unary(channel, path)(req, metadata=md)
+                    await ucall
+                status = (await call.code()).name
         except grpc.aio.AioRpcError as e:
             status = e.code().name
         finally:
@@ -261,10 +305,11 @@ class GrpcChaos:
         info = request_info(name, req)
         md = _forward_md(ctx.invocation_metadata())
         await self._uplink(path, info, req, md, ctx, False)
-        assert self.channel is not None
-        call = _unary(self.channel, path)(req, metadata=md)
+        replica = self._pick(name, req, info)
+        call = _unary(self._on(replica), path)(req, metadata=md)
         try:
-            answer = await call
+            with self.p._in_flight(replica):
+                answer = await call
         except grpc.aio.AioRpcError as e:
             await self._abort(ctx, e.code(), e.details(), e.trailing_metadata())
             raise  # not reached: abort raises
@@ -286,13 +331,14 @@ class GrpcChaos:
         info = request_info(name, req)
         md = _forward_md(ctx.invocation_metadata())
         rng = await self._uplink(path, info, req, md, ctx, True)
-        assert self.channel is not None
-        call = _unary_stream(self.channel, path)(req, metadata=md)
+        replica = self._pick(name, req, info)
+        call = _unary_stream(self._on(replica), path)(req, metadata=md)
         try:
-            head = await call.initial_metadata()
-            if head:
-                await ctx.send_initial_metadata(_forward_md(head))
-            await self._relay(call, ctx, info, rng)
+            with self.p._in_flight(replica):
+                head = await call.initial_metadata()
+                if head:
+                    await ctx.send_initial_metadata(_forward_md(head, replica))
+                await self._relay(call, ctx, info, rng)
         except grpc.aio.AioRpcError as e:
             await self._abort(ctx, e.code(), e.details(), e.trailing_metadata())
         except _Cut:

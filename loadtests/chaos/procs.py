@@ -10,24 +10,29 @@ from loadtests.common.procs import LOCALHOST, ManagedProcess, _start_on_port, st
 from loadtests.common.tls import ClientTls, ServerTls
 
 
-def chaos_command(*, port: int, upstream: str, ledger: str | Path | None = None,
-                  scenario: str | Path | None = None, host: str = LOCALHOST,
-                  extra_args: Sequence[str] = ()) -> list[str]:
-    """The command line of ``python -m loadtests.chaos`` for these options."""
+def chaos_command(*, port: int, upstream: str | Sequence[str],
+                  ledger: str | Path | None = None, scenario: str | Path | None = None,
+                  host: str = LOCALHOST, extra_args: Sequence[str] = ()) -> list[str]:
+    """The command line of ``python -m loadtests.chaos`` for these options (several
+    ``upstream``: the replicas the proxy balances)."""
+    ups = [upstream] if isinstance(upstream, str) else list(upstream)
     cmd = [sys.executable, "-m", "loadtests.chaos", "--listen", f"{host}:{port}",
-           "--upstream", upstream, "--ledger", "" if ledger is None else str(ledger)]
+           *(a for u in ups for a in ("--upstream", u)),
+           "--ledger", "" if ledger is None else str(ledger)]
     if scenario is not None:
         cmd += ["--scenario", str(scenario)]
     return cmd + [str(a) for a in extra_args]
 
 
-def start_chaos(upstream: str, *, port: int | None = None, ledger: str | Path | None = None,
+def start_chaos(upstream: str | Sequence[str], *, port: int | None = None,
+                ledger: str | Path | None = None,
                 scenario: str | Path | None = None, extra_args: Sequence[str] = (),
                 log_path: str | Path | None = None, timeout_s: float = 30.0,
                 server_tls: ServerTls = ServerTls(),
                 client_tls: ClientTls | None = None) -> ManagedProcess:
-    """The proxy in front of ``upstream``; ready when its port accepts connections.  It
-    serves TLS with ``server_tls`` and verifies the upstream with ``client_tls``."""
+    """The proxy in front of ``upstream`` (several: a balancer over them); ready when its
+    port accepts connections.  It serves TLS with ``server_tls`` and verifies the upstream
+    with ``client_tls``."""
 
     def start(p: int) -> ManagedProcess:
         cmd = chaos_command(port=p, upstream=upstream, ledger=ledger, scenario=scenario,

@@ -28,6 +28,11 @@ Requests and frames are passed through byte for byte, headers included
 Anything malformed is forwarded unchanged (the upstream answers it); an
 unreachable upstream gets HTTP 502 with a JSON-RPC error (WebSocket: the upgrade
 is refused with 502).  Every injection is a line of ``chaos.jsonl``.
+
+With a :class:`~loadtests.chaos.balancer.Balancer` (several ``--upstream``) the proxy is
+also the fleet's load balancer: each HTTP request, each duplicate copy and each WebSocket
+upgrade goes to the replica the policy picks, and the response's ``X-RTA-Worker`` becomes
+``r<i>/<worker>`` so the ledger tells which replica answered.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from loadtests.common.tls import ClientTls
 
+from .balancer import Balancer
 from .config import ChaosConfig, rng_for, uplink_faults
 from .gate import Gate
 from .ledger import ChaosLedger
@@ -100,14 +106,22 @@ def _forward_headers(raw: list[tuple[bytes, bytes]], drop_ws: bool = False
     return out
 
 
-def _response_headers(items: Any, drop_ws: bool = False) -> list[tuple[bytes, bytes]]:
-    """Upstream response headers to pass back."""
+WORKER_HEADER = "x-rta-worker"
+
+
+def _response_headers(items: Any, drop_ws: bool = False,
+                      replica: int | None = None) -> list[tuple[bytes, bytes]]:
+    """Upstream response headers to pass back (with ``replica``: ``X-RTA-Worker`` prefixed
+    ``r<replica>/``)."""
     out = []
     for k, v in items:
         name = k.lower() if isinstance(k, str) else k.decode("latin-1").lower()
         if name in HOP_BY_HOP or (drop_ws and name.startswith("sec-websocket-")):
             continue
-        out.append((name.encode("latin-1"), v.encode("latin-1") if isinstance(v, str) else v))
+        value = v.encode("latin-1") if isinstance(v, str) else v
+        if replica is not None and name == WORKER_HEADER:
+            value = f"r{replica}/".encode("latin-1") + value
+        out.append((name.encode("latin-1"), value))
     return out
 
 
@@ -116,12 +130,11 @@ class ChaosProxy:
 
     def __init__(self, cfg: ChaosConfig, upstream: str, ledger: ChaosLedger,
                  gate: Gate | None = None, t0: float | None = None,
-                 tls: ClientTls | None = None):
+                 tls: ClientTls | None = None, balancer: Balancer | None = None):
         self.cfg = cfg
         self.tls = tls or ClientTls()  # how the proxy verifies the upstream
         self.upstream = upstream.rstrip("/")
-        self.ws_upstream = "ws" + self.upstream[4:] if self.upstream.startswith("http") else (
-            self.upstream)
+        self.balancer = balancer  # None: one upstream, no balancing
         self.ledger = ledger
         self.gate = gate
         self.t0 = t0 if t0 is not None else time.monotonic()
@@ -234,13 +247,36 @@ class ChaosProxy:
             await self._answer(send, 504, _error_body(info, 504, UPSTREAM_ERROR,
                                                       "chaos: request black-holed"))
 
-    def _url(self, scope: dict[str, Any], ws: bool = False) -> str:
-        """The upstream URL of this request."""
+    def pick(self, key: str) -> int | None:
+        """The replica for a request with sticky ``key`` (None: no balancer, one upstream)."""
+        return None if self.balancer is None else self.balancer.pick(key)
+
+    def _url(self, scope: dict[str, Any], ws: bool = False, replica: int | None = None) -> str:
+        """The upstream URL of this request (on ``replica``'s upstream, when balancing)."""
         qs = scope.get("query_string", b"")
-        base = self.ws_upstream if ws else self.upstream
+        base = self.upstream if replica is None else self.balancer.upstreams[replica]  # type: ignore[union-attr]  # a replica is only picked when balancing
+        if ws and base.startswith("http"):
+            base = "ws" + base[4:]
         path = cast("bytes", scope.get("raw_path", scope["path"].encode()))
         return base + path.decode("latin-1").split("?")[0] + (
             f"?{qs.decode('latin-1')}" if qs else "")
+
+    @contextlib.contextmanager
+    def _in_flight(self, replica: int | None) -> Any:
+        """Count a request in flight on ``replica`` (nothing without a balancer)."""
+        if replica is None:
+            yield
+            return
+        assert self.balancer is not None
+        with self.balancer.using(replica):
+            yield
+
+    def _connect_failed(self, replica: int | None, e: Exception) -> None:
+        """Tell the balancer a connect to ``replica`` failed (other errors are not its)."""
+        if replica is not None and isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout,
+                                                  OSError)):
+            assert self.balancer is not None
+            self.balancer.failed(replica)
 
     async def _http(self, scope: dict[str, Any], receive: Callable[..., Any],
                     send: Callable[..., Any]) -> None:
@@ -253,7 +289,7 @@ class ChaosProxy:
         if body is None:
             return
         method = scope["method"]
-        _, info = parse_request(body, scope["path"]) if method == "POST" and body else (
+        obj, info = parse_request(body, scope["path"]) if method == "POST" and body else (
             None, RpcInfo(binding="sse" if scope["path"] == "/" else "rest"))
         faulty = bool(info.method)
         rng = self.rng(info) if faulty else None
@@ -275,23 +311,37 @@ class ChaosProxy:
             if f.duplicate and f.duplicate_first:  # the copy reaches the server first
                 started = asyncio.Event()
                 self.spawn(self._duplicate_http(scope, body, info, 0.0, started,
-                                                f.duplicate_delay_s))
+                                                f.duplicate_delay_s, obj))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(started.wait(), COPY_FIRST_WAIT_S)
                 await asyncio.sleep(f.duplicate_delay_s)
             elif f.duplicate:
-                self.spawn(self._duplicate_http(scope, body, info, f.duplicate_delay_s))
+                self.spawn(self._duplicate_http(scope, body, info, f.duplicate_delay_s,
+                                                sticky=obj))
+        replica = self.pick(self._sticky_key(obj, info))
+        with self._in_flight(replica):
+            await self._forward(scope, receive, send, body, info, rng, replica)
+
+    def _sticky_key(self, obj: Any, info: RpcInfo) -> str:
+        """What the sticky balancer hashes: the body's contextId, else the request's key."""
+        return "" if self.balancer is None else self.balancer.key_of(obj, info.key)
+
+    async def _forward(self, scope: dict[str, Any], receive: Callable[..., Any],
+                       send: Callable[..., Any], body: bytes, info: RpcInfo,
+                       rng: np.random.Generator | None, replica: int | None) -> None:
+        """Send the request to the upstream (``replica``'s) and relay its answer."""
         assert self.client is not None
-        req = self.client.build_request(method, self._url(scope),
+        req = self.client.build_request(scope["method"], self._url(scope, replica=replica),
                                         headers=_forward_headers(scope["headers"]), content=body)
         try:
             resp = await self.client.send(req, stream=True)
         except httpx.HTTPError as e:
+            self._connect_failed(replica, e)
             await self._answer(send, 502, _error_body(
                 info, 502, UPSTREAM_ERROR, f"chaos: upstream unreachable ({type(e).__name__})"))
             return
         try:
-            relay = self._relay(scope, resp, send, info, rng)
+            relay = self._relay(scope, resp, send, info, rng, replica)
             watcher = asyncio.ensure_future(self._until_disconnect(receive))
             work = asyncio.ensure_future(relay)
             done, _ = await asyncio.wait({watcher, work}, return_when=asyncio.FIRST_COMPLETED)
@@ -320,9 +370,9 @@ class ChaosProxy:
 
     async def _relay(self, scope: dict[str, Any], resp: httpx.Response,
                      send: Callable[..., Any], info: RpcInfo,
-                     rng: np.random.Generator | None) -> None:
+                     rng: np.random.Generator | None, replica: int | None = None) -> None:
         """Pass the upstream response back; SSE events go through the downlink faults."""
-        headers = _response_headers(resp.headers.raw)
+        headers = _response_headers(resp.headers.raw, replica=replica)
         sse = (resp.headers.get("content-type", "").startswith("text/event-stream")
                and not resp.headers.get("content-encoding") and rng is not None)
         await send({"type": "http.response.start", "status": resp.status_code,
@@ -391,21 +441,26 @@ class ChaosProxy:
 
     async def _duplicate_http(self, scope: dict[str, Any], body: bytes, info: RpcInfo,
                               delay_s: float, started: asyncio.Event | None = None,
-                              lead_s: float = 0.0) -> None:
+                              lead_s: float = 0.0, sticky: Any = None) -> None:
         """The extra copy of a request: sent ``delay_s`` later (or first, setting ``started``
-        once the server answers it, the original ``lead_s`` behind), its answer discarded."""
+        once the server answers it, the original ``lead_s`` behind), its answer discarded.
+        A balancer routes it as a request of its own (``sticky``: the decoded body)."""
         await asyncio.sleep(delay_s)
         assert self.client is not None
         status: int | str = "unanswered"
+        replica = self.pick(self._sticky_key(sticky, info))
         try:
-            async with self.client.stream(scope["method"], self._url(scope), content=body,
-                                          headers=_forward_headers(scope["headers"])) as r:
-                if started is not None:
-                    started.set()
-                async for _ in r.aiter_raw():
-                    pass
-                status = r.status_code
+            with self._in_flight(replica):
+                async with self.client.stream(scope["method"], self._url(scope, replica=replica),
+                                              content=body,
+                                              headers=_forward_headers(scope["headers"])) as r:
+                    if started is not None:
+                        started.set()
+                    async for _ in r.aiter_raw():
+                        pass
+                    status = r.status_code
         except httpx.HTTPError as e:
+            self._connect_failed(replica, e)
             status = f"error: {type(e).__name__}"
         finally:  # recorded once the copy's answer is in (or on shutdown)
             if started is not None:
@@ -430,8 +485,17 @@ class ChaosProxy:
                     while (await receive())["type"] != "websocket.disconnect":
                         pass
             return
+        # a socket is balanced once, at its upgrade (sticky: by the caller's address)
+        client = scope.get("client") or ("", 0)
+        replica = self.pick(f"ws:{client[0]}:{client[1]}")
+        with self._in_flight(replica):
+            await self._ws_to(scope, receive, send, replica)
+
+    async def _ws_to(self, scope: dict[str, Any], receive: Callable[..., Any],
+                     send: Callable[..., Any], replica: int | None) -> None:
+        """Upgrade on ``replica``'s upstream (or the one upstream) and relay the socket."""
         try:
-            url = self._url(scope, ws=True)
+            url = self._url(scope, ws=True, replica=replica)
             up = await connect(url, ssl=self.tls.context_for(url),
                                additional_headers=_forward_headers(scope["headers"], True),
                                open_timeout=10, max_size=MAX_WS_FRAME, ping_interval=None,
@@ -439,9 +503,10 @@ class ChaosProxy:
         except InvalidStatus as e:
             r = e.response
             await self._deny(scope, send, r.status_code, bytes(r.body or b""),
-                             _response_headers(r.headers.raw_items(), True))
+                             _response_headers(r.headers.raw_items(), True, replica))
             return
         except (OSError, TimeoutError, InvalidHandshake) as e:
+            self._connect_failed(replica, e)
             await self._deny(scope, send, 502, _jsonrpc_error(
                 None, UPSTREAM_ERROR, f"chaos: upstream unreachable ({type(e).__name__})"),
                 [(b"content-type", b"application/json")])
@@ -449,7 +514,8 @@ class ChaosProxy:
         try:
             assert up.response is not None
             await send({"type": "websocket.accept",
-                        "headers": _response_headers(up.response.headers.raw_items(), True)})
+                        "headers": _response_headers(up.response.headers.raw_items(), True,
+                                                     replica)})
             await _WsRelay(self, scope, receive, send, up).run()
         finally:
             await up.close()

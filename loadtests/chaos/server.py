@@ -21,6 +21,7 @@ import uvicorn
 from loadtests.common.logs import uvicorn_log_config
 from loadtests.common.tls import ClientTls, ServerTls
 
+from .balancer import Balancer
 from .config import ChaosConfig
 from .gate import Gate
 from .ledger import ChaosLedger
@@ -45,6 +46,11 @@ class ChaosSettings:
     grpc_listen: tuple[str, int] | None = None
     grpc_upstream: str = ""  # host:port
     grpc_upstream_secure: bool = False
+    grpc_upstreams: tuple[str, ...] = ()  # every replica's, in the order of upstreams
+    # several upstreams: the replicas of a fleet, balanced (loadtests.chaos.balancer)
+    upstreams: tuple[str, ...] = ()
+    balancer: str = "random"
+    health_check_s: float = 1.0
 
 
 class NoiseFilter(logging.Filter):
@@ -94,7 +100,8 @@ async def _start_grpc(s: ChaosSettings, proxy: ChaosProxy, ledger: ChaosLedger,
     from .grpc_proxy import GrpcChaos, start_grpc
 
     assert s.grpc_listen is not None
-    chaos = GrpcChaos(proxy, s.grpc_upstream, s.grpc_upstream_secure, s.upstream_tls)
+    chaos = GrpcChaos(proxy, s.grpc_upstream, s.grpc_upstream_secure, s.upstream_tls,
+                      upstreams=s.grpc_upstreams)
     server, app_port = await start_grpc(chaos, 0, s.tls)
     host, port = s.grpc_listen
     gate = Gate(host, port, "127.0.0.1", app_port, s.cfg, ledger, t0, binding="grpc",
@@ -117,7 +124,10 @@ async def serve(s: ChaosSettings) -> int:
     app_sock.bind(("127.0.0.1", 0))
     app_port = app_sock.getsockname()[1]
     gate = Gate(s.host, s.port, "127.0.0.1", app_port, s.cfg, ledger, t0)
-    proxy = ChaosProxy(s.cfg, s.upstream, ledger, gate, t0, tls=s.upstream_tls)
+    balancer = Balancer(s.upstreams, s.balancer, s.cfg.seed, s.health_check_s, ledger) \
+        if len(s.upstreams) > 1 else None
+    proxy = ChaosProxy(s.cfg, s.upstream, ledger, gate, t0, tls=s.upstream_tls,
+                       balancer=balancer)
     config = uvicorn.Config(proxy, lifespan="on", log_level=s.log_level,
                             log_config=log_config(s.log_level), access_log=False,
                             ws_max_size=MAX_WS_FRAME, ws_ping_interval=None,
@@ -144,18 +154,23 @@ async def serve(s: ChaosSettings) -> int:
         server.should_exit = True
         await task
         return 2
-    print(f"chaos proxy on {s.tls.scheme}://{s.host}:{gate.port} -> {s.upstream} "
-          f"(ledger {s.ledger or 'off'})", flush=True)
+    print(f"chaos proxy on {s.tls.scheme}://{s.host}:{gate.port} -> "
+          f"{balancer.describe() if balancer else s.upstream} (ledger {s.ledger or 'off'})",
+          flush=True)
     if len(gates) > 1 and s.grpc_listen is not None:  # (the gRPC gate: grpc_listen set)
         print(f"chaos proxy on {'grpcs' if s.tls.enabled else 'grpc'}://{s.grpc_listen[0]}:"
-              f"{gates[1].port} -> {s.grpc_upstream}", flush=True)
+              f"{gates[1].port} -> {', '.join(s.grpc_upstreams) or s.grpc_upstream}",
+              flush=True)
     outages = asyncio.ensure_future(
         _outages_from_file(s.start_file, gates, proxy) if s.start_file
         else asyncio.gather(*(g.run_outages() for g in gates)))
+    watch = asyncio.ensure_future(balancer.watch()) if balancer else None
     try:
         await task
     finally:
         outages.cancel()
+        if watch is not None:
+            watch.cancel()
         for g in gates:
             g.stop_listening()
             g.reset_all()

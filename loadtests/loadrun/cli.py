@@ -187,6 +187,13 @@ def check_flags(args: argparse.Namespace, sc: Any) -> str | None:
             parse_store_url(args.dedup)
         except ValueError as e:
             return f"--dedup: {e}"
+    from loadtests.loadrun.fleet import fleet_problem
+
+    problem = fleet_problem(sc, target=args.target, chaos=args.chaos,
+                            crash_at=restart_times(args, sc), dedup=args.dedup,
+                            workers=args.workers)
+    if problem:
+        return problem
     duration = _duration(args, sc)
     for name, times in (("--crash-at", args.crash_at), ("--restart-at", args.restart_at),
                         ("load.restart_at_s", restart_times(args, sc))):
@@ -214,6 +221,9 @@ def flag_warnings(args: argparse.Namespace, sc: Any) -> list[str]:
         if t < warmup:
             out.append(f"restart at {t:g} s falls inside the {warmup:g}-s warm-up, which the "
                        "key figures drop (the verdict still sees it)")
+    from loadtests.loadrun.fleet import fleet_warnings
+
+    out += fleet_warnings(sc, args.target, _duration(args, sc))
     if args.insecure:
         from loadtests.common.tls import INSECURE_WARNING
 

@@ -55,6 +55,15 @@ from loadtests.common.procs import (
 )
 from loadtests.common.tls import ClientTls, ServerTls
 from loadtests.live.config import ENV, LoadSettings
+from loadtests.loadrun.fleet import (
+    FailureSchedule,
+    embedded_fleet,
+    fleet_problem,
+    kill_replica,
+    replica_dedup,
+    sum_metrics,
+    write_restart_row,
+)
 from sim.scenario import Scenario
 from sim.shared.results import collect_meta, finish_run, new_run_dir, start_run, write_json
 from sim.shared.vocab import TIMEOUT_OUTCOMES
@@ -121,14 +130,24 @@ class Stack:
     server_tls: ServerTls = field(default_factory=ServerTls)  # what the embedded servers serve
     client_tls: ClientTls = field(default_factory=ClientTls)  # how this run's clients verify
     grpc_proxy: str = ""  # host:port of the chaos proxy's gRPC side (with --chaos on gRPC)
+    # a [fleet]: every replica (reasoner is replicas[0]) and the arguments that restart each
+    replicas: list[ManagedProcess] = field(default_factory=list)
+    replica_args: list[dict[str, Any]] = field(default_factory=list)
 
     def stop(self) -> None:
         """Stop everything still running."""
         for p in reversed(self.procs):
             p.stop(timeout_s=5.0)
+        for r in self.replicas:
+            r.stop(timeout_s=5.0)
         if self.reasoner is not None:
             self.reasoner.stop(timeout_s=5.0)
         self.procs.clear()
+
+    @property
+    def servers(self) -> list[ManagedProcess]:
+        """The Reasoner processes: every replica of a fleet, else the one Reasoner."""
+        return self.replicas or ([self.reasoner] if self.reasoner is not None else [])
 
 
 def _say(opts: RunOptions, text: str) -> None:
@@ -162,9 +181,13 @@ def network_changes_counts(sc: Scenario) -> bool:
 
 def use_chaos(opts: RunOptions) -> bool:
     """The proxy is in front: forced by ``--chaos``/``--no-chaos``, else iff the network is
-    not zero (and the Reasoner is the embedded one)."""
+    not zero (and the Reasoner is the embedded one); always in front of an embedded fleet of
+    several replicas (it is their balancer; ``--no-chaos`` is refused then)."""
     if opts.chaos is not None:
         return opts.chaos
+    fleet = embedded_fleet(opts.scenario, opts.target)
+    if fleet is not None and fleet.replicas > 1:
+        return True
     return opts.target is None and not network_is_zero(opts.scenario)
 
 
@@ -196,10 +219,10 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
                                server_tls=st.server_tls, client_tls=st.client_tls)
     st.procs.append(st.witness)
     dedup = opts.dedup or f"sqlite:///{run_dir / 'dedup.sqlite'}"
-    from loadtests.common.procs import free_port
-
-    # the gRPC binding on a port fixed for the run (a crash restart serves it again there)
-    extra = ["--log-level", "warning", "--grpc-port", str(free_port())]
+    fleet = embedded_fleet(opts.scenario, opts.target)
+    if fleet is not None:  # one shared store, or each replica its own memory
+        dedup = replica_dedup(fleet, dedup)
+    extra = ["--log-level", "warning"]
     for tok, principal in TOKENS.items():
         extra += ["--token", f"{tok}={principal}"]
     if opts.dedup_mode:
@@ -208,19 +231,29 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
         extra.append("--test-hooks")  # forced errors; /test/capacity for the drops
     for bug in opts.unsafe_bugs:
         extra += ["--unsafe-bug", bug]
+    # the gRPC binding on a port fixed for the run (a crash restart serves it again there)
     st.reasoner_args = dict(workers=opts.workers or 1, dedup=dedup, scenario=scenario_path,
-                            witness=st.witness.url, extra_args=extra,
+                            witness=st.witness.url,
+                            extra_args=[*extra, "--grpc-port", str(free_port())],
                             log_path=logs / "reasoner.log", server_tls=st.server_tls,
                             client_tls=st.client_tls)
+    if fleet is not None:  # each replica: its own log and gRPC port
+        st.replica_args = [dict(st.reasoner_args, log_path=logs / f"reasoner-r{i}.log",
+                                extra_args=[*extra, "--grpc-port", str(free_port()),
+                                            "--instance", f"r{i}"])
+                           for i in range(fleet.replicas)]
     try:
-        st.reasoner = start_reasoner(**st.reasoner_args)
+        for args in st.replica_args:
+            st.replicas.append(start_reasoner(**args))
+        st.reasoner = st.replicas[0] if st.replicas else start_reasoner(**st.reasoner_args)
         wait_ready(st.witness, "/healthz", tls=st.client_tls)
     except BaseException:
         st.stop()
         raise
     target = st.reasoner.url
     if use_chaos(opts):  # `rtalab chaos --listen ADDR --upstream URL --scenario FILE`
-        target = start_proxy(st, target, run_dir, scenario_path, grpc_on(opts))
+        target = start_proxy(st, target, run_dir, scenario_path, grpc_on(opts),
+                             upstreams=[r.url for r in st.replicas])
     return st, target, st.witness.url
 
 
@@ -230,11 +263,12 @@ def grpc_on(opts: RunOptions) -> bool:
 
 
 def start_proxy(st: Stack, upstream: str, run_dir: Path, scenario_path: Path,
-                grpc: bool = False) -> str:
+                grpc: bool = False, upstreams: list[str] | None = None) -> str:
     """The chaos proxy (``rtalab chaos --upstream URL --scenario FILE``) in front of
     ``upstream`` (the embedded Reasoner or a --target); its URL.  With ``grpc`` it proxies
     the gRPC interface ``upstream``'s agent card advertises too (``--grpc-listen`` /
-    ``--grpc-upstream``; its address in ``st.grpc_proxy``)."""
+    ``--grpc-upstream``; its address in ``st.grpc_proxy``).  Several ``upstreams`` (a
+    fleet's replicas): the proxy balances them by the scenario's ``[fleet]``, gRPC too."""
     if not _chaos_available():
         raise RunError("--chaos needs the chaos proxy (loadtests.chaos), not in this build")
     from loadtests.chaos.procs import start_chaos
@@ -242,17 +276,26 @@ def start_proxy(st: Stack, upstream: str, run_dir: Path, scenario_path: Path,
 
     (run_dir / "logs").mkdir(exist_ok=True)
     extra = ["--start-file", str(run_dir / "ledger" / "clock.json")]
-    if grpc:
-        at, secure = grpc_target(f"{upstream.rstrip('/')}/.well-known/agent-card.json",
-                                 st.client_tls)
+    if grpc:  # a fleet: each replica's gRPC address, in the order of the HTTP upstreams
         st.grpc_proxy = f"127.0.0.1:{free_port()}"
-        extra += ["--grpc-listen", st.grpc_proxy,
-                  "--grpc-upstream", f"{'grpcs' if secure else 'grpc'}://{at}"]
-    proxy = start_chaos(upstream, ledger=run_dir / "ledger" / "chaos.jsonl",
+        extra += ["--grpc-listen", st.grpc_proxy]
+        for up in (upstreams if upstreams and len(upstreams) > 1 else [upstream]):
+            at, secure = grpc_target(f"{up.rstrip('/')}/.well-known/agent-card.json",
+                                     st.client_tls)
+            extra += ["--grpc-upstream", f"{'grpcs' if secure else 'grpc'}://{at}"]
+    proxy = start_chaos(upstreams if upstreams and len(upstreams) > 1 else upstream,
+                        ledger=run_dir / "ledger" / "chaos.jsonl",
                         scenario=scenario_path, log_path=run_dir / "logs" / "chaos.log",
                         extra_args=extra, server_tls=st.server_tls, client_tls=st.client_tls)
     st.procs.append(proxy)
     return proxy.url
+
+
+def restart_replica(st: Stack, r: int) -> None:
+    """Start replica ``r`` of a fleet again on its port (a per-replica store: empty)."""
+    st.replicas[r] = start_reasoner(port=st.replicas[r].port, **st.replica_args[r])
+    if r == 0:
+        st.reasoner = st.replicas[0]
 
 
 def crash_restart(st: Stack) -> None:
@@ -369,12 +412,20 @@ def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: P
         clock = run_dir / "ledger" / "clock.json"
         restarts = sorted(opts.crash_at)
         drops = capacity_schedule(opts.scenario) if st is not None and st.reasoner else []
-        t_start = time.time()
+        failures = FailureSchedule(embedded_fleet(opts.scenario, opts.target)
+                                   if st is not None and st.replicas else None)
+        t_start, t0 = time.time(), None
         while main.poll() is None:
             if time.time() - t_start > t_limit_s:
                 raise RunError(f"Locust did not finish within {t_limit_s:.0f} s "
                                f"(see {logs / 'locust-master.log'})")
-            t0 = read_clock(clock) if restarts or drops else None
+            t0 = read_clock(clock) if restarts or drops or failures else t0
+            if t0 is not None and failures:
+                assert st is not None
+                failures.step(time.time() - t0, t0, lambda r: kill_replica(st.replicas[r]),
+                              lambda r: restart_replica(st, r),
+                              lambda row: write_restart_row(run_dir, row),
+                              lambda text: _say(opts, text))
             if t0 is not None and drops and time.time() - t0 >= drops[0][0]:
                 at_s, workers = drops.pop(0)
                 assert st is not None
@@ -387,6 +438,7 @@ def run_locust(opts: RunOptions, settings: LoadSettings, target: str, run_dir: P
                            f"{row['start_s']:.1f} s, answering again after "
                            f"{row['took_s']:.1f} s")
             time.sleep(0.05)  # polling the child with a bounded deadline
+        failures.finish(t0 or read_clock(clock), lambda row: write_restart_row(run_dir, row))
         main_exit_s = time.time()
         reap_by = time.time() + 2.0  # the master told them to quit; their ledger is gathered
         for c in children[1:]:
@@ -588,6 +640,20 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
+def save_metrics(st: Stack | None, server_url: str, path: Path,
+                 tls: ClientTls | None = None) -> dict[str, float] | None:
+    """``save_server_metrics`` of the run's server; a fleet: each replica's scrape in
+    ``server_metrics_r<i>.json`` and their sum in ``path``."""
+    if st is None or not st.replicas:
+        return save_server_metrics(server_url, path, tls)
+    parts = [save_server_metrics(r.url, path.with_name(f"{path.stem}_r{i}.json"), tls)
+             for i, r in enumerate(st.replicas)]
+    total = sum_metrics(parts)
+    if total is not None:
+        write_json(path, total)
+    return total
+
+
 def save_server_metrics(target: str, path: Path,
                         tls: ClientTls | None = None) -> dict[str, float] | None:
     """Scrape ``/metrics`` into ``path``; None if unreachable."""
@@ -670,8 +736,13 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
     duration = opts.duration_s if opts.duration_s is not None else sc.run.duration_s
     drain = opts.drain_s if opts.drain_s is not None else sc.run.drain_s
     warmup = min(sc.run.warmup_s, duration / 2)
+    problem = fleet_problem(sc, target=opts.target, chaos=opts.chaos,
+                            crash_at=opts.crash_at, dedup=opts.dedup, workers=opts.workers)
+    if problem:
+        raise RunError(problem)
     run_dir = new_run_dir(opts.results, kind="load", scenario_name=sc.name, seed=sc.run.seed)
     chaos = use_chaos(opts)
+    fleet = embedded_fleet(sc, opts.target)
     meta = collect_meta(kind="load", scenario=sc, seed=sc.run.seed, replications=1,
                         argv=opts.argv or None,
                         extra={"target": opts.target, "binding": opts.binding,
@@ -683,7 +754,11 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
                                "slo": list(opts.slo),
                                "tls": ("mutual TLS, throwaway CA in tls/" if opts.serve_tls
                                        else opts.tls.describe()),
-                               "tls_insecure": opts.tls.insecure})
+                               "tls_insecure": opts.tls.insecure,
+                               "fleet": None if fleet is None else {
+                                   "replicas": fleet.replicas, "balancer": fleet.balancer,
+                                   "state": fleet.state, "health_check_s": fleet.health_check_s,
+                                   "failures": len(fleet.failures)}})
     start_run(run_dir, sc, meta)
     led_dir = run_dir / "ledger"
     led_dir.mkdir()
@@ -744,7 +819,7 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             tail = (run_dir / "logs" / "locust-master.log").read_text(
                 encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
             raise RunError(f"Locust did not start (exit {rc}; {run_dir / 'logs'}): {tail[0]}")
-        metrics = save_server_metrics(server_url, led / "server_metrics.json", tls)
+        metrics = save_metrics(st, server_url, led / "server_metrics.json", tls)
         witness_rows = None
         if witness_url:
             witness_rows = save_witness(witness_url, led / "witness.jsonl", witness_since, tls)
@@ -752,7 +827,8 @@ def _run_load(opts: RunOptions) -> tuple[Path, int]:
             led / "gather.json").exists() else {"complete": False}
         counts = count_check(run_dir, metrics, witness_rows,
                              comparable=not (chaos and network_changes_counts(sc))
-                             and not opts.crash_at,
+                             and not opts.crash_at and not (st and st.replicas
+                                                            and sc.fleet.failures),
                              side_effects_comparable=sc.load.barge_in_share == 0,
                              metrics_before=before)
         counts["witness_since"] = witness_since
@@ -883,15 +959,20 @@ def set_capacity(st: Stack, run_dir: Path, at_s: float, workers: int, t0: float)
 
     assert st.reasoner is not None
     start = time.time()
+    status = 200
     with httpx.Client(verify=st.client_tls.context(), timeout=10.0) as c:
-        r = c.post(f"{st.reasoner.url}/test/capacity", json={"workers": workers},
-                   headers={"Authorization": f"Bearer {TOKEN}"})
-    row = {"at_s": at_s, "start_s": start - t0, "workers": workers, "status": r.status_code}
+        for server in st.servers:  # a fleet: every replica that is up (as sim.model.fleet)
+            if not server.alive():
+                continue
+            r = c.post(f"{server.url}/test/capacity", json={"workers": workers},
+                       headers={"Authorization": f"Bearer {TOKEN}"})
+            status = r.status_code if status == 200 else status
+    row = {"at_s": at_s, "start_s": start - t0, "workers": workers, "status": status}
     with open(run_dir / "ledger" / CAPACITY_LEDGER, "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
-    if r.status_code != 200:
+    if status != 200:
         raise RunError(f"the Reasoner refused the capacity change to {workers} workers "
-                       f"(HTTP {r.status_code})")
+                       f"(HTTP {status})")
 
 
 def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: float,
@@ -901,7 +982,8 @@ def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: floa
     from loadtests.loadrun.tables import build_output, load_summary, split_by_binding
     from sim.shared.results import write_records
 
-    out = build_output(run_dir, duration_s, sc.run.seed, load_trigger(sc, run_dir))
+    out = build_output(run_dir, duration_s, sc.run.seed, load_trigger(sc, run_dir),
+                       replicas=sc.fleet.replicas, warmup_s=warmup_s)
     write_records(run_dir, [out])
     _write_summary(run_dir, load_summary(out, warmup_s, uncertainty))
     parts = split_by_binding(run_dir, out)

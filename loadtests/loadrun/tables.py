@@ -27,6 +27,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from loadtests.loadrun.fleet import hazard_counters, share_counters
 from loadtests.loadrun.uncertainty import add_uncertainty
 from sim.shared import schema as S
 from sim.shared.summary import summarize
@@ -79,10 +80,20 @@ def _frame(rows: list[dict[str, Any]], spec: tuple[S.ColumnSpec, ...]) -> pd.Dat
     return pd.DataFrame(data)
 
 
+def own_guid_copies(attempts: list[dict[str, Any]]) -> set[str]:
+    """The requestGuids only client-injected copies carried (a copy under a guid of its own)."""
+    injected = {a["request_guid"] for a in attempts if a.get("injected")}
+    return injected - {a["request_guid"] for a in attempts if not a.get("injected")}
+
+
 def build_output(run_dir: Path, duration_s: float, seed: int,
-                 trigger_s: tuple[float, float] | None = None) -> S.RunRecords:
+                 trigger_s: tuple[float, float] | None = None, replicas: int = 1,
+                 warmup_s: float = 0.0) -> S.RunRecords:
     """Read ``ledger/*.jsonl`` of ``run_dir`` into schema tables; ``trigger_s`` (seconds
-    since the load's start) makes the summary report ``recovery_s`` after it."""
+    since the load's start) makes the summary report ``recovery_s`` after it.  Attempts a
+    balancing proxy stamped with their replica (``[fleet]``, ``replicas`` of them) add the
+    per-replica request shares to the counters (the attempts sent in [``warmup_s``,
+    ``duration_s``), every copy included, as the simulator counts what it routes)."""
     led = Path(run_dir) / "ledger"
     t0 = json.loads((led / "clock.json").read_text(encoding="utf-8"))["t0"]
     raw_attempts = read_jsonl(led / "attempts.jsonl")
@@ -155,7 +166,10 @@ def build_output(run_dir: Path, duration_s: float, seed: int,
     return replace(out, timeseries=timeseries(out, end), counters={
         "end_s": end, "calls": len(calls), "turns": len(turns), "attempts": len(attempts),
         "injected_copies": len(raw_attempts) - len(attempts), "witness_rows": len(witness),
-        "trigger_s": trigger_s})
+        "trigger_s": trigger_s,
+        **share_counters(raw_attempts, t0, replicas, (warmup_s, duration_s)),
+        **hazard_counters(witness, raw_turns, read_jsonl(led / "restarts.jsonl"), t0,
+                          warmup_s, own_guid_copies(raw_attempts))})
 
 
 def _in_progress(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> list[float]:

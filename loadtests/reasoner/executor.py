@@ -337,7 +337,7 @@ class ReasonerExecutor(AgentExecutor):
             return "ok"
         call = ToolCall(context_id=context_id, task_id=task_id, turn_id=req.turn_id,
                         request_guid=req.request_guid, interaction_id=req.interaction_id,
-                        principal=plan.principal)
+                        principal=plan.principal, server=self.rt.settings.instance)
         # Durably before the call (fail closed): a crash from here on is answered "may have
         # run"; a start that cannot be recorded is never made (docs/reasoner.md "Never claim
         # nothing ran without proof").

@@ -34,6 +34,7 @@ class ServerSettings:
     scenario: str | None = None  # file or preset; None = defaults
     overrides: tuple[str, ...] = ()  # "reasoner.chunks=5"
     witness: str | None = None
+    instance: str | None = None  # --instance: its name in the witness ledger (a replica)
     tokens: dict[str, str] = field(default_factory=dict)  # bearer token -> principal
     ext_uri: str = DEFAULT_EXT_URI
     test_hooks: bool = False

@@ -53,12 +53,16 @@ class ToolCall:
     request_guid: str | None
     interaction_id: str | None
     principal: str
+    server: str | None = None  # --instance: which Reasoner (a fleet's replica) ran it
 
     def as_json(self) -> dict[str, str | None]:
-        """The JSON body of the witness request."""
-        return {"contextId": self.context_id, "taskId": self.task_id, "turnId": self.turn_id,
+        """The JSON body of the witness request (``server`` only with ``--instance``)."""
+        body = {"contextId": self.context_id, "taskId": self.task_id, "turnId": self.turn_id,
                 "requestGuid": self.request_guid, "interactionId": self.interaction_id,
                 "principal": self.principal}
+        if self.server is not None:
+            body["server"] = self.server
+        return body
 
 
 class Tool:

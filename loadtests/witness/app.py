@@ -47,7 +47,8 @@ from loadtests.witness.ledger import MAX_PAGE, Ledger
 
 log = logging.getLogger("rtalab.witness")
 
-ID_FIELDS = ("contextId", "turnId", "requestGuid", "interactionId", "taskId", "principal")
+ID_FIELDS = ("contextId", "turnId", "requestGuid", "interactionId", "taskId", "principal",
+             "server")
 MAX_ID_CHARS = 256
 MAX_BODY_BYTES = 64 * 1024
 FAULT_HEADER = "X-Witness-Fault"

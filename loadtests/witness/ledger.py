@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS executions (
     interaction_id TEXT,
     task_id        TEXT,
     principal      TEXT,
+    server         TEXT,              -- the Reasoner's --instance (a fleet's replica), or NULL
     t_start        REAL NOT NULL,
     t_end          REAL NOT NULL,
     outcome        TEXT NOT NULL      -- 'ok' | 'slow-success'
@@ -31,9 +32,9 @@ CREATE INDEX IF NOT EXISTS executions_guid ON executions (context_id, request_gu
 CREATE INDEX IF NOT EXISTS executions_turn ON executions (context_id, turn_id, request_guid);
 """
 _COLUMNS = ("id, context_id, turn_id, request_guid, interaction_id, task_id, principal, "
-            "t_start, t_end, outcome")
+            "server, t_start, t_end, outcome")
 _KEYS = ("id", "contextId", "turnId", "requestGuid", "interactionId", "taskId", "principal",
-         "tStart", "tEnd", "outcome")
+         "server", "tStart", "tEnd", "outcome")
 MAX_PAGE = 10_000
 
 
@@ -59,6 +60,8 @@ class Ledger:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.executescript(_SCHEMA)
+        if "server" not in {r[1] for r in conn.execute("PRAGMA table_info(executions)")}:
+            conn.execute("ALTER TABLE executions ADD COLUMN server TEXT")  # an older file
         self._conn = conn
 
     async def close(self) -> None:
@@ -94,7 +97,7 @@ class Ledger:
         """Append one execution (``ids`` keyed like the JSON rows); its id once committed."""
         values = (ids["contextId"], ids.get("turnId"), ids.get("requestGuid"),
                   ids.get("interactionId"), ids.get("taskId"), ids.get("principal"),
-                  t_start, t_end, outcome)
+                  ids.get("server"), t_start, t_end, outcome)
         result: int = await self._call(self._record_sync, values)
         return result
 
@@ -102,7 +105,8 @@ class Ledger:
         """INSERT one row."""
         cur = self._db().execute(
             "INSERT INTO executions (context_id, turn_id, request_guid, interaction_id, "
-            "task_id, principal, t_start, t_end, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "task_id, principal, server, t_start, t_end, outcome) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             values)
         assert cur.lastrowid is not None
         return cur.lastrowid

@@ -47,6 +47,7 @@ from sim.model.reasoner import DROPPED, QUEUED, UNSERVED, Reasoner
 from sim.model.recorder import row_writer
 from sim.model.witness import Witness
 from sim.scenario import Scenario
+from sim.shared.fleet_hazards import hazards_by_cause, restart_cause
 
 # the state a replica keeps of its sessions (aliased across replicas with shared state)
 _SESSION_STATE = ("known_contexts", "sessions_opened", "minted", "tasks", "awaiting_input",
@@ -292,42 +293,13 @@ class Fleet:
     def _hazards(self) -> dict[str, Any]:
         first, next_uid = self.turn_ids()
         n = next_uid - first if first >= 0 else 0  # every started turn has a row
-        causes = ("cross_replica", "after_restart", "same_replica")
-        extra = dict.fromkeys(causes, 0)
-        reexec = dict.fromkeys(causes, 0)
-        first_of_guid: dict[int, tuple[int, float]] = {}
-        first_of_turn: dict[int, tuple[int, int, float]] = {}  # turn -> guid, replica, time
-        reexec_seen: set[int] = set()
-        for guid, uid, r, t, degraded in sorted(self.side_effects, key=lambda x: x[3]):
-            if first < 0 or uid < first:
-                continue
-            if degraded:  # no requestGuid on the wire: not a duplicate of one (the summary's rule)
-                pass
-            elif guid in first_of_guid:
-                extra[self._cause(first_of_guid[guid], r, t)] += 1
-            else:
-                first_of_guid[guid] = (r, t)
-            f = first_of_turn.get(uid)
-            if f is None:
-                first_of_turn[uid] = (guid, r, t)
-            elif guid != f[0] and uid not in reexec_seen:
-                reexec_seen.add(uid)
-                reexec[self._cause((f[1], f[2]), r, t)] += 1
-        out: dict[str, Any] = {}
-        for c in causes:
-            out[f"fleet.dup_request_guid_{c}_per_1k_turns"] = 1000.0 * extra[c] / n if n else None
-            out[f"fleet.reexecuted_turn_{c}_per_1k_turns"] = 1000.0 * reexec[c] / n if n else None
+        counted = [(guid, degraded, uid, r, t) for guid, uid, r, t, degraded in self.side_effects
+                   if first >= 0 and uid >= first]
+        out: dict[str, Any] = hazards_by_cause(
+            counted, restart_cause(lambda r: self.restarts[r]), n)
         out["fleet.requests_lost_to_down_replica_per_1k_turns"] = (
             1000.0 * self.lost_to_down / n if n else None)
         return out
-
-    def _cause(self, first: tuple[int, float], r: int, t: float) -> str:
-        r0, t0 = first
-        if r0 != r:
-            return "cross_replica"
-        if any(t0 < x <= t for x in self.restarts[r]):
-            return "after_restart"
-        return "same_replica"
 
     def _load(self, lo: int, hi: int) -> dict[str, Any]:
         window = self.samples[lo:hi]

@@ -14,12 +14,12 @@ goes to an ordinary set / dict beside it.  Same answers, same members; no record
 from __future__ import annotations
 
 from array import array
-from collections.abc import Hashable, Iterator
+from collections.abc import Iterator
 
 GROW_SLACK = 1 << 20  # the dense part grows to an id at most this far past twice its size
 
 
-def _room(k: Hashable, size: int) -> bool:
+def _room(k: int, size: int) -> bool:
     """Whether ``k`` goes to (or may grow) a dense part of ``size`` slots."""
     return type(k) is int and 0 <= k < 2 * size + GROW_SLACK
 
@@ -32,7 +32,7 @@ class IntSet:
     def __init__(self) -> None:
         self._flags = bytearray()
         self._n = 0  # dense members
-        self._other: set[Hashable] = set()
+        self._other: set[int] = set()
 
     def __contains__(self, k: object) -> bool:
         f = self._flags
@@ -40,7 +40,7 @@ class IntSet:
             return True
         return k in self._other
 
-    def add(self, k: Hashable) -> None:
+    def add(self, k: int) -> None:
         """Add ``k``."""
         f = self._flags
         if k in self._other:
@@ -48,7 +48,7 @@ class IntSet:
         if not _room(k, len(f)):
             self._other.add(k)
             return
-        i: int = k  # type: ignore[assignment]  # _room checked it is an int
+        i = k
         if i >= len(f):
             f.extend(bytes(max(i + 1 - len(f), len(f), 1024)))
         if not f[i]:
@@ -58,7 +58,7 @@ class IntSet:
     def __len__(self) -> int:
         return self._n + len(self._other)
 
-    def __iter__(self) -> Iterator[Hashable]:
+    def __iter__(self) -> Iterator[int]:
         f = self._flags
         yield from (i for i in range(len(f)) if f[i])
         yield from self._other
@@ -80,25 +80,25 @@ class IntCounts:
     def __init__(self) -> None:
         self._counts = array("I")
         self._n = 0  # dense ids with a non-zero count
-        self._other: dict[Hashable, int] = {}
+        self._other: dict[int, int] = {}
 
-    def get(self, k: Hashable, default: int = 0) -> int:
+    def get(self, k: int, default: int = 0) -> int:
         """The count of ``k`` (``default`` when it has none)."""
         c = self._counts
         if type(k) is int and 0 <= k < len(c) and c[k]:
             return c[k]
         return self._other.get(k, default)
 
-    def __getitem__(self, k: Hashable) -> int:
+    def __getitem__(self, k: int) -> int:
         v = self.get(k, -1)
         if v == -1 and k not in self._other:
             raise KeyError(k)
         return v
 
-    def __setitem__(self, k: Hashable, v: int) -> None:
+    def __setitem__(self, k: int, v: int) -> None:
         c = self._counts
         if k not in self._other and _room(k, len(c)) and 0 <= v < 1 << 32:
-            i: int = k  # type: ignore[assignment]  # _room checked it is an int
+            i = k
             if i >= len(c):
                 c.frombytes(bytes(4 * max(i + 1 - len(c), len(c), 1024)))
             self._n += (v != 0) - (c[i] != 0)
@@ -109,7 +109,7 @@ class IntCounts:
             self._n -= 1
         self._other[k] = v
 
-    def items(self) -> Iterator[tuple[Hashable, int]]:
+    def items(self) -> Iterator[tuple[int, int]]:
         """(key, count) of every key."""
         c = self._counts
         yield from ((i, c[i]) for i in range(len(c)) if c[i])

@@ -185,6 +185,17 @@ def test_wire_parsing_never_raises(data: bytes | str) -> None:
     (["--listen", ":0", "--upstream", "http://127.0.0.1:1", "--set",
       "network.uplink.loss=2"], "network.uplink.loss"),
     (["--listen", "127.0.0.1:9", "--upstream", "http://127.0.0.1:9"], "same address"),
+    (["--listen", ":0", "--upstream", "http://127.0.0.1:1", "--balancer", "sticky"],
+     "need several --upstream"),
+    (["--listen", ":0", "--upstream", "http://127.0.0.1:1", "--upstream", "http://127.0.0.1:1"],
+     "given twice"),
+    (["--listen", ":0", "--upstream", "http://127.0.0.1:1", "--upstream", "http://127.0.0.1:2",
+      "--balancer", "fastest"], "invalid choice"),
+    (["--listen", ":0", "--upstream", "http://127.0.0.1:1", "--upstream", "http://127.0.0.1:2",
+      "--grpc-listen", ":0", "--grpc-upstream", "grpc://127.0.0.1:3"], "one gRPC address per"),
+    (["--listen", ":0", "--upstream", "http://127.0.0.1:1", "--upstream", "http://127.0.0.1:2",
+      "--grpc-listen", ":0", "--grpc-upstream", "grpc://127.0.0.1:3", "--grpc-upstream",
+      "grpcs://127.0.0.1:4"], "mix of grpc:// and grpcs://"),
 ])
 def test_cli_errors_are_one_line(args: list[str], needle: str,
                                  capsys: pytest.CaptureFixture[str]) -> None:

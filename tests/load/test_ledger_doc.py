@@ -49,7 +49,8 @@ direction = "both"
 ARGS = ("--binding", "both", "--chaos", "--crash-at", "1.5")
 
 # documented files this run does not write, and why
-NOT_WRITTEN = {"server_metrics_before.json": "scraped only with --target"}
+NOT_WRITTEN = {"server_metrics_before.json": "scraped only with --target",
+               "server_metrics_r<i>.json": "one per replica, only with a [fleet]"}
 # the fields docs/ledger.md marks (optional), and why some rows lack them
 OPTIONAL = {
     ("attempts.jsonl", "task_id_learned"): "only on an attempt that learned its taskId",
@@ -60,10 +61,16 @@ OPTIONAL = {
     ("counts.json", "interrupted"): "only in the counts of an interrupted run",
     ("chaos.jsonl", "in_flight"): "WebSocket drops only",
     ("chaos.jsonl", "connections"): "refuse outages only",
+    ("chaos.jsonl", "replica"): "balancer rotation lines, only with a [fleet]",
+    ("chaos.jsonl", "upstream"): "balancer rotation lines, only with a [fleet]",
+    ("restarts.jsonl", "replica"): "replica rows, only with [[fleet.failures]]",
 }
 # of those, the ones a run like this one never writes
 NEVER_HERE = {("counts.json", "interrupted"),  # the run is not interrupted
-              ("chaos.jsonl", "connections")}  # rtalab load run never uses refuse outages
+              ("chaos.jsonl", "connections"),  # rtalab load run never uses refuse outages
+              # no [fleet] in this run (tests/load/test_load_fleet.py has them)
+              ("chaos.jsonl", "replica"), ("chaos.jsonl", "upstream"),
+              ("restarts.jsonl", "replica")}
 # of those, the ones written only on an event of chance (a 3-s run on a busy machine may
 # not meet it): demanded exactly when the rows show the event happened
 OCCASION: dict[tuple[str, str], Callable[[list[dict[str, Any]]], bool]] = {

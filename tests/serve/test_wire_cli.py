@@ -22,6 +22,7 @@ BAD_FLAGS = [
     pytest.param(["--tokens", "/nonexistent/tokens.txt"], "cannot read token file", id="tokens"),
     pytest.param(["--witness", "ftp://host"], "--witness must be an http(s) URL", id="witness"),
     pytest.param(["--ext-uri", "a b"], "--ext-uri", id="ext-uri"),
+    pytest.param(["--instance", "r 0"], "--instance: expected 1-64 printable", id="instance"),
 ]
 
 
