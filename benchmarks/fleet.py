@@ -8,7 +8,13 @@ process, which reports its wall time, its CPU time and its own peak RSS; the tab
 them against the number of calls, with CPU time per 1k calls (flat = linear in calls; CPU
 time because a shared machine's wall time says more about the neighbours) and peak RSS.
 Then one size again with ``records = "all"`` for the RSS that keeping every row costs.
-Targets (issue 27): the full hour in <= 180 s wall and <= 1.5 GiB peak RSS.
+Then (``--skip-executors`` leaves it out) a fleet's replications as independent parts on
+two executors side by side: 4 replications of ``baseline`` on 4 replicas (power of two
+choices, ``records = "none"``) on 2 local processes and on a Dask LocalCluster of 2
+workers; the summaries must be identical and Dask's speed (processes time ÷ Dask time,
+each executor started before the clock) is the figure.
+Targets (issue 27): the full hour in <= 180 s wall and <= 1.5 GiB peak RSS; Dask >= 0.85x
+processes.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from sim.shared.argtypes import add_seed, flag, opt, positive_int
 
 WALL_TARGET_S = 180.0
 RSS_TARGET_GIB = 1.5
+DASK_TARGET = 0.85
 HOUR_S = 3600.0
 
 
@@ -63,6 +70,33 @@ def _child(calls_per_hour: int, fraction: float, records: str, seed: int) -> dic
     return {"calls": int(out.counters["calls"]), "turns": int(out.counters["turns"]),
             "wall_s": wall, "cpu_s": cpu, "peak_rss": peak,
             "p99_s": m["completion_s.p99"]["mean"], "success": m["success_rate"]["mean"]}
+
+
+def fleet_parts_scenario(duration_s: float) -> Any:
+    """The fleet whose replications the executor comparison runs."""
+    from sim.scenario import load_scenario
+
+    base = load_scenario("baseline")
+    return base.with_overrides({
+        "fleet.replicas": 4, "fleet.balancer": "power_of_two", "fleet.state": "shared",
+        "workload.calls_per_s": 4 * base.workload.calls_per_s, "run.duration_s": duration_s,
+        "run.records": "none"})
+
+
+def time_parts(duration_s: float, replications: int, seed: int, *,
+               processes: int | None = None, dask: str | None = None) -> tuple[float, str]:
+    """(seconds, summary JSON) of the fleet's replications on one executor, started (and a
+    Dask cluster up) before the clock starts."""
+    from sim.stream import replication_plan, run_streaming
+    from sim.sweep import make_executor
+
+    sc = fleet_parts_scenario(duration_s)
+    plan = replication_plan(seed, replications)
+    with make_executor(processes=processes, dask=dask) as ex:
+        t0 = time.perf_counter()
+        summary = run_streaming(sc, plan, None, executor=ex)  # type: ignore[arg-type]  # a concurrent.futures.Executor or Dask's, as sweeps pass it
+        took = time.perf_counter() - t0
+    return took, json.dumps(summary, sort_keys=True)
 
 
 def measure(calls_per_hour: int, fraction: float, records: str, seed: int) -> dict[str, Any]:
@@ -109,6 +143,8 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
         f"x{big['cpu_s'] / small['cpu_s']:.2f}, wall x{big['wall_s'] / small['wall_s']:.2f}, "
         f"peak RSS x{growth:.2f}; CPU per call min {min(per_call) * 1e6:.0f} us, "
         f"max {max(per_call) * 1e6:.0f} us")
+    if not args.skip_executors:
+        _executors(args, out)
     full = rows[-1]
     out(f"fleet hour: {full['calls']:,} calls ({full['turns']:,} turns) CPU "
         f"{full['cpu_s']:.1f} s, wall {full['wall_s']:.1f} s (target <= {WALL_TARGET_S:.0f} s) "
@@ -117,12 +153,37 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
     return 0
 
 
+def _executors(args: argparse.Namespace, out: Callable[[str], None]) -> None:
+    """The fleet's replications on 2 processes and on a Dask LocalCluster(2), side by side
+    (the same work twice each, alternating; the best of each)."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        out("fleet parts: Dask not installed (pip install 'rtalab[sweep]'): skipped")
+        return
+    times: dict[str, list[float]] = {"processes": [], "dask": []}
+    summaries = set()
+    for _ in range(2):
+        for name, kw in (("processes", {"processes": 2}), ("dask", {"dask": "local:2"})):
+            took, summary = time_parts(args.parts_duration, 4, args.seed, **kw)  # type: ignore[arg-type]  # one keyword per executor
+            times[name].append(took)
+            summaries.add(summary)
+    tp, td = min(times["processes"]), min(times["dask"])
+    same = "identical" if len(summaries) == 1 else "DIFFERENT"
+    out(f"fleet parts: 4 replications of 4 replicas ({args.parts_duration:g} s each): "
+        f"2 processes {tp:.2f} s, Dask LocalCluster(2) {td:.2f} s, summaries {same}; "
+        f"Dask / processes {tp / td:.2f} x (target >= {DASK_TARGET:.2f} x)")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     opt(p, "--calls N", "calls per simulated hour", positive_int, 1_000_000)
     opt(p, "--fractions LIST", "shares of the hour to run, comma-separated (the last is "
         "the headline figure)", _fractions, [0.125, 0.25, 0.5, 1.0])
     add_seed(p, default=1)
     flag(p, "--skip-all", "skip the records = \"all\" comparison run")
+    flag(p, "--skip-executors", "skip the processes vs Dask comparison of a fleet's parts")
+    opt(p, "--parts-duration S", "simulated seconds of each replication in that comparison",
+        float, 1800.0)
 
 
 def _child_main(argv: Sequence[str] | None = None) -> int:

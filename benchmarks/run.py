@@ -195,10 +195,18 @@ def parse_fleet(out: str, cmd: str) -> list[Row]:
     if not m:
         return []
     calls = m.group(1)
-    return [Row("fleet scale", f"wall s, an hour of {calls} calls (no records)",
+    rows = [Row("fleet scale", f"wall s, an hour of {calls} calls (no records)",
                 _num(m.group(2)), "s", "<=", _num(m.group(3)), "–", cmd),
             Row("fleet scale", f"peak RSS, an hour of {calls} calls (no records)",
                 _num(m.group(4)), "MiB", "<=", _num(m.group(5)) * 1024, "–", cmd)]
+    d = re.search(rf"summaries (identical|DIFFERENT); Dask / processes {NUM} x "
+                  rf"\(target >= {NUM} x\)", out)
+    if d:
+        # different summaries are a failure whatever the speed: the figure is then 0
+        rows.append(Row("fleet scale", "a fleet's parts: Dask LocalCluster(2) / 2 processes",
+                        _num(d.group(2)) if d.group(1) == "identical" else 0.0, "x", ">=",
+                        _num(d.group(3)), "–", cmd))
+    return rows
 
 
 @dataclass(frozen=True)
@@ -239,7 +247,8 @@ BENCHES: tuple[Bench, ...] = (
           ("--cells", "3", "--replications", "2", "--skip-full"), parse_metastability),
     Bench("report", ("bench", "report"), (), None, parse_report),
     Bench("fleet", ("bench", "fleet"), (),
-          ("--calls", "20000", "--fractions", "0.05,0.1", "--skip-all"), parse_fleet),
+          ("--calls", "20000", "--fractions", "0.05,0.1", "--skip-all", "--parts-duration",
+           "60"), parse_fleet),
 )
 NAMES = tuple(b.name for b in BENCHES)
 

@@ -57,6 +57,16 @@ ANSWERS_READ = [("points evaluated / full sweep", 7.4, "<=", 40.0, "–", "PASS"
 REPORT_OUT = ("rtalab report, 50-point sweep: median 3.10 s wall (range 2.90-3.60), 2.80 s CPU; "
               "target <= 5 s\n")
 REPORT_READ = [("seconds for a 50-point sweep", 3.1, "<=", 5.0, "23%", "PASS")]
+FLEET_OUT = ("fleet parts: 4 replications of 4 replicas (1800 s each): 2 processes 7.10 s, "
+             "Dask LocalCluster(2) 7.90 s, summaries identical; Dask / processes 0.90 x "
+             "(target >= 0.85 x)\n"
+             "fleet hour: 1,000,172 calls (4,000,688 turns) CPU 146.6 s, wall 150.2 s (target "
+             "<= 180 s) peak RSS 520 MiB (target <= 1.5 GiB)\n")
+FLEET_READ = [("wall s, an hour of 1,000,172 calls (no records)", 150.2, "<=", 180.0, "–", "PASS"),
+              ("peak RSS, an hour of 1,000,172 calls (no records)", 520.0, "<=", 1536.0, "–",
+               "PASS"),
+              ("a fleet's parts: Dask LocalCluster(2) / 2 processes", 0.9, ">=", 0.85, "–",
+               "PASS")]
 
 PARSERS = {  # name -> (parser, its benchmark's output, the rows it must read)
     "sim": (R.parse_sim, SIM_OUT, SIM_READ),
@@ -68,7 +78,14 @@ PARSERS = {  # name -> (parser, its benchmark's output, the rows it must read)
     "load": (R.parse_load, LOAD_OUT, LOAD_READ),
     "answers": (R.parse_answers, ANSWERS_OUT, ANSWERS_READ),
     "report": (R.parse_report, REPORT_OUT, REPORT_READ),
+    "fleet": (R.parse_fleet, FLEET_OUT, FLEET_READ),
 }
+
+
+def test_a_fleet_whose_parts_disagree_across_executors_fails_whatever_its_speed() -> None:
+    out = FLEET_OUT.replace("summaries identical", "summaries DIFFERENT")
+    [dask] = [r for r in R.parse_fleet(out, "c") if "Dask" in r.figure]
+    assert (dask.value, dask.verdict) == (0.0, "WARN")
 
 
 def _facts(rows: list[R.Row]) -> list[tuple[str, float, str, float, str, str]]:
