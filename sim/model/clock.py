@@ -71,7 +71,8 @@ def call_at(env: simpy.Environment, when: float, callback: Callable[[Any], None]
     """Run ``callback(value)`` at the simulated time ``when`` (not before now)."""
     if when < env._now:
         raise ValueError(f"time {when!r} is in the past (now {env._now!r})")
-    heappush(cast("list[_Entry]", env._queue), (when, _NORMAL, next(env._eid), callback, value))
+    # no cast() here: a call per scheduled event on the model's hottest path
+    heappush(env._queue, (when, _NORMAL, next(env._eid), callback, value))  # type: ignore[misc]  # SimPy types its queue entries as (time, priority, id, event); the model's carry a callback and value
 
 
 def run(env: simpy.Environment, until: float | None = None) -> None:

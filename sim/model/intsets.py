@@ -35,9 +35,13 @@ class IntSet:
         self._other: set[int] = set()
 
     def __contains__(self, k: object) -> bool:
-        f = self._flags
-        if type(k) is int and 0 <= k < len(f) and f[k]:
-            return True
+        # the hot path (a known id) is one comparison and one index; a bool is its int, as
+        # in a set ({1} holds True); anything that cannot index the flags asks the set
+        try:
+            if k >= 0 and self._flags[k]:  # type: ignore[operator,call-overload]  # TypeError: not an int
+                return True
+        except (IndexError, TypeError):
+            pass
         return k in self._other
 
     def add(self, k: int) -> None:
@@ -88,6 +92,14 @@ class IntCounts:
         if type(k) is int and 0 <= k < len(c) and c[k]:
             return c[k]
         return self._other.get(k, default)
+
+    def incr(self, k: int) -> None:
+        """Add 1 to the count of ``k``."""
+        c = self._counts
+        if type(k) is int and 0 <= k < len(c) and c[k]:
+            c[k] += 1  # the common case: a count already held in the dense part
+        else:
+            self[k] = self.get(k, 0) + 1
 
     def __getitem__(self, k: int) -> int:
         v = self.get(k, -1)

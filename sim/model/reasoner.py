@@ -315,7 +315,7 @@ class Reasoner:
 
     def _open_session(self, ctx: int, call_id: int) -> None:
         self.known_contexts.add(ctx)
-        self.sessions_opened[call_id] = self.sessions_opened.get(call_id, 0) + 1
+        self.sessions_opened.incr(call_id)
 
     def _repeat(self, req: Request, dup: bool, now: float, e: Entry) -> None:
         """A repeated key: replay the stored outcome, or join the execution in flight."""
