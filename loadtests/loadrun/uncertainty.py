@@ -45,7 +45,7 @@ METHOD = f"bootstrap over calls ({BOOTSTRAP_RESAMPLES} resamples, 95 % percentil
 
 NOTE_FIXED = "fixed by the resampling (each resample draws as many calls as the run had)"
 NOTE_PEAK = "a peak: the bootstrap does not estimate the spread of a maximum"
-NOTE_COUNTER = "a counter of the whole run: not resampled"
+NOTE_COUNTER = "read from the run's counters (not from resampled calls): not resampled"
 NOTE_CONSTANT = "every resample gives the same value: no spread to show"
 NOTE_WIDENED = "percentile interval widened to hold the estimate (skewed statistic)"
 NOTE_TOO_FEW = "defined in fewer than two resamples"
