@@ -18,3 +18,17 @@ def test_validate_reports_a_stale_mutation() -> None:
 def test_every_area_has_mutations() -> None:
     areas = {m.area for m in MUTATIONS}
     assert {"intervals", "multiple comparisons", "tune", "calibration"} <= areas
+
+
+def test_the_fleet_areas_of_round_4_have_four_to_eight_bugs_each() -> None:
+    """Issue 31: fresh bugs in every area of the fleet code of 2026-12-04, each area's fast
+    guards (written for its first run's survivors) among its test files."""
+    from collections import Counter
+
+    from tests.oneoff.mutate import ROUND4
+
+    fleet = {"balancer", "fleet load run", "fleet split", "intsets", "fleet answers",
+             "fleet report", "fleet bench"}
+    counts = Counter(m.area for m in MUTATIONS[ROUND4:])
+    assert set(counts) == fleet and all(4 <= n <= 8 for n in counts.values()), counts
+    assert all(m.tests[0].endswith("_guards.py") for m in MUTATIONS[ROUND4:])
