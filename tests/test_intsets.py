@@ -77,3 +77,20 @@ def test_a_million_calls_cost_bytes_not_a_set_and_a_dict() -> None:
     tracemalloc.stop()
     print(f"1 M ids: compact {compact / 2**20:.1f} MiB, set + dict {plain / 2**20:.1f} MiB")
     assert compact < 10 * 2**20 < plain
+
+
+def test_a_negative_id_is_never_read_from_the_end_of_the_flags() -> None:
+    s = IntSet()
+    for i in range(1024):  # the whole first block set, its last flag too
+        s.add(i)
+    assert -1 not in s and -1024 not in s
+    s.add(-1)
+    assert -1 in s and -2 not in s and len(s) == 1025
+
+
+def test_incr_counts_as_get_plus_one_on_every_path() -> None:
+    c, ref = IntCounts(), {}
+    for k in (3, 3, 3, 0, 7, 10**12, 10**12, -4, 3):
+        c.incr(k)
+        ref[k] = ref.get(k, 0) + 1
+    assert dict(c.items()) == ref and len(c) == len(ref)

@@ -52,11 +52,10 @@ class IntSet:
         if not _room(k, len(f)):
             self._other.add(k)
             return
-        i = k
-        if i >= len(f):
-            f.extend(bytes(max(i + 1 - len(f), len(f), 1024)))
-        if not f[i]:
-            f[i] = 1
+        if k >= len(f):
+            f.extend(bytes(max(k + 1 - len(f), len(f), 1024)))
+        if not f[k]:
+            f[k] = 1
             self._n += 1
 
     def __len__(self) -> int:
@@ -110,11 +109,10 @@ class IntCounts:
     def __setitem__(self, k: int, v: int) -> None:
         c = self._counts
         if k not in self._other and _room(k, len(c)) and 0 <= v < 1 << 32:
-            i = k
-            if i >= len(c):
-                c.frombytes(bytes(4 * max(i + 1 - len(c), len(c), 1024)))
-            self._n += (v != 0) - (c[i] != 0)
-            c[i] = v
+            if k >= len(c):
+                c.frombytes(bytes(4 * max(k + 1 - len(c), len(c), 1024)))
+            self._n += (v != 0) - (c[k] != 0)
+            c[k] = v
             return
         if type(k) is int and 0 <= k < len(c) and c[k]:  # it leaves the dense part
             c[k] = 0

@@ -1092,7 +1092,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "            if k in (\"end_s\", \"trigger_s\"):", "            if k == \"end_s\":",
              T_SPLIT, "the trigger span added up over the parts"),
     Mutation("intsets", "sim/model/intsets.py",
-             "            self._n += (v != 0) - (c[i] != 0)\n", "            self._n += v != 0\n",
+             "            self._n += (v != 0) - (c[k] != 0)\n", "            self._n += v != 0\n",
              T_INTS, "a dense count overwritten counted as a new key"),
     Mutation("intsets", "sim/model/intsets.py",
              "and _room(k, len(c)) and 0 <= v < 1 << 32:",
@@ -1116,8 +1116,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "return type(k) is int and 0 <= k < 2 * size", T_INTS,
              "no slack: the dense part never starts (everything in the plain set / dict)"),
     Mutation("intsets", "sim/model/intsets.py",
-             "            f.extend(bytes(max(i + 1 - len(f), len(f), 1024)))",
-             "            f.extend(bytes(max(i - len(f), len(f), 1024)))", T_INTS,
+             "            f.extend(bytes(max(k + 1 - len(f), len(f), 1024)))",
+             "            f.extend(bytes(max(k - len(f), len(f), 1024)))", T_INTS,
              "the set grows one slot short of the id"),
     Mutation("fleet answers", "sim/fastmodel/params.py",
              "(f.balancer == \"power_of_two\" and n == 2)",
@@ -1190,6 +1190,13 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    same = \"identical\" if len(summaries) == 1 else \"DIFFERENT\"",
              "    same = \"identical\" if len(summaries) <= 2 else \"DIFFERENT\"", T_FBENCH,
              "one executor disagreeing with the other still identical"),
+    # round 5: the hot-path rewrite of intsets (membership, incr), after round 4
+    Mutation("intsets fast path", "sim/model/intsets.py",
+             "            if k >= 0 and self._flags[k]:", "            if self._flags[k]:", T_INTS,
+             "a negative id read from the end of the flags"),
+    Mutation("intsets fast path", "sim/model/intsets.py",
+             "            c[k] += 1  # the common case", "            c[k] = 1  # the common case",
+             T_INTS, "incr of a held count resets it to 1"),
 )
 
 
@@ -1198,6 +1205,7 @@ ROUND3 = next(i for i, m in enumerate(MUTATIONS)
               if m.what == "bootstrap se divided by sqrt(resamples)")
 #: index of the first mutation of round 4 (2026-12-04, the fleet code) in :data:`MUTATIONS`
 ROUND4 = next(i for i, m in enumerate(MUTATIONS) if m.area == "balancer")
+ROUND5 = next(i for i, m in enumerate(MUTATIONS) if m.area == "intsets fast path")
 
 
 def validate(mutations: tuple[Mutation, ...] = MUTATIONS, root: Path = ROOT) -> list[str]:
