@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,3 +137,31 @@ def witness(witness_server: ManagedProcess) -> Iterator[str]:
 def repo_root() -> Path:
     """The repository root (the working directory of subprocesses)."""
     return Path(__file__).resolve().parents[1]
+
+
+# Opt-in CPU accounting (tests/oneoff/cpu_table.py reads it): RTALAB_TEST_CPU=<dir> writes one
+# JSON line per test -- wall seconds, this process's CPU and its waited-for children's CPU
+# (load runs, servers) -- to <dir>/<worker>.jsonl.  The suite's budget is CPU on 2 cores.
+CPU_DIR = os.environ.get("RTALAB_TEST_CPU")
+
+
+def _cpu() -> tuple[float, float]:
+    """CPU seconds so far: (this process, its waited-for children)."""
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if not CPU_DIR:
+        return (yield)
+    t0, (s0, c0) = time.monotonic(), _cpu()
+    try:
+        return (yield)
+    finally:
+        s1, c1 = _cpu()
+        row = {"test": item.nodeid, "wall": round(time.monotonic() - t0, 3),
+               "self": round(s1 - s0, 3), "children": round(c1 - c0, 3)}
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(Path(CPU_DIR) / f"{worker}.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
