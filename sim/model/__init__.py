@@ -9,8 +9,8 @@ turns, attempts under the retry policy of :mod:`sim.policy`),
 :mod:`~sim.model.workload` (call arrivals), :mod:`~sim.model.recorder` (record
 tables) and :mod:`~sim.model.world` (wiring and the run).  Use it through
 :mod:`sim.runner`.
+
+The package itself imports nothing: the Locust Live users take their samplers from
+:mod:`sim.model.rand`, and importing the package must not pull the simulator (and pandas)
+into every Locust process.
 """
-
-from sim.model.world import World, WorldResult
-
-__all__ = ["World", "WorldResult"]

@@ -1,0 +1,33 @@
+"""What the processes of a load run import at start-up: every load run starts a Reasoner, a
+witness, a chaos proxy and one or more Locust processes, and their start-up CPU is paid per
+run (and per Locust worker).  The Live users take only the policy, the turn machine and the
+samplers from ``sim``: never the simulator, pandas, SciPy or matplotlib (importing
+``sim.model.rand`` once pulled all of ``sim.model`` and pandas into every Locust process,
+~0.35 s CPU each)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("pandas", "scipy", "matplotlib", "simpy", "sim.model.world", "sim.runner")
+PROCESSES = {
+    # the Locust process: gevent patched first, as locust's own entry point does
+    "locust Live user": "from gevent import monkey; monkey.patch_all(); import locust; "
+                        "import loadtests.live.locustfile",
+    "reasoner": "import loadtests.reasoner.app",
+    "witness": "import loadtests.witness.app",
+    "chaos proxy": "import loadtests.chaos.proxy",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROCESSES))
+def test_a_load_run_process_does_not_import_the_simulator(name: str) -> None:
+    code = (PROCESSES[name] + "; import json, sys; "
+            f"print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == [], name
