@@ -60,12 +60,11 @@ class LiveOptions:
     test: TestSwitches = field(default_factory=TestSwitches)
 
     @classmethod
-    def of_scenario(cls, sc: Scenario, test: TestSwitches | None = None,
-                    **load_side: Any) -> LiveOptions:
-        """The options of a run of ``sc``: its ``[live]`` keys, the load side's defaults
-        (or ``load_side``) and the test switches."""
+    def of_scenario(cls, sc: Scenario, test: TestSwitches | None = None) -> LiveOptions:
+        """The options of a run of ``sc``: its ``[live]`` keys, the load side's defaults and
+        the test switches."""
         keys = {opt: getattr(sc.live, key) for opt, key in SCENARIO_KEYS.items()}
-        return cls(**keys, **load_side, test=test or TestSwitches())
+        return cls(**keys, test=test or TestSwitches())
 
     @property
     def reorder(self) -> bool:
@@ -123,8 +122,9 @@ class LoadSettings:
 
     @classmethod
     def read(cls, path: str | Path) -> LoadSettings:
-        """Read the JSON written by :meth:`write` (the same types: ``sim.config.build``)."""
-        return build(cls, json.loads(Path(path).read_text(encoding="utf-8")))
+        """Read the JSON written by :meth:`write` (the same types: ``sim.config.build``); a
+        run folder written before the Live options had their own object reads as well."""
+        return build(cls, _nested(json.loads(Path(path).read_text(encoding="utf-8"))))
 
     def for_remote_workers(self) -> str:
         """JSON for workers on other hosts (``rtalab load worker``): these settings plus the
@@ -153,3 +153,22 @@ class LoadSettings:
         if not path:
             raise RuntimeError(f"{ENV} is not set: start Locust through 'rtalab load run'")
         return cls.read(path)
+
+
+_FLAT_LIVE = ("ext_uri", "hold_s", "hard_timeout_s")
+_FLAT_TEST = ("unsafe_test_retry_codes", "force_error_codes")
+
+
+def _nested(data: dict[str, Any]) -> dict[str, Any]:
+    """``settings.json`` as :meth:`LoadSettings.write` writes it: the flat layout of earlier
+    runs (Live options and test switches beside the run's fields) moved under ``live``."""
+    if "live" in data or not any(k in data for k in (*_FLAT_LIVE, *_FLAT_TEST, "reorder")):
+        return data
+    out = {k: v for k, v in data.items()
+           if k not in (*_FLAT_LIVE, *_FLAT_TEST, "reorder")}
+    test = {k: data[k] for k in _FLAT_TEST if k in data}
+    if "reorder" in data:
+        test["no_reorder"] = not data["reorder"]
+    out["live"] = {**{k: data[k] for k in _FLAT_LIVE if k in data}, "test": test}
+    return out
+

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,18 @@ def test_settings_json_reads_back_as_the_object_written(tmp_path: Path,
     remote = LoadSettings.from_remote(s.for_remote_workers(), worker)
     assert remote == dataclasses.replace(s, run_dir=str(worker),
                                          scenario_path=str(worker / "scenario.toml"))
+
+
+def test_a_settings_json_of_the_earlier_flat_layout_still_reads(tmp_path: Path) -> None:
+    old = {"run_dir": ".", "run_id": "r", "scenario_path": "s.toml", "binding": "sse",
+           "duration_s": 5.0, "drain_s": 1.0, "processes": 1, "seed": 3,
+           "ext_uri": "urn:x", "token": None, "tokens": [], "reorder": False, "hold_s": 0.25,
+           "unsafe_test_retry_codes": ["auth"], "force_error_codes": [],
+           "hard_timeout_s": 60.0, "grpc_target": "", "grpc_secure": False}
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps(old), encoding="utf-8")
+    s = LoadSettings.read(path)
+    assert s.live == LiveOptions(ext_uri="urn:x", hold_s=0.25, hard_timeout_s=60.0,
+                                 test=TestSwitches(no_reorder=True,
+                                                   unsafe_test_retry_codes=("auth",)))
+    assert (s.seed, s.duration_s, s.tokens) == (3, 5.0, ())
