@@ -312,7 +312,7 @@ def splice(doc: str, table: str) -> str:
 def run_bench(args: argparse.Namespace) -> int:
     """Run the selected benchmarks; write the table; 0 unless a benchmark failed to run."""
     from benchmarks.util import host_line
-    from sim.shared.results import new_run_dir, package_versions
+    from sim.shared.results import RunLifecycle, package_versions
 
     names = args.only or list(NAMES)
     v = package_versions()
@@ -321,7 +321,7 @@ def run_bench(args: argparse.Namespace) -> int:
     date = time.strftime("%Y-%m-%d", time.gmtime())
     rows: list[Row] = []
     errors: list[str] = []
-    out = new_run_dir(args.out, "bench", scenario_name="all", seed=0)
+    out = RunLifecycle.new(args.out, "bench", scenario_name="all", seed=0).path
     for b in BENCHES:
         if b.name in names and not (args.quick and b.quick is None):
             print(f"bench {b.name} ...", file=sys.stderr, flush=True)

@@ -143,10 +143,10 @@ def _child_memory_run(turns: int, seed: int) -> dict[str, Any]:
     sim_s = time.perf_counter() - t0
     summary = summarize([out], scenario.run.warmup_s)
     with tempfile.TemporaryDirectory(prefix="rtalab-bench-") as tmp:
-        run_dir = results.new_run_dir(tmp, "bench", scenario_name=scenario.name, seed=seed)
+        folder = results.RunLifecycle.new(tmp, "bench", scenario_name=scenario.name, seed=seed)
         meta = results.collect_meta(kind="bench", scenario=scenario, seed=seed, replications=1)
-        results.start_run(run_dir, scenario, meta)
-        results.write_run(run_dir, scenario, [out], summary, meta)
+        folder.start(scenario, meta)
+        results.write_run(folder.path, scenario, [out], summary, meta)
     return {"turns": len(out.turns), "attempts": len(out.attempts), "sim_s": sim_s,
             "wall_s": time.perf_counter() - t0, "duration_s": scenario.run.duration_s}
 

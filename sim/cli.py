@@ -126,20 +126,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
     seed, reps = scenario.run.seed, scenario.run.replications
     try:
-        run_dir = results.new_run_dir(args.out, "sim", scenario_name=scenario.name, seed=seed)
+        folder = results.RunLifecycle.new(args.out, "sim", scenario_name=scenario.name, seed=seed)
+        run_dir = folder.path
         meta = results.collect_meta(
             kind="sim", scenario=scenario, seed=seed, replications=reps,
             argv=[PROG, *args.rtalab_argv],
             extra={"scenario_ref": args.scenario, "overrides": list(args.set),
                    **({"split": "replicas"} if args.split == "replicas" else {})},
         )
-        results.start_run(run_dir, scenario, meta)
+        folder.start(scenario, meta)
     except OSError as e:
         raise UsageError(f"cannot write results under {args.out}: {e.strerror or e}") from None
 
     label = f"{scenario.name} s{seed} ×{reps}"
     try:
-        with results.guard(run_dir, meta):
+        with folder.guard():
             plan = replication_plan(seed, reps)
             meta["replication_seeds"] = seeds_meta(plan)
             try:
@@ -150,7 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 # where ONE run of this length and load falls (not the CI of the mean)
                 summary["one_run_interval"] = one_run_intervals(summary)
                 results.write_summary(run_dir, summary)
-                results.finish_run(run_dir, meta, "complete")
+                folder.finish()
             except OSError as e:
                 raise UsageError(f"cannot write results to {run_dir}: {e.strerror or e}") from None
     except KeyboardInterrupt:
@@ -248,19 +249,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except sweep.SweepError as e:
         raise UsageError(str(e)) from None
     try:
-        out = args.out or results.new_run_dir("results", "sweep", scenario_name=scenario.name,
-                                              seed=seed)
-        out.mkdir(parents=True, exist_ok=True)
+        folder = results.RunLifecycle.new_or_at(args.out, "results", "sweep",
+                                             scenario_name=scenario.name, seed=seed)
+        out = folder.path
     except OSError as e:
         raise UsageError(f"cannot write the sweep folder {args.out}: {e.strerror or e}") from None
     argv = [PROG, *args.rtalab_argv]
-    meta = results.collect_meta(kind="sweep", scenario=scenario, seed=seed, replications=reps,
-                                argv=argv, extra={"scenario_ref": args.scenario,
-                                                  "overrides": list(args.set),
-                                                  "grid": args.grid, "zip": args.zip,
-                                                  "points": len(points)})
-    try:
-        with sweep.make_executor(args.processes, args.dask) as ex:
+    # meta.json is written when the sweep ends (sweep.json holds the sweep meanwhile)
+    folder.keep(results.collect_meta(kind="sweep", scenario=scenario, seed=seed,
+                                     replications=reps, argv=argv,
+                                     extra={"scenario_ref": args.scenario,
+                                            "overrides": list(args.set),
+                                            "grid": args.grid, "zip": args.zip,
+                                            "points": len(points)}))
+    try:  # a SweepError (e.g. --out holds another sweep) leaves the folder as it was
+        with folder.guard(failures=(sweep.PointFailed,)), \
+                sweep.make_executor(args.processes, args.dask) as ex:
             summaries = sweep.run_points(scenario, points, replications=reps, root_seed=seed,
                                          executor=ex, out_dir=out, progress=not args.quiet,
                                          plots=not args.no_plots, argv=argv)
@@ -268,14 +272,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     except (sweep.PointFailed, KeyboardInterrupt) as e:
         interrupted = isinstance(e, KeyboardInterrupt)
-        results.finish_run(out, meta, "interrupted" if interrupted else "failed",
-                           "KeyboardInterrupt" if interrupted else str(e))
         again = ("rerun the same command" if args.out is not None
                  else f"rerun the same command with --out {out}")
         _err(f"{'interrupted' if interrupted else e}; finished points are kept in {out}: "
              f"{again} to {'finish the sweep' if interrupted else 'retry'}")
         return EXIT_INTERRUPTED if interrupted else 1
-    results.finish_run(out, meta, "complete")
+    folder.finish()
     if not args.quiet:
         print_sweep(points, summaries)
     print(f"{len(summaries)} points × {reps} replications: {out / sweep.SWEEP_CSV}")

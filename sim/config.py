@@ -8,7 +8,8 @@ rejecting unknown keys, wrong types and out-of-range values with a
 
 Supported field types: ``bool``, ``int``, ``float``, ``str``, ``Literal[...]``,
 :class:`~sim.dist.Dist`, nested config dataclasses, ``tuple[<dataclass>, ...]``
-(arrays of tables), ``tuple[float, ...]`` and ``dict[str, float|int]``.
+(arrays of tables), ``tuple[float, ...]``, ``dict[str, float|int]`` and ``X | None`` (null
+allowed).
 """
 
 from __future__ import annotations
@@ -65,6 +66,11 @@ def _check_bounds(value: float, meta: typing.Mapping[str, Any], path: str) -> No
 
 def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any]) -> Any:
     origin = get_origin(tp)
+    if origin in (typing.Union, types.UnionType) and type(None) in get_args(tp):
+        if value is None:
+            return None
+        (inner,) = [a for a in get_args(tp) if a is not type(None)]
+        return _convert(inner, value, path, meta)
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(path, f"must be true or false, got {value!r}")

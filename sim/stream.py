@@ -66,8 +66,50 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
     :class:`sim.fleetsplit.SplitError` (one line: why) before anything runs.
     """
     from sim.shared.results import RecordWriter
-    from sim.shared.summary import metrics_of, summarize_metrics
+    from sim.shared.summary import summarize_metrics
 
+    _check_plan(scenario, plan, scenarios, split)
+    warmup_s = scenario.run.warmup_s
+    writer = RecordWriter(run_dir) if run_dir is not None else None
+    folded = _Folded(warmup_s, plots and run_dir is not None)
+    # Freeze what the process held before the run (a notebook's or pytest's heap): the
+    # per-replication collection below then scans only this run's objects, ~ms instead of
+    # a full-heap pass that costs more than a small replication in a large process.
+    gc.freeze()
+    try:
+        each = list(scenarios) if scenarios is not None else [scenario] * len(plan)
+        outputs = (_replica_outputs(scenario, plan, progress, executor) if split == "replicas"
+                   else _outputs(each, plan, progress, executor))
+        for k, out in enumerate(outputs):
+            if progress is not None and executor is not None:
+                progress((k + 1) / len(plan))
+            folded.add(out)
+            if writer is not None:
+                writer.append(out)
+            folded.add_plot(out)
+            del out
+            gc.collect()
+        if writer is not None:
+            writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    finally:
+        gc.unfreeze()
+    if folded.plots and run_dir is not None:  # (plots implies a run_dir)
+        _plot(Path(run_dir), scenario, folded.plot_turns, folded.plot_ts)
+    summary = summarize_metrics(folded.per_rep, warmup_s, [s for s, _ in plan],
+                                [r for _, r in plan])
+    if folded.pooled:
+        summary["pooled"] = folded.pooled_percentiles()
+    return summary
+
+
+def _check_plan(scenario: Scenario, plan: Sequence[tuple[int, int]],
+                scenarios: Sequence[Scenario] | None, split: str) -> None:
+    """ValueError on a plan :func:`run_streaming` cannot run; SplitError on a fleet that does
+    not split by replica (``split = "replicas"``)."""
     if not plan:
         raise ValueError("a run needs at least one replication")
     if scenarios is not None and len(scenarios) != len(plan):
@@ -80,56 +122,45 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
         if scenarios is not None:
             raise ValueError("split = 'replicas' takes one scenario for every replication")
         check_split(scenario)
-    warmup_s = scenario.run.warmup_s
-    writer = RecordWriter(run_dir) if run_dir is not None else None
-    per_rep: list[dict[str, float | None]] = []
-    plot_turns: list[Any] = []
-    plot_ts: list[Any] = []
-    plots = plots and run_dir is not None
-    # Freeze what the process held before the run (a notebook's or pytest's heap): the
-    # per-replication collection below then scans only this run's objects, ~ms instead of
-    # a full-heap pass that costs more than a small replication in a large process.
-    pooled: dict[str, Any] = {}
-    gc.freeze()
-    try:
-        each = list(scenarios) if scenarios is not None else [scenario] * len(plan)
-        outputs = (_replica_outputs(scenario, plan, progress, executor) if split == "replicas"
-                   else _outputs(each, plan, progress, executor))
-        for k, out in enumerate(outputs):
-            if progress is not None and executor is not None:
-                progress((k + 1) / len(plan))
-            per_rep.append(metrics_of(out, warmup_s))
-            for prefix, sk in (getattr(out, "sketches", None) or {}).items():
-                if prefix in pooled:
-                    pooled[prefix].merge(sk)
-                else:
-                    pooled[prefix] = sk
-            if writer is not None:
-                writer.append(out)
-            if plots:
-                t, ts = plot_columns(out, warmup_s)
-                plot_turns.append(t)
-                plot_ts.append(ts)
-            del out
-            gc.collect()
-        if writer is not None:
-            writer.close()
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        raise
-    finally:
-        gc.unfreeze()
-    if plots and run_dir is not None:  # (plots implies a run_dir)
-        _plot(Path(run_dir), scenario, plot_turns, plot_ts)
-    summary = summarize_metrics(per_rep, warmup_s, [s for s, _ in plan], [r for _, r in plan])
-    if pooled:
+
+
+class _Folded:
+    """What a streamed run keeps of its replications: each one's metrics, the merged
+    sketches (``[run] records`` other than "all") and, with ``plots``, the plotted columns."""
+
+    def __init__(self, warmup_s: float, plots: bool) -> None:
+        self.warmup_s = warmup_s
+        self.plots = plots
+        self.per_rep: list[dict[str, float | None]] = []
+        self.pooled: dict[str, Any] = {}
+        self.plot_turns: list[Any] = []
+        self.plot_ts: list[Any] = []
+
+    def add(self, out: Any) -> None:
+        """Fold one replication's metrics and sketches in."""
+        from sim.shared.summary import metrics_of
+
+        self.per_rep.append(metrics_of(out, self.warmup_s))
+        for prefix, sk in (getattr(out, "sketches", None) or {}).items():
+            if prefix in self.pooled:
+                self.pooled[prefix].merge(sk)
+            else:
+                self.pooled[prefix] = sk
+
+    def add_plot(self, out: Any) -> None:
+        """Keep what the plots draw of one replication (with ``plots``)."""
+        if self.plots:
+            t, ts = plot_columns(out, self.warmup_s)
+            self.plot_turns.append(t)
+            self.plot_ts.append(ts)
+
+    def pooled_percentiles(self) -> dict[str, Any]:
+        """``summary["pooled"]``: the percentiles of all replications' turns together."""
         from sim.shared.schema import PERCENTILES
 
-        summary["pooled"] = {f"{prefix}p{q}": sk.percentile(q)
-                             for prefix, sk in pooled.items() for q in PERCENTILES
-                             if not (prefix.startswith("queue") and q not in (50, 99))}
-    return summary
+        return {f"{prefix}p{q}": sk.percentile(q)
+                for prefix, sk in self.pooled.items() for q in PERCENTILES
+                if not (prefix.startswith("queue") and q not in (50, 99))}
 
 
 def run_part(plain: dict[str, Any], seed: int, replication: int) -> Any:

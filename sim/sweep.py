@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from sim.config import ConfigError, to_plain
 from sim.scenario import Scenario, from_dict
+from sim.shared.results import RunLifecycle, collect_meta, write_summary
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -291,57 +292,64 @@ def run_points(scenario: Scenario, points: Sequence[Point], *, replications: int
             d = dirs[i] = out_dir / POINTS_DIR / point_dir_name(i)
             summaries[i] = _finished(d, identities[i])
     todo = [i for i, s in enumerate(summaries) if s is None]
-
-    from sim.shared.progress import progress_bar, should_show
-
     desc = f"sweep {scenario.name}: {len(points)} points × {replications}"
-    if callable(progress):
-        ctx: contextlib.AbstractContextManager[ProgressFn] = contextlib.nullcontext(progress)
-    else:
-        ctx = progress_bar(desc, enabled=bool(progress) and should_show(False), delay_s=0.5)
-    with ctx as bar:
+    with _progress(progress, desc) as bar:
         done = len(points) - len(todo)
         bar(done / max(1, len(points)))
 
         def finished(i: int, summary: dict[str, Any]) -> None:
             nonlocal done
-            if (d := dirs[i]) is not None:
-                _complete_point(d, summary, plans[i])
+            if i in folders:
+                _complete_point(folders[i], summary, plans[i])
             summaries[i] = summary
             done += 1
             bar(done / len(points))
 
-        tasks = {}
-        metas: dict[int, dict[str, Any]] = {}
         base_meta = None
+        folders: dict[int, RunLifecycle] = {}
         for i in todo:
             if (pdir := dirs[i]) is not None:
                 if base_meta is None:  # host, versions, git: once per sweep, not per point
-                    from sim.shared import results
-
-                    base_meta = results.collect_meta(kind="sim", scenario=scenario,
-                                                     seed=int(root_seed),
-                                                     replications=replications, argv=argv)
-                metas[i] = _start_point(pdir, resolved[i], points[i], identities[i],
-                                        base_meta, i)
-            tasks[i] = PointTask(i, to_plain(resolved[i]), tuple(plans[i]),
-                                 None if dirs[i] is None else str(dirs[i]), plots)
-        try:
-            if executor is None:
-                _run_here(tasks, finished)
-            else:
-                _run_on(executor, tasks, finished)
-        except BaseException as e:
-            _stop(executor)
-            status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-            for i, meta in metas.items():
-                if summaries[i] is None and (pdir := dirs[i]) is not None:
-                    _mark(pdir, meta, status, e)
-            raise
+                    base_meta = collect_meta(kind="sim", scenario=scenario, seed=int(root_seed),
+                                             replications=replications, argv=argv)
+                folders[i] = _start_point(pdir, resolved[i], points[i], identities[i],
+                                          base_meta, i)
+        tasks = {i: PointTask(i, to_plain(resolved[i]), tuple(plans[i]),
+                              None if dirs[i] is None else str(dirs[i]), plots) for i in todo}
+        _run_tasks(executor, tasks, finished, folders)
     result = [s for s in summaries if s is not None]
     if out_dir is not None:
         write_tables(out_dir, points, result)
     return result
+
+
+def _progress(progress: bool | ProgressFn, desc: str
+              ) -> contextlib.AbstractContextManager[ProgressFn]:
+    """The sweep's progress: the caller's callable, or a bar (``progress`` True) with ETA on
+    an interactive stderr."""
+    if callable(progress):
+        return contextlib.nullcontext(progress)
+    from sim.shared.progress import progress_bar, should_show
+
+    return progress_bar(desc, enabled=bool(progress) and should_show(False), delay_s=0.5)
+
+
+def _run_tasks(executor: cf.Executor | None, tasks: dict[int, PointTask],
+               finished: Callable[[int, dict[str, Any]], None],
+               folders: dict[int, RunLifecycle]) -> None:
+    """Run the tasks here or on ``executor``; on an error or an interrupt, stop the workers
+    and mark every point folder not complete ``interrupted``/``failed`` (then re-raise)."""
+    try:
+        if executor is None:
+            _run_here(tasks, finished)
+        else:
+            _run_on(executor, tasks, finished)
+    except BaseException as e:
+        _stop(executor)
+        for folder in folders.values():
+            with contextlib.suppress(OSError, ValueError):
+                folder.abandon(e)
+        raise
 
 
 def _run_here(tasks: dict[int, PointTask],
@@ -432,13 +440,11 @@ def _claim_sweep_dir(out_dir: Path, scenario: Scenario, points: Sequence[Mapping
 
 
 def _start_point(point_dir: Path, scenario: Scenario, ov: Point, identity: dict[str, Any],
-                 base_meta: dict[str, Any], index: int) -> dict[str, Any]:
+                 base_meta: dict[str, Any], index: int) -> RunLifecycle:
     """Empty a stale point folder and write its scenario and ``meta.json`` (running)."""
     import copy
     import datetime as dt
     import time
-
-    from sim.shared import results
 
     if point_dir.exists():
         shutil.rmtree(point_dir)
@@ -449,30 +455,18 @@ def _start_point(point_dir: Path, scenario: Scenario, ov: Point, identity: dict[
                 .replace("+00:00", "Z"),
                 sweep_point={"index": index, "overrides": json.loads(canonical(ov)),
                              "identity_sha256": _sha(identity)})
-    results.start_run(point_dir, scenario, meta)
-    return meta
+    return RunLifecycle(point_dir).start(scenario, meta)
 
 
-def _complete_point(point_dir: Path, summary: dict[str, Any],
+def _complete_point(folder: RunLifecycle, summary: dict[str, Any],
                     plan: Sequence[tuple[int, int]]) -> None:
     """Write the point's summary files and mark its ``meta.json`` complete."""
-    from sim.shared import results
     from sim.stream import seeds_meta
 
-    meta = json.loads((point_dir / "meta.json").read_text(encoding="utf-8"))
-    meta["replication_seeds"] = seeds_meta(plan)
-    results.write_summary(point_dir, summary)
-    results.finish_run(point_dir, meta, "complete")
-
-
-def _mark(point_dir: Path, meta: dict[str, Any], status: str, e: BaseException) -> None:
-    """Stamp an unfinished point ``interrupted``/``failed`` (never a complete one)."""
-    from sim.shared import results
-
-    with contextlib.suppress(OSError, ValueError):
-        if json.loads((point_dir / "meta.json").read_text("utf-8")).get("status") == "complete":
-            return
-        results.finish_run(point_dir, meta, status, type(e).__name__)
+    assert folder.meta is not None
+    folder.meta["replication_seeds"] = seeds_meta(plan)
+    write_summary(folder.path, summary)
+    folder.finish()
 
 
 # --------------------------------------------------------------------------- tables

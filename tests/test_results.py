@@ -128,13 +128,59 @@ def test_guard_marks_failed_or_interrupted_runs(
     tmp_path: Path, exc: type[BaseException], status: str
 ) -> None:
     run_dir, meta, _ = _meta(tmp_path)
-    with pytest.raises(exc), results.guard(run_dir, meta):
+    with pytest.raises(exc), results.RunLifecycle(run_dir, meta).guard():
         raise exc("boom\nsecond line")
     meta = results.read_meta(run_dir)
     assert meta["status"] == status
-    assert "\n" not in meta["error"]
+    assert meta["error"] == f"{exc.__name__}: boom"
     assert meta["wall_time_s"] is not None and meta["finished_at"]
     assert (run_dir / "scenario.toml").exists()
+
+
+def test_a_finished_folder_keeps_its_status_whatever_follows(tmp_path: Path) -> None:
+    run_dir, meta, _ = _meta(tmp_path)
+    folder = results.RunLifecycle(run_dir, meta)
+    with pytest.raises(RuntimeError), folder.guard():
+        folder.finish()
+        raise RuntimeError("after the end")
+    assert results.read_meta(run_dir)["status"] == "complete" and folder.finished
+
+
+def test_only_the_named_failures_mark_a_folder_failed(tmp_path: Path) -> None:
+    run_dir, meta, _ = _meta(tmp_path)
+    folder = results.RunLifecycle(run_dir, meta)
+    with pytest.raises(ValueError), folder.guard(failures=(KeyError,)):
+        raise ValueError("not this run's failure")  # e.g. --out holds another sweep
+    assert results.read_meta(run_dir)["status"] == "running"
+    with pytest.raises(KeyboardInterrupt), folder.guard(failures=(KeyError,)):
+        raise KeyboardInterrupt  # an interrupt always marks it
+    meta = results.read_meta(run_dir)
+    assert (meta["status"], meta["error"]) == ("interrupted", "KeyboardInterrupt")
+
+
+def test_a_guard_with_signals_turns_sigterm_into_an_interrupted_run(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    run_dir, meta, _ = _meta(tmp_path)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(results.Interrupted), \
+            results.RunLifecycle(run_dir, meta).guard(signals=True):
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler raises at the next instruction
+        pytest.fail("SIGTERM did not interrupt the block")
+    meta = results.read_meta(run_dir)
+    assert (meta["status"], meta["error"]) == ("interrupted", "Interrupted: SIGTERM")
+    assert signal.getsignal(signal.SIGTERM) is before  # restored
+
+
+def test_a_folder_is_made_new_or_where_the_user_said(tmp_path: Path) -> None:
+    given = results.RunLifecycle.new_or_at(tmp_path / "a" / "b", tmp_path / "r", "sweep",
+                                           scenario_name="x", seed=1)
+    assert given.path == tmp_path / "a" / "b" and given.path.is_dir()
+    fresh = results.RunLifecycle.new_or_at(None, tmp_path / "r", "sweep", scenario_name="x",
+                                           seed=1)
+    assert fresh.path.parent == tmp_path / "r" and re.search(r"-sweep-x-s1$", fresh.path.name)
+    assert fresh.meta is None and not fresh.finished
 
 
 def test_write_run_writes_every_file_and_marks_complete(tmp_path: Path) -> None:

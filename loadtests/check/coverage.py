@@ -38,7 +38,7 @@ rate-limited              attempts answered FAILED ``rate-limited``
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -154,79 +154,15 @@ def coverage(a: pd.DataFrame, chaos: pd.DataFrame | None, witness: bool, restart
     side = a["side_effect"].fillna(False).astype(bool).to_numpy()
     kind = a["injected"].fillna("").astype(str).to_numpy()
     originals = a.loc[~inj & side].drop_duplicates("request_guid").set_index("request_guid")
-    # client copies of side-effect requests with the same requestGuid as their original
-    same = inj & side & np.isin(kind, ("concurrent", "resend"))
-    copies = a.loc[same, ["request_guid", "send_s"]]
-    orig = originals.reindex(copies["request_guid"])
-    c_send = copies["send_s"].to_numpy(dtype=np.float64)
-    o_send = orig["send_s"].to_numpy(dtype=np.float64)
-    o_end = orig["end_s"].to_numpy(dtype=np.float64)
-    # only an original the Reasoner executed gives a copy something to deduplicate (a
-    # refused or unanswered one does not); across a restart, also one the restart cut off
-    o_done = orig["outcome"].eq("completed").to_numpy()
-    # a copy sent while the server was down (a restart) reached no Reasoner: it counts nowhere
-    known = ~np.isnan(o_send) & ~_during_restart(c_send, restarts)
-    across = known & _spans_restart(o_send, c_send, restarts) & (
-        o_done | _cut_by_restart(o_send, o_end, restarts))
-    before = known & o_done & (c_send < o_send) & ~across
-    running = known & o_done & (c_send >= o_send) & (c_send < o_end) & ~across
-    after = known & o_done & (c_send >= o_end) & ~across
-    gaps = [c_send[after] - o_end[after]]
-    proxy_running = proxy_after = proxy_before = 0
-    if chaos is not None and len(chaos):
-        dup = chaos[chaos["kind"].eq("duplicate")]
-        po = originals.reindex(dup["request_guid"])
-        took = (po["end_s"] - po["send_s"]).where(po["outcome"].eq("completed")).to_numpy(
-            dtype=np.float64)
-        delay = dup["delay_s"].fillna(0.0).to_numpy(dtype=np.float64)
-        first = (dup["first"].eq(True).to_numpy(dtype=bool) if "first" in dup
-                 else np.zeros(len(dup), dtype=bool))
-        seen = ~np.isnan(took)
-        proxy_before = int((seen & first).sum())
-        proxy_running = int((seen & ~first & (delay < took)).sum())
-        late = seen & ~first & (delay >= took)
-        proxy_after = int(late.sum())
-        gaps.append(delay[late] - took[late])
-    gap = np.concatenate(gaps)
-    window = float(np.max(gap)) if len(gap) else None
+    client = _client_copies(a, inj & side & np.isin(kind, ("concurrent", "resend")),
+                            originals, restarts)
+    proxy = _proxy_duplicates(chaos, originals)
     no_w = "no witness ledger: a dedup bug would not be visible"
     real = a.loc[~inj]
-    out = [
-        _exercise("duplicate-while-running", int(running.sum()) + proxy_running,
-                  f"{int(running.sum())} client copies, {proxy_running} proxy duplicates"
-                  if witness else no_w, witness),
-        _exercise("duplicate-before-original", int(before.sum()) + proxy_before,
-                  f"{int(before.sum())} client copies sent first, {proxy_before} proxy "
-                  "duplicates sent first" if witness else no_w, witness),
-        _exercise("resend-after-completion", int(after.sum()) + proxy_after,
-                  (f"{int(after.sum())} client resends, {proxy_after} proxy duplicates"
-                   + (f"; up to {window:.3g} s after the original ended: the gate demands a "
-                      f"dedup window >= {window:.3g} s (errors.md leaves it to the server)"
-                      if window is not None else "")) if witness else no_w, witness,
-                  round(window, 3) if window is not None else None),
-        _exercise("resend-across-restart", int(across.sum()),
-                  f"{len(restarts)} restarts" if witness else no_w, witness),
-    ]
-    done = real[real["outcome"].isin((A.COMPLETED, A.INPUT_REQUIRED))]  # executed or replayed
-    calls_per_id = done.groupby("turn_id")["call_id"].nunique()
-    shared = calls_per_id.index[calls_per_id.to_numpy() > 1]
-    se_turns = done.loc[done["side_effect"].fillna(False).astype(bool)
-                        & done["turn_id"].isin(shared), ["call_id", "turn_index"]]
-    n_shared = len(se_turns.drop_duplicates())
-    out.append(_exercise("turn-id-reused", n_shared,
-                         f"{len(shared)} turnIds used by several calls" if witness else no_w,
-                         witness))
-    # a continuation copy counts when the pause was answered (the copy or the continuation it
-    # copied completed): a refused or cut-off pair gave the Reasoner nothing to claim twice
-    pair = ["call_id", "turn_index", "attempt"]
-    cdup = a.loc[inj & side & (kind == "continuation-dup") & a["task_id"].notna().to_numpy(),
-                 [*pair, "outcome"]]
-    main_done = real.loc[real["phase"].eq("continuation") & real["outcome"].eq("completed"),
-                         pair].drop_duplicates().assign(main_done=True)
-    cdup = cdup.merge(main_done, on=pair, how="left")
-    cont = int((cdup["outcome"].eq("completed") | cdup["main_done"].eq(True)).sum())
-    out.append(_exercise("continuation-twice", cont,
-                         "second continuations sent at once" if witness else no_w, witness))
+    out = _dedup_exercises(client, proxy, len(restarts), witness, no_w)
+    out.append(_turn_id_reuse(real, witness, no_w))
+    out.append(_continuation_twice(a, real, inj & side & (kind == "continuation-dup"), witness,
+                                   no_w))
     out.append(_exercise("reordering", streams_out_of_order,
                          "streams received out of sequenceId order"))
     held = 0
@@ -243,6 +179,107 @@ def coverage(a: pd.DataFrame, chaos: pd.DataFrame | None, witness: bool, restart
     out.append(_exercise("rate-limited", int((failed & code.eq("rate-limited")).sum()),
                          "FAILED rate-limited answers"))
     return out
+
+
+@dataclass(frozen=True)
+class _Copies:
+    """Duplicates of side-effect requests by when they reached the Reasoner: before the
+    original, while it ran, after it ended (with the gaps after), across a restart."""
+
+    before: int
+    running: int
+    after: int
+    across: int = 0
+    gaps: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+def _client_copies(a: pd.DataFrame, same: np.ndarray, originals: pd.DataFrame,
+                   restarts: pd.DataFrame) -> _Copies:
+    """The client's copies (``same``: same requestGuid as their original) by timing."""
+    copies = a.loc[same, ["request_guid", "send_s"]]
+    orig = originals.reindex(copies["request_guid"])
+    c_send = copies["send_s"].to_numpy(dtype=np.float64)
+    o_send = orig["send_s"].to_numpy(dtype=np.float64)
+    o_end = orig["end_s"].to_numpy(dtype=np.float64)
+    # only an original the Reasoner executed gives a copy something to deduplicate (a
+    # refused or unanswered one does not); across a restart, also one the restart cut off
+    o_done = orig["outcome"].eq("completed").to_numpy()
+    # a copy sent while the server was down (a restart) reached no Reasoner: it counts nowhere
+    known = ~np.isnan(o_send) & ~_during_restart(c_send, restarts)
+    across = known & _spans_restart(o_send, c_send, restarts) & (
+        o_done | _cut_by_restart(o_send, o_end, restarts))
+    before = known & o_done & (c_send < o_send) & ~across
+    running = known & o_done & (c_send >= o_send) & (c_send < o_end) & ~across
+    after = known & o_done & (c_send >= o_end) & ~across
+    return _Copies(int(before.sum()), int(running.sum()), int(after.sum()), int(across.sum()),
+                   c_send[after] - o_end[after])
+
+
+def _proxy_duplicates(chaos: pd.DataFrame | None, originals: pd.DataFrame) -> _Copies:
+    """The chaos proxy's duplicates by timing (``first``: sent before the original)."""
+    if chaos is None or not len(chaos):
+        return _Copies(0, 0, 0)
+    dup = chaos[chaos["kind"].eq("duplicate")]
+    po = originals.reindex(dup["request_guid"])
+    took = (po["end_s"] - po["send_s"]).where(po["outcome"].eq("completed")).to_numpy(
+        dtype=np.float64)
+    delay = dup["delay_s"].fillna(0.0).to_numpy(dtype=np.float64)
+    first = (dup["first"].eq(True).to_numpy(dtype=bool) if "first" in dup
+             else np.zeros(len(dup), dtype=bool))
+    seen = ~np.isnan(took)
+    late = seen & ~first & (delay >= took)
+    return _Copies(int((seen & first).sum()), int((seen & ~first & (delay < took)).sum()),
+                   int(late.sum()), gaps=delay[late] - took[late])
+
+
+def _dedup_exercises(client: _Copies, proxy: _Copies, restarts: int, witness: bool,
+                     no_w: str) -> list[Exercise]:
+    """The four duplicate timings, client copies and proxy duplicates together."""
+    gap = np.concatenate([client.gaps, proxy.gaps])
+    window = float(np.max(gap)) if len(gap) else None
+    return [
+        _exercise("duplicate-while-running", client.running + proxy.running,
+                  f"{client.running} client copies, {proxy.running} proxy duplicates"
+                  if witness else no_w, witness),
+        _exercise("duplicate-before-original", client.before + proxy.before,
+                  f"{client.before} client copies sent first, {proxy.before} proxy "
+                  "duplicates sent first" if witness else no_w, witness),
+        _exercise("resend-after-completion", client.after + proxy.after,
+                  (f"{client.after} client resends, {proxy.after} proxy duplicates"
+                   + (f"; up to {window:.3g} s after the original ended: the gate demands a "
+                      f"dedup window >= {window:.3g} s (errors.md leaves it to the server)"
+                      if window is not None else "")) if witness else no_w, witness,
+                  round(window, 3) if window is not None else None),
+        _exercise("resend-across-restart", client.across,
+                  f"{restarts} restarts" if witness else no_w, witness),
+    ]
+
+
+def _turn_id_reuse(real: pd.DataFrame, witness: bool, no_w: str) -> Exercise:
+    """Side-effect turns whose turnId several calls used (executed or replayed)."""
+    done = real[real["outcome"].isin((A.COMPLETED, A.INPUT_REQUIRED))]  # executed or replayed
+    calls_per_id = done.groupby("turn_id")["call_id"].nunique()
+    shared = calls_per_id.index[calls_per_id.to_numpy() > 1]
+    se_turns = done.loc[done["side_effect"].fillna(False).astype(bool)
+                        & done["turn_id"].isin(shared), ["call_id", "turn_index"]]
+    return _exercise("turn-id-reused", len(se_turns.drop_duplicates()),
+                     f"{len(shared)} turnIds used by several calls" if witness else no_w,
+                     witness)
+
+
+def _continuation_twice(a: pd.DataFrame, real: pd.DataFrame, dups: np.ndarray, witness: bool,
+                        no_w: str) -> Exercise:
+    """Second continuations (``dups``) whose pause was answered: the copy or the
+    continuation it copied completed (a refused or cut-off pair gave the Reasoner nothing to
+    claim twice)."""
+    pair = ["call_id", "turn_index", "attempt"]
+    cdup = a.loc[dups & a["task_id"].notna().to_numpy(), [*pair, "outcome"]]
+    main_done = real.loc[real["phase"].eq("continuation") & real["outcome"].eq("completed"),
+                         pair].drop_duplicates().assign(main_done=True)
+    cdup = cdup.merge(main_done, on=pair, how="left")
+    cont = int((cdup["outcome"].eq("completed") | cdup["main_done"].eq(True)).sum())
+    return _exercise("continuation-twice", cont,
+                     "second continuations sent at once" if witness else no_w, witness)
 
 
 def coverage_text(items: list[dict[str, Any]]) -> list[str]:

@@ -86,7 +86,7 @@ def _run(client: Client, args: argparse.Namespace) -> tuple[list[BindingReport],
 def run_fuzz(args: argparse.Namespace) -> int:
     """Run the long fuzz; print the table; 0 if every binding passed."""
     from loadtests.common.procs import start_reasoner
-    from sim.shared.results import new_run_dir
+    from sim.shared.results import RunLifecycle
 
     if args.url:
         from loadtests.common.procs import url_problem
@@ -116,7 +116,7 @@ def run_fuzz(args: argparse.Namespace) -> int:
               f"{r.http_5xx:4} {r.unanswered:10} {r.sockets_lost:7} {r.unhandled:9g}  {verdict}")
     print(f"server RSS: {_fmt(rss['beforeMiB'])} MiB before, {_fmt(rss['afterMiB'])} MiB after "
           f"(reached turn parsing must be >= {MIN_REACHED:.0%})")
-    out = new_run_dir(args.results, "serve-fuzz", scenario_name="fast", seed=args.seed)
+    out = RunLifecycle.new(args.results, "serve-fuzz", scenario_name="fast", seed=args.seed).path
     (out / "summary.json").write_text(json.dumps(
         {"command": "rtalab serve fuzz", "requestsPerBinding": args.requests, "seed": args.seed,
          "threads": args.threads, "rss": rss, "bindings": [r.as_dict() for r in reports]},

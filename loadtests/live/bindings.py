@@ -48,7 +48,7 @@ class ChannelContext:
     @property
     def ext_uri(self) -> str:
         """The profile extension's URI."""
-        return str(self.settings.ext_uri)
+        return str(self.settings.live.ext_uri)
 
 
 ChannelFactory = Callable[[ChannelContext], Any]

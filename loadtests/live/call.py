@@ -54,7 +54,7 @@ import gevent
 import gevent.event
 import numpy as np
 
-from loadtests.live.config import HARD_TIMEOUT_S, HOLD_S, LoadSettings
+from loadtests.live.config import LiveOptions
 from loadtests.live.playback import Playback
 from loadtests.live.wire import TIMING_COLUMNS, Event, Ids, parse_event, streaming_request
 from sim.model.rand import sampler
@@ -164,25 +164,6 @@ class Sink(Protocol):
     def events(self, rows: list[dict[str, Any]]) -> None: ...
     def turn(self, row: dict[str, Any]) -> None: ...
     def call(self, row: dict[str, Any]) -> None: ...
-
-
-@dataclass(frozen=True)
-class LiveOptions:
-    """Per-run options of the Live users that are not in the scenario."""
-
-    ext_uri: str
-    reorder: bool = True  # False: test-only negative control (play in arrival order)
-    hold_s: float = HOLD_S  # reorder buffer: how long a gap is waited for
-    unsafe_test_retry_codes: tuple[str, ...] = ()  # test-only: retry these non-retryable codes
-    force_error_codes: tuple[str, ...] = ()  # --test-hooks runs: turn i forces code i % n
-    hard_timeout_s: float = HARD_TIMEOUT_S  # safety bound of one attempt without a Live timer
-
-    @classmethod
-    def of(cls, s: LoadSettings) -> LiveOptions:
-        """The Live users' options of a load run's settings (their defaults are the same)."""
-        return cls(ext_uri=s.ext_uri, reorder=s.reorder, hold_s=s.hold_s,
-                   unsafe_test_retry_codes=s.unsafe_test_retry_codes,
-                   force_error_codes=s.force_error_codes, hard_timeout_s=s.hard_timeout_s)
 
 
 class UnsafeTestRetryPolicy(RetryPolicy):

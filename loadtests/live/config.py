@@ -1,25 +1,85 @@
 """The settings of one load run, shared by every Locust process through a JSON file.
 
-``rtalab load run`` writes ``<run dir>/ledger/settings.json`` and points the
-``RTALAB_LOAD_SETTINGS`` environment variable at it; the locustfile of every
-process (master, workers, or the single local process) reads it.
+One typed object goes from the command line to the Live users: ``rtalab load run``
+builds :class:`LiveOptions` once from its flags and the scenario
+(:meth:`LiveOptions.of_scenario`), the run's :class:`LoadSettings` carry it unchanged,
+``<run dir>/ledger/settings.json`` is that object serialised once
+(:func:`sim.config.to_plain`), and the locustfile of every process (master, workers, or the
+single local process), pointed at the file by the ``RTALAB_LOAD_SETTINGS`` environment
+variable, reads it back as the same types (:func:`sim.config.build`).  The test-only
+switches (negative controls and conformance hooks) are kept apart, in
+:class:`TestSwitches`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from loadtests.live.bindings import REGISTRY, binding_list
 from loadtests.live.wire import DEFAULT_EXT_URI
+from sim.config import build, to_plain
+from sim.policy.config import LivePolicyConfig
+from sim.scenario import RunConfig, Scenario
 
 ENV = "RTALAB_LOAD_SETTINGS"
 WORKER_DIR_ENV = "RTALAB_LOAD_WORKER_DIR"  # a remote worker's own run folder (rtalab load worker)
-# the Live users' defaults, once (LoadSettings and loadtests.live.call.LiveOptions)
-HARD_TIMEOUT_S = 60.0  # safety bound of one attempt when no Live timer applies
-HOLD_S = 0.25  # reorder buffer: how long a gap is waited for
+HARD_TIMEOUT_S = 60.0  # safety bound of one attempt when no Live timer applies (load side only)
+# the Live options that are a scenario's [live] key: option -> key (their defaults are the key's)
+SCENARIO_KEYS = {"hold_s": "reorder_gap_s"}
+HOLD_S: float = getattr(LivePolicyConfig(), SCENARIO_KEYS["hold_s"])
+_RUN = RunConfig()  # the defaults of [run]: a run's own values are always given
+
+
+@dataclass(frozen=True)
+class TestSwitches:
+    """TEST ONLY: the negative controls and conformance hooks of a load run (never set in a
+    real one).  The Live users read the first three; the embedded Reasoner gets
+    ``unsafe_bugs`` (and, for the forced errors, ``--test-hooks``)."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    no_reorder: bool = False  # --no-reorder: play events in arrival order
+    unsafe_test_retry_codes: tuple[str, ...] = ()  # --unsafe-test-retry-code: retry these anyway
+    force_error_codes: tuple[str, ...] = ()  # --test-force-error: turn i forces code i % n
+    unsafe_bugs: tuple[str, ...] = ()  # --unsafe-bug: planted bugs of the embedded Reasoner
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    """The Live users' options that the scenario file does not carry as such: one object from
+    the command line to every Live user.  ``hold_s`` is the scenario's ``live.reorder_gap_s``
+    (:data:`SCENARIO_KEYS`); ``ext_uri`` and ``hard_timeout_s`` are the load side's own."""
+
+    ext_uri: str = DEFAULT_EXT_URI
+    hold_s: float = HOLD_S  # reorder buffer: how long a gap is waited for
+    hard_timeout_s: float = HARD_TIMEOUT_S  # safety bound of one attempt without a Live timer
+    test: TestSwitches = field(default_factory=TestSwitches)
+
+    @classmethod
+    def of_scenario(cls, sc: Scenario, test: TestSwitches | None = None) -> LiveOptions:
+        """The options of a run of ``sc``: its ``[live]`` keys, the load side's defaults and
+        the test switches."""
+        keys = {opt: getattr(sc.live, key) for opt, key in SCENARIO_KEYS.items()}
+        return cls(**keys, test=test or TestSwitches())
+
+    @property
+    def reorder(self) -> bool:
+        """The reorder buffer is on (off only with the test-only ``--no-reorder``)."""
+        return not self.test.no_reorder
+
+    @property
+    def unsafe_test_retry_codes(self) -> tuple[str, ...]:
+        """TEST ONLY: non-retryable codes retried anyway."""
+        return self.test.unsafe_test_retry_codes
+
+    @property
+    def force_error_codes(self) -> tuple[str, ...]:
+        """TEST ONLY: turn i forces code i % n (the Reasoner's ``--test-hooks``)."""
+        return self.test.force_error_codes
 
 
 @dataclass(frozen=True)
@@ -30,20 +90,15 @@ class LoadSettings:
     run_id: str
     scenario_path: str
     binding: str = "sse"  # the canonical comma list (bindings.parse_bindings); calls alternate
-    duration_s: float = 30.0
-    drain_s: float = 10.0
+    duration_s: float = _RUN.duration_s
+    drain_s: float = _RUN.drain_s
     processes: int = 1
-    seed: int = 1
-    ext_uri: str = DEFAULT_EXT_URI
+    seed: int = _RUN.seed
     token: str | None = None
     tokens: tuple[str, ...] = field(default_factory=tuple)  # >1: calls alternate principals
-    reorder: bool = True
-    hold_s: float = HOLD_S
-    unsafe_test_retry_codes: tuple[str, ...] = field(default_factory=tuple)
-    force_error_codes: tuple[str, ...] = field(default_factory=tuple)
-    hard_timeout_s: float = HARD_TIMEOUT_S
     grpc_target: str = ""  # the gRPC address the target's agent card advertises (host:port)
     grpc_secure: bool = False  # TLS on it (the run's target is https)
+    live: LiveOptions = field(default_factory=LiveOptions)
 
     def __post_init__(self) -> None:
         names = self.bindings
@@ -63,20 +118,18 @@ class LoadSettings:
 
     def write(self, path: Path) -> None:
         """Write as JSON."""
-        Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        Path(path).write_text(json.dumps(to_plain(self), indent=2) + "\n", encoding="utf-8")
 
     @classmethod
     def read(cls, path: str | Path) -> LoadSettings:
-        """Read the JSON written by :meth:`write`."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        for k in ("unsafe_test_retry_codes", "force_error_codes", "tokens"):
-            data[k] = tuple(data.get(k) or ())
-        return cls(**data)
+        """Read the JSON written by :meth:`write` (the same types: ``sim.config.build``); a
+        run folder written before the Live options had their own object reads as well."""
+        return build(cls, _nested(json.loads(Path(path).read_text(encoding="utf-8"))))
 
     def for_remote_workers(self) -> str:
         """JSON for workers on other hosts (``rtalab load worker``): these settings plus the
         scenario's text, so a worker needs neither the settings file nor the scenario file."""
-        data = asdict(self)
+        data = to_plain(self)
         data["scenario_toml"] = Path(self.scenario_path).read_text(encoding="utf-8")
         return json.dumps(data)
 
@@ -89,9 +142,7 @@ class LoadSettings:
         (run / "ledger").mkdir(parents=True, exist_ok=True)
         scenario = run / "scenario.toml"
         scenario.write_text(data.pop("scenario_toml"), encoding="utf-8")
-        for k in ("unsafe_test_retry_codes", "force_error_codes", "tokens"):
-            data[k] = tuple(data.get(k) or ())
-        settings = cls(**{**data, "run_dir": str(run), "scenario_path": str(scenario)})
+        settings = build(cls, {**data, "run_dir": str(run), "scenario_path": str(scenario)})
         settings.write(run / "ledger" / "settings.json")
         return settings
 
@@ -102,3 +153,22 @@ class LoadSettings:
         if not path:
             raise RuntimeError(f"{ENV} is not set: start Locust through 'rtalab load run'")
         return cls.read(path)
+
+
+_FLAT_LIVE = ("ext_uri", "hold_s", "hard_timeout_s")
+_FLAT_TEST = ("unsafe_test_retry_codes", "force_error_codes")
+
+
+def _nested(data: dict[str, Any]) -> dict[str, Any]:
+    """``settings.json`` as :meth:`LoadSettings.write` writes it: the flat layout of earlier
+    runs (Live options and test switches beside the run's fields) moved under ``live``."""
+    if "live" in data or not any(k in data for k in (*_FLAT_LIVE, *_FLAT_TEST, "reorder")):
+        return data
+    out = {k: v for k, v in data.items()
+           if k not in (*_FLAT_LIVE, *_FLAT_TEST, "reorder")}
+    test = {k: data[k] for k in _FLAT_TEST if k in data}
+    if "reorder" in data:
+        test["no_reorder"] = not data["reorder"]
+    out["live"] = {**{k: data[k] for k in _FLAT_LIVE if k in data}, "test": test}
+    return out
+

@@ -34,7 +34,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from loadtests.common.tls import ClientTls
 from loadtests.live.bindings import ChannelContext, open_channel
-from loadtests.live.call import Call, Instance, LiveOptions
+from loadtests.live.call import Call, Instance
 from loadtests.live.config import ENV, WORKER_DIR_ENV, LoadSettings
 from loadtests.live.ledger import MSG_DONE, MSG_IDLE, MSG_LEDGER, Gatherer, Ledger
 from sim.scenario import load_scenario
@@ -53,7 +53,7 @@ class Process:
         self.s = settings
         self.scenario = load_scenario(settings.scenario_path)
         self.bindings = settings.bindings
-        self.opts = LiveOptions.of(settings)
+        self.opts = settings.live  # as the command line built it
         self.calls = Group()
         self.ledger: Ledger | None = None
         self.instance: Instance | None = None

@@ -13,6 +13,8 @@ from typing import Any, cast
 
 from loadtests.cli import DEDUP, DEDUP_MODE, UNSAFE_BUG
 from loadtests.common.tls import add_client_tls, client_tls_from_args
+from loadtests.live.config import TestSwitches
+from loadtests.loadrun.orchestrate import RunOptions
 from sim.policy.codes import ALL_CODES, is_retryable
 from sim.shared.argtypes import (
     DRAIN,
@@ -234,6 +236,30 @@ def flag_warnings(args: argparse.Namespace, sc: Any) -> list[str]:
     return out
 
 
+def test_switches(args: argparse.Namespace) -> TestSwitches:
+    """The test-only switches of the command line (its "test-only switches" group)."""
+    return TestSwitches(no_reorder=args.no_reorder,
+                        unsafe_test_retry_codes=tuple(args.unsafe_test_retry_code),
+                        force_error_codes=tuple(args.test_force_error),
+                        unsafe_bugs=tuple(args.unsafe_bug))
+
+
+def run_options(args: argparse.Namespace, sc: Any) -> RunOptions:
+    """``rtalab load run``'s flags and scenario as one :class:`RunOptions` (the Live users'
+    options built here, once)."""
+    return RunOptions.of(
+        sc, test_switches(args), target=args.target, binding=args.binding,
+        processes=args.workers_expected or args.processes,
+        master_bind=(args.master_bind or DEFAULT_MASTER_BIND) if args.workers_expected else None,
+        duration_s=args.duration, drain_s=args.drain, chaos=args.chaos,
+        crash_at=restart_times(args, sc), restart_cmd=args.restart_cmd, workers=args.workers,
+        dedup=args.dedup, dedup_mode=args.dedup_mode, results=Path(args.out),
+        token=args.token[0] if args.token else None, tokens=tuple(args.token),
+        witness_url=args.witness, argv=["rtalab", *getattr(args, "rtalab_argv", [])],
+        quiet=args.quiet, plots=not args.no_plots, slo=tuple(args.slo),
+        tls=client_tls_from_args(args), serve_tls=args.tls)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """run a scenario against a Reasoner
 
@@ -241,7 +267,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     results/.
     """
     from loadtests.common.procs import ProcessError
-    from loadtests.loadrun.orchestrate import RunError, RunOptions, run_load
+    from loadtests.loadrun.orchestrate import RunError, run_load
     from sim.config import ConfigError
     from sim.scenario import load_scenario
 
@@ -260,21 +286,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return usage_error(f"rtalab: {problem}")
     for warning in flag_warnings(args, sc):
         print(f"rtalab load: warning: {warning}", file=sys.stderr)
-    opts = RunOptions(
-        scenario=sc, target=args.target, binding=args.binding,
-        processes=args.workers_expected or args.processes,
-        master_bind=(args.master_bind or DEFAULT_MASTER_BIND) if args.workers_expected else None,
-        duration_s=args.duration, drain_s=args.drain, chaos=args.chaos,
-        crash_at=restart_times(args, sc),
-        restart_cmd=args.restart_cmd, unsafe_bugs=tuple(args.unsafe_bug), workers=args.workers,
-        dedup=args.dedup,
-        dedup_mode=args.dedup_mode, results=Path(args.out),
-        token=args.token[0] if args.token else None, tokens=tuple(args.token),
-        no_reorder=args.no_reorder, unsafe_test_retry_codes=tuple(args.unsafe_test_retry_code),
-        force_error_codes=tuple(args.test_force_error), witness_url=args.witness,
-        argv=["rtalab", *getattr(args, "rtalab_argv", [])], quiet=args.quiet,
-        plots=not args.no_plots, slo=tuple(args.slo), tls=client_tls_from_args(args),
-        serve_tls=args.tls)
+    opts = run_options(args, sc)
     from loadtests.loadrun.orchestrate import reachable
 
     problem = reachable(opts)

@@ -54,7 +54,7 @@ from loadtests.common.procs import (
     wait_ready,
 )
 from loadtests.common.tls import ClientTls, ServerTls
-from loadtests.live.config import ENV, LoadSettings
+from loadtests.live.config import ENV, LiveOptions, LoadSettings, TestSwitches
 from loadtests.loadrun.fleet import (
     FailureSchedule,
     embedded_fleet,
@@ -65,7 +65,12 @@ from loadtests.loadrun.fleet import (
     write_restart_row,
 )
 from sim.scenario import Scenario
-from sim.shared.results import collect_meta, finish_run, new_run_dir, start_run, write_json
+from sim.shared.results import (
+    RunLifecycle,
+    collect_meta,
+    signals_interrupt,
+    write_json,
+)
 from sim.shared.vocab import TIMEOUT_OUTCOMES
 from sim.shared.vocab import AttemptOutcome as A
 
@@ -85,12 +90,26 @@ class RunError(Exception):
     """A load run could not be carried out (one line for the user)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunOptions:
-    """The flags of ``rtalab load run``."""
+    """The flags of ``rtalab load run``, grouped: the deployment a run drives, the load it
+    offers, where it writes, and ``live``: the one object the Live users get (built once
+    from the flags and the scenario, :meth:`LiveOptions.of_scenario`; its ``test`` holds
+    every test-only switch)."""
 
     scenario: Scenario
+    live: LiveOptions  # verbatim to every Live user (ledger/settings.json)
+    # the deployment
     target: str | None = None
+    token: str | None = None
+    tokens: tuple[str, ...] = ()  # --target: several --token, calls alternate principals
+    witness_url: str | None = None
+    tls: ClientTls = field(default_factory=ClientTls)  # how every client verifies the servers
+    serve_tls: bool = False  # --tls: the embedded servers speak mutual TLS (throwaway CA)
+    workers: int | None = None
+    dedup: str | None = None
+    dedup_mode: str | None = None
+    # the load
     binding: str = "sse"
     processes: int = 1
     master_bind: tuple[str, int] | None = None  # --workers-expected: workers on other hosts
@@ -99,24 +118,24 @@ class RunOptions:
     chaos: bool | None = None  # None: the proxy iff the scenario's [network] is not zero
     crash_at: tuple[float, ...] = ()  # restart times (embedded: SIGKILL + restart)
     restart_cmd: str | None = None  # with --target: the user's restart command
-    unsafe_bugs: tuple[str, ...] = ()  # TEST ONLY: planted bugs of the embedded Reasoner
-    workers: int | None = None
-    dedup: str | None = None
-    dedup_mode: str | None = None
+    # the results
     results: Path = Path("results")
-    token: str | None = None
-    tokens: tuple[str, ...] = ()  # --target: several --token, calls alternate principals
-    no_reorder: bool = False
-    unsafe_test_retry_codes: tuple[str, ...] = ()
-    force_error_codes: tuple[str, ...] = ()
-    witness_url: str | None = None
     argv: list[str] = field(default_factory=list)
     quiet: bool = False
     plots: bool = True
     uncertainty: bool = True  # False: no bootstrap CIs in summary.json (a caller that shows none)
     slo: tuple[str, ...] = ()
-    tls: ClientTls = field(default_factory=ClientTls)  # how every client verifies the servers
-    serve_tls: bool = False  # --tls: the embedded servers speak mutual TLS (throwaway CA)
+
+    @classmethod
+    def of(cls, scenario: Scenario, test: TestSwitches | None = None,
+           **flags: Any) -> RunOptions:
+        """Options of a run of ``scenario``, the Live users' from the scenario (and ``test``)."""
+        return cls(scenario=scenario, live=LiveOptions.of_scenario(scenario, test), **flags)
+
+    @property
+    def test(self) -> TestSwitches:
+        """The run's test-only switches."""
+        return self.live.test
 
 
 @dataclass
@@ -227,9 +246,9 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
         extra += ["--token", f"{tok}={principal}"]
     if opts.dedup_mode:
         extra += ["--dedup-mode", opts.dedup_mode]
-    if opts.force_error_codes or opts.scenario.reasoner.capacity_drops:
+    if opts.test.force_error_codes or opts.scenario.reasoner.capacity_drops:
         extra.append("--test-hooks")  # forced errors; /test/capacity for the drops
-    for bug in opts.unsafe_bugs:
+    for bug in opts.test.unsafe_bugs:
         extra += ["--unsafe-bug", bug]
     # the gRPC binding on a port fixed for the run (a crash restart serves it again there)
     st.reasoner_args = dict(workers=opts.workers or 1, dedup=dedup, scenario=scenario_path,
@@ -474,31 +493,6 @@ def stop_groups(children: list[subprocess.Popen[bytes]], timeout_s: float = 3.0)
                 c.wait(timeout=1.0)
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP reached ``rtalab load run`` (handled like Ctrl-C)."""
-
-
-@contextlib.contextmanager
-def signals_interrupt() -> Any:
-    """Within the block, SIGTERM and SIGHUP raise :class:`Interrupted` (SIGINT raises
-    KeyboardInterrupt as always), so every process the run started is stopped and the run
-    is marked ``interrupted``.  Only in the main thread (signal handlers live there)."""
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def raise_interrupted(signum: int, frame: Any) -> None:
-        raise Interrupted(signal.Signals(signum).name)
-
-    old = {sig: signal.signal(sig, raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-
-
 def run_worker(master_host: str, master_port: int, results: Path, quiet: bool = False,
                 timeout_s: float | None = None) -> tuple[Path, int]:
     """``rtalab load worker``: a Locust worker of a remote master, in its own process group,
@@ -508,8 +502,8 @@ def run_worker(master_host: str, master_port: int, results: Path, quiet: bool = 
 
     from loadtests.live.config import WORKER_DIR_ENV
 
-    run_dir = new_run_dir(results, kind="load-worker", scenario_name=socket.gethostname(),
-                          seed=0)
+    run_dir = RunLifecycle.new(results, kind="load-worker", scenario_name=socket.gethostname(),
+                            seed=0).path
     (run_dir / "logs").mkdir()
     env = dict(os.environ, **{WORKER_DIR_ENV: str(run_dir)})
     env.pop(ENV, None)
@@ -732,138 +726,203 @@ def run_load(opts: RunOptions) -> tuple[Path, int]:
 
 def _run_load(opts: RunOptions) -> tuple[Path, int]:
     t_begin = time.time()
-    sc = opts.scenario
-    duration = opts.duration_s if opts.duration_s is not None else sc.run.duration_s
-    drain = opts.drain_s if opts.drain_s is not None else sc.run.drain_s
-    warmup = min(sc.run.warmup_s, duration / 2)
-    problem = fleet_problem(sc, target=opts.target, chaos=opts.chaos,
+    problem = fleet_problem(opts.scenario, target=opts.target, chaos=opts.chaos,
                             crash_at=opts.crash_at, dedup=opts.dedup, workers=opts.workers)
     if problem:
         raise RunError(problem)
-    run_dir = new_run_dir(opts.results, kind="load", scenario_name=sc.name, seed=sc.run.seed)
-    chaos = use_chaos(opts)
-    fleet = embedded_fleet(sc, opts.target)
-    meta = collect_meta(kind="load", scenario=sc, seed=sc.run.seed, replications=1,
-                        argv=opts.argv or None,
-                        extra={"target": opts.target, "binding": opts.binding,
-                               "processes": opts.processes, "chaos": chaos,
-                               "network": "chaos-proxy" if chaos else "real-loopback",
-                               "crash_at": list(opts.crash_at), "duration_s": duration,
-                               "restart_cmd": opts.restart_cmd,
-                               "unsafe_bugs": list(opts.unsafe_bugs),
-                               "slo": list(opts.slo),
-                               "tls": ("mutual TLS, throwaway CA in tls/" if opts.serve_tls
-                                       else opts.tls.describe()),
-                               "tls_insecure": opts.tls.insecure,
-                               "fleet": None if fleet is None else {
-                                   "replicas": fleet.replicas, "balancer": fleet.balancer,
-                                   "state": fleet.state, "health_check_s": fleet.health_check_s,
-                                   "failures": len(fleet.failures)}})
-    start_run(run_dir, sc, meta)
-    led_dir = run_dir / "ledger"
-    led_dir.mkdir()
-    write_json(led_dir / "gates.json", {"slo": list(opts.slo),
-                                        "availability_min": sc.load.availability_min})
-    scenario_path = run_dir / "scenario.toml"
-    st: Stack | None = None
-    marks: dict[str, float] = {}
-    witness_url, witness_since = opts.witness_url, 0
-    stopping: threading.Thread | None = None
-    tls = opts.tls
-    token: str | None
-    try:
+    run = LoadRun(opts)
+    folder = run.open_folder()
+    with folder.guard():  # interrupted or failed in meta.json, once everything stopped
+        run.carry_out()
+    verdict = judge(folder.path, folder.meta, status="complete")
+    run.marks["checked"] = time.time()
+    write_report(folder.path)
+    run.marks["reported"] = time.time()
+    verdict.overhead = overhead(folder.path, t_begin, run.marks)
+    verdict.write(folder.path)
+    return folder.path, 0 if verdict.ok else EXIT_RULE_FAILED
+
+
+class LoadRun:
+    """One load run's steps, from the servers to the tables: :meth:`open_folder`, then
+    :meth:`carry_out` (start, Locust, gather, tables), which stops everything it started if
+    any step fails or is interrupted."""
+
+    def __init__(self, opts: RunOptions) -> None:
+        self.opts = opts
+        sc = self.sc = opts.scenario
+        self.duration = opts.duration_s if opts.duration_s is not None else sc.run.duration_s
+        self.drain = opts.drain_s if opts.drain_s is not None else sc.run.drain_s
+        self.warmup = min(sc.run.warmup_s, self.duration / 2)
+        self.chaos = use_chaos(opts)
+        self.st: Stack | None = None
+        self.marks: dict[str, float] = {}
+        self.witness_url, self.witness_since = opts.witness_url, 0
+        self.tls = opts.tls
+        self.stopping: threading.Thread | None = None
+        self.meta: dict[str, Any] = {}
+        self.run_dir = Path()
+
+    @property
+    def led(self) -> Path:
+        """The run's ledger folder."""
+        return self.run_dir / "ledger"
+
+    def open_folder(self) -> RunLifecycle:
+        """A new ``load`` run folder: ``meta.json`` (running), the scenario, ``ledger/`` with
+        ``gates.json``."""
+        opts, sc = self.opts, self.sc
+        folder = RunLifecycle.new(opts.results, kind="load", scenario_name=sc.name,
+                               seed=sc.run.seed)
+        self.run_dir = folder.path
+        fleet = embedded_fleet(sc, opts.target)
+        self.meta = collect_meta(
+            kind="load", scenario=sc, seed=sc.run.seed, replications=1, argv=opts.argv or None,
+            extra={"target": opts.target, "binding": opts.binding,
+                   "processes": opts.processes, "chaos": self.chaos,
+                   "network": "chaos-proxy" if self.chaos else "real-loopback",
+                   "crash_at": list(opts.crash_at), "duration_s": self.duration,
+                   "restart_cmd": opts.restart_cmd,
+                   "unsafe_bugs": list(opts.test.unsafe_bugs),
+                   "slo": list(opts.slo),
+                   "tls": ("mutual TLS, throwaway CA in tls/" if opts.serve_tls
+                           else opts.tls.describe()),
+                   "tls_insecure": opts.tls.insecure,
+                   "fleet": None if fleet is None else {
+                       "replicas": fleet.replicas, "balancer": fleet.balancer,
+                       "state": fleet.state, "health_check_s": fleet.health_check_s,
+                       "failures": len(fleet.failures)}})
+        folder.start(sc, self.meta)
+        self.led.mkdir()
+        write_json(self.led / "gates.json", {"slo": list(opts.slo),
+                                             "availability_min": sc.load.availability_min})
+        return folder
+
+    def carry_out(self) -> None:
+        """Servers, Locust, the gathered ledgers and the tables; on an error or an interrupt,
+        everything started is stopped (and an interrupted run's witness rows kept)."""
+        try:
+            target, token, tokens = self.start()
+            settings = self.settings(target, token, tokens)
+            self.announce(target)
+            self.load_and_gather(settings, target)
+            self.marks["gathered"] = time.time()
+            write_results(self.run_dir, self.sc, self.duration, self.warmup, self.opts.plots,
+                          self.opts.uncertainty)
+            self.marks["tables"] = time.time()
+        except BaseException as e:
+            self.abort(e)
+            raise
+        if self.stopping is not None:
+            self.stopping.join()
+
+    def start(self) -> tuple[str, str | None, tuple[str, ...]]:
+        """The embedded witness and Reasoner (and proxy), or the proxy in front of a
+        --target; (target URL, token, tokens)."""
+        opts, scenario_path = self.opts, self.run_dir / "scenario.toml"
         if opts.target is None:
             _say(opts, "rtalab load: starting witness and Reasoner ...")
-            st, target, witness_url = start_stack(opts, run_dir, scenario_path)
-            token, tokens, tls = TOKEN, tuple(TOKENS), st.client_tls
-        else:
-            target, token, tokens = opts.target.rstrip("/"), opts.token, opts.tokens
-            if use_chaos(opts):  # the proxy serves plain HTTP; it verifies the --target
-                st = Stack(client_tls=tls)
-                target = start_proxy(st, target, run_dir, scenario_path, grpc_on(opts))
-        witness_since = witness_position(witness_url, tls) if witness_url else 0
+            self.st, target, self.witness_url = start_stack(opts, self.run_dir, scenario_path)
+            self.tls = self.st.client_tls
+            return target, TOKEN, tuple(TOKENS)
+        target = opts.target.rstrip("/")
+        if use_chaos(opts):  # the proxy serves plain HTTP; it verifies the --target
+            self.st = Stack(client_tls=self.tls)
+            target = start_proxy(self.st, target, self.run_dir, scenario_path, grpc_on(opts))
+        return target, opts.token, opts.tokens
+
+    def settings(self, target: str, token: str | None, tokens: tuple[str, ...]) -> LoadSettings:
+        """What every Locust process reads: the run, its gRPC address, the Live options."""
+        opts, st = self.opts, self.st
+        if self.witness_url:
+            self.witness_since = witness_position(self.witness_url, self.tls)
         # gRPC goes to the address the server's card advertises, or (--chaos) to the chaos
         # proxy's gRPC side in front of it (docs/chaos.md: what an L7 fault means there)
         card_base = st.reasoner.url if st is not None and st.reasoner else (
             opts.target or target).rstrip("/")
-        grpc_at, grpc_tls = grpc_target(f"{card_base}/.well-known/agent-card.json", tls) \
+        grpc_at, grpc_tls = grpc_target(f"{card_base}/.well-known/agent-card.json", self.tls) \
             if grpc_on(opts) else ("", False)
         if grpc_at:
-            meta["grpc_target"] = f"{'grpcs' if grpc_tls else 'grpc'}://{grpc_at}"
+            self.meta["grpc_target"] = f"{'grpcs' if grpc_tls else 'grpc'}://{grpc_at}"
         if grpc_at and st is not None and st.grpc_proxy:  # the users dial the proxy
-            meta["grpc_proxy"] = st.grpc_proxy
+            self.meta["grpc_proxy"] = st.grpc_proxy
             grpc_at, grpc_tls = st.grpc_proxy, st.server_tls.enabled
-        settings = LoadSettings(
-            run_dir=str(run_dir), run_id=uuid.uuid4().hex[:8], scenario_path=str(scenario_path),
-            binding=opts.binding, duration_s=duration, drain_s=drain, processes=opts.processes,
-            seed=sc.run.seed, token=token, tokens=tokens, reorder=not opts.no_reorder,
-            unsafe_test_retry_codes=opts.unsafe_test_retry_codes,
-            force_error_codes=opts.force_error_codes, grpc_target=grpc_at,
-            grpc_secure=grpc_tls)
+        return LoadSettings(
+            run_dir=str(self.run_dir), run_id=uuid.uuid4().hex[:8],
+            scenario_path=str(self.run_dir / "scenario.toml"), binding=opts.binding,
+            duration_s=self.duration, drain_s=self.drain, processes=opts.processes,
+            seed=self.sc.run.seed, token=token, tokens=tokens, grpc_target=grpc_at,
+            grpc_secure=grpc_tls, live=opts.live)
+
+    def announce(self, target: str) -> None:
+        """The run's one progress line: bindings, processes, length, target, network."""
+        opts = self.opts
         _say(opts, f"rtalab load: {opts.binding} Live users, {opts.processes} process(es), "
-                   f"{duration:g} s + drain ≤ {drain:g} s against {target}; network: "
-                   + ("[network] by the chaos proxy" if chaos else "real loopback"
-                      + ("" if network_is_zero(sc) else " ([network] NOT applied)")))
-        # the proxy (if any) sits in front of a --target: /metrics is the target's own
-        server_url = st.reasoner.url if st is not None and st.reasoner else (
-            opts.target or target)
+                   f"{self.duration:g} s + drain ≤ {self.drain:g} s against {target}; network: "
+                   + ("[network] by the chaos proxy" if self.chaos else "real loopback"
+                      + ("" if network_is_zero(self.sc) else " ([network] NOT applied)")))
+
+    @property
+    def server_url(self) -> str:
+        """The Reasoner whose /metrics count (behind a proxy: the --target's own)."""
+        st, opts = self.st, self.opts
+        if st is not None and st.reasoner:
+            return st.reasoner.url
+        assert opts.target is not None
+        return opts.target
+
+    def load_and_gather(self, settings: LoadSettings, target: str) -> None:
+        """Locust to its end, then the witness rows, the server's metrics and
+        ``ledger/counts.json``; the servers start stopping meanwhile."""
+        opts, sc, st, led = self.opts, self.sc, self.st, self.led
         # a server reused across runs counts from its start: this run's share is the difference
-        before = save_server_metrics(server_url, led_dir / "server_metrics_before.json",
-                                     tls) if opts.target else None
-        rc = run_locust(opts, settings, target, run_dir, st, duration + drain + 180.0,
-                        restart_url=opts.target, tls=tls)
-        marks["locust_end"] = time.time()
-        led = run_dir / "ledger"
-        meta["timeline"] = timeline(led)
+        before = save_server_metrics(self.server_url, led / "server_metrics_before.json",
+                                     self.tls) if opts.target else None
+        rc = run_locust(opts, settings, target, self.run_dir, st,
+                        self.duration + self.drain + 180.0, restart_url=opts.target,
+                        tls=self.tls)
+        self.marks["locust_end"] = time.time()
+        self.meta["timeline"] = timeline(led)
         if not (led / "clock.json").exists():
-            tail = (run_dir / "logs" / "locust-master.log").read_text(
+            tail = (self.run_dir / "logs" / "locust-master.log").read_text(
                 encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-            raise RunError(f"Locust did not start (exit {rc}; {run_dir / 'logs'}): {tail[0]}")
-        metrics = save_metrics(st, server_url, led / "server_metrics.json", tls)
+            raise RunError(f"Locust did not start (exit {rc}; {self.run_dir / 'logs'}): "
+                           f"{tail[0]}")
+        metrics = save_metrics(st, self.server_url, led / "server_metrics.json", self.tls)
         witness_rows = None
-        if witness_url:
-            witness_rows = save_witness(witness_url, led / "witness.jsonl", witness_since, tls)
+        if self.witness_url:
+            witness_rows = save_witness(self.witness_url, led / "witness.jsonl",
+                                        self.witness_since, self.tls)
         gather = json.loads((led / "gather.json").read_text(encoding="utf-8")) if (
             led / "gather.json").exists() else {"complete": False}
-        counts = count_check(run_dir, metrics, witness_rows,
-                             comparable=not (chaos and network_changes_counts(sc))
+        counts = count_check(self.run_dir, metrics, witness_rows,
+                             comparable=not (self.chaos and network_changes_counts(sc))
                              and not opts.crash_at and not (st and st.replicas
                                                             and sc.fleet.failures),
                              side_effects_comparable=sc.load.barge_in_share == 0,
                              metrics_before=before)
-        counts["witness_since"] = witness_since
+        counts["witness_since"] = self.witness_since
         counts["ledger_complete"] = bool(gather.get("complete"))
         counts["locust_exit_code"] = rc
         write_json(led / "counts.json", counts)
         if st is not None:  # the servers stop while the tables and the verdict are made
-            stopping = threading.Thread(target=st.stop, name="rtalab-stop-servers")
-            stopping.start()
-        marks["gathered"] = time.time()
-        write_results(run_dir, sc, duration, warmup, opts.plots, opts.uncertainty)
-        marks["tables"] = time.time()
-    except BaseException as e:
-        if stopping is not None:
-            stopping.join()
+            self.stopping = threading.Thread(target=st.stop, name="rtalab-stop-servers")
+            self.stopping.start()
+
+    def abort(self, e: BaseException) -> None:
+        """After a failed or interrupted step: an interrupted run's witness rows so far, then
+        every process stopped (the folder's guard then marks ``meta.json``)."""
+        if self.stopping is not None:
+            self.stopping.join()
         interrupted = isinstance(e, KeyboardInterrupt)
-        if interrupted and witness_url and (run_dir / "ledger" / "clock.json").exists():
-            _save_partial_witness(run_dir, witness_url, witness_since, tls)
-        if st is not None:
-            st.stop()
-        status = "interrupted" if interrupted else "failed"
-        finish_run(run_dir, meta, status, f"{type(e).__name__}: {e}".splitlines()[0])
+        if interrupted and self.witness_url and (self.led / "clock.json").exists():
+            _save_partial_witness(self.run_dir, self.witness_url, self.witness_since, self.tls)
+        if self.st is not None:
+            self.st.stop()
         if interrupted:
-            _say(opts, f"rtalab load: interrupted ({e or 'SIGINT'}); every process stopped; "
-                       f"judge the partial ledger with: rtalab load summarize {run_dir}")
-        raise
-    if stopping is not None:
-        stopping.join()
-    verdict = judge(run_dir, meta, status="complete")
-    marks["checked"] = time.time()
-    write_report(run_dir)
-    marks["reported"] = time.time()
-    verdict.overhead = overhead(run_dir, t_begin, marks)
-    verdict.write(run_dir)
-    return run_dir, 0 if verdict.ok else EXIT_RULE_FAILED
+            _say(self.opts, f"rtalab load: interrupted ({e or 'SIGINT'}); every process "
+                            "stopped; judge the partial ledger with: rtalab load summarize "
+                            f"{self.run_dir}")
 
 
 def _save_partial_witness(run_dir: Path, witness_url: str, since: int,
@@ -1007,7 +1066,7 @@ def judge(run_dir: Path, meta: dict[str, Any] | None = None, status: str | None 
     if meta is not None and status is not None:
         meta.update(verdict_ok=verdict.ok, verdict=verdict.headline,
                     failed_rules=verdict.failed)
-        finish_run(run_dir, meta, status)
+        RunLifecycle(run_dir, meta).finish(status)
     return verdict
 
 

@@ -42,6 +42,7 @@ from typing import Any
 import pandas as pd
 
 from loadtests.loadrun.cli import binding_set
+from sim.calibrate.output import jsonable
 from sim.shared.argtypes import (
     DRAIN,
     DURATION,
@@ -181,9 +182,9 @@ def _load_run(sc: Any, args: argparse.Namespace, out: Path, chaos: bool) -> tupl
     process's CPU share.  No bootstrap in its summary: the comparison makes its own."""
     from loadtests.loadrun.orchestrate import RunOptions, run_load
 
-    opts = RunOptions(scenario=sc, binding=args.binding, duration_s=sc.run.duration_s,
-                      drain_s=args.drain, chaos=chaos, workers=args.workers, results=out,
-                      argv=["rtalab", "predict"], quiet=True, plots=False, uncertainty=False)
+    opts = RunOptions.of(sc, binding=args.binding, duration_s=sc.run.duration_s,
+                         drain_s=args.drain, chaos=chaos, workers=args.workers, results=out,
+                         argv=["rtalab", "predict"], quiet=True, plots=False, uncertainty=False)
     with CpuWatch() as watch:
         run_dir, _ = run_load(opts)
     return run_dir, watch.busiest_share()
@@ -314,87 +315,95 @@ def _from_load_run(args: argparse.Namespace, sc: Any, folder: Path, chaos: bool,
     return run_a, cpu_a, base, cal, probe_dir
 
 
-def run_predict(args: argparse.Namespace) -> int:
-    """Carry out the steps of the module docstring; 0 when the comparison was written."""
-    from sim.calibrate import write
-    from sim.calibrate.cli import describe
-    from sim.calibrate.output import jsonable
-    from sim.calibrate.validate import (
-        METRICS,
-        accuracy_note,
-        bootstrap,
-        cdf_png,
-        compare,
-        html_section,
-        one_run_json,
-        one_run_rows,
-        rows_json,
-        short_table_lines,
-        table_lines,
-        turn_metrics,
-    )
-    from sim.scenario import load_scenario
-    from sim.shared import results
+class _Prediction:
+    """One ``rtalab predict``: the calibration (steps 1-2, :meth:`calibrate`), each case at
+    B (steps 3-4, :meth:`case`) and the files (step 5, :meth:`write`)."""
 
-    t0 = time.monotonic()
-    sc = load_scenario(args.scenario, list(args.set))
-    chaos = args.outage > 0 if args.chaos is None else args.chaos
-    folder = results.new_run_dir(Path(args.out), "predict", scenario_name=sc.name,
-                                 seed=args.seed)
+    def __init__(self, args: argparse.Namespace, sc: Any, folder: Path, t0: float) -> None:
+        self.args, self.sc, self.folder, self.t0 = args, sc, folder, t0
+        self.chaos = args.outage > 0 if args.chaos is None else args.chaos
+        self.draws: list[dict[str, Any]] | None = None
+        self.uncertain: list[str] = []
+        self.report_cases: list[dict[str, Any]] = []
+        self.out_cases: list[dict[str, Any]] = []
 
-    def say(text: str) -> None:
-        _say(args.quiet, t0, text)
+    def say(self, text: str) -> None:
+        """A progress line (unless --quiet)."""
+        _say(self.args.quiet, self.t0, text)
 
-    probe_dir = None
-    run_a: str | Path
-    if args.source:
-        run_a, cpu_a, base, cal = _from_telemetry(args, sc, say)
-    else:
-        run_a, cpu_a, base, cal, probe_dir = _from_load_run(args, sc, folder, chaos, say)
-    paths = write(cal, folder / "calibrated.toml")
-    calibrated = load_scenario(paths["toml"])
-    # B is derived from the model's offered utilisation at A (calls/s x turns/call x the
-    # calibrated mean service / workers), not from A's measured busy share, which moves with
-    # A's random arrivals: the same calibration and options give the same B
-    util_a = cal.figures.get("offered_utilisation", math.nan)
-    busy_a = cal.figures.get("utilisation", math.nan)
-    for line in describe(cal):
-        say("    " + line.strip())
-    capacity = capacity_statement(cal, calibrated.reasoner.workers, args.probe, probe_dir)
-    say(("    " if capacity["identified"] else "    WARNING: ") + capacity["text"])
-    rate_b, note = rate_b_for(args.predict_rate, args.predict_utilisation,
-                              base.workload.calls_per_s, util_a)
-    if args.peak:
-        rate_b, note = peak_rate(args, base, cal)
-    if note:
-        say("    " + note)
-    say(f"    B = {rate_b:.3g} calls/s (offered utilisation (model) at A: {util_a:.2f}, at B: "
-        f"{offered_utilisation_at(rate_b, base.workload.calls_per_s, util_a):.2f}; A's "
-        f"measured busy share: "
-        f"{busy_a:.2f})")
-    cases: list[tuple[str, dict[str, Any]]] = [("B", {})] + (
-        [(f"B + {args.outage:g}-s outage", _outage(args))] if args.outage > 0 else [])
-    draws, uncertain = None, []
-    if args.parameter_uncertainty:
-        from sim.calibrate.uncertainty import parameter_draws, spreads
+    def calibrate(self) -> None:
+        """Steps 1-2: run A (or telemetry), the calibrated scenario, the capacity, B."""
+        from sim.calibrate import write
+        from sim.calibrate.cli import describe
+        from sim.scenario import load_scenario
 
-        uncertain = [s.text() for s in spreads(cal)]
-        draws = parameter_draws(cal, args.replications, args.seed)
-        say("    parameter uncertainty: each replication draws " + (
-            "; ".join(uncertain) if uncertain else "nothing (no stated interval)"))
-    report_cases: list[dict[str, Any]] = []
-    out_cases: list[dict[str, Any]] = []
-    for i, (name, extra) in enumerate(cases):
+        args, say = self.args, self.say
+        self.probe_dir = None
+        self.run_a: str | Path
+        if args.source:
+            self.run_a, self.cpu_a, self.base, self.cal = _from_telemetry(args, self.sc, say)
+        else:
+            self.run_a, self.cpu_a, self.base, self.cal, self.probe_dir = _from_load_run(
+                args, self.sc, self.folder, self.chaos, say)
+        cal, base = self.cal, self.base
+        self.paths = write(cal, self.folder / "calibrated.toml")
+        self.calibrated = load_scenario(self.paths["toml"])
+        # B is derived from the model's offered utilisation at A (calls/s x turns/call x the
+        # calibrated mean service / workers), not from A's measured busy share, which moves
+        # with A's random arrivals: the same calibration and options give the same B
+        self.util_a = cal.figures.get("offered_utilisation", math.nan)
+        self.busy_a = cal.figures.get("utilisation", math.nan)
+        for line in describe(cal):
+            say("    " + line.strip())
+        self.capacity = capacity_statement(cal, self.calibrated.reasoner.workers, args.probe,
+                                           self.probe_dir)
+        say(("    " if self.capacity["identified"] else "    WARNING: ")
+            + self.capacity["text"])
+        self.rate_b, note = rate_b_for(args.predict_rate, args.predict_utilisation,
+                                       base.workload.calls_per_s, self.util_a)
+        if args.peak:
+            self.rate_b, note = peak_rate(args, base, cal)
+        if note:
+            say("    " + note)
+        say(f"    B = {self.rate_b:.3g} calls/s (offered utilisation (model) at A: "
+            f"{self.util_a:.2f}, at B: {self.utilisation_b:.2f}; A's measured busy share: "
+            f"{self.busy_a:.2f})")
+        if args.parameter_uncertainty:
+            from sim.calibrate.uncertainty import parameter_draws, spreads
+
+            self.uncertain = [s.text() for s in spreads(cal)]
+            self.draws = parameter_draws(cal, args.replications, args.seed)
+            say("    parameter uncertainty: each replication draws " + (
+                "; ".join(self.uncertain) if self.uncertain else "nothing (no stated interval)"))
+
+    @property
+    def utilisation_b(self) -> float:
+        """The model's offered utilisation at B."""
+        return offered_utilisation_at(self.rate_b, self.base.workload.calls_per_s, self.util_a)
+
+    def cases(self) -> list[tuple[str, dict[str, Any]]]:
+        """B, and B with an outage (``--outage``): (name, scenario overrides)."""
+        args = self.args
+        return [("B", {})] + (
+            [(f"B + {args.outage:g}-s outage", _outage(args))] if args.outage > 0 else [])
+
+    def case(self, i: int, name: str, extra: dict[str, Any]) -> None:
+        """Steps 3-4 of one case: the simulated replications, the load run at B (unless
+        --no-measure) and their comparison."""
+        from sim.calibrate.validate import METRICS, bootstrap, compare, turn_metrics
+
+        args, say = self.args, self.say
         tag = "b" if not extra else "b-outage"
-        pred_sc = _window(calibrated, args, rate_b).with_overrides(extra)
+        pred_sc = _window(self.calibrated, args, self.rate_b).with_overrides(extra)
         say(f"{3 + i}/5 {name}: simulating {args.replications} replications ...")
-        sim_turns = _simulate(pred_sc, args.replications, folder / f"sim-{tag}", draws)
+        sim_turns = _simulate(pred_sc, args.replications, self.folder / f"sim-{tag}",
+                              self.draws)
         predicted = [turn_metrics(t, args.warmup, args.duration) for t in sim_turns]
         if args.measure:
-            say(f"{3 + i}/5 {name}: load run at {rate_b:.3g} calls/s for {args.duration:g} s "
-                "...")
-            real_sc = _window(sc, args, rate_b).with_overrides(extra)
-            run_b, cpu = _load_run(real_sc, args, folder / "runs", chaos)
+            say(f"{3 + i}/5 {name}: load run at {self.rate_b:.3g} calls/s for "
+                f"{args.duration:g} s ...")
+            real_sc = _window(self.sc, args, self.rate_b).with_overrides(extra)
+            run_b, cpu = _load_run(real_sc, args, self.folder / "runs", self.chaos)
             turns_b = pd.read_parquet(run_b / "turns.parquet")
             measured = turn_metrics(turns_b, args.warmup, args.duration)
             ci = bootstrap(turns_b, args.warmup, args.duration, seed=args.seed)
@@ -405,76 +414,121 @@ def run_predict(args: argparse.Namespace) -> int:
         void = client_void(cpu)
         judged = int((turns_b["start_s"] >= args.warmup).sum())
         rows = compare(predicted, measured, ci, void=void, run_s=args.duration, turns=judged)
+        self._record_case(name, tag, rows, predicted, sim_turns, turns_b, run_b, cpu, void)
+        rec = _recovery(extra, sim_turns, turns_b, args) if extra and args.measure else None
+        if rec is not None:  # the outage case: predicted and measured recovery after it
+            self.out_cases[-1]["recovery"] = jsonable(rec.__dict__)
+            self.report_cases[-1]["notes"].append(rec.sentence())
+            say("    " + rec.sentence())
+        say(f"    load generator CPU (busiest Locust process, busiest 5 s): {cpu:.0%} of a core"
+            + (" — VOID" if void else ""))
+
+    def _record_case(self, name: str, tag: str, rows: Any, predicted: list[dict[str, Any]],
+                     sim_turns: list[pd.DataFrame], turns_b: pd.DataFrame, run_b: Path | None,
+                     cpu: float, void: bool) -> None:
+        """One case's report and JSON entries, and its table on the terminal."""
+        from sim.calibrate.validate import (
+            accuracy_note,
+            cdf_png,
+            one_run_json,
+            one_run_rows,
+            rows_json,
+            short_table_lines,
+            table_lines,
+        )
+
+        args, warmup = self.args, self.args.warmup
         one_run = one_run_rows(rows, predicted)
         comp = turns_b[(turns_b["outcome"].astype(str) == "completed")
-                       & (turns_b["start_s"] >= args.warmup)]["completion_s"].to_numpy()
-        sim_comp = [t[(t["outcome"].astype(str) == "completed") & (t["start_s"] >= args.warmup)]
+                       & (turns_b["start_s"] >= warmup)]["completion_s"].to_numpy()
+        sim_comp = [t[(t["outcome"].astype(str) == "completed") & (t["start_s"] >= warmup)]
                     ["completion_s"].to_numpy() for t in sim_turns]
-        png = cdf_png(sim_comp, comp, f"{name}: {rate_b:.3g} calls/s") if len(comp) else ""
-        notes = [f"load run: {run_b}", f"simulation: {folder / f'sim-{tag}'}"]
-        report_cases.append({"name": name, "rows": rows, "png": png, "client_cpu": cpu,
-                             "void": void, "notes": notes})
-        out_cases.append({"name": name, "rate_calls_per_s": rate_b, "load_run": str(run_b),
-                          "simulation": str(folder / f"sim-{tag}"), "client_cpu_share": cpu,
-                          "void": void, "rows": rows_json(rows), "one_run": one_run_json(one_run),
-                          "replications": predicted})
+        png = cdf_png(sim_comp, comp, f"{name}: {self.rate_b:.3g} calls/s") if len(comp) else ""
+        sim_dir = self.folder / f"sim-{tag}"
+        notes = [f"load run: {run_b}", f"simulation: {sim_dir}"]
+        self.report_cases.append({"name": name, "rows": rows, "png": png, "client_cpu": cpu,
+                                  "void": void, "notes": notes})
+        self.out_cases.append({"name": name, "rate_calls_per_s": self.rate_b,
+                               "load_run": str(run_b), "simulation": str(sim_dir),
+                               "client_cpu_share": cpu, "void": void, "rows": rows_json(rows),
+                               "one_run": one_run_json(one_run), "replications": predicted})
         if args.table == "short":  # as it is: 80 columns, no time stamp or load average
             if not args.quiet:
                 print("\n".join(short_table_lines(one_run)), flush=True)
         else:
             for line in table_lines(rows):
-                say("    " + line)
+                self.say("    " + line)
         if (note := accuracy_note(args.duration)) is not None:
-            report_cases[-1]["notes"].append(note)
+            notes.append(note)
             if args.table == "full":
-                say("    " + note)
-        rec = _recovery(extra, sim_turns, turns_b, args) if extra and args.measure else None
-        if rec is not None:  # the outage case: predicted and measured recovery after it
-            out_cases[-1]["recovery"] = jsonable(rec.__dict__)
-            report_cases[-1]["notes"].append(rec.sentence())
-            say("    " + rec.sentence())
-        say(f"    load generator CPU (busiest Locust process, busiest 5 s): {cpu:.0%} of a core"
-            + (" — VOID" if void else ""))
-    header = {"calibrated on": str(run_a), "method": cal.method,
-              "A (calls/s)": f"{base.workload.calls_per_s:g}",
-              "capacity (reasoner.workers)": capacity["text"],
-              "offered utilisation (model) at A": _num(util_a),
-              "measured busy share at A": _num(busy_a),
-              "B (calls/s)": f"{rate_b:.3g}",
-              "offered utilisation (model) at B": _num(
-                  offered_utilisation_at(rate_b, base.workload.calls_per_s, util_a)),
-              "load generator CPU at A": f"{cpu_a:.0%}" if math.isfinite(cpu_a) else "–",
-              "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
-                         "(shared: timings are noisy)",
-              "not identified (defaults)": ", ".join(k for k, _ in cal.unidentified),
-              "parameter uncertainty (per replication)": "; ".join(uncertain) if uncertain
-              else ("none stated" if args.parameter_uncertainty else "off: point estimates")}
-    section = html_section(report_cases, header)
-    (folder / "prediction.html").write_text(
-        "<!doctype html><meta charset='utf-8'><title>rtalab prediction</title>\n" + section,
-        encoding="utf-8")
-    (folder / "prediction.section.html").write_text(section, encoding="utf-8")
-    (folder / "prediction.json").write_text(json.dumps(jsonable(
-        {"calibration_run": str(run_a), "calibrated": str(paths["toml"]), "rate_a": float(
-            base.workload.calls_per_s), "rate_b": rate_b, "utilisation_a": util_a,
-         "offered_utilisation_a": util_a, "measured_busy_share_a": busy_a,
-         "capacity": capacity, "warmup_s": args.warmup, "duration_s": args.duration,
-         "calibrate_duration_s": None if args.calibration_run else (
-             args.calibrate_duration or args.duration), "replications": args.replications,
-         "parameter_uncertainty": {"on": bool(args.parameter_uncertainty), "spreads": uncertain,
-                                   "draws": draws or []},
-         "cases": out_cases, "elapsed_s": time.monotonic() - t0}),
-        indent=2) + "\n",
-        encoding="utf-8")
-    text = []
-    for c in report_cases:
-        text += [c["name"], *table_lines(c["rows"]), *c["notes"], ""]
-    (folder / "prediction.txt").write_text("\n".join(text), encoding="utf-8")
-    verdicts = [r.verdict for c in report_cases for r in c["rows"]]
-    say(f"5/5 done: {verdicts.count('inside')} inside, {verdicts.count('outside')} outside the "
-        f"90 % one-run prediction interval, {verdicts.count('void')} void -> "
-        f"{folder / 'prediction.html'}")
-    print(folder)
+                self.say("    " + note)
+
+    def header(self) -> dict[str, str]:
+        """The report's header rows: calibration, capacity, A and B, the machine."""
+        args, cal, base, cpu_a = self.args, self.cal, self.base, self.cpu_a
+        return {"calibrated on": str(self.run_a), "method": cal.method,
+                "A (calls/s)": f"{base.workload.calls_per_s:g}",
+                "capacity (reasoner.workers)": self.capacity["text"],
+                "offered utilisation (model) at A": _num(self.util_a),
+                "measured busy share at A": _num(self.busy_a),
+                "B (calls/s)": f"{self.rate_b:.3g}",
+                "offered utilisation (model) at B": _num(self.utilisation_b),
+                "load generator CPU at A": f"{cpu_a:.0%}" if math.isfinite(cpu_a) else "–",
+                "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
+                           "(shared: timings are noisy)",
+                "not identified (defaults)": ", ".join(k for k, _ in cal.unidentified),
+                "parameter uncertainty (per replication)": "; ".join(self.uncertain)
+                if self.uncertain else ("none stated" if args.parameter_uncertainty
+                                        else "off: point estimates")}
+
+    def write(self) -> None:
+        """Step 5: prediction.html (+ .section.html), prediction.json and prediction.txt."""
+        from sim.calibrate.validate import html_section, table_lines
+
+        args, folder = self.args, self.folder
+        section = html_section(self.report_cases, self.header())
+        (folder / "prediction.html").write_text(
+            "<!doctype html><meta charset='utf-8'><title>rtalab prediction</title>\n" + section,
+            encoding="utf-8")
+        (folder / "prediction.section.html").write_text(section, encoding="utf-8")
+        (folder / "prediction.json").write_text(json.dumps(jsonable(
+            {"calibration_run": str(self.run_a), "calibrated": str(self.paths["toml"]),
+             "rate_a": float(self.base.workload.calls_per_s), "rate_b": self.rate_b,
+             "utilisation_a": self.util_a, "offered_utilisation_a": self.util_a,
+             "measured_busy_share_a": self.busy_a, "capacity": self.capacity,
+             "warmup_s": args.warmup, "duration_s": args.duration,
+             "calibrate_duration_s": None if args.calibration_run else (
+                 args.calibrate_duration or args.duration), "replications": args.replications,
+             "parameter_uncertainty": {"on": bool(args.parameter_uncertainty),
+                                       "spreads": self.uncertain, "draws": self.draws or []},
+             "cases": self.out_cases, "elapsed_s": time.monotonic() - self.t0}),
+            indent=2) + "\n",
+            encoding="utf-8")
+        text = []
+        for c in self.report_cases:
+            text += [c["name"], *table_lines(c["rows"]), *c["notes"], ""]
+        (folder / "prediction.txt").write_text("\n".join(text), encoding="utf-8")
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """Carry out the steps of the module docstring; 0 when the comparison was written."""
+    from sim.scenario import load_scenario
+    from sim.shared.results import RunLifecycle
+
+    t0 = time.monotonic()
+    sc = load_scenario(args.scenario, list(args.set))
+    folder = RunLifecycle.new(Path(args.out), "predict", scenario_name=sc.name, seed=args.seed)
+    p = _Prediction(args, sc, folder.path, t0)
+    with folder.guard():
+        p.calibrate()
+        for i, (name, extra) in enumerate(p.cases()):
+            p.case(i, name, extra)
+        p.write()
+    verdicts = [r.verdict for c in p.report_cases for r in c["rows"]]
+    p.say(f"5/5 done: {verdicts.count('inside')} inside, {verdicts.count('outside')} outside the "
+          f"90 % one-run prediction interval, {verdicts.count('void')} void -> "
+          f"{folder.path / 'prediction.html'}")
+    print(folder.path)
     return 0
 
 

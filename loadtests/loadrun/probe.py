@@ -35,7 +35,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -189,69 +189,17 @@ def _say(opts: ProbeOptions, t0: float, text: str) -> None:
 
 def run_probe(opts: ProbeOptions) -> tuple[Path, dict[str, Any]]:
     """Carry out the probe; its folder and ``probe.json``'s content."""
-    from loadtests.loadrun.orchestrate import (
-        TOKEN,
-        TOKENS,
-        RunOptions,
-        run_load,
-        signals_interrupt,
-        start_stack,
-    )
-    from sim.shared.results import new_run_dir, write_json, write_scenario
+    from sim.shared.results import RunLifecycle, write_json, write_scenario
 
     t0 = time.monotonic()
     if opts.step_s + opts.drain_s > opts.max_seconds:
         raise ProbeError(f"--max-seconds {opts.max_seconds:g} leaves no time for one step of "
                          f"{opts.step_s:g} s + {opts.drain_s:g} s drain")
     sc = opts.scenario.with_overrides({"workload.turns_per_call": 1})
-    folder = new_run_dir(opts.results, kind="probe", scenario_name=sc.name, seed=sc.run.seed)
-    write_scenario(folder, sc)
-    rate, why = first_step_rate(sc, opts.start_rate)
-    _say(opts, t0, f"first step: {rate:.3g} turns/s ({why})")
-    steps: list[dict[str, Any]] = []
-    reason = None
-    st = None
-    witness: str | None  # None: --target without a witness
-    with signals_interrupt():
-        try:
-            if opts.target is None:
-                _say(opts, t0, "starting witness and Reasoner (once for every step) ...")
-                st, target, witness = start_stack(
-                    RunOptions(scenario=sc, workers=opts.workers, chaos=False), folder,
-                    folder / "scenario.toml")
-                tokens: tuple[str, ...] = (TOKEN, *[t for t in TOKENS if t != TOKEN])
-            else:
-                target, witness, tokens = opts.target, opts.witness_url, opts.tokens
-            step_cost = opts.step_s + opts.drain_s + STEP_OVERHEAD_S
-            while True:
-                if time.monotonic() - t0 + step_cost > opts.max_seconds:
-                    reason = reason or (f"time bound: the next step would end after "
-                                        f"--max-seconds {opts.max_seconds:g}")
-                    break
-                t_step = time.monotonic()
-                step_sc = sc.with_overrides({"workload.calls_per_s": rate,
-                                             "run.warmup_s": opts.step_warmup_s})
-                run_dir, _ = run_load(RunOptions(
-                    scenario=step_sc, target=target, token=tokens[0] if tokens else None,
-                    tokens=tokens, witness_url=witness, duration_s=opts.step_s,
-                    drain_s=opts.drain_s, chaos=False, results=folder / "steps", quiet=True,
-                    plots=False, argv=opts.argv, tls=opts.tls))
-                s = step_figures(run_dir, opts.step_warmup_s, opts.step_s)
-                s.update(rate_calls_per_s=rate, run=str(run_dir.relative_to(folder)))
-                steps.append(s)
-                step_cost = max(step_cost, time.monotonic() - t_step)
-                _say(opts, t0, f"step {len(steps)}: offered {s['offered_turns_per_s']:6.2f} "
-                               f"turns/s -> completed {s['completed_turns_per_s']:6.2f}, "
-                               f"mean service {s['mean_service_s']:.3f} s, TTFC p50 "
-                               f"{s['ttfc_p50_s']:.3f} / p99 {s['ttfc_p99_s']:.3f} s, "
-                               f"success {s['success']:.3f}")
-                reason = stop_reason(steps, opts)
-                if reason:
-                    break
-                rate *= opts.factor
-        finally:
-            if st is not None:
-                st.stop()
+    folder = RunLifecycle.new(opts.results, kind="probe", scenario_name=sc.name, seed=sc.run.seed)
+    write_scenario(folder.path, sc)
+    with folder.guard(signals=True):  # SIGTERM/SIGHUP stop the servers as Ctrl-C does
+        steps, reason = _steps(opts, sc, folder.path, t0)
     if not steps:
         raise ProbeError(f"--max-seconds {opts.max_seconds:g}: no step fitted (starting the "
                          "servers took the time)")
@@ -265,12 +213,78 @@ def run_probe(opts: ProbeOptions) -> tuple[Path, dict[str, Any]]:
            "settings": {"factor": opts.factor, "step_s": opts.step_s,
                         "step_warmup_s": opts.step_warmup_s, "max_seconds": opts.max_seconds,
                         "max_p99_s": opts.max_p99_s, "min_success": opts.min_success}}
-    write_json(folder / "probe.json", out)
-    (folder / "probe.txt").write_text("\n".join(summary_lines(out)) + "\n", encoding="utf-8")
-    _plot(folder / "probe.png", steps, k)
+    write_json(folder.path / "probe.json", out)
+    (folder.path / "probe.txt").write_text("\n".join(summary_lines(out)) + "\n",
+                                           encoding="utf-8")
+    _plot(folder.path / "probe.png", steps, k)
     for line in summary_lines(out):
         _say(opts, t0, line)
-    return folder, out
+    return folder.path, out
+
+
+def _steps(opts: ProbeOptions, sc: Any, folder: Path, t0: float
+           ) -> tuple[list[dict[str, Any]], str | None]:
+    """The probe's steps (each a load run under ``folder/steps/``) against the embedded
+    servers (started once, stopped at the end) or the --target; (their figures, why the
+    probe stopped)."""
+    from loadtests.loadrun.orchestrate import TOKEN, TOKENS, RunOptions, start_stack
+
+    rate, why = first_step_rate(sc, opts.start_rate)
+    _say(opts, t0, f"first step: {rate:.3g} turns/s ({why})")
+    st = None
+    witness: str | None  # None: --target without a witness
+    try:
+        if opts.target is None:
+            _say(opts, t0, "starting witness and Reasoner (once for every step) ...")
+            st, target, witness = start_stack(
+                RunOptions.of(sc, workers=opts.workers, chaos=False), folder,
+                folder / "scenario.toml")
+            tokens: tuple[str, ...] = (TOKEN, *[t for t in TOKENS if t != TOKEN])
+        else:
+            target, witness, tokens = opts.target, opts.witness_url, opts.tokens
+        return _step_loop(opts, sc, folder, t0, rate,
+                          RunOptions.of(sc, target=target, token=tokens[0] if tokens else None,
+                                        tokens=tokens, witness_url=witness,
+                                        duration_s=opts.step_s, drain_s=opts.drain_s,
+                                        chaos=False, results=folder / "steps", quiet=True,
+                                        plots=False, argv=opts.argv, tls=opts.tls))
+    finally:
+        if st is not None:
+            st.stop()
+
+
+def _step_loop(opts: ProbeOptions, sc: Any, folder: Path, t0: float, rate: float,
+               base: Any) -> tuple[list[dict[str, Any]], str | None]:
+    """Steps of rising rate (``base`` the load run's options) until a stop rule holds or the
+    next step would end after ``--max-seconds``."""
+    from loadtests.loadrun.orchestrate import run_load
+
+    steps: list[dict[str, Any]] = []
+    reason = None
+    step_cost = opts.step_s + opts.drain_s + STEP_OVERHEAD_S
+    while True:
+        if time.monotonic() - t0 + step_cost > opts.max_seconds:
+            reason = reason or (f"time bound: the next step would end after "
+                                f"--max-seconds {opts.max_seconds:g}")
+            break
+        t_step = time.monotonic()
+        step_sc = sc.with_overrides({"workload.calls_per_s": rate,
+                                     "run.warmup_s": opts.step_warmup_s})
+        run_dir, _ = run_load(replace(base, scenario=step_sc))
+        s = step_figures(run_dir, opts.step_warmup_s, opts.step_s)
+        s.update(rate_calls_per_s=rate, run=str(run_dir.relative_to(folder)))
+        steps.append(s)
+        step_cost = max(step_cost, time.monotonic() - t_step)
+        _say(opts, t0, f"step {len(steps)}: offered {s['offered_turns_per_s']:6.2f} "
+                       f"turns/s -> completed {s['completed_turns_per_s']:6.2f}, "
+                       f"mean service {s['mean_service_s']:.3f} s, TTFC p50 "
+                       f"{s['ttfc_p50_s']:.3f} / p99 {s['ttfc_p99_s']:.3f} s, "
+                       f"success {s['success']:.3f}")
+        reason = stop_reason(steps, opts)
+        if reason:
+            break
+        rate *= opts.factor
+    return steps, reason
 
 
 def summary_lines(out: dict[str, Any]) -> list[str]:

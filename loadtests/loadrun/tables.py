@@ -100,53 +100,9 @@ def build_output(run_dir: Path, duration_s: float, seed: int,
     raw_turns = read_jsonl(led / "turns.jsonl")
     raw_calls = read_jsonl(led / "calls.jsonl")
     witness = read_jsonl(led / "witness.jsonl")
-
-    copied = {a["request_guid"] for a in raw_attempts if a.get("injected")}
-    attempts = []
-    for a in raw_attempts:
-        if a.get("injected"):
-            continue
-        r = dict(a)
-        for k in (S.SEND_S, S.FIRST_RESPONSE_S, S.FIRST_CHUNK_S, S.END_S):
-            r[k] = _rel(a.get(k), t0)
-        r[S.CONTEXT_ID] = a.get("context_id") or a.get("context_id_learned")
-        r[S.REQUEST_DUPLICATED] = a["request_guid"] in copied
-        r[S.REPLAYED] = False
-        r[S.REQUEST_LOST] = False
-        r[S.CHUNKS_LOST] = None
-        attempts.append(r)
-    attempts.sort(key=lambda r: r[S.SEND_S])
-
-    se_by_turn: dict[str, list[str]] = {}
-    for w in witness:
-        se_by_turn.setdefault(str(w.get("interactionId")), []).append(str(w.get("requestGuid")))
-    escalated_calls = {c["call_id"] for c in raw_calls
-                       if c.get("end_reason") == CallEndReason.ESCALATED}
-    last_turn: dict[str, int] = {}
-    for t in raw_turns:
-        last_turn[t["call_id"]] = max(last_turn.get(t["call_id"], -1), int(t["turn_index"]))
-    turns = []
-    for t in raw_turns:
-        r = dict(t)
-        r[S.START_S] = _rel(t.get("start_s"), t0)
-        r[S.END_S] = _rel(t.get("end_s"), t0)
-        r[S.ESCALATED] = (t["call_id"] in escalated_calls
-                          and int(t["turn_index"]) == last_turn[t["call_id"]])
-        guids = se_by_turn.get(str(t["interaction_id"]), [])
-        r[S.SIDE_EFFECT_EXECUTIONS] = len(guids)
-        r[S.SIDE_EFFECT_REQUEST_GUIDS] = len(set(guids))
-        turns.append(r)
-    turns.sort(key=lambda r: r[S.START_S])
-
-    calls = []
-    for c in raw_calls:
-        r = dict(c)
-        r[S.ARRIVAL_S] = _rel(c.get("arrival_s"), t0)
-        r[S.END_S] = _rel(c.get("end_s"), t0)
-        r[S.SESSIONS_OPENED] = len(c.get("context_ids") or ())
-        calls.append(r)
-    calls.sort(key=lambda r: r[S.ARRIVAL_S])
-
+    attempts = _attempt_rows(raw_attempts, t0)
+    turns = _turn_rows(raw_turns, raw_calls, witness, t0)
+    calls = _call_rows(raw_calls, t0)
     side = []
     for w in witness:
         iid = str(w.get("interactionId"))
@@ -170,6 +126,65 @@ def build_output(run_dir: Path, duration_s: float, seed: int,
         **share_counters(raw_attempts, t0, replicas, (warmup_s, duration_s)),
         **hazard_counters(witness, raw_turns, read_jsonl(led / "restarts.jsonl"), t0,
                           warmup_s, own_guid_copies(raw_attempts))})
+
+
+def _attempt_rows(raw_attempts: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
+    """The attempts table's rows (injected copies left out; times since ``t0``), by send."""
+    copied = {a["request_guid"] for a in raw_attempts if a.get("injected")}
+    attempts = []
+    for a in raw_attempts:
+        if a.get("injected"):
+            continue
+        r = dict(a)
+        for k in (S.SEND_S, S.FIRST_RESPONSE_S, S.FIRST_CHUNK_S, S.END_S):
+            r[k] = _rel(a.get(k), t0)
+        r[S.CONTEXT_ID] = a.get("context_id") or a.get("context_id_learned")
+        r[S.REQUEST_DUPLICATED] = a["request_guid"] in copied
+        r[S.REPLAYED] = False
+        r[S.REQUEST_LOST] = False
+        r[S.CHUNKS_LOST] = None
+        attempts.append(r)
+    attempts.sort(key=lambda r: r[S.SEND_S])
+    return attempts
+
+
+def _turn_rows(raw_turns: list[dict[str, Any]], raw_calls: list[dict[str, Any]],
+               witness: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
+    """The turns table's rows with the witness's executions and the escalation, by start."""
+    se_by_turn: dict[str, list[str]] = {}
+    for w in witness:
+        se_by_turn.setdefault(str(w.get("interactionId")), []).append(str(w.get("requestGuid")))
+    escalated_calls = {c["call_id"] for c in raw_calls
+                       if c.get("end_reason") == CallEndReason.ESCALATED}
+    last_turn: dict[str, int] = {}
+    for t in raw_turns:
+        last_turn[t["call_id"]] = max(last_turn.get(t["call_id"], -1), int(t["turn_index"]))
+    turns = []
+    for t in raw_turns:
+        r = dict(t)
+        r[S.START_S] = _rel(t.get("start_s"), t0)
+        r[S.END_S] = _rel(t.get("end_s"), t0)
+        r[S.ESCALATED] = (t["call_id"] in escalated_calls
+                          and int(t["turn_index"]) == last_turn[t["call_id"]])
+        guids = se_by_turn.get(str(t["interaction_id"]), [])
+        r[S.SIDE_EFFECT_EXECUTIONS] = len(guids)
+        r[S.SIDE_EFFECT_REQUEST_GUIDS] = len(set(guids))
+        turns.append(r)
+    turns.sort(key=lambda r: r[S.START_S])
+    return turns
+
+
+def _call_rows(raw_calls: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
+    """The calls table's rows (sessions opened: the contextIds seen), by arrival."""
+    calls = []
+    for c in raw_calls:
+        r = dict(c)
+        r[S.ARRIVAL_S] = _rel(c.get("arrival_s"), t0)
+        r[S.END_S] = _rel(c.get("end_s"), t0)
+        r[S.SESSIONS_OPENED] = len(c.get("context_ids") or ())
+        calls.append(r)
+    calls.sort(key=lambda r: r[S.ARRIVAL_S])
+    return calls
 
 
 def _in_progress(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> list[float]:

@@ -19,7 +19,8 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from a2a.server.routes import create_agent_card_routes, create_rest_routes
@@ -85,27 +86,55 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
         grpc_binding = GrpcBinding(handler, auth, settings.ext_uri,
                                    settings.host, settings.grpc_port, settings.server_tls,
                                    rt.bounds.body_bytes)
+    probes = _WorkerEndpoints(rt, settings, task_store)
+    routes: list[BaseRoute] = [
+        Route("/", dispatcher.handle_requests, methods=["POST"]),
+        WebSocketRoute("/ws", ws.endpoint),
+        Route("/metrics", metrics.metrics_endpoint, methods=["GET"]),
+        Route("/healthz", probes.healthz, methods=["GET"]),
+        Route("/readyz", probes.readyz, methods=["GET"]),
+        *create_agent_card_routes(card, cache_control=CARD_CACHE_CONTROL),
+        *create_rest_routes(handler, context_builder=BindingContextBuilder("rest")),
+    ]
+    if settings.test_hooks:
+        routes.insert(0, Route("/test/capacity", probes.test_capacity, methods=["POST"]))
+    app: ASGIApp = Starlette(routes=routes,
+                             lifespan=_lifespan(rt, settings, handler, grpc_binding))
+    app = ExtensionEcho(app, settings.ext_uri)
+    app = RestBodyCheck(app)
+    app = BearerAuth(app, tokens, rt.keys, public_paths=PUBLIC_PATHS)
+    return BodyLimit(app, rt.bounds.body_bytes)
 
-    async def healthz(request: Request) -> JSONResponse:
+
+class _WorkerEndpoints:
+    """This worker's own endpoints: health, readiness and the capacity test hook."""
+
+    def __init__(self, rt: Runtime, settings: ServerSettings, task_store: BoundedTaskStore
+                 ) -> None:
+        self.rt, self.settings, self.task_store = rt, settings, task_store
+
+    async def healthz(self, request: Request) -> JSONResponse:
         """GET /healthz: liveness plus a few gauges of this worker."""
+        rt = self.rt
         store = rt.store.health.as_json()
         body: dict[str, Any] = {"status": "ok" if store["healthy"] else "degraded",
                                 "pid": os.getpid(),
                 "dedup": rt.store.name, "store": store, "mode": rt.cfg.dedup,
-                "tasks": len(task_store), "inFlight": rt.in_flight}
-        if settings.unsafe_bugs:
-            body["unsafeBugs"] = list(settings.unsafe_bugs)
+                "tasks": len(self.task_store), "inFlight": rt.in_flight}
+        if self.settings.unsafe_bugs:
+            body["unsafeBugs"] = list(self.settings.unsafe_bugs)
         return JSONResponse(body)
 
-    async def readyz(request: Request) -> JSONResponse:
+    async def readyz(self, request: Request) -> JSONResponse:
         """GET /readyz: 200 while the dedup store answers (a probe at most every 0.5 s),
         503 while it is down, frozen or full."""
+        rt = self.rt
         store = await rt.store.probe()
         return JSONResponse({"ready": store["healthy"], "pid": os.getpid(),
                              "dedup": rt.store.name, "store": store},
                             status_code=200 if store["healthy"] else 503)
 
-    async def test_capacity(request: Request) -> JSONResponse:
+    async def test_capacity(self, request: Request) -> JSONResponse:
         """POST /test/capacity {"workers": N} (only with --test-hooks): a capacity drop of the
         whole Reasoner (every worker process) and its end, as the simulator's
         ``reasoner.capacity_drops``; ``rtalab load run`` calls it on the scenario's schedule."""
@@ -118,28 +147,21 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
         except Exception:  # malformed JSON, missing or bad "workers": one safe line
             return JSONResponse({"error": "body must be {\"workers\": an integer 0-4096}"},
                                 status_code=400)
-        cap = rt.capacity
+        cap = self.rt.capacity
         result = cap.set_workers(workers)
         if asyncio.iscoroutine(result):
             await result
         log.warning("test hook: reasoning workers set to %d", workers)
         return JSONResponse({"workers": workers})
 
-    routes: list[BaseRoute] = [
-        Route("/", dispatcher.handle_requests, methods=["POST"]),
-        WebSocketRoute("/ws", ws.endpoint),
-        Route("/metrics", metrics.metrics_endpoint, methods=["GET"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
-        *create_agent_card_routes(card, cache_control=CARD_CACHE_CONTROL),
-        *create_rest_routes(handler, context_builder=BindingContextBuilder("rest")),
-    ]
-    if settings.test_hooks:
-        routes.insert(0, Route("/test/capacity", test_capacity, methods=["POST"]))
+
+def _lifespan(rt: Runtime, settings: ServerSettings, handler: ProfileRequestHandler,
+              grpc_binding: Any) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
+    """The worker's lifespan: open the store, the purge loop (and the gRPC binding); drain
+    and close on shutdown."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        """Open the store and the purge loop; drain and close on shutdown."""
         await rt.start()
         purge = asyncio.create_task(_purge_loop(rt))
         if grpc_binding is not None:
@@ -162,11 +184,7 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
 
                 otel.shutdown()
 
-    app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
-    app = ExtensionEcho(app, settings.ext_uri)
-    app = RestBodyCheck(app)
-    app = BearerAuth(app, tokens, rt.keys, public_paths=PUBLIC_PATHS)
-    return BodyLimit(app, rt.bounds.body_bytes)
+    return lifespan
 
 
 def create_app() -> ASGIApp:

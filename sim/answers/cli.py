@@ -13,7 +13,7 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from sim.shared.argtypes import (
     OUT_DIR,
@@ -57,11 +57,9 @@ def _out_dir(args: argparse.Namespace, kind: str, scenario: Any) -> Path:
     from sim.shared import results
 
     try:
-        if args.out is not None:
-            args.out.mkdir(parents=True, exist_ok=True)
-            return cast("Path", args.out)
-        return results.new_run_dir("results", kind, scenario_name=scenario.name,
-                                   seed=scenario.run.seed)
+        return results.RunLifecycle.new_or_at(args.out, "results", kind,
+                                           scenario_name=scenario.name,
+                                           seed=scenario.run.seed).path
     except OSError as e:
         raise _usage(f"cannot write results under {args.out or 'results'}: "
                      f"{e.strerror or e}") from None

@@ -639,6 +639,57 @@ def _thresholds(name: str, cells: pd.DataFrame, spec: MapSpec, seed: int,
     return pd.DataFrame(rows)
 
 
+_Sims = dict[tuple[int, int], tuple[Path, list[dict[str, Any]]]]
+
+
+class _MapProgress:
+    """The map's progress: steps done out of ``total`` (a fast-model cell is one step, a
+    simulated replication one), reported as the finished fraction."""
+
+    def __init__(self, total: int, report: Callable[[float], None] | None) -> None:
+        self.total = total
+        self.done = 0.0
+        self._report = report or (lambda _f: None)
+
+    def advance(self, units: float) -> None:
+        """``units`` more steps are done."""
+        self.done += units
+        self.show()
+
+    def show(self) -> None:
+        """Report the fraction done."""
+        self._report(self.done / max(self.total, 1))
+
+    def step(self, units: float) -> Callable[[float], None]:
+        """A progress callback for a sweep of ``units`` steps starting now (the fraction
+        of that sweep in, the map's fraction out)."""
+        start = self.done
+
+        def cb(f: float) -> None:
+            self._report(min(1.0, (start + f * units) / max(self.total, 1)))
+        return cb
+
+
+@dataclass(frozen=True)
+class _MapRun:
+    """What every strategy of one map shares: the scenario at the map's length, its spec,
+    seed, executor and each size's trigger window."""
+
+    scenario: Scenario
+    base: Scenario
+    spec: MapSpec
+    seed: int
+    executor: Executor | None
+    triggers: list[tuple[float, float]]
+    duration: float
+
+    def simulate(self, cells: list[tuple[int, int]], strat: Mapping[str, Any], out_dir: Path,
+                 reps: int, progress: Callable[[float], None]) -> _Sims:
+        """:func:`_simulate` of ``cells`` for this map."""
+        return _simulate(self.base, cells, self.spec, strat, out_dir, reps, self.seed,
+                         self.executor, progress, self.triggers.__getitem__, self.duration)
+
+
 def run_map(scenario: Scenario, out_dir: Path, spec: MapSpec, *,
             strategies: Sequence[str] | None = None, seed: int | None = None,
             executor: Executor | None = None, progress: Callable[[float], None] | None = None,
@@ -650,16 +701,15 @@ def run_map(scenario: Scenario, out_dir: Path, spec: MapSpec, *,
     table_ = STRATEGIES if table is None else table
     runnable, skipped = validate_strategies(scenario, strategies, table_)
     trigger = trigger_window(scenario)
-    det = spec.detector
     for s in spec.sizes:
         trigger_overrides(scenario, s, spec.kind)
     for v in spec.loads:
         load_overrides(scenario, v)
-    duration = run_length(scenario, spec.sizes, spec.kind, det)
-    seed = scenario.run.seed if seed is None else seed
+    duration = run_length(scenario, spec.sizes, spec.kind, spec.detector)
     base = scenario.with_overrides({"run.duration_s": duration})
-    triggers = [trigger_window(base.with_overrides(trigger_overrides(base, s, spec.kind)))
-                for s in spec.sizes]
+    run = _MapRun(scenario, base, spec, scenario.run.seed if seed is None else seed, executor,
+                  [trigger_window(base.with_overrides(trigger_overrides(base, s, spec.kind)))
+                   for s in spec.sizes], duration)
     if spec.kind == "length":
         base_len = trigger[1] - trigger[0]
     else:
@@ -667,94 +717,16 @@ def run_map(scenario: Scenario, out_dir: Path, spec: MapSpec, *,
         base_len = float(sum(r.workers - d.workers for d in r.capacity_drops)) or 1.0
     res = MapResult(scenario.name, spec, trigger, base_len, duration, skipped=skipped,
                     fleet=fleet_note(scenario))
-    n_l, n_s = len(spec.loads), len(spec.sizes)
     names = list(runnable)
-    total_steps = len(names) * (n_l * n_s * (1 + spec.replications))
-    done_steps = 0.0
-    report = progress or (lambda _f: None)
-
-    def step(units: float) -> Callable[[float], None]:
-        start = done_steps
-
-        def cb(f: float) -> None:
-            report(min(1.0, (start + f * units) / max(total_steps, 1)))
-        return cb
-
-    for name in names:
-        strat = dict(table_[name][1])
-        sc = runnable[name].with_overrides({"run.duration_s": duration})
-        res.unexpressed[name] = _unexpressed(sc)
-        models: dict[tuple[int, int], ModelCell] = {}
-        for i, load in enumerate(spec.loads):
-            for j, size in enumerate(spec.sizes):
-                models[(i, j)] = model_cell(cell_scenario(base, load, size, spec.kind, strat),
-                                            det)
-                done_steps += 1
-                report(done_steps / max(total_steps, 1))
-        model_ok = np.array([[models[(i, j)].recovered for j in range(n_s)]
-                             for i in range(n_l)])
-        folder = Path(out_dir) / name
-        trig_of = triggers.__getitem__
-        sims: dict[tuple[int, int], tuple[Path, list[dict[str, Any]]]] = {}
-        spots: dict[tuple[int, int], tuple[Path, list[dict[str, Any]]]] = {}
-        if spec.adaptive:
-            cap = max(1, math.floor(spec.budget * n_l * n_s))
-            full, spot = plan_cells(model_ok, spec)
-            spot_cells = [tuple(x) for x in np.argwhere(spot)]
-            spots = _simulate(base, spot_cells, spec, strat, folder / "spot", 1, seed,
-                              executor, step(len(spot_cells)), trig_of, duration)
-            done_steps += len(spot_cells)
-            spot_p = np.full((n_l, n_s), np.nan)
-            for (i, j), (_d, reps) in spots.items():
-                spot_p[i, j] = 0.0 if reps[0]["metastable"] else 1.0
-            todo = full.copy()
-            for rnd in range(spec.max_rounds):
-                cells = [tuple(x) for x in np.argwhere(todo) if tuple(x) not in sims]
-                units = len(cells) * spec.replications
-                sims.update(_simulate(base, cells, spec, strat, folder / f"round{rnd + 1}",
-                                      spec.replications, seed, executor, step(units), trig_of,
-                                      duration))
-                done_steps += units
-                simmed = np.zeros((n_l, n_s), dtype=bool)
-                p_sim = np.full((n_l, n_s), np.nan)
-                for (i, j), (_d, reps) in sims.items():
-                    simmed[i, j] = True
-                    p_sim[i, j] = np.mean([not r["metastable"] for r in reps])
-                todo = _refine(simmed, p_sim, model_ok, spot_p, cap)
-                if not todo.any():
-                    break
-        else:
-            cells = [(i, j) for i in range(n_l) for j in range(n_s)]
-            sims = _simulate(base, cells, spec, strat, folder / "full", spec.replications, seed,
-                             executor, step(len(cells) * spec.replications), trig_of, duration)
-        done_steps = len(names[:names.index(name) + 1]) * n_l * n_s * (1 + spec.replications)
-        report(done_steps / max(total_steps, 1))
-        rows = []
-        for i, load in enumerate(spec.loads):
-            for j, size in enumerate(spec.sizes):
-                m = models[(i, j)]
-                if (i, j) in sims:
-                    d, reps = sims[(i, j)]
-                    shares: list[dict[str, float | None]] | None = work_shares(
-                        d, triggers[j], duration, scenario.run.warmup_s)
-                    rows.append(_cell_row(load, size, reps, shares, m, det, "simulated",
-                                          spots.get((i, j), (None, None))[1]))
-                else:
-                    sp = spots.get((i, j))
-                    shares = (work_shares(sp[0], triggers[j], duration, scenario.run.warmup_s)
-                              if sp else None)
-                    rows.append(_cell_row(load, size, None, shares, m, det,
-                                          "model+spot" if sp else "model",
-                                          sp[1] if sp else None))
-        cells_df = pd.DataFrame(rows)
-        for col in _NUMERIC:
-            cells_df[col] = pd.to_numeric(cells_df[col], errors="coerce").astype(float)
-        cells_df.insert(0, "strategy", name)
-        res.maps[name] = StrategyMap(
-            name, cells_df, _thresholds(name, cells_df, spec, seed),
-            model_seconds=float(sum(m.seconds for m in models.values())),
-            sim_runs=sum(len(r) for _d, r in sims.values()) + len(spots),
-            runs={(spec.loads[i], spec.sizes[j]): d for (i, j), (d, _r) in sims.items()})
+    cells_per = len(spec.loads) * len(spec.sizes) * (1 + spec.replications)
+    prog = _MapProgress(len(names) * cells_per, progress)
+    for k, name in enumerate(names):
+        res.unexpressed[name] = _unexpressed(
+            runnable[name].with_overrides({"run.duration_s": duration}))
+        res.maps[name] = _strategy_map(run, name, dict(table_[name][1]), Path(out_dir) / name,
+                                       prog)
+        prog.done = (k + 1) * cells_per
+        prog.show()
     if hitting:
         res.hitting = pd.DataFrame([
             {"strategy": name, "load": load,
@@ -763,6 +735,97 @@ def run_map(scenario: Scenario, out_dir: Path, spec: MapSpec, *,
                             base, load, 1.0, spec.kind, dict(table_[name][1]))), strict=True))}
             for name in names for load in spec.loads])
     return res
+
+
+def _strategy_map(run: _MapRun, name: str, strat: dict[str, Any], folder: Path,
+                  prog: _MapProgress) -> StrategyMap:
+    """One strategy's map: the fast model on every cell, then the simulator where
+    ``spec.adaptive`` asks for it (else on every cell)."""
+    spec = run.spec
+    n_l, n_s = len(spec.loads), len(spec.sizes)
+    models: dict[tuple[int, int], ModelCell] = {}
+    for i, load in enumerate(spec.loads):
+        for j, size in enumerate(spec.sizes):
+            models[(i, j)] = model_cell(cell_scenario(run.base, load, size, spec.kind, strat),
+                                        spec.detector)
+            prog.advance(1)
+    spots: _Sims = {}
+    if spec.adaptive:
+        model_ok = np.array([[models[(i, j)].recovered for j in range(n_s)]
+                             for i in range(n_l)])
+        sims, spots = _adaptive_sims(run, strat, folder, model_ok, prog)
+    else:
+        cells = [(i, j) for i in range(n_l) for j in range(n_s)]
+        sims = run.simulate(cells, strat, folder / "full", spec.replications,
+                            prog.step(len(cells) * spec.replications))
+    cells_df = _cells_frame(run, name, models, sims, spots)
+    return StrategyMap(
+        name, cells_df, _thresholds(name, cells_df, spec, run.seed),
+        model_seconds=float(sum(m.seconds for m in models.values())),
+        sim_runs=sum(len(r) for _d, r in sims.values()) + len(spots),
+        runs={(spec.loads[i], spec.sizes[j]): d for (i, j), (d, _r) in sims.items()})
+
+
+def _adaptive_sims(run: _MapRun, strat: dict[str, Any], folder: Path, model_ok: np.ndarray,
+                   prog: _MapProgress) -> tuple[_Sims, _Sims]:
+    """The adaptive plan: one spot replication where the model is unsure, then rounds of
+    full cells refined where simulation and model disagree; (simulated cells, spots)."""
+    spec = run.spec
+    n_l, n_s = len(spec.loads), len(spec.sizes)
+    cap = max(1, math.floor(spec.budget * n_l * n_s))
+    full, spot = plan_cells(model_ok, spec)
+    spot_cells = [tuple(x) for x in np.argwhere(spot)]
+    spots = run.simulate(spot_cells, strat, folder / "spot", 1, prog.step(len(spot_cells)))
+    prog.done += len(spot_cells)
+    spot_p = np.full((n_l, n_s), np.nan)
+    for (i, j), (_d, reps) in spots.items():
+        spot_p[i, j] = 0.0 if reps[0]["metastable"] else 1.0
+    sims: _Sims = {}
+    todo = full.copy()
+    for rnd in range(spec.max_rounds):
+        cells = [tuple(x) for x in np.argwhere(todo) if tuple(x) not in sims]
+        units = len(cells) * spec.replications
+        sims.update(run.simulate(cells, strat, folder / f"round{rnd + 1}", spec.replications,
+                                 prog.step(units)))
+        prog.done += units
+        simmed = np.zeros((n_l, n_s), dtype=bool)
+        p_sim = np.full((n_l, n_s), np.nan)
+        for (i, j), (_d, reps) in sims.items():
+            simmed[i, j] = True
+            p_sim[i, j] = np.mean([not r["metastable"] for r in reps])
+        todo = _refine(simmed, p_sim, model_ok, spot_p, cap)
+        if not todo.any():
+            break
+    return sims, spots
+
+
+def _cells_frame(run: _MapRun, name: str, models: dict[tuple[int, int], ModelCell],
+                 sims: _Sims, spots: _Sims) -> pd.DataFrame:
+    """One row per cell: simulated, model and spot, or model alone."""
+    spec, det = run.spec, run.spec.detector
+    warmup = run.scenario.run.warmup_s
+    rows = []
+    for i, load in enumerate(spec.loads):
+        for j, size in enumerate(spec.sizes):
+            m = models[(i, j)]
+            if (i, j) in sims:
+                d, reps = sims[(i, j)]
+                shares: list[dict[str, float | None]] | None = work_shares(
+                    d, run.triggers[j], run.duration, warmup)
+                rows.append(_cell_row(load, size, reps, shares, m, det, "simulated",
+                                      spots.get((i, j), (None, None))[1]))
+            else:
+                sp = spots.get((i, j))
+                shares = (work_shares(sp[0], run.triggers[j], run.duration, warmup)
+                          if sp else None)
+                rows.append(_cell_row(load, size, None, shares, m, det,
+                                      "model+spot" if sp else "model",
+                                      sp[1] if sp else None))
+    cells_df = pd.DataFrame(rows)
+    for col in _NUMERIC:
+        cells_df[col] = pd.to_numeric(cells_df[col], errors="coerce").astype(float)
+    cells_df.insert(0, "strategy", name)
+    return cells_df
 
 
 def _unexpressed(s: Scenario) -> tuple[str, ...]:

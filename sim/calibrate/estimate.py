@@ -205,138 +205,194 @@ def capacity_from_probe(obs: Observations, mean_service_s: float) -> dict[str, A
             "mean_service_s": svc}
 
 
+@dataclass
+class _Columns:
+    """The attempts' columns :func:`calibrate` reads, as arrays."""
+
+    send: np.ndarray
+    first: np.ndarray
+    chunk: np.ndarray
+    side: np.ndarray
+    svc: np.ndarray
+    qwait: np.ndarray
+    intake: np.ndarray
+    fcd: np.ndarray
+    worker: np.ndarray
+    completed: np.ndarray
+    has_first: np.ndarray
+    timed: np.ndarray
+
+    @classmethod
+    def of(cls, a: Any) -> _Columns:
+        """The columns of the attempts table ``a``."""
+        send, first, chunk = (a[c].to_numpy() for c in ("send_s", "first_response_s",
+                                                        "first_chunk_s"))
+        svc = a["server_service_s"].to_numpy()
+        return cls(send=send, first=first, chunk=chunk, side=a["side_effect"].to_numpy(),
+                   svc=svc, qwait=a["server_queue_wait_s"].to_numpy(),
+                   intake=a["server_intake_s"].to_numpy(),
+                   fcd=a["server_first_chunk_delay_s"].to_numpy(),
+                   worker=a["worker"].to_numpy(),
+                   completed=a["outcome"].to_numpy() == "completed",
+                   has_first=np.isfinite(first) & np.isfinite(send), timed=np.isfinite(svc))
+
+
+@dataclass
+class _Found:
+    """What :func:`calibrate` collects: the values, the keys not identified (with why), the
+    fits and the figures."""
+
+    seed: int
+    values: list[Value] = field(default_factory=list)
+    unident: list[tuple[str, str]] = field(default_factory=list)
+    fits: dict[str, Fit] = field(default_factory=dict)
+    fig: dict[str, Any] = field(default_factory=dict)
+
+
+# the keys no method observes: reported as such unless a value or a reason names them
+_UNOBSERVED = ("reasoner.queue_limit", "reasoner.queue_timeout_s", "reasoner.load_latency_k_s",
+               "reasoner.upstream_timeout_s", "reasoner.context_rate_per_s",
+               "reasoner.dedup_window_s", "network.uplink.loss", "network.downlink.loss")
+
+
 def calibrate(obs: Observations, base: Scenario | None = None, seed: int = 0) -> Calibration:
     """Identify the deployment's scenario keys from ``obs`` (see the module docstring)."""
     base = base or Scenario()
     a = obs.attempts
-    values: list[Value] = []
-    unident: list[tuple[str, str]] = []
-    fits: dict[str, Fit] = {}
-    fig: dict[str, Any] = {"attempts": len(a), "duration_s": obs.duration_s,
-                           "source": obs.source, "turns_per_s": obs.turns_per_s}
-    send, first, chunk, _end = (a[c].to_numpy() for c in ("send_s", "first_response_s",
-                                                         "first_chunk_s", "end_s"))
-    outcome = a["outcome"].to_numpy()
-    side = a["side_effect"].to_numpy()
-    svc = a["server_service_s"].to_numpy()
-    qwait = a["server_queue_wait_s"].to_numpy()
-    intake = a["server_intake_s"].to_numpy()
-    fcd = a["server_first_chunk_delay_s"].to_numpy()
-    completed = outcome == "completed"
-    has_first = np.isfinite(first) & np.isfinite(send)
-    fig["progress_share"] = float(np.mean((first < chunk - 1e-3)[completed & has_first])) \
-        if (completed & has_first).any() else math.nan
+    found = _Found(seed, fig={"attempts": len(a), "duration_s": obs.duration_s,
+                              "source": obs.source, "turns_per_s": obs.turns_per_s})
+    values, unident, fig = found.values, found.unident, found.fig
+    c = _Columns.of(a)
+    fig["progress_share"] = float(np.mean((c.first < c.chunk - 1e-3)[c.completed & c.has_first])) \
+        if (c.completed & c.has_first).any() else math.nan
 
-    timed = np.isfinite(svc)
-    if timed.any():
+    cap: dict[str, Any] | None = None
+    if c.timed.any():
         method = "server-timings"
-        src = "server per-turn timings (server_service_s) of turns without a tool call"
-        f = fit_duration("reasoning_time_s", svc[timed & ~side], seed)
-        if f:
-            fits["reasoning_time_s"] = f
-            values.append(_fit_value("reasoner.reasoning_time_s", f, src))
-        else:
-            unident.append(("reasoner.reasoning_time_s", "fewer than 10 timed turns"))
-        f = fit_duration("first_chunk_s", fcd[timed & completed & np.isfinite(fcd)], seed)
-        if f:
-            fits["first_chunk_s"] = f
-            values.append(_fit_value("reasoner.first_chunk_s", f,
-                                     "server per-turn timings (server_first_chunk_delay_s)"))
-        # tool: side-effect service = reasoning + tool (independent): moments by difference
-        s_se, s_ns = svc[timed & side], svc[timed & ~side]
-        if len(s_se) >= 10 and len(s_ns) >= 10:
-            m = float(s_se.mean() - s_ns.mean())
-            se = math.sqrt(s_se.var(ddof=1) / len(s_se) + s_ns.var(ddof=1) / len(s_ns))
-            var = float(s_se.var(ddof=1) - s_ns.var(ddof=1))
-            if m - 1.96 * se > 0:
-                cv = math.sqrt(max(var, 0.0)) / m
-                values.append(Value(
-                    "reasoner.tool_latency_s", LogNormal(m, cv).to_toml(),
-                    "side-effect turns' service minus the others' (moments; lognormal assumed)",
-                    f"mean {m:.4g} s [{m - 1.96 * se:.4g}, {m + 1.96 * se:.4g}]",
-                    f"n = {len(s_se)} / {len(s_ns)}" + (
-                        "" if var >= 0 else f"; {CLIPPED}: the variance by difference was "
-                        f"negative ({var:.3g} s^2, noise), so the tool's spread is not "
-                        "identified and a constant tool time is assumed")))
-            else:  # measured: no slower (the simulator's default would add a tool that is not)
-                values.append(Value(
-                    "reasoner.tool_latency_s", 0.0,
-                    "side-effect turns are not measurably slower than the others: 0",
-                    f"difference of means {m:.4g} s [{m - 1.96 * se:.4g}, {m + 1.96 * se:.4g}]",
-                    f"n = {len(s_se)} / {len(s_ns)}"))
-        else:
-            unident.append(("reasoner.tool_latency_s", "fewer than 10 side-effect turns timed"))
-        # the round trip: the time to the first event not spent queueing
-        ok = timed & has_first & np.isfinite(qwait)
-        pre = first[ok] - send[ok] - qwait[ok]
-        ink = np.where(np.isfinite(intake[ok]), intake[ok], 0.0)
-        pre = np.maximum(pre, ink)
-        net = pre - ink
-        down = float(np.median(net) / 2) if len(net) else 0.0
-        up = np.maximum(pre - down, 0.0)
-        fig.update(rtt_median_s=float(np.median(pre)) if len(pre) else math.nan,
-                   intake_median_s=float(np.median(ink)) if len(ink) else math.nan)
-        _network(values, unident, fits, up, down, seed,
-                 "first event − send − server queue wait (incl. server intake "
-                 f"{fig['intake_median_s'] * 1e3:.2f} ms median)")
-        # capacity: concurrency of the services, per server process
-        st = send + np.where(np.isfinite(intake), intake, 0.0) + np.where(
-            np.isfinite(qwait), qwait, 0.0)
-        thr, floor = waited_threshold_s(qwait[timed], float(svc[timed].mean()))
-        waited = np.nan_to_num(qwait[timed]) > thr
-        # the overhead is paid when a worker is taken and again when it is handed back
-        cap = capacity_from_concurrency(st[timed], st[timed] + svc[timed], waited,
-                                        a["worker"].to_numpy()[timed], jitter_s=floor)
-        cap.update(waited_threshold_s=thr, queue_overhead_s=floor)
-        fig["capacity"] = cap
-        fig["queue_wait_share"] = float(np.mean(waited))
-        fig["mean_service_s"] = float(svc[timed].mean())
+        cap = _from_server_timings(c, found)
     elif HISTOGRAMS["service"] in obs.server_histograms:
         method = "server-histograms"
-        cap = None
         _from_histograms(obs, values, unident, fig, seed)
         if len(a):
-            _client_network(a, values, unident, fits, fig, seed)
+            _client_network(a, values, unident, found.fits, fig, seed)
         else:
             unident.append(("network", "server telemetry only: the network between the callers "
                             "and the server is not seen, so [network] is the base scenario's"))
     else:
         method = "client-only"
-        cap = None
-        rtt = _client_network(a, values, unident, fits, fig, seed)
-        ok = completed & has_first & ~side & (first < chunk - 1e-3)
-        f = fit_duration("reasoning_time_s", chunk[ok] - first[ok], seed)
-        if f:
-            fits["reasoning_time_s"] = f
-            values.append(_fit_value(
-                "reasoner.reasoning_time_s", f,
-                "client: first chunk − first event (progress directive at service start) of "
-                "turns without a tool; includes the first-chunk delay"))
-            fig["mean_service_s"] = f.mean
-        else:
-            unident.append(("reasoner.reasoning_time_s",
-                            "no progress directive before the first chunk"))
-        unident.append(("reasoner.first_chunk_s", "not separable from the reasoning time "
-                        "without server timings (folded into it)"))
-        unident.append(("reasoner.tool_latency_s", "not separable without server timings"))
-        fig["rtt_median_s"] = rtt
+        _from_client(a, c, found)
     fig["method"] = method
     _capacity(obs, values, unident, fig, cap)
     offered_utilisation(fig, values, base)
     _chunks(obs, a, values, unident, fig)
-    _errors(a, values, unident, fig, timed, obs)
+    _errors(a, values, unident, fig, c.timed, obs)
     if fig.get("progress_share", 0) == fig.get("progress_share") and \
             fig["progress_share"] < 0.5:
         values.append(Value("reasoner.progress_directive", False,
                             "no progress event before the first chunk on most turns"))
     listed = {v.key for v in values} | {k for k, _ in unident}
-    for key in ("reasoner.queue_limit", "reasoner.queue_timeout_s", "reasoner.load_latency_k_s",
-                "reasoner.upstream_timeout_s", "reasoner.context_rate_per_s",
-                "reasoner.dedup_window_s", "network.uplink.loss", "network.downlink.loss"):
+    for key in _UNOBSERVED:
         if key not in listed and not (key.startswith("network.") and "network" in listed):
             unident.append((key, "not observable in these runs (simulator default kept)"))
-    return Calibration(values, unident, fits, fig, method, base,
+    return Calibration(values, unident, found.fits, fig, method, base,
                        network_from_base=method == "server-histograms" and not len(a))
+
+
+def _from_server_timings(c: _Columns, found: _Found) -> dict[str, Any]:
+    """Reasoning, first chunk, tool, network and capacity from the server's per-turn
+    timings; the capacity estimate (:func:`capacity_from_concurrency`)."""
+    values, unident, fits, fig, seed = (found.values, found.unident, found.fits, found.fig,
+                                        found.seed)
+    timed, svc, side = c.timed, c.svc, c.side
+    src = "server per-turn timings (server_service_s) of turns without a tool call"
+    f = fit_duration("reasoning_time_s", svc[timed & ~side], seed)
+    if f:
+        fits["reasoning_time_s"] = f
+        values.append(_fit_value("reasoner.reasoning_time_s", f, src))
+    else:
+        unident.append(("reasoner.reasoning_time_s", "fewer than 10 timed turns"))
+    f = fit_duration("first_chunk_s", c.fcd[timed & c.completed & np.isfinite(c.fcd)], seed)
+    if f:
+        fits["first_chunk_s"] = f
+        values.append(_fit_value("reasoner.first_chunk_s", f,
+                                 "server per-turn timings (server_first_chunk_delay_s)"))
+    _tool_latency(svc[timed & side], svc[timed & ~side], values, unident)
+    # the round trip: the time to the first event not spent queueing
+    ok = timed & c.has_first & np.isfinite(c.qwait)
+    pre = c.first[ok] - c.send[ok] - c.qwait[ok]
+    ink = np.where(np.isfinite(c.intake[ok]), c.intake[ok], 0.0)
+    pre = np.maximum(pre, ink)
+    net = pre - ink
+    down = float(np.median(net) / 2) if len(net) else 0.0
+    up = np.maximum(pre - down, 0.0)
+    fig.update(rtt_median_s=float(np.median(pre)) if len(pre) else math.nan,
+               intake_median_s=float(np.median(ink)) if len(ink) else math.nan)
+    _network(values, unident, fits, up, down, seed,
+             "first event − send − server queue wait (incl. server intake "
+             f"{fig['intake_median_s'] * 1e3:.2f} ms median)")
+    # capacity: concurrency of the services, per server process
+    st = c.send + np.where(np.isfinite(c.intake), c.intake, 0.0) + np.where(
+        np.isfinite(c.qwait), c.qwait, 0.0)
+    thr, floor = waited_threshold_s(c.qwait[timed], float(svc[timed].mean()))
+    waited = np.nan_to_num(c.qwait[timed]) > thr
+    # the overhead is paid when a worker is taken and again when it is handed back
+    cap = capacity_from_concurrency(st[timed], st[timed] + svc[timed], waited,
+                                    c.worker[timed], jitter_s=floor)
+    cap.update(waited_threshold_s=thr, queue_overhead_s=floor)
+    fig["capacity"] = cap
+    fig["queue_wait_share"] = float(np.mean(waited))
+    fig["mean_service_s"] = float(svc[timed].mean())
+    return cap
+
+
+def _tool_latency(s_se: np.ndarray, s_ns: np.ndarray, values: list[Value],
+                  unident: list[tuple[str, str]]) -> None:
+    """The tool's latency: side-effect service = reasoning + tool (independent), so its
+    moments by difference of the side-effect turns' (``s_se``) and the others' (``s_ns``)."""
+    if len(s_se) < 10 or len(s_ns) < 10:
+        unident.append(("reasoner.tool_latency_s", "fewer than 10 side-effect turns timed"))
+        return
+    m = float(s_se.mean() - s_ns.mean())
+    se = math.sqrt(s_se.var(ddof=1) / len(s_se) + s_ns.var(ddof=1) / len(s_ns))
+    var = float(s_se.var(ddof=1) - s_ns.var(ddof=1))
+    if m - 1.96 * se > 0:
+        cv = math.sqrt(max(var, 0.0)) / m
+        values.append(Value(
+            "reasoner.tool_latency_s", LogNormal(m, cv).to_toml(),
+            "side-effect turns' service minus the others' (moments; lognormal assumed)",
+            f"mean {m:.4g} s [{m - 1.96 * se:.4g}, {m + 1.96 * se:.4g}]",
+            f"n = {len(s_se)} / {len(s_ns)}" + (
+                "" if var >= 0 else f"; {CLIPPED}: the variance by difference was "
+                f"negative ({var:.3g} s^2, noise), so the tool's spread is not "
+                "identified and a constant tool time is assumed")))
+    else:  # measured: no slower (the simulator's default would add a tool that is not)
+        values.append(Value(
+            "reasoner.tool_latency_s", 0.0,
+            "side-effect turns are not measurably slower than the others: 0",
+            f"difference of means {m:.4g} s [{m - 1.96 * se:.4g}, {m + 1.96 * se:.4g}]",
+            f"n = {len(s_se)} / {len(s_ns)}"))
+
+
+def _from_client(a: Any, c: _Columns, found: _Found) -> None:
+    """Network and reasoning time from what the callers saw alone (no server timings)."""
+    values, unident, fig = found.values, found.unident, found.fig
+    rtt = _client_network(a, values, unident, found.fits, fig, found.seed)
+    ok = c.completed & c.has_first & ~c.side & (c.first < c.chunk - 1e-3)
+    f = fit_duration("reasoning_time_s", c.chunk[ok] - c.first[ok], found.seed)
+    if f:
+        found.fits["reasoning_time_s"] = f
+        values.append(_fit_value(
+            "reasoner.reasoning_time_s", f,
+            "client: first chunk − first event (progress directive at service start) of "
+            "turns without a tool; includes the first-chunk delay"))
+        fig["mean_service_s"] = f.mean
+    else:
+        unident.append(("reasoner.reasoning_time_s",
+                        "no progress directive before the first chunk"))
+    unident.append(("reasoner.first_chunk_s", "not separable from the reasoning time "
+                    "without server timings (folded into it)"))
+    unident.append(("reasoner.tool_latency_s", "not separable without server timings"))
+    fig["rtt_median_s"] = rtt
 
 
 def _from_histograms(obs: Observations, values: list[Value], unident: list[tuple[str, str]],

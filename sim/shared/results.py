@@ -6,7 +6,8 @@ with :func:`start_run` (``scenario.toml`` and ``meta.json`` with status
 its configuration, desmod style), filled by :func:`write_run` (records,
 ``summary.json``, plots, then ``meta.json`` with status ``complete``) and, if
 anything goes wrong in between, closed by :func:`finish_run` with status
-``failed`` or ``interrupted`` (see :func:`guard`).  ``results/README.md``
+``failed`` or ``interrupted``.  :class:`RunLifecycle` is that lifecycle as one object (made,
+started, guarded, finished), used by every command that writes a folder.  ``results/README.md``
 describes the layout.
 """
 
@@ -20,9 +21,11 @@ import os
 import platform
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from importlib import metadata
@@ -290,17 +293,126 @@ def finish_run(run_dir: Path, meta: dict[str, Any], status: str, error: str | No
     write_meta(run_dir, meta)
 
 
+def error_line(e: BaseException) -> str:
+    """What ``meta.json``'s ``error`` says of the exception that ended a run: its type and
+    the first line of its message (the type alone when it has none)."""
+    text = str(e)
+    return (f"{type(e).__name__}: {text}" if text else type(e).__name__).splitlines()[0]
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP reached a run guarded with ``signals=True`` (handled like Ctrl-C)."""
+
+
 @contextlib.contextmanager
-def guard(run_dir: Path, meta: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Mark the run ``interrupted`` on Ctrl-C and ``failed`` on any error, then re-raise."""
+def signals_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`Interrupted` (SIGINT raises
+    KeyboardInterrupt as always), so everything the run started is stopped and the run
+    is marked ``interrupted``.  Only in the main thread (signal handlers live there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_interrupted(signum: int, frame: Any) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        yield meta
-    except KeyboardInterrupt:
-        finish_run(run_dir, meta, "interrupted", "KeyboardInterrupt")
-        raise
-    except BaseException as e:
-        finish_run(run_dir, meta, "failed", f"{type(e).__name__}: {e}".splitlines()[0])
-        raise
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+class RunLifecycle:
+    """The lifecycle of one results folder, the same for every command that writes one.
+
+    Made by :meth:`new` (a fresh ``<UTC>-<kind>-<scenario>-s<seed>`` folder,
+    :func:`new_run_dir`) or :meth:`at` (a folder the user named, e.g. ``--out``); opened by
+    :meth:`start` (``scenario.toml`` and ``meta.json`` with status ``running`` first) or
+    given its ``meta`` to write at the end only (:meth:`keep`); guarded by :meth:`guard` (a
+    ``with`` block: Ctrl-C — and, with ``signals``, SIGTERM/SIGHUP — marks it
+    ``interrupted``, an error of the ``failures`` types marks it ``failed``, then the
+    exception goes on); closed by :meth:`finish` (final status, end time, wall time, file
+    list).  A folder without ``meta`` (a command that writes none) is only made and
+    guarded.
+    """
+
+    def __init__(self, path: str | Path, meta: dict[str, Any] | None = None) -> None:
+        self.path = Path(path)
+        self.meta = meta
+        self.status: str | None = None if meta is None else meta.get("status")
+
+    @classmethod
+    def new(cls, root: str | Path = "results", kind: str = "sim", *, scenario_name: str,
+            seed: int, now: dt.datetime | None = None) -> RunLifecycle:
+        """A new, empty folder under ``root`` (:func:`new_run_dir`)."""
+        return cls(new_run_dir(root, kind, scenario_name=scenario_name, seed=seed, now=now))
+
+    @classmethod
+    def at(cls, path: str | Path) -> RunLifecycle:
+        """The folder ``path``, created (with its parents) if it is not there."""
+        folder = cls(path)
+        folder.path.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    @classmethod
+    def new_or_at(cls, path: str | Path | None, root: str | Path, kind: str, *,
+                  scenario_name: str, seed: int) -> RunLifecycle:
+        """:meth:`at` ``path`` when one was given, else :meth:`new` under ``root``."""
+        if path is not None:
+            return cls.at(path)
+        return cls.new(root, kind, scenario_name=scenario_name, seed=seed)
+
+    def start(self, scenario: Scenario, meta: dict[str, Any]) -> RunLifecycle:
+        """Write the resolved scenario and ``meta.json`` (status ``running``) before
+        anything runs (:func:`start_run`)."""
+        self.keep(meta)
+        start_run(self.path, scenario, meta)
+        self.status = RunState.RUNNING
+        return self
+
+    def keep(self, meta: dict[str, Any]) -> RunLifecycle:
+        """Hold ``meta``, to be written by :meth:`finish` (or by the guard)."""
+        self.meta = meta
+        return self
+
+    def finish(self, status: str = RunState.COMPLETE, error: str | None = None) -> None:
+        """Stamp the final ``status`` (and ``error``) into ``meta.json`` (:func:`finish_run`)."""
+        if self.meta is None:
+            raise ValueError(f"{self.path}: no meta.json to finish")
+        finish_run(self.path, self.meta, status, error)
+        self.status = status
+
+    @property
+    def finished(self) -> bool:
+        """True once a final status was written."""
+        return self.status not in (None, RunState.RUNNING)
+
+    @contextlib.contextmanager
+    def guard(self, *, signals: bool = False,
+              failures: tuple[type[BaseException], ...] = (BaseException,)
+              ) -> Iterator[RunLifecycle]:
+        """Within the block, an interrupt (Ctrl-C; with ``signals`` SIGTERM and SIGHUP too,
+        :func:`signals_interrupt`) finishes the folder ``interrupted``, an exception of
+        ``failures`` finishes it ``failed`` (:func:`error_line`); then it is re-raised.  A
+        folder already finished, or without ``meta``, is left as it is."""
+        with signals_interrupt() if signals else contextlib.nullcontext():
+            try:
+                yield self
+            except KeyboardInterrupt as e:
+                self.abandon(e)
+                raise
+            except failures as e:
+                self.abandon(e)
+                raise
+
+    def abandon(self, e: BaseException) -> None:
+        """Finish the folder as ``e`` ended it: ``interrupted`` by an interrupt, else
+        ``failed`` (:func:`error_line`); nothing if it is finished already or has no meta."""
+        if self.meta is not None and not self.finished:
+            status = RunState.INTERRUPTED if isinstance(e, KeyboardInterrupt) else RunState.FAILED
+            self.finish(status, error_line(e))
 
 
 def concat_records(outputs: Sequence[Records], table: str) -> pd.DataFrame:

@@ -201,6 +201,26 @@ def replication_metrics(out: S.RunRecords, warmup_s: float) -> dict[str, float |
     degraded = (out.calls[S.DEGRADED].to_numpy(dtype=bool) if S.DEGRADED in out.calls
                 else np.zeros(len(out.calls), dtype=bool))
     m[S.M_DEGRADED_CALL_SHARE] = _ratio(degraded[calls_keep].sum(), calls_keep.sum())
+    _outcome_metrics(m, t_all, keep, completed, failed)
+    _latency_metrics(m, t_all, keep, completed)
+    m.update(call_metrics(out.calls, calls_keep))
+    ids = _col(t_all, S.INTERACTION_ID, keep)  # the counted turns
+    _work_metrics(m, out, ids, n)
+    _hazard_metrics(m, out, ids, keep, calls_keep, degraded, failed)
+    m.update(timeseries_metrics(out.timeseries, warmup_s, out.duration_s))
+    m.update(counter_metrics(out.counters))
+    c = out.counters
+    m.update(recovery_metrics(out.timeseries, c, warmup_s, out.duration_s))
+    m.update(queue_metrics(out.executions, warmup_s, out.duration_s,
+                           float(c.get("end_s", out.duration_s))))
+    return m
+
+
+def _outcome_metrics(m: dict[str, float | None], t_all: pd.DataFrame, keep: np.ndarray,
+                     completed: np.ndarray, failed: np.ndarray) -> None:
+    """Turn outcome shares, failures by refusal and by error code (into ``m``)."""
+    n = int(keep.sum())
+    outcome = t_all[S.OUTCOME]
     m[S.M_SUCCESS_RATE] = _ratio(completed.sum(), n)
     m[S.M_FAILED_SHARE] = _ratio(failed.sum(), n)
     m[S.M_ABANDONED_SHARE] = _ratio(_is(outcome, TurnOutcome.ABANDONED)[keep].sum(), n)
@@ -215,6 +235,13 @@ def replication_metrics(out: S.RunRecords, warmup_s: float) -> dict[str, float |
         m[S.M_FAILURE_RATE_PREFIX + code] = _ratio((_is(codes, code)[keep] & failed).sum(), n)
     m[S.M_FAILURE_RATE_PREFIX + "none"] = _ratio((codes.isna().to_numpy()[keep] & failed).sum(), n)
 
+
+def _latency_metrics(m: dict[str, float | None], t_all: pd.DataFrame, keep: np.ndarray,
+                     completed: np.ndarray) -> None:
+    """Latency percentiles of the completed turns and as the caller perceived them, attempts
+    and retries per turn (into ``m``)."""
+    n = int(keep.sum())
+    outcome = t_all[S.OUTCOME]
     ttfc_all = _col(t_all, S.TTFC_S, keep)
     comp_all = _col(t_all, S.COMPLETION_S, keep)
     ttfc = ttfc_all[completed]
@@ -236,18 +263,17 @@ def replication_metrics(out: S.RunRecords, warmup_s: float) -> dict[str, float |
         m[f"{S.M_CALLER_COMPLETION_PREFIX}p{q}"] = percentile_served(c_comp, q)
     m[S.M_ATTEMPTS_PER_TURN] = float(_col(t_all, S.ATTEMPTS, keep).mean()) if n else None
     m[S.M_RETRIES_PER_TURN] = float(_col(t_all, S.RETRIES, keep).mean()) if n else None
-    m.update(call_metrics(out.calls, calls_keep))
 
-    # attempts of the counted turns
-    ids = _col(t_all, S.INTERACTION_ID, keep)
+
+def _work_metrics(m: dict[str, float | None], out: S.RunRecords, ids: np.ndarray,
+                  n: int) -> None:
+    """The counted turns' attempt outcomes and the server work attributable to them."""
     at = out.attempts
     at_keep = np.isin(at[S.INTERACTION_ID].to_numpy(), ids)
     n_att = int(at_keep.sum())
     a_out = at[S.OUTCOME]
     for o in S.ATTEMPT_OUTCOMES:
         m[S.M_ATTEMPT_OUTCOME_PREFIX + o] = _ratio((_is(a_out, o) & at_keep).sum(), n_att)
-
-    # server work attributable to the counted turns
     ex = out.executions
     ex_keep = np.isin(ex[S.INTERACTION_ID].to_numpy(), ids)
     disp = ex[S.DISPOSITION]
@@ -264,7 +290,13 @@ def replication_metrics(out: S.RunRecords, warmup_s: float) -> dict[str, float |
     m[S.M_SPURIOUS_TIMEOUTS_PER_1K] = _ratio(1000.0 * spurious, n)
     m[S.M_SPURIOUS_TIMEOUT_SHARE] = _ratio(spurious, timed_out)
 
-    # hazards, from the witness ledger and the server's session count
+
+def _hazard_metrics(m: dict[str, float | None], out: S.RunRecords, ids: np.ndarray,
+                    keep: np.ndarray, calls_keep: np.ndarray, degraded: np.ndarray,
+                    failed: np.ndarray) -> None:
+    """The hazards, from the witness ledger and the server's session count (into ``m``)."""
+    n = int(keep.sum())
+    t_all = out.turns
     se = out.side_effects
     se_keep = np.isin(se[S.INTERACTION_ID].to_numpy(), ids)
     guids = _col(se, S.REQUEST_GUID, se_keep)
@@ -288,14 +320,6 @@ def replication_metrics(out: S.RunRecords, warmup_s: float) -> dict[str, float |
     m[S.M_GHOST_PER_1K] = _ratio(1000.0 * ghost.sum(), n)
     se_turns = int(_col(t_all, S.SIDE_EFFECT, keep).sum())
     m[S.M_SIDE_EFFECTS_PER_SE_TURN] = _ratio(len(guids), se_turns)
-
-    m.update(timeseries_metrics(out.timeseries, warmup_s, out.duration_s))
-    m.update(counter_metrics(out.counters))
-    c = out.counters
-    m.update(recovery_metrics(out.timeseries, c, warmup_s, out.duration_s))
-    m.update(queue_metrics(out.executions, warmup_s, out.duration_s,
-                           float(c.get("end_s", out.duration_s))))
-    return m
 
 
 def recovery_metrics(ts: pd.DataFrame, counters: dict[str, Any], warmup_s: float,

@@ -53,7 +53,7 @@ def test_a_binding_plugs_in_as_one_module(monkeypatch: pytest.MonkeyPatch) -> No
     assert settings.bindings == ("sse", "extra")
     ctx = ChannelContext(None, "http://127.0.0.1:1", settings, "tok", None, None)
     assert bindings.open_channel("extra", ctx) == ("channel", "tok")
-    assert made == [ctx] and ctx.ext_uri == settings.ext_uri
+    assert made == [ctx] and ctx.ext_uri == settings.live.ext_uri
 
 
 def test_settings_refuse_unknown_bindings() -> None:

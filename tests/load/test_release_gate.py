@@ -122,7 +122,7 @@ def _ours(run_dir: Path) -> list[int]:
 def test_sighup_and_sigint_interrupt_like_ctrl_c(sig: int):
     """Within a load run, SIGHUP and SIGINT raise KeyboardInterrupt (SIGTERM: the test
     below), so the run's cleanup and ``interrupted`` status follow; handlers are restored."""
-    from loadtests.loadrun.orchestrate import signals_interrupt
+    from sim.shared.results import signals_interrupt
 
     before = signal.getsignal(signal.SIGHUP)
     with python_sigint(), pytest.raises(KeyboardInterrupt), signals_interrupt():
