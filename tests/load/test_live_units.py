@@ -168,7 +168,11 @@ def test_share_draws_are_the_call_rng_a_block_at_a_time():
     from sim.scenario import from_dict
     sc = from_dict({"workload": {"turns_per_call": 3}})
     opts = LiveOptions(ext_uri=EXT)
-    call = Call("c", sc, Instance(0, sc, opts, 0.0), None, None, opts,  # type: ignore[arg-type]
+
+    class Channel:  # what a call reads of its channel before its first request
+        binding = "sse"
+
+    call = Call("c", sc, Instance(0, sc, opts, 0.0), Channel(), None, opts,  # type: ignore[arg-type]
                 np.random.default_rng(7), "p", "r")
     ref = np.random.default_rng()
     ref.bit_generator.state = call.rng.bit_generator.state
