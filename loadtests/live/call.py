@@ -60,6 +60,7 @@ from loadtests.live.wire import TIMING_COLUMNS, Event, Ids, parse_event, streami
 from sim.model.rand import sampler
 from sim.policy import RetryBudget, RetryPolicy, make_budget
 from sim.policy.codes import ErrorCode
+from sim.policy.config import TimeoutConfig
 from sim.policy.turn import AWAIT_CALLER, END, WAIT, Action, CallMachine, TurnMachine, TurnRules
 from sim.scenario import Scenario
 from sim.shared.vocab import AttemptOutcome as A
@@ -75,7 +76,8 @@ NAN = float("nan")
 TEXT = "what is my balance"
 UNIFORM_BLOCK = 64  # share draws per numpy call (Call._uniform)
 # the Reasoner's per-turn timings (docs/load.md): empty until a stream-end event carries them
-_NO_TIMING: dict[str, None] = dict.fromkeys(column for _, column in TIMING_COLUMNS)
+_TIMING_NAMES = tuple(column for _, column in TIMING_COLUMNS)
+_NO_TIMING: dict[str, None] = dict.fromkeys(_TIMING_NAMES)
 
 
 COPY_FIRST_WAIT_S = 5.0  # the longest an original waits for its copy to be sent first
@@ -199,13 +201,6 @@ _BASE = uuid.uuid4().hex[:12]  # unique per process; ids are this plus a counter
 _COUNTER = itertools.count()
 
 
-def _timing_of(row: dict[str, Any] | None) -> dict[str, Any]:
-    """The server timing columns of the attempt that ended a turn (empty if none)."""
-    if row is None:
-        return _NO_TIMING
-    return {column: row.get(column) for _, column in TIMING_COLUMNS}
-
-
 def _id(prefix: str) -> str:
     """A fresh identifier, unique across processes and runs."""
     return f"{prefix}-{_BASE}{next(_COUNTER):x}"
@@ -243,6 +238,28 @@ class _Result:
     retry_after_ms: float | None = None
     first_chunk_s: float = NAN
     timeout: bool = False
+
+
+class _Read:
+    """One exchange's reading (shared by :meth:`Call._exchange` and the steps it calls): its
+    deadlines, reorder buffer and event rows, and how its stream ended."""
+
+    __slots__ = ("barge_at", "end_ev", "ev_rows", "failure", "got_output", "hard_deadline",
+                 "outcome", "pb", "resp_deadline", "seq_rows", "total_deadline")
+
+    def __init__(self, send_s: float, to: TimeoutConfig, hard_timeout_s: float,
+                 pb: Playback) -> None:
+        self.resp_deadline = send_s + to.turn_response_s if to.turn_response_s > 0 else math.inf
+        self.total_deadline = send_s + to.turn_total_s if to.turn_total_s > 0 else math.inf
+        self.hard_deadline = send_s + hard_timeout_s
+        self.pb = pb
+        self.ev_rows: list[dict[str, Any]] = []
+        self.seq_rows: list[dict[str, Any]] = []  # sequenced events, in arrival order
+        self.got_output = False  # a directive, chunk or end state came (errors.md §5)
+        self.barge_at = math.inf  # when the caller barges in (main attempt, once it played)
+        self.end_ev: Event | None = None  # the event that ended the stream
+        self.outcome: str = A.RESPONSE_LOST  # unless an end state or a timer says otherwise
+        self.failure: str | None = None  # why the request failed (its Locust stats row)
 
 
 class Call:
@@ -285,6 +302,7 @@ class Call:
         self.turn_ids_minted = 0
         self.per_call_turn_ids = scenario.load.turn_ids == "per_call"
         self.arrival_s = time.time()
+        self._templates()
 
     @staticmethod
     def _new_guid() -> str:
@@ -385,31 +403,72 @@ class Call:
         return t.outcome  # type: ignore[return-value]  # _end_turn set the outcome
 
     def _end_turn(self, t: _Turn, end_s: float) -> None:
-        ttfc, _ = t.timings(end_s)
+        timings = t.timings(end_s)
+        ttfc = timings[0]
         if not math.isnan(ttfc):
             self.stats("TTFC", self.ch.binding, ttfc * 1000.0, True)
         self.stats("TURN", self.ch.binding, (end_s - t.start_s) * 1000.0,
                    t.outcome == TurnOutcome.COMPLETED)
-        self._write_turn(t, end_s)
+        self._write_turn(t, end_s, timings)
 
-    def _write_turn(self, t: _Turn, end_s: float | None) -> None:
-        """The turn's ledger row, once: ended at ``end_s``, or unfinished (None)."""
-        ttfc, completion = t.timings(NAN if end_s is None else end_s)
-        self.sink.turn({
-            "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
-            "call_id": self.call_id, "turn_index": t.index, "interaction_id": t.interaction_id,
-            "turn_id": t.turn_id, "live_instance": self.inst.index,
-            "side_effect": t.side_sent, "side_effect_planned": t.side_effect,
-            "handoff": t.handoff, "input_required": t.input_required, "start_s": t.start_s,
-            "end_s": end_s, "outcome": t.outcome, "end_reason": t.reason, "error_code": t.code,
-            "attempts": t.attempts, "retries": t.attempts - t.first_sends,
-            "ttfc_s": None if math.isnan(ttfc) else ttfc,
-            "completion_s": None if math.isnan(completion) else completion,
-            "handoff_wait_s": t.handoff_wait_s,
-            "told_caller": _TOLD.get(t.outcome, Told.NONE),  # type: ignore[arg-type]  # None (no outcome yet) is no key: Told.NONE
-            "forced_error": t.force_error,
-            **(_NO_TIMING if end_s is None else _timing_of(t.last_row))})
+    def _write_turn(self, t: _Turn, end_s: float | None,
+                    timings: tuple[float, float] | None = None) -> None:
+        """The turn's ledger row, once: ended at ``end_s``, or unfinished (None); ``timings``:
+        ``t.timings(end_s)`` if the caller has it already."""
+        ttfc, completion = timings or t.timings(NAN if end_s is None else end_s)
+        row = self._turn_base.copy()
+        row["turn_index"] = t.index
+        row["interaction_id"] = t.interaction_id
+        row["turn_id"] = t.turn_id
+        row["side_effect"] = t.side_sent
+        row["side_effect_planned"] = t.side_effect
+        row["handoff"] = t.handoff
+        row["input_required"] = t.input_required
+        row["start_s"] = t.start_s
+        row["end_s"] = end_s
+        row["outcome"] = t.outcome
+        row["end_reason"] = t.reason
+        row["error_code"] = t.code
+        row["attempts"] = t.attempts
+        row["retries"] = t.attempts - t.first_sends
+        row["ttfc_s"] = None if math.isnan(ttfc) else ttfc
+        row["completion_s"] = None if math.isnan(completion) else completion
+        row["handoff_wait_s"] = t.handoff_wait_s
+        row["told_caller"] = _TOLD.get(t.outcome, Told.NONE)  # type: ignore[arg-type]  # None (no outcome yet) is no key: Told.NONE
+        row["forced_error"] = t.force_error
+        last = t.last_row
+        if end_s is not None and last is not None:  # the timings of the attempt that ended it
+            for column in _TIMING_NAMES:
+                row[column] = last.get(column)
+        self.sink.turn(row)
         self._turn = None
+
+    def _templates(self) -> None:
+        """The call's row templates: every column of an attempts row and a turns row
+        (docs/ledger.md), in their order, with the cells that are the same on every row of
+        the call; a row is a copy with its own cells set (one dict copy: cheaper than
+        building all of its entries per row)."""
+        call = {"run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
+                "call_id": self.call_id}
+        self._attempt_base: dict[str, Any] = {
+            **call, "turn_index": None, "interaction_id": None, "turn_id": None,
+            "task_id": None, "phase": None, "attempt": None, "request_guid": None,
+            "context_id": None, "context_id_learned": None, "task_id_answered": None,
+            "injected": "", "side_effect": False, "handoff": False,
+            "live_instance": self.inst.index, "delay_before_s": 0.0, "send_s": None,
+            "first_response_s": None, "first_chunk_s": None, "end_s": None,
+            "outcome": A.UNFINISHED, "state": None, "error_code": None, "retry_after_ms": None,
+            "decision": None, "echo": False, "events": 0, "events_without_seq": 0,
+            "order_violations": 0, "http_status": None, "server_worker": None,
+            "active": True, "forced_error": None, "side_effect_reported": None, **_NO_TIMING}
+        self._turn_base: dict[str, Any] = {
+            **call, "turn_index": None, "interaction_id": None, "turn_id": None,
+            "live_instance": self.inst.index, "side_effect": False,
+            "side_effect_planned": False, "handoff": False, "input_required": False,
+            "start_s": None, "end_s": None, "outcome": None, "end_reason": None,
+            "error_code": None, "attempts": 0, "retries": 0, "ttfc_s": None,
+            "completion_s": None, "handoff_wait_s": 0.0, "told_caller": None,
+            "forced_error": None, **_NO_TIMING}
 
     def _flush_unfinished(self) -> None:
         """Record the attempt and turn still open when the run was stopped."""
@@ -498,20 +557,25 @@ class Call:
 
     def _attempt_row(self, t: _Turn, ids: Ids, injected: str, side: bool,
                      delay_before: float) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
-            "call_id": self.call_id, "turn_index": t.index, "interaction_id": t.interaction_id,
-            "turn_id": ids.turn_id, "task_id": ids.task_id, "phase": t.phase_name,
-            "attempt": t.phase_attempts, "request_guid": ids.request_guid,
-            "context_id": ids.context_id, "context_id_learned": None, "task_id_answered": None,
-            "injected": injected,
-            "side_effect": side, "handoff": t.handoff, "live_instance": self.inst.index,
-            "delay_before_s": delay_before, "send_s": time.time(), "first_response_s": None,
-            "first_chunk_s": None, "end_s": None, "outcome": A.UNFINISHED, "state": None,
-            "error_code": None, "retry_after_ms": None, "decision": None,
-            "echo": False, "events": 0, "events_without_seq": 0, "order_violations": 0,
-            "http_status": None, "server_worker": None, "active": self.active,
-            "forced_error": t.force_error, "side_effect_reported": None, **_NO_TIMING}
+        """A new attempts row: the call's template (:meth:`_templates`) with this attempt's
+        own cells."""
+        row = self._attempt_base.copy()
+        row["turn_index"] = t.index
+        row["interaction_id"] = t.interaction_id
+        row["turn_id"] = ids.turn_id
+        row["task_id"] = ids.task_id
+        row["phase"] = t.phase_name
+        row["attempt"] = t.phase_attempts
+        row["request_guid"] = ids.request_guid
+        row["context_id"] = ids.context_id
+        row["injected"] = injected
+        row["side_effect"] = side
+        row["handoff"] = t.handoff
+        row["delay_before_s"] = delay_before
+        row["send_s"] = time.time()
+        row["active"] = self.active
+        row["forced_error"] = t.force_error
+        return row
 
     def _spawn_copy(self, t: _Turn, ids: Ids, body: bytes, injected: str, side: bool,
                     rpc_id: str | None = None, sent: gevent.event.Event | None = None) -> None:
@@ -541,135 +605,155 @@ class Call:
     def _exchange(self, t: _Turn, ids: Ids, rpc_id: str, body: bytes, row: dict[str, Any],
                   main: bool, sent: gevent.event.Event | None = None) -> _Result:
         """Send ``body`` and read its stream into ``row`` and the events ledger."""
-        to = self.sc.live.timeouts
         send_s = row["send_s"] = time.time()
-        resp_deadline = send_s + to.turn_response_s if to.turn_response_s > 0 else math.inf
-        total_deadline = send_s + to.turn_total_s if to.turn_total_s > 0 else math.inf
-        hard_deadline = send_s + self.opts.hard_timeout_s
-        pb = Playback(self.opts.reorder, self.opts.hold_s,
-                      t.next_seq if t.phase else None)
-        copy_no = t.sends.get(ids.request_guid, 0)
-        t.sends[ids.request_guid] = copy_no + 1
-        key = f"{ids.request_guid}#{copy_no}"
-        got_output = False
-        barge_at = math.inf
-        end_ev: Event | None = None
-        failure: str | None = None
-        outcome = A.RESPONSE_LOST
+        st = _Read(send_s, self.sc.live.timeouts, self.opts.hard_timeout_s,
+                   Playback(self.opts.reorder, self.opts.hold_s, t.next_seq if t.phase else None))
+        guid = ids.request_guid
+        copy_no = t.sends.get(guid, 0)
+        t.sends[guid] = copy_no + 1
         ex: Exchange | None = None
         deadline: _Deadline | None = None
-        ev_rows: list[dict[str, Any]] = []
-        seq_rows: list[dict[str, Any]] = []  # sequenced events, in arrival order
-        n_events = n_without_seq = 0  # counted locally, written to the row in ``finally``
-        ext_uri, call_id, guid = self.opts.ext_uri, self.call_id, ids.request_guid
+        try:
+            try:
+                deadline = _Deadline(min(st.resp_deadline, st.total_deadline, st.hard_deadline),
+                                     send_s)
+                ex = self.ch.send(rpc_id, body, self.active)
+                self._answered(ex, row, main, sent)
+                self._read(t, ex, deadline, st, row, f"{guid}#{copy_no}", main)
+            except _Expired:
+                self._expired(t, st, row)
+            except StreamBroken as e:
+                st.outcome, st.failure = A.RESPONSE_LOST, str(e)
+        finally:
+            if deadline is not None:
+                deadline.close()
+            if ex is not None:
+                ex.close(st.failure)
+        return self._settle(t, st, row, main)
+
+    def _answered(self, ex: Exchange, row: dict[str, Any], main: bool,
+                  sent: gevent.event.Event | None) -> None:
+        """The request is out and answered (SSE: its answer has started): what the answer's
+        start tells (status, worker, the extension's echo: the negotiation)."""
+        if sent is not None:
+            sent.set()
+        row["http_status"], row["server_worker"] = ex.http_status, ex.worker
+        row["echo"] = ex.echo
+        if main and self.active and not self.negotiated and ex.http_status == 200:
+            self.negotiated = True  # the first real answer settles the negotiation
+            if not ex.echo:
+                self._degrade()  # no A2A-Extensions echo: core A2A from now on
+
+    def _read(self, t: _Turn, ex: Exchange, deadline: _Deadline, st: _Read, row: dict[str, Any],
+              key: str, main: bool) -> None:
+        """Read ``ex``'s events up to its end state, or until the stream ends (raises what the
+        stream and the timer raise): an events row each, played in ``sequenceId`` order, the
+        first response, the contextId and taskId they carry, the barge-in moment.  The hot
+        loop: locals only, written to ``st`` and ``row`` once, when reading stops."""
+        pb, ev_rows, seq_rows = st.pb, st.ev_rows, st.seq_rows
+        resp_deadline, total_deadline, hard_deadline = (st.resp_deadline, st.total_deadline,
+                                                        st.hard_deadline)
+        armed = limit = deadline.at
+        got_output = False
+        barge_at = inf = math.inf
+        n_without_seq = 0
+        ext_uri, call_id, guid = self.opts.ext_uri, self.call_id, row["request_guid"]
         learn_task = main and t.task_id is None
         watch_barge = main and t.barge_in_s is not None
         last_ctx: str | None = None  # the contextId already taken into account
         answered_task: str | None = None  # the first taskId this send's events carried
-        _time, _parse, push = time.time, parse_event, pb.push
+        _time, _parse, _isnan, push, next_frame = (time.time, parse_event, math.isnan, pb.push,
+                                                   ex.next_frame)
         try:
-            try:
-                armed = limit = min(resp_deadline, total_deadline, hard_deadline)
-                deadline = _Deadline(limit, send_s)
-                ex = self.ch.send(rpc_id, body, self.active)
-                if sent is not None:  # the request is out (SSE: its answer has started)
-                    sent.set()
-                row["http_status"], row["server_worker"] = ex.http_status, ex.worker
-                row["echo"] = ex.echo
-                if main and self.active and not self.negotiated and ex.http_status == 200:
-                    self.negotiated = True  # the first real answer settles the negotiation
-                    if not ex.echo:
-                        self._degrade()  # no A2A-Extensions echo: core A2A from now on
-                next_frame = ex.next_frame
-                while True:
-                    if limit != armed:  # the attempt's deadline moved
-                        deadline.move(limit)
-                        armed = limit
-                    frame = next_frame()
-                    now = _time()
-                    if frame is None:
-                        outcome = A.RESPONSE_LOST
-                        failure = "stream ended without an end state"
-                        break
-                    ev = _parse(frame, ext_uri)
-                    n_events += 1
-                    kind = ev.kind
-                    ctx = ev.context_id
-                    if ctx and ctx != last_ctx:
-                        last_ctx = ctx
-                        if row["context_id_learned"] is None:
-                            row["context_id_learned"] = ctx
-                        self.contexts_seen.add(ctx)
-                        if main and self.context_id is None:
-                            self.context_id = ctx
-                    if answered_task is None and ev.task_id:
-                        answered_task = row["task_id_answered"] = ev.task_id
-                    if learn_task and ev.task_id:  # Task event or any later
-                        t.task_id = ev.task_id
-                        row["task_id_learned"] = ev.task_id
+            while True:
+                if limit != armed:  # the attempt's deadline moved
+                    deadline.move(limit)
+                    armed = limit
+                frame = next_frame()
+                now = _time()
+                if frame is None:
+                    st.failure = "stream ended without an end state"
+                    return
+                ev = _parse(frame, ext_uri)
+                ctx = ev.context_id
+                if ctx and ctx != last_ctx:
+                    last_ctx = ctx
+                    if row["context_id_learned"] is None:
+                        row["context_id_learned"] = ctx
+                    self.contexts_seen.add(ctx)
+                    if main and self.context_id is None:
+                        self.context_id = ctx
+                if answered_task is None and ev.task_id:  # the first event with a taskId
+                    answered_task = row["task_id_answered"] = ev.task_id
+                    if learn_task:  # the Task event, or any later one
+                        t.task_id = row["task_id_learned"] = ev.task_id
                         learn_task = False
-                    if not got_output and ev.is_output:
-                        got_output = True
-                        row["first_response_s"] = now
-                        limit = min(total_deadline, hard_deadline, barge_at)
-                    seq = ev.sequence_id
-                    evrow = {"request_guid": guid, "attempt_key": key, "call_id": call_id,
-                             "recv_s": now, "kind": kind, "state": ev.state,
-                             "sequence_id": seq, "played_index": None}
-                    ev_rows.append(evrow)
-                    if seq is None:
-                        if kind != "task" and kind != "error":
-                            n_without_seq += 1
-                        if kind == "artifact" and math.isnan(pb.first_chunk_s):
-                            pb.first_chunk_s = now
-                    else:
-                        seq_rows.append(evrow)
-                        for n, idx in push(seq, kind == "artifact", now):
-                            seq_rows[n]["played_index"] = idx
-                    if (watch_barge and barge_at == math.inf
-                            and not math.isnan(pb.first_chunk_s)):
-                        barge_at = pb.first_chunk_s + cast("float", t.barge_in_s)  # watch_barge
-                        limit = min(total_deadline, hard_deadline, barge_at,
-                                    math.inf if got_output else resp_deadline)
-                    if ev.ends_stream:
-                        end_ev = ev
-                        break
-            except _Expired:
-                now = time.time()
-                if barge_at <= now:
-                    outcome = A.CANCELLED
-                    if t.task_id:  # the answer says whether the side effect ran
-                        row["side_effect_reported"] = self.ch.cancel(_id("r"), t.task_id,  # type: ignore[arg-type]  # a str on the wire (TurnRules: Hashable)
-                                                                     self.active)
-                elif not got_output and resp_deadline <= now:
-                    outcome, failure = A.TIMEOUT, "turn-response timeout"
-                elif total_deadline <= now:
-                    outcome, failure = A.TOTAL_TIMEOUT, "turn total timeout"
+                if not got_output and ev.is_output:
+                    got_output = True
+                    row["first_response_s"] = now
+                    limit = min(total_deadline, hard_deadline, barge_at)
+                seq = ev.sequence_id
+                kind = ev.kind
+                evrow = {"request_guid": guid, "attempt_key": key, "call_id": call_id,
+                         "recv_s": now, "kind": kind, "state": ev.state,
+                         "sequence_id": seq, "played_index": None}
+                ev_rows.append(evrow)
+                if seq is None:
+                    if kind != "task" and kind != "error":
+                        n_without_seq += 1
+                    if kind == "artifact" and _isnan(pb.first_chunk_s):
+                        pb.first_chunk_s = now
                 else:
-                    outcome, failure = A.TIMEOUT, "hard timeout"
-            except StreamBroken as e:
-                outcome, failure = A.RESPONSE_LOST, str(e)
+                    seq_rows.append(evrow)
+                    for n, idx in push(seq, kind == "artifact", now):
+                        seq_rows[n]["played_index"] = idx
+                if watch_barge and barge_at == inf and not _isnan(pb.first_chunk_s):
+                    barge_at = pb.first_chunk_s + cast("float", t.barge_in_s)  # watch_barge
+                    limit = min(total_deadline, hard_deadline, barge_at,
+                                inf if got_output else resp_deadline)
+                if ev.ends_stream:
+                    st.end_ev = ev
+                    return
         finally:
-            row["events"] += n_events
+            row["events"] += len(ev_rows)
             row["events_without_seq"] += n_without_seq
-            if deadline is not None:
-                deadline.close()
-            if ex is not None:
-                ex.close(failure)
+            st.got_output, st.barge_at = got_output, barge_at
+
+    def _expired(self, t: _Turn, st: _Read, row: dict[str, Any]) -> None:
+        """The attempt's timer fired: barge-in (CancelTask), or which timeout it was."""
+        now = time.time()
+        if st.barge_at <= now:
+            st.outcome = A.CANCELLED
+            if t.task_id:  # the answer says whether the side effect ran
+                row["side_effect_reported"] = self.ch.cancel(_id("r"), t.task_id,  # type: ignore[arg-type]  # a str on the wire (TurnRules: Hashable)
+                                                             self.active)
+        elif not st.got_output and st.resp_deadline <= now:
+            st.outcome, st.failure = A.TIMEOUT, "turn-response timeout"
+        elif st.total_deadline <= now:
+            st.outcome, st.failure = A.TOTAL_TIMEOUT, "turn total timeout"
+        else:
+            st.outcome, st.failure = A.TIMEOUT, "hard timeout"
+
+    def _settle(self, t: _Turn, st: _Read, row: dict[str, Any], main: bool) -> _Result:
+        """The attempt once its stream stopped: what the reorder buffer still held played,
+        the continuation's first sequenceId, the row's end cells, the events rows written."""
+        pb = st.pb
         end_s = time.time()
+        seq_rows = st.seq_rows
         for n, idx in pb.finish(end_s):
             seq_rows[n]["played_index"] = idx
         if main and not t.phase and math.isfinite(pb.last_played):
             t.next_seq = pb.last_played + 1
-        res = _Result(outcome, end_s, first_chunk_s=pb.first_chunk_s,
-                      timeout=outcome in _TIMEOUTS)
+        res = _Result(st.outcome, end_s, first_chunk_s=pb.first_chunk_s,
+                      timeout=st.outcome in _TIMEOUTS)
+        end_ev = st.end_ev
         if end_ev is not None:
             if end_ev.timing:
                 row.update(end_ev.timing)
             res.state = end_ev.state
-            st = end_ev.state
+            st_ = end_ev.state
             row["side_effect_reported"] = end_ev.side_effect
-            res.outcome = _END_STATES.get(st, A.FAILED)  # type: ignore[arg-type]  # a missing state maps to FAILED
+            res.outcome = _END_STATES.get(st_, A.FAILED)  # type: ignore[arg-type]  # a missing state maps to FAILED
             if res.outcome == A.FAILED:
                 res.code = end_ev.error_code or "internal"
                 res.retry_after_ms = end_ev.retry_after_ms
@@ -681,6 +765,5 @@ class Call:
         row["retry_after_ms"] = res.retry_after_ms
         row["first_chunk_s"] = None if math.isnan(pb.first_chunk_s) else pb.first_chunk_s
         row["order_violations"] = pb.order_violations
-        self.sink.events(ev_rows)
+        self.sink.events(st.ev_rows)
         return res
-

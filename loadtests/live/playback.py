@@ -50,7 +50,7 @@ class Playback:
     def push(self, seq: float, is_chunk: bool, now_s: float) -> list[tuple[int, int]]:
         """An event arrived; return ``(arrival index, play index)`` of every event played now."""
         n = self._n
-        self._n += 1
+        self._n = n + 1
         if not self.reorder:
             if seq < self.last_played:
                 self.order_violations += 1
@@ -61,9 +61,16 @@ class Playback:
         if n == 0:
             self._first_arrival_s = now_s
         if not self._heap and (seq <= 0 if nxt is None else seq <= nxt):
-            # in order with nothing held (the common case): what _release would do at once
+            # in order with nothing held (the common case): what _release would do at once,
+            # and _play inlined (every sequenced event of a stream comes here)
             self._next = seq + 1
-            return [self._play(n, seq, is_chunk, now_s)]
+            if seq > self.last_played:
+                self.last_played = seq
+            played = self.played
+            self.played = played + 1
+            if is_chunk and self.first_chunk_s != self.first_chunk_s:  # NaN: no chunk yet
+                self.first_chunk_s = now_s
+            return [(n, played)]
         heapq.heappush(self._heap, (seq, n, is_chunk, now_s))
         return self._release(now_s, end=False)
 

@@ -86,8 +86,7 @@ class RestChannel(SseChannel):
 
     def send(self, rpc_id: str, body: bytes, active: bool) -> RestExchange:
         """Start one streaming request (``body``: the JSON-RPC request the Live layer built)."""
-        return RestExchange(self.client, rest_body(body),
-                            headers(self.ext_uri, self.token, active), self.ext_uri)
+        return RestExchange(self.client, rest_body(body), self._headers[active], self.ext_uri)
 
     def cancel(self, rpc_id: str, task_id: str, active: bool) -> str | None:
         """``POST /tasks/{id}:cancel`` (best effort); the ``rta/sideEffect`` its Task reports,

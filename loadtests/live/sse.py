@@ -23,12 +23,13 @@ from loadtests.live.call import StreamBroken
 from loadtests.live.wire import (
     cancel_answer_side_effect,
     cancel_request,
+    decode_frame,
     headers,
     http_error_frame,
 )
 
 REQUEST_NAME = "SendStreamingMessage"
-_DECODE = json.JSONDecoder().decode  # str in: no per-event encoding detection of bytes
+JSON_WS = b" \t\r\n"  # JSON's whitespace: what json.loads ignores around a value
 WORKER_HEADER = "x-rta-worker"
 
 
@@ -50,7 +51,9 @@ class SseExchange:
         self._failed: str | None = None
         r = self._r
         self.http_status: int | None = r.status_code or None
-        h = r.headers or {}
+        h = r.headers  # a Headers (never tested for truth: its len() walks every field)
+        if h is None:
+            h = {}
         self.worker: str | None = h.get(WORKER_HEADER)
         self.echo = ext_uri in (h.get("a2a-extensions") or "")
         self._raw: Any = getattr(r, "_response", None)  # geventhttpclient's raw response
@@ -70,21 +73,13 @@ class SseExchange:
             self._refused = http_error_frame(self.http_status, body, h, ext_uri)
         self._json = self.http_status != 200 or "event-stream" not in (
             h.get("content-type") or "")
+        self._plain = self._json or self._refused is not None  # not an event stream
 
     def next_frame(self) -> dict[str, Any] | None:
         """The next JSON-RPC object of the stream, or None at its end (raises StreamBroken)."""
+        if self._plain:
+            return self._answer()
         raw = self._raw
-        if self._refused is not None:  # one error frame, then the end
-            frame, self._refused, self._json = self._refused, None, False
-            return frame
-        if self._json:  # a plain JSON answer (401, JSON-RPC error): one frame
-            self._json = False
-            try:
-                body = raw.read()
-                obj = json.loads(body) if body else None
-            except Exception as e:
-                raise StreamBroken(f"unreadable answer: {e}") from None
-            return obj if obj is None or self._frame is None else self._frame(obj)
         while True:
             try:
                 line = raw.readline(b"\n")
@@ -93,18 +88,35 @@ class SseExchange:
             if not line:
                 return None
             if line.startswith(b"data:"):
-                try:
-                    obj = _DECODE(line[5:].decode())
+                try:  # json.loads of the field's value, in one scan of the common case
+                    obj = decode_frame(line[5:].strip(JSON_WS).decode())
                 except ValueError as e:
                     raise StreamBroken(f"bad event: {e}") from None
                 return obj if self._frame is None else self._frame(obj)
+
+    def _answer(self) -> dict[str, Any] | None:
+        """:meth:`next_frame` of an answer that is no event stream: a refused request's one
+        error frame, or a plain JSON answer (401, JSON-RPC error) as one frame; then the end."""
+        if self._refused is not None:  # one error frame, then the end
+            frame, self._refused, self._json = self._refused, None, False
+            return frame
+        if self._json:
+            self._json = False
+            try:
+                body = self._raw.read()
+                obj = json.loads(body) if body else None
+            except Exception as e:
+                raise StreamBroken(f"unreadable answer: {e}") from None
+            return obj if obj is None or self._frame is None else self._frame(obj)
+        self._plain = False  # read what the raw stream still has (nothing: its end)
+        return self.next_frame()
 
     def close(self, failure: str | None = None) -> None:
         """Report the request (failure text if any) and release its connection."""
         if self._done:
             return
         self._done = True
-        raw = getattr(self._r, "_response", None)
+        raw = self._raw
         if raw is not None and (failure or not raw.message_complete):
             pool, sock = getattr(raw, "_pool", None), getattr(raw, "_sock", None)
             if pool is not None and sock is not None:
@@ -127,6 +139,8 @@ class SseChannel:
         self.client = client
         self.ext_uri = ext_uri
         self.token = token
+        # a streaming request's headers, profile asked for or not (the client copies them)
+        self._headers = {a: headers(ext_uri, token, a) for a in (True, False)}
 
     def open(self, negotiation_s: float) -> bool | None:
         """No upgrade on this binding: the first request's echo decides (None = not yet)."""
@@ -134,8 +148,7 @@ class SseChannel:
 
     def send(self, rpc_id: str, body: bytes, active: bool) -> SseExchange:
         """Start one streaming request."""
-        return SseExchange(self.client, body, headers(self.ext_uri, self.token, active),
-                           self.ext_uri)
+        return SseExchange(self.client, body, self._headers[active], self.ext_uri)
 
     def cancel(self, rpc_id: str, task_id: str, active: bool) -> str | None:
         """``CancelTask`` (best effort); the ``rta/sideEffect`` its answer reports, if any."""

@@ -241,7 +241,10 @@ def read_timing(meta: dict[str, Any], ext_uri: str) -> dict[str, float] | None:
         keys = _TIMING_KEYS[ext_uri] = tuple((f"{ext_uri}/{k}", c) for k, c in TIMING_COLUMNS)
     out = None
     for key, column in keys:
-        v = _num(meta.get(key))
+        v = meta.get(key)
+        if v is None:  # not sent (the common case of a server without timings)
+            continue
+        v = _num(v)
         if v is not None and v >= 0.0:
             if out is None:
                 out = {}
@@ -364,6 +367,9 @@ def _keys(ext_uri: str) -> tuple[str, str, str, str]:
     return keys
 
 
+_NO_STATUS: Final[dict[str, Any]] = {}  # an event without a status (read, never written)
+
+
 def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
     """The :class:`Event` of one JSON-RPC response object."""
     seq_key, type_key, code_key, retry_key = _KEYS.get(ext_uri) or _keys(ext_uri)
@@ -393,7 +399,7 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
         if type(seq) is not float:
             seq = _num(seq)
         directive = meta.get(type_key) == "directive"
-    status = body.get("status") or {}
+    status = body.get("status") or _NO_STATUS
     state = status.get("state") if isinstance(status, dict) else None
     ev = Event(kind, state, seq, body.get("id" if name == "task" else "taskId"),
                body.get("contextId"), None, None, directive)

@@ -168,7 +168,11 @@ def test_share_draws_are_the_call_rng_a_block_at_a_time():
     from sim.scenario import from_dict
     sc = from_dict({"workload": {"turns_per_call": 3}})
     opts = LiveOptions(ext_uri=EXT)
-    call = Call("c", sc, Instance(0, sc, opts, 0.0), None, None, opts,  # type: ignore[arg-type]
+
+    class Channel:  # what a call reads of its channel before its first request
+        binding = "sse"
+
+    call = Call("c", sc, Instance(0, sc, opts, 0.0), Channel(), None, opts,  # type: ignore[arg-type]
                 np.random.default_rng(7), "p", "r")
     ref = np.random.default_rng()
     ref.bit_generator.state = call.rng.bit_generator.state
@@ -242,3 +246,102 @@ def test_a_continuation_asked_for_input_again_prompts_the_caller_again(monkeypat
     assert phases == [0, 1, 1, 1]  # the first request, then a continuation per prompt
     (row,) = sink.turns
     assert row["outcome"] == "completed" and row["input_required"] is True
+
+
+class _Raw:
+    """A geventhttpclient response body: ``readline(b"\\n")`` over fixed bytes."""
+
+    def __init__(self, body: bytes) -> None:
+        self.lines = body.splitlines(keepends=True)
+        self.message_complete = False
+        self._pool = self._sock = None
+
+    def readline(self, sep: bytes) -> bytes:
+        if not self.lines:
+            self.message_complete = True
+            return b""
+        return self.lines.pop(0)
+
+
+class _Answer:
+    """What ``FastHttpSession.post(..., stream=True, catch_response=True)`` gives the reader."""
+
+    def __init__(self, body: bytes) -> None:
+        self._response = _Raw(body)
+        self.status_code = 200
+        self.headers = {"content-type": "text/event-stream", "a2a-extensions": EXT}
+        self.request_meta: dict = {}
+        self.error = None
+        self.result: object = None
+
+    def __enter__(self) -> _Answer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def success(self) -> None:
+        self.result = True
+
+    def failure(self, why: object) -> None:
+        self.result = why
+
+
+class _Client:
+    """A Locust HTTP client answering every POST with the next of ``bodies``."""
+
+    def __init__(self, bodies: list[bytes]) -> None:
+        self.bodies = bodies
+
+    def post(self, path: str, **kw: object) -> _Answer:
+        return _Answer(self.bodies.pop(0) if len(self.bodies) > 1 else self.bodies[0])
+
+
+def test_the_sse_reader_decodes_an_event_as_json_loads_does():
+    """The reader's one-scan decode reads every ``data:`` value json.loads reads (spaces,
+    CRLF) and refuses what it refuses (trailing garbage, bad JSON) as a broken stream."""
+    import pytest
+
+    from loadtests.live.call import StreamBroken
+    from loadtests.live.sse import SseChannel
+    frame = {"jsonrpc": "2.0", "id": "r", "result": {"task": {"id": "t", "status": {}}}}
+    text = json.dumps(frame).encode()
+    body = (b"data: " + text + b"\n\n" + b"data:" + text + b"\r\n\r\n" + b"data: \t" + text
+            + b" \r\n" + b": comment\nevent: x\ndata: 17\n")
+    ex = SseChannel(_Client([body]), EXT, None).send("r", b"{}", True)
+    assert [ex.next_frame() for _ in range(4)] == [frame, frame, frame, 17]
+    assert ex.next_frame() is None
+    for bad in (b"data: " + text + b" x\n", b"data: {\"a\":\n", b"data: \n"):
+        ex = SseChannel(_Client([bad]), EXT, None).send("r", b"{}", True)
+        with pytest.raises(StreamBroken, match="bad event"):
+            ex.next_frame()
+
+
+def test_every_row_is_its_own_copy_of_the_call_template():
+    """Attempt and turn rows start as copies of per-call templates: each row is its own dict
+    with the columns in the documented order, and the templates stay as they were."""
+    import gevent
+    import numpy as np
+
+    from loadtests.live.call import Call, Instance, LiveOptions
+    from loadtests.live.sse import SseChannel
+    from loadtests.loadrun.canned import sse_body
+    from sim.scenario import from_dict
+    sc = from_dict({"workload": {"turns_per_call": 3, "think_time_s": 0.0},
+                    "live": {"timeouts": {"negotiation_s": 0.0}}})
+    opts = LiveOptions(ext_uri=EXT)
+    led = Ledger("p")
+    call = Call("c", sc, Instance(0, sc, opts, 0.0), SseChannel(_Client([sse_body("x")]), EXT,
+                None), led, opts, np.random.default_rng(5), "p", "r")
+    templates = {k: dict(v) for k, v in (("a", call._attempt_base), ("t", call._turn_base))}
+    gevent.spawn(call.run).join()
+    attempts, turns = led.rows["attempts"], led.rows["turns"]
+    assert [r["turn_index"] for r in attempts] == [0, 1, 2] == [r["turn_index"] for r in turns]
+    assert len({id(r) for r in attempts + turns}) == 6
+    assert all(r["outcome"] == "completed" and r["events"] == 6 for r in attempts)
+    assert [r["turn_id"] for r in turns] == [r["turn_id"] for r in attempts]
+    assert len({r["turn_id"] for r in turns}) == 3
+    assert list(attempts[0])[:len(templates["a"])] == list(templates["a"])
+    assert list(turns[0]) == list(templates["t"])
+    assert {k: dict(v) for k, v in (("a", call._attempt_base), ("t", call._turn_base))} \
+        == templates
