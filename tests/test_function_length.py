@@ -17,7 +17,6 @@ MARK = "# long:"
 PENDING = {
     ("report.py", "_run_section"): "sim/shared/report.py is being moved to its own package",
     ("report.py", "_sweep_section"): "sim/shared/report.py is being moved to its own package",
-    ("call.py", "_exchange"): "the Live user's hot path, owned by another change",
 }
 
 
