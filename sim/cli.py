@@ -466,8 +466,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     """
     import datetime as dt
 
+    from sim.report.render import render_report
     from sim.shared.compare import RunFolderError
-    from sim.shared.report import render_report
 
     out = args.out or Path("results") / (
         dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-report.html")

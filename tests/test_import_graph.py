@@ -151,17 +151,47 @@ def test_nothing_in_sim_reaches_up_into_the_cli() -> None:
     """Rendering and answers take data; only sim/cli.py is the command line."""
     g = graph(REPO, ["sim"])
     assert sorted(m for m, deps in g.items() if "sim.cli" in deps) == []
-    shared_up = {m: sorted(d for d in deps if d.startswith(("sim.cli", "sim.answers",
-                                                             "sim.calibrate")))
-                 for m, deps in g.items() if m.startswith("sim.shared")}
-    assert {m: d for m, d in shared_up.items() if d} == {}
+
+
+# what sim/shared may import of sim: itself and what it stands on (the policy, the scenario
+# format, and recovery: a metric of the summary, computed from the schema's tables)
+SHARED_STANDS_ON = ("sim.shared", "sim.policy", "sim.config", "sim.dist", "sim.scenario",
+                    "sim.recovery")
+
+
+def imports_above(g: dict[str, set[str]], package: str, allowed: Iterable[str]
+                  ) -> dict[str, list[str]]:
+    """{module of ``package``: the modules of the tree it imports outside ``allowed``}."""
+    allowed = tuple(allowed)
+    found = {m: sorted(d for d in deps if not any(d == a or d.startswith(a + ".")
+                                                  for a in allowed))
+             for m, deps in g.items() if m == package or m.startswith(package + ".")}
+    return {m: d for m, d in found.items() if d}
+
+
+def test_shared_imports_nothing_above_it() -> None:
+    """sim/shared is what simulated and load runs share: it never reaches up into the model,
+    the runner, the sweep engine, the answers, the calibration, the report or the CLI."""
+    assert imports_above(graph(REPO, ["sim"]), "sim.shared", SHARED_STANDS_ON) == {}
+
+
+def test_the_report_sits_above_the_answers_not_in_shared() -> None:
+    """The report is an application over every folder kind: its own package, above the sweep
+    engine and the answers, and nothing below it imports it."""
+    mods = modules(REPO, ["sim"])
+    assert not any(m.startswith("sim.shared.report") for m in mods)
+    assert "sim.report.render" in mods
+    g = graph(REPO, ["sim"])
+    users = sorted(m for m, deps in g.items() if not m.startswith(("sim.report", "sim.cli"))
+                   and any(d.startswith("sim.report") for d in deps))
+    assert users == []
 
 
 def test_the_graph_sees_the_tree() -> None:
     """A check that reads nothing passes everything: the known edges must be there."""
     g = graph(REPO)
     assert "sim.shared.summary" in g["sim.runner"] | g["sim.stream"]
-    assert "sim.shared.fmt" in g["sim.shared.report"]  # from sim.shared.fmt import ...
+    assert "sim.shared.fmt" in g["sim.report.runs"]  # from sim.shared.fmt import ...
     assert "sim.shared.schema" in g["sim.runner"]  # from sim.shared import schema as S
     assert "sim.cli" in g["benchmarks.sweep"]  # an import inside a function body
     assert len(g) > 150
@@ -214,3 +244,12 @@ def test_one_way_rule_catches_a_planted_import(tmp_path: Path) -> None:
                             "sim/web.py": "import uvicorn.server\n"})
     assert forbidden_imports(root, "sim", SIM_MUST_NOT_IMPORT) == [
         "sim.bad -> loadtests.common.procs", "sim.web -> uvicorn.server"]
+
+
+def test_layer_rule_catches_shared_reaching_up(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"sim/__init__.py": "", "sim/shared/__init__.py": "",
+                            "sim/shared/a.py": "from sim.shared import b\nimport sim.policy\n",
+                            "sim/shared/b.py": "def f():\n    from sim.sweep import X\n",
+                            "sim/policy.py": "", "sim/sweep.py": "X = 1\n"})
+    assert imports_above(graph(root, ["sim"]), "sim.shared", SHARED_STANDS_ON) == {
+        "sim.shared.b": ["sim.sweep"]}

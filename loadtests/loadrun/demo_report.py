@@ -217,7 +217,7 @@ def ecdf_figure(panels: list[tuple[str, list[np.ndarray], np.ndarray]]) -> str:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    from sim.shared.report import png_data
+    from sim.report.pieces import png_data
 
     fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 3.1), squeeze=False)
     for ax, (title, reps, measured) in zip(axes[0], panels, strict=True):
@@ -249,15 +249,15 @@ def ecdf_figure(panels: list[tuple[str, list[np.ndarray], np.ndarray]]) -> str:
 
 def case_table(case: dict[str, Any]) -> dict[str, Any]:
     """Every compared metric of a case against its one-run interval (a report table)."""
-    from sim.shared.report import table
+    from sim.report.pieces import text_table
 
     rows = [[SHORT_LABELS.get(r.metric, r.metric), fmt_interval(r.centre, r.low, r.high,
                                                                 r.metric),
              fmt_interval(r.measured, r.measured_ci[0], r.measured_ci[1], r.metric), r.verdict]
             for r in case["one_run_rows"]]
-    return table(f"{case['name']} at {float(case['rate_calls_per_s']):.3g} calls/s: every "
-                 "metric against the 90 % interval of one run",
-                 ["metric", "predicted [90 % one run]", "measured [95 % CI]", "verdict"], rows)
+    return text_table(f"{case['name']} at {float(case['rate_calls_per_s']):.3g} calls/s: every "
+                      "metric against the 90 % interval of one run",
+                      ["metric", "predicted [90 % one run]", "measured [95 % CI]", "verdict"], rows)
 
 
 def title(res: dict[str, Any]) -> str:
@@ -268,7 +268,7 @@ def title(res: dict[str, Any]) -> str:
 
 def render(folder: Path) -> str:
     """The HTML report of the predict ``folder`` (see the module docstring)."""
-    from sim.shared.report import render_report
+    from sim.report.render import render_report
 
     folder = Path(folder)
     res = load(folder)

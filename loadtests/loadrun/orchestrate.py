@@ -1013,7 +1013,7 @@ def judge(run_dir: Path, meta: dict[str, Any] | None = None, status: str | None 
 
 def write_report(run_dir: Path) -> None:
     """``report.html`` of the run folder: scenario, figures with CIs, verdict, plots."""
-    from sim.shared.report import render_report
+    from sim.report.render import render_report
 
     (run_dir / "report.html").write_text(render_report([run_dir]), encoding="utf-8")
 

@@ -93,6 +93,29 @@ def is_sweep(path: Path) -> bool:
     return (Path(path) / "sweep.json").is_file()
 
 
+KINDS = ("run", "load", "sweep", "capacity", "tune", "storm")  # what folder_kind answers
+
+
+def folder_kind(path: str | Path) -> str:
+    """Which rtalab folder ``path`` is: one of :data:`KINDS`; raises RunFolderError if none."""
+    p = Path(path)
+    if not p.is_dir():
+        raise RunFolderError(f"{p}: no such folder")
+    if (p / "storm.csv").is_file():
+        return "storm"
+    if (p / "capacity.csv").is_file():
+        return "capacity"
+    if (p / "candidates.csv").is_file() or (p / "trials.csv").is_file():
+        return "tune"
+    if (p / "sweep.json").is_file():
+        return "sweep"
+    if (p / "summary.json").is_file():
+        meta = _read_json(p / "meta.json") if (p / "meta.json").is_file() else {}
+        return "load" if meta.get("kind") == "load" else "run"
+    raise RunFolderError(f"{p}: not an rtalab results folder (no summary.json, sweep.json, "
+                         "capacity.csv, candidates.csv or storm.csv; an unfinished run?)")
+
+
 def load_run(path: str | Path) -> RunFolder:
     """Read a run folder; raise :class:`RunFolderError` if it is not one."""
     p = Path(path)

@@ -65,8 +65,7 @@ def _rows(p: Path) -> list[dict[str, str]]:
 
 def describe(path: Path) -> tuple[str, str]:
     """(kind, verdict) of one item: the verdict is one short phrase per kind."""
-    from sim.shared.compare import RunFolderError
-    from sim.shared.report import folder_kind
+    from sim.shared.compare import RunFolderError, folder_kind
 
     if path.is_file():
         return "file", path.suffix.lstrip(".") or "-"
