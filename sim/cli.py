@@ -680,20 +680,45 @@ def _first_command(argv: Sequence[str]) -> str | None:
 def load_plugins(subparsers: Any, command: str | None = None) -> dict[str, str]:
     """Register the ``rtalab.commands`` entry points; return {name: reason} of failures.
 
-    Each entry point registers the command of its name: with ``command`` one of them, only
-    that one is imported (``rtalab load run`` does not pay for the benchmarks' imports,
-    ~0.1-0.5 s of CPU per process); otherwise (no command, ``--help``, a typo) all are."""
+    An entry point named ``NAME`` registers the top-level command ``NAME``
+    (``register(subparsers)``); one named ``NAME.PART`` extends that command
+    (``register(parser)``, with ``NAME``'s parser: a group's sub-command, an option), after
+    it: that is how the benchmarks add ``rtalab serve bench``, ``rtalab load bench`` and
+    ``rtalab check --bench`` to commands of a package that never imports them.  With
+    ``command`` one of the names, only its entry points are imported (``rtalab load run``
+    does not pay for the benchmarks' imports, ~0.1-0.5 s of CPU per process); otherwise
+    (no command, ``--help``, a typo) all are.  An extension of a command that failed is
+    skipped."""
     failed: dict[str, str] = {}
     eps = list(entry_points(group=PLUGIN_GROUP))
     if any(ep.name == command for ep in eps):
-        eps = [ep for ep in eps if ep.name == command]
-    for ep in eps:
+        eps = [ep for ep in eps if ep.name.partition(".")[0] == command]
+    for ep in sorted(eps, key=lambda ep: "." in ep.name):  # the commands, then their parts
+        parent, dot, _ = ep.name.partition(".")
+        target = subparsers
+        if dot:
+            if parent not in subparsers.choices:
+                continue
+            target = subparsers.choices[parent]
         try:
-            ep.load()(subparsers)
+            ep.load()(target)
         except Exception as e:  # an optional extra may be missing: skip the command
             reason = f"{type(e).__name__}: {e}".splitlines()[0]
             failed[ep.name] = reason
     return failed
+
+
+def _unavailable(argv: Sequence[str], failed: dict[str, str]) -> str | None:
+    """The failed entry point the command line asks for: ``NAME`` (its first word) or
+    ``NAME.PART`` (its first word, then ``PART`` or ``--PART``)."""
+    words = [a for a in argv if not a.startswith("-")]
+    if not words:
+        return None
+    for name in failed:
+        parent, dot, part = name.partition(".")
+        if parent == words[0] and (not dot or part in words[1:2] or f"--{part}" in argv):
+            return name
+    return None
 
 
 def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dict[str, str]]:
@@ -723,9 +748,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = resolve_aliases(normalise_sets(sys.argv[1:] if argv is None else argv))
     try:
         parser, failed = build_parser(argv)
-        command = _first_command(argv)
-        if command in failed:
-            _err(f"command {command!r} is unavailable ({failed[command]}); "
+        asked = _unavailable(argv, failed)
+        if asked is not None:
+            _err(f"command {asked.replace('.', ' ')!r} is unavailable ({failed[asked]}); "
                  "is its optional extra installed?")
             return EXIT_USAGE
         try:

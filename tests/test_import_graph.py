@@ -197,6 +197,36 @@ def test_the_graph_sees_the_tree() -> None:
     assert len(g) > 150
 
 
+def test_loadtests_never_imports_the_benchmarks() -> None:
+    """The benchmarks stand above both packages: they add their commands to the load side's
+    through the entry points ``serve.bench``, ``load.bench`` and ``check.bench``."""
+    assert forbidden_imports(REPO, "loadtests", ["benchmarks"]) == []
+
+
+def commands_added(path: Path) -> list[str]:
+    """The names of the commands ``path`` adds itself: ``add_command(sub, "NAME", ...)``."""
+    return [node.args[1].value for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "add_command"
+            and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)]
+
+
+# each server package and the command it owns, added in its own cli.py
+SERVER_COMMANDS = {"reasoner": "reasoner", "witness": "witness", "fuzz": "fuzz",
+                   "chaos": "chaos", "check": "check", "loadrun": "run"}
+
+
+def test_each_server_package_owns_its_command() -> None:
+    """``loadtests/cli.py`` is only the ``serve`` group: each package's command is added by
+    the package's own cli.py, and the group imports nothing of a package but its cli."""
+    owned = {pkg: commands_added(REPO / "loadtests" / pkg / "cli.py") for pkg in SERVER_COMMANDS}
+    assert {pkg: cmd for pkg, cmd in SERVER_COMMANDS.items() if cmd not in owned[pkg]} == {}
+    group = REPO / "loadtests" / "cli.py"
+    assert commands_added(group) == []
+    assert sorted(n for n in imported_names(group, "loadtests.cli", False)
+                  if n.startswith("loadtests.") and not n.endswith(".cli")
+                  and ".cli." not in n) == []
+
+
 # --------------------------------------------------------------------------- the checker
 
 
@@ -253,3 +283,18 @@ def test_layer_rule_catches_shared_reaching_up(tmp_path: Path) -> None:
                             "sim/policy.py": "", "sim/sweep.py": "X = 1\n"})
     assert imports_above(graph(root, ["sim"]), "sim.shared", SHARED_STANDS_ON) == {
         "sim.shared.b": ["sim.sweep"]}
+
+
+def test_command_ownership_check_sees_a_command_left_in_the_group(tmp_path: Path) -> None:
+    group = _tree(tmp_path, {"cli.py": "from x import add_command\n"
+                                       "def register(sub):\n"
+                                       "    add_command(sub, 'reasoner', f, g)\n"})
+    assert commands_added(group / "cli.py") == ["reasoner"]
+
+
+def test_a_planted_benchmarks_import_in_loadtests_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"loadtests/__init__.py": "", "loadtests/check/__init__.py": "",
+                            "loadtests/check/cli.py": "def f():\n"
+                                                      "    from benchmarks.check import run\n"})
+    assert forbidden_imports(root, "loadtests", ["benchmarks"]) == [
+        "loadtests.check.cli -> benchmarks.check.run"]

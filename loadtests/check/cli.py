@@ -1,4 +1,7 @@
-"""``rtalab check RUN_DIR`` (and ``rtalab check --bench``), registered via ``rtalab.commands``.
+"""``rtalab check RUN_DIR``, registered via ``rtalab.commands``.
+
+The benchmarks add ``--bench`` (and its ``--rows``, ``--repeat``) through the entry point
+``check.bench``: this package never imports them.
 
 Exit status: 0 every rule passed or was not checked, 1 a rule failed, 2 unusable
 input (one line on stderr: missing folder, no attempts ledger, a line that is not
@@ -13,9 +16,7 @@ from typing import Any
 from sim.shared.argtypes import (
     add_command,
     add_quiet,
-    flag,
     opt,
-    positive_int,
     repeatable,
     usage_error,
 )
@@ -49,13 +50,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     ordering, retries, echo, sequenceId); writes verdict.json and verdict.txt. Exit 1 on a failed
     rule, 2 on unusable input. See docs/check.md.
     """
-    if args.bench:
-        from benchmarks.check import format_bench, run_bench
-
-        print(format_bench(run_bench(rows=args.rows, repeat=args.repeat)), end="")
-        return 0
     if not args.run_dir:
-        return usage_error(f"{PROG}: error: RUN_DIR is required (or --bench)")
+        return usage_error(f"{PROG}: error: RUN_DIR is required")
     from loadtests.check import LedgerError, check_run
 
     try:
@@ -89,9 +85,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                "fail a hazard rule above this rate per 1,000 turns (repeatable)", hazard_limit)
     add_quiet(p, "print nothing (exit status only)")
     add_junit_argument(p)
-    flag(p, "--bench", "time the checker on synthetic ledger rows instead")
-    opt(p, "--rows", "--bench: synthetic ledger rows", positive_int, 1_000_000)
-    opt(p, "--repeat", "--bench: repetitions", positive_int, 3)
 
 
 def register(subparsers: Any) -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.common.tls import add_client_tls, client_tls_from_args
-from loadtests.common.wireclient import FAST_SCENARIO, TOKENS, Client
 from loadtests.fuzz.engine import BINDINGS, MIN_REACHED, BindingReport, fuzz_binding
-from sim.shared.argtypes import UsageError, add_quiet, positive_int
+from loadtests.wireclient import FAST_SCENARIO, TOKENS, Client
+from sim.shared.argtypes import UsageError, add_command, add_quiet, positive_int
 from sim.shared.progress import progress_bar, should_show
 
 DEFAULT_REQUESTS = 10_000
@@ -123,3 +123,17 @@ def run_fuzz(args: argparse.Namespace) -> int:
         indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out / 'summary.json'}")
     return 0 if all(not r.failures() for r in reports) else 1
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    """long fuzz run of the Reasoner on every binding
+
+    Fuzz the Reasoner over JSON-RPC/SSE, REST and WebSocket with mostly valid, mutated requests;
+    report 5xx, unanswered, crashes and RSS.
+    """
+    return run_fuzz(args)
+
+
+def register(serve: Any) -> None:
+    """Add ``fuzz`` to the ``serve`` group's sub-parsers."""
+    add_command(serve, "fuzz", cmd_fuzz, add_arguments)

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-from loadtests.cli import DEDUP, DEDUP_MODE, UNSAFE_BUG
 from loadtests.common.tls import add_client_tls, client_tls_from_args
+from loadtests.reasoner.cli import DEDUP, DEDUP_MODE, UNSAFE_BUG
 from sim.policy.codes import ALL_CODES, is_retryable
 from sim.shared.argtypes import (
     DRAIN,
@@ -376,8 +376,8 @@ def _worker_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``load`` with ``run``, ``summarize``, ``worker``, ``probe`` and ``bench`` to the root
-    parser."""
+    """Add ``load`` with ``run``, ``summarize``, ``worker`` and ``probe`` to the root parser (the
+    benchmarks add ``bench`` through the entry point ``load.bench``)."""
     sub = add_group(subparsers, "load", help="load-test a Reasoner with Locust Live users",
                     description="Load runs with Locust Live users, ledgers "
                                 "and a delivery verdict.")
@@ -388,11 +388,3 @@ def register(subparsers: Any) -> None:
     from loadtests.loadrun.probe import cmd_probe
 
     add_command(sub, "probe", cmd_probe, probe_arguments)
-    try:
-        from benchmarks.load import add_arguments, run_bench
-    except ImportError:
-        return
-    add_command(sub, "bench", run_bench, add_arguments,
-                help="Live user turns/s vs a bare FastHttpUser",
-                description="Turns/s of the SSE and WebSocket Live users against a bare client "
-                            "reading the same canned stream.")

@@ -104,6 +104,15 @@ def add_group(subparsers: Subparsers, name: str, help: str, description: str) ->
     return group.add_subparsers(title="commands", metavar="COMMAND")
 
 
+def subcommands(group: argparse.ArgumentParser) -> Subparsers:
+    """The sub-parsers of a command group made by :func:`add_group`, for a plugin that adds a
+    command to a group it does not own (an entry point ``<group>.<command>``)."""
+    for action in group._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    raise ValueError(f"{group.prog!r} is not a command group")
+
+
 def add_command(sub: Subparsers, name: str, func: Command,
                 arguments: Callable[[argparse.ArgumentParser], None] | None = None,
                 help: str | None = None, description: str | None = None

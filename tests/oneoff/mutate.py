@@ -795,11 +795,11 @@ MUTATIONS: tuple[Mutation, ...] = (
              "                                        context=tls.context_for(url)) as r:",
              "                                        context=None) as r:", T_TLS,
              "calibrate's prometheus:https:// scrape ignores --ca and the client certificate"),
-    Mutation("TLS clients", "loadtests/common/wireclient.py",
+    Mutation("TLS clients", "loadtests/wireclient.py",
              "        context = self.tls.context_for(self.ws_url) if self.tls is not None else "
              "None", "        context = None", T_TLS,
              "serve fuzz's WebSocket ignores --ca and the client certificate"),
-    Mutation("TLS clients", "loadtests/common/wireclient.py",
+    Mutation("TLS clients", "loadtests/wireclient.py",
              "        return self.tls.httpx_verify() if self.tls is not None else True",
              "        return False", T_TLS, "serve fuzz's HTTP clients verify nothing"),
     # ---------------------------------------------------------------- playback, more
