@@ -126,7 +126,7 @@ SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
               "prometheus URL: write the scrapes (timestamped exposition) here"))],
     "--noise-z": [(("sim metastability", "sim storm"), (
         "store", "float", 3.0, "Z", None,
-        "Poisson noise allowance in standard errors (sim.recovery; default 3)"))],
+        "Poisson noise allowance in standard errors (sim.shared.recovery; default 3)"))],
     # the simulator's commands that run many simulations
     "--processes": [
         (("sim run", "sim sweep", *SIM_ANSWERS), ("store", "positive_int", None, "N", None,

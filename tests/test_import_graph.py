@@ -126,6 +126,29 @@ def test_no_import_cycle_in_the_tree() -> None:
     assert cycles(graph(REPO)) == []
 
 
+def package_graph(root: Path, packages: Iterable[str] = PACKAGES) -> dict[str, set[str]]:
+    """The import graph between packages: a module counts as its package (``sim.shared``,
+    ``loadtests.common``: the innermost folder with an ``__init__`` below a root package),
+    a module right in a root package (``sim/cli.py``) as itself."""
+    mods = modules(root, packages)
+
+    def unit(module: str) -> str:
+        parts = module.split(".")
+        pkg = parts if mods[module][1] else parts[:-1]
+        return ".".join(pkg) if len(pkg) > 1 else module
+
+    out: dict[str, set[str]] = {}
+    for m, deps in graph(root, packages).items():
+        out.setdefault(unit(m), set()).update(unit(d) for d in deps if unit(d) != unit(m))
+    return out
+
+
+def test_no_package_level_cycle() -> None:
+    """No two packages import each other (package A's modules importing package B's and B's
+    importing A's), even where no module-level cycle exists: what both need goes down."""
+    assert cycles(package_graph(REPO)) == []
+
+
 def unresolved_imports(root: Path, packages: Iterable[str] = PACKAGES) -> list[str]:
     """``module -> name`` for every import of the tree that names no module of the tree
     (``from a.b import c``: ``a.b.c`` or ``a.b`` must be one): a path left behind by a move."""
@@ -153,10 +176,10 @@ def test_nothing_in_sim_reaches_up_into_the_cli() -> None:
     assert sorted(m for m, deps in g.items() if "sim.cli" in deps) == []
 
 
-# what sim/shared may import of sim: itself and what it stands on (the policy, the scenario
-# format, and recovery: a metric of the summary, computed from the schema's tables)
-SHARED_STANDS_ON = ("sim.shared", "sim.policy", "sim.config", "sim.dist", "sim.scenario",
-                    "sim.recovery")
+# what sim/shared may import of sim: itself and what it stands on (the vocabulary, the policy
+# and the scenario format)
+SHARED_STANDS_ON = ("sim.shared", "sim.vocab", "sim.policy", "sim.config", "sim.dist",
+                    "sim.scenario")
 
 
 def imports_above(g: dict[str, set[str]], package: str, allowed: Iterable[str]
@@ -298,3 +321,12 @@ def test_a_planted_benchmarks_import_in_loadtests_is_found(tmp_path: Path) -> No
                                                       "    from benchmarks.check import run\n"})
     assert forbidden_imports(root, "loadtests", ["benchmarks"]) == [
         "loadtests.check.cli -> benchmarks.check.run"]
+
+
+def test_package_cycle_without_a_module_cycle_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"sim/__init__.py": "", "sim/a/__init__.py": "",
+                            "sim/b/__init__.py": "", "sim/a/x.py": "from sim.b import y\n",
+                            "sim/b/y.py": "", "sim/b/z.py": "def f():\n    import sim.a.w\n",
+                            "sim/a/w.py": "", "sim/top.py": "import sim.a.x\n"})
+    assert cycles(graph(root, ["sim"])) == []
+    assert cycles(package_graph(root, ["sim"])) == [["sim.a", "sim.b"]]

@@ -38,7 +38,7 @@ from loadtests.check.verdict import (
     Status,
     examples_of,
 )
-from sim.shared.vocab import AttemptOutcome as A
+from sim.vocab import AttemptOutcome as A
 
 INTEGRITY = "run integrity"
 AVAILABILITY_MIN = 0.9  # default availability gate: share of judged turns that completed

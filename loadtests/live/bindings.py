@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sim.shared.vocab import BindingName as B
+from sim.vocab import BindingName as B
 
 COMPAT = {"both": ("sse", "ws")}  # names kept for earlier command lines
 ALL = "all"

@@ -66,8 +66,8 @@ from loadtests.loadrun.fleet import (
 )
 from sim.scenario import Scenario
 from sim.shared.results import collect_meta, finish_run, new_run_dir, start_run, write_json
-from sim.shared.vocab import TIMEOUT_OUTCOMES
-from sim.shared.vocab import AttemptOutcome as A
+from sim.vocab import TIMEOUT_OUTCOMES
+from sim.vocab import AttemptOutcome as A
 
 # attempts the server answered with an end state
 ANSWERED = (A.COMPLETED, A.FAILED, A.INPUT_REQUIRED, A.CANCELLED)

@@ -238,8 +238,8 @@ def _outage(args: argparse.Namespace) -> dict[str, Any]:
 def _recovery(extra: dict[str, Any], sim_turns: list[pd.DataFrame], turns_b: pd.DataFrame,
               args: argparse.Namespace) -> Any:
     """``recovery_s`` after the case's outage: each simulated replication's against the
-    measured run's (sim.recovery.predict_recovery)."""
-    from sim.recovery import predict_recovery, turns_recovery_s
+    measured run's (sim.shared.recovery.predict_recovery)."""
+    from sim.shared.recovery import predict_recovery, turns_recovery_s
 
     if len(sim_turns) < 2:
         return None

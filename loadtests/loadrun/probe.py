@@ -43,7 +43,7 @@ import numpy as np
 
 from loadtests.common.tls import INSECURE_WARNING, ClientTls, add_client_tls, client_tls_from_args
 from sim.shared.argtypes import non_negative, usage_error
-from sim.shared.vocab import AttemptOutcome as A
+from sim.vocab import AttemptOutcome as A
 
 SATURATED = 0.9  # a step is saturated when it completes less than this share of the offer
 QUEUED = 1.5  # ... and its TTFC p50 is above this times the first step's (a queue built)

@@ -531,12 +531,12 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _recovery_arguments(p: argparse.ArgumentParser) -> None:
-    """What "recovered" means (sim.recovery.Detector), shared by storm and metastability."""
+    """What "recovered" means (sim.shared.recovery.Detector), shared by storm and metastability."""
     opt(p, "--fraction", "recovered = goodput >= this share of offered load", float, 0.9)
     opt(p, "--hold S", "... within S seconds after the trigger ends", float, 60.0)
     opt(p, "--window S", "sliding window of the rates ({default} s)", float, 10.0)
-    opt(p, "--noise-z Z", "Poisson noise allowance in standard errors (sim.recovery; {default})",
-        float, 3.0)
+    opt(p, "--noise-z Z", "Poisson noise allowance in standard errors "
+                          "(sim.shared.recovery; {default})", float, 3.0)
 
 
 def _storm_arguments(p: argparse.ArgumentParser) -> None:

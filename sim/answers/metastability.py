@@ -59,7 +59,6 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from sim import recovery
 from sim.answers.figure import new_figure, save_figure
 from sim.answers.storm import (
     STRATEGIES,
@@ -70,10 +69,11 @@ from sim.answers.storm import (
     validate_strategies,
 )
 from sim.scenario import Scenario
+from sim.shared import recovery
 from sim.shared import schema as S
 from sim.shared.stats import wilson
-from sim.shared.vocab import AttemptOutcome as A
 from sim.sweep import POINTS_DIR, point_dir_name, run_points
+from sim.vocab import AttemptOutcome as A
 
 KINDS = ("length", "depth")
 REGIONS = ("overloaded", "stable", "recovers", "metastable")

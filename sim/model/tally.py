@@ -31,8 +31,8 @@ from sim.model.intsets import IntCounts
 from sim.shared import schema as S
 from sim.shared.sketch import Sketch
 from sim.shared.summary import _ratio
-from sim.shared.vocab import AttemptOutcome as A
-from sim.shared.vocab import CallEndReason, Decision, values
+from sim.vocab import AttemptOutcome as A
+from sim.vocab import CallEndReason, Decision, values
 
 _U64 = np.uint64
 

@@ -206,7 +206,7 @@ class World:
         counters["uplink.sent"] = link.sent
         counters["uplink.dropped"] = link.dropped
         counters["uplink.duplicated"] = link.duplicated
-        from sim.recovery import trigger_span
+        from sim.shared.recovery import trigger_span
 
         counters["trigger_s"] = trigger_span(self.scenario)  # recovery_s in the summary
         return WorldResult(

@@ -29,7 +29,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from sim.shared.vocab import RunState, values
+from sim.vocab import RunState, values
 
 if TYPE_CHECKING:
     import pandas as pd
