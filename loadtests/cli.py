@@ -9,24 +9,12 @@ named ``serve.<command>`` (the benchmarks add ``rtalab serve bench``).
 
 from __future__ import annotations
 
-import argparse
-import sys
 from typing import Any
 
 from loadtests.fuzz import cli as fuzz_cli
 from loadtests.reasoner import cli as reasoner_cli
+from loadtests.witness import cli as witness_cli
 from sim.shared.argtypes import add_group
-
-
-def _unavailable(name: str, reason: str) -> Any:
-    """A command function that explains why ``name`` cannot run."""
-
-    def func(args: argparse.Namespace) -> int:
-        """Explain and fail."""
-        print(f"rtalab serve {name}: {reason}", file=sys.stderr)
-        return 1
-
-    return func
 
 
 def register(subparsers: Any) -> None:
@@ -35,11 +23,5 @@ def register(subparsers: Any) -> None:
                     description="Run the reference Reasoner, the witness, "
                                 "or the server benchmark.")
     reasoner_cli.register(sub)
-    try:
-        from loadtests.witness.cli import register_witness
-    except ImportError as e:
-        witness = sub.add_parser("witness", help="the side-effect witness (unavailable)")
-        witness.set_defaults(func=_unavailable("witness", f"not available ({e})"))
-    else:
-        register_witness(sub)
+    witness_cli.register_witness(sub)
     fuzz_cli.register(sub)

@@ -15,6 +15,7 @@ folder marked ``interrupted``.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import math
 import os
 import shutil
@@ -25,7 +26,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from sim.answers.cli import add_parsers as add_answer_parsers
+from sim.calibrate.cli import add_parser as add_calibrate_parser
 from sim.config import ConfigError
+from sim.shared import results
 from sim.shared.argtypes import (  # UsageError re-exported: plugins raise sim.cli.UsageError
     EXIT_USAGE,
     NO_PLOTS,
@@ -47,6 +51,8 @@ from sim.shared.argtypes import (  # UsageError re-exported: plugins raise sim.c
     positive_int,
     repeatable,
 )
+from sim.shared.manage import add_parser as add_results_parser
+from sim.shared.results import package_versions
 
 PROG = "rtalab"
 PLUGIN_GROUP = "rtalab.commands"
@@ -64,6 +70,7 @@ def _err(message: str) -> None:
 
 def _load(ref: str, overrides: Sequence[str] | None) -> Any:
     """Load a scenario file or preset with ``--set`` overrides (raises ConfigError)."""
+    # lazy: +87 ms (9 modules) off rtalab's start-up
     from sim.scenario import load_scenario_args
 
     return load_scenario_args(ref, overrides)
@@ -71,6 +78,7 @@ def _load(ref: str, overrides: Sequence[str] | None) -> Any:
 
 def cmd_presets(args: argparse.Namespace) -> int:
     """list the shipped scenarios"""
+    # lazy: +59 ms (9 modules) off rtalab's start-up
     from sim.scenario import load_scenario, preset_names
 
     names = preset_names()
@@ -83,6 +91,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """print the resolved scenario as TOML"""
+    # lazy: +70 ms (9 modules) off rtalab's start-up
     from sim.scenario import dumps
 
     scenario = _load(args.scenario, args.set)
@@ -113,11 +122,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if extra:
         scenario = _checked(scenario, extra)
 
-    from sim.shared import results
+    # lazy: +98 ms (19 modules) off rtalab's start-up
     from sim.shared.progress import progress_bar, should_show
     from sim.stream import replication_plan, seeds_meta
 
     if args.split == "replicas":
+        # lazy: +673 ms (pandas, pyarrow) off rtalab's start-up
         from sim.fleetsplit import SplitError, check_split
 
         try:  # before the folder is made
@@ -145,6 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             try:
                 with progress_bar(label, enabled=should_show(args.quiet)) as progress:
                     summary = _run_plan(scenario, plan, run_dir, args, progress)
+                # lazy: +504 ms (pandas, pyarrow) off rtalab's start-up
                 from sim.shared.agreement import one_run_intervals
 
                 # where ONE run of this length and load falls (not the CI of the mean)
@@ -168,6 +179,7 @@ def _run_plan(scenario: Any, plan: Any, run_dir: Path, args: argparse.Namespace,
               progress: Any) -> dict[str, Any]:
     """The replications (or, ``--split replicas``, a fleet's replicas) here, or as independent
     parts on ``--processes`` / ``--dask``."""
+    # lazy: +693 ms (pandas, pyarrow) off rtalab's start-up
     from sim.fleetsplit import SplitError
     from sim.stream import run_streaming
 
@@ -176,6 +188,7 @@ def _run_plan(scenario: Any, plan: Any, run_dir: Path, args: argparse.Namespace,
         if args.processes is None and args.dask is None:
             return run_streaming(scenario, plan, run_dir, plots=not args.no_plots,
                                  progress=progress, split=split)
+        # lazy: +96 ms (28 modules) off rtalab's start-up
         from sim.sweep import SweepError, make_executor
 
         try:
@@ -192,6 +205,7 @@ def _run_plan(scenario: Any, plan: Any, run_dir: Path, args: argparse.Namespace,
 
 def print_summary(summary: dict[str, Any], run_dir: Path, meta: dict[str, Any]) -> None:
     """Print the key metrics with 95 % CIs and the run folder (rich table on stdout)."""
+    # lazy: +55 ms (rich) off rtalab's start-up
     from rich.console import Console
     from rich.table import Table
 
@@ -210,6 +224,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path, meta: dict[str, Any]) 
     table.add_column("95 % CI over replications", justify="right")
     if shown:
         table.add_column("90 % one-run interval", justify="right")
+    # lazy: +634 ms (pandas, pyarrow) off rtalab's start-up
     from sim.shared.fmt import summary_rows
 
     for row in summary_rows(summary, intervals=shown):
@@ -234,8 +249,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     under DIR/points/, the tidy table is DIR/sweep.csv + .parquet. Rerunning into the same DIR skips
     finished points.
     """
+    # lazy: +110 ms (28 modules) off rtalab's start-up
     from sim import sweep
-    from sim.shared import results
 
     scenario = _load(args.scenario, args.set)
     reps = args.replications or scenario.run.replications
@@ -290,6 +305,7 @@ def print_sweep(points: Sequence[dict[str, Any]], summaries: Sequence[dict[str, 
                 limit: int = 40) -> None:
     """Key metrics (means with 95 % CIs) per point, the first ``limit`` points, one card each
     (sim/shared/cards.py: full names, units, 80 columns)."""
+    # lazy: +584 ms (pandas, pyarrow) off rtalab's start-up
     import pandas as pd
 
     from sim.shared.cards import frame_cards, render
@@ -321,6 +337,7 @@ def _num(v: Any) -> str:
 
 
 def _load_runs(paths: Sequence[Path]) -> list[Any]:
+    # lazy: +649 ms (pandas, pyarrow) off rtalab's start-up
     from sim.shared.compare import RunFolderError, load_run
 
     try:
@@ -336,8 +353,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with the first (Welch CI of the difference over replications; ≠ marks differences significant
     after Holm).
     """
-    import datetime as dt
-
+    # lazy: +602 ms (pandas, pyarrow) off rtalab's start-up
     from sim.shared.compare import RunFolderError, compare_table, differing, plot_compare
 
     if len(args.runs) < 2:
@@ -358,6 +374,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         sys.stdout.write(table.to_csv(index=False, lineterminator="\n"))
         return 0
     print_compare(table, runs)
+    # lazy: +504 ms (pandas, pyarrow) off rtalab's start-up
     from sim.shared.fmt import metric_label
 
     for k in range(1, len(runs)):
@@ -382,6 +399,7 @@ def print_compare(table: Any, runs: Sequence[Any], width: int | None = None) -> 
     """The comparison as a terminal table readable at 80 columns: labels with units, both
     point estimates, the difference with its CI and a marker, and a footer saying what the
     markers mean."""
+    # lazy: +528 ms (pandas, pyarrow, rich) off rtalab's start-up
     from rich.console import Console
     from rich.table import Table
 
@@ -420,6 +438,7 @@ def print_compare(table: Any, runs: Sequence[Any], width: int | None = None) -> 
 def print_prediction(ref: Any, other: Any, k: int) -> None:
     """A simulation against a load run: the prediction's verdict per metric (inside the 90 %
     one-run interval) and the accuracy targets (judged on runs >= 300 s); nothing otherwise."""
+    # lazy: +585 ms (pandas, pyarrow) off rtalab's start-up
     from sim.shared.agreement import ACCURACY_MIN_RUN_S, is_load
     from sim.shared.compare import prediction_rows
     from sim.shared.fmt import fmt_value, metric_label
@@ -464,8 +483,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     Render run folders and sweep folders into one offline HTML file (every figure embedded).
     """
-    import datetime as dt
-
+    # lazy: +706 ms (pandas, pyarrow) off rtalab's start-up
     from sim.report.render import render_report
     from sim.shared.compare import RunFolderError
 
@@ -504,7 +522,6 @@ def add_results_parsers(subparsers: Any) -> None:
     """Register the top-level ``rtalab compare`` and ``rtalab report`` (any results folder)."""
     add_command(subparsers, "compare", cmd_compare, _compare_arguments)
     add_command(subparsers, "report", cmd_report, _report_arguments)
-    from sim.shared.manage import add_parser as add_results_parser
 
     add_results_parser(subparsers)
 
@@ -546,8 +563,6 @@ def add_sim_parser(subparsers: Any) -> None:
                     description="Simulate Live-layer clients and A2A Reasoners.")
     add_command(sub, "run", cmd_run, _run_arguments)
     add_command(sub, "sweep", cmd_sweep, _sweep_arguments)
-
-    from sim.answers.cli import add_parsers as add_answer_parsers  # capacity, tune, storm
 
     add_answer_parsers(sub)
     add_command(sub, "presets", cmd_presets)
@@ -723,8 +738,6 @@ def _unavailable(argv: Sequence[str], failed: dict[str, str]) -> str | None:
 
 def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dict[str, str]]:
     """The root parser; plugins are loaded unless the command is ``sim``."""
-    from sim.shared.results import package_versions
-
     parser = OneLineParser(prog=PROG,
                            description="Simulate and load-test realtime-agent retry policies.")
     parser.add_argument("--version", action="version",
@@ -733,7 +746,6 @@ def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dic
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_sim_parser(sub)
     add_results_parsers(sub)
-    from sim.calibrate.cli import add_parser as add_calibrate_parser
 
     add_calibrate_parser(sub)
     # the core commands need no plugin: skip their imports (they cost ~0.2 s)

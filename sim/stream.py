@@ -20,7 +20,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.scenario import Scenario
+from sim.config import to_plain
+from sim.scenario import Scenario, from_dict
+from sim.shared.results import RecordWriter
+from sim.shared.schema import PERCENTILES
 
 Progress = Callable[[float], None]
 
@@ -65,7 +68,7 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
     replica (here or on ``executor``), merged in part order; any other fleet raises
     :class:`sim.fleetsplit.SplitError` (one line: why) before anything runs.
     """
-    from sim.shared.results import RecordWriter
+    # lazy: +593 ms (pandas, pyarrow) off importing sim.stream
     from sim.shared.summary import metrics_of, summarize_metrics
 
     if not plan:
@@ -75,6 +78,7 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
     if split not in ("replications", "replicas"):
         raise ValueError(f"split must be 'replications' or 'replicas', got {split!r}")
     if split == "replicas":
+        # lazy: +590 ms (pandas, pyarrow) off importing sim.stream
         from sim.fleetsplit import check_split
 
         if scenarios is not None:
@@ -124,8 +128,6 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
         _plot(Path(run_dir), scenario, plot_turns, plot_ts)
     summary = summarize_metrics(per_rep, warmup_s, [s for s, _ in plan], [r for _, r in plan])
     if pooled:
-        from sim.shared.schema import PERCENTILES
-
         summary["pooled"] = {f"{prefix}p{q}": sk.percentile(q)
                              for prefix, sk in pooled.items() for q in PERCENTILES
                              if not (prefix.startswith("queue") and q not in (50, 99))}
@@ -134,8 +136,8 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
 
 def run_part(plain: dict[str, Any], seed: int, replication: int) -> Any:
     """Worker side: one replication of the scenario given as plain data (its RunOutput)."""
+    # lazy: +722 ms (pandas, pyarrow, simpy) off importing sim.stream
     from sim.runner import run_once
-    from sim.scenario import from_dict
 
     return run_once(from_dict(plain), seed, replication)
 
@@ -144,6 +146,7 @@ def _outputs(scenarios: Sequence[Scenario], plan: Sequence[tuple[int, int]],
              progress: Progress | None, executor: cf.Executor | None) -> Iterator[Any]:
     """Each replication's RunOutput, in plan order (here, or as parts on ``executor``);
     replication ``k`` runs ``scenarios[k]``."""
+    # lazy: +664 ms (pandas, pyarrow, simpy) off importing sim.stream
     from sim.runner import run_once
 
     if executor is None:
@@ -151,7 +154,6 @@ def _outputs(scenarios: Sequence[Scenario], plan: Sequence[tuple[int, int]],
             sub = None if progress is None else _scaled(progress, k, len(plan))
             yield run_once(scenarios[k], seed, rep, sub)
         return
-    from sim.config import to_plain
 
     # picklable (a Scenario holds mapping proxies); converted once when they are all one
     plains = ([to_plain(scenarios[0])] * len(plan) if all(s is scenarios[0] for s in scenarios)
@@ -163,6 +165,7 @@ def _replica_outputs(scenario: Scenario, plan: Sequence[tuple[int, int]],
                      progress: Progress | None, executor: cf.Executor | None) -> Iterator[Any]:
     """Each replication of a splittable fleet, merged from its parts (one per replica, run
     here or as independent parts on ``executor``), in plan order."""
+    # lazy: +601 ms (pandas, pyarrow) off importing sim.stream
     from sim.fleetsplit import merge_parts, part_plan, part_scenario
 
     part = part_scenario(scenario)
@@ -174,6 +177,7 @@ def _replica_outputs(scenario: Scenario, plan: Sequence[tuple[int, int]],
         return merge_parts(scenario, outs, *plan[k])
 
     if executor is None:
+        # lazy: +664 ms (pandas, pyarrow, simpy) off importing sim.stream
         from sim.runner import run_once
 
         for k in range(len(plan)):
@@ -183,7 +187,6 @@ def _replica_outputs(scenario: Scenario, plan: Sequence[tuple[int, int]],
                 outs.append(run_once(part, seed, rep, sub))
             yield merged(k, outs)
         return
-    from sim.config import to_plain
 
     futures = _submitted([to_plain(part)] * len(parts), [p for _, p in parts], executor)
     for k in range(len(plan)):
@@ -226,6 +229,7 @@ def plot_columns(out: Any, warmup_s: float) -> tuple[Any, Any]:
 
 
 def _plot(run_dir: Path, scenario: Scenario, turns: list[Any], timeseries: list[Any]) -> None:
+    # lazy: +1.31 s (matplotlib, pandas, pyarrow) off importing sim.stream
     import pandas as pd
 
     from sim.shared.plots import plot_run

@@ -9,6 +9,7 @@ is not a cycle with them).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -250,6 +251,51 @@ def test_each_server_package_owns_its_command() -> None:
                   and ".cli." not in n) == []
 
 
+# a lazy import says why, with the figure measured: ``# lazy: +120 ms (matplotlib) off ...``
+LAZY = re.compile(r"#\s*lazy:.*\d")
+
+
+def uncommented_lazy_imports(root: Path, packages: Iterable[str] = ("sim", "loadtests")
+                             ) -> list[str]:
+    """``file:line`` of every import inside a function body that carries no ``# lazy:``
+    comment with a figure, on its own first line or on the line above (a run of imports, blank
+    lines apart at most, shares the comment above the first)."""
+    bad: list[tuple[str, int]] = []
+    for path, _ in modules(root, packages).values():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        tree = ast.parse("\n".join(lines), str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for block in ast.walk(fn):
+                for body in (getattr(block, f, None) for f in ("body", "orelse", "finalbody")):
+                    if not isinstance(body, list):
+                        continue
+                    covered = False
+                    prev: ast.stmt | None = None
+                    for st in body:
+                        if not isinstance(st, ast.Import | ast.ImportFrom):
+                            prev = st
+                            continue
+                        own = LAZY.search(lines[st.lineno - 1]) is not None
+                        above = st.lineno > 1 and LAZY.search(lines[st.lineno - 2]) is not None \
+                            and lines[st.lineno - 2].lstrip().startswith("#")
+                        run = (isinstance(prev, ast.Import | ast.ImportFrom) and covered
+                               and not any(s.strip() for s in
+                                           lines[(prev.end_lineno or 0):st.lineno - 1]))
+                        covered = own or above or run
+                        if not covered:
+                            bad.append((str(path.relative_to(root)), st.lineno))
+                        prev = st
+    return [f"{f}:{n}" for f, n in sorted(set(bad))]
+
+
+def test_every_function_level_import_says_why_it_is_lazy() -> None:
+    """Imports are at module level, except where a lazy one is measured to matter (start-up,
+    a heavy package only one path needs, gevent's patching order); that one says so."""
+    assert uncommented_lazy_imports(REPO) == []
+
+
 # --------------------------------------------------------------------------- the checker
 
 
@@ -330,3 +376,19 @@ def test_package_cycle_without_a_module_cycle_is_found(tmp_path: Path) -> None:
                             "sim/a/w.py": "", "sim/top.py": "import sim.a.x\n"})
     assert cycles(graph(root, ["sim"])) == []
     assert cycles(package_graph(root, ["sim"])) == [["sim.a", "sim.b"]]
+
+
+def test_a_lazy_import_without_its_reason_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"sim/__init__.py": "", "sim/a.py": (
+        "import os\n"
+        "def f():\n"
+        "    # lazy: +300 ms (scipy) off importing a\n"
+        "    import scipy\n"
+        "    from scipy import stats\n"       # the run under one comment
+        "    x = 1\n"
+        "    import json\n"                   # a new run: no comment
+        "def g():\n"
+        "    import pandas  # lazy: +400 ms (pandas)\n"
+        "    if x:\n"
+        "        import numpy  # lazy: a reason without its figure\n")})
+    assert uncommented_lazy_imports(root, ["sim"]) == ["sim/a.py:7", "sim/a.py:11"]

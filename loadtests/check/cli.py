@@ -11,8 +11,14 @@ JSON, a bad flag).
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
+from loadtests.check import LedgerError, check_run
+from loadtests.check.rules import HAZARDS
+from loadtests.check.show import verdict_lines
+from sim.shared import junit
 from sim.shared.argtypes import (
     add_command,
     add_quiet,
@@ -28,8 +34,6 @@ EXIT_FAILED = 1
 
 def hazard_limit(text: str) -> tuple[str, float]:
     """``NAME=PER_1K`` for a hazard rule."""
-    from loadtests.check.rules import HAZARDS
-
     name, sep, value = text.partition("=")
     if not sep or name not in HAZARDS:
         raise argparse.ArgumentTypeError(
@@ -52,7 +56,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     """
     if not args.run_dir:
         return usage_error(f"{PROG}: error: RUN_DIR is required")
-    from loadtests.check import LedgerError, check_run
 
     try:
         verdict = check_run(args.run_dir, dict(args.hazard_limit))
@@ -61,19 +64,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     except OSError as e:
         return usage_error(f"{PROG}: error: cannot write the verdict: {e}")
     if args.junit:
-        import json
-        from pathlib import Path
-
-        from sim.shared import junit
-
         try:
             data = json.loads((Path(args.run_dir) / "verdict.json").read_text(encoding="utf-8"))
             junit.write(args.junit, f"rtalab check {args.run_dir}", junit.verdict_cases(data))
         except OSError as e:
             return usage_error(f"{PROG}: error: cannot write {args.junit}: {e.strerror or e}")
     if not args.quiet:
-        from loadtests.check.show import verdict_lines
-
         print("\n".join(verdict_lines(verdict.to_dict())))
     return 0 if verdict.ok else EXIT_FAILED
 

@@ -10,6 +10,7 @@ stderr.  The options ``--dedup``, ``--dedup-mode`` and ``--unsafe-bug`` are also
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,11 @@ from loadtests.common.tls import (
     client_tls_from_args,
     server_tls_from_args,
 )
+from loadtests.dedup import parse_store_url
 from loadtests.reasoner.idempotency import MODES
-from loadtests.reasoner.unsafe import UNSAFE_BUGS
+from loadtests.reasoner.settings import ServerSettings
+from loadtests.reasoner.unsafe import UNSAFE_BUGS, banner
+from loadtests.reasoner.wire import DEFAULT_EXT_URI
 from sim.shared.argtypes import (
     HOST,
     LOG_LEVEL,
@@ -82,8 +86,6 @@ UNSAFE_BUG = Option("--unsafe-bug BUG", "TEST ONLY: plant one class of bug in th
 
 def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab serve reasoner``."""
-    from loadtests.reasoner.wire import DEFAULT_EXT_URI
-
     HOST.add(p)
     PORT.add(p, default=8000)
     opt(p, "--grpc-port", "also serve the A2A gRPC binding on this port (0: a free one; "
@@ -142,10 +144,9 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Any:
     """Validate the flags into ServerSettings (raises FlagError or ConfigError)."""
-    from loadtests.dedup import parse_store_url
+    # lazy: +160 ms (httpx, rich, opentelemetry) off rtalab's start-up
     from loadtests.reasoner.auth import TokenError, collect_tokens
     from loadtests.reasoner.runtime import load_config
-    from loadtests.reasoner.settings import ServerSettings
 
     try:
         tokens = collect_tokens(args.token, args.tokens)
@@ -191,9 +192,6 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 def _check_sqlite_file(target: str) -> None:
     """The dedup SQLite file can be created and opened (else FlagError, one line), so an
     unwritable path is a usage error before the server starts, not a startup traceback."""
-    import sqlite3
-    from pathlib import Path
-
     path = Path(target)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -207,6 +205,7 @@ def _check_sqlite_file(target: str) -> None:
 def _check_redis(target: str) -> None:
     """The dedup Redis answers PING (else FlagError, one line): a dead store is a usage error
     before the server starts, not a startup traceback."""
+    # lazy: +201 ms (redis, opentelemetry, cryptography) off rtalab's start-up
     import redis
 
     client = redis.Redis.from_url(target, socket_connect_timeout=2.0, socket_timeout=2.0)
@@ -225,6 +224,7 @@ def cmd_reasoner(args: argparse.Namespace) -> int:
     Serve the reference Reasoner (A2A JSON-RPC/SSE, REST, WebSocket /ws; gRPC with
     --grpc-port).
     """
+    # lazy: +372 ms (uvicorn, httpx, rich) off rtalab's start-up
     from loadtests.reasoner.server import run
 
     settings = settings_from_args(args)
@@ -232,8 +232,6 @@ def cmd_reasoner(args: argparse.Namespace) -> int:
         print(f"{REASONER_PROG}: warning: --dedup memory is per worker; duplicates reaching "
               "another worker are executed again (negative control)", file=sys.stderr)
     if settings.unsafe_bugs:
-        from loadtests.reasoner.unsafe import banner
-
         print(f"{REASONER_PROG}: WARNING: {banner(settings.unsafe_bugs)}", file=sys.stderr)
     if settings.insecure:
         print(f"{REASONER_PROG}: WARNING: {INSECURE_WARNING}", file=sys.stderr)

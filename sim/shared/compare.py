@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import pandas as pd
 
 from sim.shared.agreement import (
     AGREES,
@@ -34,7 +38,7 @@ from sim.shared.agreement import (
     run_interval,
 )
 from sim.shared.stats import Difference, holm, welch
-from sim.shared.summary import unit
+from sim.shared.summary import INF_PREFIXES, unit
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,8 +83,6 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """A Parquet table; a damaged or truncated file raises :class:`RunFolderError`."""
-    import pandas as pd
-
     try:
         return pd.read_parquet(path, columns=list(columns) if columns else None)
     except Exception as e:  # pyarrow raises many types for a damaged file
@@ -150,8 +152,6 @@ def _metric_names(runs: Sequence[RunFolder]) -> list[str]:
 def compare_table(runs: Sequence[RunFolder]) -> pd.DataFrame:
     """The long comparison table: one row per metric × run (columns :data:`COMPARE_COLUMNS`);
     the ``diff*``/``p_value``/``differs`` cells of run ``k > 0`` compare it with run 0."""
-    import pandas as pd
-
     if len(runs) < 2:
         raise RunFolderError("compare needs at least two run folders")
     names = _metric_names(runs)
@@ -219,8 +219,6 @@ PREDICTION_METRICS = ("ttfc_s.p50", "ttfc_s.p99", "completion_s.p50", "completio
 
 def run_length_s(run: RunFolder) -> float | None:
     """``run.duration_s`` of the folder's scenario (None when unknown)."""
-    import tomllib
-
     try:
         v = tomllib.loads(run.scenario_toml).get("run", {}).get("duration_s")
     except tomllib.TOMLDecodeError:
@@ -230,8 +228,6 @@ def run_length_s(run: RunFolder) -> float | None:
 
 def _inf(name: str, v: float | None) -> float | None:
     """A caller-perceived percentile's None is +inf (more turns not served than the tail)."""
-    from sim.shared.summary import INF_PREFIXES
-
     return math.inf if v is None and name.startswith(INF_PREFIXES) else v
 
 
@@ -293,11 +289,12 @@ TS_PANELS = (("offered_turns_per_s", "offered turns/s"),
 def plot_compare(runs: Sequence[RunFolder], path: Path) -> Path:
     """One PNG: overlaid latency CDFs (time to first chunk, completion; completed turns after
     warm-up, all replications pooled) and time series (mean over replications, 5-s smoothed)."""
+    # lazy: +326 ms (matplotlib) off importing compare
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: +1.01 s (matplotlib) off importing compare
     import matplotlib.pyplot as plt
-    import numpy as np
 
     from sim.shared.plots import DPI, SMOOTH_S, _ax_seconds_log, _quantile_curve
 

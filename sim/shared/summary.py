@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from sim.shared import schema as S
+from sim.shared.recovery import run_recovery_s
 from sim.vocab import AttemptOutcome as A
 from sim.vocab import CallEndReason, TurnOutcome
 
@@ -297,7 +298,6 @@ def recovery_metrics(ts: pd.DataFrame, counters: dict[str, Any], warmup_s: float
     trig = counters.get("trigger_s")
     if trig is None or not len(ts):
         return {}
-    from sim.shared.recovery import run_recovery_s
 
     defined, rec = run_recovery_s(ts, (float(trig[0]), float(trig[1])), warmup_s, duration_s)
     return {S.M_RECOVERY_S: rec} if defined else {}
