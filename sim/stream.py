@@ -20,7 +20,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.scenario import Scenario
+from sim.config import to_plain
+from sim.scenario import Scenario, from_dict
+from sim.shared.results import RecordWriter
+from sim.shared.schema import PERCENTILES
 
 Progress = Callable[[float], None]
 
@@ -65,9 +68,8 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
     replica (here or on ``executor``), merged in part order; any other fleet raises
     :class:`sim.fleetsplit.SplitError` (one line: why) before anything runs.
     """
-    from sim.shared.results import RecordWriter
+    # lazy: +593 ms (pandas, pyarrow) off importing sim.stream
     from sim.shared.summary import summarize_metrics
-
     _check_plan(scenario, plan, scenarios, split)
     warmup_s = scenario.run.warmup_s
     writer = RecordWriter(run_dir) if run_dir is not None else None
@@ -117,13 +119,12 @@ def _check_plan(scenario: Scenario, plan: Sequence[tuple[int, int]],
     if split not in ("replications", "replicas"):
         raise ValueError(f"split must be 'replications' or 'replicas', got {split!r}")
     if split == "replicas":
+        # lazy: +590 ms (pandas, pyarrow) off importing sim.stream
         from sim.fleetsplit import check_split
 
         if scenarios is not None:
             raise ValueError("split = 'replicas' takes one scenario for every replication")
         check_split(scenario)
-
-
 class _Folded:
     """What a streamed run keeps of its replications: each one's metrics, the merged
     sketches (``[run] records`` other than "all") and, with ``plots``, the plotted columns."""
@@ -138,6 +139,7 @@ class _Folded:
 
     def add(self, out: Any) -> None:
         """Fold one replication's metrics and sketches in."""
+        # lazy: +593 ms (pandas, pyarrow) off importing sim.stream
         from sim.shared.summary import metrics_of
 
         self.per_rep.append(metrics_of(out, self.warmup_s))
@@ -156,7 +158,6 @@ class _Folded:
 
     def pooled_percentiles(self) -> dict[str, Any]:
         """``summary["pooled"]``: the percentiles of all replications' turns together."""
-        from sim.shared.schema import PERCENTILES
 
         return {f"{prefix}p{q}": sk.percentile(q)
                 for prefix, sk in self.pooled.items() for q in PERCENTILES
@@ -165,8 +166,8 @@ class _Folded:
 
 def run_part(plain: dict[str, Any], seed: int, replication: int) -> Any:
     """Worker side: one replication of the scenario given as plain data (its RunOutput)."""
+    # lazy: +722 ms (pandas, pyarrow, simpy) off importing sim.stream
     from sim.runner import run_once
-    from sim.scenario import from_dict
 
     return run_once(from_dict(plain), seed, replication)
 
@@ -175,6 +176,7 @@ def _outputs(scenarios: Sequence[Scenario], plan: Sequence[tuple[int, int]],
              progress: Progress | None, executor: cf.Executor | None) -> Iterator[Any]:
     """Each replication's RunOutput, in plan order (here, or as parts on ``executor``);
     replication ``k`` runs ``scenarios[k]``."""
+    # lazy: +664 ms (pandas, pyarrow, simpy) off importing sim.stream
     from sim.runner import run_once
 
     if executor is None:
@@ -182,7 +184,6 @@ def _outputs(scenarios: Sequence[Scenario], plan: Sequence[tuple[int, int]],
             sub = None if progress is None else _scaled(progress, k, len(plan))
             yield run_once(scenarios[k], seed, rep, sub)
         return
-    from sim.config import to_plain
 
     # picklable (a Scenario holds mapping proxies); converted once when they are all one
     plains = ([to_plain(scenarios[0])] * len(plan) if all(s is scenarios[0] for s in scenarios)
@@ -194,6 +195,7 @@ def _replica_outputs(scenario: Scenario, plan: Sequence[tuple[int, int]],
                      progress: Progress | None, executor: cf.Executor | None) -> Iterator[Any]:
     """Each replication of a splittable fleet, merged from its parts (one per replica, run
     here or as independent parts on ``executor``), in plan order."""
+    # lazy: +601 ms (pandas, pyarrow) off importing sim.stream
     from sim.fleetsplit import merge_parts, part_plan, part_scenario
 
     part = part_scenario(scenario)
@@ -205,6 +207,7 @@ def _replica_outputs(scenario: Scenario, plan: Sequence[tuple[int, int]],
         return merge_parts(scenario, outs, *plan[k])
 
     if executor is None:
+        # lazy: +664 ms (pandas, pyarrow, simpy) off importing sim.stream
         from sim.runner import run_once
 
         for k in range(len(plan)):
@@ -214,7 +217,6 @@ def _replica_outputs(scenario: Scenario, plan: Sequence[tuple[int, int]],
                 outs.append(run_once(part, seed, rep, sub))
             yield merged(k, outs)
         return
-    from sim.config import to_plain
 
     futures = _submitted([to_plain(part)] * len(parts), [p for _, p in parts], executor)
     for k in range(len(plan)):
@@ -257,6 +259,7 @@ def plot_columns(out: Any, warmup_s: float) -> tuple[Any, Any]:
 
 
 def _plot(run_dir: Path, scenario: Scenario, turns: list[Any], timeseries: list[Any]) -> None:
+    # lazy: +1.31 s (matplotlib, pandas, pyarrow) off importing sim.stream
     import pandas as pd
 
     from sim.shared.plots import plot_run

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import copy
+import datetime as dt
 import hashlib
 import itertools
 import json
@@ -33,14 +35,17 @@ import math
 import multiprocessing
 import os
 import shutil
+import time
+import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from sim.config import ConfigError, to_plain
-from sim.scenario import Scenario, from_dict
-from sim.shared.results import RunLifecycle, collect_meta, write_summary
+from sim.scenario import Scenario, _parse_value, from_dict
+from sim.shared.results import RunLifecycle, collect_meta, write_json, write_scenario, write_summary
+from sim.stream import run_streaming, seeds_meta
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,10 +74,6 @@ class PointFailed(RuntimeError):
 def parse_axis(text: str) -> tuple[str, list[Any]]:
     """``key.path=v1,v2,...`` → (key, values); values are TOML (``4``, ``0.5``, ``true``,
     ``"x"``, inline tables ``{dist = "exp", mean = 1}``) or bare words (``none``)."""
-    import tomllib
-
-    from sim.scenario import _parse_value
-
     key, sep, rhs = text.partition("=")
     key = key.strip()
     if not sep or not key or not rhs.strip():
@@ -215,8 +216,6 @@ def run_point(task: PointTask) -> dict[str, Any]:
     are written by the coordinator once this returns, so a point whose worker died or
     was interrupted is never ``complete``.
     """
-    from sim.stream import run_streaming
-
     scenario = from_dict(task.scenario)
     run_dir = None
     if task.point_dir is not None:
@@ -418,8 +417,6 @@ def _stop(executor: cf.Executor | None) -> None:
 def _claim_sweep_dir(out_dir: Path, scenario: Scenario, points: Sequence[Mapping[str, Any]],
                      root_seed: int, replications: int) -> None:
     """Create ``out_dir`` with ``sweep.json``, or check that the one there is this sweep."""
-    from sim.shared.results import write_json, write_scenario
-
     spec = {"scenario": to_plain(scenario), "root_seed": int(root_seed),
             "replications": int(replications),
             "points": [{"point": i, "dir": f"{POINTS_DIR}/{point_dir_name(i)}",
@@ -442,10 +439,6 @@ def _claim_sweep_dir(out_dir: Path, scenario: Scenario, points: Sequence[Mapping
 def _start_point(point_dir: Path, scenario: Scenario, ov: Point, identity: dict[str, Any],
                  base_meta: dict[str, Any], index: int) -> RunLifecycle:
     """Empty a stale point folder and write its scenario and ``meta.json`` (running)."""
-    import copy
-    import datetime as dt
-    import time
-
     if point_dir.exists():
         shutil.rmtree(point_dir)
     point_dir.mkdir(parents=True)
@@ -461,8 +454,6 @@ def _start_point(point_dir: Path, scenario: Scenario, ov: Point, identity: dict[
 def _complete_point(folder: RunLifecycle, summary: dict[str, Any],
                     plan: Sequence[tuple[int, int]]) -> None:
     """Write the point's summary files and mark its ``meta.json`` complete."""
-    from sim.stream import seeds_meta
-
     assert folder.meta is not None
     folder.meta["replication_seeds"] = seeds_meta(plan)
     write_summary(folder.path, summary)
@@ -486,6 +477,7 @@ def _column(values: list[Any]) -> list[Any]:
 def tidy_table(points: Sequence[Point], summaries: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per point × metric: ``point``, one column per grid key, ``metric``, ``mean``,
     ``ci_low``, ``ci_high``, ``n`` (defined replication values) and ``unit``."""
+    # lazy: +570 ms (pandas, pyarrow) off importing sim.sweep
     import pandas as pd
 
     from sim.shared.summary import metric_rows
@@ -579,6 +571,7 @@ def make_executor(processes: int | None = None, dask: str | None = None) -> Iter
         return
     kind, n_workers = parse_dask(dask)
     try:
+        # lazy: the optional sweep extra (dask); +540 ms (distributed, dask, jinja2)
         from distributed import Client, LocalCluster
     except ImportError:
         raise SweepError("--dask needs the sweep extra: pip install -e '.[sweep]'") from None

@@ -20,6 +20,7 @@ import pytest
 from sim import cli
 from sim.scenario import from_dict, load_scenario, preset_names
 from sim.shared import schema
+from sim.shared.argtypes import add_group, subcommands
 from sim.shared.progress import progress_bar, should_show
 from tests.signals import default_sigint
 
@@ -348,6 +349,55 @@ def test_broken_plugin_never_breaks_sim(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "'serve' is unavailable" in err[0] and "no_such_module_for_rtalab" in err[0]
+
+
+def register_greetings(subparsers: Any) -> None:
+    """A test plugin adding the group ``rtalab greet`` (no command of its own yet)."""
+    add_group(subparsers, "greet", help="greetings", description="Greetings.")
+
+
+def register_greet_loud(greet: Any) -> None:
+    """A test plugin extending ``rtalab greet`` (entry point ``greet.loud``)."""
+    sub = subcommands(greet)
+    p = sub.add_parser("loud", help="say it loud")
+    p.set_defaults(func=lambda args: print("HELLO") or 0)
+
+
+def test_a_dotted_entry_point_extends_the_command_it_names(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``greet.loud`` adds ``loud`` to ``greet``, a group of another package (the way the
+    benchmarks add ``serve bench``), whatever order the entry points come in."""
+    _plugins(monkeypatch, ("greet.loud", f"{__name__}:register_greet_loud"),
+             ("greet", f"{__name__}:register_greetings"))
+    assert cli.main(["greet", "loud"]) == 0
+    assert capsys.readouterr().out == "HELLO\n"
+
+
+def test_a_broken_extension_skips_only_itself(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _plugins(monkeypatch, ("hello", f"{__name__}:register_hello"),
+             ("hello.bench", "no_such_module_for_rtalab:register"),
+             ("nowhere.bench", f"{__name__}:register_greet_loud"))  # no such command: skipped
+    assert cli.main(["hello"]) == 0
+    assert capsys.readouterr() == ("hello from a plugin\n", "")
+    assert cli.main(["hello", "--bench"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'hello bench' is unavailable" in err[0]
+
+
+def test_the_benchmarks_extend_the_load_side_commands() -> None:
+    """``rtalab serve bench``, ``rtalab load bench`` and ``rtalab check --bench`` come from the
+    benchmarks' entry points, as documented (docs/benchmarks.md)."""
+    parser, failed = cli.build_parser()
+    assert failed == {}
+    top = subcommands(parser).choices
+    assert "bench" in subcommands(top["serve"]).choices
+    assert "bench" in subcommands(top["load"]).choices
+    check = top["check"]
+    assert {"--bench", "--rows", "--repeat"} <= set(check._option_string_actions)
+    assert check.get_default("func").__module__ == "benchmarks.cli"
 
 
 # --------------------------------------------------------------------------- bench

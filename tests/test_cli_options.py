@@ -126,7 +126,7 @@ SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
               "prometheus URL: write the scrapes (timestamped exposition) here"))],
     "--noise-z": [(("sim metastability", "sim storm"), (
         "store", "float", 3.0, "Z", None,
-        "Poisson noise allowance in standard errors (sim.recovery; default 3)"))],
+        "Poisson noise allowance in standard errors (sim.shared.recovery; default 3)"))],
     # the simulator's commands that run many simulations
     "--processes": [
         (("sim run", "sim sweep", *SIM_ANSWERS), ("store", "positive_int", None, "N", None,
@@ -412,7 +412,7 @@ def test_shared_options_differ_only_in_their_default() -> None:
 
 def test_the_python_m_entry_points_have_the_commands_options(parsers) -> None:
     from loadtests.chaos.cli import add_arguments as chaos_arguments
-    from loadtests.cli import add_reasoner_arguments
+    from loadtests.reasoner.cli import add_reasoner_arguments
     from loadtests.witness.cli import add_witness_arguments
 
     for cmd, add in (("serve reasoner", add_reasoner_arguments),

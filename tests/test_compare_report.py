@@ -19,9 +19,9 @@ import pytest
 from scipy import stats as sps
 
 from sim import cli, sweep
+from sim.report.render import render_report
 from sim.scenario import load_scenario
 from sim.shared.compare import COMPARE_COLUMNS, compare_table, differing, load_run
-from sim.shared.report import render_report
 from sim.shared.stats import holm, t_two_sided_p, welch
 
 REPO = Path(__file__).resolve().parents[1]

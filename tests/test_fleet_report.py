@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from sim import cli
+from sim.report.render import render_report
+from sim.report.runs import fleet_load
 from sim.shared.fmt import fmt_ci, fmt_value
-from sim.shared.report import fleet_load, render_report
 
 TINY = ["run.duration_s=60", "run.warmup_s=10", "run.drain_s=10"]
 FLEET_TITLE = "Fleet: load per replica"

@@ -9,6 +9,7 @@ is not a cycle with them).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -126,6 +127,29 @@ def test_no_import_cycle_in_the_tree() -> None:
     assert cycles(graph(REPO)) == []
 
 
+def package_graph(root: Path, packages: Iterable[str] = PACKAGES) -> dict[str, set[str]]:
+    """The import graph between packages: a module counts as its package (``sim.shared``,
+    ``loadtests.common``: the innermost folder with an ``__init__`` below a root package),
+    a module right in a root package (``sim/cli.py``) as itself."""
+    mods = modules(root, packages)
+
+    def unit(module: str) -> str:
+        parts = module.split(".")
+        pkg = parts if mods[module][1] else parts[:-1]
+        return ".".join(pkg) if len(pkg) > 1 else module
+
+    out: dict[str, set[str]] = {}
+    for m, deps in graph(root, packages).items():
+        out.setdefault(unit(m), set()).update(unit(d) for d in deps if unit(d) != unit(m))
+    return out
+
+
+def test_no_package_level_cycle() -> None:
+    """No two packages import each other (package A's modules importing package B's and B's
+    importing A's), even where no module-level cycle exists: what both need goes down."""
+    assert cycles(package_graph(REPO)) == []
+
+
 def unresolved_imports(root: Path, packages: Iterable[str] = PACKAGES) -> list[str]:
     """``module -> name`` for every import of the tree that names no module of the tree
     (``from a.b import c``: ``a.b.c`` or ``a.b`` must be one): a path left behind by a move."""
@@ -151,20 +175,125 @@ def test_nothing_in_sim_reaches_up_into_the_cli() -> None:
     """Rendering and answers take data; only sim/cli.py is the command line."""
     g = graph(REPO, ["sim"])
     assert sorted(m for m, deps in g.items() if "sim.cli" in deps) == []
-    shared_up = {m: sorted(d for d in deps if d.startswith(("sim.cli", "sim.answers",
-                                                             "sim.calibrate")))
-                 for m, deps in g.items() if m.startswith("sim.shared")}
-    assert {m: d for m, d in shared_up.items() if d} == {}
+
+
+# what sim/shared may import of sim: itself and what it stands on (the vocabulary, the policy
+# and the scenario format)
+SHARED_STANDS_ON = ("sim.shared", "sim.vocab", "sim.policy", "sim.config", "sim.dist",
+                    "sim.scenario")
+
+
+def imports_above(g: dict[str, set[str]], package: str, allowed: Iterable[str]
+                  ) -> dict[str, list[str]]:
+    """{module of ``package``: the modules of the tree it imports outside ``allowed``}."""
+    allowed = tuple(allowed)
+    found = {m: sorted(d for d in deps if not any(d == a or d.startswith(a + ".")
+                                                  for a in allowed))
+             for m, deps in g.items() if m == package or m.startswith(package + ".")}
+    return {m: d for m, d in found.items() if d}
+
+
+def test_shared_imports_nothing_above_it() -> None:
+    """sim/shared is what simulated and load runs share: it never reaches up into the model,
+    the runner, the sweep engine, the answers, the calibration, the report or the CLI."""
+    assert imports_above(graph(REPO, ["sim"]), "sim.shared", SHARED_STANDS_ON) == {}
+
+
+def test_the_report_sits_above_the_answers_not_in_shared() -> None:
+    """The report is an application over every folder kind: its own package, above the sweep
+    engine and the answers, and nothing below it imports it."""
+    mods = modules(REPO, ["sim"])
+    assert not any(m.startswith("sim.shared.report") for m in mods)
+    assert "sim.report.render" in mods
+    g = graph(REPO, ["sim"])
+    users = sorted(m for m, deps in g.items() if not m.startswith(("sim.report", "sim.cli"))
+                   and any(d.startswith("sim.report") for d in deps))
+    assert users == []
 
 
 def test_the_graph_sees_the_tree() -> None:
     """A check that reads nothing passes everything: the known edges must be there."""
     g = graph(REPO)
     assert "sim.shared.summary" in g["sim.runner"] | g["sim.stream"]
-    assert "sim.shared.fmt" in g["sim.shared.report"]  # from sim.shared.fmt import ...
+    assert "sim.shared.fmt" in g["sim.report.runs"]  # from sim.shared.fmt import ...
     assert "sim.shared.schema" in g["sim.runner"]  # from sim.shared import schema as S
     assert "sim.cli" in g["benchmarks.sweep"]  # an import inside a function body
     assert len(g) > 150
+
+
+def test_loadtests_never_imports_the_benchmarks() -> None:
+    """The benchmarks stand above both packages: they add their commands to the load side's
+    through the entry points ``serve.bench``, ``load.bench`` and ``check.bench``."""
+    assert forbidden_imports(REPO, "loadtests", ["benchmarks"]) == []
+
+
+def commands_added(path: Path) -> list[str]:
+    """The names of the commands ``path`` adds itself: ``add_command(sub, "NAME", ...)``."""
+    return [node.args[1].value for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "add_command"
+            and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)]
+
+
+# each server package and the command it owns, added in its own cli.py
+SERVER_COMMANDS = {"reasoner": "reasoner", "witness": "witness", "fuzz": "fuzz",
+                   "chaos": "chaos", "check": "check", "loadrun": "run"}
+
+
+def test_each_server_package_owns_its_command() -> None:
+    """``loadtests/cli.py`` is only the ``serve`` group: each package's command is added by
+    the package's own cli.py, and the group imports nothing of a package but its cli."""
+    owned = {pkg: commands_added(REPO / "loadtests" / pkg / "cli.py") for pkg in SERVER_COMMANDS}
+    assert {pkg: cmd for pkg, cmd in SERVER_COMMANDS.items() if cmd not in owned[pkg]} == {}
+    group = REPO / "loadtests" / "cli.py"
+    assert commands_added(group) == []
+    assert sorted(n for n in imported_names(group, "loadtests.cli", False)
+                  if n.startswith("loadtests.") and not n.endswith(".cli")
+                  and ".cli." not in n) == []
+
+
+# a lazy import says why, with the figure measured: ``# lazy: +120 ms (matplotlib) off ...``
+LAZY = re.compile(r"#\s*lazy:.*\d")
+
+
+def uncommented_lazy_imports(root: Path, packages: Iterable[str] = ("sim", "loadtests")
+                             ) -> list[str]:
+    """``file:line`` of every import inside a function body that carries no ``# lazy:``
+    comment with a figure, on its own first line or on the line above (a run of imports, blank
+    lines apart at most, shares the comment above the first)."""
+    bad: list[tuple[str, int]] = []
+    for path, _ in modules(root, packages).values():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        tree = ast.parse("\n".join(lines), str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for block in ast.walk(fn):
+                for body in (getattr(block, f, None) for f in ("body", "orelse", "finalbody")):
+                    if not isinstance(body, list):
+                        continue
+                    covered = False
+                    prev: ast.stmt | None = None
+                    for st in body:
+                        if not isinstance(st, ast.Import | ast.ImportFrom):
+                            prev = st
+                            continue
+                        own = LAZY.search(lines[st.lineno - 1]) is not None
+                        above = st.lineno > 1 and LAZY.search(lines[st.lineno - 2]) is not None \
+                            and lines[st.lineno - 2].lstrip().startswith("#")
+                        run = (isinstance(prev, ast.Import | ast.ImportFrom) and covered
+                               and not any(s.strip() for s in
+                                           lines[(prev.end_lineno or 0):st.lineno - 1]))
+                        covered = own or above or run
+                        if not covered:
+                            bad.append((str(path.relative_to(root)), st.lineno))
+                        prev = st
+    return [f"{f}:{n}" for f, n in sorted(set(bad))]
+
+
+def test_every_function_level_import_says_why_it_is_lazy() -> None:
+    """Imports are at module level, except where a lazy one is measured to matter (start-up,
+    a heavy package only one path needs, gevent's patching order); that one says so."""
+    assert uncommented_lazy_imports(REPO) == []
 
 
 # --------------------------------------------------------------------------- the checker
@@ -214,3 +343,52 @@ def test_one_way_rule_catches_a_planted_import(tmp_path: Path) -> None:
                             "sim/web.py": "import uvicorn.server\n"})
     assert forbidden_imports(root, "sim", SIM_MUST_NOT_IMPORT) == [
         "sim.bad -> loadtests.common.procs", "sim.web -> uvicorn.server"]
+
+
+def test_layer_rule_catches_shared_reaching_up(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"sim/__init__.py": "", "sim/shared/__init__.py": "",
+                            "sim/shared/a.py": "from sim.shared import b\nimport sim.policy\n",
+                            "sim/shared/b.py": "def f():\n    from sim.sweep import X\n",
+                            "sim/policy.py": "", "sim/sweep.py": "X = 1\n"})
+    assert imports_above(graph(root, ["sim"]), "sim.shared", SHARED_STANDS_ON) == {
+        "sim.shared.b": ["sim.sweep"]}
+
+
+def test_command_ownership_check_sees_a_command_left_in_the_group(tmp_path: Path) -> None:
+    group = _tree(tmp_path, {"cli.py": "from x import add_command\n"
+                                       "def register(sub):\n"
+                                       "    add_command(sub, 'reasoner', f, g)\n"})
+    assert commands_added(group / "cli.py") == ["reasoner"]
+
+
+def test_a_planted_benchmarks_import_in_loadtests_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"loadtests/__init__.py": "", "loadtests/check/__init__.py": "",
+                            "loadtests/check/cli.py": "def f():\n"
+                                                      "    from benchmarks.check import run\n"})
+    assert forbidden_imports(root, "loadtests", ["benchmarks"]) == [
+        "loadtests.check.cli -> benchmarks.check.run"]
+
+
+def test_package_cycle_without_a_module_cycle_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"sim/__init__.py": "", "sim/a/__init__.py": "",
+                            "sim/b/__init__.py": "", "sim/a/x.py": "from sim.b import y\n",
+                            "sim/b/y.py": "", "sim/b/z.py": "def f():\n    import sim.a.w\n",
+                            "sim/a/w.py": "", "sim/top.py": "import sim.a.x\n"})
+    assert cycles(graph(root, ["sim"])) == []
+    assert cycles(package_graph(root, ["sim"])) == [["sim.a", "sim.b"]]
+
+
+def test_a_lazy_import_without_its_reason_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"sim/__init__.py": "", "sim/a.py": (
+        "import os\n"
+        "def f():\n"
+        "    # lazy: +300 ms (scipy) off importing a\n"
+        "    import scipy\n"
+        "    from scipy import stats\n"       # the run under one comment
+        "    x = 1\n"
+        "    import json\n"                   # a new run: no comment
+        "def g():\n"
+        "    import pandas  # lazy: +400 ms (pandas)\n"
+        "    if x:\n"
+        "        import numpy  # lazy: a reason without its figure\n")})
+    assert uncommented_lazy_imports(root, ["sim"]) == ["sim/a.py:7", "sim/a.py:11"]

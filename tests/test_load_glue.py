@@ -24,7 +24,7 @@ def test_live_headers() -> None:
 
 
 def test_wire_client_headers() -> None:
-    from loadtests.common.wireclient import headers
+    from loadtests.wireclient import headers
 
     assert headers() == {
         "Content-Type": "application/json", "A2A-Version": "1.0",

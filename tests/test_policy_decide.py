@@ -26,7 +26,7 @@ from sim.policy import (
     TokenBucketConfig,
     make_budget,
 )
-from sim.shared.vocab import Ending
+from sim.vocab import Ending
 
 EXPO = BackoffConfig(strategy="exponential", base_s=0.25, multiplier=2.0, cap_s=2.0)
 

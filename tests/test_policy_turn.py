@@ -27,8 +27,8 @@ from sim.policy.turn import (
     TurnMachine,
     TurnRules,
 )
-from sim.shared.vocab import AttemptOutcome as A
-from sim.shared.vocab import CallEndReason, Ending, EndReason, TurnOutcome
+from sim.vocab import AttemptOutcome as A
+from sim.vocab import CallEndReason, Ending, EndReason, TurnOutcome
 
 
 class Budget:

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from sim.recovery import recovery
 from sim.runner import run_replications
 from sim.scenario import load_scenario
+from sim.shared.recovery import recovery
 from sim.shared.summary import summarize
 
 SEEDS = (1, 2)

@@ -1,14 +1,14 @@
 """Issue 6 §1 acceptance: cancellation / load shedding recovers goodput after a trigger, the
-pre-issue behaviour does not; plus the recovery computation itself (sim/recovery.py)."""
+pre-issue behaviour does not; plus the recovery computation itself (sim/shared/recovery.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sim.recovery import baseline, recovery, recovery_time_s
 from sim.runner import run_once
 from sim.scenario import load_scenario
+from sim.shared.recovery import baseline, recovery, recovery_time_s
 
 SEEDS = (1, 2)
 REPS = 3

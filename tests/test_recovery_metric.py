@@ -1,6 +1,7 @@
-"""``recovery_s`` in run summaries (sim.recovery.run_recovery_s, sim/shared/summary.py) and as
-an SLO: finite after a trigger the run recovers from, ``null`` (infinite) after one it does
-not, absent without a trigger; the same function judges a load run's table (its outages)."""
+"""``recovery_s`` in run summaries (sim.shared.recovery.run_recovery_s,
+sim/shared/summary.py) and as an SLO: finite after a trigger the run recovers from, ``null``
+(infinite) after one it does not, absent without a trigger; the same function judges a load
+run's table (its outages)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import pandas as pd
 import pytest
 
 from sim.answers.slo import parse_slo
-from sim.recovery import run_recovery_s, trigger_span
 from sim.runner import run_once
 from sim.scenario import load_scenario
 from sim.shared import schema as S
+from sim.shared.recovery import run_recovery_s, trigger_span
 from sim.shared.summary import summarize
 
 
@@ -83,7 +84,7 @@ def test_predict_judges_measured_recovery_against_the_simulated_replications() -
     import argparse
 
     from loadtests.loadrun.predict import _recovery
-    from sim.recovery import predict_recovery, turns_recovery_s
+    from sim.shared.recovery import predict_recovery, turns_recovery_s
 
     trig = (40.0, 50.0)
     ok, t = turns_recovery_s(_turns(60.0), trig, 10.0, 120.0)

@@ -22,8 +22,10 @@ import pytest
 
 from benchmarks.report import time_report
 from sim import cli
+from sim.report.render import render_report
+from sim.report.sweeps import svg_sparkline
+from sim.shared.compare import folder_kind
 from sim.shared.fmt import fmt_ci, fmt_diff, fmt_value, metric_label, plain
-from sim.shared.report import folder_kind, render_report, svg_sparkline
 from sim.shared.stats import benjamini_hochberg, welch_anova
 from tests import browser
 from tests.kinds import make_folders, rtalab

@@ -1,4 +1,4 @@
-"""One vocabulary: outcomes, endings, reasons and decisions are named in sim/shared/vocab.py only.
+"""One vocabulary: outcomes, endings, reasons and decisions are named in sim/vocab.py only.
 
 Read from the source (AST): a string constant anywhere in ``sim``, ``loadtests`` or
 ``benchmarks`` that *equals* an outcome, end reason, call end reason or decision value is a
@@ -15,12 +15,12 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from sim import vocab as V
 from sim.shared import schema as S
-from sim.shared import vocab as V
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("sim", "loadtests", "benchmarks")
-HOME = "sim/shared/vocab.py"
+HOME = "sim/vocab.py"
 GENERIC = {"completed", "failed", "timeout", "cancelled", "retry", "budget", "deadline"}
 WORDS = frozenset(m.value for e in (V.AttemptOutcome, V.TurnOutcome, V.EndReason,
                                     V.CallEndReason, V.Decision) for m in e) - GENERIC
@@ -59,8 +59,7 @@ def test_a_planted_bare_outcome_is_found(tmp_path: Path) -> None:
         'LOST = "response-lost"\n'
         'ok = outcome == "completed"  # a generic word: not checked\n'
         'def f(a):\n    return a.get("end_reason") == "barge-in"\n', encoding="utf-8")
-    (tmp_path / "sim" / "shared").mkdir()
-    (tmp_path / "sim" / "shared" / "vocab.py").write_text('X = "response-lost"\n')
+    (tmp_path / "sim" / "vocab.py").write_text('X = "response-lost"\n')
     assert bare_outcomes(tmp_path, ["sim"]) == ["sim/x.py:2: 'response-lost'",
                                                 "sim/x.py:5: 'barge-in'"]
 

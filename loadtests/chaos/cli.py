@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadtests.chaos.config import ChaosConfig, with_overrides
 from loadtests.common.tls import (
     INSECURE_WARNING,
     add_client_tls,
@@ -21,7 +22,14 @@ from loadtests.common.tls import (
     client_tls_from_args,
     server_tls_from_args,
 )
-from sim.scenario import BALANCERS
+from sim.scenario import (
+    BALANCERS,
+    OutageConfig,
+    Scenario,
+    apply_overrides,
+    from_dict,
+    load_scenario,
+)
 from sim.shared.argtypes import (
     LOG_LEVEL,
     add_command,
@@ -82,8 +90,6 @@ def grpc_upstream(text: str) -> tuple[str, bool]:
 
 def outage_spec(text: str) -> Any:
     """``START_S:DURATION_S[:uplink|downlink|both]``."""
-    from sim.scenario import OutageConfig
-
     bits = text.split(":")
     if len(bits) not in (2, 3):
         raise argparse.ArgumentTypeError(f"expected START:DURATION[:DIRECTION], got {text!r}")
@@ -148,14 +154,11 @@ class FlagError(Exception):
 
 def settings_from_args(args: argparse.Namespace) -> Any:
     """Validate into ChaosSettings (raises ConfigError or FlagError)."""
-    from loadtests.chaos.config import ChaosConfig, with_overrides
+    # lazy: +235 ms (uvicorn, httpx, rich) off rtalab's start-up
     from loadtests.chaos.server import ChaosSettings
-    from sim.scenario import Scenario, load_scenario
 
     scenario = load_scenario(args.scenario, list(args.set)) if args.scenario else None
     if scenario is None and args.set:
-        from sim.scenario import apply_overrides, from_dict
-
         scenario = from_dict(apply_overrides({}, list(args.set)))
     scenario = scenario or Scenario()
     network = scenario.network
@@ -210,6 +213,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     requests, reordered and delayed stream events, mid-stream drops, refuse / black-hole outages.
     See docs/chaos.md.
     """
+    # lazy: +277 ms (uvicorn, httpx, rich) off rtalab's start-up
     from loadtests.chaos.server import run
 
     settings = settings_from_args(args)

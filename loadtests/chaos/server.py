@@ -97,6 +97,7 @@ async def _start_grpc(s: ChaosSettings, proxy: ChaosProxy, ledger: ChaosLedger,
                       t0: float) -> tuple[Any, Any, Gate]:
     """The gRPC side: its server on a private port behind a TCP gate of its own on
     ``--grpc-listen`` (a reset / reasoner-down outage resets its HTTP/2 connections)."""
+    # lazy: +793 ms (pandas, pyarrow, gevent) off importing server
     from .grpc_proxy import GrpcChaos, start_grpc
 
     assert s.grpc_listen is not None
@@ -184,6 +185,7 @@ async def serve(s: ChaosSettings) -> int:
 def run(s: ChaosSettings) -> int:
     """Blocking entry point (uvloop when installed)."""
     try:
+        # lazy: uvloop is optional; +7 ms (uvloop)
         import uvloop
 
         return uvloop.run(serve(s))

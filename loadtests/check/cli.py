@@ -1,4 +1,7 @@
-"""``rtalab check RUN_DIR`` (and ``rtalab check --bench``), registered via ``rtalab.commands``.
+"""``rtalab check RUN_DIR``, registered via ``rtalab.commands``.
+
+The benchmarks add ``--bench`` (and its ``--rows``, ``--repeat``) through the entry point
+``check.bench``: this package never imports them.
 
 Exit status: 0 every rule passed or was not checked, 1 a rule failed, 2 unusable
 input (one line on stderr: missing folder, no attempts ledger, a line that is not
@@ -8,14 +11,18 @@ JSON, a bad flag).
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
+from loadtests.check import LedgerError, check_run
+from loadtests.check.rules import HAZARDS
+from loadtests.check.show import verdict_lines
+from sim.shared import junit
 from sim.shared.argtypes import (
     add_command,
     add_quiet,
-    flag,
     opt,
-    positive_int,
     repeatable,
     usage_error,
 )
@@ -27,8 +34,6 @@ EXIT_FAILED = 1
 
 def hazard_limit(text: str) -> tuple[str, float]:
     """``NAME=PER_1K`` for a hazard rule."""
-    from loadtests.check.rules import HAZARDS
-
     name, sep, value = text.partition("=")
     if not sep or name not in HAZARDS:
         raise argparse.ArgumentTypeError(
@@ -49,14 +54,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     ordering, retries, echo, sequenceId); writes verdict.json and verdict.txt. Exit 1 on a failed
     rule, 2 on unusable input. See docs/check.md.
     """
-    if args.bench:
-        from benchmarks.check import format_bench, run_bench
-
-        print(format_bench(run_bench(rows=args.rows, repeat=args.repeat)), end="")
-        return 0
     if not args.run_dir:
-        return usage_error(f"{PROG}: error: RUN_DIR is required (or --bench)")
-    from loadtests.check import LedgerError, check_run
+        return usage_error(f"{PROG}: error: RUN_DIR is required")
 
     try:
         verdict = check_run(args.run_dir, dict(args.hazard_limit))
@@ -65,19 +64,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     except OSError as e:
         return usage_error(f"{PROG}: error: cannot write the verdict: {e}")
     if args.junit:
-        import json
-        from pathlib import Path
-
-        from sim.shared import junit
-
         try:
             data = json.loads((Path(args.run_dir) / "verdict.json").read_text(encoding="utf-8"))
             junit.write(args.junit, f"rtalab check {args.run_dir}", junit.verdict_cases(data))
         except OSError as e:
             return usage_error(f"{PROG}: error: cannot write {args.junit}: {e.strerror or e}")
     if not args.quiet:
-        from loadtests.check.show import verdict_lines
-
         print("\n".join(verdict_lines(verdict.to_dict())))
     return 0 if verdict.ok else EXIT_FAILED
 
@@ -89,9 +81,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                "fail a hazard rule above this rate per 1,000 turns (repeatable)", hazard_limit)
     add_quiet(p, "print nothing (exit status only)")
     add_junit_argument(p)
-    flag(p, "--bench", "time the checker on synthetic ledger rows instead")
-    opt(p, "--rows", "--bench: synthetic ledger rows", positive_int, 1_000_000)
-    opt(p, "--repeat", "--bench: repetitions", positive_int, 3)
 
 
 def register(subparsers: Any) -> None:

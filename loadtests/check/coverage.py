@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from sim.policy.codes import RETRYABLE_CODES
-from sim.shared.vocab import AttemptOutcome as A
+from sim.vocab import AttemptOutcome as A
 
 CoverageStatus = Literal["exercised", "not exercised", "not observable"]
 CLASSES = {

@@ -38,7 +38,9 @@ from loadtests.check.verdict import (
     Status,
     examples_of,
 )
-from sim.shared.vocab import AttemptOutcome as A
+from loadtests.common.tls import INSECURE_WARNING
+from sim.answers.slo import SloError, metric_value, parse_slo
+from sim.vocab import AttemptOutcome as A
 
 INTEGRITY = "run integrity"
 AVAILABILITY_MIN = 0.9  # default availability gate: share of judged turns that completed
@@ -228,8 +230,6 @@ def rule_auth(attempts: pd.DataFrame) -> RuleResult:
 def slo_rules(f: RunFiles) -> list[RuleResult]:
     """One ``slo`` rule per ``--slo``: the run's measured value (after the warm-up) against
     its target (a load run is one replication: no CI)."""
-    from sim.answers.slo import SloError, metric_value, parse_slo
-
     out = []
     for text in f.gates.get("slo") or []:
         name = f"slo {text}"
@@ -258,7 +258,6 @@ def tls_warnings(files: RunFiles) -> list[str]:
     PASS then says nothing of who answered."""
     if not (files.meta or {}).get("tls_insecure"):
         return []
-    from loadtests.common.tls import INSECURE_WARNING
 
     return [f"TLS NOT VERIFIED: {INSECURE_WARNING}"]
 
@@ -267,7 +266,6 @@ def figures(f: RunFiles) -> dict[str, Any]:
     """Key figures from summary.json (means; None when undefined)."""
     if f.summary is None:
         return {}
-    from sim.answers.slo import metric_value
 
     out: dict[str, Any] = {k: metric_value(f.summary, k) for k, _, _ in KEY_FIGURES}
     hz = [metric_value(f.summary, k) for k in f.summary.get("metrics", {})

@@ -36,8 +36,8 @@ from loadtests.check.verdict import (
 )
 from sim.policy.codes import RETRYABLE_CODES
 from sim.policy.decide import RetryPolicy
-from sim.shared.vocab import AttemptOutcome as A
-from sim.shared.vocab import EndReason, TurnOutcome
+from sim.vocab import AttemptOutcome as A
+from sim.vocab import EndReason, TurnOutcome
 
 TURN_COLS = ["call_id", "turn_index"]
 SUCCESS_OUTCOMES = (A.COMPLETED,)

@@ -15,6 +15,7 @@ Extending the verdict: append a function ``(ctx: Context) -> list[RuleResult]`` 
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,8 @@ from loadtests.check import rules as R
 from loadtests.check.coverage import coverage, read_restarts, turns_across_restarts
 from loadtests.check.ledger import Ledgers, read_ledgers
 from loadtests.check.verdict import RuleResult, Verdict
+from sim.config import ConfigError, build
+from sim.policy.config import LivePolicyConfig
 from sim.policy.decide import RetryPolicy
 
 
@@ -38,11 +41,6 @@ def load_policy(run_dir: Path) -> tuple[RetryPolicy | None, str]:
     Only ``[live]`` is read, so sections this build does not know (added by
     other tools) never hide the policy.
     """
-    import tomllib
-
-    from sim.config import ConfigError, build
-    from sim.policy.config import LivePolicyConfig
-
     path = Path(run_dir) / "scenario.toml"
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from loadtests.check.coverage import coverage_text
+
 Status = Literal["pass", "fail", "not-checked"]
 Kind = Literal["violation", "hazard", "integrity", "gate"]
 PASS: Status = "pass"
@@ -267,7 +269,6 @@ class Verdict:
         if self.overhead:
             lines += ["", overhead_line(self.overhead)]
         if self.coverage is not None:  # last: what this verdict proved
-            from loadtests.check.coverage import coverage_text
 
             lines += ["", *coverage_text(self.coverage)]
         return "\n".join(lines) + "\n"

@@ -18,11 +18,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from loadtests.common.procs import start_reasoner, url_problem
 from loadtests.common.tls import add_client_tls, client_tls_from_args
-from loadtests.common.wireclient import FAST_SCENARIO, TOKENS, Client
 from loadtests.fuzz.engine import BINDINGS, MIN_REACHED, BindingReport, fuzz_binding
-from sim.shared.argtypes import UsageError, add_quiet, positive_int
+from loadtests.wireclient import FAST_SCENARIO, TOKENS, Client
+from sim.shared.argtypes import UsageError, add_command, add_quiet, positive_int
 from sim.shared.progress import progress_bar, should_show
+from sim.shared.results import RunLifecycle
 
 DEFAULT_REQUESTS = 10_000
 
@@ -56,8 +60,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _rss_mib(client: Client) -> float | None:
     """RSS of the worker answering /healthz, in MiB (local servers only)."""
-    import psutil
-
     try:
         pid = int(client.get_json("/healthz")["pid"])
         return float(psutil.Process(pid).memory_info().rss) / 2**20
@@ -85,12 +87,7 @@ def _run(client: Client, args: argparse.Namespace) -> tuple[list[BindingReport],
 
 def run_fuzz(args: argparse.Namespace) -> int:
     """Run the long fuzz; print the table; 0 if every binding passed."""
-    from loadtests.common.procs import start_reasoner
-    from sim.shared.results import RunLifecycle
-
     if args.url:
-        from loadtests.common.procs import url_problem
-
         url, tls = args.url.rstrip("/"), client_tls_from_args(args)
         problem = url_problem(url + "/healthz", tls, json_keys=("pid",))
         if problem:
@@ -123,3 +120,17 @@ def run_fuzz(args: argparse.Namespace) -> int:
         indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out / 'summary.json'}")
     return 0 if all(not r.failures() for r in reports) else 1
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    """long fuzz run of the Reasoner on every binding
+
+    Fuzz the Reasoner over JSON-RPC/SSE, REST and WebSocket with mostly valid, mutated requests;
+    report 5xx, unanswered, crashes and RSS.
+    """
+    return run_fuzz(args)
+
+
+def register(serve: Any) -> None:
+    """Add ``fuzz`` to the ``serve`` group's sub-parsers."""
+    add_command(serve, "fuzz", cmd_fuzz, add_arguments)

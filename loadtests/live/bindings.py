@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sim.shared.vocab import BindingName as B
+from sim.vocab import BindingName as B
 
 COMPAT = {"both": ("sse", "ws")}  # names kept for earlier command lines
 ALL = "all"
@@ -81,6 +81,7 @@ class Binding:
 
     def factory(self) -> ChannelFactory:
         """Its ``open_channel`` (imports the module)."""
+        # lazy: by name: a run loads only its binding's channel (grpc_channel: +91 ms, grpc)
         return cast("ChannelFactory", importlib.import_module(self.module).open_channel)
 
 

@@ -63,8 +63,8 @@ from sim.policy.codes import ErrorCode
 from sim.policy.config import TimeoutConfig
 from sim.policy.turn import AWAIT_CALLER, END, WAIT, Action, CallMachine, TurnMachine, TurnRules
 from sim.scenario import Scenario
-from sim.shared.vocab import AttemptOutcome as A
-from sim.shared.vocab import CallEndReason, Told, TurnOutcome
+from sim.vocab import AttemptOutcome as A
+from sim.vocab import CallEndReason, Told, TurnOutcome
 
 UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
 # what the caller was told, by turn outcome

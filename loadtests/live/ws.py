@@ -22,7 +22,9 @@ from typing import Any, cast
 
 import gevent
 from gevent.event import Event
+from websockets.exceptions import InvalidStatus
 from websockets.protocol import State
+from websockets.sync.client import connect
 
 from loadtests.common.tls import ClientTls, reason
 from loadtests.live.bindings import ChannelContext
@@ -199,11 +201,8 @@ class WsChannel:
         return self.echo and (negotiation_s <= 0 or self.connect_s <= negotiation_s)
 
     def _connect(self, active: bool) -> None:
-        from websockets.sync.client import connect
-
         t0 = time.perf_counter()
         self.active = active
-        from websockets.exceptions import InvalidStatus
 
         try:
             self.ws = connect(self.url, additional_headers=headers(self.ext_uri, self.token,

@@ -113,6 +113,7 @@ async def ws_handler(ws: Any) -> None:
 
 async def grpc_server(port: int) -> Any:
     """The canned turn over the A2A gRPC binding on ``port`` (started)."""
+    # lazy: +85 ms (grpc, a2a, starlette) off importing canned
     import grpc
     from a2a.types import StreamResponse
     from google.protobuf.json_format import ParseDict
@@ -140,6 +141,7 @@ async def grpc_server(port: int) -> Any:
 async def serve(http_port: int, ws_port: int, grpc_port: int | None = None) -> None:
     """Serve HTTP/SSE on ``http_port``, WebSocket on ``ws_port`` (and gRPC on ``grpc_port``)
     forever."""
+    # lazy: +21 ms (websockets) off importing canned
     from websockets.asyncio.server import serve as ws_serve
 
     loop = asyncio.get_running_loop()

@@ -7,15 +7,33 @@ Mistakes (bad flag, broken scenario, unreachable target) exit 2 with one
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any, cast
 
-from loadtests.cli import DEDUP, DEDUP_MODE, UNSAFE_BUG
-from loadtests.common.tls import add_client_tls, client_tls_from_args
+from loadtests.common.procs import ProcessError
+from loadtests.common.tls import INSECURE_WARNING, add_client_tls, client_tls_from_args
+from loadtests.dedup import parse_store_url
+from loadtests.live.bindings import help_text, parse_bindings
 from loadtests.live.config import TestSwitches
-from loadtests.loadrun.orchestrate import RunOptions
+from loadtests.loadrun.fleet import fleet_problem, fleet_warnings
+from loadtests.loadrun.orchestrate import (
+    RunError,
+    RunOptions,
+    reachable,
+    run_load,
+    run_worker,
+    summarize_run,
+)
+from loadtests.loadrun.probe import add_arguments as probe_arguments
+from loadtests.loadrun.probe import cmd_probe
+from loadtests.reasoner.cli import DEDUP, DEDUP_MODE, UNSAFE_BUG
+from sim.answers.slo import SloError, parse_slo
+from sim.config import ConfigError
 from sim.policy.codes import ALL_CODES, is_retryable
+from sim.scenario import load_scenario
+from sim.shared import junit
 from sim.shared.argtypes import (
     DRAIN,
     DURATION,
@@ -54,8 +72,6 @@ def _code(text: str) -> str:
 
 def binding_set(text: str) -> str:
     """--binding: a name, a comma list, 'all' or 'both' -> the canonical comma list."""
-    from loadtests.live.bindings import parse_bindings
-
     try:
         return ",".join(parse_bindings(text))
     except ValueError as e:
@@ -63,14 +79,10 @@ def binding_set(text: str) -> str:
 
 
 def _binding_help() -> str:
-    from loadtests.live.bindings import help_text
-
     return help_text()
 
 
 def _slo(text: str) -> str:
-    from sim.answers.slo import SloError, parse_slo
-
     try:
         parse_slo(text)
     except SloError as e:
@@ -183,13 +195,10 @@ def check_flags(args: argparse.Namespace, sc: Any) -> str | None:
     if args.target and args.restart_cmd and not (args.restart_at or sc.load.restart_at_s):
         return "--restart-cmd needs at least one --restart-at S (or load.restart_at_s)"
     if args.dedup:
-        from loadtests.dedup import parse_store_url
-
         try:
             parse_store_url(args.dedup)
         except ValueError as e:
             return f"--dedup: {e}"
-    from loadtests.loadrun.fleet import fleet_problem
 
     problem = fleet_problem(sc, target=args.target, chaos=args.chaos,
                             crash_at=restart_times(args, sc), dedup=args.dedup,
@@ -223,12 +232,9 @@ def flag_warnings(args: argparse.Namespace, sc: Any) -> list[str]:
         if t < warmup:
             out.append(f"restart at {t:g} s falls inside the {warmup:g}-s warm-up, which the "
                        "key figures drop (the verdict still sees it)")
-    from loadtests.loadrun.fleet import fleet_warnings
 
     out += fleet_warnings(sc, args.target, _duration(args, sc))
     if args.insecure:
-        from loadtests.common.tls import INSECURE_WARNING
-
         out.append(f"WARNING: {INSECURE_WARNING}")
     if args.unsafe_bug:
         out.append(f"TEST ONLY: the embedded Reasoner runs with planted bugs "
@@ -266,11 +272,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     Run SCENARIO's workload with Locust Live users; gather ledgers, tables, summary and verdict in
     results/.
     """
-    from loadtests.common.procs import ProcessError
-    from loadtests.loadrun.orchestrate import RunError, run_load
-    from sim.config import ConfigError
-    from sim.scenario import load_scenario
-
     try:
         sc = load_scenario(args.scenario, list(args.set))
         sc = sc.with_overrides(outage_overrides(args, sc.network.outages))
@@ -287,7 +288,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     for warning in flag_warnings(args, sc):
         print(f"rtalab load: warning: {warning}", file=sys.stderr)
     opts = run_options(args, sc)
-    from loadtests.loadrun.orchestrate import reachable
 
     problem = reachable(opts)
     if problem:
@@ -307,6 +307,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _print_end(run_dir: Path) -> None:
     """The end of every run: files, then the verdict line, failed rules and key figures."""
+    # lazy: +1.91 s (scipy, pandas, pyarrow) off rtalab's start-up
     from loadtests.check import Verdict
 
     print(f"results: {run_dir}")
@@ -315,6 +316,7 @@ def _print_end(run_dir: Path) -> None:
             print(f"  {name}: {run_dir / name}")
     verdict = Verdict.read(run_dir)
     if verdict is not None:
+        # lazy: +1.69 s (scipy, pandas, pyarrow) off rtalab's start-up
         from loadtests.check.show import wrap_text
 
         print(wrap_text(verdict.summary_text()), end="")
@@ -322,10 +324,6 @@ def _print_end(run_dir: Path) -> None:
 
 def _write_junit(path: Path, run_dir: Path) -> None:
     """The run's verdict as JUnit XML: ledger and count checks, then every rule."""
-    import json
-
-    from sim.shared import junit
-
     def read(p: Path) -> dict[str, Any] | None:
         return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
 
@@ -340,12 +338,11 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     Rebuild the tables, summary.json and the verdict of a load run folder (e.g. gathered by a Locust
     master on another host).
     """
-    from loadtests.loadrun.orchestrate import summarize_run
-
     run = Path(args.run_dir)
     if not (run / "ledger" / "attempts.jsonl").exists() or not (
             run / "ledger" / "clock.json").exists():
         return usage_error(f"rtalab: {run}: not a load run folder with a gathered ledger")
+    # lazy: +1.66 s (scipy, pandas, pyarrow) off rtalab's start-up
     from loadtests.check import LedgerError
 
     try:
@@ -366,8 +363,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     of its N workers: settings and scenario come from the master, the ledger rows go to it; this
     host keeps its logs in its own run folder.
     """
-    from loadtests.loadrun.orchestrate import run_worker
-
     host, port = args.master
     run_dir, rc = run_worker(host, port, Path(args.out), quiet=args.quiet,
                              timeout_s=args.timeout)
@@ -388,23 +383,13 @@ def _worker_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``load`` with ``run``, ``summarize``, ``worker``, ``probe`` and ``bench`` to the root
-    parser."""
+    """Add ``load`` with ``run``, ``summarize``, ``worker`` and ``probe`` to the root parser (the
+    benchmarks add ``bench`` through the entry point ``load.bench``)."""
     sub = add_group(subparsers, "load", help="load-test a Reasoner with Locust Live users",
                     description="Load runs with Locust Live users, ledgers "
                                 "and a delivery verdict.")
     add_command(sub, "run", cmd_run, add_run_arguments)
     add_command(sub, "summarize", cmd_summarize, _summarize_arguments)
     add_command(sub, "worker", cmd_worker, _worker_arguments)
-    from loadtests.loadrun.probe import add_arguments as probe_arguments
-    from loadtests.loadrun.probe import cmd_probe
 
     add_command(sub, "probe", cmd_probe, probe_arguments)
-    try:
-        from benchmarks.load import add_arguments, run_bench
-    except ImportError:
-        return
-    add_command(sub, "bench", run_bench, add_arguments,
-                help="Live user turns/s vs a bare FastHttpUser",
-                description="Turns/s of the SSE and WebSocket Live users against a bare client "
-                            "reading the same canned stream.")

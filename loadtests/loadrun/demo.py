@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(f"demo [{time.monotonic() - t0:6.1f} s] {text}", flush=True)
 
+    # lazy: +566 ms (pandas, pyarrow) off importing demo
     from loadtests.loadrun import demo_report
     from sim.cli import main as rtalab
 

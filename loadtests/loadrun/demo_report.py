@@ -25,8 +25,11 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
+import pandas as pd
 
 from sim.calibrate.validate import SHORT_LABELS, OneRunRow, fmt_interval, one_run_from_json
+from sim.report.pieces import png_data, text_table
+from sim.report.render import render_report
 from sim.shared.fmt import fmt_value
 from sim.shared.summary import unit
 
@@ -182,8 +185,6 @@ def completion_times(folder: Path, case: dict[str, Any], warmup_s: float
                      ) -> tuple[list[np.ndarray], np.ndarray]:
     """(per simulated replication, measured): completion times of the completed turns that
     started after the warm-up (the turns the compared percentiles are taken over)."""
-    import pandas as pd
-
     def done(t: pd.DataFrame) -> np.ndarray:
         keep = (t["outcome"].astype(str) == "completed") & (t["start_s"] >= warmup_s)
         return t.loc[keep, "completion_s"].to_numpy(dtype=float)
@@ -211,13 +212,13 @@ def band(reps: list[np.ndarray], grid: np.ndarray, level: float = 0.90
 def ecdf_figure(panels: list[tuple[str, list[np.ndarray], np.ndarray]]) -> str:
     """A base64 PNG: per panel (title, replications, measured) the measured turn-completion
     ECDF against the simulated band and median, log time axis."""
+    # lazy: +131 ms (matplotlib) off importing demo_report
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: +646 ms (matplotlib) off importing demo_report
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    from sim.shared.report import png_data
 
     fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 3.1), squeeze=False)
     for ax, (title, reps, measured) in zip(axes[0], panels, strict=True):
@@ -249,15 +250,13 @@ def ecdf_figure(panels: list[tuple[str, list[np.ndarray], np.ndarray]]) -> str:
 
 def case_table(case: dict[str, Any]) -> dict[str, Any]:
     """Every compared metric of a case against its one-run interval (a report table)."""
-    from sim.shared.report import table
-
     rows = [[SHORT_LABELS.get(r.metric, r.metric), fmt_interval(r.centre, r.low, r.high,
                                                                 r.metric),
              fmt_interval(r.measured, r.measured_ci[0], r.measured_ci[1], r.metric), r.verdict]
             for r in case["one_run_rows"]]
-    return table(f"{case['name']} at {float(case['rate_calls_per_s']):.3g} calls/s: every "
-                 "metric against the 90 % interval of one run",
-                 ["metric", "predicted [90 % one run]", "measured [95 % CI]", "verdict"], rows)
+    return text_table(f"{case['name']} at {float(case['rate_calls_per_s']):.3g} calls/s: every "
+                      "metric against the 90 % interval of one run",
+                      ["metric", "predicted [90 % one run]", "measured [95 % CI]", "verdict"], rows)
 
 
 def title(res: dict[str, Any]) -> str:
@@ -268,8 +267,6 @@ def title(res: dict[str, Any]) -> str:
 
 def render(folder: Path) -> str:
     """The HTML report of the predict ``folder`` (see the module docstring)."""
-    from sim.shared.report import render_report
-
     folder = Path(folder)
     res = load(folder)
     warmup = float(res["warmup_s"])

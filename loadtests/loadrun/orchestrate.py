@@ -34,6 +34,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -44,17 +45,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadtests.chaos.procs import start_chaos
 from loadtests.common.procs import (
     LOCALHOST,
     ManagedProcess,
     _pdeathsig_preexec,
     free_port,
+    grpc_problem,
     start_reasoner,
     start_witness,
+    url_problem,
+    url_ready,
     wait_ready,
 )
 from loadtests.common.tls import ClientTls, ServerTls
-from loadtests.live.config import ENV, LiveOptions, LoadSettings, TestSwitches
+from loadtests.live.config import ENV, WORKER_DIR_ENV, LiveOptions, LoadSettings, TestSwitches
 from loadtests.loadrun.fleet import (
     FailureSchedule,
     embedded_fleet,
@@ -64,15 +69,17 @@ from loadtests.loadrun.fleet import (
     sum_metrics,
     write_restart_row,
 )
-from sim.scenario import Scenario
+from sim.scenario import Scenario, load_scenario
 from sim.shared.results import (
     RunLifecycle,
     collect_meta,
     signals_interrupt,
     write_json,
+    write_records,
+    write_summary,
 )
-from sim.shared.vocab import TIMEOUT_OUTCOMES
-from sim.shared.vocab import AttemptOutcome as A
+from sim.vocab import TIMEOUT_OUTCOMES
+from sim.vocab import AttemptOutcome as A
 
 # attempts the server answered with an end state
 ANSWERED = (A.COMPLETED, A.FAILED, A.INPUT_REQUIRED, A.CANCELLED)
@@ -174,14 +181,6 @@ def _say(opts: RunOptions, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
-def _chaos_available() -> bool:
-    try:
-        import loadtests.chaos  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def network_is_zero(sc: Scenario) -> bool:
     """True if no ``[network]`` key of ``sc`` is non-zero: no latency, loss, duplication,
     reordering or outage on either direction (the real loopback is then the model's link)."""
@@ -217,6 +216,7 @@ def run_tls(opts: RunOptions, run_dir: Path) -> tuple[ServerTls, ClientTls]:
     plain HTTP servers and the clients' own settings (``--ca`` ... for a --target)."""
     if not opts.serve_tls:
         return ServerTls(), opts.tls
+    # lazy: +69 ms (cryptography) off importing orchestrate
     from loadtests.common.certs import make_pki
 
     pki = make_pki(run_dir / "tls")
@@ -288,11 +288,6 @@ def start_proxy(st: Stack, upstream: str, run_dir: Path, scenario_path: Path,
     the gRPC interface ``upstream``'s agent card advertises too (``--grpc-listen`` /
     ``--grpc-upstream``; its address in ``st.grpc_proxy``).  Several ``upstreams`` (a
     fleet's replicas): the proxy balances them by the scenario's ``[fleet]``, gRPC too."""
-    if not _chaos_available():
-        raise RunError("--chaos needs the chaos proxy (loadtests.chaos), not in this build")
-    from loadtests.chaos.procs import start_chaos
-    from loadtests.common.procs import free_port
-
     (run_dir / "logs").mkdir(exist_ok=True)
     extra = ["--start-file", str(run_dir / "ledger" / "clock.json")]
     if grpc:  # a fleet: each replica's gRPC address, in the order of the HTTP upstreams
@@ -333,8 +328,6 @@ def restart(opts: RunOptions, st: Stack | None, target: str, run_dir: Path, at_s
             t0: float) -> dict[str, Any]:
     """One scheduled restart (embedded: SIGKILL + restart; --target: ``--restart-cmd``, then
     wait for the agent card); the row it adds to ``ledger/restarts.jsonl``."""
-    from loadtests.common.procs import url_ready
-
     start = time.time()
     # "t": when the server went away (the checker classifies requests open across it)
     row: dict[str, Any] = {"t": start, "at_s": at_s, "start_s": start - t0, "start_unix": start}
@@ -498,10 +491,6 @@ def run_worker(master_host: str, master_port: int, results: Path, quiet: bool = 
     """``rtalab load worker``: a Locust worker of a remote master, in its own process group,
     with its own run folder (``results/<UTC>-load-worker-<host>-s0``: the settings and
     scenario it received, its log); its exit code."""
-    import socket
-
-    from loadtests.live.config import WORKER_DIR_ENV
-
     run_dir = RunLifecycle.new(results, kind="load-worker", scenario_name=socket.gethostname(),
                             seed=0).path
     (run_dir / "logs").mkdir()
@@ -537,8 +526,6 @@ def reachable(opts: Any) -> str | None:
     """Why the --target or the --witness of a run cannot be used (one line), or None: each
     is asked once, and its answer is read as sent (a status, a certificate problem, a
     refused connection)."""
-    from loadtests.common.procs import url_problem
-
     if opts.target:
         problem = url_problem(f"{opts.target}/.well-known/agent-card.json", opts.tls)
         if problem:
@@ -558,8 +545,6 @@ def reachable(opts: Any) -> str | None:
 def grpc_reachable(target: str, tls: ClientTls) -> str | None:
     """Why the gRPC interface a --target's agent card advertises cannot be used (one line:
     none advertised, a certificate problem, no answer), or None."""
-    from loadtests.common.procs import grpc_problem
-
     try:
         address, secure = grpc_target(f"{target.rstrip('/')}/.well-known/agent-card.json", tls)
     except RunError as e:
@@ -571,6 +556,7 @@ def grpc_target(card_url: str, tls: ClientTls) -> tuple[str, bool]:
     """(address, TLS) of the gRPC interface the agent card at ``card_url`` advertises
     (``supportedInterfaces[].protocolBinding == "GRPC"``); TLS when the card came over https
     or the address says ``grpcs://``.  RunError (one line) if there is none."""
+    # lazy: +632 ms (pandas, pyarrow, gevent) off importing orchestrate
     from loadtests.live.grpc_channel import grpc_address
 
     try:
@@ -687,6 +673,7 @@ def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: i
     verdict's integrity rules (:mod:`loadtests.check.integrity`) judge these counts
     with the requests that never completed taken into account.
     """
+    # lazy: +475 ms (pandas, pyarrow) off importing orchestrate
     from loadtests.loadrun.tables import read_jsonl
 
     led = run_dir / "ledger"
@@ -958,6 +945,7 @@ def overhead(run_dir: Path, t_begin: float, marks: dict[str, float]) -> dict[str
 
 def timeline(led: Path) -> list[dict[str, Any]]:
     """The run's timeline for ``meta.json``: load start, restarts, stop (seconds since t0)."""
+    # lazy: +560 ms (pandas, pyarrow) off importing orchestrate
     from loadtests.loadrun.tables import read_jsonl
 
     out: list[dict[str, Any]] = []
@@ -975,6 +963,7 @@ def load_trigger(sc: Scenario, run_dir: Path | None = None) -> tuple[float, floa
     the capacity drops this run enacted on the embedded Reasoner (``ledger/capacity.jsonl``,
     :func:`capacity_schedule`).  Rate schedules are the simulator's; a load run does not
     enact them.  None: no trigger (``recovery_s`` is then not reported)."""
+    # lazy: +543 ms (pandas, pyarrow) off importing orchestrate
     from loadtests.loadrun.tables import read_jsonl
 
     spans = [(o.start_s, o.start_s + o.duration_s) for o in sc.network.outages]
@@ -1014,6 +1003,7 @@ def capacity_schedule(sc: Scenario) -> list[tuple[float, int]]:
 
 def set_capacity(st: Stack, run_dir: Path, at_s: float, workers: int, t0: float) -> None:
     """POST the embedded Reasoner's test hook ``/test/capacity`` and log the row."""
+    # lazy: +100 ms (httpx, rich) off importing orchestrate
     import httpx
 
     assert st.reasoner is not None
@@ -1038,8 +1028,8 @@ def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: floa
                   plots: bool = True, uncertainty: bool = True) -> None:
     """Tables, ``summary.json``/``summary.csv`` and plots from the gathered ledgers
     (``uncertainty=False``: no bootstrap CIs, seconds saved per run)."""
+    # lazy: +494 ms (pandas, pyarrow) off importing orchestrate
     from loadtests.loadrun.tables import build_output, load_summary, split_by_binding
-    from sim.shared.results import write_records
 
     out = build_output(run_dir, duration_s, sc.run.seed, load_trigger(sc, run_dir),
                        replicas=sc.fleet.replicas, warmup_s=warmup_s)
@@ -1057,6 +1047,7 @@ def judge(run_dir: Path, meta: dict[str, Any] | None = None, status: str | None 
     """The run's one verdict (:func:`loadtests.check.check_run` writes ``verdict.json`` /
     ``verdict.txt``); with ``meta``, ``meta.json`` is made final first (``status``, and
     ``verdict`` / ``verdict_ok`` / ``failed_rules`` copied from the verdict)."""
+    # lazy: +1.81 s (scipy, pandas, pyarrow) off importing orchestrate
     from loadtests.check import check_run
 
     if meta is not None and status is not None:
@@ -1072,7 +1063,8 @@ def judge(run_dir: Path, meta: dict[str, Any] | None = None, status: str | None 
 
 def write_report(run_dir: Path) -> None:
     """``report.html`` of the run folder: scenario, figures with CIs, verdict, plots."""
-    from sim.shared.report import render_report
+    # lazy: +758 ms (pandas, pyarrow) off importing orchestrate
+    from sim.report.render import render_report
 
     (run_dir / "report.html").write_text(render_report([run_dir]), encoding="utf-8")
 
@@ -1081,8 +1073,6 @@ def summarize_run(run_dir: Path) -> tuple[int, Any]:
     """``rtalab load summarize``: tables, summary, verdict and report of a gathered (or
     interrupted) run folder; (exit code: 0 ok, 1 a rule failed or the run was interrupted;
     the verdict)."""
-    from sim.scenario import load_scenario
-
     settings = LoadSettings.read(run_dir / "ledger" / "settings.json")
     sc = load_scenario(run_dir / "scenario.toml") if (run_dir / "scenario.toml").exists() \
         else load_scenario(settings.scenario_path)
@@ -1094,25 +1084,14 @@ def summarize_run(run_dir: Path) -> tuple[int, Any]:
 
 
 def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    """``summary.json`` + ``summary.csv`` with the sweeps branch's writer when present."""
-    try:
-        from sim.shared.results import write_summary
-    except ImportError:  # until the sweeps branch is merged: a plain metric table
-        import csv
-
-        write_json(run_dir / "summary.json", summary)
-        with open(run_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow(["metric", "mean", "ci_low", "ci_high"])
-            for name, m in summary["metrics"].items():
-                w.writerow([name, m["mean"], m["ci_low"], m["ci_high"]])
-        return
+    """``summary.json`` + ``summary.csv`` (sim.shared.results' writer)."""
     write_summary(run_dir, summary)
 
 
 def _plots(run_dir: Path, sc: Scenario, out: Any) -> None:
     """The simulator's run plots, from the load run's tables."""
     try:
+        # lazy: +1.62 s (matplotlib, pandas, pyarrow) off importing orchestrate
         from sim.shared.plots import plot_run
 
         meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))

@@ -40,9 +40,25 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import psutil
 
+from loadtests.common.procs import ProcessError
 from loadtests.loadrun.cli import binding_set
+from loadtests.loadrun.orchestrate import RunError, RunOptions, run_load
+from loadtests.loadrun.probe import ProbeError, ProbeOptions, run_probe
+from sim.calibrate.cli import add_telemetry_options, describe, observed_base, telemetry_observations
+from sim.calibrate.observations import ObservationError
 from sim.calibrate.output import jsonable
+from sim.calibrate.uncertainty import parameter_draws, spreads
+from sim.calibrate.validate import (
+    CLIENT_CPU_VOID,
+    METRICS,
+    bootstrap,
+    compare,
+    turn_metrics,
+)
+from sim.scenario import load_scenario
+from sim.shared import results
 from sim.shared.argtypes import (
     DRAIN,
     DURATION,
@@ -51,11 +67,14 @@ from sim.shared.argtypes import (
     add_quiet,
     add_scenario,
     add_seed,
+    checked,
     non_negative,
     opt,
     positive_int,
     usage_error,
 )
+from sim.shared.recovery import predict_recovery, turns_recovery_s
+from sim.stream import replication_plan, run_streaming
 
 OUTAGE_DIRECTION = "both"
 FALLBACK_FACTOR = 2.0  # B = 2 x A when the utilisation at A is unknown
@@ -65,8 +84,6 @@ class CpuWatch:
     """Samples the CPU time of this process's Locust descendants (psutil) every 0.5 s."""
 
     def __init__(self) -> None:
-        import psutil
-
         self._psutil = psutil
         self.seen: dict[int, list[tuple[float, float]]] = {}  # pid -> [(time, cpu seconds)]
         self._stop = threading.Event()
@@ -116,8 +133,6 @@ def client_void(cpu_share: float, limit: float | None = None) -> bool:
     """Whether a prediction is void: the busiest Locust process used more than ``limit``
     (default :data:`sim.calibrate.validate.CLIENT_CPU_VOID`) of one core, so its timings
     are its own queueing; an unknown share (no sample, a calibration run given) is not."""
-    from sim.calibrate.validate import CLIENT_CPU_VOID
-
     lim = CLIENT_CPU_VOID if limit is None else limit
     return math.isfinite(cpu_share) and cpu_share > lim
 
@@ -147,8 +162,6 @@ def rate_b_for(predict_rate: float | None, predict_utilisation: float, rate_a: f
 
 def peak_spec(text: str) -> tuple[str, float]:
     """``--peak``: ``1.5x`` (a factor of the observed / calibration rate) or ``RATE`` (calls/s)."""
-    from sim.shared.argtypes import checked
-
     factor = text.strip().lower().endswith("x")
     value = checked(text.strip()[:-1] if factor else text, float, "not a number: {text!r}",
                     lambda v: math.isfinite(v) and v > 0, "must be a number > 0, got {text}")
@@ -158,8 +171,6 @@ def peak_spec(text: str) -> tuple[str, float]:
 def peak_rate(args: argparse.Namespace, base: Any, cal: Any) -> tuple[float, str]:
     """(B, a note): the ``--peak`` rate, a factor of A's call rate (the observed one with
     ``--from``) or calls/s."""
-    from sim.calibrate import ObservationError
-
     kind, value = args.peak
     if kind == "rate":
         return value, f"B = the peak: {value:g} calls/s (--peak)"
@@ -180,8 +191,6 @@ def _say(quiet: bool, t0: float, text: str) -> None:
 def _load_run(sc: Any, args: argparse.Namespace, out: Path, chaos: bool) -> tuple[Path, float]:
     """The load run of ``sc`` (its own ``run.duration_s``); its folder and the busiest Locust
     process's CPU share.  No bootstrap in its summary: the comparison makes its own."""
-    from loadtests.loadrun.orchestrate import RunOptions, run_load
-
     opts = RunOptions.of(sc, binding=args.binding, duration_s=sc.run.duration_s,
                          drain_s=args.drain, chaos=chaos, workers=args.workers, results=out,
                          argv=["rtalab", "predict"], quiet=True, plots=False, uncertainty=False)
@@ -193,8 +202,6 @@ def _load_run(sc: Any, args: argparse.Namespace, out: Path, chaos: bool) -> tupl
 def _probe(sc: Any, args: argparse.Namespace, folder: Path) -> Path:
     """``rtalab load probe`` of the deployment (the embedded Reasoner of SCENARIO), from A's
     turn rate up by 1.5 x per step, bounded by ``--probe-seconds``; its folder."""
-    from loadtests.loadrun.probe import ProbeOptions, run_probe
-
     turns = float(sc.workload.turns_per_call.mean)
     probe_dir, _ = run_probe(ProbeOptions(
         scenario=sc.with_overrides({"run.seed": args.seed}), workers=args.workers,
@@ -239,9 +246,7 @@ def _outage(args: argparse.Namespace) -> dict[str, Any]:
 def _recovery(extra: dict[str, Any], sim_turns: list[pd.DataFrame], turns_b: pd.DataFrame,
               args: argparse.Namespace) -> Any:
     """``recovery_s`` after the case's outage: each simulated replication's against the
-    measured run's (sim.recovery.predict_recovery)."""
-    from sim.recovery import predict_recovery, turns_recovery_s
-
+    measured run's (sim.shared.recovery.predict_recovery)."""
     if len(sim_turns) < 2:
         return None
     o = extra["network.outages"][0]
@@ -255,9 +260,6 @@ def _simulate(sc: Any, reps: int, run_dir: Path, draws: list[dict[str, Any]] | N
               ) -> list[pd.DataFrame]:
     """Replications of ``sc`` into ``run_dir`` (replication ``i`` with ``draws[i]``'s
     parameters); the turns of each."""
-    from sim.shared import results
-    from sim.stream import replication_plan, run_streaming
-
     run_dir.mkdir(parents=True)
     each = [sc.with_overrides(d) if d else sc for d in draws] if draws else None
     summary = run_streaming(sc, replication_plan(sc.run.seed, reps), run_dir, plots=False,
@@ -270,8 +272,8 @@ def _simulate(sc: Any, reps: int, run_dir: Path, draws: list[dict[str, Any]] | N
 def _from_telemetry(args: argparse.Namespace, sc: Any, say: Any) -> tuple[str, float, Any, Any]:
     """Steps 1-2 from the deployment's telemetry (``--from``): no load run A; the observed
     call rate (turns/s over SCENARIO's turns per call) is A."""
+    # lazy: +4.01 s (scipy) off rtalab's start-up
     from sim.calibrate import calibrate
-    from sim.calibrate.cli import observed_base, telemetry_observations
 
     kind, target = args.source
     say(f"1/5 telemetry: {kind}:{target} ...")
@@ -285,8 +287,8 @@ def _from_load_run(args: argparse.Namespace, sc: Any, folder: Path, chaos: bool,
                    say: Any) -> tuple[Path, float, Any, Any, Path | None]:
     """Steps 1-2 from load run A (run here, or ``--calibration-run``), with the probe when
     A does not identify the capacity."""
+    # lazy: +3.48 s (scipy) off rtalab's start-up
     from sim.calibrate import calibrate, combine, from_run_dir
-    from sim.scenario import load_scenario
 
     if args.calibration_run:
         run_a, cpu_a = Path(args.calibration_run), math.nan
@@ -333,9 +335,8 @@ class _Prediction:
 
     def calibrate(self) -> None:
         """Steps 1-2: run A (or telemetry), the calibrated scenario, the capacity, B."""
+        # lazy: +2.80 s (scipy) off rtalab's start-up
         from sim.calibrate import write
-        from sim.calibrate.cli import describe
-        from sim.scenario import load_scenario
 
         args, say = self.args, self.say
         self.probe_dir = None
@@ -369,7 +370,6 @@ class _Prediction:
             f"{self.util_a:.2f}, at B: {self.utilisation_b:.2f}; A's measured busy share: "
             f"{self.busy_a:.2f})")
         if args.parameter_uncertainty:
-            from sim.calibrate.uncertainty import parameter_draws, spreads
 
             self.uncertain = [s.text() for s in spreads(cal)]
             self.draws = parameter_draws(cal, args.replications, args.seed)
@@ -390,7 +390,6 @@ class _Prediction:
     def case(self, i: int, name: str, extra: dict[str, Any]) -> None:
         """Steps 3-4 of one case: the simulated replications, the load run at B (unless
         --no-measure) and their comparison."""
-        from sim.calibrate.validate import METRICS, bootstrap, compare, turn_metrics
 
         args, say = self.args, self.say
         tag = "b" if not extra else "b-outage"
@@ -534,8 +533,6 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab predict``."""
-    from sim.calibrate.cli import add_telemetry_options
-
     add_scenario(p)  # the deployment
     opt(p, "--calibrate-rate CALLS_PER_S", "load A, calls/s", float, 1.0)
     opt(p, "--calibrate-duration S", "seconds of arrivals at A (default: --duration)",
@@ -591,11 +588,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     (and B with an outage), load-test B, and compare prediction with measurement
     (docs/calibration.md).
     """
-    from loadtests.common.procs import ProcessError
-    from loadtests.loadrun.orchestrate import RunError
-    from loadtests.loadrun.probe import ProbeError
-    from sim.calibrate import ObservationError
-
     if args.warmup >= args.duration:
         return usage_error("rtalab: --warmup must be < --duration")
     if args.source and args.calibration_run:

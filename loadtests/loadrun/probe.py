@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -41,9 +42,30 @@ from typing import Any
 
 import numpy as np
 
+from loadtests.common.procs import ProcessError
 from loadtests.common.tls import INSECURE_WARNING, ClientTls, add_client_tls, client_tls_from_args
-from sim.shared.argtypes import non_negative, usage_error
-from sim.shared.vocab import AttemptOutcome as A
+from loadtests.loadrun.orchestrate import (
+    RunError,
+    reachable,
+)
+from sim.config import ConfigError
+from sim.fastmodel.params import from_scenario
+from sim.scenario import load_scenario
+from sim.shared.argtypes import (
+    TARGET,
+    WITNESS,
+    WORKERS,
+    add_quiet,
+    add_results_root,
+    add_scenario,
+    checked,
+    non_negative,
+    opt,
+    usage_error,
+)
+from sim.shared.argtypes import TOKEN as TOKEN_OPTION  # orchestrate's TOKEN is the token
+from sim.shared.results import RunLifecycle, write_json, write_scenario
+from sim.vocab import AttemptOutcome as A
 
 SATURATED = 0.9  # a step is saturated when it completes less than this share of the offer
 QUEUED = 1.5  # ... and its TTFC p50 is above this times the first step's (a queue built)
@@ -67,7 +89,6 @@ def first_step_rate(sc: Any, given: float | None) -> tuple[float, str]:
     turns per call (the scenario's calls/s is a turn rate only at one turn per call)."""
     if given:
         return given, "--start-rate"
-    from sim.fastmodel.params import from_scenario
 
     svc = from_scenario(sc).service_s
     workers = sc.reasoner.workers
@@ -104,6 +125,7 @@ class ProbeOptions:
 def step_figures(run_dir: Path, warmup_s: float, duration_s: float) -> dict[str, Any]:
     """Offered and completed requests/s, mean service, TTFC p50/p99 and success share of one
     step's load run, over [warmup, duration] seconds after its start."""
+    # lazy: +582 ms (pandas, pyarrow) off rtalab's start-up
     from sim.calibrate.observations import from_run_dir
 
     a = from_run_dir(run_dir).attempts
@@ -181,16 +203,12 @@ def knee(steps: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _say(opts: ProbeOptions, t0: float, text: str) -> None:
     if not opts.quiet:
-        import os
-
         print(f"probe [{time.monotonic() - t0:6.1f} s] {text}  (load avg "
               f"{os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
 
 
 def run_probe(opts: ProbeOptions) -> tuple[Path, dict[str, Any]]:
     """Carry out the probe; its folder and ``probe.json``'s content."""
-    from sim.shared.results import RunLifecycle, write_json, write_scenario
-
     t0 = time.monotonic()
     if opts.step_s + opts.drain_s > opts.max_seconds:
         raise ProbeError(f"--max-seconds {opts.max_seconds:g} leaves no time for one step of "
@@ -305,9 +323,11 @@ def summary_lines(out: dict[str, Any]) -> list[str]:
 
 
 def _plot(path: Path, steps: list[dict[str, Any]], k: dict[str, Any]) -> None:
+    # lazy: +242 ms (matplotlib) off rtalab's start-up
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: +812 ms (matplotlib) off rtalab's start-up
     import matplotlib.pyplot as plt
 
     off = [s["offered_turns_per_s"] for s in steps]
@@ -333,20 +353,9 @@ def _plot(path: Path, steps: list[dict[str, Any]], k: dict[str, Any]) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab load probe``."""
-    from sim.shared.argtypes import (
-        TARGET,
-        TOKEN,
-        WITNESS,
-        WORKERS,
-        add_quiet,
-        add_results_root,
-        add_scenario,
-        opt,
-    )
-
     add_scenario(p)
     TARGET.add(p)
-    TOKEN.add(p)
+    TOKEN_OPTION.add(p)
     WITNESS.add(p)
     WORKERS.add(p, shown=1)
     opt(p, "--start-rate TURNS_PER_S", "first step's offered turns/s (default: half the "
@@ -366,15 +375,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _positive(text: str) -> float:
-    from sim.shared.argtypes import checked
-
     return checked(text, float, "expected a number, got {text!r}",
                    lambda x: math.isfinite(x) and x > 0, "expected a number > 0, got {text!r}")
 
 
 def _above_one(text: str) -> float:
-    from sim.shared.argtypes import checked
-
     return checked(text, _positive, "expected a number, got {text!r}", lambda x: x > 1.0,
                    "expected a number > 1, got {text!r}")
 
@@ -386,11 +391,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
     throughput and, with the mean service, the capacity; writes probe.json for rtalab calibrate
     (docs/load.md).
     """
-    from loadtests.common.procs import ProcessError
-    from loadtests.loadrun.orchestrate import RunError
-    from sim.config import ConfigError
-    from sim.scenario import load_scenario
-
     if args.step_warmup >= args.step_seconds:
         return usage_error("rtalab: --step-warmup must be < --step-seconds")
     if args.target and args.workers:
@@ -406,7 +406,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
         max_seconds=args.max_seconds, max_p99_s=args.max_p99_s,
         min_success=args.min_success, results=Path(args.out), quiet=args.quiet,
         argv=["rtalab", *getattr(args, "rtalab_argv", [])], tls=client_tls_from_args(args))
-    from loadtests.loadrun.orchestrate import reachable
 
     problem = reachable(opts)
     if problem:

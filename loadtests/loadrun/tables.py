@@ -31,7 +31,7 @@ from loadtests.loadrun.fleet import hazard_counters, share_counters
 from loadtests.loadrun.uncertainty import add_uncertainty
 from sim.shared import schema as S
 from sim.shared.summary import summarize
-from sim.shared.vocab import CallEndReason, EndReason, TurnOutcome
+from sim.vocab import CallEndReason, EndReason, TurnOutcome
 
 EXTRA_CATEGORIES = {S.OUTCOME: (TurnOutcome.CANCELLED.value,),
                     S.END_REASON: (EndReason.BARGE_IN.value,)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from loadtests.cli import REASONER_PROG, add_reasoner_arguments, cmd_reasoner
+from loadtests.reasoner.cli import REASONER_PROG, add_reasoner_arguments, cmd_reasoner
 from sim.shared.argtypes import OneLineParser
 
 

@@ -32,11 +32,12 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp
 
 from loadtests.dedup.base import StoreUnavailable
-from loadtests.reasoner import metrics, unsafe
+from loadtests.reasoner import metrics, otel, unsafe
 from loadtests.reasoner.auth import BearerAuth
 from loadtests.reasoner.bodylimit import BodyLimit, RestBodyCheck
 from loadtests.reasoner.card import build_card
 from loadtests.reasoner.executor import ReasonerExecutor
+from loadtests.reasoner.grpc_binding import GrpcBinding
 from loadtests.reasoner.handler import BindingContextBuilder, ProfileRequestHandler
 from loadtests.reasoner.jsonrpc import ProfileJsonRpcDispatcher
 from loadtests.reasoner.negotiation import ExtensionEcho
@@ -67,8 +68,6 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
     """One worker's application."""
     metrics.count_tracebacks()
     if settings.otlp_file:
-        from loadtests.reasoner import otel
-
         otel.configure(settings.otlp_file, settings.otlp_interval_s)
     rt = build_runtime(settings, scenario)
     ttl_s = max(900.0, 2 * rt.cfg.handoff_timeout_s + 60.0)
@@ -80,8 +79,6 @@ def build_app(settings: ServerSettings, scenario: Scenario | None = None) -> ASG
     tokens = unsafe.tokens(settings.tokens, settings.unsafe_bugs)
     grpc_binding = None
     if settings.grpc_port:
-        from loadtests.reasoner.grpc_binding import GrpcBinding
-
         auth = BearerAuth(None, tokens, rt.keys)  # type: ignore[arg-type]  # gRPC calls principal() only: no ASGI app
         grpc_binding = GrpcBinding(handler, auth, settings.ext_uri,
                                    settings.host, settings.grpc_port, settings.server_tls,
@@ -180,8 +177,6 @@ def _lifespan(rt: Runtime, settings: ServerSettings, handler: ProfileRequestHand
             await rt.close()
             metrics.worker_exit()
             if settings.otlp_file:
-                from loadtests.reasoner import otel
-
                 otel.shutdown()
 
     return lifespan

@@ -13,6 +13,7 @@ import logging
 import os
 from typing import Any
 
+from opentelemetry import metrics as otel_metrics
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -62,8 +63,6 @@ class _Tee:
 
 def _otel(kind: str, name: str, unit: str, doc: str,
           buckets: tuple[float, ...] | None = None) -> Any:
-    from opentelemetry import metrics as otel_metrics
-
     meter = otel_metrics.get_meter("rtalab.reasoner")
     if buckets is not None:
         OTEL_BUCKETS[name] = buckets

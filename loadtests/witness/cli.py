@@ -74,6 +74,7 @@ def run_witness(args: argparse.Namespace) -> int:
 
     Serve the witness: records every side effect in a SQLite ledger and injects tool faults.
     """
+    # lazy: +116 ms (uvicorn, starlette, sqlite3) off rtalab's start-up
     import uvicorn
 
     from loadtests.witness.app import create_app

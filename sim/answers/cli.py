@@ -11,12 +11,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import textwrap
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sim.config import ConfigError
+from sim.shared import junit, results
 from sim.shared.argtypes import (
     OUT_DIR,
+    UsageError,
     add_command,
     add_executor,
     add_quiet,
@@ -28,20 +33,20 @@ from sim.shared.argtypes import (
     repeatable,
 )
 from sim.shared.junit import add_junit_argument
+from sim.shared.manage import human_size, prune_records
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
 def _usage(message: str) -> Exception:
-    from sim.shared.argtypes import UsageError
-
     return UsageError(message)
 
 
 @contextlib.contextmanager
 def _user_errors() -> Iterator[None]:
     """Turn the answers' input errors into the CLI's one-line usage error (exit 2)."""
+    # lazy: +359 ms (pandas, pyarrow) off rtalab's start-up
     from sim.answers.slo import SloError
     from sim.answers.storm import StormError
     from sim.answers.tune import SpaceError
@@ -54,8 +59,6 @@ def _user_errors() -> Iterator[None]:
 
 
 def _out_dir(args: argparse.Namespace, kind: str, scenario: Any) -> Path:
-    from sim.shared import results
-
     try:
         return results.RunLifecycle.new_or_at(args.out, "results", kind,
                                            scenario_name=scenario.name,
@@ -67,6 +70,7 @@ def _out_dir(args: argparse.Namespace, kind: str, scenario: Any) -> Path:
 
 def _scenario(args: argparse.Namespace) -> Any:
     """The command's scenario: SCENARIO with its ``--set`` overrides and ``--seed``."""
+    # lazy: +24 ms (9 modules) off rtalab's start-up
     from sim.scenario import load_scenario_args
 
     scenario = load_scenario_args(args.scenario, args.set)
@@ -76,6 +80,7 @@ def _scenario(args: argparse.Namespace) -> Any:
 
 
 def _executor(args: argparse.Namespace) -> Any:
+    # lazy: +39 ms (28 modules) off rtalab's start-up
     from sim.sweep import make_executor
 
     return make_executor(args.processes, args.dask)
@@ -84,6 +89,7 @@ def _executor(args: argparse.Namespace) -> Any:
 def _print_cards(df: pd.DataFrame, title: str, heading: Callable[[pd.Series], str],
                  skip: tuple[str, ...] = ()) -> None:
     """The table as one card per row (sim/shared/cards.py): full names, units, CIs, 80 columns."""
+    # lazy: +233 ms (pandas, pyarrow) off rtalab's start-up
     from sim.shared.cards import frame_cards, render
     from sim.shared.summary import unit
 
@@ -92,8 +98,6 @@ def _print_cards(df: pd.DataFrame, title: str, heading: Callable[[pd.Series], st
 
 def _say(text: str, indent: str = "") -> None:
     """Print a sentence wrapped at 80 columns (the file copies keep one line)."""
-    import textwrap
-
     print(textwrap.fill(text, 80, subsequent_indent=indent, break_on_hyphens=False,
                         break_long_words=False))
 
@@ -115,6 +119,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     For each load level, find the smallest value of --knob for which every --slo holds with 95 %
     confidence (bracketing + bisection).
     """
+    # lazy: +308 ms (pandas, pyarrow) off rtalab's start-up
     from sim.answers.capacity import find_capacity, make_knob, plot_capacity
     from sim.answers.slo import parse_slo
     from sim.sweep import parse_axes
@@ -151,8 +156,6 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     _say(sentence)
     _say(bench)
     if args.junit:
-        from sim.shared import junit
-
         _write_junit(args.junit, "rtalab sim capacity", junit.capacity_cases(res, slos))
     _prune(args, out)
     print(f"results: {out}")
@@ -163,7 +166,6 @@ def _prune(args: argparse.Namespace, out: Path, keep: tuple[str, ...] = ()) -> N
     """Keep only what the answer and its report need, unless ``--keep-records``."""
     if args.keep_records:
         return
-    from sim.shared.manage import human_size, prune_records
 
     freed = prune_records(out, keep)
     if freed and not args.quiet:
@@ -171,8 +173,6 @@ def _prune(args: argparse.Namespace, out: Path, keep: tuple[str, ...] = ()) -> N
 
 
 def _write_junit(path: Path, suite: str, cases: list[Any]) -> None:
-    from sim.shared import junit
-
     try:
         junit.write(path, suite, cases)
     except OSError as e:
@@ -200,6 +200,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     Search the [tune] space (scenario section, --space FILE, or the default policy space) with
     Optuna TPE; re-run the best candidates and today's settings on fresh seeds; recommend.
     """
+    # lazy: +269 ms (pandas, pyarrow) off rtalab's start-up
     from sim.answers.slo import parse_slo
     from sim.answers.tune import (
         default_space,
@@ -253,8 +254,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         (out / "answer.txt").write_text(sentence + "\n" + "\n".join(lines) + "\n",
                                         encoding="utf-8")
     if args.junit:
-        from sim.shared import junit
-
         _write_junit(args.junit, "rtalab sim tune", junit.tune_cases(res.candidates, cons))
     print(f"study: {res.study_path} ({len(res.trials)} trials, {res.evaluations} run now)")
     _prune(args, out)
@@ -263,8 +262,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _scenario_space(ref: str, reader: Callable[[str], Any]) -> Any:
-    from sim.config import ConfigError
-
     try:
         return reader(ref)
     except ConfigError:
@@ -280,6 +277,7 @@ def cmd_storm(args: argparse.Namespace) -> int:
     Run each retry strategy through the scenario's outage, capacity drop or load spike; report
     amplification, goodput dip, recovery and hazards.
     """
+    # lazy: +242 ms (pandas, pyarrow) off rtalab's start-up
     from sim.answers.storm import (
         Detector,
         StormError,
@@ -341,6 +339,7 @@ def cmd_metastability(args: argparse.Namespace) -> int:
     trigger (CI from replications), recovery times, regions and the tipping threshold per load,
     for each strategy; the fast model places the replications where the boundary is.
     """
+    # lazy: +322 ms (pandas, pyarrow) off rtalab's start-up
     from sim.answers.metastability import MapSpec, run_map, write_map
     from sim.answers.storm import Detector, StormError, validate_strategies
     from sim.shared.progress import progress_bar, should_show
@@ -356,6 +355,7 @@ def cmd_metastability(args: argparse.Namespace) -> int:
         spec = MapSpec(loads, sizes, args.trigger, args.replications, det,
                        adaptive=not args.full_grid, budget=args.budget)
         validate_strategies(scenario, names)
+        # lazy: +413 ms (pandas, pyarrow) off rtalab's start-up
         from sim.answers.metastability import cell_overrides, run_length
 
         for v in loads:
@@ -399,6 +399,7 @@ def cmd_metastability(args: argparse.Namespace) -> int:
 
 def _fleet_slo(text: str) -> tuple[str, str, float]:
     """An SLO on a metric the fleet model gives (caller-perceived names map to completed)."""
+    # lazy: +722 ms (scipy) off rtalab's start-up
     from sim.answers.slo import parse_slo
     from sim.fastmodel.fleet import METRICS
 
@@ -417,8 +418,7 @@ def cmd_fleet_size(args: argparse.Namespace) -> int:
     --slo at --calls-per-hour, per balancer policy, from the fleet mean field
     (sim/fastmodel/fleet.py: no simulation; its docstring says where it is approximate).
     """
-    import time
-
+    # lazy: +723 ms (scipy) off rtalab's start-up
     from sim.fastmodel.fleet import POLICIES, FleetModel, FleetModelError, fleet_size
 
     scenario = _scenario(args)
@@ -448,6 +448,7 @@ def cmd_fleet_size(args: argparse.Namespace) -> int:
     except FleetModelError as e:
         raise _usage(str(e)) from None
     took = time.perf_counter() - t0
+    # lazy: +193 ms (pandas, pyarrow) off rtalab's start-up
     import pandas as pd
 
     table = pd.DataFrame(rows)
@@ -529,12 +530,12 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _recovery_arguments(p: argparse.ArgumentParser) -> None:
-    """What "recovered" means (sim.recovery.Detector), shared by storm and metastability."""
+    """What "recovered" means (sim.shared.recovery.Detector), shared by storm and metastability."""
     opt(p, "--fraction", "recovered = goodput >= this share of offered load", float, 0.9)
     opt(p, "--hold S", "... within S seconds after the trigger ends", float, 60.0)
     opt(p, "--window S", "sliding window of the rates ({default} s)", float, 10.0)
-    opt(p, "--noise-z Z", "Poisson noise allowance in standard errors (sim.recovery; {default})",
-        float, 3.0)
+    opt(p, "--noise-z Z", "Poisson noise allowance in standard errors "
+                          "(sim.shared.recovery; {default})", float, 3.0)
 
 
 def _storm_arguments(p: argparse.ArgumentParser) -> None:

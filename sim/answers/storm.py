@@ -16,7 +16,7 @@ reproduces them) and each is judged from its folder's per-second time series:
   Reasoner, executed or refused, instead of executions);
 - **goodput dip**: 1 − (lowest windowed goodput from the trigger's start to
   ``hold_s`` after its end) ÷ (mean goodput between warm-up and the trigger);
-- **time to recover** (:func:`recovery_time`, :func:`sim.recovery.recovery_time_s`):
+- **time to recover** (:func:`recovery_time`, :func:`sim.shared.recovery.recovery_time_s`):
   seconds from the trigger's end until goodput is back to ``fraction`` of the offered
   load (mean offered turns/s between warm-up and the trigger), over a ``window_s`` window
   and over the rest of the run, with ``noise_z`` Poisson standard errors of allowance
@@ -50,11 +50,12 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from sim import recovery
 from sim.answers.figure import new_figure, save_figure
 from sim.config import ConfigError
 from sim.scenario import FleetConfig, Scenario
+from sim.shared import recovery
 from sim.shared import schema as S
+from sim.shared.results import read_meta
 from sim.shared.summary import mean_ci
 from sim.sweep import POINTS_DIR, point_dir_name, run_points
 
@@ -96,7 +97,7 @@ class Detector:
     fraction: float = 0.9  # goodput must get back to this share of offered load
     hold_s: float = 60.0  # ... within this long after the trigger ends, else metastable
     window_s: float = 10.0  # sliding window of the rates
-    noise_z: float = 3.0  # Poisson noise allowance of sim.recovery (0: bare threshold)
+    noise_z: float = 3.0  # Poisson noise allowance of sim.shared.recovery (0: bare threshold)
 
 
 # --------------------------------------------------------------------------- strategies
@@ -128,7 +129,7 @@ def validate_strategies(scenario: Scenario, names: Sequence[str] | None = None,
 
 def trigger_window(scenario: Scenario) -> tuple[float, float]:
     """(start_s, end_s) spanning the scenario's outages, capacity drops and load spikes
-    (:func:`sim.recovery.trigger_span`); StormError when it has none."""
+    (:func:`sim.shared.recovery.trigger_span`); StormError when it has none."""
     span = recovery.trigger_span(scenario)
     if span is None:
         raise StormError(f"scenario {scenario.name!r} has no trigger (outage, capacity drop or "
@@ -157,7 +158,7 @@ def offered_reference(ts: pd.DataFrame, trigger_start_s: float, from_s: float = 
 def recovery_time(ts: pd.DataFrame, trigger: tuple[float, float], det: Detector = Detector(),
                   *, from_s: float = 0.0, horizon_s: float | None = None) -> float | None:
     """Seconds after the trigger's end until goodput is back to ``fraction`` × the offered
-    load (:func:`offered_reference`), judged by :func:`sim.recovery.recovery_time_s`: the
+    load (:func:`offered_reference`), judged by :func:`sim.shared.recovery.recovery_time_s`: the
     ``window_s`` window from then on and the rest of the horizon both average at least
     that level, less ``noise_z`` Poisson standard errors.  None: never within the horizon
     (default: the series' end; the run's ``duration_s`` in :func:`case_figures`)."""
@@ -208,8 +209,6 @@ def _amplification(ts: pd.DataFrame, start_s: float, end_s: float, window_s: flo
 def case_figures(run_dir: Path, trigger: tuple[float, float], det: Detector = Detector(),
                  ) -> list[dict[str, Any]]:
     """Per replication: the storm figures of one run folder (see the module docstring)."""
-    from sim.shared.results import read_meta
-
     run_dir = Path(run_dir)
     meta = read_meta(run_dir)
     seeds = {int(r["replication"]): r["seed"] for r in meta.get("replication_seeds") or []}
@@ -356,6 +355,7 @@ def plot_storm(result: StormResult, path: Path) -> Path:
     """Small multiples, one panel per strategy: goodput and offered load (turns/s, left) and
     load amplification (executions ÷ normal offered load, right) over time, mean over
     replications, ``window_s`` windows; the trigger shaded."""
+    # lazy: +486 ms (matplotlib) off importing storm
     from matplotlib.lines import Line2D
 
     names = list(result.runs)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any
+
+from sim.shared.argtypes import NO_PLOTS, UsageError, add_command, add_quiet, non_negative, opt
+from sim.shared.tls import INSECURE_WARNING, add_client_tls, client_tls_from_args
 
 SOURCES = ("prometheus", "otlp")
 
@@ -22,8 +26,6 @@ def telemetry_source(text: str) -> tuple[str, str]:
 
 def add_telemetry_options(p: argparse.ArgumentParser) -> None:
     """--from, --window, --every, --map, --save (calibrate and predict: the same options)."""
-    from sim.shared.argtypes import non_negative, opt
-
     opt(p, "--from SOURCE", "calibrate from telemetry: prometheus:URL_OR_FILE (a /metrics URL "
         "scraped over --window, or a file of text exposition) or otlp:FILE (OTLP/JSON metrics "
         "lines, as OpenTelemetry's file exporter writes them)", telemetry_source,
@@ -33,13 +35,13 @@ def add_telemetry_options(p: argparse.ArgumentParser) -> None:
     opt(p, "--map FILE.toml", "metric names of a server with its own ([metrics] role = name; "
         "docs/calibration.md)", dest="mapping")
     opt(p, "--save FILE", "prometheus URL: write the scrapes (timestamped exposition) here")
-    from sim.shared.tls import add_client_tls
 
     add_client_tls(p, "scraping a prometheus:https:// URL")
 
 
 def telemetry_observations(args: argparse.Namespace, say: Any = None) -> Any:
     """The observations of ``--from`` (raises ObservationError, one line)."""
+    # lazy: +736 ms (pandas, pyarrow) off rtalab's start-up
     from sim.calibrate.observations import ObservationError
     from sim.calibrate.telemetry import from_otlp, from_prometheus
 
@@ -48,12 +50,9 @@ def telemetry_observations(args: argparse.Namespace, say: Any = None) -> Any:
         return from_otlp(target, args.mapping)
     if target.startswith(("http://", "https://")) and not args.every > 0:
         raise ObservationError("--every must be > 0")
-    from sim.shared.tls import INSECURE_WARNING, client_tls_from_args
 
     tls = client_tls_from_args(args)  # TlsError: one line, exit 2
     if tls.insecure and target.startswith("https://"):
-        import sys
-
         print(f"rtalab: WARNING: {INSECURE_WARNING}", file=sys.stderr)
     return from_prometheus(target, args.window, args.every, args.mapping, tls=tls,
                            save=args.save, say=say)
@@ -69,8 +68,6 @@ def observed_base(obs: Any, base: Any) -> Any:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    from sim.shared.argtypes import NO_PLOTS, add_quiet, opt
-
     opt(p, "runs RUN_DIR", "load-run folders", Path, nargs="*")
     add_telemetry_options(p)
     opt(p, "--out FILE.toml", "the calibrated scenario (next to it: .calibration.json, .qq.png)",
@@ -83,8 +80,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``rtalab calibrate``."""
-    from sim.shared.argtypes import add_command
-
     add_command(subparsers, "calibrate", cmd_calibrate, _arguments)
 
 
@@ -105,6 +100,7 @@ def utilisation_lines(f: dict[str, Any]) -> list[str]:
 
 def describe(cal: Any) -> list[str]:
     """Key figures of a calibration, one line each (for the terminal)."""
+    # lazy: +3.60 s (scipy, pandas, pyarrow) off rtalab's start-up
     from sim.calibrate.estimate import CLIPPED
 
     lines = [f"method: {cal.method}"]
@@ -121,6 +117,7 @@ def describe(cal: Any) -> list[str]:
     f = cal.figures
     if f.get("turns_per_s") is not None and math.isfinite(f["turns_per_s"]):
         r, t = f["turns_per_s"], f.get("duration_s") or math.nan
+        # lazy: +300 ms (pandas, pyarrow) off rtalab's start-up
         from sim.shared.stats import poisson_rate_ci
 
         lo, hi = poisson_rate_ci(round(r * t), t) if t > 0 else (math.nan, math.nan)
@@ -142,9 +139,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     network / queueing / service apart, capacity, error rates. Writes a commented TOML, a JSON of
     every figure and QQ plots (docs/calibration.md).
     """
+    # lazy: +4.54 s (scipy, pandas, pyarrow) off rtalab's start-up
     from sim.calibrate import ObservationError, calibrate, combine, from_run_dir, write
     from sim.scenario import load_scenario
-    from sim.shared.argtypes import UsageError
 
     if bool(args.runs) == bool(args.source):
         raise UsageError("calibrate: give load-run folders or --from SOURCE (one of the two)")

@@ -32,12 +32,13 @@ from typing import Any, cast
 
 import numpy as np
 
+from sim.calibrate.censored import fit_buckets
 from sim.calibrate.fit import Fit, fit_duration
 from sim.calibrate.observations import HISTOGRAMS, Observations
 from sim.config import to_plain
 from sim.dist import Histogram, LogNormal
 from sim.policy.codes import ALL_CODES
-from sim.scenario import ReasonerConfig, Scenario
+from sim.scenario import ReasonerConfig, Scenario, from_dict
 from sim.shared.stats import wilson
 
 WAITED_S = 0.002  # a queue wait counts as "every worker was busy" above this and above
@@ -102,8 +103,6 @@ class Calibration:
 
     def scenario(self) -> Scenario:
         """The calibrated scenario, validated."""
-        from sim.scenario import from_dict
-
         return from_dict(self.scenario_data())
 
 
@@ -399,8 +398,6 @@ def _from_histograms(obs: Observations, values: list[Value], unident: list[tuple
                      fig: dict[str, Any], seed: int) -> None:
     """Service and first-chunk delay from the server's histograms: interval-censored fits
     (:mod:`sim.calibrate.censored`), the histogram itself where no family fits."""
-    from sim.calibrate.censored import fit_buckets
-
     fig["bucket_fits"] = {}
     for key, role, what in (("reasoner.reasoning_time_s", "service", "all turns, tool included"),
                             ("reasoner.first_chunk_s", "first_chunk_delay", "")):

@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.json as pj
 
 TIMING_COLUMNS = ("server_intake_s", "server_queue_wait_s", "server_service_s",
                   "server_first_chunk_delay_s")
@@ -133,9 +135,6 @@ LEDGER_FIELDS = {**dict.fromkeys(FLOAT_COLUMNS, "float64"), "outcome": "string",
 def _read_jsonl(path: Path) -> pd.DataFrame:
     """The calibration's columns of a JSON-lines ledger (pyarrow's reader, other fields
     skipped: ~1M rows in seconds)."""
-    import pyarrow as pa
-    import pyarrow.json as pj
-
     if not path.exists() or path.stat().st_size == 0:
         return pd.DataFrame()
     types: dict[str, pa.DataType] = {"float64": pa.float64(), "string": pa.string(),

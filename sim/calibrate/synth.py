@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import json
 from dataclasses import dataclass
+from math import gamma
 from pathlib import Path
 from typing import cast
 
@@ -55,8 +56,6 @@ class Truth:
             s2 = np.log1p(cv**2)
             return rng.lognormal(np.log(m) - s2 / 2, np.sqrt(s2), n)
         if self.reasoning == "weibull":
-            from math import gamma
-
             # shape 2 (cv ~0.52) scaled to the mean
             return m / gamma(1.5) * rng.weibull(2.0, n)
         # bimodal: short answers and long ones, no family fits

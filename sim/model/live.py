@@ -126,7 +126,7 @@ from sim.shared.schema import (
     TURN_OUTCOMES,
     TURNS_TABLE,
 )
-from sim.shared.vocab import AttemptOutcome, CallEndReason
+from sim.vocab import AttemptOutcome, CallEndReason
 
 NAN = float("nan")
 INF = float("inf")

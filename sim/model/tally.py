@@ -30,9 +30,9 @@ import numpy as np
 from sim.model.intsets import IntCounts
 from sim.shared import schema as S
 from sim.shared.sketch import Sketch
-from sim.shared.summary import _ratio
-from sim.shared.vocab import AttemptOutcome as A
-from sim.shared.vocab import CallEndReason, Decision, values
+from sim.shared.summary import _ratio, counter_metrics, recovery_metrics, timeseries_metrics
+from sim.vocab import AttemptOutcome as A
+from sim.vocab import CallEndReason, Decision, values
 
 _U64 = np.uint64
 
@@ -308,8 +308,6 @@ class Tally:
     def metrics(self, sessions_opened: IntCounts, timeseries: Any,
                 counters: dict[str, Any]) -> dict[str, float | None]:
         """The replication's metrics, named and ordered as ``replication_metrics``'."""
-        from sim.shared.summary import counter_metrics, recovery_metrics, timeseries_metrics
-
         c = self.c.get
         n = int(c("n", 0))
         m: dict[str, float | None] = {}

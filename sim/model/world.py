@@ -30,6 +30,7 @@ from sim.model.tally import Tally
 from sim.model.witness import Witness
 from sim.model.workload import Arrivals
 from sim.scenario import Scenario
+from sim.shared.recovery import trigger_span
 
 Progress = Callable[[float], None]
 MAX_PROGRESS_CALLS = 200
@@ -206,7 +207,6 @@ class World:
         counters["uplink.sent"] = link.sent
         counters["uplink.dropped"] = link.dropped
         counters["uplink.duplicated"] = link.duplicated
-        from sim.recovery import trigger_span
 
         counters["trigger_s"] = trigger_span(self.scenario)  # recovery_s in the summary
         return WorldResult(

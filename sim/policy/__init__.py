@@ -55,7 +55,7 @@ from sim.policy.config import (
     TokenBucketConfig,
 )
 from sim.policy.decide import REASONS, Decision, Escalation, Reason, RetryPolicy
-from sim.shared.vocab import Ending
+from sim.vocab import Ending
 
 __all__ = [
     "ALL_CODES",

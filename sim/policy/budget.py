@@ -99,7 +99,7 @@ from sim.policy.config import (
     RetryBreakerConfig,
     TokenBucketConfig,
 )
-from sim.shared.vocab import AttemptOutcome, Ending
+from sim.vocab import AttemptOutcome, Ending
 
 #: endings that are a failed attempt (``on_failure``)
 FAILED_ENDINGS = frozenset((Ending.FAILURE, Ending.OVERLOADED, Ending.TIMEOUT, Ending.LOST))

@@ -48,7 +48,7 @@ from sim.policy.budget import RetryBudget, ending_of
 from sim.policy.codes import ErrorCode, is_retryable
 from sim.policy.config import EscalationConfig, LivePolicyConfig
 from sim.policy.decide import Escalation, RetryPolicy
-from sim.shared.vocab import (
+from sim.vocab import (
     AttemptOutcome,
     CallEndReason,
     Ending,

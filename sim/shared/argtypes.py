@@ -104,6 +104,15 @@ def add_group(subparsers: Subparsers, name: str, help: str, description: str) ->
     return group.add_subparsers(title="commands", metavar="COMMAND")
 
 
+def subcommands(group: argparse.ArgumentParser) -> Subparsers:
+    """The sub-parsers of a command group made by :func:`add_group`, for a plugin that adds a
+    command to a group it does not own (an entry point ``<group>.<command>``)."""
+    for action in group._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    raise ValueError(f"{group.prog!r} is not a command group")
+
+
 def add_command(sub: Subparsers, name: str, func: Command,
                 arguments: Callable[[argparse.ArgumentParser], None] | None = None,
                 help: str | None = None, description: str | None = None
@@ -133,6 +142,7 @@ def one_line_errors(prog: str, *errors: type[Exception]) -> Callable[[Command], 
     def decorate(func: Command) -> Command:
         @functools.wraps(func)
         def command(args: argparse.Namespace) -> int:
+            # lazy: +215 ms (numpy) off importing argtypes, which every server's options use
             from sim.config import ConfigError
 
             try:
@@ -357,6 +367,7 @@ def outage_overrides(args: argparse.Namespace, outages: Sequence[Any]) -> dict[s
         raise UsageError("--outage-for must be > 0")
     if args.outage_kind != "loss" and args.outage_loss != OUTAGE_LOSS.default:
         raise UsageError("--outage-loss applies to --outage-kind loss only")
+    # lazy: +215 ms (numpy) off importing argtypes, which every server's options use
     from sim.config import to_plain
 
     new = {"start_s": args.outage_at, "duration_s": args.outage_for,

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import pandas as pd
 
 from sim.shared.agreement import (
     AGREES,
@@ -34,7 +38,7 @@ from sim.shared.agreement import (
     run_interval,
 )
 from sim.shared.stats import Difference, holm, welch
-from sim.shared.summary import unit
+from sim.shared.summary import INF_PREFIXES, unit
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,8 +83,6 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """A Parquet table; a damaged or truncated file raises :class:`RunFolderError`."""
-    import pandas as pd
-
     try:
         return pd.read_parquet(path, columns=list(columns) if columns else None)
     except Exception as e:  # pyarrow raises many types for a damaged file
@@ -91,6 +93,29 @@ def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pd.DataFra
 def is_sweep(path: Path) -> bool:
     """True for a sweep folder (it holds ``sweep.json``)."""
     return (Path(path) / "sweep.json").is_file()
+
+
+KINDS = ("run", "load", "sweep", "capacity", "tune", "storm")  # what folder_kind answers
+
+
+def folder_kind(path: str | Path) -> str:
+    """Which rtalab folder ``path`` is: one of :data:`KINDS`; raises RunFolderError if none."""
+    p = Path(path)
+    if not p.is_dir():
+        raise RunFolderError(f"{p}: no such folder")
+    if (p / "storm.csv").is_file():
+        return "storm"
+    if (p / "capacity.csv").is_file():
+        return "capacity"
+    if (p / "candidates.csv").is_file() or (p / "trials.csv").is_file():
+        return "tune"
+    if (p / "sweep.json").is_file():
+        return "sweep"
+    if (p / "summary.json").is_file():
+        meta = _read_json(p / "meta.json") if (p / "meta.json").is_file() else {}
+        return "load" if meta.get("kind") == "load" else "run"
+    raise RunFolderError(f"{p}: not an rtalab results folder (no summary.json, sweep.json, "
+                         "capacity.csv, candidates.csv or storm.csv; an unfinished run?)")
 
 
 def load_run(path: str | Path) -> RunFolder:
@@ -127,8 +152,6 @@ def _metric_names(runs: Sequence[RunFolder]) -> list[str]:
 def compare_table(runs: Sequence[RunFolder]) -> pd.DataFrame:
     """The long comparison table: one row per metric × run (columns :data:`COMPARE_COLUMNS`);
     the ``diff*``/``p_value``/``differs`` cells of run ``k > 0`` compare it with run 0."""
-    import pandas as pd
-
     if len(runs) < 2:
         raise RunFolderError("compare needs at least two run folders")
     names = _metric_names(runs)
@@ -196,8 +219,6 @@ PREDICTION_METRICS = ("ttfc_s.p50", "ttfc_s.p99", "completion_s.p50", "completio
 
 def run_length_s(run: RunFolder) -> float | None:
     """``run.duration_s`` of the folder's scenario (None when unknown)."""
-    import tomllib
-
     try:
         v = tomllib.loads(run.scenario_toml).get("run", {}).get("duration_s")
     except tomllib.TOMLDecodeError:
@@ -207,8 +228,6 @@ def run_length_s(run: RunFolder) -> float | None:
 
 def _inf(name: str, v: float | None) -> float | None:
     """A caller-perceived percentile's None is +inf (more turns not served than the tail)."""
-    from sim.shared.summary import INF_PREFIXES
-
     return math.inf if v is None and name.startswith(INF_PREFIXES) else v
 
 
@@ -270,11 +289,12 @@ TS_PANELS = (("offered_turns_per_s", "offered turns/s"),
 def plot_compare(runs: Sequence[RunFolder], path: Path) -> Path:
     """One PNG: overlaid latency CDFs (time to first chunk, completion; completed turns after
     warm-up, all replications pooled) and time series (mean over replications, 5-s smoothed)."""
+    # lazy: +326 ms (matplotlib) off importing compare
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: +1.01 s (matplotlib) off importing compare
     import matplotlib.pyplot as plt
-    import numpy as np
 
     from sim.shared.plots import DPI, SMOOTH_S, _ax_seconds_log, _quantile_curve
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sim.shared.argtypes import UsageError, add_group, add_quiet
 from sim.shared.results import EXTRA_TABLES, RECORD_TABLES
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -65,8 +66,8 @@ def _rows(p: Path) -> list[dict[str, str]]:
 
 def describe(path: Path) -> tuple[str, str]:
     """(kind, verdict) of one item: the verdict is one short phrase per kind."""
-    from sim.shared.compare import RunFolderError
-    from sim.shared.report import folder_kind
+    # lazy: +772 ms (pandas, pyarrow) off importing manage
+    from sim.shared.compare import RunFolderError, folder_kind
 
     if path.is_file():
         return "file", path.suffix.lstrip(".") or "-"
@@ -143,6 +144,7 @@ def parse_duration(text: str) -> float:
 
 
 def _print(entries: list[Entry], title: str) -> None:
+    # lazy: +48 ms (rich) off importing manage
     from rich.console import Console
     from rich.table import Table
 
@@ -159,8 +161,6 @@ def _print(entries: list[Entry], title: str) -> None:
 
 
 def _root(args: argparse.Namespace) -> Path:
-    from sim.shared.argtypes import UsageError
-
     root = Path(args.root)
     if not root.is_dir():
         raise UsageError(f"{root}: no such folder (give --root DIR)")
@@ -188,8 +188,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_prune(args: argparse.Namespace) -> int:
     """``rtalab results prune``: a dry run unless ``--yes``."""
-    from sim.shared.argtypes import UsageError
-
     if args.older_than is None and not args.kind and not args.unfinished:
         raise UsageError("say what to prune: --older-than DURATION, --kind KIND and/or "
                          "--unfinished (nothing is removed without --yes)")
@@ -232,8 +230,6 @@ def prune_records(folder: Path, keep: tuple[str, ...] = ()) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``rtalab results list | prune``."""
-    from sim.shared.argtypes import add_group, add_quiet
-
     sub = add_group(subparsers, "results", help="list and prune results folders",
                     description="What is in results/ (size, kind, age, verdict), "
                                 "and removing what is no longer needed.")

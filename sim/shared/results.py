@@ -14,7 +14,9 @@ describes the layout.
 from __future__ import annotations
 
 import contextlib
+import csv
 import datetime as dt
+import io
 import json
 import math
 import os
@@ -27,12 +29,13 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from sim.shared.vocab import RunState, values
+from sim.vocab import RunState, values
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -117,8 +120,6 @@ def _package_version(name: str) -> str | None:
     if name == "rtalab":
         pyproject = _PROJECT_ROOT / "pyproject.toml"
         with contextlib.suppress(OSError, ValueError):
-            import tomllib
-
             version = tomllib.loads(pyproject.read_text("utf-8"))["project"]["version"]
             return f"{version} (source tree, not installed)"
     return None
@@ -265,6 +266,7 @@ def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
 
 def write_scenario(run_dir: Path, scenario: Scenario) -> None:
     """Write the fully resolved ``scenario.toml``."""
+    # lazy: +93 ms (9 modules) off importing results
     from sim.scenario import dumps
 
     _atomic_write(Path(run_dir) / "scenario.toml", dumps(scenario))
@@ -417,6 +419,7 @@ class RunLifecycle:
 
 def concat_records(outputs: Sequence[Records], table: str) -> pd.DataFrame:
     """One table of all replications, with a leading ``replication`` column."""
+    # lazy: +631 ms (pandas, pyarrow) off importing results
     import pandas as pd
 
     frames = []
@@ -465,9 +468,7 @@ def write_records(run_dir: Path, outputs: Sequence[Records]) -> dict[str, pd.Dat
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     """Write ``summary.json`` and its tidy twin ``summary.csv`` (one row per metric: metric,
     mean, ci_low, ci_high, n, unit; empty cells where undefined)."""
-    import csv
-    import io
-
+    # lazy: +589 ms (pandas, pyarrow) off importing results
     from sim.shared.summary import SUMMARY_CSV_COLUMNS, metric_rows
 
     run_dir = Path(run_dir)
@@ -504,6 +505,7 @@ class RecordWriter:
 
     def append(self, out: Records) -> None:
         """Write the tables of one replication's output."""
+        # lazy: +67 ms (pyarrow) off importing results
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -564,6 +566,7 @@ def write_run(
     tables = write_records(run_dir, outputs)
     write_summary(run_dir, summary)
     if plots:
+        # lazy: +1.33 s (matplotlib, pandas, pyarrow) off importing results
         from sim.shared.plots import plot_run
 
         plot_run(run_dir, scenario, tables["turns"], tables["timeseries"])

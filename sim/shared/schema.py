@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from sim import vocab as V
 from sim.policy.codes import ALL_CODES
-from sim.shared import vocab as V
-from sim.shared.vocab import values
+from sim.vocab import values
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,7 +31,7 @@ SCHEMA_VERSION: Final[int] = 1
 
 # --------------------------------------------------------------------------- categories
 
-# the vocabulary's values (sim.shared.vocab) in their fixed on-disk order (the codes)
+# the vocabulary's values (sim.vocab) in their fixed on-disk order (the codes)
 PHASES: Final = values(V.Phase)
 ATTEMPT_OUTCOMES: Final = values(V.AttemptOutcome)
 TURN_OUTCOMES: Final = values(V.TurnOutcome)
@@ -271,6 +271,6 @@ M_QUEUE_LITTLE_LAMBDA_W: Final = "queue.little_lambda_w"
 M_UTILISATION: Final = "worker_utilisation"
 M_OFFERED_TURNS_PER_S: Final = "offered_turns_per_s"
 M_GOODPUT: Final = "goodput_turns_per_s"
-M_RECOVERY_S: Final = "recovery_s"  # after the run's trigger (sim.recovery.run_recovery_s)
+M_RECOVERY_S: Final = "recovery_s"  # after the run's trigger (sim.shared.recovery.run_recovery_s)
 M_MEAN_IN_PROGRESS: Final = "mean_turns_in_progress"
 PERCENTILES: Final = (50, 95, 99)

@@ -23,8 +23,9 @@ import numpy as np
 import pandas as pd
 
 from sim.shared import schema as S
-from sim.shared.vocab import AttemptOutcome as A
-from sim.shared.vocab import CallEndReason, TurnOutcome
+from sim.shared.recovery import run_recovery_s
+from sim.vocab import AttemptOutcome as A
+from sim.vocab import CallEndReason, TurnOutcome
 
 # Student t 0.975 quantiles for 1..30 degrees of freedom (beyond: Cornish-Fisher, error < 1e-7)
 _T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
@@ -325,11 +326,10 @@ def _hazard_metrics(m: dict[str, float | None], out: S.RunRecords, ids: np.ndarr
 def recovery_metrics(ts: pd.DataFrame, counters: dict[str, Any], warmup_s: float,
                      duration_s: float) -> dict[str, float | None]:
     """``recovery_s`` of a run with a trigger (``counters["trigger_s"]``) when it is
-    defined (:func:`sim.recovery.run_recovery_s`); nothing otherwise."""
+    defined (:func:`sim.shared.recovery.run_recovery_s`); nothing otherwise."""
     trig = counters.get("trigger_s")
     if trig is None or not len(ts):
         return {}
-    from sim.recovery import run_recovery_s
 
     defined, rec = run_recovery_s(ts, (float(trig[0]), float(trig[1])), warmup_s, duration_s)
     return {S.M_RECOVERY_S: rec} if defined else {}

@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import json
 import os
+import socket
 import ssl
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -325,8 +326,6 @@ def diagnose(url: str, client: ClientTls, timeout_s: float = 2.0) -> str | None:
     SETTINGS: None); one that closes at once without an alert most likely refused the client
     certificate.  A ``grpcs://`` URL offers ALPN ``h2`` (a gRPC server closes a connection
     without it, which must not read as a refusal)."""
-    import socket
-
     parts = urlsplit(url)
     if parts.scheme not in ("https", "wss", "grpcs") or not parts.hostname:
         return None

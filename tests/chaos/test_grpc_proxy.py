@@ -30,7 +30,7 @@ from loadtests.chaos.procs import start_chaos
 from loadtests.common.certs import make_pki
 from loadtests.common.procs import free_port
 from loadtests.common.tls import ClientTls, ServerTls
-from loadtests.common.wireclient import grpc_request
+from loadtests.wireclient import grpc_request
 from tests.chaos import test_proxy as base
 from tests.chaos.test_proxy import QUIET, Proxy, executions, side_effect_msg
 from tests.load import test_grpc_live as live

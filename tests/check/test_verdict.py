@@ -348,7 +348,7 @@ def test_verdict_json_round_trips_and_is_what_renderers_read(tmp_path: Path, led
     back = Verdict.read(tmp_path)
     assert back is not None and back.to_dict() == v.to_dict()
     assert back.failed == ["extension-echo"] and back.headline == "FAIL"
-    from sim.shared.report import _verdict
+    from sim.report.runs import _verdict
 
     shown = _verdict(tmp_path)
     assert shown is not None and shown["headline"] == "FAIL"

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from loadtests.loadrun import demo_report
-from sim.shared.report import render_report
+from sim.report.render import render_report
 from tests import browser
 from tests.kinds import make_folders, make_predict_folder
 

@@ -1,7 +1,7 @@
 """Wire-test fixtures: the Reasoner as a real subprocess, driven by the project's wire client.
 
 Every test talks to the server over real sockets through
-:mod:`loadtests.common.wireclient` (httpx for HTTP/SSE, ``websockets.sync`` for
+:mod:`loadtests.wireclient` (httpx for HTTP/SSE, ``websockets.sync`` for
 ``/ws``), re-exported here for the test modules.
 """
 
@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from loadtests.common.procs import ManagedProcess, start_reasoner
-from loadtests.common.wireclient import (  # noqa: F401 - re-exported to the test modules
+from loadtests.wireclient import (  # noqa: F401 - re-exported to the test modules
     ALICE,
     BOB,
     END_STATES,

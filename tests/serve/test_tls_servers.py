@@ -186,7 +186,7 @@ def test_the_chaos_proxy_verifies_its_upstream(stack: tuple[ManagedProcess, Mana
     pytest.importorskip("grpc")
     from loadtests.chaos.procs import start_chaos
     from loadtests.common.procs import free_port
-    from loadtests.common.wireclient import grpc_request, headers, message, state, stream
+    from loadtests.wireclient import grpc_request, headers, message, state, stream
 
     reasoner, _ = stack
     card = httpx.get(reasoner.url + CARD, verify=_client(pki).context(), timeout=10).json()
@@ -212,7 +212,7 @@ def test_the_reasoner_verifies_the_witness(stack: tuple[ManagedProcess, ManagedP
     """A Reasoner given no --ca calls the HTTPS witness with the system's CAs: the
     side-effect tool call fails (and the witness records nothing) instead of talking to a
     server it could not verify."""
-    from loadtests.common.wireclient import Client, k, message, state, stream
+    from loadtests.wireclient import Client, k, message, state, stream
 
     _, witness = stack
     for name, client in (("default", ClientTls(None, str(pki.client.cert),

@@ -52,7 +52,7 @@ def test_serve_fuzz_of_a_running_reasoner_over_mutual_tls(tmp_path: Path) -> Non
     from loadtests.common.certs import make_pki
     from loadtests.common.procs import start_reasoner
     from loadtests.common.tls import ClientTls, ServerTls
-    from loadtests.common.wireclient import FAST_SCENARIO, TOKENS
+    from loadtests.wireclient import FAST_SCENARIO, TOKENS
 
     pki = make_pki(tmp_path / "pki")
     (tmp_path / "scenario.toml").write_text(FAST_SCENARIO, encoding="utf-8")

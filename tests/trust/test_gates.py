@@ -192,7 +192,7 @@ def test_the_witness_rows_read_must_be_the_rows_saved() -> None:
 def test_a_turn_paused_for_input_counts_as_executed_for_a_reused_turn_id() -> None:
     """Two calls sending the same turnId with a side effect, one completed, one paused for
     input (INPUT_REQUIRED: it executed): both turns shared the id."""
-    from sim.shared.vocab import AttemptOutcome
+    from sim.vocab import AttemptOutcome
 
     rows = [_attempt("g1", 10.0, 11.0, call="c1", turn_id="t-9"),
             _attempt("g2", 12.0, 13.0, AttemptOutcome.INPUT_REQUIRED.value, call="c2",

@@ -99,7 +99,7 @@ def test_sweep_answers_flag_no_metric_of_80_null_ones_in_most_sweeps() -> None:
     something in <= 12 % of 60 sweeps (uncorrected: almost all)."""
     import pandas as pd
 
-    from sim.shared.report import sweep_differences
+    from sim.report.sweeps import sweep_differences
 
     rng = np.random.default_rng(12)
     flagged = 0

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import httpx
+from google.protobuf.json_format import MessageToDict, ParseDict
 from websockets.sync.client import ClientConnection, connect
 
 from loadtests.common.tls import ClientTls
@@ -309,9 +310,9 @@ _GRPC_HEADERS = ("authorization", "a2a-extensions", "a2a-version")
 def grpc_request(address: str, body: dict[str, Any], hdrs: dict[str, str],
                  credentials: Any = None) -> Turn:
     """:meth:`Client.grpc` on ``address`` (``credentials``: a secure channel)."""
+    # lazy: +695 ms (pandas, pyarrow, gevent) off importing loadtests.wireclient
     import grpc
     from a2a.types import a2a_pb2, a2a_pb2_grpc
-    from google.protobuf.json_format import MessageToDict, ParseDict
 
     from loadtests.live.grpc_channel import HTTP_OF_STATUS, error_frame, error_info
 
