@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from sim.config import ConfigError, to_plain
 from sim.scenario import Scenario, _parse_value, from_dict
+from sim.shared.progress import progress_bar, should_show
 from sim.shared.results import RunLifecycle, collect_meta, write_json, write_scenario, write_summary
 from sim.stream import run_streaming, seeds_meta
 
@@ -328,7 +329,6 @@ def _progress(progress: bool | ProgressFn, desc: str
     an interactive stderr."""
     if callable(progress):
         return contextlib.nullcontext(progress)
-    from sim.shared.progress import progress_bar, should_show
 
     return progress_bar(desc, enabled=bool(progress) and should_show(False), delay_s=0.5)
 

@@ -53,8 +53,16 @@ from sim.calibrate.uncertainty import parameter_draws, spreads
 from sim.calibrate.validate import (
     CLIENT_CPU_VOID,
     METRICS,
+    accuracy_note,
     bootstrap,
+    cdf_png,
     compare,
+    html_section,
+    one_run_json,
+    one_run_rows,
+    rows_json,
+    short_table_lines,
+    table_lines,
     turn_metrics,
 )
 from sim.scenario import load_scenario
@@ -74,6 +82,7 @@ from sim.shared.argtypes import (
     usage_error,
 )
 from sim.shared.recovery import predict_recovery, turns_recovery_s
+from sim.shared.results import RunLifecycle
 from sim.stream import replication_plan, run_streaming
 
 OUTAGE_DIRECTION = "both"
@@ -426,15 +435,6 @@ class _Prediction:
                      sim_turns: list[pd.DataFrame], turns_b: pd.DataFrame, run_b: Path | None,
                      cpu: float, void: bool) -> None:
         """One case's report and JSON entries, and its table on the terminal."""
-        from sim.calibrate.validate import (
-            accuracy_note,
-            cdf_png,
-            one_run_json,
-            one_run_rows,
-            rows_json,
-            short_table_lines,
-            table_lines,
-        )
 
         args, warmup = self.args, self.args.warmup
         one_run = one_run_rows(rows, predicted)
@@ -482,7 +482,6 @@ class _Prediction:
 
     def write(self) -> None:
         """Step 5: prediction.html (+ .section.html), prediction.json and prediction.txt."""
-        from sim.calibrate.validate import html_section, table_lines
 
         args, folder = self.args, self.folder
         section = html_section(self.report_cases, self.header())
@@ -511,8 +510,6 @@ class _Prediction:
 
 def run_predict(args: argparse.Namespace) -> int:
     """Carry out the steps of the module docstring; 0 when the comparison was written."""
-    from sim.scenario import load_scenario
-    from sim.shared.results import RunLifecycle
 
     t0 = time.monotonic()
     sc = load_scenario(args.scenario, list(args.set))

@@ -45,8 +45,13 @@ import numpy as np
 from loadtests.common.procs import ProcessError
 from loadtests.common.tls import INSECURE_WARNING, ClientTls, add_client_tls, client_tls_from_args
 from loadtests.loadrun.orchestrate import (
+    TOKEN,
+    TOKENS,
     RunError,
+    RunOptions,
     reachable,
+    run_load,
+    start_stack,
 )
 from sim.config import ConfigError
 from sim.fastmodel.params import from_scenario
@@ -245,7 +250,6 @@ def _steps(opts: ProbeOptions, sc: Any, folder: Path, t0: float
     """The probe's steps (each a load run under ``folder/steps/``) against the embedded
     servers (started once, stopped at the end) or the --target; (their figures, why the
     probe stopped)."""
-    from loadtests.loadrun.orchestrate import TOKEN, TOKENS, RunOptions, start_stack
 
     rate, why = first_step_rate(sc, opts.start_rate)
     _say(opts, t0, f"first step: {rate:.3g} turns/s ({why})")
@@ -275,7 +279,6 @@ def _step_loop(opts: ProbeOptions, sc: Any, folder: Path, t0: float, rate: float
                base: Any) -> tuple[list[dict[str, Any]], str | None]:
     """Steps of rising rate (``base`` the load run's options) until a stop rule holds or the
     next step would end after ``--max-seconds``."""
-    from loadtests.loadrun.orchestrate import run_load
 
     steps: list[dict[str, Any]] = []
     reason = None

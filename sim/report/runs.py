@@ -84,99 +84,121 @@ def _metric_table(summary: dict[str, Any]) -> dict[str, Any]:
                       ["metric", "mean", "95 % CI", "n", "key"], rows)
 
 
-def run_section(run: RunFolder, kind: str) -> dict[str, Any]:
+def _facts(run: RunFolder) -> list[tuple[str, Any]]:
+    """The folder's facts: where, what, when, which code and command."""
     m = run.meta
-    status = m.get("status", "?")
-    facts = fact_rows([("folder", run.path), ("status", status), ("scenario", m.get("scenario")),
-                    ("seed", m.get("seed")), ("replications", run.summary.get("replications")),
-                    ("warm-up removed", f"{run.summary.get('warmup_s', 0):g} s"),
-                    ("started", m.get("started_at")),
-                    ("wall time", f"{m['wall_time_s']:.1f} s" if isinstance(
-                        m.get("wall_time_s"), int | float) else None),
-                    ("git", (m.get("git") or {}).get("sha")), ("command", m.get("command"))])
+    facts = fact_rows([("folder", run.path), ("status", m.get("status", "?")),
+                       ("scenario", m.get("scenario")),
+                       ("seed", m.get("seed")), ("replications", run.summary.get("replications")),
+                       ("warm-up removed", f"{run.summary.get('warmup_s', 0):g} s"),
+                       ("started", m.get("started_at")),
+                       ("wall time", f"{m['wall_time_s']:.1f} s" if isinstance(
+                           m.get("wall_time_s"), int | float) else None),
+                       ("git", (m.get("git") or {}).get("sha")), ("command", m.get("command"))])
     point = m.get("sweep_point")
     if isinstance(point, dict):
         facts.insert(1, ("sweep point", json.dumps(point.get("overrides"))))
-    figures, notes = _run_figures(run)
-    verdict = _verdict(run.path)
-    rows = key_rows(run.summary)
-    answer: dict[str, Any] = {"status": "info", "headline": "", "lines": [], "table": None}
+    return facts
+
+
+def _verdict_answer(verdict: dict[str, Any]) -> dict[str, Any]:
+    """The answer's status, headline, rule chips and broken-rules table of a verdict."""
+    failed = [r for r in verdict["rules"] if r["status"] == "fail"]
+    return dict(
+        status="pass" if verdict["ok"] else "fail",
+        headline=(f"{verdict['headline']}: every rule holds" if verdict["ok"] else
+                  f"{verdict['headline']}: {len(failed)} rule(s) broken: "
+                  + ", ".join(r["name"] for r in failed) if failed else
+                  f"{verdict['headline']}: not a pass (the run did not finish; "
+                  "rules judged on what was gathered)"),
+        chips=[{"name": r["name"], "status": r["status"],
+                "count": r["count"] if r["status"] == "fail" else None}
+               for r in verdict["rules"]],
+        table=text_table("Broken rules", ["rule", "kind", "count", "example ids", "detail"],
+                         [[r["name"], r["kind"], fmt_value(r["count"]),
+                           r["examples"] or "–", r["detail"]] for r in failed])
+        if failed else None)
+
+
+def _answer(run: RunFolder, kind: str, verdict: dict[str, Any] | None) -> dict[str, Any]:
+    """The section's answer: the verdict (load runs, checked folders) or the summary line."""
+    status = run.meta.get("status", "?")
     met = run.summary.get("metrics", {})
 
     def mean(k: str) -> Any:
         return (met.get(k) or {}).get("mean")
 
+    answer: dict[str, Any] = {"status": "info", "headline": "", "lines": [], "table": None}
     summary_line = (f"{fmt_value(mean('turns'), 'turns')} turns after the warm-up: "
                     f"{fmt_value(mean('success_rate'), 'success_rate')} completed, "
                     f"turn completion p99 "
                     f"{fmt_value(mean('completion_s.p99'), 'completion_s.p99')}, "
                     f"{fmt_value(mean('attempts_per_turn'))} attempts per turn.")
+    partial = [] if status == "complete" else [
+        f"The run's status is {status!r}: figures may be partial."]
     if kind == "load" or verdict is not None:
         if verdict is None:
             answer.update(status="info", headline="No verdict in this folder (rtalab check "
                                                    "was not run on it).")
         else:
-            failed = [r for r in verdict["rules"] if r["status"] == "fail"]
-            answer.update(
-                status="pass" if verdict["ok"] else "fail",
-                headline=(f"{verdict['headline']}: every rule holds" if verdict["ok"] else
-                          f"{verdict['headline']}: {len(failed)} rule(s) broken: "
-                          + ", ".join(r["name"] for r in failed) if failed else
-                          f"{verdict['headline']}: not a pass (the run did not finish; "
-                          "rules judged on what was gathered)"),
-                chips=[{"name": r["name"], "status": r["status"],
-                        "count": r["count"] if r["status"] == "fail" else None}
-                       for r in verdict["rules"]],
-                table=text_table("Broken rules", ["rule", "kind", "count", "example ids",
-                                                  "detail"],
-                                 [[r["name"], r["kind"], fmt_value(r["count"]),
-                                   r["examples"] or "–", r["detail"]] for r in failed])
-                if failed else None)
+            answer.update(_verdict_answer(verdict))
         answer["lines"] = [summary_line]
         if verdict is not None:
             answer["lines"] += [f"warning: {w}" for w in verdict["warnings"]]
-        if status != "complete":
-            answer["lines"].append(f"The run's status is {status!r}: figures may be partial.")
+        answer["lines"] += partial
     else:
-        answer.update(headline=summary_line, lines=[] if status == "complete" else
-                      [f"The run's status is {status!r}: figures may be partial."])
-    if kind == "load":
-        notes.append("Locust's TURN time runs from the start of a turn to its end, including "
-                     "the caller's handoff wait (input-required → the caller's answer); "
-                     "rtalab's turn completion excludes that wait, so Locust's TURN "
-                     "percentiles are higher for runs with handoffs.")
-    tables = []
-    if verdict is not None:
-        tables.append(text_table("Every rule and SLO gate", ["rule", "kind", "status", "count",
-                                                             "example ids", "detail", "source"],
-                                 [[r["name"], r["kind"], r["status"], fmt_value(r["count"]),
-                                   r["examples"] or "–", r["detail"], r["section"]]
-                                  for r in verdict["rules"]]))
-    if verdict is not None and verdict["indeterminate"]:
-        tables.append(text_table("Indeterminate executions (reported, never a violation)",
-                                 ["class", "count", "detail"],
-                                 [[k, fmt_value(v.get("count")), str(v.get("detail", ""))]
-                                  for k, v in verdict["indeterminate"].items()
-                                  if isinstance(v, dict)]))
-    if verdict is not None and verdict["coverage"]:
-        cols = list(verdict["coverage"][0])
-        tables.append(text_table("Coverage", cols, [[fmt_value(r.get(c)) if not isinstance(
-            r.get(c), str) else r.get(c) for c in cols] for r in verdict["coverage"]
-            if isinstance(r, dict)]))
+        answer.update(headline=summary_line, lines=partial)
     if answer["table"] is None and kind != "load":
         answer["table"] = text_table("", ["", "mean", "95 % CI"], [
             [metric_label(k), fmt_value(mean(k), k),
              fmt_ci(None, met[k].get("ci_low"), met[k].get("ci_high"), k).removeprefix("– ")]
             for k in HEADLINE_METRICS if mean(k) is not None])
+    return answer
+
+
+def _verdict_tables(verdict: dict[str, Any] | None) -> list[Any]:
+    """Every rule and gate, the indeterminate executions and the coverage of a verdict."""
+    if verdict is None:
+        return []
+    tables = [text_table("Every rule and SLO gate", ["rule", "kind", "status", "count",
+                                                     "example ids", "detail", "source"],
+                         [[r["name"], r["kind"], r["status"], fmt_value(r["count"]),
+                           r["examples"] or "–", r["detail"], r["section"]]
+                          for r in verdict["rules"]])]
+    if verdict["indeterminate"]:
+        tables.append(text_table("Indeterminate executions (reported, never a violation)",
+                                 ["class", "count", "detail"],
+                                 [[k, fmt_value(v.get("count")), str(v.get("detail", ""))]
+                                  for k, v in verdict["indeterminate"].items()
+                                  if isinstance(v, dict)]))
+    if verdict["coverage"]:
+        cols = list(verdict["coverage"][0])
+        tables.append(text_table("Coverage", cols, [[fmt_value(r.get(c)) if not isinstance(
+            r.get(c), str) else r.get(c) for c in cols] for r in verdict["coverage"]
+            if isinstance(r, dict)]))
+    return tables
+
+
+def run_section(run: RunFolder, kind: str) -> dict[str, Any]:
+    """The report's section of one run folder (simulated or load run)."""
+    figures, notes = _run_figures(run)
+    verdict = _verdict(run.path)
+    answer = _answer(run, kind, verdict)
+    if kind == "load":
+        notes.append("Locust's TURN time runs from the start of a turn to its end, including "
+                     "the caller's handoff wait (input-required → the caller's answer); "
+                     "rtalab's turn completion excludes that wait, so Locust's TURN "
+                     "percentiles are higher for runs with handoffs.")
+    tables = _verdict_tables(verdict)
     fleet = fleet_load(run.summary)
     if fleet:
         tables.append(_fleet_table(fleet))
         figures.append(fleet_figure(fleet))
     tables.append(text_table("Key figures (mean, 95 % CI over replications)",
-                             ["metric", "mean", "95 % CI"], rows))
+                             ["metric", "mean", "95 % CI"], key_rows(run.summary)))
     tables.append(_metric_table(run.summary))
-    return new_section(kind, run.label, run.path, facts=facts, answer=answer, figures=figures,
-                    notes=notes, tables=tables, toml=run.scenario_toml)
+    return new_section(kind, run.label, run.path, facts=_facts(run), answer=answer,
+                       figures=figures, notes=notes, tables=tables, toml=run.scenario_toml)
 
 
 # --------------------------------------------------------------------------- a fleet
