@@ -1,4 +1,5 @@
-"""The import graph of ``sim``, ``loadtests`` and ``benchmarks``: no cycles, and one-way rules.
+"""The import graph of ``rtalab.sim``, ``rtalab.loadtests`` and ``rtalab.benchmarks`` (the
+folders ``sim/``, ``loadtests/`` and ``benchmarks/``): no cycles, and one-way rules.
 
 Read from the source (AST), every ``import`` anywhere in a module (function bodies too), so a
 lazy import cannot hide a cycle.  ``from pkg import name`` depends on the module ``pkg.name``
@@ -16,18 +17,20 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("sim", "loadtests", "benchmarks")
+NAMESPACE = "rtalab"
+PACKAGES = ("sim", "loadtests", "benchmarks")  # the folders of rtalab.sim, ...
 # sim is the base: it never imports the load side, the benchmarks or a web/load framework
 SIM_MUST_NOT_IMPORT = ("loadtests", "benchmarks", "locust", "gevent", "starlette", "uvicorn",
                        "fastapi", "a2a", "websockets", "httpx")
 
 
 def modules(root: Path, packages: Iterable[str] = PACKAGES) -> dict[str, tuple[Path, bool]]:
-    """{dotted name: (file, is a package's __init__)} of every module under ``root``."""
+    """{dotted name: (file, is a package's __init__)} of every module under ``root``'s
+    folders ``packages`` (``sim/a.py`` is ``rtalab.sim.a``)."""
     out: dict[str, tuple[Path, bool]] = {}
     for pkg in packages:
         for p in sorted((root / pkg).rglob("*.py")):
-            parts = list(p.relative_to(root).with_suffix("").parts)
+            parts = [NAMESPACE, *p.relative_to(root).with_suffix("").parts]
             is_pkg = parts[-1] == "__init__"
             out[".".join(parts[:-1] if is_pkg else parts)] = (p, is_pkg)
     return out
@@ -109,13 +112,20 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def top(name: str) -> str:
+    """The top-level package ``name`` belongs to, the namespace left out (``rtalab.sim.x``:
+    ``sim``; ``uvicorn.server``: ``uvicorn``)."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == NAMESPACE and len(parts) > 1 else parts[0]
+
+
 def forbidden_imports(root: Path, package: str, banned: Iterable[str]) -> list[str]:
     """``module -> name`` for every import in ``package`` of a banned top-level name."""
     banned = set(banned)
     bad = []
     for name, (path, is_pkg) in modules(root, [package]).items():
         for target in imported_names(path, name, is_pkg):
-            if target.split(".")[0] in banned:
+            if top(target) in banned:
                 bad.append(f"{name} -> {target}")
     return bad
 
@@ -157,7 +167,7 @@ def unresolved_imports(root: Path, packages: Iterable[str] = PACKAGES) -> list[s
     bad = []
     for name, (path, is_pkg) in mods.items():
         for target in imported_names(path, name, is_pkg):
-            if target.split(".")[0] in packages and not (
+            if top(target) in packages and not (
                     target in mods or target.rpartition(".")[0] in mods):
                 bad.append(f"{name} -> {target}")
     return bad
@@ -309,40 +319,50 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 @pytest.mark.parametrize("files, expected", [
     # a planted cycle through a lazy (function-level) import
-    ({"sim/__init__.py": "", "sim/a.py": "from sim.b import f\n",
-      "sim/b.py": "def f():\n    from sim import a\n"}, [["sim.a", "sim.b"]]),
+    ({"sim/__init__.py": "", "sim/a.py": "from rtalab.sim.b import f\n",
+      "sim/b.py": "def f():\n    from rtalab.sim import a\n"},
+     [["rtalab.sim.a", "rtalab.sim.b"]]),
     # a three-module cycle with a relative import
     ({"sim/__init__.py": "", "sim/p/__init__.py": "", "sim/p/x.py": "from . import y\n",
-      "sim/p/y.py": "import sim.z\n", "sim/z.py": "from sim.p.x import X\n"},
-     [["sim.p.x", "sim.p.y", "sim.z"]]),
+      "sim/p/y.py": "import rtalab.sim.z\n", "sim/z.py": "from rtalab.sim.p.x import X\n"},
+     [["rtalab.sim.p.x", "rtalab.sim.p.y", "rtalab.sim.z"]]),
     # a package __init__ re-exporting its module, which imports a sibling: no cycle
-    ({"sim/__init__.py": "", "sim/c/__init__.py": "from sim.c.run import go\n",
-      "sim/c/run.py": "from sim.c import rules as R\n", "sim/c/rules.py": "X = 1\n"}, []),
+    ({"sim/__init__.py": "", "sim/c/__init__.py": "from rtalab.sim.c.run import go\n",
+      "sim/c/run.py": "from rtalab.sim.c import rules as R\n", "sim/c/rules.py": "X = 1\n"},
+     []),
     # one-way imports only: no cycle
-    ({"sim/__init__.py": "", "sim/a.py": "import sim.b\n", "sim/b.py": "import os\n"}, []),
+    ({"sim/__init__.py": "", "sim/a.py": "import rtalab.sim.b\n", "sim/b.py": "import os\n"},
+     []),
 ])
 def test_cycle_checker_finds_planted_cycles_and_no_false_ones(
         tmp_path: Path, files: dict[str, str], expected: list[list[str]]) -> None:
     assert cycles(graph(_tree(tmp_path, files), ["sim"])) == expected
 
 
+BARE = "sim"  # spelt apart, or tests/oneoff/namespace.py would prefix it in these strings
+
+
 def test_a_path_left_behind_by_a_move_is_found(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"sim/__init__.py": "", "sim/shared/__init__.py": "",
                             "sim/shared/fmt.py": "X = 1\n",
-                            "sim/cli.py": "from sim.shared.fmt import X\n"
-                                          "from sim.shared import fmt\n"
-                                          "def f():\n    from sim.fmt import X\n"})
-    assert unresolved_imports(root, ["sim"]) == ["sim.cli -> sim.fmt.X"]
+                            "sim/cli.py": "from rtalab.sim.shared.fmt import X\n"
+                                          "from rtalab.sim.shared import fmt\n"
+                                          "def f():\n    from rtalab.sim.fmt import X\n"
+                                          f"def g():\n    from {BARE}.shared.fmt import X\n"})
+    # a path left behind, and the old bare name (the same module under a second name)
+    assert unresolved_imports(root, ["sim"]) == ["rtalab.sim.cli -> rtalab.sim.fmt.X",
+                                                 f"rtalab.sim.cli -> {BARE}.shared.fmt.X"]
 
 
 def test_one_way_rule_catches_a_planted_import(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"sim/__init__.py": "",
-                            "sim/ok.py": "import numpy\nfrom sim import ok2\n",
+                            "sim/ok.py": "import numpy\nfrom rtalab.sim import ok2\n",
                             "sim/ok2.py": "",
-                            "sim/bad.py": "def f():\n    from loadtests.common import procs\n",
+                            "sim/bad.py": "def f():\n"
+                                          "    from rtalab.loadtests.common import procs\n",
                             "sim/web.py": "import uvicorn.server\n"})
     assert forbidden_imports(root, "sim", SIM_MUST_NOT_IMPORT) == [
-        "sim.bad -> loadtests.common.procs", "sim.web -> uvicorn.server"]
+        "rtalab.sim.bad -> rtalab.loadtests.common.procs", "rtalab.sim.web -> uvicorn.server"]
 
 
 def test_layer_rule_catches_shared_reaching_up(tmp_path: Path) -> None:

@@ -1,0 +1,1 @@
+../../rtalab/__init__.py
