@@ -29,7 +29,7 @@ system-deps:
 	  else echo "warning: not found and cannot install:$$missing; their tests will fail" >&2; fi; fi
 
 demo: $(STAMP) system-deps
-	$(BIN)/python -m loadtests.loadrun.demo
+	$(BIN)/python -m rtalab.loadtests.loadrun.demo
 
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .

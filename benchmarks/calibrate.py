@@ -1,4 +1,5 @@
-"""Calibration speed: ``python -m benchmarks.calibrate [--rows N]`` (``make bench-calibrate``).
+"""Calibration speed: ``python -m rtalab.benchmarks.calibrate [--rows N]``
+(``make bench-calibrate``).
 
 Writes a synthetic load-run folder of N attempt rows (``ledger/attempts.jsonl`` with the
 columns a Live user writes that calibration reads, plus ids; sim/calibrate/synth.py's
@@ -14,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from sim.calibrate.synth import Truth, write_run_dir
-from sim.shared.argtypes import positive_int
+from rtalab.sim.calibrate.synth import Truth, write_run_dir
+from rtalab.sim.shared.argtypes import positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_bench(args: argparse.Namespace) -> int:
     """Time calibration of ``args.rows`` synthetic ledger rows; print one line."""
-    from sim.calibrate import calibrate, from_run_dir, write
+    from rtalab.sim.calibrate import calibrate, from_run_dir, write
 
     with tempfile.TemporaryDirectory() as tmp:
         run = write_run_dir(Truth(n=args.rows, rate_per_s=args.rows / 3600), Path(tmp) / "run")
@@ -51,8 +52,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m benchmarks.calibrate`` (same as ``rtalab bench calibrate``)."""
-    p = argparse.ArgumentParser(prog="python -m benchmarks.calibrate")
+    """``python -m rtalab.benchmarks.calibrate`` (same as ``rtalab bench calibrate``)."""
+    p = argparse.ArgumentParser(prog="python -m rtalab.benchmarks.calibrate")
     add_arguments(p)
     return run_bench(p.parse_args(argv))
 

@@ -1,7 +1,7 @@
 """``rtalab check --bench``: checker throughput on synthetic ledger rows (target >= 1M rows/s).
 
 Writes a clean synthetic ledger of about ``--rows`` rows (attempts + events +
-turns + witness, :mod:`loadtests.check.synth`) to a temporary run folder, then
+turns + witness, :mod:`rtalab.loadtests.check.synth`) to a temporary run folder, then
 times ``check_run`` (read + all rules, no files written) ``--repeat`` times and
 reports the best: rows per second end to end, and the read / rules split (the
 events ledger is parsed in the background while the first rules run, so "read"
@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtests.check.ledger import read_ledgers
-from loadtests.check.run import evaluate, load_policy
-from loadtests.check.synth import clean_ledger, rows_for, write_ledger
+from rtalab.loadtests.check.ledger import read_ledgers
+from rtalab.loadtests.check.run import evaluate, load_policy
+from rtalab.loadtests.check.synth import clean_ledger, rows_for, write_ledger
 
 TARGET_ROWS_PER_S = 1_000_000
 

@@ -14,12 +14,21 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sim.shared.argtypes import add_command, add_group, flag, opt, positive_int, subcommands
+from rtalab.sim.shared.argtypes import add_command, add_group, flag, opt, positive_int, subcommands
 
 
 def register(subparsers: Any) -> None:
     """Add ``rtalab bench`` and its sub-commands."""
-    from benchmarks import calibrate, fleet, grpc_serve, metastability, report, run, sim, sweep
+    from rtalab.benchmarks import (
+        calibrate,
+        fleet,
+        grpc_serve,
+        metastability,
+        report,
+        run,
+        sim,
+        sweep,
+    )
 
     sub = add_group(subparsers, "bench", help="benchmarks against their stated targets",
                     description="Measure rtalab's speed and memory against its stated "
@@ -54,21 +63,21 @@ def cmd_serve_bench(args: argparse.Namespace) -> int:
     Reasoner turns/s, server CPU per turn and turn latency with dedup none, SQLite and Redis side by
     side (1 worker each, interleaved rounds, load generator in process).
     """
-    from benchmarks.serve import run_bench
+    from rtalab.benchmarks.serve import run_bench
 
     return run_bench(args)
 
 
 def register_serve_bench(serve: argparse.ArgumentParser) -> None:
     """Add ``bench`` to the ``serve`` group (entry point ``serve.bench``)."""
-    from benchmarks.serve import add_arguments
+    from rtalab.benchmarks.serve import add_arguments
 
     add_command(subcommands(serve), "bench", cmd_serve_bench, add_arguments)
 
 
 def register_load_bench(load: argparse.ArgumentParser) -> None:
     """Add ``bench`` to the ``load`` group (entry point ``load.bench``)."""
-    from benchmarks.load import add_arguments, run_bench
+    from rtalab.benchmarks.load import add_arguments, run_bench
 
     add_command(subcommands(load), "bench", run_bench, add_arguments,
                 help="Live user turns/s vs a bare FastHttpUser",
@@ -84,7 +93,7 @@ def register_check_bench(check: argparse.ArgumentParser) -> None:
     def cmd_check(args: argparse.Namespace) -> int:
         if not args.bench:
             return int(judge(args))
-        from benchmarks.check import format_bench, run_bench
+        from rtalab.benchmarks.check import format_bench, run_bench
 
         print(format_bench(run_bench(rows=args.rows, repeat=args.repeat)), end="")
         return 0

@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any
 
-from loadtests.dedup import open_store, parse_store_url
+from rtalab.loadtests.dedup import open_store, parse_store_url
 
 
 async def bench_store_async(url: str, n: int, *, concurrency: int = 1,

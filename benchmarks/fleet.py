@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sim.shared.argtypes import add_seed, flag, opt, positive_int
+from rtalab.sim.shared.argtypes import add_seed, flag, opt, positive_int
 
 WALL_TARGET_S = 180.0
 RSS_TARGET_GIB = 1.5
@@ -38,7 +38,7 @@ HOUR_S = 3600.0
 
 def fleet_scenario(calls_per_hour: int, fraction: float, records: str) -> Any:
     """baseline at ``calls_per_hour``, for ``fraction`` of an hour, keeping ``records``."""
-    from sim.scenario import load_scenario
+    from rtalab.sim.scenario import load_scenario
 
     base = load_scenario("baseline")
     rate = calls_per_hour / HOUR_S
@@ -56,8 +56,8 @@ def fleet_scenario(calls_per_hour: int, fraction: float, records: str) -> Any:
 
 
 def _child(calls_per_hour: int, fraction: float, records: str, seed: int) -> dict[str, Any]:
-    from sim.runner import run_once
-    from sim.shared.summary import summarize
+    from rtalab.sim.runner import run_once
+    from rtalab.sim.shared.summary import summarize
 
     scenario = fleet_scenario(calls_per_hour, fraction, records)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -74,7 +74,7 @@ def _child(calls_per_hour: int, fraction: float, records: str, seed: int) -> dic
 
 def fleet_parts_scenario(duration_s: float) -> Any:
     """The fleet whose replications the executor comparison runs."""
-    from sim.scenario import load_scenario
+    from rtalab.sim.scenario import load_scenario
 
     base = load_scenario("baseline")
     return base.with_overrides({
@@ -87,8 +87,8 @@ def time_parts(duration_s: float, replications: int, seed: int, *,
                processes: int | None = None, dask: str | None = None) -> tuple[float, str]:
     """(seconds, summary JSON) of the fleet's replications on one executor, started (and a
     Dask cluster up) before the clock starts."""
-    from sim.stream import replication_plan, run_streaming
-    from sim.sweep import make_executor
+    from rtalab.sim.stream import replication_plan, run_streaming
+    from rtalab.sim.sweep import make_executor
 
     sc = fleet_parts_scenario(duration_s)
     plan = replication_plan(seed, replications)
@@ -101,7 +101,7 @@ def time_parts(duration_s: float, replications: int, seed: int, *,
 
 def measure(calls_per_hour: int, fraction: float, records: str, seed: int) -> dict[str, Any]:
     """One size in a child process: its report (wall time, own peak RSS)."""
-    cmd = [sys.executable, "-m", "benchmarks.fleet", "--child", str(calls_per_hour),
+    cmd = [sys.executable, "-m", "rtalab.benchmarks.fleet", "--child", str(calls_per_hour),
            str(fraction), records, str(seed)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -187,7 +187,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _child_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m benchmarks.fleet --child CALLS FRACTION RECORDS SEED``."""
+    """``python -m rtalab.benchmarks.fleet --child CALLS FRACTION RECORDS SEED``."""
     a = list(sys.argv[1:] if argv is None else argv)
     if len(a) != 5 or a[0] != "--child":
         print(__doc__, file=sys.stderr)

@@ -6,7 +6,7 @@ bindings; the load generator in this process drives ``--concurrency`` closed-loo
 over one binding at a time:
 
 - ``jsonrpc``: the serve bench's raw asyncio HTTP/1.1 SSE client
-  (:func:`benchmarks.serve_client.drive`);
+  (:func:`rtalab.benchmarks.serve_client.drive`);
 - ``grpc``: ``grpc.aio`` server-streaming calls on one channel (HTTP/2 streams
   multiplexed), each turn checked like the SSE one (Task first, 3 chunks, COMPLETED).
 
@@ -32,8 +32,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.serve import reasoner_args
-from benchmarks.serve_client import (
+from rtalab.benchmarks.serve import reasoner_args
+from rtalab.benchmarks.serve_client import (
     CHUNKS,
     TOKEN,
     Snapshot,
@@ -42,10 +42,10 @@ from benchmarks.serve_client import (
     event_loop_factory,
     turn_body,
 )
-from benchmarks.serve_cpu import cpu_split, group_cpu_s, pin_process
-from loadtests.common.procs import LOCALHOST, ManagedProcess, start_reasoner
-from loadtests.live.wire import DEFAULT_EXT_URI
-from sim.shared.argtypes import positive_int
+from rtalab.benchmarks.serve_cpu import cpu_split, group_cpu_s, pin_process
+from rtalab.loadtests.common.procs import LOCALHOST, ManagedProcess, start_reasoner
+from rtalab.loadtests.live.wire import DEFAULT_EXT_URI
+from rtalab.sim.shared.argtypes import positive_int
 
 TARGET_RATIO = 0.9
 TURN_TIMEOUT_S = 30.0

@@ -1,7 +1,7 @@
 """``rtalab load bench``: turns/s of the Live users against bare clients, same canned stream.
 
-A canned server (:mod:`loadtests.loadrun.canned`) runs on one CPU; each client
-variant (:mod:`benchmarks.load_client`) runs in its own process pinned
+A canned server (:mod:`rtalab.loadtests.loadrun.canned`) runs on one CPU; each client
+variant (:mod:`rtalab.benchmarks.load_client`) runs in its own process pinned
 to another CPU (one core), with ``--users`` users for ``--seconds`` after a
 1-s warm-up.  Rounds alternate the variants (bare, live, bare, live, ...) so
 machine noise hits both; the table shows the median turns/s per variant,
@@ -21,8 +21,8 @@ import subprocess
 import sys
 from typing import Any, cast
 
-from loadtests.common.procs import LOCALHOST, free_port, port_open, start_process
-from sim.shared.argtypes import non_negative, positive_int
+from rtalab.loadtests.common.procs import LOCALHOST, free_port, port_open, start_process
+from rtalab.sim.shared.argtypes import non_negative, positive_int
 
 TARGET_RATIO = 0.7
 PAIRS = (("sse", "bare-sse", "live-sse"), ("rest", "bare-rest", "live-rest"),
@@ -47,7 +47,7 @@ def measure(variant: str, url: str, seconds: float, users: int, cpu: int | None
     env = dict(os.environ)
     if cpu is not None:
         env["RTALAB_BENCH_CPU"] = str(cpu)
-    out = subprocess.run([sys.executable, "-m", "benchmarks.load_client", variant, url,
+    out = subprocess.run([sys.executable, "-m", "rtalab.benchmarks.load_client", variant, url,
                           str(seconds), str(users)], capture_output=True, text=True, env=env,
                          timeout=seconds + 60)
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
@@ -80,7 +80,7 @@ def run_bench(args: argparse.Namespace) -> int:
         os.sched_getaffinity(0)) >= 2
     cpus = sorted(os.sched_getaffinity(0)) if pin else []
     http_port, ws_port, grpc_port = free_port(), free_port(), free_port()
-    cmd = [sys.executable, "-m", "loadtests.loadrun.canned", str(http_port), str(ws_port),
+    cmd = [sys.executable, "-m", "rtalab.loadtests.loadrun.canned", str(http_port), str(ws_port),
            str(grpc_port)]
     if pin:
         cmd = ["taskset", "-c", str(cpus[1]), *cmd]

@@ -1,10 +1,10 @@
-"""One benchmark client process: ``python -m benchmarks.load_client VARIANT URL S USERS``.
+"""One benchmark client process: ``python -m rtalab.benchmarks.load_client VARIANT URL S USERS``.
 
 Runs Locust users of one variant in process (local runner) for a warm-up second
 plus ``S`` seconds and prints ``{"turns": n, "seconds": s, "cpu_s": c}`` for the
 measuring window.  Variants: ``bare-sse`` (a FastHttpUser that POSTs, reads
 the stream's lines and decodes each event to recognise its end state),
-``live-sse`` (the Live user: whole :class:`~loadtests.live.call.Call` logic,
+``live-sse`` (the Live user: whole :class:`~rtalab.loadtests.live.call.Call` logic,
 parsing, reorder buffer, policy, ledger rows), ``bare-rest`` / ``live-rest`` (the same on
 HTTP+JSON: ``POST /message:stream``, bare StreamResponse events), ``bare-ws`` (one socket: send,
 decode each frame, stop at the frame with this request's id and an end state,
@@ -37,20 +37,20 @@ import numpy as np
 from locust import FastHttpUser, User, constant, task
 from locust.env import Environment
 
-from loadtests.common.tls import ClientTls
-from loadtests.live.call import Call, Instance, LiveOptions
-from loadtests.live.ledger import Ledger
-from loadtests.live.rest import RestChannel, rest_body
-from loadtests.live.sse import SseChannel
-from loadtests.live.wire import (
+from rtalab.loadtests.common.tls import ClientTls
+from rtalab.loadtests.live.call import Call, Instance, LiveOptions
+from rtalab.loadtests.live.ledger import Ledger
+from rtalab.loadtests.live.rest import RestChannel, rest_body
+from rtalab.loadtests.live.sse import SseChannel
+from rtalab.loadtests.live.wire import (
     DEFAULT_EXT_URI,
     STREAM_END_STATES,
     Ids,
     headers,
     streaming_request,
 )
-from loadtests.live.ws import WsChannel
-from sim.scenario import from_dict
+from rtalab.loadtests.live.ws import WsChannel
+from rtalab.sim.scenario import from_dict
 
 TURNS = [0]
 SCENARIO = from_dict({"workload": {"turns_per_call": 1_000_000, "think_time_s": 0.0,
@@ -202,7 +202,7 @@ class BareGrpc(User):
     def on_start(self) -> None:
         from a2a.types import a2a_pb2_grpc
 
-        from loadtests.live.grpc_channel import channel_for
+        from rtalab.loadtests.live.grpc_channel import channel_for
 
         self.stub = a2a_pb2_grpc.A2AServiceStub(channel_for(self.host, False, ClientTls()))
         self.meta = (("a2a-version", "1.0"), ("a2a-extensions", DEFAULT_EXT_URI))
@@ -236,7 +236,7 @@ class LiveGrpc(User):
 
     @task
     def call(self) -> None:
-        from loadtests.live.grpc_channel import GrpcChannel
+        from rtalab.loadtests.live.grpc_channel import GrpcChannel
 
         rng = np.random.default_rng(1)
         ch = GrpcChannel(self.host, False, DEFAULT_EXT_URI, None, self.environment.events)
@@ -255,7 +255,7 @@ def main(argv: list[str]) -> int:
     if cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(cpu)})
     if variant.endswith("grpc"):  # grpcio's gevent mode, before any gRPC object
-        from loadtests.live.grpc_channel import init_gevent
+        from rtalab.loadtests.live.grpc_channel import init_gevent
 
         init_gevent()
     env = Environment(user_classes=[VARIANTS[variant]], host=url)

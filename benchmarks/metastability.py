@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.shared.argtypes import positive_int
+from rtalab.sim.shared.argtypes import positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,10 +34,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _map(args: argparse.Namespace, adaptive: bool, out: Path) -> tuple[float, object]:
-    from sim.answers.metastability import MapSpec, run_map
-    from sim.answers.storm import Detector
-    from sim.scenario import load_scenario
-    from sim.sweep import make_executor
+    from rtalab.sim.answers.metastability import MapSpec, run_map
+    from rtalab.sim.answers.storm import Detector
+    from rtalab.sim.scenario import load_scenario
+    from rtalab.sim.sweep import make_executor
 
     n = args.cells
     loads = tuple(float(round(v, 3)) for v in np.linspace(0.4, 1.3, n))

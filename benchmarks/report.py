@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sim.shared.argtypes import positive_int
+from rtalab.sim.shared.argtypes import positive_int
 
 TARGET_S = 5.0
 
@@ -34,7 +34,7 @@ def time_report(sweep_dir: Path, out: Path) -> tuple[float, float, str]:
     """``rtalab report`` of ``sweep_dir`` as a fresh process: (wall s, CPU s, stderr)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "report", str(sweep_dir),
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "report", str(sweep_dir),
                         "--out", str(out)], capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -46,7 +46,7 @@ def time_report(sweep_dir: Path, out: Path) -> tuple[float, float, str]:
 
 def simulate_sweep(out: Path) -> int:
     """The 50-point sweep the benchmark times (about a minute on two cores)."""
-    from sim import cli
+    from rtalab.sim import cli
 
     return cli.main(["sim", "sweep", "baseline", "--set", "run.duration_s=30",
                      "run.warmup_s=5", "run.drain_s=5",

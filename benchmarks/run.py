@@ -221,7 +221,7 @@ class Bench:
     out: str | None = None  # the option naming its output folder (put in the bench folder)
 
 
-RTALAB = (sys.executable, "-m", "sim.cli")
+RTALAB = (sys.executable, "-m", "rtalab.sim.cli")
 BENCHES: tuple[Bench, ...] = (
     Bench("sim", ("bench", "sim"), (),
           ("--turns", "3000", "--customers", "9000", "--repeats", "2"), parse_sim),
@@ -311,8 +311,8 @@ def splice(doc: str, table: str) -> str:
 
 def run_bench(args: argparse.Namespace) -> int:
     """Run the selected benchmarks; write the table; 0 unless a benchmark failed to run."""
-    from benchmarks.util import host_line
-    from sim.shared.results import RunLifecycle, package_versions
+    from rtalab.benchmarks.util import host_line
+    from rtalab.sim.shared.results import RunLifecycle, package_versions
 
     names = args.only or list(NAMES)
     v = package_versions()
@@ -352,7 +352,7 @@ def _names(text: str) -> list[str]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``rtalab bench all``."""
-    from sim.shared.argtypes import add_results_root
+    from rtalab.sim.shared.argtypes import add_results_root
 
     p.add_argument("--only", type=_names, metavar="NAME,...",
                    help=f"run only these ({', '.join(NAMES)}; default all)")
@@ -364,8 +364,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m benchmarks.run`` (same as ``rtalab bench all``)."""
-    p = argparse.ArgumentParser(prog="python -m benchmarks.run")
+    """``python -m rtalab.benchmarks.run`` (same as ``rtalab bench all``)."""
+    p = argparse.ArgumentParser(prog="python -m rtalab.benchmarks.run")
     add_arguments(p)
     return run_bench(p.parse_args(argv))
 

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.serve_client import (  # noqa: F401 - re-exported
+from rtalab.benchmarks.serve_client import (  # noqa: F401 - re-exported
     CHUNKS,
     MIN_RATE_PER_S,
     PRINCIPAL,
@@ -83,8 +83,8 @@ from benchmarks.serve_client import (  # noqa: F401 - re-exported
     request_bytes,
     turn_body,
 )
-from benchmarks.serve_cpu import cpu_split, group_cpu_s, pin_process
-from benchmarks.serve_report import (  # noqa: F401 - re-exported
+from rtalab.benchmarks.serve_cpu import cpu_split, group_cpu_s, pin_process
+from rtalab.benchmarks.serve_report import (  # noqa: F401 - re-exported
     MIN_CPU_S,
     RATIO_TARGET,
     SLOW_REMEDY,
@@ -96,8 +96,8 @@ from benchmarks.serve_report import (  # noqa: F401 - re-exported
     table,
     versions_line,
 )
-from benchmarks.util import Measurement, warn_if_busy, warn_unstable_all
-from loadtests.common.procs import (
+from rtalab.benchmarks.util import Measurement, warn_if_busy, warn_unstable_all
+from rtalab.loadtests.common.procs import (
     LOCALHOST,
     ManagedProcess,
     ProcessError,
@@ -258,7 +258,7 @@ def _count(text: str, minimum: int = 1) -> int:
 def default_turns_per_context() -> int:
     """Turns per call of the ``baseline`` preset (``[workload].turns_per_call``, its mean
     rounded up, at least 1): the default number of turns per contextId."""
-    from sim.scenario import load_scenario
+    from rtalab.sim.scenario import load_scenario
 
     return max(1, math.ceil(load_scenario(BASELINE_PRESET).workload.turns_per_call.mean))
 
@@ -409,7 +409,7 @@ def _target(store: str, tmp: Path, concurrency: int, redis: ManagedProcess | Non
 def _save_json(path: Path, args: argparse.Namespace, summaries: Sequence[StoreSummary],
                figures: dict[str, dict[str, Any]]) -> None:
     """Write settings, host, raw samples, summaries and ratios to ``path``."""
-    from sim.shared.results import host_info
+    from rtalab.sim.shared.results import host_info
 
     data = {"command": "rtalab serve bench", "argv": sys.argv,
             "settings": {"turns": args.turns, "rounds": args.rounds,

@@ -2,7 +2,7 @@
 
 Written on raw streams (uvloop when installed) so the client costs little CPU; the
 wire constants (extension URI, end states, event kinds) come from
-:mod:`loadtests.wireclient`, the module the tests' client lives in.
+:mod:`rtalab.loadtests.wireclient`, the module the tests' client lives in.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from loadtests.wireclient import EVENT_KINDS, frame_ends, headers, k, message, state, stream
+from rtalab.loadtests.wireclient import EVENT_KINDS, frame_ends, headers, k, message, state, stream
 
 CHUNKS = 3
 TURN_TIMEOUT_S = 30.0

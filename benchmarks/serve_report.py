@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.util import Measurement, host_line
+from rtalab.benchmarks.util import Measurement, host_line
 
 RATIO_TARGET = 0.9  # store throughput (and CPU-per-turn equivalent) >= 0.9 x none
 MIN_CPU_S = 1.0  # CPU time below which a per-turn CPU figure is too coarse to print (10 ms ticks)

@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks import util as benchutil
-from benchmarks.util import Measurement, warn_if_busy, warn_unstable
-from sim.shared.argtypes import add_seed, flag, opt, positive_int
+from rtalab.benchmarks import util as benchutil
+from rtalab.benchmarks.util import Measurement, warn_if_busy, warn_unstable
+from rtalab.sim.shared.argtypes import add_seed, flag, opt, positive_int
 
 RATIO_TARGET = 2.0  # a simulated turn at most 2x a bare SimPy customer
 RSS_TARGET_BYTES = int(1.5 * 1024**3)  # 1M turns under 1.5 GB
@@ -79,7 +79,7 @@ def bench_scenario(turns: int, scale: int = 1) -> Any:
     ``scale`` multiplies the arrival rate and the Reasoner's workers and queue
     limit together, so utilisation stays that of the preset.
     """
-    from sim.scenario import load_scenario
+    from rtalab.sim.scenario import load_scenario
 
     base = load_scenario("baseline")
     calls_per_s = base.workload.calls_per_s * scale
@@ -98,7 +98,7 @@ def bench_scenario(turns: int, scale: int = 1) -> Any:
 
 def sim_run(scenario: Any, seed: int) -> tuple[int, float]:
     """Run one replication; return (turns simulated, wall seconds)."""
-    from sim.runner import run_once
+    from rtalab.sim.runner import run_once
 
     t0 = time.perf_counter()
     out = run_once(scenario, seed)
@@ -133,9 +133,9 @@ def _child_memory_run(turns: int, seed: int) -> dict[str, Any]:
     plots) for ``turns`` turns, in a temporary folder; report counts and timings."""
     import tempfile
 
-    from sim.runner import run_once
-    from sim.shared import results
-    from sim.shared.summary import summarize
+    from rtalab.sim.runner import run_once
+    from rtalab.sim.shared import results
+    from rtalab.sim.shared.summary import summarize
 
     scenario = bench_scenario(turns, scale=MEMORY_SCALE)
     t0 = time.perf_counter()
@@ -158,7 +158,7 @@ def _maxrss_bytes(ru_maxrss: int) -> int:
 
 def measure_memory(turns: int, seed: int) -> tuple[dict[str, Any], int]:
     """Simulate ``turns`` turns in a child process; return its report and its peak RSS in bytes."""
-    cmd = [sys.executable, "-m", "benchmarks.sim", "--memory-child", str(turns),
+    cmd = [sys.executable, "-m", "rtalab.benchmarks.sim", "--memory-child", str(turns),
            "--seed", str(seed)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -206,7 +206,7 @@ def cost_ratio(sim: Measurement, mmc: Measurement, target: float = RATIO_TARGET)
 
 def host_line() -> str:
     """One line naming the machine and software the figures were measured on."""
-    from sim.shared.results import package_versions
+    from rtalab.sim.shared.results import package_versions
 
     v = package_versions()
     return benchutil.host_line({"Python": v["python"], "simpy": v["simpy"],
@@ -228,7 +228,7 @@ def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
         cost = cost_ratio(sim, mmc)
         out(cost.line())
         if cost.verdict == "WARN":
-            out("  remedy: profile a run (python -m cProfile -s tottime -m sim.cli sim run "
+            out("  remedy: profile a run (python -m cProfile -s tottime -m rtalab.sim.cli sim run "
                 "baseline --set run.duration_s=3000 run.replications=1 --no-plots --quiet) "
                 "and remove per-chunk events, polling timers and per-event DataFrame/dict "
                 "work from the model's hot path.")
@@ -259,8 +259,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _child_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m benchmarks.sim --memory-child N``: the memory run's child process."""
-    p = argparse.ArgumentParser(prog="python -m benchmarks.sim")
+    """``python -m rtalab.benchmarks.sim --memory-child N``: the memory run's child process."""
+    p = argparse.ArgumentParser(prog="python -m rtalab.benchmarks.sim")
     p.add_argument("--memory-child", type=int, required=True, metavar="TURNS")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args(argv)

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import util as benchutil
-from sim.shared.argtypes import positive_int
+from rtalab.benchmarks import util as benchutil
+from rtalab.sim.shared.argtypes import positive_int
 
 MB = 1_000_000
 
@@ -88,7 +88,7 @@ def bench_points(n: int) -> list[dict[str, Any]]:
 
 
 def _scenario(duration_s: float) -> Any:
-    from sim.scenario import load_scenario
+    from rtalab.sim.scenario import load_scenario
 
     return load_scenario("baseline", {"run.duration_s": duration_s,
                                       "run.warmup_s": min(30.0, duration_s / 4)})
@@ -98,7 +98,7 @@ def time_sweep(points: int, duration_s: float, *, processes: int | None = None,
                dask: str | None = None) -> tuple[float, float]:
     """(start-up s, sweep s) of a sweep, records written, no plots: start-up is opening the
     executor (a Dask cluster's start), the sweep is everything after."""
-    from sim.sweep import make_executor, run_points
+    from rtalab.sim.sweep import make_executor, run_points
 
     sc = _scenario(duration_s)
     with tempfile.TemporaryDirectory(prefix="rtalab-sweepbench-") as tmp:
@@ -117,7 +117,7 @@ def _maxrss_bytes() -> int:
 
 
 def _child(args: Sequence[str]) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "benchmarks.sweep", *args]
+    cmd = [sys.executable, "-m", "rtalab.benchmarks.sweep", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -131,7 +131,7 @@ def _coordinator_child(points: int, duration_s: float) -> dict[str, Any]:
 
 
 def _run_child(replications: int, duration_s: float) -> dict[str, Any]:
-    from sim import cli
+    from rtalab.sim import cli
 
     with tempfile.TemporaryDirectory(prefix="rtalab-sweepbench-") as tmp:
         t0 = time.perf_counter()
@@ -150,7 +150,7 @@ def _run_child(replications: int, duration_s: float) -> dict[str, Any]:
 
 def run_bench(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     """Measure and print (a)-(d); 0 unless a measurement itself failed."""
-    from sim.shared.results import package_versions
+    from rtalab.sim.shared.results import package_versions
 
     v = package_versions()
     out("rtalab sim sweep-bench")
@@ -217,7 +217,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _child_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.sweep")
+    p = argparse.ArgumentParser(prog="python -m rtalab.benchmarks.sweep")
     p.add_argument("--coordinator-child", type=int)
     p.add_argument("--run-child", type=int)
     p.add_argument("--duration", type=float, required=True)

@@ -61,7 +61,7 @@ def load_avg() -> tuple[float, float, float] | None:
 
 def host_line(versions: Mapping[str, str | None]) -> str:
     """One line naming the machine, then ``name version`` of each entry of ``versions``."""
-    from sim.shared.results import host_info
+    from rtalab.sim.shared.results import host_info
 
     h = host_info()
     load = load_avg()

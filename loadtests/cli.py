@@ -1,20 +1,20 @@
 """``rtalab serve``: the group of the reference servers, registered via ``rtalab.commands``.
 
-``register(subparsers)`` adds the ``serve`` group to the root parser of ``sim.cli``; each
+``register(subparsers)`` adds the ``serve`` group to the root parser of ``rtalab.sim.cli``; each
 server package owns its command and adds it here: ``reasoner``
-(:mod:`loadtests.reasoner.cli`), ``witness`` (:mod:`loadtests.witness.cli`) and ``fuzz``
-(:mod:`loadtests.fuzz.cli`).  Other packages extend the group through the entry points
-named ``serve.<command>`` (the benchmarks add ``rtalab serve bench``).
+(:mod:`rtalab.loadtests.reasoner.cli`), ``witness`` (:mod:`rtalab.loadtests.witness.cli`) and
+``fuzz`` (:mod:`rtalab.loadtests.fuzz.cli`).  Other packages extend the group through the entry
+points named ``serve.<command>`` (the benchmarks add ``rtalab serve bench``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from loadtests.fuzz import cli as fuzz_cli
-from loadtests.reasoner import cli as reasoner_cli
-from loadtests.witness import cli as witness_cli
-from sim.shared.argtypes import add_group
+from rtalab.loadtests.fuzz import cli as fuzz_cli
+from rtalab.loadtests.reasoner import cli as reasoner_cli
+from rtalab.loadtests.witness import cli as witness_cli
+from rtalab.sim.shared.argtypes import add_group
 
 
 def register(subparsers: Any) -> None:

@@ -1,14 +1,14 @@
 """The project's one synchronous wire client of the Reasoner, and the wire constants.
 
-Used by the tests (``tests/serve``), the fuzzer (:mod:`loadtests.fuzz.engine`) and, for
-the constants, the bench's raw asyncio client (:mod:`benchmarks.serve`):
+Used by the tests (``tests/serve``), the fuzzer (:mod:`rtalab.loadtests.fuzz.engine`) and, for
+the constants, the bench's raw asyncio client (:mod:`rtalab.benchmarks.serve`):
 
 - wire constants: the extension URI (:data:`EXT`), the states that end one
   request's stream (:data:`END_STATES`), the event kinds of a stream response
   (:data:`EVENT_KINDS`) and the frame-end rule (:func:`frame_ends`), derived from
-  the server's own definitions in :mod:`loadtests.reasoner.wire`;
+  the server's own definitions in :mod:`rtalab.loadtests.reasoner.wire`;
 - request builders (:func:`message`, :func:`rpc`, :func:`stream`, :func:`headers`, the
-  Live users' header rule of :mod:`loadtests.live.wire` with this client's defaults);
+  Live users' header rule of :mod:`rtalab.loadtests.live.wire` with this client's defaults);
 - :class:`Client` (HTTP JSON-RPC/SSE and WebSocket sessions over real sockets,
   httpx and ``websockets.sync``; the A2A gRPC binding with grpcio's blocking API, at the
   address the agent card advertises) and :class:`Turn`, what one request produced.
@@ -27,13 +27,13 @@ import httpx
 from google.protobuf.json_format import MessageToDict, ParseDict
 from websockets.sync.client import ClientConnection, connect
 
-from loadtests.common.tls import ClientTls
-from loadtests.live.wire import headers as wire_headers
+from rtalab.loadtests.common.tls import ClientTls
+from rtalab.loadtests.live.wire import headers as wire_headers
 
 # the JSON-side wire rules, re-exported
-from loadtests.reasoner.wire import DEFAULT_EXT_URI, END_STATE_NAMES, json_kind, json_state
-from loadtests.reasoner.wire import EVENT_KINDS as EVENT_KINDS
-from loadtests.reasoner.wire import frame_ends as frame_ends
+from rtalab.loadtests.reasoner.wire import DEFAULT_EXT_URI, END_STATE_NAMES, json_kind, json_state
+from rtalab.loadtests.reasoner.wire import EVENT_KINDS as EVENT_KINDS
+from rtalab.loadtests.reasoner.wire import frame_ends as frame_ends
 
 END_STATES = END_STATE_NAMES
 kind = json_kind
@@ -204,7 +204,7 @@ def _absorb(turn: Turn, frame: dict[str, Any]) -> None:
 
 class Client:
     """A client of the Reasoner at ``url`` (``http://HOST:PORT`` or ``https://...``;
-    ``tls``: what it trusts and presents, :class:`loadtests.common.tls.ClientTls` -- without
+    ``tls``: what it trusts and presents, :class:`rtalab.loadtests.common.tls.ClientTls` -- without
     it, httpx's and the standard library's defaults verify certificates)."""
 
     def __init__(self, url: str, tls: ClientTls | None = None):
@@ -310,11 +310,11 @@ _GRPC_HEADERS = ("authorization", "a2a-extensions", "a2a-version")
 def grpc_request(address: str, body: dict[str, Any], hdrs: dict[str, str],
                  credentials: Any = None) -> Turn:
     """:meth:`Client.grpc` on ``address`` (``credentials``: a secure channel)."""
-    # lazy: +695 ms (pandas, pyarrow, gevent) off importing loadtests.wireclient
+    # lazy: +695 ms (pandas, pyarrow, gevent) off importing rtalab.loadtests.wireclient
     import grpc
     from a2a.types import a2a_pb2, a2a_pb2_grpc
 
-    from loadtests.live.grpc_channel import HTTP_OF_STATUS, error_frame, error_info
+    from rtalab.loadtests.live.grpc_channel import HTTP_OF_STATUS, error_frame, error_info
 
     request_type, streaming = GRPC_METHODS[body["method"]]
     request = ParseDict(body.get("params") or {}, getattr(a2a_pb2, request_type)())

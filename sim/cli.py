@@ -26,11 +26,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from sim.answers.cli import add_parsers as add_answer_parsers
-from sim.calibrate.cli import add_parser as add_calibrate_parser
-from sim.config import ConfigError
-from sim.shared import results
-from sim.shared.argtypes import (  # UsageError re-exported: plugins raise sim.cli.UsageError
+from rtalab.sim.answers.cli import add_parsers as add_answer_parsers
+from rtalab.sim.calibrate.cli import add_parser as add_calibrate_parser
+from rtalab.sim.config import ConfigError
+from rtalab.sim.shared import results
+from rtalab.sim.shared.argtypes import (  # UsageError re-exported: plugins raise
+                                          # rtalab.sim.cli.UsageError
     EXIT_USAGE,
     NO_PLOTS,
     OUT_DIR,
@@ -51,8 +52,8 @@ from sim.shared.argtypes import (  # UsageError re-exported: plugins raise sim.c
     positive_int,
     repeatable,
 )
-from sim.shared.manage import add_parser as add_results_parser
-from sim.shared.results import package_versions
+from rtalab.sim.shared.manage import add_parser as add_results_parser
+from rtalab.sim.shared.results import package_versions
 
 PROG = "rtalab"
 PLUGIN_GROUP = "rtalab.commands"
@@ -71,7 +72,7 @@ def _err(message: str) -> None:
 def _load(ref: str, overrides: Sequence[str] | None) -> Any:
     """Load a scenario file or preset with ``--set`` overrides (raises ConfigError)."""
     # lazy: +87 ms (9 modules) off rtalab's start-up
-    from sim.scenario import load_scenario_args
+    from rtalab.sim.scenario import load_scenario_args
 
     return load_scenario_args(ref, overrides)
 
@@ -79,7 +80,7 @@ def _load(ref: str, overrides: Sequence[str] | None) -> Any:
 def cmd_presets(args: argparse.Namespace) -> int:
     """list the shipped scenarios"""
     # lazy: +59 ms (9 modules) off rtalab's start-up
-    from sim.scenario import load_scenario, preset_names
+    from rtalab.sim.scenario import load_scenario, preset_names
 
     names = preset_names()
     width = max((len(n) for n in names), default=0)
@@ -92,7 +93,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     """print the resolved scenario as TOML"""
     # lazy: +70 ms (9 modules) off rtalab's start-up
-    from sim.scenario import dumps
+    from rtalab.sim.scenario import dumps
 
     scenario = _load(args.scenario, args.set)
     sys.stdout.write(dumps(scenario))
@@ -123,12 +124,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         scenario = _checked(scenario, extra)
 
     # lazy: +98 ms (19 modules) off rtalab's start-up
-    from sim.shared.progress import progress_bar, should_show
-    from sim.stream import replication_plan, seeds_meta
+    from rtalab.sim.shared.progress import progress_bar, should_show
+    from rtalab.sim.stream import replication_plan, seeds_meta
 
     if args.split == "replicas":
         # lazy: +673 ms (pandas, pyarrow) off rtalab's start-up
-        from sim.fleetsplit import SplitError, check_split
+        from rtalab.sim.fleetsplit import SplitError, check_split
 
         try:  # before the folder is made
             check_split(scenario)
@@ -157,7 +158,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 with progress_bar(label, enabled=should_show(args.quiet)) as progress:
                     summary = _run_plan(scenario, plan, run_dir, args, progress)
                 # lazy: +504 ms (pandas, pyarrow) off rtalab's start-up
-                from sim.shared.agreement import one_run_intervals
+                from rtalab.sim.shared.agreement import one_run_intervals
 
                 # where ONE run of this length and load falls (not the CI of the mean)
                 summary["one_run_interval"] = one_run_intervals(summary)
@@ -181,8 +182,8 @@ def _run_plan(scenario: Any, plan: Any, run_dir: Path, args: argparse.Namespace,
     """The replications (or, ``--split replicas``, a fleet's replicas) here, or as independent
     parts on ``--processes`` / ``--dask``."""
     # lazy: +693 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.fleetsplit import SplitError
-    from sim.stream import run_streaming
+    from rtalab.sim.fleetsplit import SplitError
+    from rtalab.sim.stream import run_streaming
 
     split = args.split
     try:
@@ -190,7 +191,7 @@ def _run_plan(scenario: Any, plan: Any, run_dir: Path, args: argparse.Namespace,
             return run_streaming(scenario, plan, run_dir, plots=not args.no_plots,
                                  progress=progress, split=split)
         # lazy: +96 ms (28 modules) off rtalab's start-up
-        from sim.sweep import SweepError, make_executor
+        from rtalab.sim.sweep import SweepError, make_executor
 
         try:
             with make_executor(args.processes, args.dask) as ex:
@@ -198,7 +199,7 @@ def _run_plan(scenario: Any, plan: Any, run_dir: Path, args: argparse.Namespace,
                                      progress=progress, executor=ex, split=split)
         except SweepError as e:
             raise UsageError(str(e)) from None
-    except SplitError as e:  # a call of a part reached the Reasoner twice (sim.fleetsplit)
+    except SplitError as e:  # a call of a part reached the Reasoner twice (rtalab.sim.fleetsplit)
         raise UsageError(str(e)) from None
 
 
@@ -226,7 +227,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path, meta: dict[str, Any]) 
     if shown:
         table.add_column("90 % one-run interval", justify="right")
     # lazy: +634 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.shared.fmt import summary_rows
+    from rtalab.sim.shared.fmt import summary_rows
 
     for row in summary_rows(summary, intervals=shown):
         table.add_row(*row)
@@ -251,7 +252,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     finished points.
     """
     # lazy: +110 ms (28 modules) off rtalab's start-up
-    from sim import sweep
+    from rtalab.sim import sweep
 
     scenario = _load(args.scenario, args.set)
     reps = args.replications or scenario.run.replications
@@ -310,8 +311,8 @@ def print_sweep(points: Sequence[dict[str, Any]], summaries: Sequence[dict[str, 
     # lazy: +584 ms (pandas, pyarrow) off rtalab's start-up
     import pandas as pd
 
-    from sim.shared.cards import frame_cards, render
-    from sim.shared.summary import unit
+    from rtalab.sim.shared.cards import frame_cards, render
+    from rtalab.sim.shared.summary import unit
 
     rows = []
     for i, (p, s) in enumerate(zip(points[:limit], summaries[:limit], strict=True)):
@@ -340,7 +341,7 @@ def _num(v: Any) -> str:
 
 def _load_runs(paths: Sequence[Path]) -> list[Any]:
     # lazy: +649 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.shared.compare import RunFolderError, load_run
+    from rtalab.sim.shared.compare import RunFolderError, load_run
 
     try:
         return [load_run(p) for p in paths]
@@ -356,7 +357,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     after Holm).
     """
     # lazy: +602 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.shared.compare import RunFolderError, compare_table, differing, plot_compare
+    from rtalab.sim.shared.compare import RunFolderError, compare_table, differing, plot_compare
 
     if len(args.runs) < 2:
         raise UsageError("compare needs at least two run folders")
@@ -377,7 +378,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 0
     print_compare(table, runs)
     # lazy: +504 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.shared.fmt import metric_label
+    from rtalab.sim.shared.fmt import metric_label
 
     for k in range(1, len(runs)):
         print_prediction(runs[0], runs[k], k)
@@ -405,7 +406,7 @@ def print_compare(table: Any, runs: Sequence[Any], width: int | None = None) -> 
     from rich.console import Console
     from rich.table import Table
 
-    from sim.shared.fmt import fmt_diff, fmt_value, metric_label
+    from rtalab.sim.shared.fmt import fmt_diff, fmt_value, metric_label
 
     console = Console(width=width, soft_wrap=False)
     for k, run in enumerate(runs):
@@ -441,9 +442,9 @@ def print_prediction(ref: Any, other: Any, k: int) -> None:
     """A simulation against a load run: the prediction's verdict per metric (inside the 90 %
     one-run interval) and the accuracy targets (judged on runs >= 300 s); nothing otherwise."""
     # lazy: +585 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.shared.agreement import ACCURACY_MIN_RUN_S, is_load
-    from sim.shared.compare import prediction_rows
-    from sim.shared.fmt import fmt_value, metric_label
+    from rtalab.sim.shared.agreement import ACCURACY_MIN_RUN_S, is_load
+    from rtalab.sim.shared.compare import prediction_rows
+    from rtalab.sim.shared.fmt import fmt_value, metric_label
 
     if is_load(ref.summary) == is_load(other.summary):
         return
@@ -486,8 +487,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     Render run folders and sweep folders into one offline HTML file (every figure embedded).
     """
     # lazy: +706 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.report.render import render_report
-    from sim.shared.compare import RunFolderError
+    from rtalab.sim.report.render import render_report
+    from rtalab.sim.shared.compare import RunFolderError
 
     out = args.out or Path("results") / (
         dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-report.html")

@@ -7,7 +7,7 @@ rejecting unknown keys, wrong types and out-of-range values with a
 ``network.uplink.loss: must be in [0, 1], got 1.5``.
 
 Supported field types: ``bool``, ``int``, ``float``, ``str``, ``Literal[...]``,
-:class:`~sim.dist.Dist`, nested config dataclasses, ``tuple[<dataclass>, ...]``
+:class:`~rtalab.sim.dist.Dist`, nested config dataclasses, ``tuple[<dataclass>, ...]``
 (arrays of tables), ``tuple[float, ...]``, ``dict[str, float|int]`` and ``X | None`` (null
 allowed).
 """
@@ -20,7 +20,7 @@ import types
 import typing
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
-from sim.dist import Dist, DistError, parse_dist
+from rtalab.sim.dist import Dist, DistError, parse_dist
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

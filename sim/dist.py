@@ -393,7 +393,7 @@ def _empirical(spec: dict[str, Any]) -> Empirical:
 
 def _read_column(file: str, column: str) -> tuple[float, ...]:
     """The finite, non-negative numbers of one column of a CSV or Parquet file."""
-    # lazy: +704 ms (pandas, pyarrow) off importing sim.dist
+    # lazy: +704 ms (pandas, pyarrow) off importing rtalab.sim.dist
     import pandas as pd  # only scenarios that name a samples file pay for the import
 
     path = Path(file)
@@ -401,7 +401,7 @@ def _read_column(file: str, column: str) -> tuple[float, ...]:
         raise DistError(f"'file' {file} does not exist")
     try:
         if path.suffix.lower() in (".parquet", ".pq"):
-            # lazy: +80 ms (pyarrow) off importing sim.dist
+            # lazy: +80 ms (pyarrow) off importing rtalab.sim.dist
             import pyarrow.parquet as pq
 
             names = pq.read_schema(path).names

@@ -61,9 +61,9 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from sim.scenario import Scenario
-from sim.shared import schema as S
-from sim.shared.summary import replication_metrics
+from rtalab.sim.scenario import Scenario
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.summary import replication_metrics
 
 SPLITS = ("replications", "replicas")
 # id columns made distinct across parts (value × N + part)
@@ -184,8 +184,8 @@ def _concat(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
 
 def merge_parts(scenario: Scenario, parts: Sequence[Any], seed: int, replication: int) -> Any:
     """One replication of the fleet from its parts' RunOutputs (module docstring)."""
-    # lazy: +103 ms (simpy, hdrh) off importing sim.fleetsplit
-    from sim.runner import RunOutput
+    # lazy: +103 ms (simpy, hdrh) off importing rtalab.sim.fleetsplit
+    from rtalab.sim.runner import RunOutput
 
     n = len(parts)
     if n != scenario.fleet.replicas:
@@ -227,7 +227,7 @@ def merge_parts(scenario: Scenario, parts: Sequence[Any], seed: int, replication
 
 def _fleet_counters(scenario: Scenario, parts: Sequence[Any], turns: pd.DataFrame,
                     ) -> dict[str, Any]:
-    """The ``fleet.*`` counters of the merged replication (as sim.model.fleet defines them,
+    """The ``fleet.*`` counters of the merged replication (as rtalab.sim.model.fleet defines them,
     over the measurement window ``[ceil(warmup_s), ceil(duration_s))`` of 1-s samples)."""
     lo, hi = math.ceil(scenario.run.warmup_s), math.ceil(scenario.run.duration_s)
     busy = np.array([p.timeseries[S.BUSY_WORKERS].to_numpy()[lo:hi].sum() for p in parts],
@@ -236,8 +236,8 @@ def _fleet_counters(scenario: Scenario, parts: Sequence[Any], turns: pd.DataFram
                    dtype=float)
     routed = np.array([p.timeseries[S.SERVER_REQUESTS_PER_S].to_numpy()[lo:hi].sum()
                        for p in parts], dtype=float)
-    # lazy: +98 ms (simpy, hdrh) off importing sim.fleetsplit
-    from sim.model.fleet import load_counters
+    # lazy: +98 ms (simpy, hdrh) off importing rtalab.sim.fleetsplit
+    from rtalab.sim.model.fleet import load_counters
 
     counted = int((turns[S.START_S].to_numpy() >= scenario.run.warmup_s).sum())
     out: dict[str, Any] = {}
@@ -252,8 +252,8 @@ def _fleet_counters(scenario: Scenario, parts: Sequence[Any], turns: pd.DataFram
 
 def run_replication(scenario: Scenario, seed: int, replication: int) -> Any:
     """One replication of a splittable fleet, its parts run here one after the other."""
-    # lazy: +115 ms (simpy, hdrh) off importing sim.fleetsplit
-    from sim.runner import run_once
+    # lazy: +115 ms (simpy, hdrh) off importing rtalab.sim.fleetsplit
+    from rtalab.sim.runner import run_once
 
     check_split(scenario)
     part = part_scenario(scenario)

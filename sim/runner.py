@@ -2,7 +2,7 @@
 or one replication straight to its summary (:func:`simulate`, cheap and picklable for sweeps).
 
 Replication ``i`` of seed ``s`` draws from ``numpy.random.SeedSequence(s).spawn(R)[i]``
-(see :mod:`sim.model.rand`), so replications are independent and every run is
+(see :mod:`rtalab.sim.model.rand`), so replications are independent and every run is
 reproducible bit for bit.
 """
 
@@ -17,19 +17,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.model.recorder import Table
-from sim.model.witness import per_turn
-from sim.model.world import World, WorldResult
-from sim.scenario import Scenario
-from sim.shared import schema as S
-from sim.shared.summary import summarize
+from rtalab.sim.model.recorder import Table
+from rtalab.sim.model.witness import per_turn
+from rtalab.sim.model.world import World, WorldResult
+from rtalab.sim.scenario import Scenario
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.summary import summarize
 
 Progress = Callable[[float], None]
 
 
 @dataclass(frozen=True, eq=False)
 class RunOutput(S.RunRecords):
-    """The records of one replication (:class:`sim.shared.schema.RunRecords`) and the run's
+    """The records of one replication (:class:`rtalab.sim.shared.schema.RunRecords`) and the run's
     warm-up, workers and wall-clock time; picklable, no SimPy.
 
     ``wall_s`` (the run's wall-clock time) is the only field that varies between
@@ -42,7 +42,7 @@ class RunOutput(S.RunRecords):
     #: ``[run] records`` other than "all": the metrics, computed as the rows came (the tables
     #: then hold the sampled calls' rows only, or none); None: compute them from the tables
     metrics: dict[str, float | None] | None = None
-    #: with ``metrics``: the latency sketches they came from (``sim.shared.sketch.Sketch``,
+    #: with ``metrics``: the latency sketches they came from (``rtalab.sim.shared.sketch.Sketch``,
     #: mergeable across replications: ``pooled`` percentiles of a run)
     sketches: dict[str, Any] | None = None
 

@@ -2,7 +2,7 @@
 
 A scenario has six sections, each parsed into a frozen, validated object:
 ``[workload]`` (calls and turns), ``[live]`` (the Live layer's policy, see
-:mod:`sim.policy.config`), ``[network]`` (per-direction fault model),
+:mod:`rtalab.sim.policy.config`), ``[network]`` (per-direction fault model),
 ``[reasoner]`` (capacity, latency, errors, dedup), ``[run]`` (duration,
 warm-up, seed, replications) and ``[load]`` (client-side behaviour only the
 Locust Live users have: injected duplicate requests and barge-in; the
@@ -25,10 +25,10 @@ from typing import Any, Literal
 
 import tomli_w
 
-from sim.config import ConfigError, build, num, prob, to_plain
-from sim.dist import Const, Dist, Exp
-from sim.policy.codes import ALL_CODES
-from sim.policy.config import LivePolicyConfig
+from rtalab.sim.config import ConfigError, build, num, prob, to_plain
+from rtalab.sim.dist import Const, Dist, Exp
+from rtalab.sim.policy.codes import ALL_CODES
+from rtalab.sim.policy.config import LivePolicyConfig
 
 # --------------------------------------------------------------------------- workload
 
@@ -377,7 +377,7 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any] | list[str])
     return data
 
 
-PRESETS_PACKAGE = "sim.scenarios"
+PRESETS_PACKAGE = "rtalab.sim.scenarios"
 
 
 def preset_names() -> list[str]:

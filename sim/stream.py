@@ -1,11 +1,11 @@
 """Run replications one at a time, keeping only their metrics: a run's memory does not grow
 with its number of replications.
 
-Each replication is simulated (:func:`sim.runner.run_once`), its metrics are computed at
-once (:func:`sim.shared.summary.replication_metrics`), its records are appended to the run
-folder's Parquet tables (:class:`sim.shared.results.RecordWriter`) and its DataFrames are
+Each replication is simulated (:func:`rtalab.sim.runner.run_once`), its metrics are computed at
+once (:func:`rtalab.sim.shared.summary.replication_metrics`), its records are appended to the run
+folder's Parquet tables (:class:`rtalab.sim.shared.results.RecordWriter`) and its DataFrames are
 dropped; the summary is built from the per-replication metric values
-(:func:`sim.shared.summary.summarize_metrics`).  The plots keep only what they draw: the
+(:func:`rtalab.sim.shared.summary.summarize_metrics`).  The plots keep only what they draw: the
 plotted columns of the turns after the warm-up (~33 bytes a turn) and the per-second
 time series — reading them back from Parquet costs more memory than holding them.
 Used by ``rtalab sim run`` and by every point of a sweep.
@@ -20,20 +20,20 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.config import to_plain
-from sim.scenario import Scenario, from_dict
-from sim.shared.results import RecordWriter
-from sim.shared.schema import PERCENTILES
+from rtalab.sim.config import to_plain
+from rtalab.sim.scenario import Scenario, from_dict
+from rtalab.sim.shared.results import RecordWriter
+from rtalab.sim.shared.schema import PERCENTILES
 
 Progress = Callable[[float], None]
 
-# columns the plots read back from a run folder (see sim.shared.plots)
+# columns the plots read back from a run folder (see rtalab.sim.shared.plots)
 PLOT_TURN_COLUMNS = ("replication", "start_s", "outcome", "ttfc_s", "completion_s")
 
 
 def replication_plan(seed: int, replications: int) -> list[tuple[int, int]]:
     """(seed, replication) of each replication of a plain run: one root seed, replication
-    ``i`` drawing from ``SeedSequence(seed).spawn(i + 1)[i]`` (see :mod:`sim.model.rand`)."""
+    ``i`` drawing from ``SeedSequence(seed).spawn(i + 1)[i]`` (see :mod:`rtalab.sim.model.rand`)."""
     if replications < 1:
         raise ValueError(f"replications must be >= 1, got {replications}")
     return [(seed, i) for i in range(replications)]
@@ -48,10 +48,10 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
     """Simulate every (seed, replication) of ``plan`` in order and return ``summary.json``.
 
     ``scenarios``: one per plan entry, replication ``k`` running ``scenarios[k]`` (parameters
-    drawn per replication, :mod:`sim.calibrate.uncertainty`); ``scenario`` then names the run
+    drawn per replication, :mod:`rtalab.sim.calibrate.uncertainty`); ``scenario`` then names the run
     (its warm-up and plots).
 
-    With ``executor`` (``sim.sweep.make_executor``: processes or a Dask cluster) the
+    With ``executor`` (``rtalab.sim.sweep.make_executor``: processes or a Dask cluster) the
     replications run there as independent parts, at most ``2 x`` its workers ahead of
     the one being written; their outputs are taken in plan order, so the summary and the
     folder are the same bit for bit whichever executor ran them.  With ``[run] records``
@@ -60,16 +60,16 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
 
     With ``run_dir``, each replication's records are appended to ``<table>.parquet``
     there and, with ``plots``, the PNGs are drawn from the written tables; the caller
-    owns ``meta.json`` and ``summary.json`` (see :func:`sim.shared.results.write_summary`).
+    owns ``meta.json`` and ``summary.json`` (see :func:`rtalab.sim.shared.results.write_summary`).
     Without ``run_dir`` nothing is written (metrics only, e.g. for an optimiser).
 
-    ``split = "replicas"``: a fleet whose replicas are independent (:mod:`sim.fleetsplit`:
+    ``split = "replicas"``: a fleet whose replicas are independent (:mod:`rtalab.sim.fleetsplit`:
     random routing, one request per call, ...) runs each replication as one one-pool part per
     replica (here or on ``executor``), merged in part order; any other fleet raises
-    :class:`sim.fleetsplit.SplitError` (one line: why) before anything runs.
+    :class:`rtalab.sim.fleetsplit.SplitError` (one line: why) before anything runs.
     """
-    # lazy: +593 ms (pandas, pyarrow) off importing sim.stream
-    from sim.shared.summary import summarize_metrics
+    # lazy: +593 ms (pandas, pyarrow) off importing rtalab.sim.stream
+    from rtalab.sim.shared.summary import summarize_metrics
     _check_plan(scenario, plan, scenarios, split)
     warmup_s = scenario.run.warmup_s
     writer = RecordWriter(run_dir) if run_dir is not None else None
@@ -119,8 +119,8 @@ def _check_plan(scenario: Scenario, plan: Sequence[tuple[int, int]],
     if split not in ("replications", "replicas"):
         raise ValueError(f"split must be 'replications' or 'replicas', got {split!r}")
     if split == "replicas":
-        # lazy: +590 ms (pandas, pyarrow) off importing sim.stream
-        from sim.fleetsplit import check_split
+        # lazy: +590 ms (pandas, pyarrow) off importing rtalab.sim.stream
+        from rtalab.sim.fleetsplit import check_split
 
         if scenarios is not None:
             raise ValueError("split = 'replicas' takes one scenario for every replication")
@@ -139,8 +139,8 @@ class _Folded:
 
     def add(self, out: Any) -> None:
         """Fold one replication's metrics and sketches in."""
-        # lazy: +593 ms (pandas, pyarrow) off importing sim.stream
-        from sim.shared.summary import metrics_of
+        # lazy: +593 ms (pandas, pyarrow) off importing rtalab.sim.stream
+        from rtalab.sim.shared.summary import metrics_of
 
         self.per_rep.append(metrics_of(out, self.warmup_s))
         for prefix, sk in (getattr(out, "sketches", None) or {}).items():
@@ -166,8 +166,8 @@ class _Folded:
 
 def run_part(plain: dict[str, Any], seed: int, replication: int) -> Any:
     """Worker side: one replication of the scenario given as plain data (its RunOutput)."""
-    # lazy: +722 ms (pandas, pyarrow, simpy) off importing sim.stream
-    from sim.runner import run_once
+    # lazy: +722 ms (pandas, pyarrow, simpy) off importing rtalab.sim.stream
+    from rtalab.sim.runner import run_once
 
     return run_once(from_dict(plain), seed, replication)
 
@@ -176,8 +176,8 @@ def _outputs(scenarios: Sequence[Scenario], plan: Sequence[tuple[int, int]],
              progress: Progress | None, executor: cf.Executor | None) -> Iterator[Any]:
     """Each replication's RunOutput, in plan order (here, or as parts on ``executor``);
     replication ``k`` runs ``scenarios[k]``."""
-    # lazy: +664 ms (pandas, pyarrow, simpy) off importing sim.stream
-    from sim.runner import run_once
+    # lazy: +664 ms (pandas, pyarrow, simpy) off importing rtalab.sim.stream
+    from rtalab.sim.runner import run_once
 
     if executor is None:
         for k, (seed, rep) in enumerate(plan):
@@ -195,8 +195,8 @@ def _replica_outputs(scenario: Scenario, plan: Sequence[tuple[int, int]],
                      progress: Progress | None, executor: cf.Executor | None) -> Iterator[Any]:
     """Each replication of a splittable fleet, merged from its parts (one per replica, run
     here or as independent parts on ``executor``), in plan order."""
-    # lazy: +601 ms (pandas, pyarrow) off importing sim.stream
-    from sim.fleetsplit import merge_parts, part_plan, part_scenario
+    # lazy: +601 ms (pandas, pyarrow) off importing rtalab.sim.stream
+    from rtalab.sim.fleetsplit import merge_parts, part_plan, part_scenario
 
     part = part_scenario(scenario)
     plans = [part_plan(scenario, seed, rep) for seed, rep in plan]
@@ -207,8 +207,8 @@ def _replica_outputs(scenario: Scenario, plan: Sequence[tuple[int, int]],
         return merge_parts(scenario, outs, *plan[k])
 
     if executor is None:
-        # lazy: +664 ms (pandas, pyarrow, simpy) off importing sim.stream
-        from sim.runner import run_once
+        # lazy: +664 ms (pandas, pyarrow, simpy) off importing rtalab.sim.stream
+        from rtalab.sim.runner import run_once
 
         for k in range(len(plan)):
             outs = []
@@ -259,10 +259,10 @@ def plot_columns(out: Any, warmup_s: float) -> tuple[Any, Any]:
 
 
 def _plot(run_dir: Path, scenario: Scenario, turns: list[Any], timeseries: list[Any]) -> None:
-    # lazy: +1.31 s (matplotlib, pandas, pyarrow) off importing sim.stream
+    # lazy: +1.31 s (matplotlib, pandas, pyarrow) off importing rtalab.sim.stream
     import pandas as pd
 
-    from sim.shared.plots import plot_run
+    from rtalab.sim.shared.plots import plot_run
 
     plot_run(run_dir, scenario, pd.concat(turns, ignore_index=True),
              pd.concat(timeseries, ignore_index=True))

@@ -42,11 +42,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from sim.config import ConfigError, to_plain
-from sim.scenario import Scenario, _parse_value, from_dict
-from sim.shared.progress import progress_bar, should_show
-from sim.shared.results import RunLifecycle, collect_meta, write_json, write_scenario, write_summary
-from sim.stream import run_streaming, seeds_meta
+from rtalab.sim.config import ConfigError, to_plain
+from rtalab.sim.scenario import Scenario, _parse_value, from_dict
+from rtalab.sim.shared.progress import progress_bar, should_show
+from rtalab.sim.shared.results import (
+    RunLifecycle,
+    collect_meta,
+    write_json,
+    write_scenario,
+    write_summary,
+)
+from rtalab.sim.stream import run_streaming, seeds_meta
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,8 +63,8 @@ SWEEP_PARQUET = "sweep.parquet"
 POINTS_DIR = "points"
 TABLE_COLUMNS = ("point", "metric", "mean", "ci_low", "ci_high", "n", "unit")
 _SEED_DOMAIN = "rtalab-sweep-v1"
-_PRELOAD = ["sim.sweep", "sim.stream", "sim.runner", "sim.shared.summary", "sim.shared.results",
-            "sim.shared.plots"]
+_PRELOAD = ["rtalab.sim.sweep", "rtalab.sim.stream", "rtalab.sim.runner",
+            "rtalab.sim.shared.summary", "rtalab.sim.shared.results", "rtalab.sim.shared.plots"]
 
 Point = Mapping[str, Any]
 ProgressFn = Callable[[float], None]
@@ -477,10 +483,10 @@ def _column(values: list[Any]) -> list[Any]:
 def tidy_table(points: Sequence[Point], summaries: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per point × metric: ``point``, one column per grid key, ``metric``, ``mean``,
     ``ci_low``, ``ci_high``, ``n`` (defined replication values) and ``unit``."""
-    # lazy: +570 ms (pandas, pyarrow) off importing sim.sweep
+    # lazy: +570 ms (pandas, pyarrow) off importing rtalab.sim.sweep
     import pandas as pd
 
-    from sim.shared.summary import metric_rows
+    from rtalab.sim.shared.summary import metric_rows
 
     if len(points) != len(summaries):
         raise ValueError("one summary per point is needed")

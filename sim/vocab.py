@@ -3,7 +3,7 @@
 Each is an :class:`enum.StrEnum`, so a member *is* its plain string: it compares equal to
 it, hashes like it and is written to records, ledgers and JSON as it (records stay
 bit-identical to the bare strings they replace).  The record categories of
-:mod:`sim.shared.schema` are tuples of these values in their fixed on-disk order.
+:mod:`rtalab.sim.shared.schema` are tuples of these values in their fixed on-disk order.
 
 ``tests/test_vocabulary.py`` fails on a bare outcome string literal outside this module.
 """
@@ -38,7 +38,7 @@ class TurnOutcome(StrEnum):
 
 
 class Decision(StrEnum):
-    """The retry decision about a failed attempt (:meth:`sim.policy.RetryPolicy.decide`)."""
+    """The retry decision about a failed attempt (:meth:`rtalab.sim.policy.RetryPolicy.decide`)."""
 
     RETRY = "retry"
     NOT_RETRYABLE = "not-retryable"
@@ -97,7 +97,7 @@ class Phase(StrEnum):
 
 
 class BindingName(StrEnum):
-    """The wire bindings of the Live users (:mod:`loadtests.live.bindings`)."""
+    """The wire bindings of the Live users (:mod:`rtalab.loadtests.live.bindings`)."""
 
     SSE = "sse"
     REST = "rest"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from loadtests.common.procs import ManagedProcess, start_redis, start_witness
+from rtalab.loadtests.common.procs import ManagedProcess, start_redis, start_witness
 
 # Property tests are derandomized so a CI run is reproducible; explore new examples with
 # `pytest --hypothesis-profile=explore`.

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim import cli
+from rtalab.sim import cli
 from tests.load.conftest import FAST
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ MMC = ["workload.turns_per_call=1", "workload.side_effect_share=0.0",
 def rtalab(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """``rtalab ARGS`` as a subprocess of this checkout at 80 columns."""
     env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="80")
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "rtalab.sim.cli", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -86,7 +86,7 @@ def make_predict_folder(root: Path, measured_scale: tuple[float, float] = (1.0, 
     whose scale is ``measured_scale`` x the simulated one per case), ``sim-*/turns.parquet``,
     the measured turns, ``prediction.section.html`` and one small simulated run under
     ``runs/`` (where the real folder has its load runs)."""
-    from sim.calibrate.validate import (
+    from rtalab.sim.calibrate.validate import (
         bootstrap,
         compare,
         html_section,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.scenario import Scenario
+from rtalab.sim.scenario import Scenario
 
 
 def one_turn(**overrides: Any) -> Scenario:

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from sim.runner import run_once, run_replications
-from sim.scenario import load_scenario, preset_names
-from sim.shared import schema as S
-from sim.shared.summary import summarize
+from rtalab.sim.runner import run_once, run_replications
+from rtalab.sim.scenario import load_scenario, preset_names
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.summary import summarize
 from tests.scenarios import one_turn
 
 SHORT = {"run.duration_s": 150.0, "run.warmup_s": 20.0, "run.drain_s": 40.0,

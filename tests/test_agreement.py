@@ -1,4 +1,5 @@
-"""sim.shared.agreement: prediction intervals, the twin tests' simultaneous check, sim vs load."""
+"""rtalab.sim.shared.agreement: prediction intervals, the twin tests' simultaneous check, sim vs
+load."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.shared.agreement import (
+from rtalab.sim.shared.agreement import (
     AGREES,
     DIFFERS,
     agreement_rows,
@@ -16,7 +17,7 @@ from sim.shared.agreement import (
     simultaneous_prediction,
     t_quantile,
 )
-from sim.shared.compare import RunFolder, agreement_verdicts, compare_table
+from rtalab.sim.shared.compare import RunFolder, agreement_verdicts, compare_table
 
 
 def test_t_quantiles_match_the_tables() -> None:

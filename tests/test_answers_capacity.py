@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from sim import theory
-from sim.answers.capacity import find_capacity, make_knob
-from sim.answers.slo import SloError, parse_slo
-from sim.config import ConfigError
-from sim.scenario import Scenario, load_scenario
-from sim.sweep import run_points
+from rtalab.sim import theory
+from rtalab.sim.answers.capacity import find_capacity, make_knob
+from rtalab.sim.answers.slo import SloError, parse_slo
+from rtalab.sim.config import ConfigError
+from rtalab.sim.scenario import Scenario, load_scenario
+from rtalab.sim.sweep import run_points
 
 # M/M/c: Poisson calls of one turn, exponential 1 s reasoning, no retries, no faults,
 # no timeouts, an effectively unbounded queue.  queue.p_wait estimates Erlang C.

@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from sim.cli import main
+from rtalab.sim.cli import main
 
 MMC = ["--set", "workload.turns_per_call=1", "workload.side_effect_share=0.0",
        "workload.handoff_share=0.0", "reasoner.errors={}", "live.retry.max_attempts=1",

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.answers.metastability import (
+from rtalab.sim.answers.metastability import (
     MapError,
     MapSpec,
     cell_scenario,
@@ -31,8 +31,8 @@ from sim.answers.metastability import (
     trigger_overrides,
     wilson,
 )
-from sim.answers.storm import STRATEGIES, Detector, trigger_window
-from sim.scenario import load_scenario
+from rtalab.sim.answers.storm import STRATEGIES, Detector, trigger_window
+from rtalab.sim.scenario import load_scenario
 
 
 def test_wilson_interval_contains_the_estimate_and_narrows() -> None:
@@ -110,7 +110,7 @@ def test_fast_model_places_the_collapse_where_the_published_behaviour_is() -> No
 @pytest.fixture(scope="module")
 def spike_map(tmp_path_factory: pytest.TempPathFactory) -> tuple:
     out = tmp_path_factory.mktemp("meta") / "map"
-    cmd = [sys.executable, "-m", "sim.cli", "sim", "metastability", "metastable_spike",
+    cmd = [sys.executable, "-m", "rtalab.sim.cli", "sim", "metastability", "metastable_spike",
            "--loads", "1", "--sizes", "0.2,1", "--replications", "2", "--full-grid",
            "--hold", "40", "--strategies", "no_backoff,full_jitter", "--processes", "2",
            "--no-hitting", "--out", str(out), "--quiet"]
@@ -153,7 +153,7 @@ def test_map_shows_collapse_without_backoff_and_recovery_with_jitter(spike_map: 
     (["--replications", "1"], ">= 2 replications"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, extra: list[str], message: str) -> None:
-    cmd = [sys.executable, "-m", "sim.cli", "sim", "metastability", "retry_storm",
+    cmd = [sys.executable, "-m", "rtalab.sim.cli", "sim", "metastability", "retry_storm",
            "--out", str(tmp_path / "o"), *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
@@ -162,7 +162,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, extra: list[str], message: str) 
 
 
 def test_scenario_without_trigger_is_refused(tmp_path) -> None:
-    r = subprocess.run([sys.executable, "-m", "sim.cli", "sim", "metastability", "baseline",
+    r = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "sim", "metastability", "baseline",
                         "--out", str(tmp_path / "o")], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 2 and "has no trigger" in r.stderr

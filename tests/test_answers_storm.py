@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.answers.storm import (
+from rtalab.sim.answers.storm import (
     STRATEGIES,
     Detector,
     StormError,
@@ -17,11 +17,11 @@ from sim.answers.storm import (
     trigger_window,
     validate_strategies,
 )
-from sim.config import ConfigError
-from sim.runner import run_once
-from sim.scenario import load_scenario
-from sim.shared import schema as S
-from sim.shared.results import read_meta
+from rtalab.sim.config import ConfigError
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.results import read_meta
 
 
 def synthetic(goodput_after: float, back_at_s: float | None, end_s: float = 100.0,

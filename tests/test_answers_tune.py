@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from sim.answers.slo import parse_slo
-from sim.answers.tune import (
+from rtalab.sim.answers.slo import parse_slo
+from rtalab.sim.answers.tune import (
     SpaceError,
     default_space,
     objective,
@@ -17,9 +17,9 @@ from sim.answers.tune import (
     tune,
     validate_space,
 )
-from sim.config import ConfigError
-from sim.scenario import Scenario, load_scenario
-from sim.sweep import expand_grid, make_executor, run_points
+from rtalab.sim.config import ConfigError
+from rtalab.sim.scenario import Scenario, load_scenario
+from rtalab.sim.sweep import expand_grid, make_executor, run_points
 
 # One-turn calls over an uplink losing 10 % of requests, no progress directive: a short
 # turn-response timeout retries lost requests sooner but also times out slow reasoning
@@ -133,7 +133,7 @@ def test_multi_objective_pareto(tmp_path, ex):
     sc = SC.with_overrides({"run.duration_s": 60.0})
     res = tune(sc, tmp_path, objectives=[objective(OBJ), objective("load_amplification")],
                space=space, trials=6, replications=2, root_seed=1, top=3, executor=ex)
-    from sim.answers.tune import plot_pareto
+    from rtalab.sim.answers.tune import plot_pareto
 
     assert plot_pareto(res, tmp_path / "pareto.png").stat().st_size > 1000
     rec = res.candidates[res.candidates["recommended"]]

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-import benchmarks.fleet as F
-from benchmarks import run as R
+import rtalab.benchmarks.fleet as F
+from rtalab.benchmarks import run as R
 
 HOUR = ("fleet hour: 1,000 calls (4,000 turns) CPU 1.0 s, wall 2.0 s (target <= 180 s) "
         "peak RSS 100 MiB (target <= 1.5 GiB)\n")

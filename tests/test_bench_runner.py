@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import run as R
+from rtalab.benchmarks import run as R
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -128,7 +128,7 @@ def test_bench_all_runs_and_writes_one_table(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"# B\n{R.START}\n{R.END}\n", encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "bench", "all", "--quick",
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "bench", "all", "--quick",
                         "--only", "check,calibrate", "--results", str(tmp_path / "res"),
                         "--docs", str(doc)], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=300, check=False)
@@ -148,7 +148,7 @@ def test_bench_all_runs_and_writes_one_table(tmp_path: Path) -> None:
 
 def test_bench_all_rejects_an_unknown_name_in_one_line() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "bench", "all", "--only", "nope"],
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "bench", "all", "--only", "nope"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
                        check=False)
     assert p.returncode == 2

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any
 
-from sim.policy import make_budget
-from sim.policy.config import BudgetConfig
+from rtalab.sim.policy import make_budget
+from rtalab.sim.policy.config import BudgetConfig
 
 ORDER = ["circuit_breaker", "retry_breaker", "token_bucket", "call_bucket", "aws_quota",
          "envoy", "finagle", "adaptive"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.calibrate import (
+from rtalab.sim.calibrate import (
     Observations,
     Probe,
     calibrate,
@@ -28,9 +28,9 @@ from sim.calibrate import (
     parse_histograms,
     write,
 )
-from sim.calibrate.synth import Truth, synth_attempts, synth_observations, write_run_dir
-from sim.cli import main
-from sim.scenario import load_scenario
+from rtalab.sim.calibrate.synth import Truth, synth_attempts, synth_observations, write_run_dir
+from rtalab.sim.cli import main
+from rtalab.sim.scenario import load_scenario
 
 RTALAB = [str(Path(sys.executable).parent / "rtalab")]
 
@@ -273,8 +273,8 @@ def test_offered_utilisation_is_the_models_and_both_utilisations_are_named() -> 
     """The model's offered utilisation at the scenario's rate (calls/s x turns/call x mean
     service / workers) is what --predict-utilisation scales: the same calibration gives the
     same B whatever the run's random arrivals; the run's busy share is printed as such."""
-    from loadtests.loadrun.predict import rate_b_for
-    from sim.calibrate.cli import describe
+    from rtalab.loadtests.loadrun.predict import rate_b_for
+    from rtalab.sim.calibrate.cli import describe
 
     base = load_scenario("baseline").with_overrides({"workload.calls_per_s": 1.5,
                                                      "workload.turns_per_call": 4})
@@ -296,7 +296,7 @@ def test_a_clipped_negative_variance_is_said_in_the_output() -> None:
     """A fast tool (exponential, mean 0.08 s) timed on 300 turns: the variance by difference
     comes out negative (seed 24), so cv is clipped to 0; calibrate says so on screen, not
     only in the TOML comment (issue 28: "lognormal, cv = 0" without a word)."""
-    from sim.calibrate.cli import describe
+    from rtalab.sim.calibrate.cli import describe
 
     cal = calibrate(synth_observations(Truth(tool_mean_s=0.08, n=300), 24))
     tool = _find(cal, "reasoner.tool_latency_s")

@@ -1,5 +1,5 @@
 """``rtalab calibrate --from otlp:FILE``: OTLP/JSON metrics read as the Prometheus scrapes
-they translate to (sim.calibrate.telemetry.parse_otlp, from_otlp).
+they translate to (rtalab.sim.calibrate.telemetry.parse_otlp, from_otlp).
 
 The same deployment written both ways -- Prometheus exposition with timestamps, and OTLP
 lines of two processes exporting cumulative values at their own times -- gives the same
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.calibrate.observations import ObservationError
-from sim.calibrate.telemetry import (
+from rtalab.sim.calibrate.observations import ObservationError
+from rtalab.sim.calibrate.telemetry import (
     from_otlp,
     from_prometheus,
     parse_otlp,

@@ -1,4 +1,4 @@
-"""Parameter uncertainty (sim.calibrate.uncertainty): each replication of a prediction draws
+"""Parameter uncertainty (rtalab.sim.calibrate.uncertainty): each replication of a prediction draws
 the calibrated means and error rates from what the calibration knows, so a prediction
 interval holds the calibration's uncertainty as well as one run's randomness.
 
@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.calibrate import calibrate
-from sim.calibrate.synth import Truth, synth_observations
-from sim.calibrate.uncertainty import parameter_draws, spreads
-from sim.dist import DistError, Gamma, Histogram, parse_dist, scaled
-from sim.scenario import Scenario
-from sim.stream import replication_plan, run_streaming
+from rtalab.sim.calibrate import calibrate
+from rtalab.sim.calibrate.synth import Truth, synth_observations
+from rtalab.sim.calibrate.uncertainty import parameter_draws, spreads
+from rtalab.sim.dist import DistError, Gamma, Histogram, parse_dist, scaled
+from rtalab.sim.scenario import Scenario
+from rtalab.sim.stream import replication_plan, run_streaming
 
 BASELINE = Path(__file__).resolve().parents[1] / "sim" / "scenarios" / "baseline.toml"
 TRUTH = Truth(n=200, error_share=0.05, mean_s=0.5, cv=0.5)
@@ -132,14 +132,14 @@ def test_predict_gives_each_replication_its_draw_and_says_so(tmp_path) -> None:
     import subprocess
     import sys
 
-    from sim.calibrate.synth import write_run_dir
+    from rtalab.sim.calibrate.synth import write_run_dir
 
     run = write_run_dir(Truth(n=400, rate_per_s=4.0, processes=1, workers_per_process=2,
                               mean_s=0.3, error_share=0.05), tmp_path / "run")
     got = {}
     for flag in ("--parameter-uncertainty", "--no-parameter-uncertainty"):
         out = tmp_path / flag
-        p = subprocess.run([sys.executable, "-m", "sim.cli", "predict", str(BASELINE),
+        p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "predict", str(BASELINE),
                             "--calibration-run", str(run), "--no-measure", "--outage", "0",
                             "--duration", "20", "--warmup", "2", "--drain", "5",
                             "--replications", "4", "--predict-rate", "3", "--out", str(out),

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.calibrate.validate import bootstrap, compare, html_section, turn_metrics
+from rtalab.sim.calibrate.validate import bootstrap, compare, html_section, turn_metrics
 
 
 def _turns(n_calls: int = 40, per_call: int = 3, fail_every: int = 0) -> pd.DataFrame:
@@ -71,7 +71,7 @@ MEASURED = {"ttfc_s.p50": 1.19, "ttfc_s.p95": 2.7, "ttfc_s.p99": 4.0,
 
 
 def test_verdict_is_the_one_run_prediction_interval() -> None:
-    from sim.shared.agreement import run_interval
+    from rtalab.sim.shared.agreement import run_interval
 
     ci = {k: (v - 0.01, v + 0.01) for k, v in MEASURED.items()}
     rows = {r.metric: r for r in compare(_reps(), MEASURED, ci)}
@@ -102,7 +102,7 @@ def test_verdict_is_the_one_run_prediction_interval() -> None:
 
 def test_accuracy_targets_only_on_long_runs() -> None:
     """p50 ±20 %, p95 ±30 %, p99 ±35 %: judged on a run of >= 300 s, said not judged below."""
-    from sim.calibrate.validate import accuracy_note, table_lines
+    from rtalab.sim.calibrate.validate import accuracy_note, table_lines
 
     ci = {k: (v - 0.01, v + 0.01) for k, v in MEASURED.items()}
     rows = {r.metric: r for r in compare(_reps(), MEASURED, ci, run_s=300.0)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sim.shared.cards import frame_cards, render
+from rtalab.sim.shared.cards import frame_cards, render
 
 
 def test_cards_wrap_long_names_and_values_and_keep_everything() -> None:

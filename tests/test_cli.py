@@ -17,11 +17,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from sim import cli
-from sim.scenario import from_dict, load_scenario, preset_names
-from sim.shared import schema
-from sim.shared.argtypes import add_group, subcommands
-from sim.shared.progress import progress_bar, should_show
+from rtalab.sim import cli
+from rtalab.sim.scenario import from_dict, load_scenario, preset_names
+from rtalab.sim.shared import schema
+from rtalab.sim.shared.argtypes import add_group, subcommands
+from rtalab.sim.shared.progress import progress_bar, should_show
 from tests.signals import default_sigint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ KEY_METRICS = (
 def rtalab(*args: str, cwd: Path = REPO, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run the CLI as a separate process, as a user would."""
     env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120")
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "rtalab.sim.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -193,7 +193,7 @@ def test_console_run_as_a_subprocess(tmp_path: Path) -> None:
 def test_ctrl_c_exits_130_and_marks_the_folder_interrupted(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sim.cli", "sim", "run", "baseline", "--quiet",
+        [sys.executable, "-m", "rtalab.sim.cli", "sim", "run", "baseline", "--quiet",
          "--set", "run.duration_s=1000000", "run.replications=1", "--out", str(tmp_path)],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=default_sigint,
@@ -397,7 +397,7 @@ def test_the_benchmarks_extend_the_load_side_commands() -> None:
     assert "bench" in subcommands(top["load"]).choices
     check = top["check"]
     assert {"--bench", "--rows", "--repeat"} <= set(check._option_string_actions)
-    assert check.get_default("func").__module__ == "benchmarks.cli"
+    assert check.get_default("func").__module__ == "rtalab.benchmarks.cli"
 
 
 # --------------------------------------------------------------------------- bench
@@ -430,8 +430,8 @@ def test_bench_runs_with_tiny_sizes(capsys: pytest.CaptureFixture[str]) -> None:
 def test_bench_cost_ratio_arithmetic() -> None:
     """A turn at 50,000 turns/s costs 20 us, a customer at 200,000/s 5 us: 4x, over a 3x target.
     An inverted ratio (turns/s ÷ customers/s = 0.25) would PASS; this fails it."""
-    from benchmarks.sim import cost_ratio
-    from benchmarks.util import Measurement
+    from rtalab.benchmarks.sim import cost_ratio
+    from rtalab.benchmarks.util import Measurement
 
     sim = Measurement("baseline simulation", "turns", (40_000.0, 60_000.0), 1000)
     mmc = Measurement("bare", "customers", (200_000.0,), 1000)

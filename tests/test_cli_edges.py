@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import EXAMPLES, build_parser, commands, main, normalise_sets
+from rtalab.sim.cli import EXAMPLES, build_parser, commands, main, normalise_sets
 from tests.kinds import REPO, rtalab
 from tests.signals import default_sigint
 
@@ -84,12 +84,12 @@ def test_preset_prefix_and_clash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_serve_witness_says_where_it_listens(tmp_path: Path, parsers) -> None:
-    from loadtests.common.procs import free_port
+    from rtalab.loadtests.common.procs import free_port
 
     assert parsers["serve witness"].get_default("port") == 8091  # the README's Reasoner: 8090
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    p = subprocess.Popen([sys.executable, "-m", "sim.cli", "serve", "witness", "--port",
+    p = subprocess.Popen([sys.executable, "-m", "rtalab.sim.cli", "serve", "witness", "--port",
                           str(port), "--db", str(tmp_path / "w.db")], env=env, cwd=tmp_path,
                          stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from sim.cli import build_parser, commands
-from sim.shared.argtypes import OneLineParser, Option, default_text, opt, with_default
+from rtalab.sim.cli import build_parser, commands
+from rtalab.sim.shared.argtypes import OneLineParser, Option, default_text, opt, with_default
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 UNSAFE_BUGS = ("late-claim", "turn-key", "turn-key-rewrite", "volatile", "continuation-twice",
@@ -126,7 +126,7 @@ SHARED: dict[str, list[tuple[tuple[str, ...], tuple[Any, ...]]]] = {
               "prometheus URL: write the scrapes (timestamped exposition) here"))],
     "--noise-z": [(("sim metastability", "sim storm"), (
         "store", "float", 3.0, "Z", None,
-        "Poisson noise allowance in standard errors (sim.shared.recovery; default 3)"))],
+        "Poisson noise allowance in standard errors (rtalab.sim.shared.recovery; default 3)"))],
     # the simulator's commands that run many simulations
     "--processes": [
         (("sim run", "sim sweep", *SIM_ANSWERS), ("store", "positive_int", None, "N", None,
@@ -411,9 +411,9 @@ def test_shared_options_differ_only_in_their_default() -> None:
 
 
 def test_the_python_m_entry_points_have_the_commands_options(parsers) -> None:
-    from loadtests.chaos.cli import add_arguments as chaos_arguments
-    from loadtests.reasoner.cli import add_reasoner_arguments
-    from loadtests.witness.cli import add_witness_arguments
+    from rtalab.loadtests.chaos.cli import add_arguments as chaos_arguments
+    from rtalab.loadtests.reasoner.cli import add_reasoner_arguments
+    from rtalab.loadtests.witness.cli import add_witness_arguments
 
     for cmd, add in (("serve reasoner", add_reasoner_arguments),
                      ("serve witness", add_witness_arguments), ("chaos", chaos_arguments)):
@@ -472,7 +472,7 @@ def test_every_command_still_parses_under_python_OO() -> None:
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-OO", "-m", "sim.cli", "load", "run", "--help"],
+    p = subprocess.run([sys.executable, "-OO", "-m", "rtalab.sim.cli", "load", "run", "--help"],
                        capture_output=True, text=True, check=False, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "--duration" in p.stdout

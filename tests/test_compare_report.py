@@ -18,11 +18,11 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from sim import cli, sweep
-from sim.report.render import render_report
-from sim.scenario import load_scenario
-from sim.shared.compare import COMPARE_COLUMNS, compare_table, differing, load_run
-from sim.shared.stats import holm, t_two_sided_p, welch
+from rtalab.sim import cli, sweep
+from rtalab.sim.report.render import render_report
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared.compare import COMPARE_COLUMNS, compare_table, differing, load_run
+from rtalab.sim.shared.stats import holm, t_two_sided_p, welch
 
 REPO = Path(__file__).resolve().parents[1]
 SHORT = ["run.duration_s=60", "run.warmup_s=10", "run.drain_s=20"]
@@ -31,7 +31,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def rtalab(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "rtalab.sim.cli", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 

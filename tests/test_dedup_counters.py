@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.dedup import open_store
+from rtalab.loadtests.dedup import open_store
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])

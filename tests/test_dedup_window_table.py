@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from sim.model.dedup import DedupStore
+from rtalab.sim.model.dedup import DedupStore
 from tests.data.dedup_windows import WINDOW_CASES
 from tests.test_model_components import _req
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.loadrun import demo_report
-from sim.calibrate.validate import short_table_lines
+from rtalab.loadtests.loadrun import demo_report
+from rtalab.sim.calibrate.validate import short_table_lines
 from tests import browser
 from tests.kinds import make_predict_folder
 

@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.config import ConfigError
-from sim.dist import DistError, Histogram, parse_dist
-from sim.model.rand import sampler
-from sim.scenario import dumps, from_dict, load_scenario
+from rtalab.sim.config import ConfigError
+from rtalab.sim.dist import DistError, Histogram, parse_dist
+from rtalab.sim.model.rand import sampler
+from rtalab.sim.scenario import dumps, from_dict, load_scenario
 
 BUCKETS = {"dist": "histogram", "le": [0.1, 0.5, 1, 2.5, "+Inf"],
            "counts": [12, 340, 810, 990, 1000]}
@@ -157,7 +157,7 @@ def test_bad_samples_file_is_one_line_naming_the_key(content: str, expected: str
 
 def test_histogram_drives_the_simulator() -> None:
     """A scenario whose reasoning time is a pasted histogram runs; its service times follow it."""
-    from sim.runner import run_once
+    from rtalab.sim.runner import run_once
 
     s = from_dict({"workload": {"calls_per_s": 1.0, "turns_per_call": 1, "side_effect_share": 0.0},
                    "reasoner": {"reasoning_time_s": BUCKETS, "workers": 64, "errors": {}},

@@ -1,7 +1,7 @@
 """The fast model (sim/fastmodel) against closed forms and the presets' known behaviour.
 
 Closed forms: without retries and timeouts the CTMC is the M/M/c queue (Erlang C from
-sim.theory), and with a timeout its arrivals' timeout probability, averaged over the
+rtalab.sim.theory), and with a timeout its arrivals' timeout probability, averaged over the
 stationary law (PASTA), is M/M/c's P(W > T) = C(c, a) exp(-(c mu - lambda) T); the fluid
 model's fixed point without retries is L = lambda / mu.  Then the two presets: bistable
 without backoff, one fixed point with jittered backoff or a Reasoner that joins retries.
@@ -15,11 +15,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sim import theory
-from sim.fastmodel import ctmc
-from sim.fastmodel.fluid import fixed_points, p_timeout, trajectory
-from sim.fastmodel.params import FastParams, Phase, from_scenario
-from sim.scenario import load_scenario
+from rtalab.sim import theory
+from rtalab.sim.fastmodel import ctmc
+from rtalab.sim.fastmodel.fluid import fixed_points, p_timeout, trajectory
+from rtalab.sim.fastmodel.params import FastParams, Phase, from_scenario
+from rtalab.sim.scenario import load_scenario
 
 
 def mmc(lam: float, c: int, service_s: float, timeout_s: float = 0.0,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim import theory
-from sim.fastmodel.fleet import FleetModel, occupancy
-from sim.scenario import Scenario
+from rtalab.sim import theory
+from rtalab.sim.fastmodel.fleet import FleetModel, occupancy
+from rtalab.sim.scenario import Scenario
 
 MMC = {"workload.turns_per_call": 1, "workload.side_effect_share": 0.0,
        "workload.handoff_share": 0.0, "live.timeouts.turn_response_s": 0.0,

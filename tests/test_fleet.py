@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from sim.config import ConfigError
-from sim.runner import run_once
-from sim.scenario import load_scenario
-from sim.shared import schema as S
-from sim.shared.summary import replication_metrics
+from rtalab.sim.config import ConfigError
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.summary import replication_metrics
 
 CAUSES = ("cross_replica", "after_restart", "same_replica")
 
@@ -120,8 +120,8 @@ def test_a_failure_of_a_replica_that_does_not_exist_is_named() -> None:
 def test_capacity_searches_the_replica_count() -> None:
     """``capacity`` with knob fleet.replicas: 2 workers a replica, baseline's load ×2; the
     answer is the smallest fleet whose utilisation SLO holds, and one fewer replica fails."""
-    from sim.answers.capacity import find_capacity, make_knob
-    from sim.answers.slo import parse_slo
+    from rtalab.sim.answers.capacity import find_capacity, make_knob
+    from rtalab.sim.answers.slo import parse_slo
 
     sc = load_scenario("baseline").with_overrides({"reasoner.workers": 2,
                                                    "run.duration_s": 90.0,

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from sim.answers.capacity import find_capacity, make_knob
-from sim.answers.metastability import MapSpec, cell_scenario, model_cell, run_map
-from sim.answers.slo import parse_slo
-from sim.answers.storm import FLEET_COLUMNS, Detector, run_storm
-from sim.fastmodel.params import from_scenario, replica_params
-from sim.scenario import load_scenario
+from rtalab.sim.answers.capacity import find_capacity, make_knob
+from rtalab.sim.answers.metastability import MapSpec, cell_scenario, model_cell, run_map
+from rtalab.sim.answers.slo import parse_slo
+from rtalab.sim.answers.storm import FLEET_COLUMNS, Detector, run_storm
+from rtalab.sim.fastmodel.params import from_scenario, replica_params
+from rtalab.sim.scenario import load_scenario
 from tests.test_answers_capacity import MMC, TARGET, erlang_c_answer
 
 # retry_storm (8 workers, a drop to 2 for 40 s) as 4 replicas of 2 workers (a drop to 1 each)

@@ -4,12 +4,12 @@ capacity answer sized by replicas, the storm's and the map's fleet sentences -- 
 
 from __future__ import annotations
 
-from sim.answers.capacity import CapacityResult, make_knob
-from sim.answers.metastability import fleet_note
-from sim.answers.slo import parse_slo
-from sim.answers.storm import Detector, StormResult
-from sim.fastmodel.params import from_scenario, replica_params
-from sim.scenario import load_scenario
+from rtalab.sim.answers.capacity import CapacityResult, make_knob
+from rtalab.sim.answers.metastability import fleet_note
+from rtalab.sim.answers.slo import parse_slo
+from rtalab.sim.answers.storm import Detector, StormResult
+from rtalab.sim.fastmodel.params import from_scenario, replica_params
+from rtalab.sim.scenario import load_scenario
 
 FLEET = load_scenario("retry_storm").with_overrides({"fleet.replicas": 4,
                                                      "reasoner.workers": 2})

@@ -29,9 +29,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sim.fastmodel.fleet import POLICIES, FleetModel
-from sim.runner import run_once
-from sim.scenario import load_scenario
+from rtalab.sim.fastmodel.fleet import POLICIES, FleetModel
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import load_scenario
 
 SEEDS = range(1, 7)
 TOL = 0.05

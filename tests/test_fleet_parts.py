@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from sim.scenario import load_scenario
-from sim.shared.sketch import Sketch
-from sim.stream import replication_plan, run_streaming
-from sim.sweep import make_executor
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared.sketch import Sketch
+from rtalab.sim.stream import replication_plan, run_streaming
+from rtalab.sim.sweep import make_executor
 
 SCENARIO = {"fleet.replicas": 3, "fleet.state": "per-replica", "fleet.balancer": "random",
             "run.records": "none", "run.duration_s": 60.0, "run.warmup_s": 10.0}

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from sim import cli
-from sim.report.render import render_report
-from sim.report.runs import fleet_load
-from sim.shared.fmt import fmt_ci, fmt_value
+from rtalab.sim import cli
+from rtalab.sim.report.render import render_report
+from rtalab.sim.report.runs import fleet_load
+from rtalab.sim.shared.fmt import fmt_ci, fmt_value
 
 TINY = ["run.duration_s=60", "run.warmup_s=10", "run.drain_s=10"]
 FLEET_TITLE = "Fleet: load per replica"
@@ -95,8 +95,8 @@ def test_a_one_pool_run_has_no_fleet_section(tmp_path: Path) -> None:
 
 def test_the_terminal_table_shows_each_replica_and_the_imbalance(
         fleet_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from sim.cli import print_summary
-    from sim.shared.fmt import fmt_kind
+    from rtalab.sim.cli import print_summary
+    from rtalab.sim.shared.fmt import fmt_kind
 
     summary = json.loads((fleet_run / "summary.json").read_text())
     meta = json.loads((fleet_run / "meta.json").read_text())

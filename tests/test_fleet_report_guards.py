@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sim.report.runs import FLEET_SHARE, _fleet_table, _fmt_stats, fleet_figure, fleet_load
-from sim.shared.fmt import fmt_value
+from rtalab.sim.report.runs import FLEET_SHARE, _fleet_table, _fmt_stats, fleet_figure, fleet_load
+from rtalab.sim.shared.fmt import fmt_value
 
 
 def _summary(n: int) -> dict[str, Any]:

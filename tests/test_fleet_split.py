@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sim import theory
-from sim.fleetsplit import SplitError, part_scenario, split_reason
-from sim.scenario import load_scenario
-from sim.stream import replication_plan, run_streaming
-from sim.sweep import make_executor
+from rtalab.sim import theory
+from rtalab.sim.fleetsplit import SplitError, part_scenario, split_reason
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.stream import replication_plan, run_streaming
+from rtalab.sim.sweep import make_executor
 from tests.test_answers_capacity import MMC
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,7 +96,7 @@ def test_a_retry_the_static_check_lets_through_is_caught_at_the_merge() -> None:
 
 
 def test_the_cli_refuses_in_one_line_before_making_a_folder(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "sim", "run", "baseline", "--set",
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "sim", "run", "baseline", "--set",
                         "fleet.replicas=3", "--split", "replicas", "--results", str(tmp_path),
                         "-q"], cwd=REPO, capture_output=True, text=True, timeout=120,
                        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
@@ -108,7 +108,7 @@ def test_the_cli_refuses_in_one_line_before_making_a_folder(tmp_path: Path) -> N
 
 
 def test_the_cli_runs_a_split_fleet(tmp_path: Path) -> None:
-    from sim import cli
+    from rtalab.sim import cli
 
     sets = [f"{k}={json.dumps(v)}" for k, v in {
         "workload.turns_per_call": 1, "live.retry.max_attempts": 1, "reasoner.errors": {},
@@ -127,9 +127,9 @@ def test_the_cli_runs_a_split_fleet(tmp_path: Path) -> None:
 
 
 def test_the_merge_keeps_every_row_distinct_and_adds_the_series() -> None:
-    from sim.fleetsplit import merge_parts, part_plan
-    from sim.runner import run_once
-    from sim.shared import schema as S
+    from rtalab.sim.fleetsplit import merge_parts, part_plan
+    from rtalab.sim.runner import run_once
+    from rtalab.sim.shared import schema as S
 
     sc = FLEET.with_overrides({"run.duration_s": 200.0})
     part = part_scenario(sc)
@@ -146,8 +146,8 @@ def test_the_merge_keeps_every_row_distinct_and_adds_the_series() -> None:
                 == sum(o.timeseries[col].to_numpy() for o in outs)).all()
     assert merged.counters["turns"] == sum(o.counters["turns"] for o in outs)
     assert merged.counters["end_s"] == outs[0].counters["end_s"]
-    # each replica's utilisation is its part's own (the window of sim.model.fleet)
-    from sim.shared.summary import replication_metrics
+    # each replica's utilisation is its part's own (the window of rtalab.sim.model.fleet)
+    from rtalab.sim.shared.summary import replication_metrics
 
     m = replication_metrics(merged, sc.run.warmup_s)
     for i, o in enumerate(outs):

@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from sim.fleetsplit import merge_parts, part_plan, part_scenario, split_reason
-from sim.runner import run_once
-from sim.shared import schema as S
+from rtalab.sim.fleetsplit import merge_parts, part_plan, part_scenario, split_reason
+from rtalab.sim.runner import run_once
+from rtalab.sim.shared import schema as S
 from tests.test_fleet_split import FLEET
 
 

@@ -138,8 +138,8 @@ def test_no_import_cycle_in_the_tree() -> None:
 
 
 def package_graph(root: Path, packages: Iterable[str] = PACKAGES) -> dict[str, set[str]]:
-    """The import graph between packages: a module counts as its package (``sim.shared``,
-    ``loadtests.common``: the innermost folder with an ``__init__`` below a root package),
+    """The import graph between packages: a module counts as its package (``rtalab.sim.shared``,
+    ``rtalab.loadtests.common``: the innermost folder with an ``__init__`` below a root package),
     a module right in a root package (``sim/cli.py``) as itself."""
     mods = modules(root, packages)
 
@@ -184,13 +184,13 @@ def test_sim_never_imports_the_load_side_or_a_web_framework() -> None:
 def test_nothing_in_sim_reaches_up_into_the_cli() -> None:
     """Rendering and answers take data; only sim/cli.py is the command line."""
     g = graph(REPO, ["sim"])
-    assert sorted(m for m, deps in g.items() if "sim.cli" in deps) == []
+    assert sorted(m for m, deps in g.items() if "rtalab.sim.cli" in deps) == []
 
 
 # what sim/shared may import of sim: itself and what it stands on (the vocabulary, the policy
 # and the scenario format)
-SHARED_STANDS_ON = ("sim.shared", "sim.vocab", "sim.policy", "sim.config", "sim.dist",
-                    "sim.scenario")
+SHARED_STANDS_ON = ("rtalab.sim.shared", "rtalab.sim.vocab", "rtalab.sim.policy",
+                    "rtalab.sim.config", "rtalab.sim.dist", "rtalab.sim.scenario")
 
 
 def imports_above(g: dict[str, set[str]], package: str, allowed: Iterable[str]
@@ -206,28 +206,31 @@ def imports_above(g: dict[str, set[str]], package: str, allowed: Iterable[str]
 def test_shared_imports_nothing_above_it() -> None:
     """sim/shared is what simulated and load runs share: it never reaches up into the model,
     the runner, the sweep engine, the answers, the calibration, the report or the CLI."""
-    assert imports_above(graph(REPO, ["sim"]), "sim.shared", SHARED_STANDS_ON) == {}
+    assert imports_above(graph(REPO, ["sim"]), "rtalab.sim.shared", SHARED_STANDS_ON) == {}
 
 
 def test_the_report_sits_above_the_answers_not_in_shared() -> None:
     """The report is an application over every folder kind: its own package, above the sweep
     engine and the answers, and nothing below it imports it."""
     mods = modules(REPO, ["sim"])
-    assert not any(m.startswith("sim.shared.report") for m in mods)
-    assert "sim.report.render" in mods
+    assert not any(m.startswith("rtalab.sim.shared.report") for m in mods)
+    assert "rtalab.sim.report.render" in mods
     g = graph(REPO, ["sim"])
-    users = sorted(m for m, deps in g.items() if not m.startswith(("sim.report", "sim.cli"))
-                   and any(d.startswith("sim.report") for d in deps))
+    users = sorted(m for m, deps in g.items() if not m.startswith(("rtalab.sim.report",
+                                                                   "rtalab.sim.cli"))
+                   and any(d.startswith("rtalab.sim.report") for d in deps))
     assert users == []
 
 
 def test_the_graph_sees_the_tree() -> None:
     """A check that reads nothing passes everything: the known edges must be there."""
     g = graph(REPO)
-    assert "sim.shared.summary" in g["sim.runner"] | g["sim.stream"]
-    assert "sim.shared.fmt" in g["sim.report.runs"]  # from sim.shared.fmt import ...
-    assert "sim.shared.schema" in g["sim.runner"]  # from sim.shared import schema as S
-    assert "sim.cli" in g["benchmarks.sweep"]  # an import inside a function body
+    assert "rtalab.sim.shared.summary" in g["rtalab.sim.runner"] | g["rtalab.sim.stream"]
+    assert "rtalab.sim.shared.fmt" in g["rtalab.sim.report.runs"]  # from rtalab.sim.shared.fmt
+                                                                   # import ...
+    assert "rtalab.sim.shared.schema" in g["rtalab.sim.runner"]  # from rtalab.sim.shared import
+                                                                 # schema as S
+    assert "rtalab.sim.cli" in g["rtalab.benchmarks.sweep"]  # an import inside a function body
     assert len(g) > 150
 
 
@@ -256,7 +259,7 @@ def test_each_server_package_owns_its_command() -> None:
     assert {pkg: cmd for pkg, cmd in SERVER_COMMANDS.items() if cmd not in owned[pkg]} == {}
     group = REPO / "loadtests" / "cli.py"
     assert commands_added(group) == []
-    assert sorted(n for n in imported_names(group, "loadtests.cli", False)
+    assert sorted(n for n in imported_names(group, "rtalab.loadtests.cli", False)
                   if n.startswith("loadtests.") and not n.endswith(".cli")
                   and ".cli." not in n) == []
 
@@ -367,11 +370,12 @@ def test_one_way_rule_catches_a_planted_import(tmp_path: Path) -> None:
 
 def test_layer_rule_catches_shared_reaching_up(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"sim/__init__.py": "", "sim/shared/__init__.py": "",
-                            "sim/shared/a.py": "from sim.shared import b\nimport sim.policy\n",
-                            "sim/shared/b.py": "def f():\n    from sim.sweep import X\n",
+                            "sim/shared/a.py": "from rtalab.sim.shared import b\n"
+                                               "import rtalab.sim.policy\n",
+                            "sim/shared/b.py": "def f():\n    from rtalab.sim.sweep import X\n",
                             "sim/policy.py": "", "sim/sweep.py": "X = 1\n"})
-    assert imports_above(graph(root, ["sim"]), "sim.shared", SHARED_STANDS_ON) == {
-        "sim.shared.b": ["sim.sweep"]}
+    assert imports_above(graph(root, ["sim"]), "rtalab.sim.shared", SHARED_STANDS_ON) == {
+        "rtalab.sim.shared.b": ["rtalab.sim.sweep"]}
 
 
 def test_command_ownership_check_sees_a_command_left_in_the_group(tmp_path: Path) -> None:
@@ -383,10 +387,10 @@ def test_command_ownership_check_sees_a_command_left_in_the_group(tmp_path: Path
 
 def test_a_planted_benchmarks_import_in_loadtests_is_found(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"loadtests/__init__.py": "", "loadtests/check/__init__.py": "",
-                            "loadtests/check/cli.py": "def f():\n"
-                                                      "    from benchmarks.check import run\n"})
+                            "loadtests/check/cli.py":
+                                "def f():\n    from rtalab.benchmarks.check import run\n"})
     assert forbidden_imports(root, "loadtests", ["benchmarks"]) == [
-        "loadtests.check.cli -> benchmarks.check.run"]
+        "rtalab.loadtests.check.cli -> rtalab.benchmarks.check.run"]
 
 
 def test_package_cycle_without_a_module_cycle_is_found(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import tracemalloc
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.model.intsets import GROW_SLACK, IntCounts, IntSet
+from rtalab.sim.model.intsets import GROW_SLACK, IntCounts, IntSet
 
 # dense ids, negative ones, ids far past the dense part, and keys that are not ints
 KEYS = st.one_of(st.integers(0, 5000), st.integers(-5, -1),

@@ -3,7 +3,7 @@ of tests/oneoff/mutate.py fails one of these): the boundaries hypothesis may not
 
 from __future__ import annotations
 
-from sim.model.intsets import IntCounts, IntSet
+from rtalab.sim.model.intsets import IntCounts, IntSet
 
 
 def test_overwriting_a_dense_count_keeps_one_key() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.check.synth import clean_ledger, write_ledger
-from sim.cli import main
+from rtalab.loadtests.check.synth import clean_ledger, write_ledger
+from rtalab.sim.cli import main
 from tests.kinds import MMC, TINY
 
 
@@ -71,7 +71,7 @@ def test_capacity_and_tune_junit(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_check_at_80_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from loadtests.check.show import wrap_text
+    from rtalab.loadtests.check.show import wrap_text
 
     monkeypatch.setenv("COLUMNS", "80")
     led = clean_ledger(300, seed=5)

@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from loadtests.common.procs import free_port
+from rtalab.loadtests.common.procs import free_port
 from tests.kinds import REPO
 
 NOTEBOOKS = REPO / "notebooks"

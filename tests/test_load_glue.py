@@ -11,7 +11,7 @@ EXT = "https://schemas.salesforce.com/a2a/ext/realtime-agent/v0.1"
 
 
 def test_live_headers() -> None:
-    from loadtests.live.wire import headers
+    from rtalab.loadtests.live.wire import headers
 
     assert headers("urn:x", "tok", True) == {
         "Content-Type": "application/json", "A2A-Version": "1.0",
@@ -24,7 +24,7 @@ def test_live_headers() -> None:
 
 
 def test_wire_client_headers() -> None:
-    from loadtests.wireclient import headers
+    from rtalab.loadtests.wireclient import headers
 
     assert headers() == {
         "Content-Type": "application/json", "A2A-Version": "1.0",
@@ -40,8 +40,8 @@ def test_wire_client_headers() -> None:
 def test_each_timing_feeds_its_own_histogram() -> None:
     from prometheus_client import REGISTRY
 
-    from loadtests.reasoner import metrics
-    from loadtests.reasoner.executor import Timing
+    from rtalab.loadtests.reasoner import metrics
+    from rtalab.loadtests.reasoner.executor import Timing
 
     names = ("intake", "queue_wait", "service", "first_chunk_delay")
 
@@ -67,9 +67,9 @@ def _record(msg: str, exc: BaseException | None = None) -> logging.LogRecord:
 @pytest.mark.parametrize("server", ["reasoner", "chaos"])
 def test_server_log_config(server: str) -> None:
     if server == "reasoner":
-        from loadtests.reasoner.server import log_config
+        from rtalab.loadtests.reasoner.server import log_config
     else:
-        from loadtests.chaos.server import log_config
+        from rtalab.loadtests.chaos.server import log_config
     cfg = log_config("debug")
     loggers = cfg["loggers"]
     assert loggers["rtalab"] == {"handlers": ["default"], "level": "DEBUG", "propagate": False}
@@ -85,8 +85,8 @@ def test_server_log_config(server: str) -> None:
 
 
 def test_the_proxy_filter_drops_its_own_cuts() -> None:
-    from loadtests.chaos.proxy import DropConnection
-    from loadtests.chaos.server import log_config
+    from rtalab.loadtests.chaos.proxy import DropConnection
+    from rtalab.loadtests.chaos.server import log_config
 
     noise = log_config("info")["filters"]["noise"]["()"]()
     assert not noise.filter(_record("Exception in ASGI application", DropConnection()))

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.policy import is_retryable
-from sim.runner import RunOutput, run_once
-from sim.scenario import Scenario
+from rtalab.sim.policy import is_retryable
+from rtalab.sim.runner import RunOutput, run_once
+from rtalab.sim.scenario import Scenario
 from tests.stats import seed
 
 TIMED_OUT = {"timeout", "total-timeout", "response-lost"}

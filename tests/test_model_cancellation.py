@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sim.runner import RunOutput, run_once
+from rtalab.sim.runner import RunOutput, run_once
 from tests.scenarios import one_turn
 
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import simpy
 
-from sim.model.clock import Deadlines, call_at, call_later, run, sim_time
-from sim.model.recorder import Table
+from rtalab.sim.model.clock import Deadlines, call_at, call_later, run, sim_time
+from rtalab.sim.model.recorder import Table
 
 
 class Box:
@@ -184,7 +184,7 @@ def test_table_large_integers_are_exact() -> None:
 
 
 def test_row_writer_names_every_cell_and_packs_in_schema_order() -> None:
-    from sim.model.recorder import row_writer
+    from rtalab.sim.model.recorder import row_writer
 
     t = Table(SPEC)
     # cells given out of order: the writer packs them in the schema's order
@@ -200,11 +200,11 @@ def test_row_writer_names_every_cell_and_packs_in_schema_order() -> None:
 
 
 def test_the_model_writers_cover_their_tables() -> None:
-    """Every table the model writes has one named writer matching sim.shared.schema exactly
+    """Every table the model writes has one named writer matching rtalab.sim.shared.schema exactly
     (built when the model is built: a column added to the schema without a cell fails here)."""
-    from sim.model import live, reasoner, witness
-    from sim.model.recorder import row_writer
-    from sim.shared.schema import (
+    from rtalab.sim.model import live, reasoner, witness
+    from rtalab.sim.model.recorder import row_writer
+    from rtalab.sim.shared.schema import (
         ATTEMPTS_TABLE,
         CALLS_TABLE,
         EXECUTIONS_TABLE,

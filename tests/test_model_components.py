@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import simpy
 
-from sim.dist import Const, Empirical, Exp, Gamma, LogNormal, Uniform
-from sim.model.clock import run
-from sim.model.dedup import DedupStore
-from sim.model.messages import Request
-from sim.model.network import Link
-from sim.model.rand import STREAMS, Streams, replication_seed, sampler
-from sim.model.workload import Arrivals
-from sim.runner import run_once
-from sim.scenario import LinkConfig, OutageConfig, Scenario, WorkloadConfig, from_dict
+from rtalab.sim.dist import Const, Empirical, Exp, Gamma, LogNormal, Uniform
+from rtalab.sim.model.clock import run
+from rtalab.sim.model.dedup import DedupStore
+from rtalab.sim.model.messages import Request
+from rtalab.sim.model.network import Link
+from rtalab.sim.model.rand import STREAMS, Streams, replication_seed, sampler
+from rtalab.sim.model.workload import Arrivals
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import LinkConfig, OutageConfig, Scenario, WorkloadConfig, from_dict
 from tests.scenarios import one_turn
 
 # --------------------------------------------------------------------------- random streams
@@ -278,7 +278,7 @@ def test_private_simpy_access_is_confined_to_clock() -> None:
     import re
     from pathlib import Path
 
-    import sim
+    from rtalab import sim
 
     root = Path(sim.__file__).parent
     private = re.compile(r"\._(now|queue|eid|value)\b|simpy\.events|\benv\.now\b")

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.runner import RunOutput, run_once
-from sim.scenario import Scenario, load_scenario, preset_names
-from sim.shared import schema as S
+from rtalab.sim.runner import RunOutput, run_once
+from rtalab.sim.scenario import Scenario, load_scenario, preset_names
+from rtalab.sim.shared import schema as S
 
 SHORT = {"run.duration_s": 150.0, "run.warmup_s": 10.0, "run.drain_s": 60.0}
 TERMINAL_DECISIONS = {"not-retryable", "attempts-exhausted", "deadline", "budget"}
@@ -256,7 +256,7 @@ def test_conservation_random_scenarios(data: st.DataObject, seed: int) -> None:
     out = run_once(sc, seed=seed)
     check_conservation(out)
     # and nothing in the summary breaks on odd runs
-    from sim.shared.summary import summarize
+    from rtalab.sim.shared.summary import summarize
 
     s = summarize([out], sc.run.warmup_s)
     assert s["metrics"]["turns"]["values"] == [float((out.turns[S.START_S] >= 5.0).sum())]

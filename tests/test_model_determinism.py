@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.runner import RunOutput, run_once, run_replications, simulate
-from sim.scenario import load_scenario
-from sim.shared.summary import summarize
+from rtalab.sim.runner import RunOutput, run_once, run_replications, simulate
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared.summary import summarize
 
 TABLES = ("attempts", "turns", "calls", "executions", "side_effects", "timeseries")
 SHORT = {"run.duration_s": 120.0, "run.warmup_s": 10.0, "run.drain_s": 30.0}
@@ -90,9 +90,9 @@ def test_progress_is_reported_a_bounded_number_of_times() -> None:
 def _fingerprint_code(preset: str, seed: int) -> str:
     return (
         "import hashlib, json, pandas as pd\n"
-        "from sim.runner import run_once\n"
-        "from sim.scenario import load_scenario\n"
-        "from sim.shared.summary import summarize\n"
+        "from rtalab.sim.runner import run_once\n"
+        "from rtalab.sim.scenario import load_scenario\n"
+        "from rtalab.sim.shared.summary import summarize\n"
         f"sc = load_scenario({preset!r}, {SHORT!r})\n"
         f"out = run_once(sc, {seed})\n"
         "h = hashlib.sha256()\n"

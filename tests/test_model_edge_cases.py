@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from sim.answers.slo import parse_slo
-from sim.model.playout import playout
-from sim.runner import run_once
-from sim.shared import schema as S
-from sim.shared.summary import summarize
+from rtalab.sim.answers.slo import parse_slo
+from rtalab.sim.model.playout import playout
+from rtalab.sim.runner import run_once
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.summary import summarize
 from tests.scenarios import one_turn
 
 INF = math.inf

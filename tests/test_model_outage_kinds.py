@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.config import ConfigError
-from sim.runner import run_once
-from sim.scenario import load_scenario
-from sim.shared import schema as S
+from rtalab.sim.config import ConfigError
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared import schema as S
 
 START, LENGTH = 20.0, 6.0
 
@@ -75,7 +75,7 @@ def test_kind_validation() -> None:
 
 
 def test_sim_run_outage_options_append_an_outage(tmp_path, capsys) -> None:
-    from sim.cli import main
+    from rtalab.sim.cli import main
 
     rc = main(["sim", "run", "baseline", "--replications", "1", "--set", "run.duration_s=30",
                "--set", "run.warmup_s=5", "--outage-at", "12", "--outage-for", "4",

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from sim.runner import RunOutput, run_once
-from sim.scenario import Scenario
+from rtalab.sim.runner import RunOutput, run_once
+from rtalab.sim.scenario import Scenario
 from tests.scenarios import one_turn
 from tests.stats import seed
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from sim.runner import run_replications
-from sim.scenario import load_scenario, preset_names
-from sim.shared.summary import metric, summarize
+from rtalab.sim.runner import run_replications
+from rtalab.sim.scenario import load_scenario, preset_names
+from rtalab.sim.shared.summary import metric, summarize
 
 SHORT = {"run.duration_s": 240.0, "run.warmup_s": 30.0, "run.drain_s": 60.0,
          "run.replications": 2}

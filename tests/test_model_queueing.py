@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sim import theory
-from sim.runner import RunOutput, run_replications
-from sim.scenario import Scenario, load_scenario
-from sim.shared.summary import metric, summarize
+from rtalab.sim import theory
+from rtalab.sim.runner import RunOutput, run_replications
+from rtalab.sim.scenario import Scenario, load_scenario
+from rtalab.sim.shared.summary import metric, summarize
 from tests.stats import assert_close, assert_rejects, seed
 
 C, LAM, MEAN_S = 4, 3.2, 1.0  # ρ = 0.8

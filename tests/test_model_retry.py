@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from sim import theory
-from sim.runner import run_once, run_replications
-from sim.scenario import Scenario
-from sim.shared.summary import metric, summarize
+from rtalab.sim import theory
+from rtalab.sim.runner import run_once, run_replications
+from rtalab.sim.scenario import Scenario
+from rtalab.sim.shared.summary import metric, summarize
 from tests.stats import assert_close, assert_rejects, seed
 
 X = 0.3

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from sim.runner import run_once
-from sim.scenario import Scenario
-from sim.shared.summary import metric, summarize
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import Scenario
+from rtalab.sim.shared.summary import metric, summarize
 from tests.scenarios import one_turn
 
 # --------------------------------------------------------------------------- taskId renewal

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sim.runner import RunOutput, run_once
+from rtalab.sim.runner import RunOutput, run_once
 from tests.scenarios import one_turn
 
 # 3 s of silent reasoning against a 1-s turn-response timeout: attempts 1 and 2 time out,

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from sim.model.playout import playout
-from sim.runner import run_once
-from sim.scenario import Scenario
+from rtalab.sim.model.playout import playout
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import Scenario
 
 INF = float("inf")
 

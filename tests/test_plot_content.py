@@ -12,10 +12,10 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from sim.answers.figure import new_figure, save_figure
-from sim.scenario import load_scenario
-from sim.shared import schema as S
-from sim.shared.plots import plot_timeseries
+from rtalab.sim.answers.figure import new_figure, save_figure
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.plots import plot_timeseries
 
 T = list(range(10))
 OFFERED = [0, 0, 0, 0, 10, 0, 0, 0, 0, 0]  # one spike: its 5-s centred mean is a plateau of 2

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.policy import BackoffConfig, make_backoff
-from sim.policy.backoff import STRATEGIES, DecorrelatedJitterBackoff, GrpcBackoff
+from rtalab.sim.policy import BackoffConfig, make_backoff
+from rtalab.sim.policy.backoff import STRATEGIES, DecorrelatedJitterBackoff, GrpcBackoff
 
 N = 20_000
 SIGMAS = 5.0

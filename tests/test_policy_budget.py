@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.policy import (
+from rtalab.sim.policy import (
     AdaptiveThrottle,
     AdaptiveThrottleConfig,
     BudgetConfig,

@@ -35,11 +35,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from sim.policy import Ending, ending_of, make_budget
-from sim.policy.budget import FAILED_ENDINGS, CircuitBreaker, EnvoyRetryBudget, RetryBudget
-from sim.policy.config import BudgetConfig
-from sim.runner import run_once
-from sim.scenario import Scenario
+from rtalab.sim.policy import Ending, ending_of, make_budget
+from rtalab.sim.policy.budget import FAILED_ENDINGS, CircuitBreaker, EnvoyRetryBudget, RetryBudget
+from rtalab.sim.policy.config import BudgetConfig
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import Scenario
 
 BUDGETS = ("token_bucket", "finagle", "adaptive", "circuit_breaker", "aws_quota", "envoy",
            "call_bucket", "retry_breaker")

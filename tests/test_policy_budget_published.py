@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.config import ConfigError
-from sim.policy import (
+from rtalab.sim.config import ConfigError
+from rtalab.sim.policy import (
     AdaptiveThrottle,
     AdaptiveThrottleConfig,
     AwsRetryQuota,
@@ -36,7 +36,7 @@ from sim.policy import (
     TokenBucketConfig,
     make_budget,
 )
-from sim.scenario import Scenario
+from rtalab.sim.scenario import Scenario
 
 RNG = np.random.default_rng(0)  # none of these budgets draws random numbers
 
@@ -319,8 +319,8 @@ def test_new_budgets_combine_and_a_veto_charges_nothing() -> None:
 
 
 def test_new_budget_sections_parse_and_validate_in_scenarios() -> None:
-    from sim.config import ConfigError
-    from sim.scenario import Scenario
+    from rtalab.sim.config import ConfigError
+    from rtalab.sim.scenario import Scenario
 
     sc = Scenario().with_overrides({
         "live.budget.aws_quota.enabled": True, "live.budget.aws_quota.initial_tokens": 50,

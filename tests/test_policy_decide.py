@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.policy import (
+from rtalab.sim.policy import (
     ALL_CODES,
     CODES,
     REASONS,
@@ -26,7 +26,7 @@ from sim.policy import (
     TokenBucketConfig,
     make_budget,
 )
-from sim.vocab import Ending
+from rtalab.sim.vocab import Ending
 
 EXPO = BackoffConfig(strategy="exponential", base_s=0.25, multiplier=2.0, cap_s=2.0)
 

@@ -1,4 +1,4 @@
-"""The sans-IO turn machine (sim.policy.turn): events in, actions out, every ending."""
+"""The sans-IO turn machine (rtalab.sim.policy.turn): events in, actions out, every ending."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sim.policy import RetryPolicy
-from sim.policy.config import (
+from rtalab.sim.policy import RetryPolicy
+from rtalab.sim.policy.config import (
     BackoffConfig,
     EscalationConfig,
     LivePolicyConfig,
     RetryConfig,
 )
-from sim.policy.turn import (
+from rtalab.sim.policy.turn import (
     AWAIT_CALLER,
     CANCEL,
     END,
@@ -27,8 +27,8 @@ from sim.policy.turn import (
     TurnMachine,
     TurnRules,
 )
-from sim.vocab import AttemptOutcome as A
-from sim.vocab import CallEndReason, Ending, EndReason, TurnOutcome
+from rtalab.sim.vocab import AttemptOutcome as A
+from rtalab.sim.vocab import CallEndReason, Ending, EndReason, TurnOutcome
 
 
 class Budget:

@@ -1,4 +1,4 @@
-"""sim.shared.agreement.run_interval: the one-run prediction interval (issue 28, point 1).
+"""rtalab.sim.shared.agreement.run_interval: the one-run prediction interval (issue 28, point 1).
 
 Planted bugs these tests were watched failing on: the CI of the mean instead of the
 prediction interval (no ``sqrt(1 + 1/n)``, ``s / sqrt(n)``: coverage ~40 % with 10
@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from sim.shared.agreement import interval_scale, run_interval, t_quantile
+from rtalab.sim.shared.agreement import interval_scale, run_interval, t_quantile
 
 
 def test_t_interval_by_hand() -> None:
@@ -115,7 +115,7 @@ def test_bad_level() -> None:
 
 
 def test_one_run_intervals_of_a_summary() -> None:
-    from sim.shared.agreement import one_run_intervals
+    from rtalab.sim.shared.agreement import one_run_intervals
 
     summary = {"metrics": {
         "success_rate": {"values": [0.99, 1.0, 0.98, 0.995]},
@@ -154,8 +154,8 @@ def test_compare_of_a_prediction_and_a_measurement(tmp_path, capsys) -> None:
     """`rtalab compare SIM LOAD`: the verdict per metric is the 90 % one-run interval, the
     accuracy targets are applied on a 300-s run (said "not judged" on a 90-s one), and the
     caller-perceived p99 under an outage is shown (∞), not "–" (issue 28)."""
-    from sim.cli import main
-    from sim.shared.compare import load_run, prediction_rows
+    from rtalab.sim.cli import main
+    from rtalab.sim.shared.compare import load_run, prediction_rows
 
     sim = _folder(tmp_path, "sim", SIM_REPS, None, 300)
     load = _folder(tmp_path, "load", {"completion_s.p50": [1.3], "completion_s.p99": [3.2],

@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from sim.runner import run_replications
-from sim.scenario import load_scenario
-from sim.shared.recovery import recovery
-from sim.shared.summary import summarize
+from rtalab.sim.runner import run_replications
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared.recovery import recovery
+from rtalab.sim.shared.summary import summarize
 
 SEEDS = (1, 2)
 

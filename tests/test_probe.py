@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.loadrun.probe import ProbeOptions, knee, saturated, stop_reason
-from sim.cli import main
+from rtalab.loadtests.loadrun.probe import ProbeOptions, knee, saturated, stop_reason
+from rtalab.sim.cli import main
 
 # 2 concurrent turns x a constant 0.2-s reasoning time, no tool: the capacity is
 # 2 / 0.2 = 10 turns/s. Steps of 4 s at 6, 12, 24 (, 48) turns/s.
@@ -114,8 +114,8 @@ def test_probe_bad_input_one_line_exit_2(flags: list[str], message: str, tmp_pat
 
 def test_calibrate_of_an_unsaturated_probe_leaves_capacity_unidentified(tmp_path: Path) -> None:
     """A probe folder whose steps never saturated: workers is not identified by it."""
-    from sim.calibrate import calibrate, from_run_dir
-    from sim.calibrate.synth import Truth, synth_observations
+    from rtalab.sim.calibrate import calibrate, from_run_dir
+    from rtalab.sim.calibrate.synth import Truth, synth_observations
 
     obs = synth_observations(Truth(), 1, server_timings=False)
     run = tmp_path / "probe"
@@ -123,7 +123,7 @@ def test_calibrate_of_an_unsaturated_probe_leaves_capacity_unidentified(tmp_path
     (run / "probe.json").write_text(json.dumps({"steps": [], "detail": []}))
     with pytest.raises(ValueError, match="no steps"):
         from_run_dir(run)
-    from sim.calibrate.observations import Probe
+    from rtalab.sim.calibrate.observations import Probe
 
     obs.probe = [Probe(5.0, 5.0, 0.2), Probe(10.0, 9.8, 0.2)]
     cal = calibrate(obs)
@@ -133,10 +133,10 @@ def test_calibrate_of_an_unsaturated_probe_leaves_capacity_unidentified(tmp_path
 def test_predict_says_when_capacity_is_not_identified() -> None:
     """`rtalab predict` (and the demo) state on screen and in the report whether the capacity
     was identified; without queueing or a probe the default is kept, and said so."""
-    from loadtests.loadrun.predict import capacity_statement
-    from sim.calibrate import calibrate
-    from sim.calibrate.observations import Probe
-    from sim.calibrate.synth import Truth, synth_observations
+    from rtalab.loadtests.loadrun.predict import capacity_statement
+    from rtalab.sim.calibrate import calibrate
+    from rtalab.sim.calibrate.observations import Probe
+    from rtalab.sim.calibrate.synth import Truth, synth_observations
 
     light = Truth(rate_per_s=1.0, n=2_000)  # 8 workers at ~7 % utilisation: no turn waits
     cal = calibrate(synth_observations(light, 3))
@@ -155,7 +155,7 @@ def test_predict_runs_the_probe_when_a_leaves_capacity_unidentified(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`predict --probe auto` on a calibration run without queueing goes to the probe (here
     bounded too tightly for one step: one line, exit 2, before any server starts)."""
-    from sim.calibrate.synth import Truth, write_run_dir
+    from rtalab.sim.calibrate.synth import Truth, write_run_dir
 
     run_a = write_run_dir(Truth(rate_per_s=1.0, n=2_000), tmp_path / "a", seed=3)
     rc = main(["predict", "docs/examples/calibration_deployment.toml", "--calibration-run",
@@ -171,8 +171,8 @@ def test_first_step_is_half_the_scenarios_capacity_not_its_call_rate() -> None:
     """baseline: 8 workers, mean service 0.6 + 0.3 x 0.3 = 0.69 s -> capacity 11.6 turns/s;
     the first step offers half of it (5.8), not the scenario's 2 calls/s (issue 28: the
     probe started 4x too low with 4 turns per call).  --start-rate wins."""
-    from loadtests.loadrun.probe import first_step_rate
-    from sim.scenario import load_scenario
+    from rtalab.loadtests.loadrun.probe import first_step_rate
+    from rtalab.sim.scenario import load_scenario
 
     sc = load_scenario("baseline")
     rate, why = first_step_rate(sc, None)

@@ -2,8 +2,8 @@
 witness, a chaos proxy and one or more Locust processes, and their start-up CPU is paid per
 run (and per Locust worker).  The Live users take only the policy, the turn machine and the
 samplers from ``sim``: never the simulator, pandas, SciPy or matplotlib (importing
-``sim.model.rand`` once pulled all of ``sim.model`` and pandas into every Locust process,
-~0.35 s CPU each)."""
+``rtalab.sim.model.rand`` once pulled all of ``rtalab.sim.model`` and pandas into every Locust
+process, ~0.35 s CPU each)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import sys
 
 import pytest
 
-HEAVY = ("pandas", "scipy", "matplotlib", "simpy", "sim.model.world", "sim.runner")
+HEAVY = ("pandas", "scipy", "matplotlib", "simpy", "rtalab.sim.model.world", "rtalab.sim.runner")
 PROCESSES = {
     # the Locust process: gevent patched first, as locust's own entry point does
     "locust Live user": "from gevent import monkey; monkey.patch_all(); import locust; "
-                        "import loadtests.live.locustfile",
-    "reasoner": "import loadtests.reasoner.app",
-    "witness": "import loadtests.witness.app",
-    "chaos proxy": "import loadtests.chaos.proxy",
+                        "import rtalab.loadtests.live.locustfile",
+    "reasoner": "import rtalab.loadtests.reasoner.app",
+    "witness": "import rtalab.loadtests.witness.app",
+    "chaos proxy": "import rtalab.loadtests.chaos.proxy",
 }
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import build_parser, normalise_sets
+from rtalab.sim.cli import build_parser, normalise_sets
 from tests.kinds import REPO
 
 README = REPO / "README.md"

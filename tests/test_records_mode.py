@@ -16,13 +16,13 @@ import pandas as pd
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from sim.config import ConfigError
-from sim.model.tally import sample_mask
-from sim.runner import run_once
-from sim.scenario import load_scenario
-from sim.shared import schema as S
-from sim.shared.sketch import ABSOLUTE_ERROR_S, RELATIVE_ERROR, Sketch, within_error
-from sim.shared.summary import percentile, percentile_served, replication_metrics, summarize
+from rtalab.sim.config import ConfigError
+from rtalab.sim.model.tally import sample_mask
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.sketch import ABSOLUTE_ERROR_S, RELATIVE_ERROR, Sketch, within_error
+from rtalab.sim.shared.summary import percentile, percentile_served, replication_metrics, summarize
 
 PRESETS = ("baseline", "retry_storm", "lossy_network", "metastable_spike", "release_gate")
 PERCENTILE_PREFIXES = (S.M_TTFC_PREFIX, S.M_COMPLETION_PREFIX, S.M_CALLER_TTFC_PREFIX,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.runner import run_once
-from sim.scenario import load_scenario
-from sim.shared.recovery import baseline, recovery, recovery_time_s
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared.recovery import baseline, recovery, recovery_time_s
 
 SEEDS = (1, 2)
 REPS = 3

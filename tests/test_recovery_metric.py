@@ -1,4 +1,4 @@
-"""``recovery_s`` in run summaries (sim.shared.recovery.run_recovery_s,
+"""``recovery_s`` in run summaries (rtalab.sim.shared.recovery.run_recovery_s,
 sim/shared/summary.py) and as an SLO: finite after a trigger the run recovers from, ``null``
 (infinite) after one it does not, absent without a trigger; the same function judges a load
 run's table (its outages)."""
@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.answers.slo import parse_slo
-from sim.runner import run_once
-from sim.scenario import load_scenario
-from sim.shared import schema as S
-from sim.shared.recovery import run_recovery_s, trigger_span
-from sim.shared.summary import summarize
+from rtalab.sim.answers.slo import parse_slo
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.recovery import run_recovery_s, trigger_span
+from rtalab.sim.shared.summary import summarize
 
 
 def _series(good: np.ndarray, offered: float = 8.0) -> pd.DataFrame:
@@ -60,7 +60,7 @@ def test_no_trigger_no_recovery_metric() -> None:
 
 
 def test_a_load_runs_trigger_is_its_outages() -> None:
-    from loadtests.loadrun.orchestrate import load_trigger
+    from rtalab.loadtests.loadrun.orchestrate import load_trigger
 
     sc = load_scenario("retry_storm")  # a capacity drop: the simulator's, not a load run's
     assert load_trigger(sc) is None
@@ -83,8 +83,8 @@ def _turns(back_at: float | None, rate: int = 8, horizon: int = 120) -> pd.DataF
 def test_predict_judges_measured_recovery_against_the_simulated_replications() -> None:
     import argparse
 
-    from loadtests.loadrun.predict import _recovery
-    from sim.shared.recovery import predict_recovery, turns_recovery_s
+    from rtalab.loadtests.loadrun.predict import _recovery
+    from rtalab.sim.shared.recovery import predict_recovery, turns_recovery_s
 
     trig = (40.0, 50.0)
     ok, t = turns_recovery_s(_turns(60.0), trig, 10.0, 120.0)

@@ -20,13 +20,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks.report import time_report
-from sim import cli
-from sim.report.render import render_report
-from sim.report.sweeps import svg_sparkline
-from sim.shared.compare import folder_kind
-from sim.shared.fmt import fmt_ci, fmt_diff, fmt_value, metric_label, plain
-from sim.shared.stats import benjamini_hochberg, welch_anova
+from rtalab.benchmarks.report import time_report
+from rtalab.sim import cli
+from rtalab.sim.report.render import render_report
+from rtalab.sim.report.sweeps import svg_sparkline
+from rtalab.sim.shared.compare import folder_kind
+from rtalab.sim.shared.fmt import fmt_ci, fmt_diff, fmt_value, metric_label, plain
+from rtalab.sim.shared.stats import benjamini_hochberg, welch_anova
 from tests import browser
 from tests.kinds import make_folders, rtalab
 
@@ -140,7 +140,7 @@ def test_load_run_junit_mirrors_its_verdict(folders: dict[str, Path]) -> None:
 
 
 def test_load_timeline_says_real_time_and_omits_empty_panels(folders: dict[str, Path]) -> None:
-    from sim.shared.plots import CLOCK_LABELS, timeseries_panels
+    from rtalab.sim.shared.plots import CLOCK_LABELS, timeseries_panels
 
     ts = pd.read_parquet(folders["load"] / "timeseries.parquet")
     shown, empty = timeseries_panels(ts)
@@ -153,7 +153,7 @@ def test_load_timeline_says_real_time_and_omits_empty_panels(folders: dict[str, 
 
 
 def test_barge_in_spikes_are_found_where_they_are() -> None:
-    from sim.shared.plots import barge_in_spikes
+    from rtalab.sim.shared.plots import barge_in_spikes
 
     rng = np.random.default_rng(5)
     start = rng.uniform(0, 100, 2000)
@@ -332,7 +332,7 @@ def synthetic_sweep(template: Path, out: Path, points: int = 50, reps: int = 3) 
     """A finished sweep folder of ``points`` points with the metrics of ``template`` (a point's
     summary.json) and made-up replication values: the report's input at full size, without
     simulating."""
-    from sim.sweep import write_tables
+    from rtalab.sim.sweep import write_tables
 
     base = json.loads(template.read_text())
     rng = np.random.default_rng(3)

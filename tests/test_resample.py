@@ -1,4 +1,4 @@
-"""The bootstrap's fast draws (:mod:`loadtests.loadrun.resample`) change nothing but speed.
+"""The bootstrap's fast draws (:mod:`rtalab.loadtests.loadrun.resample`) change nothing but speed.
 
 A short simulation's tables in a load run's form (string ids, as ``build_output`` gives
 them): the identity draw gives every metric of the run itself, bit for bit; a random draw
@@ -14,12 +14,12 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from loadtests.loadrun.resample import ID_COLUMNS, TABLES, CallResampler
-from loadtests.loadrun.tables import timeseries
-from sim.runner import run_once
-from sim.scenario import load_scenario
-from sim.shared import schema as S
-from sim.shared.summary import replication_metrics
+from rtalab.loadtests.loadrun.resample import ID_COLUMNS, TABLES, CallResampler
+from rtalab.loadtests.loadrun.tables import timeseries
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.summary import replication_metrics
 
 WARMUP_S = 5.0
 

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.scenario import from_dict, load_scenario
-from sim.shared import results
+from rtalab.sim.scenario import from_dict, load_scenario
+from rtalab.sim.shared import results
 
 NOW = dt.datetime(2026, 11, 30, 3, 15, 0, tzinfo=dt.UTC)
 

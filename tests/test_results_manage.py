@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
-from sim.shared.manage import human_size, parse_duration, prune_records, scan
+from rtalab.sim.cli import main
+from rtalab.sim.shared.manage import human_size, parse_duration, prune_records, scan
 from tests.kinds import MMC, TINY
 
 DAY = 86400.0

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sim.config import ConfigError
-from sim.dist import Const, Exp, LogNormal
-from sim.scenario import (
+from rtalab.sim.config import ConfigError
+from rtalab.sim.dist import Const, Exp, LogNormal
+from rtalab.sim.scenario import (
     Scenario,
     apply_overrides,
     dumps,

@@ -1,14 +1,14 @@
-"""THE side-effect rule (sim.shared.dedup_rule: "never claim nothing ran without proof"), as a
-table and as the simulator obeys it: no simulated answer that the side effect did not run
+"""THE side-effect rule (rtalab.sim.shared.dedup_rule: "never claim nothing ran without proof"), as
+a table and as the simulator obeys it: no simulated answer that the side effect did not run
 (a FAILED attempt other than upstream-timeout) is contradicted by the witness ledger."""
 
 from __future__ import annotations
 
 import pytest
 
-from sim.runner import run_once
-from sim.shared import schema as S
-from sim.shared.dedup_rule import known_side_effect, may_start
+from rtalab.sim.runner import run_once
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.dedup_rule import known_side_effect, may_start
 from tests.test_model_dedup import side_effect_turns
 
 

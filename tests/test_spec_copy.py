@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sim.policy.codes import CODES, Retryability
+from rtalab.sim.policy.codes import CODES, Retryability
 
 SPEC = Path(__file__).resolve().parents[1] / "docs" / "spec" / "errors.md"
 

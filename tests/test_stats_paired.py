@@ -7,7 +7,7 @@ import math
 import pytest
 from scipy import stats
 
-from sim.shared.stats import paired, sign_test_p, welch
+from rtalab.sim.shared.stats import paired, sign_test_p, welch
 
 
 def test_paired_t_matches_scipy() -> None:

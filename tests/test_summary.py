@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from sim.runner import RunOutput, empty_output
-from sim.scenario import Scenario
-from sim.shared import schema as S
-from sim.shared.summary import mean_ci, metric, queue_metrics, summarize, t_quantile_975
+from rtalab.sim.runner import RunOutput, empty_output
+from rtalab.sim.scenario import Scenario
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.summary import mean_ci, metric, queue_metrics, summarize, t_quantile_975
 
 # --------------------------------------------------------------------------- statistics
 
@@ -196,7 +196,7 @@ def test_summary_of_an_empty_run_is_all_nulls() -> None:
 
 def test_ci_is_clipped_to_the_metric_domain() -> None:
     """A rare non-negative rate gets no negative lower bound; a share never exceeds 1."""
-    from sim.shared.summary import domain, mean_ci
+    from rtalab.sim.shared.summary import domain, mean_ci
 
     rare = mean_ci([0.0, 0.0, 9.0], domain("hazard.reexecuted_turns_per_1k_turns"))
     assert rare["ci_low"] == 0.0 and rare["ci_high"] > 9.0
@@ -263,7 +263,7 @@ def test_completed_turns_that_never_played_a_chunk_were_not_served_a_first_chunk
 
 
 def test_mean_ci_inf_keeps_inf() -> None:
-    from sim.shared.summary import mean_ci_inf
+    from rtalab.sim.shared.summary import mean_ci_inf
 
     assert mean_ci_inf([1.0, 3.0])["mean"] == 2.0
     r = mean_ci_inf([1.0, None])  # one replication infinite: the mean is too

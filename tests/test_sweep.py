@@ -18,12 +18,12 @@ import pandas as pd
 import psutil
 import pytest
 
-from sim import sweep
-from sim.runner import run_replications
-from sim.scenario import load_scenario
-from sim.shared import results
-from sim.shared.summary import summarize, unit
-from sim.stream import replication_plan, run_streaming
+from rtalab.sim import sweep
+from rtalab.sim.runner import run_replications
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared import results
+from rtalab.sim.shared.summary import summarize, unit
+from rtalab.sim.stream import replication_plan, run_streaming
 from tests.signals import default_sigint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def tiny():
 
 def rtalab(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "rtalab.sim.cli", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -165,8 +165,8 @@ def _stamp(point: Path) -> dict[str, tuple[int, str]]:
 def test_sigint_mid_sweep_then_rerun_finishes_without_recomputing(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", *SWEEP_ARGS, "--processes", "2",
-                             "--out", str(out)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "rtalab.sim.cli", *SWEEP_ARGS, "--processes",
+                             "2", "--out", str(out)], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 120
     while not _complete(out):  # synchronise on the files: one point is finished
@@ -276,7 +276,7 @@ def test_streamed_run_writes_the_same_tables_and_summary_as_holding_every_replic
 
 
 def test_every_run_folder_has_a_summary_csv_with_units(tmp_path: Path) -> None:
-    from sim import cli
+    from rtalab.sim import cli
 
     rc = cli.main(["sim", "run", "baseline", "--set", *TINY,
                    "--replications", "2", "--no-plots", "--quiet", "--out", str(tmp_path)])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import sweep as sb
+from rtalab.benchmarks import sweep as sb
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,8 +32,8 @@ def test_ratios_point_the_right_way() -> None:
 
 def test_sweep_bench_runs_and_prints_consistent_arithmetic() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-m", "sim.cli", "sim", "sweep-bench", "--points", "2",
-                        "--duration", "20", "--repeats", "1", "--rss-points", "6",
+    r = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "sim", "sweep-bench", "--points",
+                        "2", "--duration", "20", "--repeats", "1", "--rss-points", "6",
                         "--rss-duration", "10", "--many", "4", "--few", "2",
                         "--run-duration", "20", "--skip-dask"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,

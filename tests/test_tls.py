@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.common import tls
-from loadtests.common.certs import Pki, make_ca, make_pki
-from loadtests.common.tls import ClientTls, ServerTls, TlsError
+from rtalab.loadtests.common import tls
+from rtalab.loadtests.common.certs import Pki, make_ca, make_pki
+from rtalab.loadtests.common.tls import ClientTls, ServerTls, TlsError
 
 
 class _Ok(http.server.BaseHTTPRequestHandler):
@@ -165,7 +165,7 @@ def test_https_to_plain_http(pki: Pki) -> None:
 
 
 def test_refused_is_not_tls() -> None:
-    from loadtests.common.procs import free_port
+    from rtalab.loadtests.common.procs import free_port
 
     url = f"https://127.0.0.1:{free_port()}/"
     with pytest.raises(OSError) as e:
@@ -175,7 +175,7 @@ def test_refused_is_not_tls() -> None:
 
 
 def _parse(argv: list[str], server: bool = False) -> argparse.Namespace:
-    from sim.shared.argtypes import OneLineParser
+    from rtalab.sim.shared.argtypes import OneLineParser
 
     p = OneLineParser(prog="t")
     tls.add_client_tls(p)
@@ -319,10 +319,11 @@ def grpc_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Grpc]:
 ])
 def test_grpc_problems_are_one_line_naming_them(grpc_servers: _Grpc, kind: str, client: str,
                                                 says: str | None) -> None:
-    """The gRPC check a load run makes before it starts (loadtests.common.procs.grpc_problem):
-    each certificate problem named on one line, a working server None; gRPC itself says
-    only "Socket closed" when the server wants a client certificate."""
-    from loadtests.common.procs import grpc_problem
+    """The gRPC check a load run makes before it starts
+    (rtalab.loadtests.common.procs.grpc_problem): each certificate problem named on one line, a
+    working server None; gRPC itself says only "Socket closed" when the server wants a client
+    certificate."""
+    from rtalab.loadtests.common.procs import grpc_problem
 
     g = grpc_servers
     clients = {"ca": ClientTls(g.ca), "none": ClientTls(), "default": ClientTls(),
@@ -337,7 +338,7 @@ def test_grpc_problems_are_one_line_naming_them(grpc_servers: _Grpc, kind: str, 
 
 def test_grpc_refused_is_does_not_answer() -> None:
     pytest.importorskip("grpc")
-    from loadtests.common.procs import free_port, grpc_problem
+    from rtalab.loadtests.common.procs import free_port, grpc_problem
 
     got = grpc_problem(f"127.0.0.1:{free_port()}", True, ClientTls())
     assert got is not None and "does not answer" in got and "refused" in got.lower(), got
@@ -364,7 +365,7 @@ def _calibrate(url: str, tmp_path: Path, *tls_args: str) -> tuple[int, list[str]
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "calibrate", "--from",
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "calibrate", "--from",
                         f"prometheus:{url}metrics", "--window", "0.2", "--every", "0.1",
                         "--out", str(tmp_path / "c.toml"), "--quiet", *tls_args],
                        capture_output=True, text=True, timeout=60)

@@ -15,8 +15,8 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from sim import vocab as V
-from sim.shared import schema as S
+from rtalab.sim import vocab as V
+from rtalab.sim.shared import schema as S
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("sim", "loadtests", "benchmarks")
@@ -83,5 +83,5 @@ def test_record_categories_are_the_vocabulary_in_its_order() -> None:
 
 
 def test_the_bindings_are_the_registry() -> None:
-    from loadtests.live.bindings import REGISTRY
+    from rtalab.loadtests.live.bindings import REGISTRY
     assert set(REGISTRY) == set(V.BindingName)

@@ -1,11 +1,11 @@
-"""``python -m loadtests.chaos`` = ``rtalab chaos``."""
+"""``python -m rtalab.loadtests.chaos`` = ``rtalab chaos``."""
 
 from __future__ import annotations
 
 import sys
 
-from loadtests.chaos.cli import PROG, add_arguments, cmd_chaos
-from sim.shared.argtypes import OneLineParser
+from rtalab.loadtests.chaos.cli import PROG, add_arguments, cmd_chaos
+from rtalab.sim.shared.argtypes import OneLineParser
 
 
 def main(argv: list[str] | None = None) -> int:

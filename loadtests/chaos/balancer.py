@@ -2,7 +2,7 @@
 
 With more than one ``--upstream`` the proxy forwards each request (and each duplicate copy it
 injects, as a request of its own) to one replica, picked by the policy
-(:data:`sim.scenario.BALANCERS`, the simulator's ``sim.model.fleet``):
+(:data:`rtalab.sim.scenario.BALANCERS`, the simulator's ``rtalab.sim.model.fleet``):
 
 - ``random``: uniform over the replicas in rotation, from a stream seeded by the run's seed;
 - ``round_robin``: the next replica in rotation;
@@ -15,7 +15,7 @@ injects, as a request of its own) to one replica, picked by the policy
 
 WebSocket connections are balanced at the upgrade (every frame of a socket goes to its
 replica; sticky: by the caller's address and port).  The gRPC side balances each call
-(:mod:`loadtests.chaos.grpc_proxy`; sticky: by ``message.context_id``) with this balancer.
+(:mod:`rtalab.loadtests.chaos.grpc_proxy`; sticky: by ``message.context_id``) with this balancer.
 
 Health: a connect the proxy could not make marks the replica failing; a probe (a TCP
 connect every ``probe_s``) marks it failing or healthy again.  A replica failing for
@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from sim.scenario import BALANCERS
+from rtalab.sim.scenario import BALANCERS
 
 from .ledger import ChaosLedger
 

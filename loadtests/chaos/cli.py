@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from loadtests.chaos.config import ChaosConfig, with_overrides
-from loadtests.common.tls import (
+from rtalab.loadtests.chaos.config import ChaosConfig, with_overrides
+from rtalab.loadtests.common.tls import (
     INSECURE_WARNING,
     add_client_tls,
     add_server_tls,
     client_tls_from_args,
     server_tls_from_args,
 )
-from sim.scenario import (
+from rtalab.sim.scenario import (
     BALANCERS,
     OutageConfig,
     Scenario,
@@ -30,7 +30,7 @@ from sim.scenario import (
     from_dict,
     load_scenario,
 )
-from sim.shared.argtypes import (
+from rtalab.sim.shared.argtypes import (
     LOG_LEVEL,
     add_command,
     add_scenario,
@@ -155,7 +155,7 @@ class FlagError(Exception):
 def settings_from_args(args: argparse.Namespace) -> Any:
     """Validate into ChaosSettings (raises ConfigError or FlagError)."""
     # lazy: +235 ms (uvicorn, httpx, rich) off rtalab's start-up
-    from loadtests.chaos.server import ChaosSettings
+    from rtalab.loadtests.chaos.server import ChaosSettings
 
     scenario = load_scenario(args.scenario, list(args.set)) if args.scenario else None
     if scenario is None and args.set:
@@ -214,7 +214,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     See docs/chaos.md.
     """
     # lazy: +277 ms (uvicorn, httpx, rich) off rtalab's start-up
-    from loadtests.chaos.server import run
+    from rtalab.loadtests.chaos.server import run
 
     settings = settings_from_args(args)
     if settings.ledger is not None:

@@ -32,8 +32,8 @@ from typing import Literal
 
 import numpy as np
 
-from sim.dist import Const, Dist
-from sim.scenario import LinkConfig, NetworkConfig, OutageConfig
+from rtalab.sim.dist import Const, Dist
+from rtalab.sim.scenario import LinkConfig, NetworkConfig, OutageConfig
 
 OutageMode = Literal["refuse", "blackhole"]  # --outage-mode: refuse = reasoner-down
 DupMode = Literal["discard", "race"]

@@ -47,8 +47,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from loadtests.common.tls import ClientTls, ServerTls, client_grpc_credentials
-from loadtests.live.grpc_channel import RECONNECT_OPTIONS
+from rtalab.loadtests.common.tls import ClientTls, ServerTls, client_grpc_credentials
+from rtalab.loadtests.live.grpc_channel import RECONNECT_OPTIONS
 
 from .config import uplink_faults
 from .proxy import COPY_FIRST_WAIT_S, WORKER_HEADER, ChaosProxy

@@ -6,17 +6,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from loadtests.common.procs import LOCALHOST, ManagedProcess, _start_on_port, start_process
-from loadtests.common.tls import ClientTls, ServerTls
+from rtalab.loadtests.common.procs import LOCALHOST, ManagedProcess, _start_on_port, start_process
+from rtalab.loadtests.common.tls import ClientTls, ServerTls
 
 
 def chaos_command(*, port: int, upstream: str | Sequence[str],
                   ledger: str | Path | None = None, scenario: str | Path | None = None,
                   host: str = LOCALHOST, extra_args: Sequence[str] = ()) -> list[str]:
-    """The command line of ``python -m loadtests.chaos`` for these options (several
+    """The command line of ``python -m rtalab.loadtests.chaos`` for these options (several
     ``upstream``: the replicas the proxy balances)."""
     ups = [upstream] if isinstance(upstream, str) else list(upstream)
-    cmd = [sys.executable, "-m", "loadtests.chaos", "--listen", f"{host}:{port}",
+    cmd = [sys.executable, "-m", "rtalab.loadtests.chaos", "--listen", f"{host}:{port}",
            *(a for u in ups for a in ("--upstream", u)),
            "--ledger", "" if ledger is None else str(ledger)]
     if scenario is not None:

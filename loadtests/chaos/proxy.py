@@ -4,7 +4,7 @@ with faults.
 Requests and frames are passed through byte for byte, headers included
 (``Authorization``, ``A2A-Version``, ``A2A-Extensions`` and, back, the echo and
 ``X-RTA-Worker``); only hop-by-hop headers are dropped.  Faults (see
-:mod:`loadtests.chaos.config` for the mapping from ``[network]``):
+:mod:`rtalab.loadtests.chaos.config` for the mapping from ``[network]``):
 
 - uplink, per request (a JSON-RPC POST or WebSocket frame, or an HTTP+JSON
   ``POST /message:stream`` / ``/message:send``), from the request's own
@@ -23,13 +23,13 @@ Requests and frames are passed through byte for byte, headers included
   up (nothing, not even the stream's end, gets through a partition); ``loss`` outages: each
   request is black-holed and each stream event lost with the outage's ``loss`` (a stream
   whose end state was lost ends without one: noticed, as in the simulator).  ``reset`` and
-  ``reasoner-down`` outages are the gate's (:mod:`loadtests.chaos.gate`).
+  ``reasoner-down`` outages are the gate's (:mod:`rtalab.loadtests.chaos.gate`).
 
 Anything malformed is forwarded unchanged (the upstream answers it); an
 unreachable upstream gets HTTP 502 with a JSON-RPC error (WebSocket: the upgrade
 is refused with 502).  Every injection is a line of ``chaos.jsonl``.
 
-With a :class:`~loadtests.chaos.balancer.Balancer` (several ``--upstream``) the proxy is
+With a :class:`~rtalab.loadtests.chaos.balancer.Balancer` (several ``--upstream``) the proxy is
 also the fleet's load balancer: each HTTP request, each duplicate copy and each WebSocket
 upgrade goes to the replica the policy picks, and the response's ``X-RTA-Worker`` becomes
 ``r<i>/<worker>`` so the ledger tells which replica answered.
@@ -51,7 +51,7 @@ import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from loadtests.common.tls import ClientTls
+from rtalab.loadtests.common.tls import ClientTls
 
 from .balancer import Balancer
 from .config import ChaosConfig, rng_for, uplink_faults

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.scenario import LinkConfig
+from rtalab.sim.scenario import LinkConfig
 
 from .config import sample
 

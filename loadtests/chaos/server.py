@@ -18,8 +18,8 @@ from typing import Any
 
 import uvicorn
 
-from loadtests.common.logs import uvicorn_log_config
-from loadtests.common.tls import ClientTls, ServerTls
+from rtalab.loadtests.common.logs import uvicorn_log_config
+from rtalab.loadtests.common.tls import ClientTls, ServerTls
 
 from .balancer import Balancer
 from .config import ChaosConfig
@@ -47,7 +47,7 @@ class ChaosSettings:
     grpc_upstream: str = ""  # host:port
     grpc_upstream_secure: bool = False
     grpc_upstreams: tuple[str, ...] = ()  # every replica's, in the order of upstreams
-    # several upstreams: the replicas of a fleet, balanced (loadtests.chaos.balancer)
+    # several upstreams: the replicas of a fleet, balanced (rtalab.loadtests.chaos.balancer)
     upstreams: tuple[str, ...] = ()
     balancer: str = "random"
     health_check_s: float = 1.0

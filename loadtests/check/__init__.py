@@ -3,8 +3,8 @@
 See docs/check.md for every rule, its errors.md section and its definition.
 """
 
-from loadtests.check.ledger import LedgerError
-from loadtests.check.run import check_run, evaluate
-from loadtests.check.verdict import RuleResult, Verdict
+from rtalab.loadtests.check.ledger import LedgerError
+from rtalab.loadtests.check.run import check_run, evaluate
+from rtalab.loadtests.check.verdict import RuleResult, Verdict
 
 __all__ = ["LedgerError", "RuleResult", "Verdict", "check_run", "evaluate"]

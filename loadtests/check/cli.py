@@ -15,18 +15,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from loadtests.check import LedgerError, check_run
-from loadtests.check.rules import HAZARDS
-from loadtests.check.show import verdict_lines
-from sim.shared import junit
-from sim.shared.argtypes import (
+from rtalab.loadtests.check import LedgerError, check_run
+from rtalab.loadtests.check.rules import HAZARDS
+from rtalab.loadtests.check.show import verdict_lines
+from rtalab.sim.shared import junit
+from rtalab.sim.shared.argtypes import (
     add_command,
     add_quiet,
     opt,
     repeatable,
     usage_error,
 )
-from sim.shared.junit import add_junit_argument
+from rtalab.sim.shared.junit import add_junit_argument
 
 PROG = "rtalab check"
 EXIT_FAILED = 1

@@ -45,8 +45,8 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from sim.policy.codes import RETRYABLE_CODES
-from sim.vocab import AttemptOutcome as A
+from rtalab.sim.policy.codes import RETRYABLE_CODES
+from rtalab.sim.vocab import AttemptOutcome as A
 
 CoverageStatus = Literal["exercised", "not exercised", "not observable"]
 CLASSES = {

@@ -5,7 +5,7 @@ over them, so every binding gets a share of the same workload and faults.  A2A 1
 requires every binding an agent offers to be functionally equivalent; this rule checks
 it on the run's own ledgers, split by the attempts' and turns' ``binding`` column:
 
-1. **delivery** — the delivery rules (:mod:`loadtests.check.rules`, violations only) are
+1. **delivery** — the delivery rules (:mod:`rtalab.loadtests.check.rules`, violations only) are
    evaluated on each binding's share of the ledgers.  When a rule's violations (``K`` in
    all) fall on the bindings unevenly, each binding ``b`` with ``k_b`` of them is tested
    against its share of the turns ``s_b``: the exact binomial tail
@@ -42,9 +42,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from loadtests.check.ledger import Events, Ledgers
-from loadtests.check.verdict import FAIL, NOT_CHECKED, PASS, RuleResult
-from sim.shared.stats import holm
+from rtalab.loadtests.check.ledger import Events, Ledgers
+from rtalab.loadtests.check.verdict import FAIL, NOT_CHECKED, PASS, RuleResult
+from rtalab.sim.shared.stats import holm
 
 NAME = "transport-equivalence"
 SECTION = "A2A §5.1 (every binding an agent offers is functionally equivalent)"

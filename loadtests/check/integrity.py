@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadtests.check.verdict import (
+from rtalab.loadtests.check.verdict import (
     FAIL,
     INTERRUPTED,
     KEY_FIGURES,
@@ -38,9 +38,9 @@ from loadtests.check.verdict import (
     Status,
     examples_of,
 )
-from loadtests.common.tls import INSECURE_WARNING
-from sim.answers.slo import SloError, metric_value, parse_slo
-from sim.vocab import AttemptOutcome as A
+from rtalab.loadtests.common.tls import INSECURE_WARNING
+from rtalab.sim.answers.slo import SloError, metric_value, parse_slo
+from rtalab.sim.vocab import AttemptOutcome as A
 
 INTEGRITY = "run integrity"
 AVAILABILITY_MIN = 0.9  # default availability gate: share of judged turns that completed

@@ -23,8 +23,8 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from loadtests.check.ledger import Events, Ledgers
-from loadtests.check.verdict import (
+from rtalab.loadtests.check.ledger import Events, Ledgers
+from rtalab.loadtests.check.verdict import (
     FAIL,
     NOT_CHECKED,
     PASS,
@@ -34,10 +34,10 @@ from loadtests.check.verdict import (
     examples_of,
     per_1k,
 )
-from sim.policy.codes import RETRYABLE_CODES
-from sim.policy.decide import RetryPolicy
-from sim.vocab import AttemptOutcome as A
-from sim.vocab import EndReason, TurnOutcome
+from rtalab.sim.policy.codes import RETRYABLE_CODES
+from rtalab.sim.policy.decide import RetryPolicy
+from rtalab.sim.vocab import AttemptOutcome as A
+from rtalab.sim.vocab import EndReason, TurnOutcome
 
 TURN_COLS = ["call_id", "turn_index"]
 SUCCESS_OUTCOMES = (A.COMPLETED,)

@@ -2,11 +2,11 @@
 
 Reads ``RUN_DIR/ledger/*.jsonl`` (docs/ledger.md), ``RUN_DIR/scenario.toml`` (the
 Live policy whose attempt limits ``retry-limit`` applies) and what the load run
-wrote besides (:mod:`loadtests.check.integrity`), evaluates every rule set of
+wrote besides (:mod:`rtalab.loadtests.check.integrity`), evaluates every rule set of
 :data:`RULE_SETS` and writes ``verdict.json`` + ``verdict.txt`` into the run
 folder.  ``rtalab load run``, ``rtalab load summarize`` and ``rtalab check`` all
 call this, so they give the same verdict.  Raises
-:class:`~loadtests.check.ledger.LedgerError` on unusable input.
+:class:`~rtalab.loadtests.check.ledger.LedgerError` on unusable input.
 
 Extending the verdict: append a function ``(ctx: Context) -> list[RuleResult]`` to
 :data:`RULE_SETS` (more named rules), or set :data:`COVERAGE` to a function
@@ -24,15 +24,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadtests.check import equivalence as E
-from loadtests.check import integrity as I
-from loadtests.check import rules as R
-from loadtests.check.coverage import coverage, read_restarts, turns_across_restarts
-from loadtests.check.ledger import Ledgers, read_ledgers
-from loadtests.check.verdict import RuleResult, Verdict
-from sim.config import ConfigError, build
-from sim.policy.config import LivePolicyConfig
-from sim.policy.decide import RetryPolicy
+from rtalab.loadtests.check import equivalence as E
+from rtalab.loadtests.check import integrity as I
+from rtalab.loadtests.check import rules as R
+from rtalab.loadtests.check.coverage import coverage, read_restarts, turns_across_restarts
+from rtalab.loadtests.check.ledger import Ledgers, read_ledgers
+from rtalab.loadtests.check.verdict import RuleResult, Verdict
+from rtalab.sim.config import ConfigError, build
+from rtalab.sim.policy.config import LivePolicyConfig
+from rtalab.sim.policy.decide import RetryPolicy
 
 
 def load_policy(run_dir: Path) -> tuple[RetryPolicy | None, str]:
@@ -93,7 +93,8 @@ class Context:
 
 
 def delivery_rules(ctx: Context) -> list[RuleResult]:
-    """The delivery rules of errors.md (:mod:`loadtests.check.rules`), in RULE_NAMES order."""
+    """The delivery rules of errors.md (:mod:`rtalab.loadtests.check.rules`), in RULE_NAMES
+    order."""
     p, seq, limits, policy, why = ctx.p, ctx.seq, ctx.limits, ctx.policy, ctx.policy_problem
     # the rules without the events ledger first: its parse may still be running
     lost, duplicated, ghost = R.rule_lost(p), R.rule_duplicated(p), R.rule_ghost(p, limits)
@@ -126,7 +127,7 @@ def _indeterminate(ctx: Context) -> np.ndarray:
 
 
 def equivalence_rules(ctx: Context) -> list[RuleResult]:
-    """``transport-equivalence`` (:mod:`loadtests.check.equivalence`): the delivery rules on
+    """``transport-equivalence`` (:mod:`rtalab.loadtests.check.equivalence`): the delivery rules on
     each binding's share, success and latency compared; per-binding figures in
     ``ctx.extra["by_binding"]``."""
     led, p = ctx.led, ctx.p
@@ -177,7 +178,7 @@ def gate_rules(ctx: Context) -> list[RuleResult]:
 
 
 def coverage_table(ctx: Context) -> list[dict[str, Any]]:
-    """The verdict's coverage section (:mod:`loadtests.check.coverage`)."""
+    """The verdict's coverage section (:mod:`rtalab.loadtests.check.coverage`)."""
     stats_reordered = 0
     if ctx.led.events is not None and len(ctx.led.events):
         stats_reordered = len(R.stream_order(ctx.led.events, played=False))

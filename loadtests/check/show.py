@@ -1,7 +1,7 @@
 """The verdict on a terminal (``rtalab check``, the end of ``rtalab load run``): readable at
 80 columns -- one line per rule with a marker, its count and rate, the detail wrapped
 under it, examples for failures, and a footer saying what the markers mean.  What the
-verdict says is :class:`loadtests.check.Verdict`'s; this module only lays it out."""
+verdict says is :class:`rtalab.loadtests.check.Verdict`'s; this module only lays it out."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from loadtests.check.coverage import coverage_text
+from rtalab.loadtests.check.coverage import coverage_text
 
 Status = Literal["pass", "fail", "not-checked"]
 Kind = Literal["violation", "hazard", "integrity", "gate"]

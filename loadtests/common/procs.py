@@ -33,7 +33,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from loadtests.common.tls import ClientTls, ServerTls, TlsError, client_grpc_credentials, reason
+from rtalab.loadtests.common.tls import (
+    ClientTls,
+    ServerTls,
+    TlsError,
+    client_grpc_credentials,
+    reason,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCALHOST = "127.0.0.1"
@@ -77,7 +83,7 @@ def url_problem(url: str, tls: ClientTls | None = None, timeout_s: float = 5.0,
                 json_keys: Sequence[str] = ()) -> str | None:
     """Why ``url`` cannot be used, in one line, or None when it answers 2xx (and, with
     ``json_keys``, a JSON object having them): the status as sent (``answers HTTP 503
-    Service Unavailable``), the certificate problem (:func:`loadtests.common.tls.reason`),
+    Service Unavailable``), the certificate problem (:func:`rtalab.loadtests.common.tls.reason`),
     or that it does not answer, with the connection error (refused, timed out, unknown
     host)."""
     tls = tls or ClientTls()
@@ -110,8 +116,8 @@ def grpc_problem(address: str, secure: bool, tls: ClientTls | None = None,
     """Why the gRPC server at ``address`` cannot be used, in one line, or None when it
     answers: one unary call of a method no server has (an answer, UNIMPLEMENTED or any
     other status, means the connection and its TLS work), on a channel verified as the Live
-    users' is (:func:`loadtests.common.tls.client_grpc_credentials`).  UNAVAILABLE is
-    the certificate problem (:func:`loadtests.common.tls.reason`, a handshake of our own
+    users' is (:func:`rtalab.loadtests.common.tls.client_grpc_credentials`).  UNAVAILABLE is
+    the certificate problem (:func:`rtalab.loadtests.common.tls.reason`, a handshake of our own
     when gRPC says only "Socket closed") or that it does not answer."""
     # lazy: +52 ms (grpc) off importing procs
     import grpc
@@ -465,14 +471,14 @@ def start_witness(db_path: str | Path, port: int | None = None,
                   timeout_s: float = 30.0, wait: bool = True,
                   server_tls: ServerTls = ServerTls(),
                   client_tls: ClientTls | None = None) -> ManagedProcess:
-    """``python -m loadtests.witness`` on ``host:port`` with its ledger at ``db_path``
+    """``python -m rtalab.loadtests.witness`` on ``host:port`` with its ledger at ``db_path``
     (serving TLS with ``server_tls``; readiness checked with ``client_tls``).
 
     ``wait=False`` returns as soon as it is started (start something else meanwhile, then
     :func:`wait_ready`)."""
 
     def start(p: int) -> ManagedProcess:
-        cmd = [sys.executable, "-m", "loadtests.witness", "--host", host, "--port", str(p),
+        cmd = [sys.executable, "-m", "rtalab.loadtests.witness", "--host", host, "--port", str(p),
                "--db", str(db_path), *server_tls.to_args(), *extra_args]
         base = f"{server_tls.scheme}://{host}:{p}"
         if not wait:
@@ -501,8 +507,8 @@ def wait_ready(proc: ManagedProcess, path: str, timeout_s: float = 30.0,
 def reasoner_command(*, port: int, host: str = LOCALHOST, workers: int = 1,
                      dedup: str | None = None, scenario: str | Path | None = None,
                      witness: str | None = None, extra_args: Sequence[str] = ()) -> list[str]:
-    """The command line of ``python -m loadtests.reasoner`` for these options."""
-    cmd = [sys.executable, "-m", "loadtests.reasoner", "--host", host, "--port", str(port),
+    """The command line of ``python -m rtalab.loadtests.reasoner`` for these options."""
+    cmd = [sys.executable, "-m", "rtalab.loadtests.reasoner", "--host", host, "--port", str(port),
            "--workers", str(workers)]
     if dedup is not None:
         cmd += ["--dedup", dedup]

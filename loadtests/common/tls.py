@@ -2,7 +2,7 @@
 
 - The clients' side — :class:`ClientTls`, the one-line certificate problems
   (:func:`describe`, :func:`reason`, :func:`diagnose`) and the client options — is
-  :mod:`sim.shared.tls` (standard library only, so ``sim``'s commands have it too);
+  :mod:`rtalab.sim.shared.tls` (standard library only, so ``sim``'s commands have it too);
   everything of it is importable from here.
 - :func:`client_grpc_credentials` — ``grpc.ChannelCredentials`` of a :class:`ClientTls`.
 - :class:`ServerTls` — what a server presents and requires: ``--tls-cert`` / ``--tls-key``
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from sim.shared.argtypes import Option
-from sim.shared.tls import (  # the clients' side, re-exported (__all__)
+from rtalab.sim.shared.argtypes import Option
+from rtalab.sim.shared.tls import (  # the clients' side, re-exported (__all__)
     CA,
     CLIENT_CERT,
     CLIENT_EXPIRED,
@@ -56,7 +56,7 @@ from sim.shared.tls import (  # the clients' side, re-exported (__all__)
     short_reason,
 )
 
-#: everything public here, the clients' side of sim.shared.tls included
+#: everything public here, the clients' side of rtalab.sim.shared.tls included
 __all__ = [
     "CA", "CLIENT_CERT", "CLIENT_EXPIRED", "CLIENT_KEY", "CLIENT_REJECTED",
     "CLIENT_REJECTED_LIKELY", "CLIENT_REQUIRED", "CLIENT_REQUIRED_LIKELY", "ENV", "EXPIRED",

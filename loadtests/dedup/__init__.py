@@ -8,10 +8,10 @@ URLs::
     redis://HOST[:PORT][/DB]            Redis (port 6379 by default; rediss://, user:pw@)
 
 Optional query parameters (any backend): ``lease_s`` (in-flight lease, seconds)
-and ``on_stale`` (``fail`` | ``reclaim``, see :mod:`loadtests.dedup.base`);
+and ``on_stale`` (``fail`` | ``reclaim``, see :mod:`rtalab.loadtests.dedup.base`);
 SQLite also ``synchronous`` (``normal`` | ``full``) and ``inline`` (``1`` | ``0``: run
 statements on the event loop, or all on the store's thread; see
-:mod:`loadtests.dedup.sqlite`), Redis also ``prefix`` and ``timeout_s`` (a command
+:mod:`rtalab.loadtests.dedup.sqlite`), Redis also ``prefix`` and ``timeout_s`` (a command
 unanswered this long fails, cause ``timeout``; default 2).
 A value in the URL wins over the keyword argument of the same name.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from loadtests.dedup.base import (
+from rtalab.loadtests.dedup.base import (
     DEFAULT_LEASE_S,
     Claim,
     DedupStore,
@@ -31,8 +31,8 @@ from loadtests.dedup.base import (
     is_lost_outcome,
     lost_outcome,
 )
-from loadtests.dedup.memory import MemoryStore
-from loadtests.dedup.sqlite import SqliteStore
+from rtalab.loadtests.dedup.memory import MemoryStore
+from rtalab.loadtests.dedup.sqlite import SqliteStore
 
 __all__ = ["Claim", "DedupStore", "StoreStats", "is_lost_outcome", "lost_outcome",
            "open_store", "parse_store_url"]
@@ -118,7 +118,7 @@ def open_store(url: str, window_s: float, *, lease_s: float = DEFAULT_LEASE_S,
         return MemoryStore(window_s, **options)
     if backend == "sqlite":
         return SqliteStore(Path(target).expanduser().absolute(), window_s, **options)
-    # lazy: +287 ms (redis, opentelemetry, cryptography) off importing loadtests.dedup
-    from loadtests.dedup.redis import RedisStore
+    # lazy: +287 ms (redis, opentelemetry, cryptography) off importing rtalab.loadtests.dedup
+    from rtalab.loadtests.dedup.redis import RedisStore
 
     return RedisStore(target, window_s, **options)

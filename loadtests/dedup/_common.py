@@ -2,7 +2,7 @@
 entry (:func:`peek_view`) and :class:`PollingStore`, their base class (per-process
 counters, ``wait``).
 
-The entry rule itself (:func:`judge`, :class:`Row`) is :mod:`sim.shared.dedup_rule`'s,
+The entry rule itself (:func:`judge`, :class:`Row`) is :mod:`rtalab.sim.shared.dedup_rule`'s,
 re-exported here for the backends."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from loadtests.dedup.base import Claim, DedupStore, StoreStats
+from rtalab.loadtests.dedup.base import Claim, DedupStore, StoreStats
 
 # THE rule (docs/decisions.md D4), re-exported
-from sim.shared.dedup_rule import Row as Row
-from sim.shared.dedup_rule import Verdict
-from sim.shared.dedup_rule import judge as judge
+from rtalab.sim.shared.dedup_rule import Row as Row
+from rtalab.sim.shared.dedup_rule import Verdict
+from rtalab.sim.shared.dedup_rule import judge as judge
 
 PeekState = Literal["done", "in_flight", "gone"]
 Peek = Callable[[str, str], Awaitable[tuple[PeekState, dict[str, Any] | None]]]

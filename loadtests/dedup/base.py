@@ -21,7 +21,7 @@ Protocol of use by the Reasoner, for one incoming request:
      :func:`lost_outcome`: answer FAILED with its ``errorCode`` (``internal``).
    - ``"conflict"``: the key is live for a request with another fingerprint
      (``claim(..., fingerprint=...)``, stored with the entry; rule:
-     :func:`sim.shared.dedup_rule.judge`): a reuse of the key by a different request,
+     :func:`rtalab.sim.shared.dedup_rule.judge`): a reuse of the key by a different request,
      neither replayed nor executed; nothing is written.
 2. Entries are kept at least while in flight and ``window_s`` after completion.
    A claim with ``now_s > completed_at + window_s`` treats the entry as new
@@ -35,7 +35,7 @@ transaction, one statement or script) and returns the principal it is bound to:
 principal otherwise.  A binding lasts ``window_s`` after it was made (then the
 context may be bound anew; ``purge`` drops it); bindings live apart from the
 dedup entries, so no ``(ctx, key)`` can collide with them.  The Reasoner's
-:mod:`loadtests.reasoner.sessions` uses it for tenant isolation across workers.
+:mod:`rtalab.loadtests.reasoner.sessions` uses it for tenant isolation across workers.
 
 Times (``now_s``) are wall-clock epoch seconds (``time.time()``): entries are
 compared across worker processes, restarts and (Redis) hosts.
@@ -43,7 +43,7 @@ compared across worker processes, restarts and (Redis) hosts.
 Leases and crashed owners.  An in-flight entry whose ``claimed_at`` is older than
 ``lease_s`` is *stale*: its owner probably died.  So is one whose owner the
 claimant proved dead (``claim(..., dead_owner=owner)``; owner ids name their
-process, :mod:`loadtests.reasoner.owners`), at once — but it may have run the side
+process, :mod:`rtalab.loadtests.reasoner.owners`), at once — but it may have run the side
 effect before dying, so the outcome is unknown.  ``on_stale`` picks the rule:
 
 - ``"fail"`` (default, at-most-once): the next claim or waiter turns the entry
@@ -69,7 +69,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sim.shared.dedup_rule import StalePolicy as StalePolicy  # re-exported
+from rtalab.sim.shared.dedup_rule import StalePolicy as StalePolicy  # re-exported
 
 ClaimState = Literal["new", "in_flight", "done", "conflict"]
 STALE_POLICIES: tuple[str, ...] = ("fail", "reclaim")

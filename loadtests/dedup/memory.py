@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any
 
-from loadtests.dedup._common import (
+from rtalab.loadtests.dedup._common import (
     EntryKey,
     PeekState,
     PollingStore,
@@ -21,8 +21,8 @@ from loadtests.dedup._common import (
     judge,
     peek_view,
 )
-from loadtests.dedup.base import Claim, StoreStats, lost_outcome
-from sim.shared.dedup_rule import expired
+from rtalab.loadtests.dedup.base import Claim, StoreStats, lost_outcome
+from rtalab.sim.shared.dedup_rule import expired
 
 
 class MemoryStore(PollingStore):

@@ -8,9 +8,9 @@ claiming request's fingerprint (absent or empty: never conflicts).
 
 Claim.  The claim is ``SET NX`` with a lease, done inside a Lua script so that
 "insert if absent", "replay if done", "past the window" and the stale-lease rule
-(:mod:`loadtests.dedup.base`) are one atomic round trip and use the same rule
-as the other backends (:func:`sim.shared.dedup_rule.judge`; a parity test proves it).  Key TTLs
-garbage-collect entries in real time: an in-flight key lives ``lease_s +
+(:mod:`rtalab.loadtests.dedup.base`) are one atomic round trip and use the same rule
+as the other backends (:func:`rtalab.sim.shared.dedup_rule.judge`; a parity test proves it).  Key
+TTLs garbage-collect entries in real time: an in-flight key lives ``lease_s +
 window_s``, a finished one ``window_s``; ``purge`` therefore only trims the
 in-flight index (a sorted set used by ``stats``) of owners that vanished.
 
@@ -44,11 +44,11 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
-from loadtests.dedup._common import PeekState, PollingStore
-from loadtests.dedup.base import Claim, StoreStats
+from rtalab.loadtests.dedup._common import PeekState, PollingStore
+from rtalab.loadtests.dedup.base import Claim, StoreStats
 
-# sim.shared.dedup_rule.judge in Lua (closed window: expired at now > completed + window; a live
-# entry whose fingerprint differs from the claim's is a conflict; stale at now - claimed >
+# rtalab.sim.shared.dedup_rule.judge in Lua (closed window: expired at now > completed + window; a
+# live entry whose fingerprint differs from the claim's is a conflict; stale at now - claimed >
 # lease, or when the in-flight owner is the dead owner named by the caller).
 # KEYS: entry, in-flight index.  ARGV: mode (claim|peek), owner, now, lease_s, window_s,
 # on_stale, in-flight ttl ms, done ttl ms, dead owner ('' = none), fingerprint ('' = none).

@@ -28,7 +28,7 @@ stalled the store for ~70 ms.)
 Concurrency.  Every statement is its own autocommit transaction (or part of a
 group commit on the thread, below).  A claim is ``INSERT ... ON CONFLICT DO
 NOTHING`` (one statement, atomic across processes); when the row exists, the
-decision (:func:`sim.shared.dedup_rule.judge`) is applied with
+decision (:func:`rtalab.sim.shared.dedup_rule.judge`) is applied with
 compare-and-set ``UPDATE``\\ s naming the row's previous owner and time, so two
 processes resolving the same stale row cannot both win.  A context binding
 (:meth:`SqliteStore.bind`) is one upsert into the ``bindings`` table that only
@@ -50,7 +50,7 @@ thread and keep it busy — measured at 50 concurrent turns, half the operations
 took that path, each waiting ~40 ms and costing a thread hop plus GIL
 contention.  With ``synchronous=full`` (an fsync per commit) or
 ``inline=False`` every operation goes to the store's dedicated thread
-(:class:`loadtests.dedup.dbthread.DbThread`), whose connection waits for locks
+(:class:`rtalab.loadtests.dedup.dbthread.DbThread`), whose connection waits for locks
 (``busy_timeout``) and group-commits whatever is queued; a claim whose caller
 was cancelled while it ran there is abandoned.  The thread also runs the
 checkpoints, ``purge`` and ``stats``.
@@ -73,15 +73,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from loadtests.dedup._common import (
+from rtalab.loadtests.dedup._common import (
     PeekState,
     PollingStore,
     Row,
     judge,
     peek_view,
 )
-from loadtests.dedup.base import Claim, StoreStats, lost_outcome
-from loadtests.dedup.dbthread import DbThread
+from rtalab.loadtests.dedup.base import Claim, StoreStats, lost_outcome
+from rtalab.loadtests.dedup.dbthread import DbThread
 
 T = TypeVar("T")
 Synchronous = Literal["normal", "full"]
@@ -97,7 +97,8 @@ CREATE TABLE IF NOT EXISTS dedup (
     completed_at REAL,
     t            REAL NOT NULL,   -- claimed_at while in flight, completed_at when done
     outcome      TEXT,            -- JSON
-    fingerprint  TEXT NOT NULL DEFAULT '',  -- of the claiming request (sim.shared.dedup_rule)
+    fingerprint  TEXT NOT NULL DEFAULT '',  -- of the claiming request
+                                            -- (rtalab.sim.shared.dedup_rule)
     PRIMARY KEY (context_id, key)
 );
 CREATE INDEX IF NOT EXISTS dedup_state_t ON dedup (state, t);
@@ -461,7 +462,7 @@ class SqliteStore(PollingStore):
 
     def _purge_sync(self, db: Db, now_s: float) -> int:
         """Delete done rows and bindings past the window, in-flight rows past lease + window."""
-        # ``t + window < now``: the arithmetic of sim.shared.dedup_rule.expired
+        # ``t + window < now``: the arithmetic of rtalab.sim.shared.dedup_rule.expired
         # (IEEE doubles in both)
         w, lw = self.window_s, self.lease_s + self.window_s
         n = db.execute("DELETE FROM dedup WHERE state = 'done' AND t + ? < ?",

@@ -2,7 +2,7 @@
 
 Starts a Reasoner (1 worker, SQLite store, test hooks, the tests' fast
 scenario and tokens) unless ``--url`` names one, fuzzes each binding with
-``--requests`` requests (:mod:`loadtests.fuzz.engine`), and prints per binding: the
+``--requests`` requests (:mod:`rtalab.loadtests.fuzz.engine`), and prints per binding: the
 requests, the share that reached turn parsing, completed turns, 5xx,
 unanswered, sockets lost, server-side unhandled exceptions and the oracle's
 verdict, plus the server's RSS before and after (own server only).  Writes
@@ -20,13 +20,13 @@ from typing import Any
 
 import psutil
 
-from loadtests.common.procs import start_reasoner, url_problem
-from loadtests.common.tls import add_client_tls, client_tls_from_args
-from loadtests.fuzz.engine import BINDINGS, MIN_REACHED, BindingReport, fuzz_binding
-from loadtests.wireclient import FAST_SCENARIO, TOKENS, Client
-from sim.shared.argtypes import UsageError, add_command, add_quiet, positive_int
-from sim.shared.progress import progress_bar, should_show
-from sim.shared.results import RunLifecycle
+from rtalab.loadtests.common.procs import start_reasoner, url_problem
+from rtalab.loadtests.common.tls import add_client_tls, client_tls_from_args
+from rtalab.loadtests.fuzz.engine import BINDINGS, MIN_REACHED, BindingReport, fuzz_binding
+from rtalab.loadtests.wireclient import FAST_SCENARIO, TOKENS, Client
+from rtalab.sim.shared.argtypes import UsageError, add_command, add_quiet, positive_int
+from rtalab.sim.shared.progress import progress_bar, should_show
+from rtalab.sim.shared.results import RunLifecycle
 
 DEFAULT_REQUESTS = 10_000
 

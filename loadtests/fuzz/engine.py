@@ -44,7 +44,7 @@ from typing import Any
 import httpx
 from websockets.exceptions import ConnectionClosed
 
-from loadtests.wireclient import (
+from rtalab.loadtests.wireclient import (
     ALICE,
     BOB,
     END_STATES,

@@ -1,8 +1,8 @@
 """The registry of the Live users' bindings: a name -> channel factory map.
 
-A binding is one module of :mod:`loadtests.live` that defines
-``open_channel(ctx: ChannelContext) -> Channel`` (the :class:`loadtests.live.call.Channel`
-interface :class:`loadtests.live.call.Call` drives).  :data:`REGISTRY` names each
+A binding is one module of :mod:`rtalab.loadtests.live` that defines
+``open_channel(ctx: ChannelContext) -> Channel`` (the :class:`rtalab.loadtests.live.call.Channel`
+interface :class:`rtalab.loadtests.live.call.Call` drives).  :data:`REGISTRY` names each
 one with the third-party modules it needs: ``--binding all`` means every binding
 whose module and requirements are installed here (:func:`available`).  A new
 binding plugs in as one module plus one :class:`Binding` row below.
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sim.vocab import BindingName as B
+from rtalab.sim.vocab import BindingName as B
 
 COMPAT = {"both": ("sse", "ws")}  # names kept for earlier command lines
 ALL = "all"
@@ -34,9 +34,9 @@ ALL = "all"
 @dataclass(frozen=True)
 class ChannelContext:
     """What a channel factory gets for one call: the Locust user's HTTP session and base URL
-    (``client``, ``host``), the run's :class:`loadtests.live.config.LoadSettings`, this call's
-    bearer token, Locust's ``events`` (for stats rows) and the client TLS settings
-    (:class:`loadtests.common.tls.ClientTls`)."""
+    (``client``, ``host``), the run's :class:`rtalab.loadtests.live.config.LoadSettings`, this
+    call's bearer token, Locust's ``events`` (for stats rows) and the client TLS settings
+    (:class:`rtalab.loadtests.common.tls.ClientTls`)."""
 
     client: Any
     host: str
@@ -86,10 +86,10 @@ class Binding:
 
 
 REGISTRY: dict[str, Binding] = {b.name: b for b in (
-    Binding(B.SSE, "loadtests.live.sse", "JSON-RPC over HTTP with SSE"),
-    Binding(B.REST, "loadtests.live.rest", "HTTP+JSON (REST) with SSE"),
-    Binding(B.GRPC, "loadtests.live.grpc_channel", "gRPC", requires=("grpc",)),
-    Binding(B.WS, "loadtests.live.ws", "JSON-RPC over WebSocket", requires=("websockets",)),
+    Binding(B.SSE, "rtalab.loadtests.live.sse", "JSON-RPC over HTTP with SSE"),
+    Binding(B.REST, "rtalab.loadtests.live.rest", "HTTP+JSON (REST) with SSE"),
+    Binding(B.GRPC, "rtalab.loadtests.live.grpc_channel", "gRPC", requires=("grpc",)),
+    Binding(B.WS, "rtalab.loadtests.live.ws", "JSON-RPC over WebSocket", requires=("websockets",)),
 )}
 
 

@@ -1,12 +1,12 @@
 """One call of the Live layer: its turns, each turn's attempts, retries and injected faults.
 
-This is the Locust counterpart of :mod:`sim.model.live` and follows its rules
+This is the Locust counterpart of :mod:`rtalab.sim.model.live` and follows its rules
 (read its docstring): both drive the one sans-IO turn machine
-(:class:`sim.policy.turn.TurnMachine`: ids, continuation, barge-in, budget calls, the retry
+(:class:`rtalab.sim.policy.turn.TurnMachine`: ids, continuation, barge-in, budget calls, the retry
 decision, every ending) — this module from the call's greenlet and the channel of its
-binding; the same :class:`sim.policy.RetryPolicy`, retry budget
-(:func:`sim.policy.make_budget`, one per Live instance = Locust process) and
-:class:`sim.policy.Escalation` (one per call) make every decision; turn counts,
+binding; the same :class:`rtalab.sim.policy.RetryPolicy`, retry budget
+(:func:`rtalab.sim.policy.make_budget`, one per Live instance = Locust process) and
+:class:`rtalab.sim.policy.Escalation` (one per call) make every decision; turn counts,
 think times, side-effect and handoff draws, caller answers and handoff
 abandonment use the scenario's ``[workload]`` and ``[live]`` values.
 
@@ -54,17 +54,25 @@ import gevent
 import gevent.event
 import numpy as np
 
-from loadtests.live.config import LiveOptions
-from loadtests.live.playback import Playback
-from loadtests.live.wire import TIMING_COLUMNS, Event, Ids, parse_event, streaming_request
-from sim.model.rand import sampler
-from sim.policy import RetryBudget, RetryPolicy, make_budget
-from sim.policy.codes import ErrorCode
-from sim.policy.config import TimeoutConfig
-from sim.policy.turn import AWAIT_CALLER, END, WAIT, Action, CallMachine, TurnMachine, TurnRules
-from sim.scenario import Scenario
-from sim.vocab import AttemptOutcome as A
-from sim.vocab import CallEndReason, Told, TurnOutcome
+from rtalab.loadtests.live.config import LiveOptions
+from rtalab.loadtests.live.playback import Playback
+from rtalab.loadtests.live.wire import TIMING_COLUMNS, Event, Ids, parse_event, streaming_request
+from rtalab.sim.model.rand import sampler
+from rtalab.sim.policy import RetryBudget, RetryPolicy, make_budget
+from rtalab.sim.policy.codes import ErrorCode
+from rtalab.sim.policy.config import TimeoutConfig
+from rtalab.sim.policy.turn import (
+    AWAIT_CALLER,
+    END,
+    WAIT,
+    Action,
+    CallMachine,
+    TurnMachine,
+    TurnRules,
+)
+from rtalab.sim.scenario import Scenario
+from rtalab.sim.vocab import AttemptOutcome as A
+from rtalab.sim.vocab import CallEndReason, Told, TurnOutcome
 
 UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
 # what the caller was told, by turn outcome
@@ -160,7 +168,7 @@ class Channel(Protocol):
 
 
 class Sink(Protocol):
-    """Where rows go (:class:`loadtests.live.ledger.Ledger`)."""
+    """Where rows go (:class:`rtalab.loadtests.live.ledger.Ledger`)."""
 
     def attempt(self, row: dict[str, Any]) -> None: ...
     def events(self, rows: list[dict[str, Any]]) -> None: ...
@@ -207,7 +215,7 @@ def _id(prefix: str) -> str:
 
 
 class _Turn(TurnMachine):
-    """One turn: the sans-IO :class:`sim.policy.turn.TurnMachine` (ids, policy, endings) plus
+    """One turn: the sans-IO :class:`rtalab.sim.policy.turn.TurnMachine` (ids, policy, endings) plus
     what the wire needs.  Its clock is ``time.time()``; the rules' ``t0`` gives the budget the
     run's clock."""
 

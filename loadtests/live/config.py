@@ -4,9 +4,9 @@ One typed object goes from the command line to the Live users: ``rtalab load run
 builds :class:`LiveOptions` once from its flags and the scenario
 (:meth:`LiveOptions.of_scenario`), the run's :class:`LoadSettings` carry it unchanged,
 ``<run dir>/ledger/settings.json`` is that object serialised once
-(:func:`sim.config.to_plain`), and the locustfile of every process (master, workers, or the
+(:func:`rtalab.sim.config.to_plain`), and the locustfile of every process (master, workers, or the
 single local process), pointed at the file by the ``RTALAB_LOAD_SETTINGS`` environment
-variable, reads it back as the same types (:func:`sim.config.build`).  The test-only
+variable, reads it back as the same types (:func:`rtalab.sim.config.build`).  The test-only
 switches (negative controls and conformance hooks) are kept apart, in
 :class:`TestSwitches`.
 """
@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadtests.live.bindings import REGISTRY, binding_list
-from loadtests.live.wire import DEFAULT_EXT_URI
-from sim.config import build, to_plain
-from sim.policy.config import LivePolicyConfig
-from sim.scenario import RunConfig, Scenario
+from rtalab.loadtests.live.bindings import REGISTRY, binding_list
+from rtalab.loadtests.live.wire import DEFAULT_EXT_URI
+from rtalab.sim.config import build, to_plain
+from rtalab.sim.policy.config import LivePolicyConfig
+from rtalab.sim.scenario import RunConfig, Scenario
 
 ENV = "RTALAB_LOAD_SETTINGS"
 WORKER_DIR_ENV = "RTALAB_LOAD_WORKER_DIR"  # a remote worker's own run folder (rtalab load worker)
@@ -122,7 +122,7 @@ class LoadSettings:
 
     @classmethod
     def read(cls, path: str | Path) -> LoadSettings:
-        """Read the JSON written by :meth:`write` (the same types: ``sim.config.build``); a
+        """Read the JSON written by :meth:`write` (the same types: ``rtalab.sim.config.build``); a
         run folder written before the Live options had their own object reads as well."""
         return build(cls, _nested(json.loads(Path(path).read_text(encoding="utf-8"))))
 

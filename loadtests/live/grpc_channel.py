@@ -11,7 +11,7 @@ the whole process (every greenlet waits for it).
 
 A call's requests go as server-streaming RPCs on one ``grpc.Channel`` per Locust process and
 target (one HTTP/2 connection, streams multiplexed: what a media pipeline in front of its
-Reasoner would hold).  The Live layer (:mod:`loadtests.live.call`) speaks in JSON-RPC
+Reasoner would hold).  The Live layer (:mod:`rtalab.loadtests.live.call`) speaks in JSON-RPC
 request bodies and response objects, the same on every binding; this channel translates:
 
 - the request body becomes a ``SendMessageRequest`` (the same ids, text and ``rta/*``
@@ -21,7 +21,7 @@ request bodies and response objects, the same on every binding; this channel tra
   settles the negotiation (as the first SSE answer's header does), ``x-rta-worker`` names
   the worker; ``http_status`` is 200 for an accepted stream;
 - every ``StreamResponse`` becomes the JSON-RPC object the other bindings read (only what
-  :func:`loadtests.live.wire.parse_event` reads: kind, ids, state, metadata, the status
+  :func:`rtalab.loadtests.live.wire.parse_event` reads: kind, ids, state, metadata, the status
   message's metadata and text parts), so sequenceId reordering, the ledgers and every rule
   are the same code on every binding;
 - a call that ends with a gRPC status other than OK is one error frame carrying the
@@ -33,7 +33,7 @@ request bodies and response objects, the same on every binding; this channel tra
 
 ``CancelTask`` and ``GetTask`` are the unary RPCs; cancel is advisory (best effort, its
 answer's ``rta/sideEffect`` is read).  Certificates are verified on every gRPC channel
-(:func:`loadtests.common.tls.client_grpc_credentials`: grpcio cannot skip verification).
+(:func:`rtalab.loadtests.common.tls.client_grpc_credentials`: grpcio cannot skip verification).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ import json
 import time
 from typing import Any, Final
 
-from loadtests.common.tls import ClientTls, client_grpc_credentials, diagnose
-from loadtests.live.call import StreamBroken
-from loadtests.live.wire import code_of_http_status
+from rtalab.loadtests.common.tls import ClientTls, client_grpc_credentials, diagnose
+from rtalab.loadtests.live.call import StreamBroken
+from rtalab.loadtests.live.wire import code_of_http_status
 
 REQUEST_NAME: Final = "SendStreamingMessage"
 EXT_METADATA: Final = "a2a-extensions"
@@ -278,7 +278,7 @@ def error_frame(rpc_id: str | None, err: Any, ext_uri: str) -> dict[str, Any]:
 def _transport_failure(err: Any, channel: GrpcChannel | None = None) -> str:
     """A one-line cause of a failed connection or cut stream.  gRPC says only "Socket
     closed" when a TLS server refuses the handshake: on a secure channel one handshake of
-    our own names the cause (:func:`loadtests.common.tls.diagnose`: unknown CA, hostname
+    our own names the cause (:func:`rtalab.loadtests.common.tls.diagnose`: unknown CA, hostname
     mismatch, expired, client certificate required ...)."""
     details = (err.details() or "").replace("\n", " ")
     text = f"gRPC {err.code().name}: {details}"
@@ -461,7 +461,7 @@ class GrpcChannel:
 
 def open_channel(ctx: Any) -> GrpcChannel:
     """A gRPC channel for one call from a binding registry's context (``ctx.settings`` the
-    run's :class:`~loadtests.live.config.LoadSettings`: ``grpc_target``, ``grpc_secure``;
+    run's :class:`~rtalab.loadtests.live.config.LoadSettings`: ``grpc_target``, ``grpc_secure``;
     ``ctx.ext_uri``, ``ctx.token``, ``ctx.events``, ``ctx.tls``)."""
     s = ctx.settings
     return GrpcChannel(s.grpc_target, s.grpc_secure, ctx.ext_uri, ctx.token, ctx.events, ctx.tls)

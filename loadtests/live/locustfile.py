@@ -2,7 +2,7 @@
 
 Calls arrive as a Poisson process at the scenario's ``[workload]`` rate (or
 schedule), split evenly over the Locust processes; each call runs in its own
-greenlet (:class:`loadtests.live.call.Call`), so the number of calls in
+greenlet (:class:`rtalab.loadtests.live.call.Call`), so the number of calls in
 flight follows the load, not a user count.  Arrivals stop at
 ``duration_s``; a process then reports ``rta_idle`` when its calls are done.
 
@@ -32,12 +32,12 @@ from gevent.pool import Group
 from locust import FastHttpUser, constant, events, task
 from locust.runners import MasterRunner, WorkerRunner
 
-from loadtests.common.tls import ClientTls
-from loadtests.live.bindings import ChannelContext, open_channel
-from loadtests.live.call import Call, Instance
-from loadtests.live.config import ENV, WORKER_DIR_ENV, LoadSettings
-from loadtests.live.ledger import MSG_DONE, MSG_IDLE, MSG_LEDGER, Gatherer, Ledger
-from sim.scenario import load_scenario
+from rtalab.loadtests.common.tls import ClientTls
+from rtalab.loadtests.live.bindings import ChannelContext, open_channel
+from rtalab.loadtests.live.call import Call, Instance
+from rtalab.loadtests.live.config import ENV, WORKER_DIR_ENV, LoadSettings
+from rtalab.loadtests.live.ledger import MSG_DONE, MSG_IDLE, MSG_LEDGER, Gatherer, Ledger
+from rtalab.sim.scenario import load_scenario
 
 REPORT_WAIT_S = 3.5  # > Locust's worker report interval (3 s)
 CSV_INTERVAL_S = 0.25  # Locust's CSV write interval (its default: 1 s)
@@ -213,9 +213,9 @@ locust.stats.CSV_STATS_INTERVAL_SEC = CSV_INTERVAL_S  # type: ignore[assignment]
 # the settings (and the scenario) from the master when the run starts (a Locust custom
 # argument, forwarded to every worker in the spawn message)
 SETTINGS = LoadSettings.from_env() if os.environ.get(ENV) else None
-CLIENT_TLS = ClientTls.from_env()  # loadtests.common.tls.ENV, set by rtalab load run
+CLIENT_TLS = ClientTls.from_env()  # rtalab.loadtests.common.tls.ENV, set by rtalab load run
 if SETTINGS is not None and SETTINGS.uses_grpc:  # grpcio's gevent mode, before any gRPC object
-    from loadtests.live.grpc_channel import init_gevent
+    from rtalab.loadtests.live.grpc_channel import init_gevent
 
     init_gevent()
 PROCESS: Process | None = Process(SETTINGS) if SETTINGS is not None else None

@@ -1,6 +1,6 @@
 """Binding: A2A's HTTP+JSON (REST) binding, read without buffering through Locust's FastHttpUser.
 
-The same streaming reader as :mod:`loadtests.live.sse` (lines straight from the
+The same streaming reader as :mod:`rtalab.loadtests.live.sse` (lines straight from the
 geventhttpclient response, the whole stream as one Locust stats row, a half-read
 socket never returned to the pool), on the HTTP+JSON routes of A2A 1.0:
 
@@ -8,7 +8,7 @@ socket never returned to the pool), on the HTTP+JSON routes of A2A 1.0:
   request's ``params``, byte for byte: the same ids, text and ``rta/*`` metadata) answers
   an SSE stream of ``StreamResponse`` objects (``{"task": ...}``, ``{"statusUpdate": ...}``,
   ``{"artifactUpdate": ...}``); each is handed to the Live layer as the JSON-RPC response
-  object ``{"result": <StreamResponse>}`` (:func:`loadtests.live.wire.rest_frame`), so
+  object ``{"result": <StreamResponse>}`` (:func:`rtalab.loadtests.live.wire.rest_frame`), so
   reordering, the ledgers and every rule are the same code on every binding;
 - an error is an HTTP status with a google.rpc-style body (``{"error": {"code", "status",
   "message", "details": [google.rpc.ErrorInfo ...]}}``, as a2a-sdk's REST routes answer):
@@ -21,7 +21,7 @@ socket never returned to the pool), on the HTTP+JSON routes of A2A 1.0:
   activates it, as on JSON-RPC; the bearer token and ``A2A-Version: 1.0`` go as headers.
 
 Certificates are verified by the user's connection pool (the locustfile's
-``ssl_context_factory``: :class:`loadtests.common.tls.ClientTls`), as on JSON-RPC.
+``ssl_context_factory``: :class:`rtalab.loadtests.common.tls.ClientTls`), as on JSON-RPC.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import json
 from typing import Any, Final
 from urllib.parse import quote
 
-from loadtests.live.bindings import ChannelContext
-from loadtests.live.call import StreamBroken
-from loadtests.live.sse import SseChannel, SseExchange
-from loadtests.live.wire import (
+from rtalab.loadtests.live.bindings import ChannelContext
+from rtalab.loadtests.live.call import StreamBroken
+from rtalab.loadtests.live.sse import SseChannel, SseExchange
+from rtalab.loadtests.live.wire import (
     cancel_answer_side_effect,
     headers,
     http_error_frame,
@@ -124,5 +124,6 @@ class RestChannel(SseChannel):
 
 
 def open_channel(ctx: ChannelContext) -> RestChannel:
-    """The registry's factory (:mod:`loadtests.live.bindings`): requests on the user's pool."""
+    """The registry's factory (:mod:`rtalab.loadtests.live.bindings`): requests on the user's
+    pool."""
     return RestChannel(ctx.client, ctx.ext_uri, ctx.token)

@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from loadtests.common.tls import reason
-from loadtests.live.bindings import ChannelContext
-from loadtests.live.call import StreamBroken
-from loadtests.live.wire import (
+from rtalab.loadtests.common.tls import reason
+from rtalab.loadtests.live.bindings import ChannelContext
+from rtalab.loadtests.live.call import StreamBroken
+from rtalab.loadtests.live.wire import (
     cancel_answer_side_effect,
     cancel_request,
     decode_frame,
@@ -166,5 +166,6 @@ class SseChannel:
 
 
 def open_channel(ctx: ChannelContext) -> SseChannel:
-    """The registry's factory (:mod:`loadtests.live.bindings`): requests on the user's pool."""
+    """The registry's factory (:mod:`rtalab.loadtests.live.bindings`): requests on the user's
+    pool."""
     return SseChannel(ctx.client, ctx.ext_uri, ctx.token)

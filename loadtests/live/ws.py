@@ -26,10 +26,10 @@ from websockets.exceptions import InvalidStatus
 from websockets.protocol import State
 from websockets.sync.client import connect
 
-from loadtests.common.tls import ClientTls, reason
-from loadtests.live.bindings import ChannelContext
-from loadtests.live.call import StreamBroken
-from loadtests.live.wire import (
+from rtalab.loadtests.common.tls import ClientTls, reason
+from rtalab.loadtests.live.bindings import ChannelContext
+from rtalab.loadtests.live.call import StreamBroken
+from rtalab.loadtests.live.wire import (
     cancel_answer_side_effect,
     cancel_request,
     decode_frame,
@@ -284,5 +284,5 @@ class WsChannel:
 
 
 def open_channel(ctx: ChannelContext) -> WsChannel:
-    """The registry's factory (:mod:`loadtests.live.bindings`): one socket per call."""
+    """The registry's factory (:mod:`rtalab.loadtests.live.bindings`): one socket per call."""
     return WsChannel(ctx.host, ctx.ext_uri, ctx.token, ctx.events, ctx.tls)

@@ -1,6 +1,6 @@
 """A canned A2A stream server for the Live-user benchmark: no reasoning, just bytes.
 
-``python -m loadtests.loadrun.canned PORT`` serves, on 127.0.0.1:PORT, the same
+``python -m rtalab.loadtests.loadrun.canned PORT`` serves, on 127.0.0.1:PORT, the same
 turn for every request (but for its taskId, new per request as A2A demands of a new
 turn: ``task-N`` replaces the template's in the serialized bytes): Task SUBMITTED, a
 ``progress`` directive, three spoken chunks and COMPLETED, each with ``rta/sequenceId``
@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Any
 
-from loadtests.live.wire import DEFAULT_EXT_URI
+from rtalab.loadtests.live.wire import DEFAULT_EXT_URI
 
 P = DEFAULT_EXT_URI + "/"
 

@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-from loadtests.common.procs import ProcessError
-from loadtests.common.tls import INSECURE_WARNING, add_client_tls, client_tls_from_args
-from loadtests.dedup import parse_store_url
-from loadtests.live.bindings import help_text, parse_bindings
-from loadtests.live.config import TestSwitches
-from loadtests.loadrun.fleet import fleet_problem, fleet_warnings
-from loadtests.loadrun.orchestrate import (
+from rtalab.loadtests.common.procs import ProcessError
+from rtalab.loadtests.common.tls import INSECURE_WARNING, add_client_tls, client_tls_from_args
+from rtalab.loadtests.dedup import parse_store_url
+from rtalab.loadtests.live.bindings import help_text, parse_bindings
+from rtalab.loadtests.live.config import TestSwitches
+from rtalab.loadtests.loadrun.fleet import fleet_problem, fleet_warnings
+from rtalab.loadtests.loadrun.orchestrate import (
     RunError,
     RunOptions,
     reachable,
@@ -26,15 +26,15 @@ from loadtests.loadrun.orchestrate import (
     run_worker,
     summarize_run,
 )
-from loadtests.loadrun.probe import add_arguments as probe_arguments
-from loadtests.loadrun.probe import cmd_probe
-from loadtests.reasoner.cli import DEDUP, DEDUP_MODE, UNSAFE_BUG
-from sim.answers.slo import SloError, parse_slo
-from sim.config import ConfigError
-from sim.policy.codes import ALL_CODES, is_retryable
-from sim.scenario import load_scenario
-from sim.shared import junit
-from sim.shared.argtypes import (
+from rtalab.loadtests.loadrun.probe import add_arguments as probe_arguments
+from rtalab.loadtests.loadrun.probe import cmd_probe
+from rtalab.loadtests.reasoner.cli import DEDUP, DEDUP_MODE, UNSAFE_BUG
+from rtalab.sim.answers.slo import SloError, parse_slo
+from rtalab.sim.config import ConfigError
+from rtalab.sim.policy.codes import ALL_CODES, is_retryable
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared import junit
+from rtalab.sim.shared.argtypes import (
     DRAIN,
     DURATION,
     NO_PLOTS,
@@ -58,7 +58,7 @@ from sim.shared.argtypes import (
     repeatable,
     usage_error,
 )
-from sim.shared.junit import add_junit_argument
+from rtalab.sim.shared.junit import add_junit_argument
 
 PROG = "rtalab load run"
 
@@ -308,7 +308,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _print_end(run_dir: Path) -> None:
     """The end of every run: files, then the verdict line, failed rules and key figures."""
     # lazy: +1.91 s (scipy, pandas, pyarrow) off rtalab's start-up
-    from loadtests.check import Verdict
+    from rtalab.loadtests.check import Verdict
 
     print(f"results: {run_dir}")
     for name in ("report.html", "verdict.txt", "summary.json", "locust/locust.html"):
@@ -317,7 +317,7 @@ def _print_end(run_dir: Path) -> None:
     verdict = Verdict.read(run_dir)
     if verdict is not None:
         # lazy: +1.69 s (scipy, pandas, pyarrow) off rtalab's start-up
-        from loadtests.check.show import wrap_text
+        from rtalab.loadtests.check.show import wrap_text
 
         print(wrap_text(verdict.summary_text()), end="")
 
@@ -343,7 +343,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
             run / "ledger" / "clock.json").exists():
         return usage_error(f"rtalab: {run}: not a load run folder with a gathered ledger")
     # lazy: +1.66 s (scipy, pandas, pyarrow) off rtalab's start-up
-    from loadtests.check import LedgerError
+    from rtalab.loadtests.check import LedgerError
 
     try:
         rc, verdict = summarize_run(run)

@@ -1,4 +1,5 @@
-"""``make demo``: calibrate near the knee, predict, measure (``python -m loadtests.loadrun.demo``).
+"""``make demo``: calibrate near the knee, predict, measure
+(``python -m rtalab.loadtests.loadrun.demo``).
 
 One ``rtalab predict`` of ``docs/examples/calibration_deployment.toml`` (the embedded
 reference Reasoner, 2 worker processes sharing a pool of 8 concurrent turns, a Weibull
@@ -11,7 +12,7 @@ reasoning time the calibration is not told):
 3. B = 85 % utilisation of the calibrated model: 20 simulated replications of one measured
    window, then the load run at B;
 4. the same with a 10-s outage in the middle of the window;
-5. one HTML report (:mod:`loadtests.loadrun.demo_report`) and, on screen, one paragraph:
+5. one HTML report (:mod:`rtalab.loadtests.loadrun.demo_report`) and, on screen, one paragraph:
    what was predicted for one run (the 90 % one-run prediction interval), what was measured
    (its 95 % CI), and whether the prediction held.
 
@@ -54,7 +55,7 @@ def predict_argv(size: dict[str, float], deployment: str, out: Path) -> list[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m loadtests.loadrun.demo")
+    p = argparse.ArgumentParser(prog="python -m rtalab.loadtests.loadrun.demo")
     p.add_argument("--out", default="results", help="results root")
     p.add_argument("--small", action="store_true", help="the size of the tests")
     p.add_argument("--deployment", default=str(DEPLOYMENT), help="scenario of the deployment")
@@ -68,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo [{time.monotonic() - t0:6.1f} s] {text}", flush=True)
 
     # lazy: +566 ms (pandas, pyarrow) off importing demo
-    from loadtests.loadrun import demo_report
-    from sim.cli import main as rtalab
+    from rtalab.loadtests.loadrun import demo_report
+    from rtalab.sim.cli import main as rtalab
 
     say(f"load A = {size['rate_a']:g} calls/s for {size['duration_a']:g} s, calibrate, predict"
         f" B = {size['util_b'] * 100:.0f} % utilisation and B + {size['outage']:g}-s outage "

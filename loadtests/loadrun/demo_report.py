@@ -1,11 +1,12 @@
-"""The answer of ``make demo`` (:mod:`loadtests.loadrun.demo`), on screen and as one HTML report.
+"""The answer of ``make demo`` (:mod:`rtalab.loadtests.loadrun.demo`), on screen and as one HTML
+report.
 
 Everything is read from an ``rtalab predict`` folder (``prediction.json``, the simulations
 ``sim-*/`` and the load runs ``runs/``):
 
 * :func:`paragraph` — one paragraph: what was predicted for ONE measured run at B (the
   replications' median and 90 % one-run prediction interval of the headline metrics,
-  :func:`sim.shared.agreement.run_interval` through ``prediction.json``'s ``one_run`` rows),
+  :func:`rtalab.sim.shared.agreement.run_interval` through ``prediction.json``'s ``one_run`` rows),
   what was measured (the value and its 95 % bootstrap CI over calls), and whether the
   prediction held (the measured value inside the interval), per case (B; B with an outage);
 * :func:`ecdf_figure` — the figure that shows it: turn-completion ECDFs per case, the
@@ -27,11 +28,11 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from sim.calibrate.validate import SHORT_LABELS, OneRunRow, fmt_interval, one_run_from_json
-from sim.report.pieces import png_data, text_table
-from sim.report.render import render_report
-from sim.shared.fmt import fmt_value
-from sim.shared.summary import unit
+from rtalab.sim.calibrate.validate import SHORT_LABELS, OneRunRow, fmt_interval, one_run_from_json
+from rtalab.sim.report.pieces import png_data, text_table
+from rtalab.sim.report.render import render_report
+from rtalab.sim.shared.fmt import fmt_value
+from rtalab.sim.shared.summary import unit
 
 # the metrics the paragraph speaks of: the first case (B) and the others (B + outage)
 HEADLINE_B = ("completion_s.p50", "completion_s.p99", "success_rate")

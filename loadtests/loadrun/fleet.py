@@ -7,7 +7,7 @@ What the embedded deployment makes of each key (docs/contracts.md has the table)
 - ``state = "shared"``: all of them on one dedup store, the run's SQLite file (or the
   ``--dedup`` URL: Redis too); ``"per-replica"``: each its own in-memory store (``memory``),
   emptied by a restart; tasks are per process either way (docs/reasoner.md "Known gaps");
-- ``balancer``, ``health_check_s``: the chaos proxy's (:mod:`loadtests.chaos.balancer`),
+- ``balancer``, ``health_check_s``: the chaos proxy's (:mod:`rtalab.loadtests.chaos.balancer`),
   given every replica as an ``--upstream``; the proxy is always in front of a fleet;
 - ``[[fleet.failures]]``: replica ``replica`` SIGKILLed ``start_s`` after the load's start
   and started again on its port ``start_s + duration_s`` in (a row of
@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.scenario import FleetConfig, Scenario
-from sim.shared.fleet_hazards import hazards_by_cause, restart_cause
+from rtalab.sim.scenario import FleetConfig, Scenario
+from rtalab.sim.shared.fleet_hazards import hazards_by_cause, restart_cause
 
 RESTART_HOW = "replica"
 
@@ -180,7 +180,7 @@ def replica_of(worker: Any) -> int | None:
 def share_counters(attempts: list[dict[str, Any]], t0: float, replicas: int,
                    window: tuple[float, float]) -> dict[str, Any]:
     """``fleet.replica_requests_share.r<i>`` and ``fleet.requests_imbalance`` (max / mean
-    over replicas, as ``sim.model.fleet``) from the attempts answered by a replica whose
+    over replicas, as ``rtalab.sim.model.fleet``) from the attempts answered by a replica whose
     send falls in ``window`` (seconds since ``t0``: the measurement window); ``{}`` when no
     attempt names a replica (no balancing proxy)."""
     lo, hi = window
@@ -210,7 +210,7 @@ def share_counters(attempts: list[dict[str, Any]], t0: float, replicas: int,
 def hazard_counters(witness: list[dict[str, Any]], turns: list[dict[str, Any]],
                     restarts: list[dict[str, Any]], t0: float, warmup_s: float,
                     ignore_guids: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
-    """The hazards by cause, as ``sim.model.fleet`` counts them, from the witness rows of a
+    """The hazards by cause, as ``rtalab.sim.model.fleet`` counts them, from the witness rows of a
     fleet (``server`` = ``r<i>``, the replica's ``--instance``): per 1000 turns started
     after the warm-up, ``fleet.dup_request_guid_<cause>_per_1k_turns`` (an execution of a
     requestGuid that already ran) and ``fleet.reexecuted_turn_<cause>_per_1k_turns`` (a

@@ -1,7 +1,7 @@
 """``rtalab load run``: servers, Locust, crash schedule, ledgers, tables, verdict, results folder.
 
 Without ``--target`` the run starts, on free ports of 127.0.0.1 and with
-:mod:`loadtests.common.procs`: the witness (its ledger in the run folder), the
+:mod:`rtalab.loadtests.common.procs`: the witness (its ledger in the run folder), the
 reference Reasoner (workers and dedup store from the flags, else the
 scenario's ``[reasoner]``; ``--witness`` pointing at the witness; the witness
 takes ``[reasoner].tool_latency_s`` per side effect, as the simulator's tool),
@@ -13,12 +13,12 @@ SIGKILLs the Reasoner's process group S seconds after the load started and
 restarts it on the same port and the same dedup store.
 
 Locust runs headless as subprocesses (one local process, or a master and N
-workers), with :mod:`loadtests.live.locustfile`; its CSV/JSON/HTML land in
+workers), with :mod:`rtalab.loadtests.live.locustfile`; its CSV/JSON/HTML land in
 ``locust/``.  Afterwards the witness ledger and the Reasoner's ``/metrics``
 are saved next to the Live users' ledgers, the ledgers become the simulator's
-tables and ``summary.json`` (:mod:`loadtests.loadrun.tables`), the server's and the
+tables and ``summary.json`` (:mod:`rtalab.loadtests.loadrun.tables`), the server's and the
 witness's counts are saved (``ledger/counts.json``), and the checker
-(:func:`loadtests.check.check_run`) writes the run's one verdict (``verdict.json``:
+(:func:`rtalab.loadtests.check.check_run`) writes the run's one verdict (``verdict.json``:
 delivery rules, run-integrity checks, gates), which ``meta.json``, ``report.html``
 (written after the run is final), the terminal and the exit status repeat.
 
@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadtests.chaos.procs import start_chaos
-from loadtests.common.procs import (
+from rtalab.loadtests.chaos.procs import start_chaos
+from rtalab.loadtests.common.procs import (
     LOCALHOST,
     ManagedProcess,
     _pdeathsig_preexec,
@@ -58,9 +58,15 @@ from loadtests.common.procs import (
     url_ready,
     wait_ready,
 )
-from loadtests.common.tls import ClientTls, ServerTls
-from loadtests.live.config import ENV, WORKER_DIR_ENV, LiveOptions, LoadSettings, TestSwitches
-from loadtests.loadrun.fleet import (
+from rtalab.loadtests.common.tls import ClientTls, ServerTls
+from rtalab.loadtests.live.config import (
+    ENV,
+    WORKER_DIR_ENV,
+    LiveOptions,
+    LoadSettings,
+    TestSwitches,
+)
+from rtalab.loadtests.loadrun.fleet import (
     FailureSchedule,
     embedded_fleet,
     fleet_problem,
@@ -69,8 +75,8 @@ from loadtests.loadrun.fleet import (
     sum_metrics,
     write_restart_row,
 )
-from sim.scenario import Scenario, load_scenario
-from sim.shared.results import (
+from rtalab.sim.scenario import Scenario, load_scenario
+from rtalab.sim.shared.results import (
     RunLifecycle,
     collect_meta,
     signals_interrupt,
@@ -78,8 +84,8 @@ from sim.shared.results import (
     write_records,
     write_summary,
 )
-from sim.vocab import TIMEOUT_OUTCOMES
-from sim.vocab import AttemptOutcome as A
+from rtalab.sim.vocab import TIMEOUT_OUTCOMES
+from rtalab.sim.vocab import AttemptOutcome as A
 
 # attempts the server answered with an end state
 ANSWERED = (A.COMPLETED, A.FAILED, A.INPUT_REQUIRED, A.CANCELLED)
@@ -217,7 +223,7 @@ def run_tls(opts: RunOptions, run_dir: Path) -> tuple[ServerTls, ClientTls]:
     if not opts.serve_tls:
         return ServerTls(), opts.tls
     # lazy: +69 ms (cryptography) off importing orchestrate
-    from loadtests.common.certs import make_pki
+    from rtalab.loadtests.common.certs import make_pki
 
     pki = make_pki(run_dir / "tls")
     return (ServerTls(str(pki.server.cert), str(pki.server.key), str(pki.ca)),
@@ -557,7 +563,7 @@ def grpc_target(card_url: str, tls: ClientTls) -> tuple[str, bool]:
     (``supportedInterfaces[].protocolBinding == "GRPC"``); TLS when the card came over https
     or the address says ``grpcs://``.  RunError (one line) if there is none."""
     # lazy: +632 ms (pandas, pyarrow, gevent) off importing orchestrate
-    from loadtests.live.grpc_channel import grpc_address
+    from rtalab.loadtests.live.grpc_channel import grpc_address
 
     try:
         card = fetch_json(card_url, tls=tls)
@@ -670,11 +676,11 @@ def count_check(run_dir: Path, metrics: dict[str, float] | None, witness_rows: i
     than the clients sent (duplicates upstream, counters reset by a restart);
     ``side_effects_comparable`` is False with barge-in (a cancelled turn's tool call
     may or may not have run).  The raw ``*_matches`` flags are informative only: the
-    verdict's integrity rules (:mod:`loadtests.check.integrity`) judge these counts
+    verdict's integrity rules (:mod:`rtalab.loadtests.check.integrity`) judge these counts
     with the requests that never completed taken into account.
     """
     # lazy: +475 ms (pandas, pyarrow) off importing orchestrate
-    from loadtests.loadrun.tables import read_jsonl
+    from rtalab.loadtests.loadrun.tables import read_jsonl
 
     led = run_dir / "ledger"
     attempts = read_jsonl(led / "attempts.jsonl")
@@ -946,7 +952,7 @@ def overhead(run_dir: Path, t_begin: float, marks: dict[str, float]) -> dict[str
 def timeline(led: Path) -> list[dict[str, Any]]:
     """The run's timeline for ``meta.json``: load start, restarts, stop (seconds since t0)."""
     # lazy: +560 ms (pandas, pyarrow) off importing orchestrate
-    from loadtests.loadrun.tables import read_jsonl
+    from rtalab.loadtests.loadrun.tables import read_jsonl
 
     out: list[dict[str, Any]] = []
     if (led / "clock.json").exists():
@@ -964,7 +970,7 @@ def load_trigger(sc: Scenario, run_dir: Path | None = None) -> tuple[float, floa
     :func:`capacity_schedule`).  Rate schedules are the simulator's; a load run does not
     enact them.  None: no trigger (``recovery_s`` is then not reported)."""
     # lazy: +543 ms (pandas, pyarrow) off importing orchestrate
-    from loadtests.loadrun.tables import read_jsonl
+    from rtalab.loadtests.loadrun.tables import read_jsonl
 
     spans = [(o.start_s, o.start_s + o.duration_s) for o in sc.network.outages]
     rows = read_jsonl(run_dir / "ledger" / CAPACITY_LEDGER) if run_dir is not None and (
@@ -1010,7 +1016,7 @@ def set_capacity(st: Stack, run_dir: Path, at_s: float, workers: int, t0: float)
     start = time.time()
     status = 200
     with httpx.Client(verify=st.client_tls.context(), timeout=10.0) as c:
-        for server in st.servers:  # a fleet: every replica that is up (as sim.model.fleet)
+        for server in st.servers:  # a fleet: every replica that is up (as rtalab.sim.model.fleet)
             if not server.alive():
                 continue
             r = c.post(f"{server.url}/test/capacity", json={"workers": workers},
@@ -1029,7 +1035,7 @@ def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: floa
     """Tables, ``summary.json``/``summary.csv`` and plots from the gathered ledgers
     (``uncertainty=False``: no bootstrap CIs, seconds saved per run)."""
     # lazy: +494 ms (pandas, pyarrow) off importing orchestrate
-    from loadtests.loadrun.tables import build_output, load_summary, split_by_binding
+    from rtalab.loadtests.loadrun.tables import build_output, load_summary, split_by_binding
 
     out = build_output(run_dir, duration_s, sc.run.seed, load_trigger(sc, run_dir),
                        replicas=sc.fleet.replicas, warmup_s=warmup_s)
@@ -1044,11 +1050,11 @@ def write_results(run_dir: Path, sc: Scenario, duration_s: float, warmup_s: floa
 
 
 def judge(run_dir: Path, meta: dict[str, Any] | None = None, status: str | None = None) -> Any:
-    """The run's one verdict (:func:`loadtests.check.check_run` writes ``verdict.json`` /
+    """The run's one verdict (:func:`rtalab.loadtests.check.check_run` writes ``verdict.json`` /
     ``verdict.txt``); with ``meta``, ``meta.json`` is made final first (``status``, and
     ``verdict`` / ``verdict_ok`` / ``failed_rules`` copied from the verdict)."""
     # lazy: +1.81 s (scipy, pandas, pyarrow) off importing orchestrate
-    from loadtests.check import check_run
+    from rtalab.loadtests.check import check_run
 
     if meta is not None and status is not None:
         meta["status"] = status  # the checker reads the final status
@@ -1064,7 +1070,7 @@ def judge(run_dir: Path, meta: dict[str, Any] | None = None, status: str | None 
 def write_report(run_dir: Path) -> None:
     """``report.html`` of the run folder: scenario, figures with CIs, verdict, plots."""
     # lazy: +758 ms (pandas, pyarrow) off importing orchestrate
-    from sim.report.render import render_report
+    from rtalab.sim.report.render import render_report
 
     (run_dir / "report.html").write_text(render_report([run_dir]), encoding="utf-8")
 
@@ -1084,7 +1090,7 @@ def summarize_run(run_dir: Path) -> tuple[int, Any]:
 
 
 def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    """``summary.json`` + ``summary.csv`` (sim.shared.results' writer)."""
+    """``summary.json`` + ``summary.csv`` (rtalab.sim.shared.results' writer)."""
     write_summary(run_dir, summary)
 
 
@@ -1092,7 +1098,7 @@ def _plots(run_dir: Path, sc: Scenario, out: Any) -> None:
     """The simulator's run plots, from the load run's tables."""
     try:
         # lazy: +1.62 s (matplotlib, pandas, pyarrow) off importing orchestrate
-        from sim.shared.plots import plot_run
+        from rtalab.sim.shared.plots import plot_run
 
         meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
         plot_run(run_dir, sc, out.turns, out.timeseries, clock="real",

@@ -3,19 +3,19 @@
 Steps (a progress line each, with the elapsed time and the machine's load average):
 
 1. a load run of SCENARIO at ``--calibrate-rate`` calls/s (or ``--calibration-run DIR``);
-2. ``sim.calibrate`` on it -> ``calibrated.toml`` (the deployment's keys; the client's
+2. ``rtalab.sim.calibrate`` on it -> ``calibrated.toml`` (the deployment's keys; the client's
    settings from SCENARIO); when A does not identify the capacity (no turn waited for a
    worker), ``--probe auto`` (the default) runs the step-load probe
-   (:mod:`loadtests.loadrun.probe`, bounded by ``--probe-seconds``) on the deployment and
+   (:mod:`rtalab.loadtests.loadrun.probe`, bounded by ``--probe-seconds``) on the deployment and
    calibrates on A and the probe; either way the capacity's origin, or that the default
    was kept, is said on screen and in the report;
 3. per case (B; B with a ``--outage``-second outage in the middle of the measured
    window): the simulator on the calibrated scenario at rate B (``--replications``,
    each with its own parameters drawn from the calibration's stated intervals --
-   :mod:`sim.calibrate.uncertainty`; ``--no-parameter-uncertainty``: all at the point
+   :mod:`rtalab.sim.calibrate.uncertainty`; ``--no-parameter-uncertainty``: all at the point
    estimates), then the real load run of SCENARIO at rate B, the busiest Locust process's CPU share
    sampled meanwhile;
-4. :mod:`sim.calibrate.validate` compares them: per metric, is the measured value inside
+4. :mod:`rtalab.sim.calibrate.validate` compares them: per metric, is the measured value inside
    the 90 % one-run prediction interval of the replications (which are as long as the
    measured run, at its load); the accuracy targets (±20 % p50, ±35 % p99) are judged as a
    second criterion on runs of >= 300 s and said "not judged" on shorter ones.  The folder
@@ -42,15 +42,20 @@ from typing import Any
 import pandas as pd
 import psutil
 
-from loadtests.common.procs import ProcessError
-from loadtests.loadrun.cli import binding_set
-from loadtests.loadrun.orchestrate import RunError, RunOptions, run_load
-from loadtests.loadrun.probe import ProbeError, ProbeOptions, run_probe
-from sim.calibrate.cli import add_telemetry_options, describe, observed_base, telemetry_observations
-from sim.calibrate.observations import ObservationError
-from sim.calibrate.output import jsonable
-from sim.calibrate.uncertainty import parameter_draws, spreads
-from sim.calibrate.validate import (
+from rtalab.loadtests.common.procs import ProcessError
+from rtalab.loadtests.loadrun.cli import binding_set
+from rtalab.loadtests.loadrun.orchestrate import RunError, RunOptions, run_load
+from rtalab.loadtests.loadrun.probe import ProbeError, ProbeOptions, run_probe
+from rtalab.sim.calibrate.cli import (
+    add_telemetry_options,
+    describe,
+    observed_base,
+    telemetry_observations,
+)
+from rtalab.sim.calibrate.observations import ObservationError
+from rtalab.sim.calibrate.output import jsonable
+from rtalab.sim.calibrate.uncertainty import parameter_draws, spreads
+from rtalab.sim.calibrate.validate import (
     CLIENT_CPU_VOID,
     METRICS,
     accuracy_note,
@@ -65,9 +70,9 @@ from sim.calibrate.validate import (
     table_lines,
     turn_metrics,
 )
-from sim.scenario import load_scenario
-from sim.shared import results
-from sim.shared.argtypes import (
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared import results
+from rtalab.sim.shared.argtypes import (
     DRAIN,
     DURATION,
     WORKERS,
@@ -81,9 +86,9 @@ from sim.shared.argtypes import (
     positive_int,
     usage_error,
 )
-from sim.shared.recovery import predict_recovery, turns_recovery_s
-from sim.shared.results import RunLifecycle
-from sim.stream import replication_plan, run_streaming
+from rtalab.sim.shared.recovery import predict_recovery, turns_recovery_s
+from rtalab.sim.shared.results import RunLifecycle
+from rtalab.sim.stream import replication_plan, run_streaming
 
 OUTAGE_DIRECTION = "both"
 FALLBACK_FACTOR = 2.0  # B = 2 x A when the utilisation at A is unknown
@@ -140,7 +145,7 @@ class CpuWatch:
 
 def client_void(cpu_share: float, limit: float | None = None) -> bool:
     """Whether a prediction is void: the busiest Locust process used more than ``limit``
-    (default :data:`sim.calibrate.validate.CLIENT_CPU_VOID`) of one core, so its timings
+    (default :data:`rtalab.sim.calibrate.validate.CLIENT_CPU_VOID`) of one core, so its timings
     are its own queueing; an unknown share (no sample, a calibration run given) is not."""
     lim = CLIENT_CPU_VOID if limit is None else limit
     return math.isfinite(cpu_share) and cpu_share > lim
@@ -255,7 +260,7 @@ def _outage(args: argparse.Namespace) -> dict[str, Any]:
 def _recovery(extra: dict[str, Any], sim_turns: list[pd.DataFrame], turns_b: pd.DataFrame,
               args: argparse.Namespace) -> Any:
     """``recovery_s`` after the case's outage: each simulated replication's against the
-    measured run's (sim.shared.recovery.predict_recovery)."""
+    measured run's (rtalab.sim.shared.recovery.predict_recovery)."""
     if len(sim_turns) < 2:
         return None
     o = extra["network.outages"][0]
@@ -282,7 +287,7 @@ def _from_telemetry(args: argparse.Namespace, sc: Any, say: Any) -> tuple[str, f
     """Steps 1-2 from the deployment's telemetry (``--from``): no load run A; the observed
     call rate (turns/s over SCENARIO's turns per call) is A."""
     # lazy: +4.01 s (scipy) off rtalab's start-up
-    from sim.calibrate import calibrate
+    from rtalab.sim.calibrate import calibrate
 
     kind, target = args.source
     say(f"1/5 telemetry: {kind}:{target} ...")
@@ -297,7 +302,7 @@ def _from_load_run(args: argparse.Namespace, sc: Any, folder: Path, chaos: bool,
     """Steps 1-2 from load run A (run here, or ``--calibration-run``), with the probe when
     A does not identify the capacity."""
     # lazy: +3.48 s (scipy) off rtalab's start-up
-    from sim.calibrate import calibrate, combine, from_run_dir
+    from rtalab.sim.calibrate import calibrate, combine, from_run_dir
 
     if args.calibration_run:
         run_a, cpu_a = Path(args.calibration_run), math.nan
@@ -345,7 +350,7 @@ class _Prediction:
     def calibrate(self) -> None:
         """Steps 1-2: run A (or telemetry), the calibrated scenario, the capacity, B."""
         # lazy: +2.80 s (scipy) off rtalab's start-up
-        from sim.calibrate import write
+        from rtalab.sim.calibrate import write
 
         args, say = self.args, self.say
         self.probe_dir = None

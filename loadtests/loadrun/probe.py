@@ -1,7 +1,7 @@
 """``rtalab load probe``: a time-bounded step-load that finds the knee (the deployment's capacity).
 
 The offered load is stepped up (``--start-rate`` turns/s, times ``--factor`` each step) with
-one short ``rtalab load run`` per step (:func:`loadtests.loadrun.orchestrate.run_load`, with
+one short ``rtalab load run`` per step (:func:`rtalab.loadtests.loadrun.orchestrate.run_load`, with
 the embedded Reasoner started once for the whole probe, or against ``--target``).  Each
 call is one turn (``workload.turns_per_call = 1``), so the offered turn rate is the call
 rate from the step's first second.  Per step, over its window (after ``--step-warmup``):
@@ -24,7 +24,7 @@ falls below ``--min-success``, or when the next step would not fit in ``--max-se
 The folder ``results/<UTC>-probe-<scenario>-s<seed>/`` holds
 ``probe.json`` (the steps, the knee, why it stopped), ``probe.png`` (throughput and TTFC
 p50/p99 against the offered load), ``probe.txt`` and ``steps/`` (the load runs).
-``rtalab calibrate PROBE_DIR`` reads it (``sim.calibrate.observations.from_run_dir``):
+``rtalab calibrate PROBE_DIR`` reads it (``rtalab.sim.calibrate.observations.from_run_dir``):
 capacity = saturation throughput × mean service (Little's law).
 """
 
@@ -42,9 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from loadtests.common.procs import ProcessError
-from loadtests.common.tls import INSECURE_WARNING, ClientTls, add_client_tls, client_tls_from_args
-from loadtests.loadrun.orchestrate import (
+from rtalab.loadtests.common.procs import ProcessError
+from rtalab.loadtests.common.tls import (
+    INSECURE_WARNING,
+    ClientTls,
+    add_client_tls,
+    client_tls_from_args,
+)
+from rtalab.loadtests.loadrun.orchestrate import (
     TOKEN,
     TOKENS,
     RunError,
@@ -53,10 +58,10 @@ from loadtests.loadrun.orchestrate import (
     run_load,
     start_stack,
 )
-from sim.config import ConfigError
-from sim.fastmodel.params import from_scenario
-from sim.scenario import load_scenario
-from sim.shared.argtypes import (
+from rtalab.sim.config import ConfigError
+from rtalab.sim.fastmodel.params import from_scenario
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared.argtypes import (
     TARGET,
     WITNESS,
     WORKERS,
@@ -68,9 +73,9 @@ from sim.shared.argtypes import (
     opt,
     usage_error,
 )
-from sim.shared.argtypes import TOKEN as TOKEN_OPTION  # orchestrate's TOKEN is the token
-from sim.shared.results import RunLifecycle, write_json, write_scenario
-from sim.vocab import AttemptOutcome as A
+from rtalab.sim.shared.argtypes import TOKEN as TOKEN_OPTION  # orchestrate's TOKEN is the token
+from rtalab.sim.shared.results import RunLifecycle, write_json, write_scenario
+from rtalab.sim.vocab import AttemptOutcome as A
 
 SATURATED = 0.9  # a step is saturated when it completes less than this share of the offer
 QUEUED = 1.5  # ... and its TTFC p50 is above this times the first step's (a queue built)
@@ -89,7 +94,7 @@ START_SHARE = 0.5  # the first step offers this share of the scenario's model ca
 def first_step_rate(sc: Any, given: float | None) -> tuple[float, str]:
     """(first step's turns/s, where it comes from): ``--start-rate``, else half the scenario's
     model capacity (``reasoner.workers`` / mean service: reasoning + the side-effect share of
-    the tool + the base latency, :func:`sim.fastmodel.params.from_scenario`; a calibrated
+    the tool + the base latency, :func:`rtalab.sim.fastmodel.params.from_scenario`; a calibrated
     scenario's, when probing with one), so the knee is a few 1.5x steps away whatever the
     turns per call (the scenario's calls/s is a turn rate only at one turn per call)."""
     if given:
@@ -131,7 +136,7 @@ def step_figures(run_dir: Path, warmup_s: float, duration_s: float) -> dict[str,
     """Offered and completed requests/s, mean service, TTFC p50/p99 and success share of one
     step's load run, over [warmup, duration] seconds after its start."""
     # lazy: +582 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.calibrate.observations import from_run_dir
+    from rtalab.sim.calibrate.observations import from_run_dir
 
     a = from_run_dir(run_dir).attempts
     clock = run_dir / "ledger" / "clock.json"

@@ -1,6 +1,6 @@
 """Draws of a load run's calls, with replacement, as tables: the bootstrap's inner loop.
 
-The bootstrap over calls (:mod:`loadtests.loadrun.uncertainty`) rebuilds every table of
+The bootstrap over calls (:mod:`rtalab.loadtests.loadrun.uncertainty`) rebuilds every table of
 a run from a draw of its calls a few hundred times per run, and each draw is read by the
 simulator's ``replication_metrics``.  Done with a pandas merge on string ids per draw, that
 was most of the CPU a load run spends after its load ends (about 9 of 19 CPU-seconds of a
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.shared import schema as S
+from rtalab.sim.shared import schema as S
 
 #: identifiers a drawn copy of a call gets its own of
 ID_COLUMNS = (S.CALL_ID, S.INTERACTION_ID, S.REQUEST_GUID, S.TASK_ID, S.CONTEXT_ID)

@@ -27,11 +27,11 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from loadtests.loadrun.fleet import hazard_counters, share_counters
-from loadtests.loadrun.uncertainty import add_uncertainty
-from sim.shared import schema as S
-from sim.shared.summary import summarize
-from sim.vocab import CallEndReason, EndReason, TurnOutcome
+from rtalab.loadtests.loadrun.fleet import hazard_counters, share_counters
+from rtalab.loadtests.loadrun.uncertainty import add_uncertainty
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.summary import summarize
+from rtalab.sim.vocab import CallEndReason, EndReason, TurnOutcome
 
 EXTRA_CATEGORIES = {S.OUTCOME: (TurnOutcome.CANCELLED.value,),
                     S.END_REASON: (EndReason.BARGE_IN.value,)}
@@ -259,9 +259,10 @@ def split_by_binding(run_dir: Path, out: S.RunRecords) -> dict[str, S.RunRecords
 
 def load_summary(out: S.RunRecords, warmup_s: float, uncertainty: bool = True
                  ) -> dict[str, Any]:
-    """``sim.shared.summary.summarize`` of the load run, server-only metrics set undefined, every
-    measured metric with its bootstrap ``se`` and 95 % CI (:mod:`loadtests.loadrun.uncertainty`;
-    ``uncertainty=False``: none, and ``summary["uncertainty"]`` says so)."""
+    """``rtalab.sim.shared.summary.summarize`` of the load run, server-only metrics set undefined,
+    every measured metric with its bootstrap ``se`` and 95 % CI
+    (:mod:`rtalab.loadtests.loadrun.uncertainty`; ``uncertainty=False``: none, and
+    ``summary["uncertainty"]`` says so)."""
     summary = summarize([out], warmup_s)
     for name in list(summary["metrics"]):
         if server_only(name):

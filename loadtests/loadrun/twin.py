@@ -4,7 +4,7 @@
 run's duration, warm-up and drain (the load run is then one more draw of the same
 experiment if the two worlds are twins); :func:`twin_check` says whether the
 load run's :data:`TWIN_METRICS` lie inside the simulator's simultaneous
-prediction intervals (:func:`sim.shared.agreement.simultaneous_prediction`; false
+prediction intervals (:func:`rtalab.sim.shared.agreement.simultaneous_prediction`; false
 failure <= 1/(R+1) for a twin).  ``tests/twin`` runs it on ``baseline`` and an overloaded scenario,
 across bindings and Reasoner processes; docs/contracts.md says how each scenario
 key is realised in the embedded deployment.
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.runner import run_once
-from sim.scenario import Scenario
-from sim.shared.agreement import TwinCheck, simultaneous_prediction
-from sim.shared.summary import replication_metrics
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import Scenario
+from rtalab.sim.shared.agreement import TwinCheck, simultaneous_prediction
+from rtalab.sim.shared.summary import replication_metrics
 
 # the caller-perceived metrics both worlds measure, checked by the twin tests
 TWIN_METRICS = ("ttfc_s.p50", "ttfc_s.p99", "completion_s.p50", "completion_s.p99",
@@ -40,7 +40,7 @@ def simulate_like(sc: Scenario, duration_s: float, warmup_s: float, drain_s: flo
 def twin_check(sim_metrics: list[dict[str, float | None]], load_summary: dict[str, Any],
                metrics: tuple[str, ...] = TWIN_METRICS) -> TwinCheck:
     """The load run's ``summary.json`` values against the replications
-    (:func:`sim.shared.agreement.simultaneous_prediction`)."""
+    (:func:`rtalab.sim.shared.agreement.simultaneous_prediction`)."""
     run = {name: (load_summary["metrics"].get(name) or {}).get("mean") for name in metrics}
     return simultaneous_prediction(sim_metrics, run, metrics)
 

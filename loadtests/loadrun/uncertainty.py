@@ -6,7 +6,7 @@ the calls, not the turns, are resampled): draw as many calls as the run had,
 with replacement, rebuild every table from them (every row of a drawn call, each
 further copy of a call with identifiers of its own: call, turn, requestGuid, task
 and context ids, so a call drawn twice is two calls, never one call whose requests
-ran twice; ids coded as integers once, :mod:`loadtests.loadrun.resample`), rebuild
+ran twice; ids coded as integers once, :mod:`rtalab.loadtests.loadrun.resample`), rebuild
 the time series from the resampled tables, compute
 every metric with the simulator's ``replication_metrics``, repeat
 :data:`BOOTSTRAP_RESAMPLES` times.  Each metric gets ``se`` (the bootstrap
@@ -23,7 +23,7 @@ estimate (a skewed, discrete statistic), it is widened to hold it and ``ci_note`
 so: an interval always contains its estimate.
 
 What it does not cover: run-to-run effects shared by every call of the run (a
-slower machine, a warm-up that differs); :func:`sim.shared.agreement.agreement_rows`
+slower machine, a warm-up that differs); :func:`rtalab.sim.shared.agreement.agreement_rows`
 adds the simulator's spread between replications on top.
 """
 
@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadtests.loadrun.resample import CallResampler
-from sim.shared import schema as S
-from sim.shared.summary import counter_metrics, domain, replication_metrics
+from rtalab.loadtests.loadrun.resample import CallResampler
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.summary import counter_metrics, domain, replication_metrics
 
 BOOTSTRAP_RESAMPLES = 200
 METHOD = f"bootstrap over calls ({BOOTSTRAP_RESAMPLES} resamples, 95 % percentile interval)"
@@ -52,7 +52,7 @@ NOTE_TOO_FEW = "defined in fewer than two resamples"
 #: figures the bootstrap cannot speak for, and why
 NOT_RESAMPLED = {S.M_CALLS: NOTE_FIXED, S.M_CONCURRENT_CALLS_PEAK: NOTE_PEAK}
 
-#: builds a run's time series from its tables (``loadtests.loadrun.tables.timeseries``)
+#: builds a run's time series from its tables (``rtalab.loadtests.loadrun.tables.timeseries``)
 Series = Callable[[Any, float], pd.DataFrame]
 
 
@@ -60,7 +60,7 @@ def resample(out: Any, draw: np.ndarray, calls: np.ndarray, series: Series) -> A
     """``out`` with the calls ``calls[draw]`` (indices into ``out.calls``): every row of each
     drawn call, each further copy of a call with identifiers of its own; the time series
     rebuilt from the resampled tables by ``series`` (one draw; :func:`bootstrap` prepares
-    the tables once, :class:`loadtests.loadrun.resample.CallResampler`)."""
+    the tables once, :class:`rtalab.loadtests.loadrun.resample.CallResampler`)."""
     del calls  # the draw indexes out.calls, in its order
     return CallResampler(out, series).draw(draw)
 

@@ -1,12 +1,12 @@
-"""``python -m loadtests.reasoner [options]``: same as ``rtalab serve reasoner``."""
+"""``python -m rtalab.loadtests.reasoner [options]``: same as ``rtalab serve reasoner``."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
 
-from loadtests.reasoner.cli import REASONER_PROG, add_reasoner_arguments, cmd_reasoner
-from sim.shared.argtypes import OneLineParser
+from rtalab.loadtests.reasoner.cli import REASONER_PROG, add_reasoner_arguments, cmd_reasoner
+from rtalab.sim.shared.argtypes import OneLineParser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,9 +3,9 @@
 Routes: ``POST /`` JSON-RPC (JSON or SSE), the SDK's REST routes
 (``/message:stream``, ``/tasks/{id}``, ...), ``/ws`` JSON-RPC over WebSocket,
 ``/.well-known/agent-card.json``, ``/metrics``, ``/healthz`` and ``/readyz`` (the
-last four public; :mod:`loadtests.reasoner.storeguard`); with ``--grpc-port`` the A2A
+last four public; :mod:`rtalab.loadtests.reasoner.storeguard`); with ``--grpc-port`` the A2A
 gRPC binding on its own port, served by the same request handler from the same lifespan
-(:mod:`loadtests.reasoner.grpc_binding`).  Middleware, outermost first: body limit (every
+(:mod:`rtalab.loadtests.reasoner.grpc_binding`).  Middleware, outermost first: body limit (every
 method), bearer auth,
 REST body check (strict JSON), extension echo (which also stamps ``X-RTA-Worker``).
 ``create_app`` is the uvicorn factory: it reads :data:`SETTINGS_ENV`, so every
@@ -31,21 +31,21 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp
 
-from loadtests.dedup.base import StoreUnavailable
-from loadtests.reasoner import metrics, otel, unsafe
-from loadtests.reasoner.auth import BearerAuth
-from loadtests.reasoner.bodylimit import BodyLimit, RestBodyCheck
-from loadtests.reasoner.card import build_card
-from loadtests.reasoner.executor import ReasonerExecutor
-from loadtests.reasoner.grpc_binding import GrpcBinding
-from loadtests.reasoner.handler import BindingContextBuilder, ProfileRequestHandler
-from loadtests.reasoner.jsonrpc import ProfileJsonRpcDispatcher
-from loadtests.reasoner.negotiation import ExtensionEcho
-from loadtests.reasoner.runtime import Runtime, build_runtime
-from loadtests.reasoner.settings import ServerSettings
-from loadtests.reasoner.taskstore import BoundedTaskStore
-from loadtests.reasoner.ws import WsBinding
-from sim.scenario import Scenario
+from rtalab.loadtests.dedup.base import StoreUnavailable
+from rtalab.loadtests.reasoner import metrics, otel, unsafe
+from rtalab.loadtests.reasoner.auth import BearerAuth
+from rtalab.loadtests.reasoner.bodylimit import BodyLimit, RestBodyCheck
+from rtalab.loadtests.reasoner.card import build_card
+from rtalab.loadtests.reasoner.executor import ReasonerExecutor
+from rtalab.loadtests.reasoner.grpc_binding import GrpcBinding
+from rtalab.loadtests.reasoner.handler import BindingContextBuilder, ProfileRequestHandler
+from rtalab.loadtests.reasoner.jsonrpc import ProfileJsonRpcDispatcher
+from rtalab.loadtests.reasoner.negotiation import ExtensionEcho
+from rtalab.loadtests.reasoner.runtime import Runtime, build_runtime
+from rtalab.loadtests.reasoner.settings import ServerSettings
+from rtalab.loadtests.reasoner.taskstore import BoundedTaskStore
+from rtalab.loadtests.reasoner.ws import WsBinding
+from rtalab.sim.scenario import Scenario
 
 # The card changes only when the server restarts with other settings: clients may reuse it
 # for 5 minutes, then revalidate with the SDK's weak ETag (If-None-Match -> 304).
@@ -183,5 +183,5 @@ def _lifespan(rt: Runtime, settings: ServerSettings, handler: ProfileRequestHand
 
 
 def create_app() -> ASGIApp:
-    """uvicorn factory (``loadtests.reasoner.app:create_app``)."""
+    """uvicorn factory (``rtalab.loadtests.reasoner.app:create_app``)."""
     return build_app(ServerSettings.from_env())

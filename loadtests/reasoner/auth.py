@@ -14,7 +14,7 @@ Failures (missing, malformed or unknown token) never reach the A2A handler:
 - WebSocket: the upgrade is refused with HTTP 401 and the same JSON-RPC body
   (``id`` null); the socket is never opened;
 - gRPC: status ``UNAUTHENTICATED`` with a ``google.rpc.ErrorInfo`` (reason ``AUTH``),
-  from the interceptor of :mod:`loadtests.reasoner.grpc_binding`.
+  from the interceptor of :mod:`rtalab.loadtests.reasoner.grpc_binding`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import Any
 from starlette.authentication import AuthCredentials, SimpleUser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from loadtests.reasoner import metrics
-from loadtests.reasoner.jsontext import BadJson, load_strict
-from loadtests.reasoner.wire import Keys
+from rtalab.loadtests.reasoner import metrics
+from rtalab.loadtests.reasoner.jsontext import BadJson, load_strict
+from rtalab.loadtests.reasoner.wire import Keys
 
 TOKENS_ENV = "RTALAB_REASONER_TOKENS"
 AUTH_ERROR_CODE = -32040

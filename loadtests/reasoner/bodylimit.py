@@ -9,11 +9,11 @@ connection is closed); the answer is a JSON-RPC ``-32600`` (HTTP 200, as the
 SDK answers a 413) on ``POST /`` and HTTP 413 with the REST error shape elsewhere.
 
 :class:`RestBodyCheck` (inside authentication) refuses a REST body that is not
-strict JSON (:mod:`loadtests.reasoner.jsontext`: invalid UTF-8, nesting too deep,
+strict JSON (:mod:`rtalab.loadtests.reasoner.jsontext`: invalid UTF-8, nesting too deep,
 unpaired surrogates) with HTTP 400 ``INVALID_ARGUMENT`` before the SDK's
 protobuf JSON parser sees it (that parser raises non-``ParseError`` exceptions
 on such input, which the SDK answers with a 500).  ``POST /`` (JSON-RPC) does
-its own strict decoding (:func:`loadtests.reasoner.jsonrpc.decode_request`).
+its own strict decoding (:func:`rtalab.loadtests.reasoner.jsonrpc.decode_request`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from loadtests.reasoner import metrics
-from loadtests.reasoner.jsontext import BadJson, load_strict
+from rtalab.loadtests.reasoner import metrics
+from rtalab.loadtests.reasoner.jsontext import BadJson, load_strict
 
 JSONRPC_PATH = "/"
 

@@ -14,9 +14,9 @@ from a2a.types import (
     StringList,
 )
 
-from loadtests.reasoner.intake import DIRECTIVES, Bounds
-from loadtests.reasoner.settings import ServerSettings
-from loadtests.reasoner.wire import to_struct
+from rtalab.loadtests.reasoner.intake import DIRECTIVES, Bounds
+from rtalab.loadtests.reasoner.settings import ServerSettings
+from rtalab.loadtests.reasoner.wire import to_struct
 
 VERSION = "0.1.0"
 

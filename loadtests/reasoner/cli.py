@@ -1,7 +1,7 @@
 """``rtalab serve reasoner``: the reference Reasoner's command, its options and their checks.
 
-``register(serve)`` adds ``reasoner`` to the ``serve`` group (:mod:`loadtests.cli`);
-``python -m loadtests.reasoner`` parses the same options.  Every user mistake (bad flag
+``register(serve)`` adds ``reasoner`` to the ``serve`` group (:mod:`rtalab.loadtests.cli`);
+``python -m rtalab.loadtests.reasoner`` parses the same options.  Every user mistake (bad flag
 value, unreadable token file, broken scenario, bad store URL) exits 2 with one line on
 stderr.  The options ``--dedup``, ``--dedup-mode`` and ``--unsafe-bug`` are also
 ``rtalab load run``'s, which passes them on to its embedded Reasoner.
@@ -16,19 +16,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from loadtests.common.tls import (
+from rtalab.loadtests.common.tls import (
     INSECURE_WARNING,
     add_client_tls,
     add_server_tls,
     client_tls_from_args,
     server_tls_from_args,
 )
-from loadtests.dedup import parse_store_url
-from loadtests.reasoner.idempotency import MODES
-from loadtests.reasoner.settings import ServerSettings
-from loadtests.reasoner.unsafe import UNSAFE_BUGS, banner
-from loadtests.reasoner.wire import DEFAULT_EXT_URI
-from sim.shared.argtypes import (
+from rtalab.loadtests.dedup import parse_store_url
+from rtalab.loadtests.reasoner.idempotency import MODES
+from rtalab.loadtests.reasoner.settings import ServerSettings
+from rtalab.loadtests.reasoner.unsafe import UNSAFE_BUGS, banner
+from rtalab.loadtests.reasoner.wire import DEFAULT_EXT_URI
+from rtalab.sim.shared.argtypes import (
     HOST,
     LOG_LEVEL,
     PORT,
@@ -145,8 +145,8 @@ def add_reasoner_arguments(p: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Any:
     """Validate the flags into ServerSettings (raises FlagError or ConfigError)."""
     # lazy: +160 ms (httpx, rich, opentelemetry) off rtalab's start-up
-    from loadtests.reasoner.auth import TokenError, collect_tokens
-    from loadtests.reasoner.runtime import load_config
+    from rtalab.loadtests.reasoner.auth import TokenError, collect_tokens
+    from rtalab.loadtests.reasoner.runtime import load_config
 
     try:
         tokens = collect_tokens(args.token, args.tokens)
@@ -225,7 +225,7 @@ def cmd_reasoner(args: argparse.Namespace) -> int:
     --grpc-port).
     """
     # lazy: +372 ms (uvicorn, httpx, rich) off rtalab's start-up
-    from loadtests.reasoner.server import run
+    from rtalab.loadtests.reasoner.server import run
 
     settings = settings_from_args(args)
     if settings.workers > 1 and settings.store_url.strip() == "memory":

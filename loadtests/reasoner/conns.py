@@ -46,8 +46,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from loadtests.reasoner import metrics
-from loadtests.reasoner.settings import ServerSettings
+from rtalab.loadtests.reasoner import metrics
+from rtalab.loadtests.reasoner.settings import ServerSettings
 
 log = logging.getLogger("rtalab.reasoner")
 
@@ -216,7 +216,8 @@ _GUARD: Guard | None = None
 
 
 def guard() -> Guard:
-    """This process's guard (settings from :data:`loadtests.reasoner.settings.SETTINGS_ENV`)."""
+    """This process's guard (settings from
+    :data:`rtalab.loadtests.reasoner.settings.SETTINGS_ENV`)."""
     global _GUARD
     if _GUARD is None:
         _GUARD = Guard(Limits.of(ServerSettings.from_env()))

@@ -33,21 +33,21 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.types import Task, TaskState
 
-from loadtests.dedup.base import StoreUnavailable
-from loadtests.reasoner import metrics, unsafe
-from loadtests.reasoner.capacity import QueueFull, QueueTimeout
-from loadtests.reasoner.idempotency import (
+from rtalab.loadtests.dedup.base import StoreUnavailable
+from rtalab.loadtests.reasoner import metrics, unsafe
+from rtalab.loadtests.reasoner.capacity import QueueFull, QueueTimeout
+from rtalab.loadtests.reasoner.idempotency import (
     PROGRESS_OF_RESULT,
     SIDE_EFFECT_NOT_RUN,
     SIDE_EFFECT_STARTED,
     SideEffectGuard,
     Ticket,
 )
-from loadtests.reasoner.intake import TurnRequest
-from loadtests.reasoner.runtime import Runtime
-from loadtests.reasoner.storeguard import RETRY_AFTER_MS as STORE_RETRY_AFTER_MS
-from loadtests.reasoner.tools import ToolCall
-from loadtests.reasoner.wire import (
+from rtalab.loadtests.reasoner.intake import TurnRequest
+from rtalab.loadtests.reasoner.runtime import Runtime
+from rtalab.loadtests.reasoner.storeguard import RETRY_AFTER_MS as STORE_RETRY_AFTER_MS
+from rtalab.loadtests.reasoner.tools import ToolCall
+from rtalab.loadtests.reasoner.wire import (
     ROLLED_FORWARD,
     SIDE_EFFECT_UNKNOWN,
     Event,
@@ -55,8 +55,8 @@ from loadtests.reasoner.wire import (
     Keys,
     is_stream_end,
 )
-from sim.policy.codes import ALL_CODES, ErrorCode
-from sim.shared.dedup_rule import may_start
+from rtalab.sim.policy.codes import ALL_CODES, ErrorCode
+from rtalab.sim.shared.dedup_rule import may_start
 
 PLAN_KEY = "rtalab.plan"
 STORE_DETAIL = "The Reasoner's dedup store is unavailable; retry later."

@@ -1,9 +1,9 @@
 """The A2A gRPC binding of the Reasoner: the SDK's ``GrpcHandler`` on the same request handler.
 
 One ``grpc.aio`` server per worker process, on the worker's asyncio loop, started and
-stopped by the app lifespan (:mod:`loadtests.reasoner.app`), so a gRPC turn goes through
+stopped by the app lifespan (:mod:`rtalab.loadtests.reasoner.app`), so a gRPC turn goes through
 exactly the pipeline of the JSON-RPC, REST and WebSocket bindings: the same
-:class:`~loadtests.reasoner.handler.ProfileRequestHandler` (negotiation, validation,
+:class:`~rtalab.loadtests.reasoner.handler.ProfileRequestHandler` (negotiation, validation,
 tenancy, dedup, rate limits, the witness), the same executor, capacity pool, task store
 and metrics.  With ``--workers N`` every worker binds the same port (``SO_REUSEPORT``,
 gRPC's default on Linux) and the kernel spreads the connections.
@@ -16,7 +16,7 @@ What this module adds around the SDK's servicer:
   ``errorCode: auth``), the gRPC form of the HTTP 401 (A2A §5.4);
 - **negotiation**: the client asks for the profile with the ``a2a-extensions`` metadata;
   the server's echo is the ``a2a-extensions`` initial metadata (the SDK never echoes; the
-  HTTP bindings' :class:`~loadtests.reasoner.negotiation.ExtensionEcho` does the same on
+  HTTP bindings' :class:`~rtalab.loadtests.reasoner.negotiation.ExtensionEcho` does the same on
   headers), sent before the first event, with ``x-rta-worker: <pid>``;
 - **bounds**: ``grpc.max_receive_message_length`` is the body bound (a larger request is
   ``RESOURCE_EXHAUSTED``), ``grpc.max_concurrent_streams`` bounds a connection's streams;
@@ -62,10 +62,10 @@ from a2a.utils.grpc_status import status_to_grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from loadtests.common.tls import ServerTls
-from loadtests.reasoner import metrics
-from loadtests.reasoner.auth import BearerAuth
-from loadtests.reasoner.negotiation import WORKER_HEADER
+from rtalab.loadtests.common.tls import ServerTls
+from rtalab.loadtests.reasoner import metrics
+from rtalab.loadtests.reasoner.auth import BearerAuth
+from rtalab.loadtests.reasoner.negotiation import WORKER_HEADER
 
 #: a servicer's call context (requests and responses are the A2A protobuf messages)
 Context = grpc.aio.ServicerContext[Any, Any]

@@ -13,7 +13,7 @@ WebSocket all call this handler), in this order:
    message without one gets a fresh contextId, and its dedup key is claimed in
    that minted context as well (docs/decisions.md D1: a resend that now carries the
    learned contextId joins or replays the original, never a second execution);
-4. dedup (see :mod:`loadtests.reasoner.idempotency`): replay or join a known key;
+4. dedup (see :mod:`rtalab.loadtests.reasoner.idempotency`): replay or join a known key;
 5. a named task that is not INPUT_REQUIRED is a retry of that turn: a finished
    task answers with its stored snapshot, a running one is joined (no
    re-execution); an INPUT_REQUIRED task is continued by the FIRST continuation
@@ -61,10 +61,10 @@ from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedO
 from a2a.utils.proto_utils import validate_proto_required_fields
 from google.protobuf.message import DecodeError
 
-from loadtests.dedup.base import StoreUnavailable
-from loadtests.reasoner import metrics, otel, unsafe
-from loadtests.reasoner.executor import PLAN_KEY, STORE_DETAIL, TurnPlan, next_seq
-from loadtests.reasoner.idempotency import (
+from rtalab.loadtests.dedup.base import StoreUnavailable
+from rtalab.loadtests.reasoner import metrics, otel, unsafe
+from rtalab.loadtests.reasoner.executor import PLAN_KEY, STORE_DETAIL, TurnPlan, next_seq
+from rtalab.loadtests.reasoner.idempotency import (
     OUTCOME_VERSION,
     SIDE_EFFECT_STARTED,
     SIDE_EFFECT_UNANSWERED,
@@ -73,9 +73,9 @@ from loadtests.reasoner.idempotency import (
     request_fingerprint,
     scope_of,
 )
-from loadtests.reasoner.intake import Rejection, TurnRequest, parse_turn
-from loadtests.reasoner.runtime import Runtime
-from loadtests.reasoner.wire import (
+from rtalab.loadtests.reasoner.intake import Rejection, TurnRequest, parse_turn
+from rtalab.loadtests.reasoner.runtime import Runtime
+from rtalab.loadtests.reasoner.wire import (
     BINDING_KEY,
     ROLLED_FORWARD,
     SIDE_EFFECT_UNKNOWN,
@@ -87,8 +87,8 @@ from loadtests.reasoner.wire import (
     pack_event,
     unpack_event,
 )
-from sim.policy.codes import ErrorCode, is_retryable
-from sim.shared.dedup_rule import known_side_effect
+from rtalab.sim.policy.codes import ErrorCode, is_retryable
+from rtalab.sim.shared.dedup_rule import known_side_effect
 
 log = logging.getLogger("rtalab.reasoner")
 _DONE = object()
@@ -436,7 +436,7 @@ class ProfileRequestHandler(DefaultRequestHandler):
                          msg: Message, parsed: TurnRequest) -> AsyncIterator[Event]:
         """A duplicate of a request whose owner died (lost outcome): what is known of it, from
         the side-effect progress the owner recorded with its claim and, unless that is
-        definite, the witness's ledger (THE rule: :func:`sim.shared.dedup_rule.
+        definite, the witness's ledger (THE rule: :func:`rtalab.sim.shared.dedup_rule.
         known_side_effect`; "nothing of it ran" only with proof)."""
         progress = (outcome or {}).get("sideEffect")
         witnessed = None

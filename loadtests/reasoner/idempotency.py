@@ -24,7 +24,7 @@ waits for and gets the claimed continuation's outcome, never a second execution.
 Fingerprints.  Every claim of a request presents
 :func:`request_fingerprint` (method, taskId, parts, the ``sideEffect`` and
 ``handoff`` metadata; the contextId is the scope), stored with the entry.  A live
-entry claimed with another fingerprint is a *conflict* (:func:`sim.shared.dedup_rule.judge`):
+entry claimed with another fingerprint is a *conflict* (:func:`rtalab.sim.shared.dedup_rule.judge`):
 the key was reused for a different request, which gets ``schema-validation`` and
 runs nothing (errors.md §2-3: the request is invalid and MUST NOT be retried
 unmodified).
@@ -44,9 +44,9 @@ from typing import Any, Literal
 
 from a2a.types import Message
 
-from loadtests.dedup.base import DedupStore, StoreUnavailable, is_lost_outcome
-from loadtests.reasoner.owners import new_owner, owner_gone
-from sim.shared.dedup_rule import (
+from rtalab.loadtests.dedup.base import DedupStore, StoreUnavailable, is_lost_outcome
+from rtalab.loadtests.reasoner.owners import new_owner, owner_gone
+from rtalab.sim.shared.dedup_rule import (
     PROGRESS_DONE,
     PROGRESS_NOT_RUN,
     PROGRESS_STARTED,
@@ -133,7 +133,8 @@ class Ticket:
 
 
 # The side-effect progress recorded with a turn's claims, durably, before and after the tool
-# call (a crash leaves the last one in the lost outcome: loadtests.reasoner.handler answers it).
+# call (a crash leaves the last one in the lost outcome: rtalab.loadtests.reasoner.handler answers
+# it).
 SIDE_EFFECT_STARTED, SIDE_EFFECT_DONE = PROGRESS_STARTED, PROGRESS_DONE
 SIDE_EFFECT_UNANSWERED, SIDE_EFFECT_NOT_RUN = PROGRESS_UNANSWERED, PROGRESS_NOT_RUN
 PROGRESS_VALUES = (SIDE_EFFECT_STARTED, SIDE_EFFECT_DONE, SIDE_EFFECT_UNANSWERED,

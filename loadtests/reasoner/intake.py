@@ -15,8 +15,8 @@ from typing import Any
 from a2a.types import Message, Role
 from google.protobuf.json_format import MessageToDict
 
-from loadtests.reasoner.wire import Keys
-from sim.policy.codes import ALL_CODES, ErrorCode
+from rtalab.loadtests.reasoner.wire import Keys
+from rtalab.sim.policy.codes import ALL_CODES, ErrorCode
 
 DIRECTIVES: tuple[str, ...] = ("progress", "handoff", "end_session")
 

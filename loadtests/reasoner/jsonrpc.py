@@ -33,9 +33,9 @@ from jsonrpc.jsonrpc2 import JSONRPC20Response
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from loadtests.reasoner import metrics
-from loadtests.reasoner.executor import PLAN_KEY
-from loadtests.reasoner.jsontext import BadJson, load_strict
+from rtalab.loadtests.reasoner import metrics
+from rtalab.loadtests.reasoner.executor import PLAN_KEY
+from rtalab.loadtests.reasoner.jsontext import BadJson, load_strict
 
 STREAMING_METHODS = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 METHODS: dict[str, type[ProtoMessage]] = dict(JsonRpcDispatcher.METHOD_TO_MODEL)

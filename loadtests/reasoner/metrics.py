@@ -28,12 +28,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-# OpenTelemetry instrument name -> its explicit bucket bounds (loadtests.reasoner.otel's views)
+# OpenTelemetry instrument name -> its explicit bucket bounds (rtalab.loadtests.reasoner.otel's
+# views)
 OTEL_BUCKETS: dict[str, tuple[float, ...]] = {}
 
 
 class _Tee:
-    """A Prometheus metric and its OpenTelemetry twin (loadtests.reasoner.otel): ``inc``,
+    """A Prometheus metric and its OpenTelemetry twin (rtalab.loadtests.reasoner.otel): ``inc``,
     ``dec``, ``observe`` and ``labels`` go to both; anything else is the Prometheus
     metric's.  ``labels(*values)`` gives the child with the same values as attributes."""
 
@@ -140,7 +141,7 @@ CONNECTIONS = Gauge("rta_reasoner_connections", "Open client connections (HTTP a
                     multiprocess_mode="livesum")
 CONNECTIONS_CLOSED = Counter("rta_reasoner_connections_closed_total",
                              "Connections closed by a deadline or refused by a limit "
-                             "(loadtests.reasoner.conns)", ["reason"])
+                             "(rtalab.loadtests.reasoner.conns)", ["reason"])
 BAD_REQUESTS = Counter("rta_reasoner_jsonrpc_errors_total",
                        "Malformed requests answered with a JSON-RPC error", ["binding", "code"])
 TURN_REQUESTS = Counter("rta_reasoner_turn_requests_total",

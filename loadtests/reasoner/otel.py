@@ -154,7 +154,7 @@ def configure(path: str | Path, interval_s: float = 5.0) -> None:
             return SpanExportResult.SUCCESS
 
     # lazy: +72 ms (starlette, prometheus_client) off importing otel
-    from loadtests.reasoner import metrics as m
+    from rtalab.loadtests.reasoner import metrics as m
 
     resource = Resource.create({"service.name": SERVICE_NAME,
                                 "service.instance.id": f"{socket.gethostname()}-{os.getpid()}"})
@@ -188,7 +188,7 @@ def turn_done(plan: Any, outcome: str, code: str | None, task_id: str | None,
     """The GenAI duration of a turn and its span (``plan``: the handler's TurnPlan, its
     ``received_s`` on the monotonic clock); no-ops unless :func:`configure` ran."""
     # lazy: +59 ms (starlette, prometheus_client) off importing otel
-    from loadtests.reasoner import metrics as m
+    from rtalab.loadtests.reasoner import metrics as m
 
     now_mono, now_ns = time.monotonic(), time.time_ns()
     took = max(0.0, now_mono - plan.received_s)

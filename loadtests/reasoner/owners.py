@@ -10,10 +10,10 @@ or one started at another time: the pid was reused).  An owner on another host
 fails for any other reason is never declared gone: its claim waits for the
 lease, as before.
 
-Used by :meth:`loadtests.reasoner.idempotency.Idempotency.enter`: a duplicate
+Used by :meth:`rtalab.loadtests.reasoner.idempotency.Idempotency.enter`: a duplicate
 that finds a claim in flight whose owner is gone asks the store to resolve it
 now (``claim(..., dead_owner=owner)``: the lease rule of
-:mod:`sim.shared.dedup_rule` applied before the lease runs out), instead of waiting
+:mod:`rtalab.sim.shared.dedup_rule` applied before the lease runs out), instead of waiting
 ``--dedup-wait-s`` for nothing.  A restarted server resolves its
 predecessor's claims this way on the first duplicate that finds them.
 """

@@ -8,18 +8,18 @@ from dataclasses import dataclass
 import httpx
 import numpy as np
 
-from loadtests.dedup import open_store
-from loadtests.reasoner import unsafe
-from loadtests.reasoner.capacity import Capacity, RemoteCapacity
-from loadtests.reasoner.idempotency import Idempotency
-from loadtests.reasoner.intake import Bounds
-from loadtests.reasoner.ratelimit import KeyedTokenBucket
-from loadtests.reasoner.sessions import SessionRegistry
-from loadtests.reasoner.settings import ServerSettings
-from loadtests.reasoner.storeguard import GuardedStore
-from loadtests.reasoner.tools import Tool
-from loadtests.reasoner.wire import Keys
-from sim.scenario import ReasonerConfig, Scenario, WorkloadConfig, load_scenario
+from rtalab.loadtests.dedup import open_store
+from rtalab.loadtests.reasoner import unsafe
+from rtalab.loadtests.reasoner.capacity import Capacity, RemoteCapacity
+from rtalab.loadtests.reasoner.idempotency import Idempotency
+from rtalab.loadtests.reasoner.intake import Bounds
+from rtalab.loadtests.reasoner.ratelimit import KeyedTokenBucket
+from rtalab.loadtests.reasoner.sessions import SessionRegistry
+from rtalab.loadtests.reasoner.settings import ServerSettings
+from rtalab.loadtests.reasoner.storeguard import GuardedStore
+from rtalab.loadtests.reasoner.tools import Tool
+from rtalab.loadtests.reasoner.wire import Keys
+from rtalab.sim.scenario import ReasonerConfig, Scenario, WorkloadConfig, load_scenario
 
 
 def load_config(settings: ServerSettings) -> Scenario:

@@ -11,15 +11,15 @@ from typing import Any
 
 import uvicorn
 
-from loadtests.common.logs import uvicorn_log_config
-from loadtests.reasoner.capacity import Capacity, start_broker
-from loadtests.reasoner.conns import GuardedHttpToolsProtocol, Limits, raise_file_limit
-from loadtests.reasoner.metrics import MULTIPROC_ENV
-from loadtests.reasoner.runtime import load_config
-from loadtests.reasoner.settings import SETTINGS_ENV, ServerSettings
-from loadtests.reasoner.wsguard import GuardedWsProtocol
+from rtalab.loadtests.common.logs import uvicorn_log_config
+from rtalab.loadtests.reasoner.capacity import Capacity, start_broker
+from rtalab.loadtests.reasoner.conns import GuardedHttpToolsProtocol, Limits, raise_file_limit
+from rtalab.loadtests.reasoner.metrics import MULTIPROC_ENV
+from rtalab.loadtests.reasoner.runtime import load_config
+from rtalab.loadtests.reasoner.settings import SETTINGS_ENV, ServerSettings
+from rtalab.loadtests.reasoner.wsguard import GuardedWsProtocol
 
-APP_FACTORY = "loadtests.reasoner.app:create_app"
+APP_FACTORY = "rtalab.loadtests.reasoner.app:create_app"
 WS_HARD_MAX_BYTES = 4 * 1024 * 1024  # above this uvicorn closes the socket (1009)
 
 
@@ -45,7 +45,7 @@ def run(settings: ServerSettings) -> int:
     """Serve until SIGINT/SIGTERM; every worker builds its app from :data:`SETTINGS_ENV`.
 
     The open-file limit is raised first (workers inherit it), so the connection limits
-    derived from it (:mod:`loadtests.reasoner.conns`) are as high as the system allows."""
+    derived from it (:mod:`rtalab.loadtests.reasoner.conns`) are as high as the system allows."""
     before, after = raise_file_limit()
     limits = Limits.of(settings, after)
     logging.getLogger("rtalab.reasoner").warning(
@@ -56,7 +56,7 @@ def run(settings: ServerSettings) -> int:
         limits.header_timeout_s, limits.body_timeout_s, limits.idle_timeout_s)
     if settings.grpc_port == 0:  # one free port for every worker (they all bind it)
         # lazy: +1.07 s (grpc) off importing server
-        from loadtests.reasoner.grpc_binding import free_port
+        from rtalab.loadtests.reasoner.grpc_binding import free_port
 
         settings = dataclasses.replace(settings, grpc_port=free_port(settings.host))
     broker_dir = None

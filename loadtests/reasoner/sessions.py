@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
-from loadtests.dedup.base import DedupStore
+from rtalab.loadtests.dedup.base import DedupStore
 
 
 class SessionRegistry:

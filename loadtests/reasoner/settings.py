@@ -8,8 +8,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from loadtests.common.tls import ClientTls, ServerTls
-from loadtests.reasoner.wire import DEFAULT_EXT_URI
+from rtalab.loadtests.common.tls import ClientTls, ServerTls
+from rtalab.loadtests.reasoner.wire import DEFAULT_EXT_URI
 
 SETTINGS_ENV = "RTALAB_REASONER_SETTINGS"
 
@@ -43,7 +43,8 @@ class ServerSettings:
     capacity_socket: str = ""  # set by server.run with workers > 1: the shared pool's broker
     log_level: str = "info"
     access_log: bool = False
-    # slow and idle clients (loadtests.reasoner.conns); connection limits 0 = from the file limit
+    # slow and idle clients (rtalab.loadtests.reasoner.conns); connection limits 0 = from the file
+    # limit
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     idle_timeout_s: float = 5.0

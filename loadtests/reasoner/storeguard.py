@@ -1,10 +1,10 @@
 """The Reasoner's view of its dedup store when the store fails: profile errors, health, retries.
 
-:class:`GuardedStore` wraps the configured :class:`~loadtests.dedup.base.DedupStore`.  Every
+:class:`GuardedStore` wraps the configured :class:`~rtalab.loadtests.dedup.base.DedupStore`.  Every
 operation that fails because the store is down, frozen, full (the backend's
-:meth:`~loadtests.dedup.base.DedupStore.failure_cause`) raises
-:class:`~loadtests.dedup.base.StoreUnavailable` instead of the backend's error (whose text may
-name the store's address), is counted in ``rta_reasoner_store_failures_total{op,cause}`` and
+:meth:`~rtalab.loadtests.dedup.base.DedupStore.failure_cause`) raises
+:class:`~rtalab.loadtests.dedup.base.StoreUnavailable` instead of the backend's error (whose text
+may name the store's address), is counted in ``rta_reasoner_store_failures_total{op,cause}`` and
 logged as one WARNING line per operation and cause at most every second (no traceback).  Any
 other exception is a bug and propagates unchanged.  The handler answers ``StoreUnavailable``
 as FAILED ``internal`` (retryable) with ``retryAfterMs`` = :data:`RETRY_AFTER_MS` when the
@@ -36,9 +36,9 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from loadtests.dedup.base import Claim, DedupStore, StoreStats, StoreUnavailable
-from loadtests.reasoner import metrics
-from sim.shared.dedup_rule import conflicts
+from rtalab.loadtests.dedup.base import Claim, DedupStore, StoreStats, StoreUnavailable
+from rtalab.loadtests.reasoner import metrics
+from rtalab.sim.shared.dedup_rule import conflicts
 
 log = logging.getLogger("rtalab.reasoner")
 T = TypeVar("T")
@@ -256,7 +256,8 @@ class GuardedStore(DedupStore):
     def defer_write(self, op: str, context_id: str, key: str, owner: str,
                     outcome: dict[str, Any] | None = None, fingerprint: str = "") -> None:
         """Defer an owner-checked ``complete`` (with ``outcome``, held here for retries
-        meanwhile) or ``abandon`` that failed (:class:`loadtests.reasoner.idempotency.Ticket`)."""
+        meanwhile) or ``abandon`` that failed
+        (:class:`rtalab.loadtests.reasoner.idempotency.Ticket`)."""
         inner = self.inner
         if op == "complete":
             assert outcome is not None

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import numpy as np
 
-from sim.dist import Dist
+from rtalab.sim.dist import Dist
 
 ToolResult = Literal["ok", "timeout", "error"]
 EXECUTE_PATH = "/execute"

@@ -50,7 +50,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from loadtests.reasoner.owners import new_owner
+from rtalab.loadtests.reasoner.owners import new_owner
 
 SKIPS_DEDUP = "-skips-dedup"  # <binding>-skips-dedup: one binding without dedup
 UNSAFE_BUGS = ("late-claim", "turn-key", "turn-key-rewrite", "volatile", "continuation-twice",
@@ -126,7 +126,7 @@ def dedup_skipped(bugs: Iterable[str]) -> frozenset[str]:
 def idempotency_class(bugs: Iterable[str]) -> type[Any]:
     """The Idempotency class with the planted dedup bugs (the correct one without)."""
     # lazy: +66 ms (a2a, starlette, google) off importing unsafe
-    from loadtests.reasoner.idempotency import Idempotency, Replay, Ticket
+    from rtalab.loadtests.reasoner.idempotency import Idempotency, Replay, Ticket
 
     bugs = tuple(bugs)
     if not {"late-claim", "turn-key", "turn-key-rewrite", "continuation-twice"} & set(bugs):

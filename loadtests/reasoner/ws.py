@@ -25,14 +25,14 @@ from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.utils import json_utils
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from loadtests.reasoner import metrics
-from loadtests.reasoner.jsonrpc import (
+from rtalab.loadtests.reasoner import metrics
+from rtalab.loadtests.reasoner.jsonrpc import (
     Decoded,
     DecodeError,
     ProfileJsonRpcDispatcher,
     decode_request,
 )
-from loadtests.reasoner.wire import BINDING_KEY, Keys, frame_ends
+from rtalab.loadtests.reasoner.wire import BINDING_KEY, Keys, frame_ends
 
 log = logging.getLogger("rtalab.reasoner")
 INTERNAL_TEXT = "Internal error"  # never the exception's text: it may name internal addresses

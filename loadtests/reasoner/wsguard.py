@@ -20,7 +20,7 @@ server queue pongs without bound (23 MiB/s, held after close) and slowed every o
 
 Every closure is counted in ``rta_reasoner_connections_closed_total{reason}``
 (``ws-control-flood``, ``ws-backpressure``, ``ws-invalid-utf8``) and logged at most once a
-second per reason (:mod:`loadtests.reasoner.conns`).  Other connections are untouched.
+second per reason (:mod:`rtalab.loadtests.reasoner.conns`).  Other connections are untouched.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request
 
-from loadtests.reasoner.conns import guard
+from rtalab.loadtests.reasoner.conns import guard
 
 CONTROL_RATE_PER_S = 20.0  # pings + unsolicited pongs per second, sustained
 CONTROL_BURST = 50.0

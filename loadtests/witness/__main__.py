@@ -1,12 +1,12 @@
-"""``python -m loadtests.witness [options]``: same as ``rtalab serve witness``."""
+"""``python -m rtalab.loadtests.witness [options]``: same as ``rtalab serve witness``."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
 
-from loadtests.witness.cli import PROG, add_witness_arguments, run_witness
-from sim.shared.argtypes import OneLineParser
+from rtalab.loadtests.witness.cli import PROG, add_witness_arguments, run_witness
+from rtalab.sim.shared.argtypes import OneLineParser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -42,8 +42,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loadtests.witness.faults import FaultError, Faults
-from loadtests.witness.ledger import MAX_PAGE, Ledger
+from rtalab.loadtests.witness.faults import FaultError, Faults
+from rtalab.loadtests.witness.ledger import MAX_PAGE, Ledger
 
 log = logging.getLogger("rtalab.witness")
 

@@ -1,4 +1,5 @@
-"""``rtalab serve witness`` / ``python -m loadtests.witness``: run the witness with uvicorn."""
+"""``rtalab serve witness`` / ``python -m rtalab.loadtests.witness``: run the witness with
+uvicorn."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import logging
 import sys
 from typing import Any
 
-from loadtests.common.tls import add_server_tls, server_tls_from_args
-from loadtests.witness.faults import ERROR_STATUSES, FaultError, Faults, parse_dist_text
-from sim.shared.argtypes import (
+from rtalab.loadtests.common.tls import add_server_tls, server_tls_from_args
+from rtalab.loadtests.witness.faults import ERROR_STATUSES, FaultError, Faults, parse_dist_text
+from rtalab.sim.shared.argtypes import (
     HOST,
     LOG_LEVEL,
     PORT,
@@ -77,7 +78,7 @@ def run_witness(args: argparse.Namespace) -> int:
     # lazy: +116 ms (uvicorn, starlette, sqlite3) off rtalab's start-up
     import uvicorn
 
-    from loadtests.witness.app import create_app
+    from rtalab.loadtests.witness.app import create_app
 
     faults = faults_from_args(args)
     tls = server_tls_from_args(args)

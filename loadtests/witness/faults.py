@@ -9,7 +9,7 @@ Per request one uniform draw picks, in this order of probability mass:
 - ``slow-success`` (``slowSuccessP``): the side effect completes and is recorded
   ``slowSuccessDelayS`` after arrival (set it above the Reasoner's upstream
   timeout), then the answer is 200 — usually to a caller that already gave up;
-- otherwise ``ok``: after the latency (``latencyS``, a :mod:`sim.dist` spec) the
+- otherwise ``ok``: after the latency (``latencyS``, a :mod:`rtalab.sim.dist` spec) the
   side effect is recorded and the answer is 200.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from sim.dist import Const, Dist, DistError, parse_dist
+from rtalab.sim.dist import Const, Dist, DistError, parse_dist
 
 Fate = Literal["ok", "error", "timeout", "slow-success"]
 ERROR_STATUSES = (500, 502, 503, 504)

@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from loadtests.dedup.dbthread import DbThread
+from rtalab.loadtests.dedup.dbthread import DbThread
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS executions (

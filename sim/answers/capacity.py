@@ -3,7 +3,7 @@
 For each load level (a value of ``load_key``, e.g. ``workload.calls_per_s``) the
 search finds the smallest value of ``knob`` (e.g. ``reasoner.workers``; any integer
 or float scenario key) at which every SLO holds *with confidence* (the 95 % CI end
-on the unfavourable side meets the target, :meth:`sim.answers.slo.Slo.holds`).
+on the unfavourable side meets the target, :meth:`rtalab.sim.answers.slo.Slo.holds`).
 
 Search (assumes the SLOs get easier as the knob grows and harder as load grows):
 
@@ -16,8 +16,8 @@ Search (assumes the SLOs get easier as the knob grows and harder as load grows):
    are one ``step`` apart (integers: adjacent).
 
 Every probe is one sweep point (``replications`` replications with seeds from
-``sim.sweep.point_seed(root_seed, point, i)``) run by ``sim.sweep.run_points``, so results
-do not depend on which executor ran them; with ``out_dir`` probe ``k`` is the one-point
+``rtalab.sim.sweep.point_seed(root_seed, point, i)``) run by ``rtalab.sim.sweep.run_points``, so
+results do not depend on which executor ran them; with ``out_dir`` probe ``k`` is the one-point
 sweep folder ``out_dir/probes/probeNNN``.  The answer at each level is therefore a value that
 passes with the value one step below it failing ("headroom to the next value down").
 
@@ -40,11 +40,11 @@ from typing import Any
 
 import pandas as pd
 
-from sim.answers.figure import new_figure, save_figure
-from sim.answers.slo import Slo
-from sim.config import ConfigError, to_plain
-from sim.scenario import FleetConfig, Scenario
-from sim.sweep import run_points
+from rtalab.sim.answers.figure import new_figure, save_figure
+from rtalab.sim.answers.slo import Slo
+from rtalab.sim.config import ConfigError, to_plain
+from rtalab.sim.scenario import FleetConfig, Scenario
+from rtalab.sim.sweep import run_points
 
 
 @dataclass(frozen=True)

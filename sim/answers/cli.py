@@ -1,4 +1,4 @@
-"""``rtalab sim capacity | tune | storm``: thin command-line layers over :mod:`sim.answers`.
+"""``rtalab sim capacity | tune | storm``: thin command-line layers over :mod:`rtalab.sim.answers`.
 
 Each command validates everything it can before simulating (bad SLO, unknown key,
 bad range, unknown strategy: exit 2 with one ``rtalab: ...`` line), writes one new
@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sim.config import ConfigError
-from sim.shared import junit, results
-from sim.shared.argtypes import (
+from rtalab.sim.config import ConfigError
+from rtalab.sim.shared import junit, results
+from rtalab.sim.shared.argtypes import (
     OUT_DIR,
     UsageError,
     add_command,
@@ -32,8 +32,8 @@ from sim.shared.argtypes import (
     positive_int,
     repeatable,
 )
-from sim.shared.junit import add_junit_argument
-from sim.shared.manage import human_size, prune_records
+from rtalab.sim.shared.junit import add_junit_argument
+from rtalab.sim.shared.manage import human_size, prune_records
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,10 +47,10 @@ def _usage(message: str) -> Exception:
 def _user_errors() -> Iterator[None]:
     """Turn the answers' input errors into the CLI's one-line usage error (exit 2)."""
     # lazy: +359 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.answers.slo import SloError
-    from sim.answers.storm import StormError
-    from sim.answers.tune import SpaceError
-    from sim.sweep import SweepError
+    from rtalab.sim.answers.slo import SloError
+    from rtalab.sim.answers.storm import StormError
+    from rtalab.sim.answers.tune import SpaceError
+    from rtalab.sim.sweep import SweepError
 
     try:
         yield
@@ -71,7 +71,7 @@ def _out_dir(args: argparse.Namespace, kind: str, scenario: Any) -> Path:
 def _scenario(args: argparse.Namespace) -> Any:
     """The command's scenario: SCENARIO with its ``--set`` overrides and ``--seed``."""
     # lazy: +24 ms (9 modules) off rtalab's start-up
-    from sim.scenario import load_scenario_args
+    from rtalab.sim.scenario import load_scenario_args
 
     scenario = load_scenario_args(args.scenario, args.set)
     if args.seed is not None:
@@ -81,7 +81,7 @@ def _scenario(args: argparse.Namespace) -> Any:
 
 def _executor(args: argparse.Namespace) -> Any:
     # lazy: +39 ms (28 modules) off rtalab's start-up
-    from sim.sweep import make_executor
+    from rtalab.sim.sweep import make_executor
 
     return make_executor(args.processes, args.dask)
 
@@ -90,8 +90,8 @@ def _print_cards(df: pd.DataFrame, title: str, heading: Callable[[pd.Series], st
                  skip: tuple[str, ...] = ()) -> None:
     """The table as one card per row (sim/shared/cards.py): full names, units, CIs, 80 columns."""
     # lazy: +233 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.shared.cards import frame_cards, render
-    from sim.shared.summary import unit
+    from rtalab.sim.shared.cards import frame_cards, render
+    from rtalab.sim.shared.summary import unit
 
     print(render(frame_cards(df, heading, unit, skip=skip), title))
 
@@ -120,9 +120,9 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     confidence (bracketing + bisection).
     """
     # lazy: +308 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.answers.capacity import find_capacity, make_knob, plot_capacity
-    from sim.answers.slo import parse_slo
-    from sim.sweep import parse_axes
+    from rtalab.sim.answers.capacity import find_capacity, make_knob, plot_capacity
+    from rtalab.sim.answers.slo import parse_slo
+    from rtalab.sim.sweep import parse_axes
 
     scenario = _scenario(args)
     with _user_errors():
@@ -201,8 +201,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     Optuna TPE; re-run the best candidates and today's settings on fresh seeds; recommend.
     """
     # lazy: +269 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.answers.slo import parse_slo
-    from sim.answers.tune import (
+    from rtalab.sim.answers.slo import parse_slo
+    from rtalab.sim.answers.tune import (
         default_space,
         objective,
         plot_pareto,
@@ -278,7 +278,7 @@ def cmd_storm(args: argparse.Namespace) -> int:
     amplification, goodput dip, recovery and hazards.
     """
     # lazy: +242 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.answers.storm import (
+    from rtalab.sim.answers.storm import (
         Detector,
         StormError,
         plot_storm,
@@ -340,9 +340,9 @@ def cmd_metastability(args: argparse.Namespace) -> int:
     for each strategy; the fast model places the replications where the boundary is.
     """
     # lazy: +322 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.answers.metastability import MapSpec, run_map, write_map
-    from sim.answers.storm import Detector, StormError, validate_strategies
-    from sim.shared.progress import progress_bar, should_show
+    from rtalab.sim.answers.metastability import MapSpec, run_map, write_map
+    from rtalab.sim.answers.storm import Detector, StormError, validate_strategies
+    from rtalab.sim.shared.progress import progress_bar, should_show
 
     scenario = _scenario(args)
     names = [n for s in args.strategies for n in s.split(",") if n] or ["no_backoff",
@@ -356,7 +356,7 @@ def cmd_metastability(args: argparse.Namespace) -> int:
                        adaptive=not args.full_grid, budget=args.budget)
         validate_strategies(scenario, names)
         # lazy: +413 ms (pandas, pyarrow) off rtalab's start-up
-        from sim.answers.metastability import cell_overrides, run_length
+        from rtalab.sim.answers.metastability import cell_overrides, run_length
 
         for v in loads:
             for z in sizes:
@@ -400,8 +400,8 @@ def cmd_metastability(args: argparse.Namespace) -> int:
 def _fleet_slo(text: str) -> tuple[str, str, float]:
     """An SLO on a metric the fleet model gives (caller-perceived names map to completed)."""
     # lazy: +722 ms (scipy) off rtalab's start-up
-    from sim.answers.slo import parse_slo
-    from sim.fastmodel.fleet import METRICS
+    from rtalab.sim.answers.slo import parse_slo
+    from rtalab.sim.fastmodel.fleet import METRICS
 
     slo = parse_slo(text)
     name = slo.metric.replace("caller_completion_s.", "completion_s.")
@@ -419,7 +419,7 @@ def cmd_fleet_size(args: argparse.Namespace) -> int:
     (sim/fastmodel/fleet.py: no simulation; its docstring says where it is approximate).
     """
     # lazy: +723 ms (scipy) off rtalab's start-up
-    from sim.fastmodel.fleet import POLICIES, FleetModel, FleetModelError, fleet_size
+    from rtalab.sim.fastmodel.fleet import POLICIES, FleetModel, FleetModelError, fleet_size
 
     scenario = _scenario(args)
     with _user_errors():
@@ -530,12 +530,13 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _recovery_arguments(p: argparse.ArgumentParser) -> None:
-    """What "recovered" means (sim.shared.recovery.Detector), shared by storm and metastability."""
+    """What "recovered" means (rtalab.sim.shared.recovery.Detector), shared by storm and
+    metastability."""
     opt(p, "--fraction", "recovered = goodput >= this share of offered load", float, 0.9)
     opt(p, "--hold S", "... within S seconds after the trigger ends", float, 60.0)
     opt(p, "--window S", "sliding window of the rates ({default} s)", float, 10.0)
     opt(p, "--noise-z Z", "Poisson noise allowance in standard errors "
-                          "(sim.shared.recovery; {default})", float, 3.0)
+                          "(rtalab.sim.shared.recovery; {default})", float, 3.0)
 
 
 def _storm_arguments(p: argparse.ArgumentParser) -> None:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.runner import run_once
-from sim.scenario import Scenario
-from sim.shared import schema as S
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import Scenario
+from rtalab.sim.shared import schema as S
 
 
 def response_times(scenario: Scenario, *, replications: int = 2, seed: int = 1) -> np.ndarray:

@@ -1,8 +1,8 @@
 """The metastability map: over offered load × trigger size, does the system come back?
 
 For one scenario with a trigger (outage, capacity drop or load spike, as in
-:func:`sim.answers.storm.trigger_window`) and one or several retry strategies
-(:data:`sim.answers.storm.STRATEGIES`), each **cell** of the grid is the scenario with its
+:func:`rtalab.sim.answers.storm.trigger_window`) and one or several retry strategies
+(:data:`rtalab.sim.answers.storm.STRATEGIES`), each **cell** of the grid is the scenario with its
 load scaled (:func:`cell_scenario`: call rate, schedule and ``max_calls`` × ``load``) and its
 trigger scaled (``length``: every outage, drop and spike phase lasts ``size`` × as long;
 ``depth``: a capacity drop removes ``size`` × as many workers, a spike adds ``size`` × as
@@ -10,7 +10,7 @@ much rate).  Per cell:
 
 - **recovery probability**: the share of replications whose goodput is back to
   ``fraction`` × the offered load within ``hold_s`` after the trigger ends
-  (:func:`sim.answers.storm.recovery_time`), with a Wilson 95 % interval;
+  (:func:`rtalab.sim.answers.storm.recovery_time`), with a Wilson 95 % interval;
 - **recovery time** distribution from the trigger's end, censored at ``hold_s`` (a
   replication not back by then is censored: its time is only known to exceed it) —
   median and 90th percentile of that censored sample, ``None`` when censored there;
@@ -28,20 +28,20 @@ between the cells around the crossing); its 95 % interval comes from redrawing e
 cell's probability from its Jeffreys posterior Beta(k + ½, n − k + ½) (fixed seed).
 
 **The fast model guides the simulator** (:func:`plan_cells`, ``adaptive=True``): the fluid
-model (:mod:`sim.fastmodel.fluid`) gives every cell a verdict in well under a second; the
+model (:mod:`rtalab.sim.fastmodel.fluid`) gives every cell a verdict in well under a second; the
 full replications go to the cells on its boundary (a neighbour has the other verdict), a
 few one-replication spot checks go to the cells far from it, and further rounds add cells
 where the simulator's crossing is not bracketed or a spot check disagrees, within
 ``budget`` (share of cells with full replications).  The other cells keep the model's
 verdict (reported as such).  :attr:`MapResult.disagreements` lists the simulated cells whose
-interval excludes the model's verdict.  The CTMC (:mod:`sim.fastmodel.ctmc`) adds, per load,
+interval excludes the model's verdict.  The CTMC (:mod:`rtalab.sim.fastmodel.ctmc`) adds, per load,
 the expected times healthy → overloaded and overloaded → healthy under the normal inputs.
 
 **On a fleet** (``[fleet] replicas`` > 1) the simulated cells run the whole fleet
-(:mod:`sim.model.fleet`); the fast model sees one replica fed ``1/N`` of the calls (random,
+(:mod:`rtalab.sim.model.fleet`); the fast model sees one replica fed ``1/N`` of the calls (random,
 round robin, sticky, power of two at N >= 3: the Poisson split, exact for first attempts and
 for re-routed retries in the mean) or one pooled queue of ``N`` × the workers (least
-outstanding, power of two at N = 2), per :func:`sim.fastmodel.params.replica_params`; the
+outstanding, power of two at N = 2), per :func:`rtalab.sim.fastmodel.params.replica_params`; the
 CTMC's hitting times are then one replica's (or the pool's).  :attr:`MapResult.fleet` says
 which, and the sentence ends with it.
 """
@@ -60,8 +60,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from sim.answers.figure import new_figure, save_figure
-from sim.answers.storm import (
+from rtalab.sim.answers.figure import new_figure, save_figure
+from rtalab.sim.answers.storm import (
     STRATEGIES,
     Detector,
     StormError,
@@ -69,13 +69,13 @@ from sim.answers.storm import (
     trigger_window,
     validate_strategies,
 )
-from sim.fastmodel.params import replica_params
-from sim.scenario import Scenario
-from sim.shared import recovery
-from sim.shared import schema as S
-from sim.shared.stats import wilson
-from sim.sweep import POINTS_DIR, point_dir_name, run_points
-from sim.vocab import AttemptOutcome as A
+from rtalab.sim.fastmodel.params import replica_params
+from rtalab.sim.scenario import Scenario
+from rtalab.sim.shared import recovery
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.stats import wilson
+from rtalab.sim.sweep import POINTS_DIR, point_dir_name, run_points
+from rtalab.sim.vocab import AttemptOutcome as A
 
 KINDS = ("length", "depth")
 REGIONS = ("overloaded", "stable", "recovers", "metastable")
@@ -245,7 +245,7 @@ def model_cell(scenario: Scenario, det: Detector) -> ModelCell:
     """The fluid trajectory of ``scenario`` judged like a replication (``noise_z`` = 0: the
     fluid goodput has no noise)."""
     # lazy: +282 ms (scipy) off importing metastability
-    from sim.fastmodel.fluid import trajectory
+    from rtalab.sim.fastmodel.fluid import trajectory
 
     t0 = time.perf_counter()
     params = replica_params(scenario)  # a fleet: one replica's share (or the pooled queue)
@@ -268,7 +268,7 @@ def model_hitting_times(scenario: Scenario, max_orbit: int = 60) -> tuple[float,
     """CTMC expected times (s) healthy → overloaded and overloaded → healthy under the
     scenario's normal (first-phase) inputs."""
     # lazy: +416 ms (scipy) off importing metastability
-    from sim.fastmodel import ctmc
+    from rtalab.sim.fastmodel import ctmc
 
     h = ctmc.hitting_times(replica_params(scenario), max_orbit=max_orbit)
     return h.healthy_to_overloaded_s, h.overloaded_to_healthy_s
@@ -448,7 +448,8 @@ class MapResult:
 
 def fleet_note(scenario: Scenario) -> str:
     """How the map treats ``scenario``'s fleet ("" for one pool): the simulator runs the whole
-    fleet, the fast model one replica's share (:func:`sim.fastmodel.params.replica_params`)."""
+    fleet, the fast model one replica's share
+    (:func:`rtalab.sim.fastmodel.params.replica_params`)."""
     f = scenario.fleet
     if not f.is_fleet:
         return ""

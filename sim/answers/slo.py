@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sim.shared import schema as S
+from rtalab.sim.shared import schema as S
 
 ALIASES: dict[str, str] = {
     # caller-perceived by default: a turn not served counts as +inf (docs/answers.md)
@@ -48,7 +48,7 @@ class SloError(ValueError):
 
 
 def _known_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(exact metric names, name prefixes) declared in :mod:`sim.shared.schema` (``M_*``)."""
+    """(exact metric names, name prefixes) declared in :mod:`rtalab.sim.shared.schema` (``M_*``)."""
     exact: list[str] = []
     prefixes: list[str] = []
     for key, value in vars(S).items():

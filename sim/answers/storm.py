@@ -5,7 +5,7 @@ load spike (a ``schedule`` phase above the first phase's rate); :func:`trigger_w
 finds it.  A *strategy* is data: a named set of scenario overrides in
 :data:`STRATEGIES` (validated before anything runs; a strategy whose keys this
 build of the simulator does not have yet is skipped with a note).  The strategies
-run as the points of one sweep (:func:`sim.sweep.run_points`: every point a normal run
+run as the points of one sweep (:func:`rtalab.sim.sweep.run_points`: every point a normal run
 folder, seeds from the root seed and the point's overrides, so ``rtalab sim sweep``
 reproduces them) and each is judged from its folder's per-second time series:
 
@@ -16,7 +16,7 @@ reproduces them) and each is judged from its folder's per-second time series:
   Reasoner, executed or refused, instead of executions);
 - **goodput dip**: 1 − (lowest windowed goodput from the trigger's start to
   ``hold_s`` after its end) ÷ (mean goodput between warm-up and the trigger);
-- **time to recover** (:func:`recovery_time`, :func:`sim.shared.recovery.recovery_time_s`):
+- **time to recover** (:func:`recovery_time`, :func:`rtalab.sim.shared.recovery.recovery_time_s`):
   seconds from the trigger's end until goodput is back to ``fraction`` of the offered
   load (mean offered turns/s between warm-up and the trigger), over a ``window_s`` window
   and over the rest of the run, with ``noise_z`` Poisson standard errors of allowance
@@ -28,7 +28,7 @@ reproduces them) and each is judged from its folder's per-second time series:
   has the metric) and duplicate side effects per 1,000 turns (side-effect
   executions beyond the first of each turn, from ``turns.parquet``).
 
-On a fleet (``[fleet] replicas`` > 1, :mod:`sim.model.fleet`) the storm runs the simulator's
+On a fleet (``[fleet] replicas`` > 1, :mod:`rtalab.sim.model.fleet`) the storm runs the simulator's
 fleet (a capacity drop hits every replica, an outage the whole network) and the table adds
 the fleet's figures from each point's ``summary.json`` (:data:`FLEET_COLUMNS`): utilisation
 and requests imbalance (max / mean over replicas, over the measurement window), duplicate
@@ -50,14 +50,14 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from sim.answers.figure import new_figure, save_figure
-from sim.config import ConfigError
-from sim.scenario import FleetConfig, Scenario
-from sim.shared import recovery
-from sim.shared import schema as S
-from sim.shared.results import read_meta
-from sim.shared.summary import mean_ci
-from sim.sweep import POINTS_DIR, point_dir_name, run_points
+from rtalab.sim.answers.figure import new_figure, save_figure
+from rtalab.sim.config import ConfigError
+from rtalab.sim.scenario import FleetConfig, Scenario
+from rtalab.sim.shared import recovery
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.results import read_meta
+from rtalab.sim.shared.summary import mean_ci
+from rtalab.sim.sweep import POINTS_DIR, point_dir_name, run_points
 
 # name -> (what it is, overrides).  One line per strategy; keys that do not exist in this
 # build are skipped with a note (see validate_strategies).
@@ -97,7 +97,8 @@ class Detector:
     fraction: float = 0.9  # goodput must get back to this share of offered load
     hold_s: float = 60.0  # ... within this long after the trigger ends, else metastable
     window_s: float = 10.0  # sliding window of the rates
-    noise_z: float = 3.0  # Poisson noise allowance of sim.shared.recovery (0: bare threshold)
+    noise_z: float = 3.0  # Poisson noise allowance of rtalab.sim.shared.recovery (0: bare
+                          # threshold)
 
 
 # --------------------------------------------------------------------------- strategies
@@ -129,7 +130,7 @@ def validate_strategies(scenario: Scenario, names: Sequence[str] | None = None,
 
 def trigger_window(scenario: Scenario) -> tuple[float, float]:
     """(start_s, end_s) spanning the scenario's outages, capacity drops and load spikes
-    (:func:`sim.shared.recovery.trigger_span`); StormError when it has none."""
+    (:func:`rtalab.sim.shared.recovery.trigger_span`); StormError when it has none."""
     span = recovery.trigger_span(scenario)
     if span is None:
         raise StormError(f"scenario {scenario.name!r} has no trigger (outage, capacity drop or "
@@ -158,8 +159,8 @@ def offered_reference(ts: pd.DataFrame, trigger_start_s: float, from_s: float = 
 def recovery_time(ts: pd.DataFrame, trigger: tuple[float, float], det: Detector = Detector(),
                   *, from_s: float = 0.0, horizon_s: float | None = None) -> float | None:
     """Seconds after the trigger's end until goodput is back to ``fraction`` × the offered
-    load (:func:`offered_reference`), judged by :func:`sim.shared.recovery.recovery_time_s`: the
-    ``window_s`` window from then on and the rest of the horizon both average at least
+    load (:func:`offered_reference`), judged by :func:`rtalab.sim.shared.recovery.recovery_time_s`:
+    the ``window_s`` window from then on and the rest of the horizon both average at least
     that level, less ``noise_z`` Poisson standard errors.  None: never within the horizon
     (default: the series' end; the run's ``duration_s`` in :func:`case_figures`)."""
     ref = offered_reference(ts, trigger[0], from_s)
@@ -254,7 +255,7 @@ def case_figures(run_dir: Path, trigger: tuple[float, float], det: Detector = De
     return rows
 
 
-# a fleet's load figures ([fleet], sim.model.fleet), from the point's summary.json: only
+# a fleet's load figures ([fleet], rtalab.sim.model.fleet), from the point's summary.json: only
 # present for a fleet (a one-pool storm's table is unchanged)
 FLEET_COLUMNS = {"utilisation_imbalance": "fleet.utilisation_imbalance",
                  "requests_imbalance": "fleet.requests_imbalance",
@@ -327,7 +328,7 @@ def run_storm(scenario: Scenario, out_dir: Path, *, strategies: Sequence[str] | 
               table: Mapping[str, tuple[str, dict[str, Any]]] | None = None,
               progress: bool = False) -> StormResult:
     """Run each strategy (validated first) through the trigger as one point of a sweep in
-    ``out_dir`` (``sim.sweep.run_points``: strategy ``k`` of those runnable is the run folder
+    ``out_dir`` (``rtalab.sim.sweep.run_points``: strategy ``k`` of those runnable is the run folder
     ``out_dir/points/pNNNN``, finished ones are reused on rerun); then judge each folder."""
     table_ = STRATEGIES if table is None else table
     runnable, skipped = validate_strategies(scenario, strategies, table_)

@@ -20,7 +20,7 @@ names them.
 
 **Search.**  ``optuna`` TPE (``TPESampler``; constraints set per trial with
 ``set_constraint``), multi-objective when several objectives are given.  Trials are
-asked in batches, each batch evaluated as the points of :func:`sim.sweep.run_points` on
+asked in batches, each batch evaluated as the points of :func:`rtalab.sim.sweep.run_points` on
 the given executor (local processes or Dask), and told back; each trial stores its
 metrics and constraint values as user attributes (constraint ``> 0`` = violated, using
 the mean over replications).  The study lives in ``<out_dir>/study.db`` (SQLite):
@@ -32,7 +32,7 @@ objective, at most ``top`` of them) and the scenario's current settings are re-r
 fresh root seed with ``confirm_replications`` replications, every candidate with the
 *same* seeds as the current settings (common random numbers).  Each candidate is
 compared with today's settings replication by replication (paired:
-:func:`sim.shared.stats.paired`), on every objective and on ``success_rate``; the p-values of
+:func:`rtalab.sim.shared.stats.paired`), on every objective and on ``success_rate``; the p-values of
 all candidate × objective comparisons are corrected together (Holm).  A candidate is
 *recommended* when every constraint holds with confidence (the CI end on the
 unfavourable side meets the target), it is significantly better on at least one
@@ -63,14 +63,14 @@ from typing import Any, Literal, TypeGuard
 
 import pandas as pd
 
-from sim.answers.figure import new_figure, save_figure
-from sim.answers.slo import Slo, SloError, metric_value, resolve_metric
-from sim.config import ConfigError
-from sim.scenario import Scenario, resolve_path
-from sim.shared.progress import progress_bar, should_show
-from sim.shared.stats import holm, paired, welch
-from sim.shared.summary import INF_PREFIXES
-from sim.sweep import run_points
+from rtalab.sim.answers.figure import new_figure, save_figure
+from rtalab.sim.answers.slo import Slo, SloError, metric_value, resolve_metric
+from rtalab.sim.config import ConfigError
+from rtalab.sim.scenario import Scenario, resolve_path
+from rtalab.sim.shared.progress import progress_bar, should_show
+from rtalab.sim.shared.stats import holm, paired, welch
+from rtalab.sim.shared.summary import INF_PREFIXES
+from rtalab.sim.sweep import run_points
 
 SUCCESS = "success_rate"
 ALPHA = 0.05

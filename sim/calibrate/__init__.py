@@ -24,5 +24,5 @@ __all__ = sorted(_WHERE)
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(name)
-    # lazy: by name, on first use: `from sim.calibrate import calibrate` is +1.6 s (scipy)
-    return getattr(importlib.import_module(f"sim.calibrate.{_WHERE[name]}"), name)
+    # lazy: by name, on first use: `from rtalab.sim.calibrate import calibrate` is +1.6 s (scipy)
+    return getattr(importlib.import_module(f"rtalab.sim.calibrate.{_WHERE[name]}"), name)

@@ -5,7 +5,7 @@ not their values.  :func:`fit_buckets` fits lognormal, gamma and Weibull by maxi
 likelihood on those counts (``log L = sum n_i log(F(le_i) - F(le_{i-1}))``, location 0),
 keeps the family with the lowest AIC, and judges it by the largest gap between the fitted
 and the observed cumulative share at the bucket bounds (the KS distance a histogram allows)
-with the same rule as :mod:`sim.calibrate.fit`: rejected when above max(1.63/sqrt(n),
+with the same rule as :mod:`rtalab.sim.calibrate.fit`: rejected when above max(1.63/sqrt(n),
 0.03); then the histogram itself (``dist = "histogram"``) is kept.
 
 Uncertainty, by a parametric bootstrap of the chosen law (:data:`ROUNDS` rounds): each
@@ -28,8 +28,8 @@ from typing import Any, TypedDict
 import numpy as np
 from scipy import optimize, stats
 
-from sim.calibrate.fit import FAMILIES, KS_TOLERANCE
-from sim.dist import Dist, Gamma, Histogram, LogNormal, Weibull
+from rtalab.sim.calibrate.fit import FAMILIES, KS_TOLERANCE
+from rtalab.sim.dist import Dist, Gamma, Histogram, LogNormal, Weibull
 
 ROUNDS = 60
 MAX_DRAW = 20_000  # values per bootstrap draw (a larger count's spread is scaled down)

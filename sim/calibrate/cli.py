@@ -8,8 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.shared.argtypes import NO_PLOTS, UsageError, add_command, add_quiet, non_negative, opt
-from sim.shared.tls import INSECURE_WARNING, add_client_tls, client_tls_from_args
+from rtalab.sim.shared.argtypes import (
+    NO_PLOTS,
+    UsageError,
+    add_command,
+    add_quiet,
+    non_negative,
+    opt,
+)
+from rtalab.sim.shared.tls import INSECURE_WARNING, add_client_tls, client_tls_from_args
 
 SOURCES = ("prometheus", "otlp")
 
@@ -42,8 +49,8 @@ def add_telemetry_options(p: argparse.ArgumentParser) -> None:
 def telemetry_observations(args: argparse.Namespace, say: Any = None) -> Any:
     """The observations of ``--from`` (raises ObservationError, one line)."""
     # lazy: +736 ms (pandas, pyarrow) off rtalab's start-up
-    from sim.calibrate.observations import ObservationError
-    from sim.calibrate.telemetry import from_otlp, from_prometheus
+    from rtalab.sim.calibrate.observations import ObservationError
+    from rtalab.sim.calibrate.telemetry import from_otlp, from_prometheus
 
     kind, target = args.source
     if kind == "otlp":
@@ -101,7 +108,7 @@ def utilisation_lines(f: dict[str, Any]) -> list[str]:
 def describe(cal: Any) -> list[str]:
     """Key figures of a calibration, one line each (for the terminal)."""
     # lazy: +3.60 s (scipy, pandas, pyarrow) off rtalab's start-up
-    from sim.calibrate.estimate import CLIPPED
+    from rtalab.sim.calibrate.estimate import CLIPPED
 
     lines = [f"method: {cal.method}"]
     for v in cal.values:
@@ -118,7 +125,7 @@ def describe(cal: Any) -> list[str]:
     if f.get("turns_per_s") is not None and math.isfinite(f["turns_per_s"]):
         r, t = f["turns_per_s"], f.get("duration_s") or math.nan
         # lazy: +300 ms (pandas, pyarrow) off rtalab's start-up
-        from sim.shared.stats import poisson_rate_ci
+        from rtalab.sim.shared.stats import poisson_rate_ci
 
         lo, hi = poisson_rate_ci(round(r * t), t) if t > 0 else (math.nan, math.nan)
         lines.append(f"  observed turn rate: {r:.3g} turns/s [{lo:.3g}, {hi:.3g}] "
@@ -140,8 +147,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     every figure and QQ plots (docs/calibration.md).
     """
     # lazy: +4.54 s (scipy, pandas, pyarrow) off rtalab's start-up
-    from sim.calibrate import ObservationError, calibrate, combine, from_run_dir, write
-    from sim.scenario import load_scenario
+    from rtalab.sim.calibrate import ObservationError, calibrate, combine, from_run_dir, write
+    from rtalab.sim.scenario import load_scenario
 
     if bool(args.runs) == bool(args.source):
         raise UsageError("calibrate: give load-run folders or --from SOURCE (one of the two)")

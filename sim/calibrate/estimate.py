@@ -1,7 +1,7 @@
 """From observations to scenario values: service, network, queueing, capacity, errors.
 
 :func:`calibrate` is the library function (no files, no CLI): it takes
-:class:`~sim.calibrate.observations.Observations` and a base scenario (whose
+:class:`~rtalab.sim.calibrate.observations.Observations` and a base scenario (whose
 ``[workload]``, ``[live]``, ``[run]`` and ``[load]`` are the *client's* settings — the
 load offered, not a property of the deployment — and are kept), and returns a
 :class:`Calibration`: one :class:`Value` per scenario key it could identify (value,
@@ -32,14 +32,14 @@ from typing import Any, cast
 
 import numpy as np
 
-from sim.calibrate.censored import fit_buckets
-from sim.calibrate.fit import Fit, fit_duration
-from sim.calibrate.observations import HISTOGRAMS, Observations
-from sim.config import to_plain
-from sim.dist import Histogram, LogNormal
-from sim.policy.codes import ALL_CODES
-from sim.scenario import ReasonerConfig, Scenario, from_dict
-from sim.shared.stats import wilson
+from rtalab.sim.calibrate.censored import fit_buckets
+from rtalab.sim.calibrate.fit import Fit, fit_duration
+from rtalab.sim.calibrate.observations import HISTOGRAMS, Observations
+from rtalab.sim.config import to_plain
+from rtalab.sim.dist import Histogram, LogNormal
+from rtalab.sim.policy.codes import ALL_CODES
+from rtalab.sim.scenario import ReasonerConfig, Scenario, from_dict
+from rtalab.sim.shared.stats import wilson
 
 WAITED_S = 0.002  # a queue wait counts as "every worker was busy" above this and above
 WAITED_SERVICE_SHARE = 0.2  # this share of the mean service (a broker's round trip is not)
@@ -118,7 +118,7 @@ def _fit_value(key: str, fit: Fit, source: str) -> Value:
 
 
 def _wilson(k: int, n: int) -> tuple[float, float]:
-    """95 % Wilson interval of a proportion (:func:`sim.shared.stats.wilson`, z = 1.96)."""
+    """95 % Wilson interval of a proportion (:func:`rtalab.sim.shared.stats.wilson`, z = 1.96)."""
     return wilson(k, n, 1.96)
 
 
@@ -397,7 +397,7 @@ def _from_client(a: Any, c: _Columns, found: _Found) -> None:
 def _from_histograms(obs: Observations, values: list[Value], unident: list[tuple[str, str]],
                      fig: dict[str, Any], seed: int) -> None:
     """Service and first-chunk delay from the server's histograms: interval-censored fits
-    (:mod:`sim.calibrate.censored`), the histogram itself where no family fits."""
+    (:mod:`rtalab.sim.calibrate.censored`), the histogram itself where no family fits."""
     fig["bucket_fits"] = {}
     for key, role, what in (("reasoner.reasoning_time_s", "service", "all turns, tool included"),
                             ("reasoner.first_chunk_s", "first_chunk_delay", "")):

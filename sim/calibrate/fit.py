@@ -12,7 +12,7 @@ Fits and KS distances use at most :data:`MAX_FIT_SAMPLES` values (a seeded rando
 MLE on 200,000 values is as good as on a million for two parameters, and the subset's KS
 distance is within ~0.003 of the full sample's); means use every value. An empirical law keeps
 at most 10,000 values: the sample's quantiles at (i + 0.5) / 10,000 (tails beyond them are cut).
-CIs (:mod:`sim.calibrate.intervals`): the mean's Student t, the cv's BCa bootstrap (200
+CIs (:mod:`rtalab.sim.calibrate.intervals`): the mean's Student t, the cv's BCa bootstrap (200
 resamples of at most 5,000 values), the p99's distribution-free order-statistic interval
 (none, with the reason, below 368 values).
 """
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
-from sim.calibrate.intervals import bca_ci, quantile, quantile_ci, t_mean_ci
-from sim.dist import Const, Dist, Empirical, Gamma, LogNormal, Weibull
+from rtalab.sim.calibrate.intervals import bca_ci, quantile, quantile_ci, t_mean_ci
+from rtalab.sim.dist import Const, Dist, Empirical, Gamma, LogNormal, Weibull
 
 if TYPE_CHECKING:
     from scipy.stats._distn_infrastructure import rv_continuous_frozen

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy import stats
 
-from sim.shared.summary import PERCENTILE_METHOD, t_quantile_975
+from rtalab.sim.shared.summary import PERCENTILE_METHOD, t_quantile_975
 
 CV_RESAMPLES = 200
 LEVEL = 0.95

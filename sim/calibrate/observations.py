@@ -26,7 +26,7 @@
 * ``server_histograms`` — cumulative Prometheus histograms scraped from the server
   (``name -> (le bounds, cumulative counts)``), used when per-turn timings are absent;
 * from a server's counters and gauges (a Prometheus scrape, an OTLP export:
-  :mod:`sim.calibrate.telemetry`): ``server_turns`` (turns answered in the window by
+  :mod:`rtalab.sim.calibrate.telemetry`): ``server_turns`` (turns answered in the window by
   (outcome, error code)), ``turns_per_s`` (their rate), ``chunks_per_completed``, ``gauges``
   (``(time, busy workers, queued turns)`` per scrape);
 * ``duration_s``, ``calls_per_s`` (offered), ``capacity`` (concurrent turns, when the
@@ -82,7 +82,7 @@ class Probe:
 
 @dataclass
 class Observations:
-    """The inputs of :func:`sim.calibrate.calibrate` (see the module docstring)."""
+    """The inputs of :func:`rtalab.sim.calibrate.calibrate` (see the module docstring)."""
 
     attempts: pd.DataFrame
     duration_s: float
@@ -95,7 +95,8 @@ class Observations:
     capacity_source: str = ""
     probe: list[Probe] = field(default_factory=list)
     source: str = ""
-    # from a server's counters and gauges (sim.calibrate.telemetry), when no attempts are seen
+    # from a server's counters and gauges (rtalab.sim.calibrate.telemetry), when no attempts are
+    # seen
     server_turns: dict[tuple[str, str], float] = field(default_factory=dict)
     turns_per_s: float = math.nan
     chunks_per_completed: float = math.nan

@@ -1,4 +1,4 @@
-"""Write a :class:`~sim.calibrate.estimate.Calibration`: commented TOML, JSON, QQ plots.
+"""Write a :class:`~rtalab.sim.calibrate.estimate.Calibration`: commented TOML, JSON, QQ plots.
 
 ``write(cal, "calibrated.toml")`` writes
 
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import tomli_w
 
-from sim.calibrate.estimate import Calibration
-from sim.calibrate.fit import FAMILIES, KS_TOLERANCE, qq_plot
+from rtalab.sim.calibrate.estimate import Calibration
+from rtalab.sim.calibrate.fit import FAMILIES, KS_TOLERANCE, qq_plot
 
 CRITERION = (f"lowest AIC among {', '.join(FAMILIES)} (MLE, location 0); the empirical "
              f"distribution instead when that law's KS distance exceeds max(1.63/sqrt(n), "

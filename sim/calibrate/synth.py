@@ -20,7 +20,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from sim.calibrate.observations import Observations
+from rtalab.sim.calibrate.observations import Observations
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,13 @@
 """Observations from a deployment's own telemetry: Prometheus scrapes (a URL or a file).
 
-``from_prometheus(SOURCE, window_s, every_s)`` -> :class:`~sim.calibrate.observations.Observations`.
-SOURCE is a URL (``http(s)://host:port/metrics``, scraped every ``every_s`` seconds for
-``window_s`` seconds, certificates verified as :class:`sim.shared.tls.ClientTls` says:
-``--ca``, ``--client-cert``, ``--insecure``) or a file of text exposition format: one or more
-scrapes, told apart by the samples' timestamps (a file without timestamps is one
-scrape, its totals since the server started: distributions and counts, but no rates).
-The parser is prometheus_client's (``text_string_to_metric_families``).
+``from_prometheus(SOURCE, window_s, every_s)`` ->
+:class:`~rtalab.sim.calibrate.observations.Observations`. SOURCE is a URL
+(``http(s)://host:port/metrics``, scraped every ``every_s`` seconds for ``window_s`` seconds,
+certificates verified as :class:`rtalab.sim.shared.tls.ClientTls` says: ``--ca``, ``--client-cert``,
+``--insecure``) or a file of text exposition format: one or more scrapes, told apart by the samples'
+timestamps (a file without timestamps is one scrape, its totals since the server started:
+distributions and counts, but no rates). The parser is prometheus_client's
+(``text_string_to_metric_families``).
 
 What the window gives (the last scrape minus the first; labels other than ``le`` summed):
 
@@ -37,8 +38,8 @@ from typing import Any
 
 import pandas as pd
 
-from sim.calibrate.observations import HISTOGRAMS, ObservationError, Observations
-from sim.shared.tls import ClientTls, reason
+from rtalab.sim.calibrate.observations import HISTOGRAMS, ObservationError, Observations
+from rtalab.sim.shared.tls import ClientTls, reason
 
 # role -> the reference Reasoner's metric name (docs/reasoner.md "Metrics")
 ROLES = {**HISTOGRAMS, "turns": "rta_reasoner_turns_total", "chunks": "rta_reasoner_chunks_total",
@@ -113,7 +114,7 @@ def scrape_url(url: str, window_s: float, every_s: float, tls: ClientTls | None 
     """Scrape ``url`` every ``every_s`` for ``window_s`` seconds (at least two scrapes);
     the scrapes and their text with timestamps (to save and calibrate again later).  An
     ``https`` URL is verified as ``tls`` says (default: the system's CAs); a failed scrape is
-    one line (:func:`sim.shared.tls.reason`: the certificate problem named)."""
+    one line (:func:`rtalab.sim.shared.tls.reason`: the certificate problem named)."""
     tls = tls or ClientTls()
     n = max(2, int(window_s // every_s) + 1) if every_s > 0 else 2
     scrapes, texts = [], []

@@ -9,7 +9,7 @@ wrong.  :func:`parameter_draws` gives each replication its own parameters instea
 posterior-predictive simulation):
 
 - a fitted law's mean: ``mean x exp(N(0, s))``, ``s`` the log-scale half-width of its 95 %
-  interval / 1.96 (a scale change: the cv and the family stay; :func:`sim.dist.scaled`);
+  interval / 1.96 (a scale change: the cv and the family stay; :func:`rtalab.sim.dist.scaled`);
 - an injected error rate seen ``k`` times in ``n`` executions: ``Beta(k + 1/2, n - k + 1/2)``,
   the Jeffreys posterior (a code never seen stays at 0: nothing says it exists);
 - what was identified exactly (``reasoner.workers`` from the gauges) and what the scenario
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.dist import parse_dist, scaled
+from rtalab.sim.dist import parse_dist, scaled
 
 # the fitted laws a draw rescales: scenario key -> the name of its Fit in Calibration.fits
 LAWS = {"reasoner.reasoning_time_s": "reasoning_time_s",

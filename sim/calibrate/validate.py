@@ -2,14 +2,14 @@
 
 Both sides are computed by :func:`turn_metrics` from a ``turns`` table (``sim/shared/schema.py``
 columns; one replication): turns starting after the warm-up, TTFC and completion
-percentiles of completed turns (:func:`sim.shared.summary.percentile`, the one percentile),
+percentiles of completed turns (:func:`rtalab.sim.shared.summary.percentile`, the one percentile),
 success rate, attempts per turn, goodput (turns completed in [warm-up, duration) per
 second).  The simulator's replications are runs of the same length and load as the
 measured run, so their spread is the spread of one run: the verdict per metric is whether
 the measured value lies **inside the 90 % one-run prediction interval**
-(:func:`sim.shared.agreement.run_interval`; order statistics from 19 replications, Student's
+(:func:`rtalab.sim.shared.agreement.run_interval`; order statistics from 19 replications, Student's
 t on the metric's scale below), right about 90 % of the time when the prediction is right.
-The 95 % Student-t CI of the replications' mean (:func:`sim.shared.summary.mean_ci`) is shown
+The 95 % Student-t CI of the replications' mean (:func:`rtalab.sim.shared.summary.mean_ci`) is shown
 beside it, and the measurement's 95 % percentile bootstrap over *calls* (a call's turns
 share a caller and a fate, so calls are the independent units), :data:`BOOTSTRAP_ROUNDS`
 resamples.
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.shared import schema as S
-from sim.shared.agreement import (
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.agreement import (
     ACCURACY_MIN_RUN_S,
     INSIDE,
     LEVEL,
@@ -43,8 +43,8 @@ from sim.shared.agreement import (
     accuracy,
     run_interval,
 )
-from sim.shared.fmt import fmt_ci
-from sim.shared.summary import domain, mean_ci, percentile
+from rtalab.sim.shared.fmt import fmt_ci
+from rtalab.sim.shared.summary import domain, mean_ci, percentile
 
 PERCENTILES = (50, 95, 99)
 METRICS = (*[f"ttfc_s.p{q}" for q in PERCENTILES], *[f"completion_s.p{q}" for q in PERCENTILES],

@@ -1,8 +1,8 @@
 """The continuous-time Markov chain over (requests in the Reasoner ``q``, callers in the retry
-orbit ``o``), under constant inputs (one :class:`~sim.fastmodel.params.Phase`).
+orbit ``o``), under constant inputs (one :class:`~rtalab.sim.fastmodel.params.Phase`).
 
 Transitions from ``(q, o)``, with ``c`` workers, ``μ(q)`` per worker, the timeout probability
-``p(q)`` of :func:`sim.fastmodel.fluid.p_timeout` and ``Q = c + queue_limit``:
+``p(q)`` of :func:`rtalab.sim.fastmodel.fluid.p_timeout` and ``Q = c + queue_limit``:
 
 - a first attempt (rate ``λ``: calls × turns per call in an open system; thinking callers ÷
   think time when ``max_calls`` bounds the population) joins the queue (``q + 1``); with
@@ -34,8 +34,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import spsolve
 
-from sim.fastmodel.fluid import p_timeout
-from sim.fastmodel.params import FastParams, Phase
+from rtalab.sim.fastmodel.fluid import p_timeout
+from rtalab.sim.fastmodel.params import FastParams, Phase
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A fleet's mean field: N Reasoner replicas behind a balancer, too many to simulate.
 
 Each replica has ``c`` workers (rate ``μ = 1 / service_s``, the fast model's
-:class:`~sim.fastmodel.params.FastParams`) and room for ``queue_limit`` waiting requests.  In
+:class:`~rtalab.sim.fastmodel.params.FastParams`) and room for ``queue_limit`` waiting requests.  In
 the mean-field limit (N → ∞, Vvedenskaya–Dobrushin–Karpelevich, Mitzenmacher's supermarket
 model) the fleet is described by ``s_k``, the share of replicas holding at least ``k``
 requests, and a request sent to the shortest of ``d`` replicas sampled at random (with
@@ -50,7 +50,7 @@ exceeds the turn-response timeout (with a progress directive: its wait alone); w
 abandoned one (which still runs unless ``cancel_on_timeout``), with ``"retry"`` it joins the
 abandoned execution.  The offered request rate and the timeout probability are solved together
 (a damped fixed-point iteration from the healthy side: the healthy branch; the metastable
-branch is :func:`sim.fastmodel.fluid.fixed_points`'s job).  A turn completes unless all its
+branch is :func:`rtalab.sim.fastmodel.fluid.fixed_points`'s job).  A turn completes unless all its
 attempts time out or it is refused by a full queue.
 """
 
@@ -66,8 +66,8 @@ from scipy.optimize import brentq
 from scipy.special import gammaincc
 from scipy.stats import binom, poisson
 
-from sim.fastmodel.params import FastParams, from_scenario
-from sim.scenario import Scenario
+from rtalab.sim.fastmodel.params import FastParams, from_scenario
+from rtalab.sim.scenario import Scenario
 
 POLICIES = ("random", "round_robin", "least_outstanding", "power_of_two", "sticky")
 SAMPLES = 100_000  # Monte-Carlo draws of a completion time (fixed seed)

@@ -25,11 +25,11 @@ The assumptions, each a place where the simulator can differ:
 6. ``cancel_on_timeout``: stale requests get no service and leave ``timeout`` after they
    arrived (on average); the retry is new work;
 7. Finagle's budget caps the retry *rate*; the other budgets are not modelled
-   (:attr:`~sim.fastmodel.params.FastParams.unexpressed`).
+   (:attr:`~rtalab.sim.fastmodel.params.FastParams.unexpressed`).
 
 Without retries and timeouts the fixed point is the M/M/c fluid limit ``L = λ / μ`` (for
 ``λ < c μ``); the waiting-time distribution of a finite system is the CTMC's job
-(:mod:`sim.fastmodel.ctmc`).
+(:mod:`rtalab.sim.fastmodel.ctmc`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import pandas as pd
 from scipy.integrate import solve_ivp
 from scipy.special import gammaincc
 
-from sim.fastmodel.params import FastParams, Phase
+from rtalab.sim.fastmodel.params import FastParams, Phase
 
 STAGES = 3  # Erlang stages of each timer + backoff delay
 MIN_DELAY_S = 0.04  # a round trip: the shortest delay between a refusal and the retry

@@ -2,7 +2,7 @@
 
 :class:`FastParams` is plain data (a frozen dataclass) so that a caller can also build or
 scale it by hand — e.g. a mean-field model of N replicas divides the arrival rate by N
-(:meth:`FastParams.scaled`).  :func:`from_scenario` reads a :class:`sim.scenario.Scenario`:
+(:meth:`FastParams.scaled`).  :func:`from_scenario` reads a :class:`rtalab.sim.scenario.Scenario`:
 
 - arrivals: calls at ``workload.rate_at(t)`` until ``max_calls`` have arrived; each call plays
   ``turns_per_call`` turns (mean, so a call ends after a turn with probability 1/mean) with
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from sim.policy.backoff import make_backoff
-from sim.scenario import Scenario
+from rtalab.sim.policy.backoff import make_backoff
+from rtalab.sim.scenario import Scenario
 
 _TIMEOUT_CODE = "upstream-timeout"
 
@@ -191,7 +191,7 @@ def replica_params(s: Scenario) -> FastParams:
       through re-routed retries, which the mean field averages);
     - ``least_outstanding`` (and ``power_of_two`` at N = 2, the same rule): one pooled queue
       of ``N`` × the workers and ``N`` × the queue room (join-the-shortest-queue is close to a
-      central queue; :mod:`sim.fastmodel.fleet`);
+      central queue; :mod:`rtalab.sim.fastmodel.fleet`);
     - ``state = "per-replica"`` with a balancer other than ``sticky`` and ``known_task =
       "retry"``: a retry that lands on another replica than its abandoned execution does not
       find it and runs as new work — ``(N - 1)/N`` of the retries under random routing; taken

@@ -16,7 +16,7 @@ Modes (``[reasoner] dedup``):
 
 An entry is created when a request is admitted for execution, is *in flight*
 until the execution ends, then holds the stored outcome for ``dedup_window_s``
-(closed window, :mod:`sim.shared.dedup_rule`: still replayed at ``end + window``,
+(closed window, :mod:`rtalab.sim.shared.dedup_rule`: still replayed at ``end + window``,
 purged after it; window 0: no retention at all, purged at once).  A repeat of an in-flight key joins
 the execution (gets its outcome when it ends, also a released failure); a
 repeat of a stored key gets the stored outcome replayed at once, without a
@@ -26,7 +26,7 @@ queue, unknown session) and requests of degraded sessions (no requestGuid /
 turnId on the wire) create no entry.  Memory = entries (side-effect guards
 included) x ``dedup_entry_bytes``.
 
-Fingerprints (:func:`sim.shared.dedup_rule.conflicts`).  An entry keeps the
+Fingerprints (:func:`rtalab.sim.shared.dedup_rule.conflicts`).  An entry keeps the
 fingerprint of the request that opened it (:func:`fingerprint`: the taskId a
 continuation names, the phase and the side-effect and handoff flags); a request
 that finds a live entry under its key with another fingerprint reused the key for
@@ -36,14 +36,14 @@ nor executed.  The modelled Live layer never reuses a key that way (copies and
 retries of a request carry its own content), so the refusal is the rule's, kept
 identical to the reference Reasoner's, not a modelled hazard.
 
-Never "nothing ran" without proof (:func:`sim.shared.dedup_rule.may_start`,
-:func:`~sim.shared.dedup_rule.known_side_effect`, shared with the reference Reasoner).
+Never "nothing ran" without proof (:func:`rtalab.sim.shared.dedup_rule.may_start`,
+:func:`~rtalab.sim.shared.dedup_rule.known_side_effect`, shared with the reference Reasoner).
 A side effect starts only after its start is recorded with its entry, and an answer says
 it did not run only with proof.  The modelled store never fails, so the entry is always
 open before the tool call (rule 1 holds by construction); injected errors happen before
 any tool call (their FAILED is true: nothing ran) and a tool slower than
 ``upstream_timeout_s`` is answered ``upstream-timeout`` (it may have run, and does: the
-witness records it).  The hazard accounting (:mod:`sim.shared.summary`) says the same: a
+witness records it).  The hazard accounting (:mod:`rtalab.sim.shared.summary`) says the same: a
 FAILED turn whose side effect ran is a ghost success whatever its code — a "may have run"
 answer is never read as "did not run" (tests/test_side_effect_rule.py checks every
 simulated FAILED answer against the witness ledger).
@@ -55,8 +55,8 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
-from sim.model.messages import Request
-from sim.shared.dedup_rule import conflicts, expired_after, expires_at
+from rtalab.sim.model.messages import Request
+from rtalab.sim.shared.dedup_rule import conflicts, expired_after, expires_at
 
 INF = float("inf")
 
@@ -120,7 +120,7 @@ class DedupStore:
     @staticmethod
     def conflicts(e: Entry, presented: Hashable) -> bool:
         """True if a request with fingerprint ``presented`` reused the key of live entry ``e``
-        (THE rule's :func:`sim.shared.dedup_rule.conflicts`)."""
+        (THE rule's :func:`rtalab.sim.shared.dedup_rule.conflicts`)."""
         return conflicts(e.fingerprint, presented)
 
     def open(self, key: Hashable, now_s: float, context_id: int,

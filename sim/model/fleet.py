@@ -1,6 +1,6 @@
 """A fleet: ``[fleet] replicas`` Reasoners behind a load balancer (``[fleet] balancer``).
 
-Each replica is a :class:`sim.model.reasoner.Reasoner` with ``[reasoner]``'s workers, queue
+Each replica is a :class:`rtalab.sim.model.reasoner.Reasoner` with ``[reasoner]``'s workers, queue
 and limits.  With ``state = "shared"`` they share one dedup store, the sessions, the task
 index and the handoff state (a Redis deployment); with ``"per-replica"`` each remembers
 only what it served (in-memory stores), so a retry the balancer sends to another replica
@@ -36,18 +36,18 @@ from typing import Any
 import numpy as np
 import simpy
 
-import sim.model.reasoner as reasoner_module
-from sim.model.clock import call_later, sim_time
-from sim.model.dedup import DedupStore
-from sim.model.intsets import IntCounts
-from sim.model.messages import Request
-from sim.model.network import Link
-from sim.model.rand import Streams
-from sim.model.reasoner import DROPPED, QUEUED, UNSERVED, Reasoner
-from sim.model.recorder import row_writer
-from sim.model.witness import Witness
-from sim.scenario import Scenario
-from sim.shared.fleet_hazards import hazards_by_cause, restart_cause
+import rtalab.sim.model.reasoner as reasoner_module
+from rtalab.sim.model.clock import call_later, sim_time
+from rtalab.sim.model.dedup import DedupStore
+from rtalab.sim.model.intsets import IntCounts
+from rtalab.sim.model.messages import Request
+from rtalab.sim.model.network import Link
+from rtalab.sim.model.rand import Streams
+from rtalab.sim.model.reasoner import DROPPED, QUEUED, UNSERVED, Reasoner
+from rtalab.sim.model.recorder import row_writer
+from rtalab.sim.model.witness import Witness
+from rtalab.sim.scenario import Scenario
+from rtalab.sim.shared.fleet_hazards import hazards_by_cause, restart_cause
 
 # the state a replica keeps of its sessions (aliased across replicas with shared state)
 _SESSION_STATE = ("known_contexts", "sessions_opened", "minted", "tasks", "awaiting_input",

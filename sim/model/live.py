@@ -1,15 +1,15 @@
 """The Live layer: calls (sessions), their turns, and each turn's attempts under the retry policy.
 
 The turn logic itself (identifiers, continuation, barge-in, the budget's calls, the retry
-decision, every ending, the turn row's policy cells) is :mod:`sim.policy.turn`'s sans-IO
-:class:`~sim.policy.turn.TurnMachine`, shared with the Locust Live user
-(:mod:`loadtests.live.call`); this module drives it from callbacks on the SimPy clock and
+decision, every ending, the turn row's policy cells) is :mod:`rtalab.sim.policy.turn`'s sans-IO
+:class:`~rtalab.sim.policy.turn.TurnMachine`, shared with the Locust Live user
+(:mod:`rtalab.loadtests.live.call`); this module drives it from callbacks on the SimPy clock and
 models what it does not own: negotiation, links, timers, the reorder buffer, the records.
 
 A call is served by Live-layer instance ``call_id % live.instances`` (round
-robin); each instance owns one retry budget (:func:`sim.policy.make_budget`)
-and one :class:`sim.policy.RetryPolicy`; each call owns an
-:class:`sim.policy.Escalation`.  A call plays ``ceil(turns_per_call)`` turns
+robin); each instance owns one retry budget (:func:`rtalab.sim.policy.make_budget`)
+and one :class:`rtalab.sim.policy.RetryPolicy`; each call owns an
+:class:`rtalab.sim.policy.Escalation`.  A call plays ``ceil(turns_per_call)`` turns
 (at least 1); the first starts when the extension negotiation (below) is
 settled, each next one ``think_time_s`` after the previous turn ended.  A turn
 is a side-effect turn with probability ``side_effect_share`` and a handoff turn
@@ -31,10 +31,10 @@ first attempt of a phase asks the budget ``allow_first`` (refused: the turn
 fails with end reason ``budget``); every sent attempt is reported with
 ``on_attempt`` (a first send is a call started), and every end of an attempt —
 before the retry decision — through the one call ``end_attempt`` with its
-:class:`sim.policy.budget.Ending`: success (COMPLETED or INPUT_REQUIRED; says
+:class:`rtalab.sim.policy.budget.Ending`: success (COMPLETED or INPUT_REQUIRED; says
 whether it was a retry granted after a timeout), not retryable, a retryable
 failure, a timeout, a lost response, cancelled by a barge-in, or a granted retry
-dropped in its backoff by a barge-in (see :mod:`sim.policy.budget`).  A retry
+dropped in its backoff by a barge-in (see :mod:`rtalab.sim.policy.budget`).  A retry
 takes a new requestGuid if ``retry.new_request_guid``
 (else repeats the previous one), and a new taskId/turnId if ``retry.new_turn_id``
 and the failed attempt ended in a FAILED state (errors.md §4); a retry after a
@@ -48,11 +48,11 @@ so a first message retried before any answer arrived opens a second session.
 is satisfied by the first message of any kind for the attempt; the optional
 total timer (``turn_total_s``, from send) needs the terminal state.  Timers are
 fixed-length, so they are armed in deadline order: one
-:class:`sim.model.clock.Deadlines` queue per kind holds them with a single
+:class:`rtalab.sim.model.clock.Deadlines` queue per kind holds them with a single
 pending event; the callback checks the attempt is still open (never polled,
 never cancelled).  A terminal event lost at random is noticed at the end of the
 stream; one lost in a partition (scheduled outage) is never noticed, so
-only the timers end the attempt (see :meth:`sim.model.network.Link.terminal`).
+only the timers end the attempt (see :meth:`rtalab.sim.model.network.Link.terminal`).
 Either way, like a timeout, it is an
 outcome the Live layer cannot know: decided as ``upstream-timeout`` with
 ``timeout=True``.  When an attempt ends the Live layer stops listening to it;
@@ -94,15 +94,15 @@ from typing import Any, Protocol
 import numpy as np
 import simpy
 
-from sim.model.clock import Deadlines, scheduler, sim_time
-from sim.model.messages import COMPLETED, INPUT_REQUIRED, NO_CONTEXT, Request
-from sim.model.network import DROPPED, REFUSED, Link
-from sim.model.playout import playout
-from sim.model.rand import Streams
-from sim.model.recorder import Table, code_of, row_writer
-from sim.policy import RetryBudget, RetryPolicy, make_budget
-from sim.policy.codes import ErrorCode
-from sim.policy.turn import (
+from rtalab.sim.model.clock import Deadlines, scheduler, sim_time
+from rtalab.sim.model.messages import COMPLETED, INPUT_REQUIRED, NO_CONTEXT, Request
+from rtalab.sim.model.network import DROPPED, REFUSED, Link
+from rtalab.sim.model.playout import playout
+from rtalab.sim.model.rand import Streams
+from rtalab.sim.model.recorder import Table, code_of, row_writer
+from rtalab.sim.policy import RetryBudget, RetryPolicy, make_budget
+from rtalab.sim.policy.codes import ErrorCode
+from rtalab.sim.policy.turn import (
     CANCEL,
     END,
     IGNORE,
@@ -113,9 +113,9 @@ from sim.policy.turn import (
     TurnMachine,
     TurnRules,
 )
-from sim.scenario import Scenario
-from sim.shared import schema as S
-from sim.shared.schema import (
+from rtalab.sim.scenario import Scenario
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.schema import (
     ATTEMPT_OUTCOMES,
     ATTEMPTS_TABLE,
     CALL_END_REASONS,
@@ -126,7 +126,7 @@ from sim.shared.schema import (
     TURN_OUTCOMES,
     TURNS_TABLE,
 )
-from sim.vocab import AttemptOutcome, CallEndReason
+from rtalab.sim.vocab import AttemptOutcome, CallEndReason
 
 NAN = float("nan")
 INF = float("inf")
@@ -145,7 +145,7 @@ A_TIMEOUT, A_TOTAL, A_LOST, A_UNFINISHED = (
 A_CANCELLED = _AO[AttemptOutcome.CANCELLED]
 _COMPLETED, _INPUT = AttemptOutcome.COMPLETED, AttemptOutcome.INPUT_REQUIRED
 
-# The record rows the Live layer writes, cell by cell (sim.model.recorder.row_writer)
+# The record rows the Live layer writes, cell by cell (rtalab.sim.model.recorder.row_writer)
 ATTEMPT_ROW = ("req, end_s, outcome, code, decision", {
     S.CALL_ID: "req.call_id",
     S.TURN_INDEX: "t.index",
@@ -211,7 +211,8 @@ def _ignore(value: Any) -> None:
 
 class Instance:
     """One Live-layer process: its retry policy and its retry budget (None: no budget enabled);
-    ``rules`` (the turns' :class:`sim.policy.turn.TurnRules`) is set by :class:`LiveLayer`."""
+    ``rules`` (the turns' :class:`rtalab.sim.policy.turn.TurnRules`) is set by
+    :class:`LiveLayer`."""
 
     __slots__ = ("budget", "index", "policy", "rules")
 
@@ -225,7 +226,7 @@ class Instance:
 
 class Session(CallMachine):
     """One call: a Live-layer session with a sequence of turns (its escalation and turn count
-    in :class:`sim.policy.turn.CallMachine`)."""
+    in :class:`rtalab.sim.policy.turn.CallMachine`)."""
 
     __slots__ = ("arrival_s", "call_id", "context_id", "degraded", "instance", "turn")
 
@@ -241,7 +242,7 @@ class Session(CallMachine):
 
 
 class Turn(TurnMachine):
-    """One logical turn (one interactionId): the sans-IO :class:`sim.policy.turn.TurnMachine`
+    """One logical turn (one interactionId): the sans-IO :class:`rtalab.sim.policy.turn.TurnMachine`
     plus what the simulator keeps per turn.  ``turn_id`` is the simulator's task identity
     (the Reasoner's ``task_id``), minted by the instance's rules."""
 
@@ -257,7 +258,7 @@ class Turn(TurnMachine):
 
 
 class Backend(Protocol):
-    """What the Live layer sends to: a :class:`~sim.model.reasoner.Reasoner` or a fleet."""
+    """What the Live layer sends to: a :class:`~rtalab.sim.model.reasoner.Reasoner` or a fleet."""
 
     @property
     def on_request(self) -> Callable[[Request], None]: ...
@@ -307,7 +308,7 @@ class LiveLayer:
         self.attempts = Table(ATTEMPTS_TABLE)
         self.turns = Table(TURNS_TABLE)
         self.calls = Table(CALLS_TABLE)
-        # one writer per table, its cells named (sim.shared.schema order checked when built)
+        # one writer per table, its cells named (rtalab.sim.shared.schema order checked when built)
         self._record = row_writer(self.attempts, globals(), *ATTEMPT_ROW)
         self._record_turn = row_writer(self.turns, globals(), *TURN_ROW)
         self._record_call = row_writer(self.calls, globals(), *CALL_ROW)

@@ -2,7 +2,7 @@
 
 One :class:`Request` is allocated per attempt.  It travels the uplink as the
 value of a SimPy event; the Reasoner and the downlink fill in the response
-fields (arrival times are computed, see :mod:`sim.model.network`), and the Live
+fields (arrival times are computed, see :mod:`rtalab.sim.model.network`), and the Live
 layer reads them when its timer or the terminal event fires.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 INF = float("inf")
 
-# response status of an attempt (index into sim.shared.schema.STATUSES)
+# response status of an attempt (index into rtalab.sim.shared.schema.STATUSES)
 COMPLETED, INPUT_REQUIRED, FAILED = 0, 1, 2
 NO_CONTEXT = -1  # context_id of a first message without a client-minted contextId
 

@@ -3,7 +3,7 @@
 Per message, in this order: a message sent during a scheduled outage of its
 direction is dropped (a ``blackhole`` outage: silently; ``reset`` / ``reasoner-down``: the
 connection is refused, :data:`REFUSED`, and the Live layer cuts every open attempt at the
-window's start, :mod:`sim.model.live`; a ``loss`` outage: with the outage's ``loss``
+window's start, :mod:`rtalab.sim.model.live`; a ``loss`` outage: with the outage's ``loss``
 probability, from its own stream, noticed as the link's own loss is); otherwise it is lost
 with probability ``loss``; a
 surviving message takes ``latency_s`` (a fresh draw per message, so messages
@@ -16,7 +16,7 @@ Uplink messages (requests) travel as SimPy events.  On the downlink only the
 messages the Live layer reacts to become events (the terminal state); the
 arrival times of the ``progress`` directive and of the spoken chunks are
 *computed* (see :meth:`Link.chunks`; the Live layer's reorder buffer,
-:mod:`sim.model.playout`, turns them into playable times).  A duplicated downlink message is
+:mod:`rtalab.sim.model.playout`, turns them into playable times).  A duplicated downlink message is
 discarded by the Live layer's reorder buffer (same ``sequenceId``), so
 downlink duplication has no observable effect and is not drawn.
 """
@@ -29,10 +29,10 @@ from typing import Any
 
 import simpy
 
-from sim.dist import Const
-from sim.model.clock import scheduler, sim_time
-from sim.model.rand import Streams
-from sim.scenario import REFUSING_KINDS, LinkConfig, OutageConfig
+from rtalab.sim.dist import Const
+from rtalab.sim.model.clock import scheduler, sim_time
+from rtalab.sim.model.rand import Streams
+from rtalab.sim.scenario import REFUSING_KINDS, LinkConfig, OutageConfig
 
 INF = float("inf")
 

@@ -19,7 +19,7 @@ from itertools import chain
 
 import numpy as np
 
-from sim.dist import Const, Dist, Empirical, Exp, Gamma, LogNormal, Uniform
+from rtalab.sim.dist import Const, Dist, Empirical, Exp, Gamma, LogNormal, Uniform
 
 BLOCK = 1024
 

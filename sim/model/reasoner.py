@@ -2,7 +2,7 @@
 
 A request copy arriving from the uplink goes through, in order:
 
-1. the dedup store (:mod:`sim.model.dedup`): a repeat joins the in-flight
+1. the dedup store (:mod:`rtalab.sim.model.dedup`): a repeat joins the in-flight
    execution or gets the stored outcome replayed, and stops here.  A request of
    a degraded (core A2A) session carries no ``rta/requestGuid`` / ``rta/turnId``:
    it is never deduplicated;
@@ -24,7 +24,7 @@ fails the attempt with ``upstream-timeout`` at the timeout, but the tool still
 finishes and the witness records the side effect then.  In dedup mode ``turn``
 the side effect is guarded per logical turn (taskId, server session): if it
 already ran (or is running) inside the dedup window the tool call is skipped
-and the execution completes without it (see :mod:`sim.model.dedup`).  Injected
+and the execution completes without it (see :mod:`rtalab.sim.model.dedup`).  Injected
 errors (``errors``, probability per execution) happen at the end of reasoning,
 before any tool call.  A worker sends a ``progress`` directive when it starts
 (a degraded session gets a plain WORKING status, which is no progress); after
@@ -47,18 +47,18 @@ from typing import Any
 
 import simpy
 
-from sim.model.clock import scheduler, sim_time
-from sim.model.dedup import DedupStore, Entry, fingerprint
-from sim.model.intsets import IntCounts, IntSet
-from sim.model.messages import COMPLETED, FAILED, INPUT_REQUIRED, NO_CONTEXT, Request
-from sim.model.network import Link
-from sim.model.rand import Streams
-from sim.model.recorder import Table, code_of, row_writer
-from sim.model.witness import Witness
-from sim.policy.codes import ErrorCode, is_retryable
-from sim.scenario import ReasonerConfig
-from sim.shared import schema as S
-from sim.shared.schema import DISPOSITIONS, ERROR_CODES, EXECUTIONS_TABLE
+from rtalab.sim.model.clock import scheduler, sim_time
+from rtalab.sim.model.dedup import DedupStore, Entry, fingerprint
+from rtalab.sim.model.intsets import IntCounts, IntSet
+from rtalab.sim.model.messages import COMPLETED, FAILED, INPUT_REQUIRED, NO_CONTEXT, Request
+from rtalab.sim.model.network import Link
+from rtalab.sim.model.rand import Streams
+from rtalab.sim.model.recorder import Table, code_of, row_writer
+from rtalab.sim.model.witness import Witness
+from rtalab.sim.policy.codes import ErrorCode, is_retryable
+from rtalab.sim.scenario import ReasonerConfig
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.schema import DISPOSITIONS, ERROR_CODES, EXECUTIONS_TABLE
 
 NAN = float("nan")
 INF = float("inf")
@@ -76,7 +76,7 @@ SESSION_NOT_FOUND = ErrorCode.SESSION_NOT_FOUND.value
 SCHEMA_VALIDATION = ErrorCode.SCHEMA_VALIDATION.value
 INTERNAL = ErrorCode.INTERNAL.value
 
-# the executions row, cell by cell (sim.model.recorder.row_writer)
+# the executions row, cell by cell (rtalab.sim.model.recorder.row_writer)
 EXECUTION_ROW = ("req, ctx, dup, arrival_s, disposition, start_s=NAN, end_s=NAN, status=-1, "
                  "code=None", {
                      S.CALL_ID: "req.call_id",
@@ -188,10 +188,11 @@ class Reasoner:
         self.minted: dict[int, dict[int, int]] = {}  # D1: call -> requestGuid -> minted context
         self.cancellable = cancellable
         self.jobs_by_task: dict[int, list[Job]] = {}  # cancellable: live jobs of each task
-        self.known_contexts = IntSet()  # every session opened (compact: sim.model.intsets)
+        self.known_contexts = IntSet()  # every session opened (compact: rtalab.sim.model.intsets)
         self.sessions_opened = IntCounts()  # call -> sessions it opened
         self._next_context = 0
-        self._context_step = 1  # a fleet's replicas mint interleaved contextIds (sim.model.fleet)
+        self._context_step = 1  # a fleet's replicas mint interleaved contextIds
+                                # (rtalab.sim.model.fleet)
         self.buckets: dict[int, list[float]] = {}
         self.awaiting_input: dict[int, dict[int, float]] = {}  # context -> task -> deadline
         self.executions = Table(EXECUTIONS_TABLE)
@@ -580,7 +581,7 @@ class Reasoner:
                 last = first + (n - 1) * interval_s
                 req.first_chunk_s = first
                 req.complete_s = arrival if arrival > last else last
-            else:  # the Live layer's reorder buffer plays them out (sim.model.playout)
+            else:  # the Live layer's reorder buffer plays them out (rtalab.sim.model.playout)
                 arrivals = dl.chunks(first_chunk_send_s, interval_s, n)
                 req.chunk_arrivals = arrivals
                 first = min(arrivals)  # any message satisfies the turn-response timer

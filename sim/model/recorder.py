@@ -2,7 +2,7 @@
 
 A row is written as ``table.write(table.pack(c1, c2, ...))``: one C-level
 ``struct`` pack of its cells, in the order of the table's columns in
-:mod:`sim.shared.schema`, each in its column's type (``f8``: float64, ``i8``: int64,
+:mod:`rtalab.sim.shared.schema`, each in its column's type (``f8``: float64, ``i8``: int64,
 ``bool``: one byte, categorical: int16 code), appended to a ``bytearray`` — at
 most 8 B a cell from the start, where a tuple of boxed objects held ~400 B a row
 and cost ~3x as much to turn into numpy columns later.  A cell of the wrong type
@@ -24,7 +24,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from sim.shared.schema import REPLICATION, ColumnSpec
+from rtalab.sim.shared.schema import REPLICATION, ColumnSpec
 
 _NUMPY_KIND = {"f8": np.float64, "i8": np.int64, "bool": np.bool_}
 _STRUCT_CODE = {"f8": "d", "i8": "q", "bool": "?"}  # categorical codes: "h" (int16)
@@ -149,8 +149,8 @@ def row_writer(table: Table, namespace: Mapping[str, Any], params: str,
                cells: Mapping[str, str], prelude: str = "") -> Callable[..., None]:
     """A function ``f(<params>)`` that writes one row of ``table``, its cells NAMED.
 
-    ``cells`` maps every column of the table (names from :mod:`sim.shared.schema`) to the Python
-    expression that computes it from ``params`` (and names in ``namespace``, e.g. the
+    ``cells`` maps every column of the table (names from :mod:`rtalab.sim.shared.schema`) to the
+    Python expression that computes it from ``params`` (and names in ``namespace``, e.g. the
     calling module's ``globals()``); ``prelude`` is optional statements run first.  The
     function is compiled once, as :func:`collections.namedtuple` and :mod:`dataclasses`
     compile theirs: it packs the cells in the schema's column order, so a writer can

@@ -3,9 +3,9 @@
 With ``[run] records = "sample:P"`` or ``"none"`` the record tables do not keep their rows:
 each compacted chunk of columns goes to :class:`Tally` (``Table(sink=...)``), which
 folds it into exact counts, sums and per-second counts and into latency sketches
-(:class:`sim.shared.sketch.Sketch`), and hands back only the rows of the sampled calls.
+(:class:`rtalab.sim.shared.sketch.Sketch`), and hands back only the rows of the sampled calls.
 :meth:`Tally.metrics` returns the same dict as
-:func:`sim.shared.summary.replication_metrics` on the full records: every count and
+:func:`rtalab.sim.shared.summary.replication_metrics` on the full records: every count and
 hazard exactly, the percentiles within the sketch's stated error (tests/test_records_mode.py
 checks both on every preset).
 
@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from sim.model.intsets import IntCounts
-from sim.shared import schema as S
-from sim.shared.sketch import Sketch
-from sim.shared.summary import _ratio, counter_metrics, recovery_metrics, timeseries_metrics
-from sim.vocab import AttemptOutcome as A
-from sim.vocab import CallEndReason, Decision, values
+from rtalab.sim.model.intsets import IntCounts
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.sketch import Sketch
+from rtalab.sim.shared.summary import _ratio, counter_metrics, recovery_metrics, timeseries_metrics
+from rtalab.sim.vocab import AttemptOutcome as A
+from rtalab.sim.vocab import CallEndReason, Decision, values
 
 _U64 = np.uint64
 

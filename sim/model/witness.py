@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sim.model.messages import Request
-from sim.model.recorder import Table, row_writer
-from sim.shared.schema import (
+from rtalab.sim.model.messages import Request
+from rtalab.sim.model.recorder import Table, row_writer
+from rtalab.sim.shared.schema import (
     CALL_ID,
     CONTEXT_ID,
     EXECUTED_S,
@@ -25,7 +25,7 @@ from sim.shared.schema import (
     SIDE_EFFECTS_TABLE,
 )
 
-# the ledger row, cell by cell (sim.model.recorder.row_writer)
+# the ledger row, cell by cell (rtalab.sim.model.recorder.row_writer)
 LEDGER_ROW = ("req, context_id, executed_s", {
     CALL_ID: "req.call_id",
     INTERACTION_ID: "req.interaction_id",

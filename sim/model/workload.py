@@ -13,10 +13,10 @@ from typing import Any
 
 import simpy
 
-from sim.dist import Exp
-from sim.model.clock import call_later, sim_time
-from sim.model.rand import Streams
-from sim.scenario import WorkloadConfig
+from rtalab.sim.dist import Exp
+from rtalab.sim.model.clock import call_later, sim_time
+from rtalab.sim.model.rand import Streams
+from rtalab.sim.scenario import WorkloadConfig
 
 INF = float("inf")
 

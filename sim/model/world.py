@@ -18,19 +18,19 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.model.clock import call_later, run, sim_time
-from sim.model.fleet import Fleet
-from sim.model.intsets import IntCounts
-from sim.model.live import LiveLayer
-from sim.model.network import Link
-from sim.model.rand import Streams, sample_key
-from sim.model.reasoner import Reasoner
-from sim.model.recorder import Table
-from sim.model.tally import Tally
-from sim.model.witness import Witness
-from sim.model.workload import Arrivals
-from sim.scenario import Scenario
-from sim.shared.recovery import trigger_span
+from rtalab.sim.model.clock import call_later, run, sim_time
+from rtalab.sim.model.fleet import Fleet
+from rtalab.sim.model.intsets import IntCounts
+from rtalab.sim.model.live import LiveLayer
+from rtalab.sim.model.network import Link
+from rtalab.sim.model.rand import Streams, sample_key
+from rtalab.sim.model.reasoner import Reasoner
+from rtalab.sim.model.recorder import Table
+from rtalab.sim.model.tally import Tally
+from rtalab.sim.model.witness import Witness
+from rtalab.sim.model.workload import Arrivals
+from rtalab.sim.scenario import Scenario
+from rtalab.sim.shared.recovery import trigger_span
 
 Progress = Callable[[float], None]
 MAX_PROGRESS_CALLS = 200
@@ -47,7 +47,7 @@ class WorldResult:
     calls: Table
     executions: Table
     side_effects: Table
-    # per 1-s bin: one value per gauge of ``sim.shared.schema.SAMPLED_GAUGES``, in that order
+    # per 1-s bin: one value per gauge of ``rtalab.sim.shared.schema.SAMPLED_GAUGES``, in that order
     gauges: list[tuple[int, ...]]
     sessions_opened: IntCounts
     end_s: float
@@ -158,7 +158,7 @@ class World:
         in_flight, queue, busy, cap = self.reasoner.gauges(now)
         store = self.reasoner.store
         entries = store.size(now) if store is not None else 0
-        # the order of sim.shared.schema.SAMPLED_GAUGES
+        # the order of rtalab.sim.shared.schema.SAMPLED_GAUGES
         self.gauges.append((self.live.in_progress, len(self.live.sessions), in_flight, queue, busy,
                             cap, entries))
 

@@ -4,7 +4,7 @@ Pure Python + numpy: no SimPy, no I/O, no global state.  See docs/ARCHITECTURE.m
 ("Policy API").
 """
 
-from sim.policy.backoff import (
+from rtalab.sim.policy.backoff import (
     Backoff,
     DecorrelatedJitterBackoff,
     EqualJitterBackoff,
@@ -14,7 +14,7 @@ from sim.policy.backoff import (
     NoBackoff,
     make_backoff,
 )
-from sim.policy.budget import (
+from rtalab.sim.policy.budget import (
     AdaptiveThrottle,
     AwsRetryQuota,
     CallBucket,
@@ -28,7 +28,7 @@ from sim.policy.budget import (
     ending_of,
     make_budget,
 )
-from sim.policy.codes import (
+from rtalab.sim.policy.codes import (
     ALL_CODES,
     CODES,
     RETRYABLE_CODES,
@@ -37,7 +37,7 @@ from sim.policy.codes import (
     Retryability,
     is_retryable,
 )
-from sim.policy.config import (
+from rtalab.sim.policy.config import (
     AdaptiveThrottleConfig,
     AwsRetryQuotaConfig,
     BackoffConfig,
@@ -54,8 +54,8 @@ from sim.policy.config import (
     TimeoutConfig,
     TokenBucketConfig,
 )
-from sim.policy.decide import REASONS, Decision, Escalation, Reason, RetryPolicy
-from sim.vocab import Ending
+from rtalab.sim.policy.decide import REASONS, Decision, Escalation, Reason, RetryPolicy
+from rtalab.sim.vocab import Ending
 
 __all__ = [
     "ALL_CODES",

@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from sim.policy.config import BackoffConfig
+from rtalab.sim.policy.config import BackoffConfig
 
 
 def _step(base_s: float, multiplier: float, retry: int) -> float:

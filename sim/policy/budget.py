@@ -61,7 +61,7 @@ attempt outcome of ``sim/shared/schema.py`` to it), which calls the hooks below 
    returns nothing for an error answer); ``on_failure(now)`` for a retryable
    code, a turn-response timeout or a lost response;
 5. before a retry: ``allow_retry(now, rng, timeout)`` — usually via
-   :meth:`sim.policy.decide.RetryPolicy.decide`; ``timeout``: the failed attempt
+   :meth:`rtalab.sim.policy.decide.RetryPolicy.decide`; ``timeout``: the failed attempt
    timed out.  A granted retry is charged at once (Finagle withdrawal, breaker
    probe, AWS tokens, Envoy active retry), not at ``on_attempt``.
 
@@ -88,7 +88,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.policy.config import (
+from rtalab.sim.policy.config import (
     AdaptiveThrottleConfig,
     AwsRetryQuotaConfig,
     BudgetConfig,
@@ -99,7 +99,7 @@ from sim.policy.config import (
     RetryBreakerConfig,
     TokenBucketConfig,
 )
-from sim.vocab import AttemptOutcome, Ending
+from rtalab.sim.vocab import AttemptOutcome, Ending
 
 #: endings that are a failed attempt (``on_failure``)
 FAILED_ENDINGS = frozenset((Ending.FAILURE, Ending.OVERLOADED, Ending.TIMEOUT, Ending.LOST))
@@ -113,8 +113,9 @@ _OVERLOAD_CODE = "rate-limited"
 
 
 def ending_of(outcome: str, code: str | None = None, retryable: bool = False) -> Ending:
-    """The :class:`Ending` of an attempt with ``outcome`` (``sim.shared.schema.ATTEMPT_OUTCOMES``);
-    for ``failed``, ``code`` and whether the caller treats it as ``retryable`` decide."""
+    """The :class:`Ending` of an attempt with ``outcome``
+    (``rtalab.sim.shared.schema.ATTEMPT_OUTCOMES``); for ``failed``, ``code`` and whether the caller
+    treats it as ``retryable`` decide."""
     e = _OUTCOME_ENDINGS.get(outcome)
     if e is not None:
         return e

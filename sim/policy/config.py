@@ -10,8 +10,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sim.config import ConfigError, num, prob
-from sim.policy.codes import ALL_CODES
+from rtalab.sim.config import ConfigError, num, prob
+from rtalab.sim.policy.codes import ALL_CODES
 
 AdaptiveVariant = Literal["retries", "sre_book"]
 BackoffStrategy = Literal[

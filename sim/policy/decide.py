@@ -20,12 +20,12 @@ from typing import Final, Literal
 
 import numpy as np
 
-from sim.policy.backoff import Backoff, make_backoff
-from sim.policy.budget import RetryBudget
-from sim.policy.codes import ALL_CODES, ErrorCode, is_retryable
-from sim.policy.config import EscalationConfig, LivePolicyConfig
-from sim.vocab import Decision as Verdict
-from sim.vocab import Ending
+from rtalab.sim.policy.backoff import Backoff, make_backoff
+from rtalab.sim.policy.budget import RetryBudget
+from rtalab.sim.policy.codes import ALL_CODES, ErrorCode, is_retryable
+from rtalab.sim.policy.config import EscalationConfig, LivePolicyConfig
+from rtalab.sim.vocab import Decision as Verdict
+from rtalab.sim.vocab import Ending
 
 Reason = Literal[Verdict.RETRY, Verdict.NOT_RETRYABLE, Verdict.ATTEMPTS_EXHAUSTED,
                  Verdict.DEADLINE, Verdict.BUDGET]
@@ -82,7 +82,7 @@ class RetryPolicy:
 
         ``elapsed_s`` is the time since the turn's first send; ``prev_delay_s``
         the delay before the failed attempt (decorrelated jitter uses it);
-        ``ending`` is how the attempt ended (:class:`sim.vocab.Ending`):
+        ``ending`` is how the attempt ended (:class:`rtalab.sim.vocab.Ending`):
         ``TIMEOUT`` (a Live-side turn-response or total timeout) is decided as
         ``upstream-timeout`` whatever ``code`` says; ``LOST`` (a lost response) is decided
         like a timeout, but the budget is asked with ``timeout=False`` (botocore charges the

@@ -8,11 +8,11 @@ happen on the driver's clock, and it answers with an *action* (an ``int``: :data
 :data:`WAIT`, :data:`AWAIT_CALLER`, :data:`CANCEL`, :data:`END` or :data:`IGNORE`) whose
 details are the machine's attributes.  Two drivers use it:
 
-* the simulator, :mod:`sim.model.live`, from callbacks on the SimPy clock;
-* the Locust Live user, :mod:`loadtests.live.call`, from its greenlets and channels (every
-  binding of :mod:`loadtests.live.bindings`).
+* the simulator, :mod:`rtalab.sim.model.live`, from callbacks on the SimPy clock;
+* the Locust Live user, :mod:`rtalab.loadtests.live.call`, from its greenlets and channels (every
+  binding of :mod:`rtalab.loadtests.live.bindings`).
 
-What it owns (the rules of ``sim.model.live``'s docstring):
+What it owns (the rules of ``rtalab.sim.model.live``'s docstring):
 
 * **identifiers** — ``guid`` (requestGuid: new per phase, and per attempt if
   ``retry.new_request_guid``), ``turn_id`` (minted at the first send; new after an attempt
@@ -23,7 +23,7 @@ What it owns (the rules of ``sim.model.live``'s docstring):
   :class:`TurnRules`): integers in the simulator, strings on the wire.
 * **the retry policy and budget** — ``allow_first``/``on_attempt`` before a send, the one
   ``end_attempt`` call per attempt end with its :class:`Ending`, the retry decision
-  (:meth:`sim.policy.RetryPolicy.decide`), the AWS quota's timeout cost, and a granted
+  (:meth:`rtalab.sim.policy.RetryPolicy.decide`), the AWS quota's timeout cost, and a granted
   retry dropped in its backoff (barge-in, stopped run);
 * **continuation, barge-in and handoff abandonment**, and every **ending** of the turn
   (``outcome``, ``reason``, ``code``);
@@ -44,11 +44,11 @@ from typing import Final
 
 import numpy as np
 
-from sim.policy.budget import RetryBudget, ending_of
-from sim.policy.codes import ErrorCode, is_retryable
-from sim.policy.config import EscalationConfig, LivePolicyConfig
-from sim.policy.decide import Escalation, RetryPolicy
-from sim.vocab import (
+from rtalab.sim.policy.budget import RetryBudget, ending_of
+from rtalab.sim.policy.codes import ErrorCode, is_retryable
+from rtalab.sim.policy.config import EscalationConfig, LivePolicyConfig
+from rtalab.sim.policy.decide import Escalation, RetryPolicy
+from rtalab.sim.vocab import (
     AttemptOutcome,
     CallEndReason,
     Ending,
@@ -89,7 +89,7 @@ class TurnRules:
     ``t0`` is subtracted from the driver's clock before the budget and the policy see it (the
     simulator: 0; the Locust user: its run's start, so that the budget counts from 0).
     ``extra_retryable``: TEST ONLY codes the policy retries although they are not retryable
-    (the negative control of :class:`loadtests.live.call.UnsafeTestRetryPolicy`)."""
+    (the negative control of :class:`rtalab.loadtests.live.call.UnsafeTestRetryPolicy`)."""
 
     __slots__ = ("budget", "cancel_on_timeout", "extra_retryable", "mint_guid", "mint_turn_id",
                  "new_guid", "new_turn_id", "policy", "rng", "t0")

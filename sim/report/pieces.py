@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.shared.compare import RunFolderError
-from sim.shared.fmt import fmt_value
+from rtalab.sim.shared.compare import RunFolderError
+from rtalab.sim.shared.fmt import fmt_value
 
 FIG_DPI = 100
 

@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.report.runs import run_section, runs_comparison
-from sim.report.sweeps import capacity_section, storm_section, sweep_section, tune_section
-from sim.shared.compare import RunFolder, RunFolderError, folder_kind, load_run
-from sim.shared.results import package_versions
+from rtalab.sim.report.runs import run_section, runs_comparison
+from rtalab.sim.report.sweeps import capacity_section, storm_section, sweep_section, tune_section
+from rtalab.sim.shared.compare import RunFolder, RunFolderError, folder_kind, load_run
+from rtalab.sim.shared.results import package_versions
 
 TEMPLATE = "report.html.j2"
 
@@ -95,7 +95,7 @@ def _render(paths: Sequence[str | Path], t0: float, progress: bool,
         sections.append(s)
         if run is not None:
             runs.append(run)
-    env = jinja2.Environment(loader=jinja2.PackageLoader("sim.report", "templates"),
+    env = jinja2.Environment(loader=jinja2.PackageLoader("rtalab.sim.report", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              undefined=jinja2.StrictUndefined)
     if title is None:

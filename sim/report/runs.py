@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.report.pieces import (
+from rtalab.sim.report.pieces import (
     as_float,
     b64_file,
     fact_rows,
@@ -20,10 +20,10 @@ from sim.report.pieces import (
     read_json,
     text_table,
 )
-from sim.shared.compare import RunFolder, compare_table, plot_compare
-from sim.shared.fmt import fmt_ci, fmt_value, metric_label
-from sim.shared.fmt import summary_rows as key_rows
-from sim.shared.summary import metric_rows
+from rtalab.sim.shared.compare import RunFolder, compare_table, plot_compare
+from rtalab.sim.shared.fmt import fmt_ci, fmt_value, metric_label
+from rtalab.sim.shared.fmt import summary_rows as key_rows
+from rtalab.sim.shared.summary import metric_rows
 
 HEADLINE_METRICS = ("success_rate", "completion_s.p99", "ttfc_s.p99", "attempts_per_turn",
                     "load_amplification", "goodput_turns_per_s")
@@ -56,7 +56,7 @@ def _verdict(path: Path) -> dict[str, Any] | None:
 
 def _run_figures(run: RunFolder) -> tuple[list[dict[str, str]], list[str]]:
     # lazy: +919 ms (matplotlib) off importing runs
-    from sim.shared.plots import LATENCY_CDF_PNG, TIMESERIES_PNG
+    from rtalab.sim.shared.plots import LATENCY_CDF_PNG, TIMESERIES_PNG
 
     clock = "real (wall-clock) time" if run.meta.get("kind") == "load" else "simulated time"
     captions = {TIMESERIES_PNG: f"Time series over {clock}: the warm-up shaded grey, outages "

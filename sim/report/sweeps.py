@@ -14,7 +14,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from sim.report.pieces import (
+from rtalab.sim.report.pieces import (
     as_float,
     fact_rows,
     file_figure,
@@ -25,11 +25,11 @@ from sim.report.pieces import (
     read_text,
     text_table,
 )
-from sim.shared.compare import RunFolderError, read_parquet
-from sim.shared.fmt import fmt_ci, fmt_value, metric_label, plain
-from sim.shared.stats import benjamini_hochberg, welch_anova
-from sim.shared.summary import unit
-from sim.sweep import SWEEP_JSON, SWEEP_PARQUET, TABLE_COLUMNS
+from rtalab.sim.shared.compare import RunFolderError, read_parquet
+from rtalab.sim.shared.fmt import fmt_ci, fmt_value, metric_label, plain
+from rtalab.sim.shared.stats import benjamini_hochberg, welch_anova
+from rtalab.sim.shared.summary import unit
+from rtalab.sim.sweep import SWEEP_JSON, SWEEP_PARQUET, TABLE_COLUMNS
 
 MAX_SWEEP_FIGURES = 6  # differing metrics drawn in the sweep's main figure
 ANSWER_ROWS = 10  # rows of a sweep's answer table (the rest in a full table below)

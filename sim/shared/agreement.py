@@ -25,7 +25,7 @@ Two questions, two data functions (no I/O, no formatting: ``compare`` renders th
   replication statistic (a simultaneous prediction interval).
 * :func:`agreement_rows` — for every metric both runs define, "agrees" or
   "differs" for a simulation (R >= 2 replications) and a load run (one
-  replication, ``se`` from its bootstrap over calls, :mod:`loadtests.loadrun.uncertainty`):
+  replication, ``se`` from its bootstrap over calls, :mod:`rtalab.loadtests.loadrun.uncertainty`):
   ``z = (load − mean_sim) / sqrt(s²/R + se²)`` on Student's t with
   Welch–Satterthwaite degrees of freedom, two-sided p-values, Holm's step-down over
   all compared metrics (family-wise false "differs" <= 5 % when the worlds are twins).
@@ -40,8 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sim.shared.stats import holm, t_two_sided_p
-from sim.shared.summary import INF_PREFIXES, domain
+from rtalab.sim.shared.stats import holm, t_two_sided_p
+from rtalab.sim.shared.summary import INF_PREFIXES, domain
 
 AGREES, DIFFERS = "agrees", "differs"
 INSIDE, OUTSIDE = "inside", "outside"

@@ -143,7 +143,7 @@ def one_line_errors(prog: str, *errors: type[Exception]) -> Callable[[Command], 
         @functools.wraps(func)
         def command(args: argparse.Namespace) -> int:
             # lazy: +215 ms (numpy) off importing argtypes, which every server's options use
-            from sim.config import ConfigError
+            from rtalab.sim.config import ConfigError
 
             try:
                 return func(args)
@@ -368,7 +368,7 @@ def outage_overrides(args: argparse.Namespace, outages: Sequence[Any]) -> dict[s
     if args.outage_kind != "loss" and args.outage_loss != OUTAGE_LOSS.default:
         raise UsageError("--outage-loss applies to --outage-kind loss only")
     # lazy: +215 ms (numpy) off importing argtypes, which every server's options use
-    from sim.config import to_plain
+    from rtalab.sim.config import to_plain
 
     new = {"start_s": args.outage_at, "duration_s": args.outage_for,
            "direction": "both", "kind": args.outage_kind, "loss": args.outage_loss}

@@ -4,11 +4,11 @@ A run folder is read through its ``summary.json`` (metric values per replication
 ``scenario.toml`` and ``meta.json``; the plots read ``turns.parquet`` and
 ``timeseries.parquet`` when present.  Every run after the first is compared with
 the first (the reference): the difference of means with Welch's 95 % CI on the
-replication values (:func:`sim.shared.stats.welch`), whether that CI excludes 0, and
+replication values (:func:`rtalab.sim.shared.stats.welch`), whether that CI excludes 0, and
 ``differs`` — the difference is significant after Holm's correction over all the
 metrics of that pair (family-wise error ≤ 5 %), so comparing ~60 metrics of two
 runs of the same scenario does not raise a few false alarms by chance.  A load
-run (one replication) against a simulation is compared by :mod:`sim.shared.agreement`
+run (one replication) against a simulation is compared by :mod:`rtalab.sim.shared.agreement`
 instead: the load run's bootstrap ``se`` and the simulator's spread between
 replications, Holm over the shared metrics.
 """
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
-from sim.shared.agreement import (
+from rtalab.sim.shared.agreement import (
     AGREES,
     DIFFERS,
     INSIDE,
@@ -37,8 +37,8 @@ from sim.shared.agreement import (
     is_load,
     run_interval,
 )
-from sim.shared.stats import Difference, holm, welch
-from sim.shared.summary import INF_PREFIXES, unit
+from rtalab.sim.shared.stats import Difference, holm, welch
+from rtalab.sim.shared.summary import INF_PREFIXES, unit
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -159,7 +159,8 @@ def compare_table(runs: Sequence[RunFolder]) -> pd.DataFrame:
     flags: dict[int, dict[str, bool]] = {}
     diffs: dict[tuple[int, str], Any] = {}
     for k in range(1, len(runs)):
-        if _sim_and_load(runs[0], runs[k]):  # one replication against many: sim.shared.agreement
+        if _sim_and_load(runs[0], runs[k]):  # one replication against many:
+                                             # rtalab.sim.shared.agreement
             flags[k] = _agreement_cells(runs[0], runs[k], diffs, k)
             continue
         tested = []
@@ -200,7 +201,7 @@ def _sim_and_load(a: RunFolder, b: RunFolder) -> bool:
 def _agreement_cells(ref: RunFolder, other: RunFolder, diffs: dict[tuple[int, str], Any],
                      k: int) -> dict[str, bool]:
     """Fill ``diffs[(k, metric)]`` with ``other − ref`` from
-    :func:`sim.shared.agreement.agreement_rows`
+    :func:`rtalab.sim.shared.agreement.agreement_rows`
     (the simulation against the load run's bootstrap); return which metrics differ."""
     sim, load, sign = (ref, other, 1.0) if is_load(other.summary) else (other, ref, -1.0)
     flags: dict[str, bool] = {}
@@ -234,7 +235,7 @@ def _inf(name: str, v: float | None) -> float | None:
 def prediction_rows(a: RunFolder, b: RunFolder) -> list[dict[str, Any]]:
     """A simulation (the prediction) against a load run (the measurement), whichever order:
     per :data:`PREDICTION_METRICS`, the replications' mean, the 90 % one-run interval
-    (:func:`sim.shared.agreement.run_interval`), the measured value, ``inside``/``outside``,
+    (:func:`rtalab.sim.shared.agreement.run_interval`), the measured value, ``inside``/``outside``,
     and the accuracy target (judged on runs >= 300 s).  A caller-perceived percentile that is
     infinite (too many turns not served) is ``inf`` on both sides: an infinite measurement
     is inside when some replication is infinite too, and a replication's infinity makes the
@@ -296,7 +297,7 @@ def plot_compare(runs: Sequence[RunFolder], path: Path) -> Path:
     # lazy: +1.01 s (matplotlib) off importing compare
     import matplotlib.pyplot as plt
 
-    from sim.shared.plots import DPI, SMOOTH_S, _ax_seconds_log, _quantile_curve
+    from rtalab.sim.shared.plots import DPI, SMOOTH_S, _ax_seconds_log, _quantile_curve
 
     fig, axes = plt.subplots(3, 2, figsize=(13, 12), constrained_layout=True)
     cmap = plt.get_cmap("tab10")

@@ -2,8 +2,8 @@
 docs/decisions.md).
 
 Pure functions, no SimPy and no I/O, so the simulator's store
-(:mod:`sim.model.dedup`), the reference Reasoner's memory and SQLite stores
-(:mod:`loadtests.dedup`) call them and the Redis store's Lua claim script
+(:mod:`rtalab.sim.model.dedup`), the reference Reasoner's memory and SQLite stores
+(:mod:`rtalab.loadtests.dedup`) call them and the Redis store's Lua claim script
 mirrors them line by line (a parity test drives one table of cases through both).
 
 Window (closed).  An outcome stored at ``completed_at_s`` with window
@@ -13,7 +13,7 @@ expired (the key is new again) at ``now_s > completed_at_s + window_s``.
 Lease.  An in-flight entry whose claim is older than ``lease_s``
 (``now_s - claimed_at_s > lease_s``), or whose owner is known to be gone
 (``dead_owner``: the claimant could tell the owner process no longer exists,
-see :mod:`loadtests.reasoner.owners`), is stale: under ``on_stale = "fail"`` its
+see :mod:`rtalab.loadtests.reasoner.owners`), is stale: under ``on_stale = "fail"`` its
 outcome becomes *lost* (never re-executed), under ``"reclaim"`` the claimant
 takes it over.
 

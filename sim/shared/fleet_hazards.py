@@ -1,5 +1,5 @@
-"""A fleet's hazards by cause, counted once for the simulator (``sim.model.fleet``) and for a
-load run (``loadtests.loadrun.fleet``): which replica ran each side-effect execution, and
+"""A fleet's hazards by cause, counted once for the simulator (``rtalab.sim.model.fleet``) and for a
+load run (``rtalab.loadtests.loadrun.fleet``): which replica ran each side-effect execution, and
 whether a later one ran where the first one's memory was.
 
 An execution is ``(request_guid, degraded, turn, replica, time)``.  Over the executions in

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sim.shared.summary import unit
+from rtalab.sim.shared.summary import unit
 
 # exact metric keys whose label is not just the key with its unit
 _LABELS: dict[str, str] = {
@@ -212,7 +212,7 @@ KEY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("hazard.duplicated_sessions_per_1k_turns", "duplicated sessions /1k turns", "/1k"),
     ("hazard.ghost_successes_per_1k_turns", "ghost successes /1k turns", "/1k"),
     ("dedup.peak_bytes", "dedup store peak", "B"),
-    # a fleet ([fleet], sim.model.fleet): hazards by cause, load per replica, imbalance
+    # a fleet ([fleet], rtalab.sim.model.fleet): hazards by cause, load per replica, imbalance
     ("fleet.dup_request_guid_", "  dup. requestGuid runs /1k, ", "/1k"),
     ("fleet.reexecuted_turn_", "  re-executed turns /1k, ", "/1k"),
     ("fleet.requests_lost_to_down_replica_per_1k_turns", "requests lost to a down replica /1k",

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.shared.argtypes import UsageError, add_group, add_quiet
-from sim.shared.results import EXTRA_TABLES, RECORD_TABLES
+from rtalab.sim.shared.argtypes import UsageError, add_group, add_quiet
+from rtalab.sim.shared.results import EXTRA_TABLES, RECORD_TABLES
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -67,7 +67,7 @@ def _rows(p: Path) -> list[dict[str, str]]:
 def describe(path: Path) -> tuple[str, str]:
     """(kind, verdict) of one item: the verdict is one short phrase per kind."""
     # lazy: +772 ms (pandas, pyarrow) off importing manage
-    from sim.shared.compare import RunFolderError, folder_kind
+    from rtalab.sim.shared.compare import RunFolderError, folder_kind
 
     if path.is_file():
         return "file", path.suffix.lstrip(".") or "-"

@@ -1,6 +1,6 @@
 """PNG plots of one run folder: latency CDFs and a time-series panel (matplotlib, Agg backend).
 
-Plots read only the record tables (columns of :mod:`sim.shared.schema`) and the
+Plots read only the record tables (columns of :mod:`rtalab.sim.shared.schema`) and the
 resolved scenario, so a load run's folder is plotted the same way.
 """
 
@@ -22,11 +22,11 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from sim.shared import schema as S
-from sim.shared.summary import PERCENTILE_METHOD, percentile
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.summary import PERCENTILE_METHOD, percentile
 
 if TYPE_CHECKING:
-    from sim.scenario import Scenario
+    from rtalab.sim.scenario import Scenario
 
 LATENCY_CDF_PNG = "latency_cdf.png"
 TIMESERIES_PNG = "timeseries.png"

@@ -1,8 +1,8 @@
 """Recovery after a trigger (outage, capacity drop, load spike): goodput per second, the
 pre-trigger baseline, and the time until goodput is back within a tolerance of it.
 
-Pure functions over plain arrays and the record tables of :mod:`sim.shared.schema`, usable on a
-simulated run or a load run alike:
+Pure functions over plain arrays and the record tables of :mod:`rtalab.sim.shared.schema`, usable on
+a simulated run or a load run alike:
 
 * :func:`goodput_per_s` — completed turns per 1-s bin ``[k, k + 1)`` (by turn end time);
 * :func:`baseline` — mean goodput over a pre-trigger window;
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.shared import schema as S
+from rtalab.sim.shared import schema as S
 
 
 def goodput_per_s(turns: pd.DataFrame, n_bins: int) -> np.ndarray:

@@ -35,12 +35,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from sim.vocab import RunState, values
+from rtalab.sim.vocab import RunState, values
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from sim.scenario import Scenario
+    from rtalab.sim.scenario import Scenario
 
 RECORD_TABLES = ("attempts", "turns", "timeseries")  # always written
 EXTRA_TABLES = ("calls", "executions", "side_effects")  # written when the output has them
@@ -267,7 +267,7 @@ def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
 def write_scenario(run_dir: Path, scenario: Scenario) -> None:
     """Write the fully resolved ``scenario.toml``."""
     # lazy: +93 ms (9 modules) off importing results
-    from sim.scenario import dumps
+    from rtalab.sim.scenario import dumps
 
     _atomic_write(Path(run_dir) / "scenario.toml", dumps(scenario))
 
@@ -469,7 +469,7 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     """Write ``summary.json`` and its tidy twin ``summary.csv`` (one row per metric: metric,
     mean, ci_low, ci_high, n, unit; empty cells where undefined)."""
     # lazy: +589 ms (pandas, pyarrow) off importing results
-    from sim.shared.summary import SUMMARY_CSV_COLUMNS, metric_rows
+    from rtalab.sim.shared.summary import SUMMARY_CSV_COLUMNS, metric_rows
 
     run_dir = Path(run_dir)
     write_json(run_dir / "summary.json", summary)
@@ -567,7 +567,7 @@ def write_run(
     write_summary(run_dir, summary)
     if plots:
         # lazy: +1.33 s (matplotlib, pandas, pyarrow) off importing results
-        from sim.shared.plots import plot_run
+        from rtalab.sim.shared.plots import plot_run
 
         plot_run(run_dir, scenario, tables["turns"], tables["timeseries"])
     finish_run(run_dir, meta, "complete")

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from sim import vocab as V
-from sim.policy.codes import ALL_CODES
-from sim.vocab import values
+from rtalab.sim import vocab as V
+from rtalab.sim.policy.codes import ALL_CODES
+from rtalab.sim.vocab import values
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,7 +31,7 @@ SCHEMA_VERSION: Final[int] = 1
 
 # --------------------------------------------------------------------------- categories
 
-# the vocabulary's values (sim.vocab) in their fixed on-disk order (the codes)
+# the vocabulary's values (rtalab.sim.vocab) in their fixed on-disk order (the codes)
 PHASES: Final = values(V.Phase)
 ATTEMPT_OUTCOMES: Final = values(V.AttemptOutcome)
 TURN_OUTCOMES: Final = values(V.TurnOutcome)
@@ -44,7 +44,7 @@ DISPOSITIONS: Final = (
     # one row per CancelTask received: queued work dropped / running work stopped at its next
     # step / side effect already ran, the task rolls forward / task already ended (or unknown)
     "cancel-dropped", "cancel-stopped", "cancel-rolled-forward", "cancel-too-late",
-    # a request reusing a live key with another fingerprint (sim.shared.dedup_rule.conflicts)
+    # a request reusing a live key with another fingerprint (rtalab.sim.shared.dedup_rule.conflicts)
     "key-conflict",
 )
 CANCEL_DISPOSITIONS: Final = ("cancel-dropped", "cancel-stopped", "cancel-rolled-forward",
@@ -205,9 +205,9 @@ def columns(table: str) -> tuple[str, ...]:
 class RunRecords:
     """One replication's six tables (columns as above) and what the summary reads with them.
 
-    ``sim.runner.RunOutput`` adds the simulator's own facts; a load run builds one from
-    its ledgers (``loadtests.loadrun.tables.build_output``); ``sim.shared.summary`` reads
-    either."""
+    ``rtalab.sim.runner.RunOutput`` adds the simulator's own facts; a load run builds one from
+    its ledgers (``rtalab.loadtests.loadrun.tables.build_output``); ``rtalab.sim.shared.summary``
+    reads either."""
 
     attempts: pd.DataFrame
     turns: pd.DataFrame
@@ -271,6 +271,7 @@ M_QUEUE_LITTLE_LAMBDA_W: Final = "queue.little_lambda_w"
 M_UTILISATION: Final = "worker_utilisation"
 M_OFFERED_TURNS_PER_S: Final = "offered_turns_per_s"
 M_GOODPUT: Final = "goodput_turns_per_s"
-M_RECOVERY_S: Final = "recovery_s"  # after the run's trigger (sim.shared.recovery.run_recovery_s)
+M_RECOVERY_S: Final = "recovery_s"  # after the run's trigger
+                                    # (rtalab.sim.shared.recovery.run_recovery_s)
 M_MEAN_IN_PROGRESS: Final = "mean_turns_in_progress"
 PERCENTILES: Final = (50, 95, 99)

@@ -3,7 +3,7 @@
 :class:`Sketch` holds the finite values of one latency (seconds, recorded as integer
 microseconds) in an :class:`hdrh.histogram.HdrHistogram` with 3 significant digits, plus
 the number of infinite values (turns not served).  Its percentile follows the exact
-path's rule (:func:`sim.shared.summary.percentile`, numpy's ``inverted_cdf``): the same
+path's rule (:func:`rtalab.sim.shared.summary.percentile`, numpy's ``inverted_cdf``): the same
 rank is looked up, and the value returned is the top of the histogram bucket holding the
 exact answer, so it is within :data:`RELATIVE_ERROR` of it, plus :data:`ABSOLUTE_ERROR_S`
 (the microsecond rounding):
@@ -37,7 +37,7 @@ ABSOLUTE_ERROR_S = 1e-6
 
 def rank(n: int, q: float) -> int:
     """0-based index of the ``q``-th percentile of ``n`` sorted values under numpy's
-    ``inverted_cdf`` (what :func:`sim.shared.summary.percentile` returns)."""
+    ``inverted_cdf`` (what :func:`rtalab.sim.shared.summary.percentile` returns)."""
     if n <= 0:
         raise ValueError("no values")
     # numpy's own rule, on the indexes themselves: identical rounding, whatever n and q
@@ -90,10 +90,11 @@ class Sketch:
                    n_inf: int | None = None) -> float | None:
         """The ``q``-th percentile in seconds, None when empty.
 
-        ``served=False``: of the finite values only (:func:`sim.shared.summary.percentile`).
-        ``served=True``: infinite values count (:func:`sim.shared.summary.percentile_served`):
-        None when the percentile falls on an infinite value; ``n_inf`` overrides how many
-        there are (the same finite values seen with another count of unserved turns).
+        ``served=False``: of the finite values only (:func:`rtalab.sim.shared.summary.percentile`).
+        ``served=True``: infinite values count
+        (:func:`rtalab.sim.shared.summary.percentile_served`): None when the percentile falls on an
+        infinite value; ``n_inf`` overrides how many there are (the same finite values seen with
+        another count of unserved turns).
         """
         inf = self.n_inf if n_inf is None else n_inf
         n = self.n_finite + (inf if served else 0)

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sim.shared.summary import t_quantile_975
+from rtalab.sim.shared.summary import t_quantile_975
 
 
 def _betacf(a: float, b: float, x: float) -> float:

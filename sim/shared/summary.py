@@ -10,7 +10,7 @@ replication, or when fewer than two values are defined); an undefined value
 (e.g. a percentile with no completed turn) is ``null`` and left out of the
 mean.  Which turns and seconds count (warm-up removal) and what each metric
 means is in ``docs/metrics.md``.  Inputs are the DataFrames of
-:class:`sim.runner.RunOutput` (or a load run's equivalent with the same columns).
+:class:`rtalab.sim.runner.RunOutput` (or a load run's equivalent with the same columns).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any, Final, cast
 import numpy as np
 import pandas as pd
 
-from sim.shared import schema as S
-from sim.shared.recovery import run_recovery_s
-from sim.vocab import AttemptOutcome as A
-from sim.vocab import CallEndReason, TurnOutcome
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.recovery import run_recovery_s
+from rtalab.sim.vocab import AttemptOutcome as A
+from rtalab.sim.vocab import CallEndReason, TurnOutcome
 
 # Student t 0.975 quantiles for 1..30 degrees of freedom (beyond: Cornish-Fisher, error < 1e-7)
 _T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
@@ -96,7 +96,7 @@ def summarize(outputs: Sequence[S.RunRecords], warmup_s: float) -> dict[str, Any
 
 
 def metrics_of(out: S.RunRecords, warmup_s: float) -> dict[str, float | None]:
-    """A replication's metrics: folded in while it ran (``sim.runner.RunOutput.metrics``,
+    """A replication's metrics: folded in while it ran (``rtalab.sim.runner.RunOutput.metrics``,
     ``[run] records`` other than "all") or computed from its tables."""
     pre = getattr(out, "metrics", None)
     return dict(pre) if pre is not None else replication_metrics(out, warmup_s)
@@ -326,7 +326,7 @@ def _hazard_metrics(m: dict[str, float | None], out: S.RunRecords, ids: np.ndarr
 def recovery_metrics(ts: pd.DataFrame, counters: dict[str, Any], warmup_s: float,
                      duration_s: float) -> dict[str, float | None]:
     """``recovery_s`` of a run with a trigger (``counters["trigger_s"]``) when it is
-    defined (:func:`sim.shared.recovery.run_recovery_s`); nothing otherwise."""
+    defined (:func:`rtalab.sim.shared.recovery.run_recovery_s`); nothing otherwise."""
     trig = counters.get("trigger_s")
     if trig is None or not len(ts):
         return {}
@@ -359,7 +359,7 @@ def counter_metrics(c: dict[str, Any]) -> dict[str, float | None]:
     if "dedup_peak_entries" in c:
         m[S.M_DEDUP_PEAK_ENTRIES] = float(c["dedup_peak_entries"])
         m[S.M_DEDUP_PEAK_BYTES] = float(c["dedup_peak_bytes"])
-    # a fleet's hazards by cause and per-replica load (sim.model.fleet), in its counters
+    # a fleet's hazards by cause and per-replica load (rtalab.sim.model.fleet), in its counters
     for k, v in c.items():
         if k.startswith("fleet.") and k != "fleet.replicas":
             m[k] = None if v is None else float(v)

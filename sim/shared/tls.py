@@ -1,4 +1,5 @@
-"""TLS for every rtalab client, in one place (the servers' side: :mod:`loadtests.common.tls`).
+"""TLS for every rtalab client, in one place (the servers' side:
+:mod:`rtalab.loadtests.common.tls`).
 
 - :class:`ClientTls` — what a client trusts and presents: ``--ca FILE`` (default: the
   system's CAs), ``--client-cert FILE`` / ``--client-key FILE`` (mutual TLS) and
@@ -6,7 +7,7 @@
   of every HTTP/WebSocket client (:meth:`ClientTls.context`: certificates and host names
   verified unless ``--insecure``); it travels to child processes as options
   (:meth:`ClientTls.to_args`) or as one environment variable (:meth:`ClientTls.to_env`).
-  gRPC channel credentials are :func:`loadtests.common.tls.client_grpc_credentials`.
+  gRPC channel credentials are :func:`rtalab.loadtests.common.tls.client_grpc_credentials`.
 - :func:`describe` / :func:`reason` — any exception of a connection attempt (ssl, httpx,
   urllib, websockets, gRPC) turned into ONE line naming the certificate problem (unknown CA,
   hostname mismatch, expired, client certificate required or rejected, TLS spoken to a
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from sim.shared.argtypes import Option, UsageError
+from rtalab.sim.shared.argtypes import Option, UsageError
 
 ENV = "RTALAB_CLIENT_TLS"  # ClientTls as JSON, for child processes (Locust users, servers)
 INSECURE_WARNING = ("--insecure: server certificates are NOT verified: anyone on the path can "

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from loadtests.chaos.balancer import Balancer, context_id
-from loadtests.chaos.procs import start_chaos
-from loadtests.common.procs import free_port, start_reasoner
-from loadtests.wireclient import grpc_request
+from rtalab.loadtests.chaos.balancer import Balancer, context_id
+from rtalab.loadtests.chaos.procs import start_chaos
+from rtalab.loadtests.common.procs import free_port, start_reasoner
+from rtalab.loadtests.wireclient import grpc_request
 from tests.serve.conftest import TOKENS, Client, headers, message, stream, uid
 
 UPS = ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 
-from loadtests.chaos.balancer import PROBE_S, Balancer, stable_hash
+from rtalab.loadtests.chaos.balancer import PROBE_S, Balancer, stable_hash
 
 UPS = ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
 

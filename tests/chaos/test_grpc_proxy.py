@@ -26,11 +26,11 @@ import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf.json_format import ParseDict
 
-from loadtests.chaos.procs import start_chaos
-from loadtests.common.certs import make_pki
-from loadtests.common.procs import free_port
-from loadtests.common.tls import ClientTls, ServerTls
-from loadtests.wireclient import grpc_request
+from rtalab.loadtests.chaos.procs import start_chaos
+from rtalab.loadtests.common.certs import make_pki
+from rtalab.loadtests.common.procs import free_port
+from rtalab.loadtests.common.tls import ClientTls, ServerTls
+from rtalab.loadtests.wireclient import grpc_request
 from tests.chaos import test_proxy as base
 from tests.chaos.test_proxy import QUIET, Proxy, executions, side_effect_msg
 from tests.load import test_grpc_live as live
@@ -215,7 +215,7 @@ def test_a_reset_outage_resets_the_grpc_connection(sqlite_reasoner: Reasoner,
      "expected grpc://HOST:PORT"),
 ])
 def test_bad_grpc_flags_are_one_line_exit_2(flags: list[str], says: str) -> None:
-    p = subprocess.run([sys.executable, "-m", "loadtests.chaos", "--listen", "127.0.0.1:0",
+    p = subprocess.run([sys.executable, "-m", "rtalab.loadtests.chaos", "--listen", "127.0.0.1:0",
                         "--upstream", "http://127.0.0.1:1", "--ledger", "", *flags],
                        capture_output=True, text=True, timeout=60)
     lines = p.stderr.strip().splitlines()

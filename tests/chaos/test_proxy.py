@@ -18,8 +18,8 @@ import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from loadtests.chaos.procs import start_chaos
-from loadtests.common.procs import ManagedProcess, free_port, start_reasoner
+from rtalab.loadtests.chaos.procs import start_chaos
+from rtalab.loadtests.common.procs import ManagedProcess, free_port, start_reasoner
 from tests.serve.conftest import (
     BOB,
     TOKENS,
@@ -407,7 +407,7 @@ def test_concurrent_turns_under_faults_all_complete(sqlite_reasoner: Reasoner, w
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from loadtests.chaos.config import ChaosConfig, rng_for, uplink_faults, with_overrides
+    from rtalab.loadtests.chaos.config import ChaosConfig, rng_for, uplink_faults, with_overrides
 
     px = proxy_factory(sqlite_reasoner.url, *QUIET, "--duplicate", "0.5", "--reorder", "0.5",
                        "--reorder-delay-s", "0.03", "--seed", "5")

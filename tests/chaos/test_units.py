@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadtests.chaos.config import ChaosConfig, rng_for, uplink_faults, with_overrides
-from loadtests.chaos.release import Releaser, StreamTiming
-from loadtests.chaos.wire import SseSplitter, parse_frame, parse_request, sse_data
-from sim.cli import main
-from sim.scenario import OutageConfig, load_scenario
+from rtalab.loadtests.chaos.config import ChaosConfig, rng_for, uplink_faults, with_overrides
+from rtalab.loadtests.chaos.release import Releaser, StreamTiming
+from rtalab.loadtests.chaos.wire import SseSplitter, parse_frame, parse_request, sse_data
+from rtalab.sim.cli import main
+from rtalab.sim.scenario import OutageConfig, load_scenario
 
 
 def cfg_of(**kw: float) -> ChaosConfig:
@@ -67,7 +67,7 @@ def test_outage_windows_by_direction() -> None:
 def test_start_at_shifts_the_outage_clock() -> None:
     import time
 
-    from loadtests.chaos.server import _clock_start
+    from rtalab.loadtests.chaos.server import _clock_start
 
     t0 = _clock_start(time.time() - 10.0)  # the schedule began 10 s ago
     assert time.monotonic() - t0 == pytest.approx(10.0, abs=0.5)

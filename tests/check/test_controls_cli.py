@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks.check import count_lines, format_bench, run_bench
-from loadtests.check import check_run
-from loadtests.check.synth import clean_ledger, write_ledger
-from sim.cli import main
+from rtalab.benchmarks.check import count_lines, format_bench, run_bench
+from rtalab.loadtests.check import check_run
+from rtalab.loadtests.check.synth import clean_ledger, write_ledger
+from rtalab.sim.cli import main
 
 N_TURNS = 300
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from loadtests.check.coverage import coverage
+from rtalab.loadtests.check.coverage import coverage
 
 
 def _attempt(guid: str, send: float, end: float, outcome: str = "completed", injected: str = "",
@@ -90,7 +90,7 @@ def test_proxy_duplicates_continuations_outages_and_no_witness():
 
 
 def test_turns_in_flight_during_a_restart_are_not_judged_for_availability():
-    from loadtests.check.coverage import turns_across_restarts
+    from rtalab.loadtests.check.coverage import turns_across_restarts
 
     rows = [_attempt("a", 95.0, 99.0), _attempt("b", 99.0, 100.5),      # before / into it
             _attempt("c", 101.0, 101.2), _attempt("d", 102.5, 103.0),   # during / after

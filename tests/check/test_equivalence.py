@@ -1,6 +1,6 @@
 """``transport-equivalence``: the same verdict on every binding (A2A §5.1).
 
-Synthetic ledgers (loadtests.check.synth) with calls spread over four bindings: the clean
+Synthetic ledgers (rtalab.loadtests.check.synth) with calls spread over four bindings: the clean
 ledger passes on every seed; a bug planted on one binding only (duplicate executions, a
 success drop, slow first chunks) fails the rule naming that binding; the same bug on every
 binding alike fails its own rule, not this one; differences inside the margins pass.  The
@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadtests.check import check_run
-from loadtests.check import equivalence as E
-from loadtests.check.synth import clean_ledger, write_ledger
-from sim.shared.stats import holm
+from rtalab.loadtests.check import check_run
+from rtalab.loadtests.check import equivalence as E
+from rtalab.loadtests.check.synth import clean_ledger, write_ledger
+from rtalab.sim.shared.stats import holm
 
 BINDINGS = ("sse", "rest", "grpc", "ws")
 Ledger = dict[str, pd.DataFrame]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadtests.check.ledger import (
+from rtalab.loadtests.check.ledger import (
     SCHEMAS,
     LedgerError,
     _read_table,

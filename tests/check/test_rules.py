@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadtests.check import Verdict, check_run
-from loadtests.check.rules import HAZARDS, RULE_NAMES
-from loadtests.check.synth import clean_ledger, write_ledger
-from loadtests.check.verdict import per_1k
+from rtalab.loadtests.check import Verdict, check_run
+from rtalab.loadtests.check.rules import HAZARDS, RULE_NAMES
+from rtalab.loadtests.check.synth import clean_ledger, write_ledger
+from rtalab.loadtests.check.verdict import per_1k
 
 N_TURNS = 400
 Ledger = dict[str, pd.DataFrame]
@@ -406,7 +406,7 @@ def test_policy_read_from_the_live_table_only(tmp_path: Path, led: Ledger) -> No
 
 
 def test_several_values_matches_pandas_nunique() -> None:
-    from loadtests.check.rules import _several_values
+    from rtalab.loadtests.check.rules import _several_values
 
     rng = np.random.default_rng(3)
     keys = np.array(["a", "b", "c", "d", None, "é"], dtype=object)

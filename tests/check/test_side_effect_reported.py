@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadtests.check import check_run
-from loadtests.check.synth import clean_ledger, write_ledger
+from rtalab.loadtests.check import check_run
+from rtalab.loadtests.check.synth import clean_ledger, write_ledger
 
 Ledger = dict[str, pd.DataFrame]
 

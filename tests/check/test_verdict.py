@@ -1,7 +1,7 @@
 """The one verdict: the checker's own rules proved to fail (issue 15 point 8), the
 indeterminate executions, run-integrity checks, gates, interrupted runs and a reused witness.
 
-Every test writes a synthetic ledger (loadtests.check.synth) into a run folder, changes
+Every test writes a synthetic ledger (rtalab.loadtests.check.synth) into a run folder, changes
 one thing and asserts the exact verdict; expected values are written out.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadtests.check import Verdict, check_run
-from loadtests.check.synth import EXT_SCENARIO, clean_ledger, write_ledger
+from rtalab.loadtests.check import Verdict, check_run
+from rtalab.loadtests.check.synth import EXT_SCENARIO, clean_ledger, write_ledger
 
 N_TURNS = 200
 Ledger = dict[str, pd.DataFrame]
@@ -348,7 +348,7 @@ def test_verdict_json_round_trips_and_is_what_renderers_read(tmp_path: Path, led
     back = Verdict.read(tmp_path)
     assert back is not None and back.to_dict() == v.to_dict()
     assert back.failed == ["extension-echo"] and back.headline == "FAIL"
-    from sim.report.runs import _verdict
+    from rtalab.sim.report.runs import _verdict
 
     shown = _verdict(tmp_path)
     assert shown is not None and shown["headline"] == "FAIL"

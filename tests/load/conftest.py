@@ -40,7 +40,7 @@ def load_run(tmp: Path, *args: str, scenario: str = FAST, timeout_s: float = 150
     sc = tmp / "scenario.toml"
     sc.write_text(scenario, encoding="utf-8")
     out = tmp / "results"
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "run", str(sc), "--out",
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "load", "run", str(sc), "--out",
                         str(out), "--quiet", "--no-plots", *args], capture_output=True, text=True,
                        timeout=timeout_s)
     runs = sorted(out.glob("*-load-*")) if out.exists() else []

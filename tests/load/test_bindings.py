@@ -7,9 +7,9 @@ import types
 
 import pytest
 
-from loadtests.live import bindings
-from loadtests.live.bindings import REGISTRY, Binding, ChannelContext, parse_bindings
-from loadtests.live.config import LoadSettings
+from rtalab.loadtests.live import bindings
+from rtalab.loadtests.live.bindings import REGISTRY, Binding, ChannelContext, parse_bindings
+from rtalab.loadtests.live.config import LoadSettings
 
 
 def test_sets_are_canonical() -> None:
@@ -33,9 +33,10 @@ def test_bad_names_are_refused(text: str) -> None:
 
 
 def test_unavailable_binding_names_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(REGISTRY, "nope", Binding("nope", "loadtests.live.nope", "test",
+    monkeypatch.setitem(REGISTRY, "nope", Binding("nope", "rtalab.loadtests.live.nope", "test",
                                                   requires=("no_such_module_rtalab",)))
-    with pytest.raises(ValueError, match=r"missing: no_such_module_rtalab, loadtests\.live\.nope"):
+    with pytest.raises(ValueError,
+                       match=r"missing: no_such_module_rtalab, rtalab\.loadtests\.live\.nope"):
         parse_bindings("nope")
     assert "nope" not in parse_bindings("all")
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.common.procs import start_reasoner
-from sim.shared.stats import wilson
+from rtalab.loadtests.common.procs import start_reasoner
+from rtalab.sim.shared.stats import wilson
 
 # the truth: 2 workers, gamma reasoning (mean 0.2 s, cv 0.6), 3 chunks every 40 ms, 5 %
 # internal errors; 3.4 calls/s x 2 turns -> 6.8 turns/s x 0.2 s / 2 workers = 68 % busy
@@ -55,7 +55,7 @@ Z99 = 2.576 / 1.96
 # the service histogram measures the worker held: the reasoning plus the server's own
 # event-loop lag (a few ms on a busy 2-core machine)
 OVERHEAD_S = 0.015
-RTALAB = [sys.executable, "-m", "sim.cli"]
+RTALAB = [sys.executable, "-m", "rtalab.sim.cli"]
 
 
 def _metric(url: str, name: str) -> float:
@@ -263,13 +263,13 @@ def test_predict_the_peak_from_the_scrape_and_measure_it(scraped, tmp_path: Path
     # measured run whose arrivals came 10 % short -- seed 1's do -- has all four near the
     # interval's lower end), so "k of 9 inside at 90 %" fails a right model far more often
     # than 1 - 0.9^k suggests.  The test judges the same measured figures against the same
-    # replications' 99 % one-run intervals (sim.shared.agreement.run_interval, as the tool
+    # replications' 99 % one-run intervals (rtalab.sim.shared.agreement.run_interval, as the tool
     # computes its 90 % ones): a right model leaves at most one outside but in ~1-2 % of
     # runs (measured on two runs: 0 outside each).  A prediction at 1.5 x the load puts 6 of
     # 9 outside; one at 0.7 x shows only in goodput at 90 % and passes this rule: the rule
     # guards gross errors, the per-metric 90 % claim is tests/twin/test_coverage.py's.
-    from sim.shared.agreement import run_interval
-    from sim.shared.summary import domain
+    from rtalab.sim.shared.agreement import run_interval
+    from rtalab.sim.shared.summary import domain
 
     judged = case["replications"]
     outside = []

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import time
 
-from loadtests.loadrun.fleet import FailureSchedule, hazard_counters, replica_dedup, sum_metrics
-from sim.scenario import load_scenario
+from rtalab.loadtests.loadrun.fleet import (
+    FailureSchedule,
+    hazard_counters,
+    replica_dedup,
+    sum_metrics,
+)
+from rtalab.sim.scenario import load_scenario
 
 T0 = 1000.0
 DUP = "fleet.dup_request_guid_{}_per_1k_turns"

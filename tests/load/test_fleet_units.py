@@ -7,8 +7,8 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from loadtests.loadrun.fleet import hazard_counters, replica_of, share_counters
-from loadtests.witness.ledger import Ledger
+from rtalab.loadtests.loadrun.fleet import hazard_counters, replica_of, share_counters
+from rtalab.loadtests.witness.ledger import Ledger
 
 T0 = 1000.0
 

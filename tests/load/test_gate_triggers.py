@@ -25,8 +25,8 @@ import pytest
 
 from tests.load.conftest import FAST, jsonl, load_run
 
-HAVE_CHAOS = importlib.util.find_spec("loadtests.chaos") is not None
-needs_chaos = pytest.mark.skipif(not HAVE_CHAOS, reason="needs loadtests.chaos")
+HAVE_CHAOS = importlib.util.find_spec("rtalab.loadtests.chaos") is not None
+needs_chaos = pytest.mark.skipif(not HAVE_CHAOS, reason="needs rtalab.loadtests.chaos")
 
 SEED = int(os.environ.get("RTALAB_GATE_SEED", "1"))  # the test passes on other seeds too
 # release_gate, short: a restart at 5 s, an outage at 14.5 s, arrivals for 16 s; resends 14 s
@@ -65,7 +65,8 @@ def rtalab_load(tmp: Path, *args: str, timeout_s: float = 150.0
                 ) -> tuple[subprocess.CompletedProcess[str], Path | None]:
     """``rtalab load run ARGS --out TMP/results``; the process and its run folder."""
     out = tmp / "results"
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "run", *args, "--out", str(out)],
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "load", "run", *args, "--out",
+                        str(out)],
                        capture_output=True, text=True, timeout=timeout_s)
     runs = sorted(out.glob("*-load-*")) if out.exists() else []
     return p, (runs[-1] if runs else None)
@@ -210,7 +211,7 @@ def test_restart_command_against_a_target_behind_the_chaos_proxy(tmp_path, read_
     """--target with --restart-cmd: the user's command runs at --restart-at (here a script
     that leaves a marker), the run waits for the agent card and records the restart;
     --chaos puts the proxy in front of the target; two --token: two principals."""
-    from loadtests.common.procs import free_port, start_reasoner, start_witness
+    from rtalab.loadtests.common.procs import free_port, start_reasoner, start_witness
 
     scenario = FAST + "[network.downlink]\nreorder = 0.3\n"
     sc = tmp_path / "server.toml"

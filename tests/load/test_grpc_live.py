@@ -4,7 +4,7 @@ Each check runs in a subprocess that patches gevent and turns on grpcio's gevent
 first, as a Locust process does (importing Locust in this process would patch it), and
 talks to a real Reasoner serving gRPC on 127.0.0.1 (plaintext, then mutual TLS):
 
-- a turn's events read back as the Live layer's :class:`~loadtests.live.wire.Event` s:
+- a turn's events read back as the Live layer's :class:`~rtalab.loadtests.live.wire.Event` s:
   sequenceIds, the echo from initial metadata, the worker, the end state;
 - answers refused with a gRPC status carry the profile code of A2A §5.4 read backwards
   (UNAUTHENTICATED = auth, NOT_FOUND = session-not-found, RESOURCE_EXHAUSTED =
@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
-from loadtests.common.certs import Pki, make_pki
-from loadtests.common.procs import ManagedProcess, free_port, start_reasoner
-from loadtests.common.tls import ClientTls, ServerTls
+from rtalab.loadtests.common.certs import Pki, make_pki
+from rtalab.loadtests.common.procs import ManagedProcess, free_port, start_reasoner
+from rtalab.loadtests.common.tls import ClientTls, ServerTls
 
 SCENARIO = """
 [workload]
@@ -46,12 +46,12 @@ PROBE = r"""
 import json, sys, time
 import gevent, gevent.monkey
 gevent.monkey.patch_all()
-from loadtests.live.grpc_channel import GrpcChannel, init_gevent, grpc_address
+from rtalab.loadtests.live.grpc_channel import GrpcChannel, init_gevent, grpc_address
 init_gevent()
 from locust.event import Events
-from loadtests.common.tls import ClientTls
-from loadtests.live.call import StreamBroken
-from loadtests.live.wire import DEFAULT_EXT_URI as EXT, Ids, parse_event, streaming_request
+from rtalab.loadtests.common.tls import ClientTls
+from rtalab.loadtests.live.call import StreamBroken
+from rtalab.loadtests.live.wire import DEFAULT_EXT_URI as EXT, Ids, parse_event, streaming_request
 
 address, secure, token, tls_json = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4]
 tls = ClientTls(**json.loads(tls_json))

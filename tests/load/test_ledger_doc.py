@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from loadtests.check.ledger import ATTEMPT_KEYS, SCHEMAS
+from rtalab.loadtests.check.ledger import ATTEMPT_KEYS, SCHEMAS
 from tests.load.conftest import FAST, jsonl, load_run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ A simulator run (every budget but the random SRE throttle, errors of every kind,
 timeouts, lost responses, barge-in) is recorded call by call at its budget: each
 ``allow_first`` / ``on_attempt`` / ``allow_retry`` / ``end_attempt`` with its
 arguments and the budget state after it.  The same sequence is then played
-through a Locust :class:`loadtests.live.call.Call`'s own budget: the attempt
+through a Locust :class:`rtalab.loadtests.live.call.Call`'s own budget: the attempt
 ends through the user's ``_attempt_ended`` (fed the simulator's attempt rows:
 outcome, code, attempt number), the after-timeout flag through its
 ``_retry_granted``, dropped retries through ``_retry_dropped``.  Every grant
@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from sim.model.world import World
-from sim.policy import Decision, Ending
-from sim.policy.turn import _BACKOFF, _SENT, TurnRules
-from sim.scenario import Scenario
+from rtalab.sim.model.world import World
+from rtalab.sim.policy import Decision, Ending
+from rtalab.sim.policy.turn import _BACKOFF, _SENT, TurnRules
+from rtalab.sim.scenario import Scenario
 
 EXT = "https://example.org/ext/rta/v1"
 
@@ -80,7 +80,7 @@ class _Replayed:
 
 
 def test_locust_user_drives_the_budget_like_the_simulator() -> None:
-    from loadtests.live.call import Call, Instance, LiveOptions, _Turn
+    from rtalab.loadtests.live.call import Call, Instance, LiveOptions, _Turn
 
     sc = _scenario()
     world = World(sc, 11, 0)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.live.config import SCENARIO_KEYS, LiveOptions, LoadSettings, TestSwitches
-from loadtests.loadrun.cli import add_run_arguments, run_options
-from sim.policy.config import LivePolicyConfig
-from sim.scenario import load_scenario
+from rtalab.loadtests.live.config import SCENARIO_KEYS, LiveOptions, LoadSettings, TestSwitches
+from rtalab.loadtests.loadrun.cli import add_run_arguments, run_options
+from rtalab.sim.policy.config import LivePolicyConfig
+from rtalab.sim.scenario import load_scenario
 
 # the Live options with no [live] key, and why
 LOAD_SIDE = {

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from loadtests.live.wire import cancel_answer_side_effect, parse_event
-from loadtests.reasoner.wire import DEFAULT_EXT_URI
+from rtalab.loadtests.live.wire import cancel_answer_side_effect, parse_event
+from rtalab.loadtests.reasoner.wire import DEFAULT_EXT_URI
 
 EXT = DEFAULT_EXT_URI
 

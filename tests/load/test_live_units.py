@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import math
 
-from loadtests.live.ledger import TABLES, Gatherer, Ledger
-from loadtests.live.playback import Playback
-from loadtests.live.wire import DEFAULT_EXT_URI as EXT
-from loadtests.live.wire import parse_event
+from rtalab.loadtests.live.ledger import TABLES, Gatherer, Ledger
+from rtalab.loadtests.live.playback import Playback
+from rtalab.loadtests.live.wire import DEFAULT_EXT_URI as EXT
+from rtalab.loadtests.live.wire import parse_event
 
 
 def test_playback_reorders_and_times_first_playable_chunk():
@@ -111,7 +111,7 @@ def test_gatherer_detects_a_lost_batch(tmp_path):
 
 
 def test_streaming_request_is_byte_identical_to_the_generic_encoding():
-    from loadtests.live.wire import Ids, _request_object, streaming_request
+    from rtalab.loadtests.live.wire import Ids, _request_object, streaming_request
     ext = "https://x/\u00e9xt"
     n = 0
     for ctx in (None, "", "ctx-1", 'c"\\t\u00e9\U0001F600'):
@@ -133,7 +133,7 @@ def test_streaming_request_is_byte_identical_to_the_generic_encoding():
 
 
 def test_decode_frame_is_json_loads():
-    from loadtests.live.wire import decode_frame
+    from rtalab.loadtests.live.wire import decode_frame
     for text in ('{"a":1,"b":[1.5,null,"\\u00e9"]}', ' {"a": 2}\n', '"s"', "3"):
         assert decode_frame(text) == json.loads(text)
     for bad in ("", " ", '{"a":1} x', "nul", '{"a":'):
@@ -150,7 +150,7 @@ def test_decode_frame_is_json_loads():
 
 
 def test_event_flags_follow_kind_state_and_directive():
-    from loadtests.live.wire import Event
+    from rtalab.loadtests.live.wire import Event
     assert Event("error").ends_stream and Event("error").is_output
     assert Event("status", "TASK_STATE_INPUT_REQUIRED").ends_stream
     working = Event("status", "TASK_STATE_WORKING")
@@ -164,8 +164,8 @@ def test_event_flags_follow_kind_state_and_directive():
 def test_share_draws_are_the_call_rng_a_block_at_a_time():
     import numpy as np
 
-    from loadtests.live.call import UNIFORM_BLOCK, Call, Instance, LiveOptions
-    from sim.scenario import from_dict
+    from rtalab.loadtests.live.call import UNIFORM_BLOCK, Call, Instance, LiveOptions
+    from rtalab.sim.scenario import from_dict
     sc = from_dict({"workload": {"turns_per_call": 3}})
     opts = LiveOptions(ext_uri=EXT)
 
@@ -212,9 +212,9 @@ def test_a_continuation_asked_for_input_again_prompts_the_caller_again(monkeypat
     a turn left without an outcome would be judged ``incomplete`` (seen on gRPC in CI)."""
     import numpy as np
 
-    from loadtests.live import call as call_mod
-    from loadtests.live.call import Call, Instance, LiveOptions
-    from sim.scenario import from_dict
+    from rtalab.loadtests.live import call as call_mod
+    from rtalab.loadtests.live.call import Call, Instance, LiveOptions
+    from rtalab.sim.scenario import from_dict
 
     sc = from_dict({"workload": {"turns_per_call": 1, "handoff_share": 1.0,
                                  "caller_response_time_s": 0.0}})
@@ -302,8 +302,8 @@ def test_the_sse_reader_decodes_an_event_as_json_loads_does():
     CRLF) and refuses what it refuses (trailing garbage, bad JSON) as a broken stream."""
     import pytest
 
-    from loadtests.live.call import StreamBroken
-    from loadtests.live.sse import SseChannel
+    from rtalab.loadtests.live.call import StreamBroken
+    from rtalab.loadtests.live.sse import SseChannel
     frame = {"jsonrpc": "2.0", "id": "r", "result": {"task": {"id": "t", "status": {}}}}
     text = json.dumps(frame).encode()
     body = (b"data: " + text + b"\n\n" + b"data:" + text + b"\r\n\r\n" + b"data: \t" + text
@@ -323,10 +323,10 @@ def test_every_row_is_its_own_copy_of_the_call_template():
     import gevent
     import numpy as np
 
-    from loadtests.live.call import Call, Instance, LiveOptions
-    from loadtests.live.sse import SseChannel
-    from loadtests.loadrun.canned import sse_body
-    from sim.scenario import from_dict
+    from rtalab.loadtests.live.call import Call, Instance, LiveOptions
+    from rtalab.loadtests.live.sse import SseChannel
+    from rtalab.loadtests.loadrun.canned import sse_body
+    from rtalab.sim.scenario import from_dict
     sc = from_dict({"workload": {"turns_per_call": 3, "think_time_s": 0.0},
                     "live": {"timeouts": {"negotiation_s": 0.0}}})
     opts = LiveOptions(ext_uri=EXT)

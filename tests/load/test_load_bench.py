@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from benchmarks.load import ratio_table
+from rtalab.benchmarks.load import ratio_table
 
 
 def test_ratio_table_arithmetic():
@@ -28,7 +28,7 @@ def test_ratio_table_arithmetic():
 
 
 def test_bench_runs_every_client_against_the_canned_stream():
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "bench", "--seconds", "0.5",
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "load", "bench", "--seconds", "0.5",
                         "--rounds", "1", "--users", "2", "--no-pin"],
                        capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-2000:]

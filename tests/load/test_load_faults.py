@@ -16,13 +16,13 @@ import itertools
 
 import pytest
 
-from sim.policy import RetryPolicy, is_retryable
-from sim.policy.codes import ALL_CODES
-from sim.scenario import from_dict
+from rtalab.sim.policy import RetryPolicy, is_retryable
+from rtalab.sim.policy.codes import ALL_CODES
+from rtalab.sim.scenario import from_dict
 from tests.load.conftest import FAST, jsonl, load_run
 
-HAVE_CHECK = importlib.util.find_spec("loadtests.check") is not None
-HAVE_CHAOS = importlib.util.find_spec("loadtests.chaos") is not None
+HAVE_CHECK = importlib.util.find_spec("rtalab.loadtests.check") is not None
+HAVE_CHAOS = importlib.util.find_spec("rtalab.loadtests.chaos") is not None
 
 FAULTS = FAST.replace("duration_s = 4", "duration_s = 9").replace(
     "handoff_share = 0.2", "handoff_share = 0.3") + """
@@ -133,7 +133,8 @@ def test_live_users_retry_exactly_the_retryable_codes(tmp_path, read_json):
     assert p.returncode == 1, p.stderr
 
 
-@pytest.mark.skipif(not HAVE_CHECK, reason="needs the checker (loadtests.check, chaos branch)")
+@pytest.mark.skipif(not HAVE_CHECK,
+                    reason="needs the checker (rtalab.loadtests.check, chaos branch)")
 def test_negative_control_unsafe_retry_of_a_non_retryable_code(tmp_path, read_json):
     p, run = load_run(tmp_path, "--test-force-error", "auth", "--unsafe-test-retry-code",
                       "auth", scenario=CONFORMANCE.replace("duration_s = 3", "duration_s = 2"))

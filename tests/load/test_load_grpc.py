@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.common.procs import start_reasoner
+from rtalab.loadtests.common.procs import start_reasoner
 from tests.load.conftest import FAST, jsonl, load_run
 from tests.load.parallel import load_runs
 from tests.load.test_gate_triggers import (

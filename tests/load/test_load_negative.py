@@ -1,7 +1,7 @@
 """Negative controls of issue 10: each broken deployment or Live user fails the right rule.
 
 They need both halves of the load test: these Live users and the checker
-(``loadtests.check``) / chaos proxy (``loadtests.chaos``) of the "chaos" branch;
+(``rtalab.loadtests.check``) / chaos proxy (``rtalab.loadtests.chaos``) of the "chaos" branch;
 without them the tests are skipped (they run once both are merged).  The
 unsafe-retry control is in test_load_faults.py.
 """
@@ -14,9 +14,10 @@ import pytest
 
 from tests.load.conftest import load_run
 
-HAVE_CHECK = importlib.util.find_spec("loadtests.check") is not None
-HAVE_CHAOS = importlib.util.find_spec("loadtests.chaos") is not None
-needs_check = pytest.mark.skipif(not HAVE_CHECK, reason="needs loadtests.check (chaos branch)")
+HAVE_CHECK = importlib.util.find_spec("rtalab.loadtests.check") is not None
+HAVE_CHAOS = importlib.util.find_spec("rtalab.loadtests.chaos") is not None
+needs_check = pytest.mark.skipif(not HAVE_CHECK,
+                                 reason="needs rtalab.loadtests.check (chaos branch)")
 
 DUPS = """
 name = "negative"
@@ -103,7 +104,7 @@ REORDER = DUPS.replace("[load]", "[network.downlink]\nreorder = 0.6\n[load]")
 
 
 @needs_check
-@pytest.mark.skipif(not HAVE_CHAOS, reason="needs loadtests.chaos (chaos branch)")
+@pytest.mark.skipif(not HAVE_CHAOS, reason="needs rtalab.loadtests.chaos (chaos branch)")
 def test_proxy_reordering_without_the_live_reorder_buffer_fails_ordering(tmp_path, read_json):
     """With the buffer on, the same proxy reordering passes: the positive control
     (test_load_faults.py) runs with downlink reordering and the checker's ordering rule."""

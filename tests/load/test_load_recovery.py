@@ -18,7 +18,7 @@ def test_capacity_drop_in_a_load_run_and_its_recovery_gate(tmp_path: Path) -> No
             "--set", "reasoner.errors={}",
             "--set", "reasoner.capacity_drops=[{start_s=8,duration_s=4,workers=0}]",
             "--slo", "recovery_s<=30", "--no-plots", "--quiet", "--out", str(out)]
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "run", *args],
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "load", "run", *args],
                        capture_output=True, text=True, timeout=400)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     run = sorted(out.glob("*-load-*"))[-1]

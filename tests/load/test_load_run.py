@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
-from sim.shared import schema as S
+from rtalab.sim.shared import schema as S
 from tests.load.conftest import FAST, jsonl, load_run
 
 
@@ -100,7 +100,7 @@ def test_same_schema_as_the_simulator(sse_run, tmp_path, read_json):
     """A sim run and a load run of the same scenario share their metrics (and compare)."""
     sc = tmp_path / "scenario.toml"
     sc.write_text(FAST, encoding="utf-8")
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "sim", "run", str(sc), "--out",
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "sim", "run", str(sc), "--out",
                         str(tmp_path / "sim"), "--set", "run.duration_s=30",
                         "--set", "run.replications=2", "--quiet", "--no-plots"],
                        capture_output=True, text=True, timeout=120)
@@ -115,10 +115,10 @@ def test_same_schema_as_the_simulator(sse_run, tmp_path, read_json):
         assert name in measured
     for name in ("success_rate", "ttfc_s.p50", "completion_s.p50"):
         assert sim_metrics[name]["mean"] is not None
-    if importlib.util.find_spec("sim.shared.compare") is None:
+    if importlib.util.find_spec("rtalab.sim.shared.compare") is None:
         pytest.skip("rtalab compare comes with the sweeps branch: enable on merge")
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "compare", str(sim_run), str(sse_run),
-                        "--csv", "--no-plot"],
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "compare", str(sim_run),
+                        str(sse_run), "--csv", "--no-plot"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     for name in measured:
@@ -162,21 +162,21 @@ def test_summarize_rebuilds_tables_and_summary_from_the_ledger(sse_run, tmp_path
     shutil.copytree(sse_run, copy)
     for f in ("summary.json", "turns.parquet", "attempts.parquet"):
         (copy / f).unlink()
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "summarize", str(copy)],
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "load", "summarize", str(copy)],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert read_json(copy / "summary.json")["metrics"] == read_json(
         sse_run / "summary.json")["metrics"]
     assert len(pd.read_parquet(copy / "turns.parquet")) == len(
         pd.read_parquet(sse_run / "turns.parquet"))
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "summarize", str(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "load", "summarize", str(tmp_path)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.startswith("rtalab: ")
 
 
 def test_target_any_deployment_with_its_witness(tmp_path, read_json):
     """--target: the run starts nothing; the deployment's tool calls reach --witness."""
-    from loadtests.common.procs import start_reasoner, start_witness
+    from rtalab.loadtests.common.procs import start_reasoner, start_witness
 
     sc = tmp_path / "server.toml"
     sc.write_text(FAST, encoding="utf-8")

@@ -18,10 +18,10 @@ from typing import ClassVar
 
 import pytest
 
-from loadtests.common.certs import Pki, make_pki
-from loadtests.common.procs import ManagedProcess, free_port, start_reasoner, start_witness
-from loadtests.common.tls import ClientTls, ServerTls
-from loadtests.live.bindings import parse_bindings
+from rtalab.loadtests.common.certs import Pki, make_pki
+from rtalab.loadtests.common.procs import ManagedProcess, free_port, start_reasoner, start_witness
+from rtalab.loadtests.common.tls import ClientTls, ServerTls
+from rtalab.loadtests.live.bindings import parse_bindings
 
 from .conftest import FAST, jsonl, load_run
 from .parallel import load_runs
@@ -208,7 +208,7 @@ def grpc_tls_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
 
     import grpc
 
-    from loadtests.common.certs import make_ca
+    from rtalab.loadtests.common.certs import make_ca
 
     d = tmp_path_factory.mktemp("grpc-tls")
     ca = make_ca("grpc CA")

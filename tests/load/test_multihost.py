@@ -12,12 +12,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from loadtests.common.procs import free_port
+from rtalab.loadtests.common.procs import free_port
 from tests.load.conftest import FAST, jsonl
 
 
 def _start(args: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "sim.cli", "load", *args], text=True,
+    return subprocess.Popen([sys.executable, "-m", "rtalab.sim.cli", "load", *args], text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
 
@@ -65,11 +65,12 @@ def test_master_and_two_remote_workers_gather_one_complete_ledger(tmp_path, read
 
 
 def test_multihost_flags_are_checked(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "run", "release_gate",
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "load", "run", "release_gate",
                         "--master-bind", "127.0.0.1:5557", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--master-bind needs --workers-expected" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "worker", "--master", "nohost"],
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "load", "worker", "--master",
+                        "nohost"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "expected HOST:PORT" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.loadrun.predict import CpuWatch, _outage
+from rtalab.loadtests.loadrun.predict import CpuWatch, _outage
 
 SMALL = """
 name = "calsmall"
@@ -47,7 +47,7 @@ def test_predict_round_trip_writes_a_complete_comparison(tmp_path: Path) -> None
     sc.write_text(SMALL)
     out = tmp_path / "results"
     p = subprocess.run(
-        [sys.executable, "-m", "sim.cli", "predict", str(sc), "--calibrate-rate", "2",
+        [sys.executable, "-m", "rtalab.sim.cli", "predict", str(sc), "--calibrate-rate", "2",
          "--predict-rate", "4", "--duration", "8", "--warmup", "2", "--drain", "8",
          "--calibrate-duration", "6", "--table", "short",
          "--outage", "0", "--workers", "1", "--replications", "2", "--out", str(out)],
@@ -107,7 +107,7 @@ def test_predict_round_trip_writes_a_complete_comparison(tmp_path: Path) -> None
         summary = json.loads((run / "summary.json").read_text())
         assert summary["uncertainty"].startswith("none"), summary["uncertainty"]
         assert all("se" not in m for m in summary["metrics"].values() if isinstance(m, dict))
-    from loadtests.loadrun import demo_report
+    from rtalab.loadtests.loadrun import demo_report
 
     report = demo_report.render(folder)
     assert 'data-role="answer"' in report and "90 % one-run prediction interval" in report

@@ -17,7 +17,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from loadtests.live.wire import DEFAULT_EXT_URI, code_of_http_status, http_error_frame, parse_event
+from rtalab.loadtests.live.wire import (
+    DEFAULT_EXT_URI,
+    code_of_http_status,
+    http_error_frame,
+    parse_event,
+)
 
 P = DEFAULT_EXT_URI + "/"
 
@@ -123,9 +128,9 @@ CLIENT = """
 import json, sys
 from locust.env import Environment
 from locust.contrib.fasthttp import FastHttpSession
-from loadtests.live.sse import SseChannel
-from loadtests.live.ws import WsChannel
-from loadtests.live.wire import DEFAULT_EXT_URI, parse_event
+from rtalab.loadtests.live.sse import SseChannel
+from rtalab.loadtests.live.ws import WsChannel
+from rtalab.loadtests.live.wire import DEFAULT_EXT_URI, parse_event
 http_port, ws_port, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 env = Environment()
 out = []

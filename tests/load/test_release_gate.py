@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.common.procs import free_port, start_process, start_reasoner, start_witness
+from rtalab.loadtests.common.procs import free_port, start_process, start_reasoner, start_witness
 from tests.load.conftest import FAST, jsonl, load_run
 from tests.signals import python_sigint
 
@@ -54,7 +54,7 @@ def test_a_target_refusing_auth_fails_with_the_auth_rule_on_both_bindings(tmp_pa
     assert (run / "verdict.txt").read_text().startswith(f"verdict: FAIL ({', '.join(v['failed'])})")
     html = (run / "report.html").read_text(encoding="utf-8")
     assert (f"FAIL: {len(v['failed'])} rule(s) broken: " + ", ".join(v["failed"])) in html
-    again = subprocess.run([sys.executable, "-m", "sim.cli", "check", str(run)],
+    again = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "check", str(run)],
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 1
     assert again.stdout.startswith(f"verdict: FAIL ({', '.join(v['failed'])})")
@@ -66,7 +66,8 @@ def test_a_server_that_never_asks_for_input_warns_and_slo_gates_decide(tmp_path:
     INPUT_REQUIRED came and that no side effect was sent; the verdict warns, never ``lost``.
     The --slo gates are rules (replacing availability): one fails, the other passes."""
     http, ws = free_port(), free_port()
-    with start_process([sys.executable, "-m", "loadtests.loadrun.canned", str(http), str(ws)],
+    with start_process([sys.executable, "-m", "rtalab.loadtests.loadrun.canned", str(http),
+                        str(ws)],
                        ready_port=http, port=http, name="canned"):
         target = f"http://127.0.0.1:{http}"
         p, run = load_run(tmp_path, "--target", target, "--duration", "2",
@@ -95,8 +96,8 @@ def test_a_server_that_never_asks_for_input_warns_and_slo_gates_decide(tmp_path:
 
 
 def test_a_bad_slo_is_one_line_exit_2():
-    bad = subprocess.run([sys.executable, "-m", "sim.cli", "load", "run", "baseline", "--slo",
-                          "nonsense<=1"], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "load", "run", "baseline",
+                          "--slo", "nonsense<=1"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "unknown metric 'nonsense'" in bad.stderr
 
@@ -122,7 +123,7 @@ def _ours(run_dir: Path) -> list[int]:
 def test_sighup_and_sigint_interrupt_like_ctrl_c(sig: int):
     """Within a load run, SIGHUP and SIGINT raise KeyboardInterrupt (SIGTERM: the test
     below), so the run's cleanup and ``interrupted`` status follow; handlers are restored."""
-    from sim.shared.results import signals_interrupt
+    from rtalab.sim.shared.results import signals_interrupt
 
     before = signal.getsignal(signal.SIGHUP)
     with python_sigint(), pytest.raises(KeyboardInterrupt), signals_interrupt():
@@ -139,8 +140,8 @@ def test_sigterm_stops_every_process_and_marks_the_run_interrupted(tmp_path: Pat
     sc = tmp_path / "scenario.toml"
     sc.write_text(FAST, encoding="utf-8")
     out = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "load", "run", str(sc), "--out",
-                             str(out), "--quiet", "--no-plots", "--duration", "60",
+    proc = subprocess.Popen([sys.executable, "-m", "rtalab.sim.cli", "load", "run", str(sc),
+                             "--out", str(out), "--quiet", "--no-plots", "--duration", "60",
                              "--processes", processes], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -166,7 +167,7 @@ def test_sigterm_stops_every_process_and_marks_the_run_interrupted(tmp_path: Pat
     meta = json.loads((run / "meta.json").read_text(encoding="utf-8"))
     assert meta["status"] == "interrupted"
     assert (run / "ledger" / "witness.jsonl").exists()  # this run's executions so far
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "load", "summarize", str(run)],
+    p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", "load", "summarize", str(run)],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1, p.stderr
     assert "was interrupted" in p.stdout and "verdict: INTERRUPTED" in p.stdout

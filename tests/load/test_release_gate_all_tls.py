@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from loadtests.live.bindings import parse_bindings
+from rtalab.loadtests.live.bindings import parse_bindings
 from tests.load.conftest import jsonl
 from tests.load.test_gate_triggers import (
     CONSEQUENCES,

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from loadtests.common.certs import Pki, make_pki
-from loadtests.common.procs import ManagedProcess, start_reasoner
-from loadtests.common.tls import ClientTls, ServerTls
-from loadtests.live.rest import rest_body, task_path
-from loadtests.live.wire import (
+from rtalab.loadtests.common.certs import Pki, make_pki
+from rtalab.loadtests.common.procs import ManagedProcess, start_reasoner
+from rtalab.loadtests.common.tls import ClientTls, ServerTls
+from rtalab.loadtests.live.rest import rest_body, task_path
+from rtalab.loadtests.live.wire import (
     DEFAULT_EXT_URI,
     Ids,
     http_error_frame,
@@ -119,10 +119,10 @@ CLIENT = """
 import json, sys
 from locust.env import Environment
 from locust.contrib.fasthttp import FastHttpSession
-from loadtests.common.tls import ClientTls
-from loadtests.live.rest import RestChannel
-from loadtests.live.call import StreamBroken
-from loadtests.live.wire import DEFAULT_EXT_URI as EXT, Ids, parse_event, streaming_request
+from rtalab.loadtests.common.tls import ClientTls
+from rtalab.loadtests.live.rest import RestChannel
+from rtalab.loadtests.live.call import StreamBroken
+from rtalab.loadtests.live.wire import DEFAULT_EXT_URI as EXT, Ids, parse_event, streaming_request
 url, ca, cert, key, token = sys.argv[1:6]
 tls = ClientTls(ca or None, cert or None, key or None)
 env = Environment()
@@ -253,10 +253,10 @@ DEDUP_CLIENT = """
 import json, sys
 from locust.env import Environment
 from locust.contrib.fasthttp import FastHttpSession
-from loadtests.common.tls import ClientTls
-from loadtests.live.rest import RestChannel
-from loadtests.live.sse import SseChannel
-from loadtests.live.wire import DEFAULT_EXT_URI as EXT, Ids, parse_event, streaming_request
+from rtalab.loadtests.common.tls import ClientTls
+from rtalab.loadtests.live.rest import RestChannel
+from rtalab.loadtests.live.sse import SseChannel
+from rtalab.loadtests.live.wire import DEFAULT_EXT_URI as EXT, Ids, parse_event, streaming_request
 url, ca, cert, key = sys.argv[1:5]
 tls = ClientTls(ca, cert, key)
 env = Environment()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.live.bindings import parse_bindings
+from rtalab.loadtests.live.bindings import parse_bindings
 
 from .conftest import FAST, jsonl
 from .parallel import load_runs

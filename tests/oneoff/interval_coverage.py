@@ -23,7 +23,7 @@ def main() -> int:
               f"{f.band[0]:.1%}–{f.band[1]:.1%} |", flush=True)
         print(f"  ({time.monotonic() - t0:.1f} s)", file=sys.stderr)
     se, truth = bootstrap_se_ratio()
-    print(f"| load-run bootstrap over calls | `loadtests.loadrun.uncertainty` | its se of "
+    print(f"| load-run bootstrap over calls | `rtalab.loadtests.loadrun.uncertainty` | its se of "
           f"attempts/turn against the cluster standard error over calls | "
           f"{se / truth:.2f} x | 0.75-1.25 x |", flush=True)
     return 0

@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name, (preset, sets) in RUNS.items():
             res = Path(tmp) / name.replace("+", "_")
-            cmd = [sys.executable, "-m", "sim.cli", "sim", "run", preset, "--seed", "3",
+            cmd = [sys.executable, "-m", "rtalab.sim.cli", "sim", "run", preset, "--seed", "3",
                    "--results", str(res), "--quiet", *(("--set", *sets) if sets else ())]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             (run,) = res.iterdir()

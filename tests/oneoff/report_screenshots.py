@@ -14,8 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from loadtests.loadrun import demo_report
-from sim.report.render import render_report
+from rtalab.loadtests.loadrun import demo_report
+from rtalab.sim.report.render import render_report
 from tests import browser
 from tests.kinds import make_folders, make_predict_folder
 

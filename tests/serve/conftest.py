@@ -1,7 +1,7 @@
 """Wire-test fixtures: the Reasoner as a real subprocess, driven by the project's wire client.
 
 Every test talks to the server over real sockets through
-:mod:`loadtests.wireclient` (httpx for HTTP/SSE, ``websockets.sync`` for
+:mod:`rtalab.loadtests.wireclient` (httpx for HTTP/SSE, ``websockets.sync`` for
 ``/ws``), re-exported here for the test modules.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.common.procs import ManagedProcess, start_reasoner
-from loadtests.wireclient import (  # noqa: F401 - re-exported to the test modules
+from rtalab.loadtests.common.procs import ManagedProcess, start_reasoner
+from rtalab.loadtests.wireclient import (  # noqa: F401 - re-exported to the test modules
     ALICE,
     BOB,
     END_STATES,

@@ -18,9 +18,21 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.serve import Calls, TurnChecker, TurnError, default_turns_per_context, parse_stores
-from benchmarks.serve_report import Sample, StoreSummary, comparison_lines, paired_ratios, ratios
-from loadtests.dedup import open_store
+from rtalab.benchmarks.serve import (
+    Calls,
+    TurnChecker,
+    TurnError,
+    default_turns_per_context,
+    parse_stores,
+)
+from rtalab.benchmarks.serve_report import (
+    Sample,
+    StoreSummary,
+    comparison_lines,
+    paired_ratios,
+    ratios,
+)
+from rtalab.loadtests.dedup import open_store
 
 REPO = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^(none|sqlite|redis)\s+(\S+)\s+(\S+)%\s+(.*?)\s{2,}(\S+)\s+(\S+)\s+(\S+)\s+"
@@ -37,7 +49,7 @@ def _number(text: str) -> float:
 def test_bench_prints_a_row_per_store_without_errors(tmp_path: Path) -> None:
     out_json = tmp_path / "bench.json"
     r = subprocess.run(
-        [sys.executable, "-m", "sim.cli", "serve", "bench", "--turns", "60", "--rounds", "1",
+        [sys.executable, "-m", "rtalab.sim.cli", "serve", "bench", "--turns", "60", "--rounds", "1",
          "--warmup", "20", "--concurrency", "10", "--probe-turns", "10",
          "--json", str(out_json)],
         capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
@@ -72,7 +84,7 @@ def test_bench_prints_a_row_per_store_without_errors(tmp_path: Path) -> None:
 
 
 def test_turns_per_context_default_is_the_baseline_calls() -> None:
-    from sim.scenario import load_scenario
+    from rtalab.sim.scenario import load_scenario
 
     per_call = load_scenario("baseline").workload.turns_per_call.mean
     assert default_turns_per_context() == max(1, math.ceil(per_call)) == 4

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.common.procs import ManagedProcess
-from loadtests.reasoner.capacity import Capacity, QueueTimeout
+from rtalab.loadtests.common.procs import ManagedProcess
+from rtalab.loadtests.reasoner.capacity import Capacity, QueueTimeout
 from tests.serve.conftest import (
     FAST_SCENARIO,
     Reasoner,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from loadtests.common.procs import ManagedProcess
-from loadtests.reasoner.capacity import Capacity, RemoteCapacity, start_broker
+from rtalab.loadtests.common.procs import ManagedProcess
+from rtalab.loadtests.reasoner.capacity import Capacity, RemoteCapacity, start_broker
 from tests.serve.conftest import ALICE, FAST_SCENARIO, Reasoner, headers, message, stream, uid
 
 
@@ -88,7 +88,7 @@ def test_the_wire_hook_drops_and_restores_capacity(tmp_path: Path,
 
 
 def test_no_hook_without_test_hooks(tmp_path: Path) -> None:
-    from loadtests.common.procs import start_reasoner
+    from rtalab.loadtests.common.procs import start_reasoner
 
     (tmp_path / "s.toml").write_text(FAST_SCENARIO, encoding="utf-8")
     with start_reasoner(workers=1, dedup=f"sqlite:///{tmp_path / 'd.sqlite'}",
@@ -100,8 +100,12 @@ def test_no_hook_without_test_hooks(tmp_path: Path) -> None:
 
 
 def test_load_run_schedule_and_trigger(tmp_path: Path) -> None:
-    from loadtests.loadrun.orchestrate import CAPACITY_LEDGER, capacity_schedule, load_trigger
-    from sim.scenario import load_scenario
+    from rtalab.loadtests.loadrun.orchestrate import (
+        CAPACITY_LEDGER,
+        capacity_schedule,
+        load_trigger,
+    )
+    from rtalab.sim.scenario import load_scenario
 
     sc = load_scenario("retry_storm")  # 8 workers, 2 from 120 s for 40 s
     assert capacity_schedule(sc) == [(120, 2), (160, 8)]

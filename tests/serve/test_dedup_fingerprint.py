@@ -2,7 +2,7 @@
 
 A key reused by a request with another fingerprint is a *conflict* (neither replayed
 nor executed), judged before the window's end and before the lease.  The table is
-driven through THE rule (:func:`sim.shared.dedup_rule.judge`), through the public API of the
+driven through THE rule (:func:`rtalab.sim.shared.dedup_rule.judge`), through the public API of the
 memory, SQLite (inline and threaded) and Redis stores (the Redis Lua script, on a real
 redis-server) and, for its done rows, through the simulator's store.  Expected verdicts
 are written out.
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.dedup import open_store
-from loadtests.dedup.base import Claim
-from sim.model.dedup import DedupStore as SimStore
-from sim.shared.dedup_rule import Row, judge
+from rtalab.loadtests.dedup import open_store
+from rtalab.loadtests.dedup.base import Claim
+from rtalab.sim.model.dedup import DedupStore as SimStore
+from rtalab.sim.shared.dedup_rule import Row, judge
 
 C = 1_000_000.0  # the first claim's time (exact in binary)
 W, L = 60.0, 120.0

@@ -1,4 +1,4 @@
-"""Parity of THE dedup rule (sim.shared.dedup_rule, docs/decisions.md D4) and the Redis
+"""Parity of THE dedup rule (rtalab.sim.shared.dedup_rule, docs/decisions.md D4) and the Redis
 store's Lua script.
 
 One table of cases (a stored row or none, the claim's time, window, lease, stale
@@ -15,8 +15,8 @@ import math
 
 import pytest
 
-from loadtests.dedup.redis import RedisStore
-from sim.shared.dedup_rule import Row, StalePolicy, Verdict, judge
+from rtalab.loadtests.dedup.redis import RedisStore
+from rtalab.sim.shared.dedup_rule import Row, StalePolicy, Verdict, judge
 
 C = 1_000_000.0  # completed_at / claimed_at of the stored rows (exact in binary)
 W, L = 60.0, 120.0
@@ -83,7 +83,7 @@ def test_python_rule_and_redis_script_agree(redis_url: str) -> None:
 @pytest.mark.parametrize("now", [C + W, math.nextafter(C + W, UP)])
 def test_simulator_store_follows_the_rule(now: float) -> None:
     """The simulator's store keeps (or drops) a stored outcome exactly when the rule does."""
-    from sim.model.dedup import DedupStore as SimStore
+    from rtalab.sim.model.dedup import DedupStore as SimStore
 
     store = SimStore("request-guid", window_s=W, entry_bytes=1, peak_from_s=0.0)
     entry = store.open("k", C - 5, 1)

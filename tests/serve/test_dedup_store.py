@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from benchmarks.dedup import bench_store
-from loadtests.dedup import DedupStore, open_store
-from loadtests.dedup.base import LOST_KEY, is_lost_outcome
-from loadtests.dedup.sqlite import SqliteStore
+from rtalab.benchmarks.dedup import bench_store
+from rtalab.loadtests.dedup import DedupStore, open_store
+from rtalab.loadtests.dedup.base import LOST_KEY, is_lost_outcome
+from rtalab.loadtests.dedup.sqlite import SqliteStore
 
 BACKENDS = ["memory", "sqlite", "sqlite-thread", "redis"]  # sqlite-thread: inline=0
 SHARED = ["sqlite", "redis"]

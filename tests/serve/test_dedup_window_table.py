@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from loadtests.dedup.base import DedupStore
+from rtalab.loadtests.dedup.base import DedupStore
 from tests.data.dedup_windows import WINDOW_CASES
 from tests.serve.test_dedup_store import run_with, store_url  # noqa: F401  (fixture)
 

@@ -16,9 +16,9 @@ import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.rpc import error_details_pb2, status_pb2
 
-from loadtests.common.certs import Pki, make_pki
-from loadtests.common.procs import start_reasoner
-from loadtests.common.tls import ClientTls, ServerTls, client_grpc_credentials
+from rtalab.loadtests.common.certs import Pki, make_pki
+from rtalab.loadtests.common.procs import start_reasoner
+from rtalab.loadtests.common.tls import ClientTls, ServerTls, client_grpc_credentials
 
 from .conftest import ALICE, EXT, Reasoner, k, message, stream, uid
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.common.procs import ManagedProcess
+from rtalab.loadtests.common.procs import ManagedProcess
 from tests.serve.conftest import (
     ALICE,
     BOB,
@@ -177,7 +177,7 @@ def test_rejections_are_bounded_apart_per_principal() -> None:
     from a2a.types import Task
     from starlette.authentication import SimpleUser
 
-    from loadtests.reasoner.taskstore import BoundedTaskStore
+    from rtalab.loadtests.reasoner.taskstore import BoundedTaskStore
 
     store = BoundedTaskStore(max_tasks=2, max_rejections=3)
 
@@ -211,9 +211,9 @@ def measure_task_bytes(n: int) -> int:
     from a2a.types import Message, Part, Role, TaskState
     from starlette.authentication import SimpleUser
 
-    from loadtests.reasoner.handler import fold_event
-    from loadtests.reasoner.taskstore import BoundedTaskStore
-    from loadtests.reasoner.wire import EventFactory, Keys
+    from rtalab.loadtests.reasoner.handler import fold_event
+    from rtalab.loadtests.reasoner.taskstore import BoundedTaskStore
+    from rtalab.loadtests.reasoner.wire import EventFactory, Keys
 
     context = ServerCallContext(user=StarletteUser(SimpleUser("alice")))
     keys = Keys()
@@ -251,7 +251,7 @@ def test_task_memory_per_task(repo_root: Path) -> None:
     import subprocess
     import sys
 
-    from loadtests.reasoner.taskstore import DEFAULT_MAX_TASKS, TASK_BYTES
+    from rtalab.loadtests.reasoner.taskstore import DEFAULT_MAX_TASKS, TASK_BYTES
 
     code = "from tests.serve.test_hardening import measure_task_bytes as m; print(m(10_000))"
     out = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True,

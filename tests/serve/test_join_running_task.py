@@ -1,4 +1,4 @@
-"""Joining a running task forwards each sequenceId once (loadtests.reasoner.handler).
+"""Joining a running task forwards each sequenceId once (rtalab.loadtests.reasoner.handler).
 
 The SDK taps a running task's event queue before it reads the snapshot, so an event
 produced in between reaches the joiner twice; seen once in CI as a duplicated
@@ -12,8 +12,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from loadtests.reasoner.handler import once_per_sequence
-from loadtests.reasoner.wire import EventFactory, Keys
+from rtalab.loadtests.reasoner.handler import once_per_sequence
+from rtalab.loadtests.reasoner.wire import EventFactory, Keys
 
 
 async def _events(items: list[Any]) -> AsyncIterator[Any]:

@@ -7,7 +7,7 @@ has answered nothing yet, must still show the counter at 0, not leave it out.
 
 from __future__ import annotations
 
-from loadtests.loadrun.orchestrate import parse_prometheus, server_turns_answered
+from rtalab.loadtests.loadrun.orchestrate import parse_prometheus, server_turns_answered
 from tests.serve.conftest import Reasoner
 
 fresh = Reasoner.fixture("fresh", "A Reasoner with two workers that has answered nothing.",

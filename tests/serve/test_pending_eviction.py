@@ -1,13 +1,13 @@
 """The pending-connection cap evicts from the address holding the most pending sockets.
 
-A unit test of :class:`loadtests.reasoner.conns.Guard` on stand-in transports: under a
+A unit test of :class:`rtalab.loadtests.reasoner.conns.Guard` on stand-in transports: under a
 reconnect flood a prompt client's connection soon becomes the globally oldest pending one;
 the cap must still close the flood's own sockets (the end-to-end case is
 ``test_reasoner_limits.py::test_a_share_is_kept_for_clients_that_complete_requests``)."""
 
 from __future__ import annotations
 
-from loadtests.reasoner.conns import Guard, Limits
+from rtalab.loadtests.reasoner.conns import Guard, Limits
 
 
 class FakeTransport:

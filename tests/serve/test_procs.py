@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.common import procs
-from loadtests.common.procs import (
+from rtalab.loadtests.common import procs
+from rtalab.loadtests.common.procs import (
     ProcessError,
     free_port,
     reasoner_command,
@@ -121,7 +121,7 @@ def _run_parent(body: str, cwd: Path, log: Path) -> subprocess.Popen[str]:
     """A Python process that starts a managed server with procs and prints its pid."""
     script = textwrap.dedent(f"""
         import sys
-        from loadtests.common.procs import free_port, start_process
+        from rtalab.loadtests.common.procs import free_port, start_process
         port = free_port()
         p = start_process([sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
                            str(port)], ready_port=port, log_path=sys.argv[1])
@@ -177,16 +177,16 @@ def test_reasoner_command() -> None:
     cmd = reasoner_command(port=8123, workers=2, dedup="sqlite:///tmp/d.db",
                            scenario="baseline", witness="http://127.0.0.1:9/",
                            extra_args=["--test-hooks"])
-    assert cmd == [sys.executable, "-m", "loadtests.reasoner", "--host", "127.0.0.1", "--port",
-                   "8123", "--workers", "2", "--dedup", "sqlite:///tmp/d.db", "--scenario",
-                   "baseline", "--witness", "http://127.0.0.1:9/", "--test-hooks"]
+    assert cmd == [sys.executable, "-m", "rtalab.loadtests.reasoner", "--host", "127.0.0.1",
+                   "--port", "8123", "--workers", "2", "--dedup", "sqlite:///tmp/d.db",
+                   "--scenario", "baseline", "--witness", "http://127.0.0.1:9/", "--test-hooks"]
     assert reasoner_command(port=1)[-2:] == ["--workers", "1"]
 
 
 def test_a_server_that_lost_its_port_is_never_taken_for_ready(tmp_path):
     """Another witness already answers on the port: the new one must not count as ready
     (it dies with 'address in use'), though the port's /healthz answers."""
-    from loadtests.common.procs import ProcessError, start_reasoner, start_witness
+    from rtalab.loadtests.common.procs import ProcessError, start_reasoner, start_witness
 
     with start_witness(tmp_path / "a.sqlite") as first:
         with pytest.raises(ProcessError):

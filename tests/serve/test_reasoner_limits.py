@@ -26,7 +26,7 @@ from tests.serve.conftest import (
     stream,
 )
 
-WS_IN_FLIGHT = 64  # the server's per-socket limit (loadtests.reasoner.ws)
+WS_IN_FLIGHT = 64  # the server's per-socket limit (rtalab.loadtests.reasoner.ws)
 WS_REQUESTS = 2000
 
 

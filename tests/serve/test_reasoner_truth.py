@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loadtests.common.procs import ManagedProcess
+from rtalab.loadtests.common.procs import ManagedProcess
 from tests.serve.conftest import (
     END_STATES,
     FAST_SCENARIO,

@@ -31,7 +31,7 @@ import httpx
 import pytest
 import redis
 
-from loadtests.common.procs import ManagedProcess, free_port, start_redis
+from rtalab.loadtests.common.procs import ManagedProcess, free_port, start_redis
 from tests.serve.conftest import (
     FAST_SCENARIO,
     TIMEOUT_S,
@@ -406,9 +406,9 @@ def test_a_held_outcome_refuses_a_reuse_of_its_key_by_another_request(
     request reusing the key with another fingerprint refused as a conflict (the store's
     rule), never sent to a store that may have lost the entry; once Redis is back (empty)
     the deferred write lands with the fingerprint, and the same answers hold."""
-    from loadtests.dedup import open_store
-    from loadtests.dedup.base import StoreUnavailable
-    from loadtests.reasoner.storeguard import GuardedStore
+    from rtalab.loadtests.dedup import open_store
+    from rtalab.loadtests.dedup.base import StoreUnavailable
+    from rtalab.loadtests.reasoner.storeguard import GuardedStore
 
     async def main() -> list[str]:
         store = GuardedStore(open_store(redis_box.url, 60.0, lease_s=30.0))
@@ -516,9 +516,9 @@ def test_sqlite_disk_full_mid_turn_fails_closed_then_recovers(
 def test_a_dead_redis_at_start_is_one_line_exit_2() -> None:
     """Started on a Redis that does not answer: one line naming it, exit 2, no traceback."""
     port = free_port()
-    r = subprocess.run([sys.executable, "-m", "loadtests.reasoner", "--port", str(free_port()),
-                        "--dedup", f"redis://127.0.0.1:{port}/0"], capture_output=True,
-                       text=True, timeout=60, check=False)
+    r = subprocess.run([sys.executable, "-m", "rtalab.loadtests.reasoner", "--port",
+                        str(free_port()), "--dedup", f"redis://127.0.0.1:{port}/0"],
+                       capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2, r.stderr
     lines = [line for line in r.stderr.splitlines() if "error" in line]
     assert len(lines) == 1 and f"redis://127.0.0.1:{port}/0 does not answer" in lines[0], r.stderr

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.common.procs import ManagedProcess
-from loadtests.live.wire import parse_event
+from rtalab.loadtests.common.procs import ManagedProcess
+from rtalab.loadtests.live.wire import parse_event
 from tests.serve.conftest import (
     EXT,
     FAST_SCENARIO,

@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loadtests.common.certs import Pki, make_ca, make_pki
-from loadtests.common.procs import ManagedProcess, start_reasoner, start_witness, url_problem
-from loadtests.common.tls import ClientTls, ServerTls
+from rtalab.loadtests.common.certs import Pki, make_ca, make_pki
+from rtalab.loadtests.common.procs import ManagedProcess, start_reasoner, start_witness, url_problem
+from rtalab.loadtests.common.tls import ClientTls, ServerTls
 
 CARD = "/.well-known/agent-card.json"
 
@@ -81,9 +81,9 @@ def test_metrics_scrapes_verify_the_server_and_present_the_client_certificate(
     certificate and present the client's: with the run's CA and client pair they read the
     metrics; with the system's CAs, or without a client certificate, they read nothing and
     say why (the scrape of a load run: None, calibrate: one line naming the problem)."""
-    from loadtests.loadrun.orchestrate import save_server_metrics
-    from sim.calibrate.observations import ObservationError
-    from sim.calibrate.telemetry import scrape_url
+    from rtalab.loadtests.loadrun.orchestrate import save_server_metrics
+    from rtalab.sim.calibrate.observations import ObservationError
+    from rtalab.sim.calibrate.telemetry import scrape_url
 
     reasoner, _ = stack
     good = save_server_metrics(reasoner.url, tmp_path / "m.json", _client(pki))
@@ -107,9 +107,9 @@ import gevent.monkey
 gevent.monkey.patch_all()
 from locust.contrib.fasthttp import FastHttpSession
 from locust.event import Events
-from loadtests.live.locustfile import LiveCalls, CLIENT_TLS
-from loadtests.live.ws import WsChannel
-from loadtests.live.call import StreamBroken
+from rtalab.loadtests.live.locustfile import LiveCalls, CLIENT_TLS
+from rtalab.loadtests.live.ws import WsChannel
+from rtalab.loadtests.live.call import StreamBroken
 
 url = sys.argv[1]
 out = {}
@@ -167,7 +167,7 @@ def test_bad_server_certificate_files_are_one_line(tmp_path: Path) -> None:
                 ["chaos", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9",
                  "--tls-cert", str(junk)],
                 ["serve", "reasoner", "--tls-client-ca", str(junk)]):
-        p = subprocess.run([sys.executable, "-m", "sim.cli", *cmd], capture_output=True,
+        p = subprocess.run([sys.executable, "-m", "rtalab.sim.cli", *cmd], capture_output=True,
                            text=True, timeout=60)
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1, (cmd, p.stderr)
@@ -184,9 +184,9 @@ def test_the_chaos_proxy_verifies_its_upstream(stack: tuple[ManagedProcess, Mana
     CAs unless given --ca (the throwaway CA is not one of them), so a proxy without it
     answers 502 / UNAVAILABLE and never reads what the Reasoner sends."""
     pytest.importorskip("grpc")
-    from loadtests.chaos.procs import start_chaos
-    from loadtests.common.procs import free_port
-    from loadtests.wireclient import grpc_request, headers, message, state, stream
+    from rtalab.loadtests.chaos.procs import start_chaos
+    from rtalab.loadtests.common.procs import free_port
+    from rtalab.loadtests.wireclient import grpc_request, headers, message, state, stream
 
     reasoner, _ = stack
     card = httpx.get(reasoner.url + CARD, verify=_client(pki).context(), timeout=10).json()
@@ -212,7 +212,7 @@ def test_the_reasoner_verifies_the_witness(stack: tuple[ManagedProcess, ManagedP
     """A Reasoner given no --ca calls the HTTPS witness with the system's CAs: the
     side-effect tool call fails (and the witness records nothing) instead of talking to a
     server it could not verify."""
-    from loadtests.wireclient import Client, k, message, state, stream
+    from rtalab.loadtests.wireclient import Client, k, message, state, stream
 
     _, witness = stack
     for name, client in (("default", ClientTls(None, str(pki.client.cert),

@@ -1,4 +1,5 @@
-"""``rtalab serve reasoner`` / ``python -m loadtests.reasoner``: bad flags exit 2 with one line."""
+"""``rtalab serve reasoner`` / ``python -m rtalab.loadtests.reasoner``: bad flags exit 2 with one
+line."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(("flags", "needle"), BAD_FLAGS)
 def test_bad_flags_exit_2_with_one_line(flags: list[str], needle: str) -> None:
-    r = _run([sys.executable, "-m", "loadtests.reasoner", *flags])
+    r = _run([sys.executable, "-m", "rtalab.loadtests.reasoner", *flags])
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr

@@ -1,6 +1,6 @@
 """The fuzzer reaches the handler on every binding, and its oracle catches a planted crash.
 
-:mod:`loadtests.fuzz.engine` sends mostly valid profile requests with mutated
+:mod:`rtalab.loadtests.fuzz.engine` sends mostly valid profile requests with mutated
 metadata, parts, identifiers, headers and sizes over JSON-RPC/SSE, REST and
 WebSocket.  Each run must: get a stable answer to every request (no 5xx, no
 -32603, no cut stream, no lost socket, FAILED only with stable codes), leave
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.fuzz.engine import BINDINGS, MIN_REACHED, fuzz_binding
+from rtalab.loadtests.fuzz.engine import BINDINGS, MIN_REACHED, fuzz_binding
 from tests.serve.conftest import Reasoner
 
 REQUESTS = 240  # per binding
@@ -49,10 +49,10 @@ def test_serve_fuzz_of_a_running_reasoner_over_mutual_tls(tmp_path: Path) -> Non
     ``--client-key``: every binding's requests (JSON-RPC, REST, WebSocket over wss) go over
     mutual TLS to a Reasoner that requires client certificates, and the run passes; without
     the CA the certificate problem is one line, exit 2, and nothing is fuzzed."""
-    from loadtests.common.certs import make_pki
-    from loadtests.common.procs import start_reasoner
-    from loadtests.common.tls import ClientTls, ServerTls
-    from loadtests.wireclient import FAST_SCENARIO, TOKENS
+    from rtalab.loadtests.common.certs import make_pki
+    from rtalab.loadtests.common.procs import start_reasoner
+    from rtalab.loadtests.common.tls import ClientTls, ServerTls
+    from rtalab.loadtests.wireclient import FAST_SCENARIO, TOKENS
 
     pki = make_pki(tmp_path / "pki")
     (tmp_path / "scenario.toml").write_text(FAST_SCENARIO, encoding="utf-8")
@@ -60,7 +60,7 @@ def test_serve_fuzz_of_a_running_reasoner_over_mutual_tls(tmp_path: Path) -> Non
     for token, principal in TOKENS.items():
         extra += ["--token", f"{token}={principal}"]
     client = ClientTls(str(pki.ca), str(pki.client.cert), str(pki.client.key))
-    rtalab = [sys.executable, "-m", "sim.cli", "serve", "fuzz", "--requests", "30",
+    rtalab = [sys.executable, "-m", "rtalab.sim.cli", "serve", "fuzz", "--requests", "30",
               "--threads", "2", "--quiet", "--results", str(tmp_path / "results")]
     with start_reasoner(dedup=f"sqlite:///{tmp_path / 'd.sqlite'}",
                         scenario=tmp_path / "scenario.toml", extra_args=extra,

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.common.procs import ManagedProcess
+from rtalab.loadtests.common.procs import ManagedProcess
 from tests.serve.conftest import (
     TIMEOUT_S,
     WORKER_HEADER,

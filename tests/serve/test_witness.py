@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loadtests.common.procs import start_witness
-from loadtests.witness.cli import faults_from_args, register_witness, run_witness
-from loadtests.witness.faults import FaultError, Faults
+from rtalab.loadtests.common.procs import start_witness
+from rtalab.loadtests.witness.cli import faults_from_args, register_witness, run_witness
+from rtalab.loadtests.witness.faults import FaultError, Faults
 
 HTTP = httpx.Client(timeout=10)  # one keep-alive client for the module (closed at teardown)
 
@@ -224,7 +224,7 @@ def test_slow_success_is_recorded_after_the_caller_gave_up(witness: str) -> None
 
 
 def test_latency_and_fault_validation(witness: str) -> None:
-    """Latency specs use sim.dist; bad fault settings are a 400 and change nothing."""
+    """Latency specs use rtalab.sim.dist; bad fault settings are a 400 and change nothing."""
     got = faults(witness, latencyS=0.2)
     assert got["latencyS"] == 0.2
     r = ex(witness).json()
@@ -286,7 +286,7 @@ def test_cli_parsing_and_exit_codes(tmp_path: Path, repo_root: Path) -> None:
         0.05, 0.1, 0.2, 3.0)
     bad = parser.parse_args(["witness", "--latency-s", "{dist = 'zipf'}"])
     assert run_witness(bad) == 2
-    run = [sys.executable, "-m", "loadtests.witness"]
+    run = [sys.executable, "-m", "rtalab.loadtests.witness"]
     assert subprocess.run([*run, "--help"], cwd=repo_root, capture_output=True,
                           timeout=60).returncode == 0
     r = subprocess.run([*run, "--error-rate", "2"], cwd=repo_root, capture_output=True,

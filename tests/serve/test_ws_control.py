@@ -1,4 +1,4 @@
-"""WebSocket control frames are bounded (loadtests.reasoner.wsguard), over raw sockets.
+"""WebSocket control frames are bounded (rtalab.loadtests.reasoner.wsguard), over raw sockets.
 
 A client with a valid token floods pings and never reads the pongs: its connection is closed
 with 1008, the server's memory (RSS, measured) does not grow and returns after close, another

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from sim.calibrate.estimate import _wilson
-from sim.calibrate.intervals import bca_ci, quantile, quantile_ci, t_mean_ci
-from sim.shared.agreement import _test, prediction_interval, run_interval
-from sim.shared.stats import paired, welch
-from sim.shared.summary import mean_ci
+from rtalab.sim.calibrate.estimate import _wilson
+from rtalab.sim.calibrate.intervals import bca_ci, quantile, quantile_ci, t_mean_ci
+from rtalab.sim.shared.agreement import _test, prediction_interval, run_interval
+from rtalab.sim.shared.stats import paired, welch
+from rtalab.sim.shared.summary import mean_ci
 
 DRAWS = 1000
 
@@ -143,35 +143,36 @@ def _agreement(se: float | None, seed: int) -> float:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("replication CI of a mean (summary.json)", "sim.shared.summary.mean_ci",
+    Family("replication CI of a mean (summary.json)", "rtalab.sim.shared.summary.mean_ci",
            "normal, 5 replications", replication_ci, (0.93, 0.97)),
-    Family("calibration: mean (Student t)", "sim.calibrate.intervals.t_mean_ci",
+    Family("calibration: mean (Student t)", "rtalab.sim.calibrate.intervals.t_mean_ci",
            "gamma(4), n = 20", calibration_mean, (0.93, 0.97)),
-    Family("calibration: cv (BCa, 200 resamples)", "sim.calibrate.intervals.bca_ci",
+    Family("calibration: cv (BCa, 200 resamples)", "rtalab.sim.calibrate.intervals.bca_ci",
            "gamma(4) (cv 0.5), n = 300", cv_gamma, (0.92, 0.97)),
-    Family("calibration: cv, heavy tail", "sim.calibrate.intervals.bca_ci",
+    Family("calibration: cv, heavy tail", "rtalab.sim.calibrate.intervals.bca_ci",
            "lognormal sigma 0.5, n = 300", cv_lognormal, (0.84, 0.97)),
-    Family("calibration: p99 (order statistics)", "sim.calibrate.intervals.quantile_ci",
+    Family("calibration: p99 (order statistics)", "rtalab.sim.calibrate.intervals.quantile_ci",
            "exponential, n = 1,000", p99_order_statistic, (0.955, 0.99)),
-    Family("calibration: p99, exact", "sim.calibrate.intervals.quantile_ci",
+    Family("calibration: p99, exact", "rtalab.sim.calibrate.intervals.quantile_ci",
            "any continuous law, n = 1,000", p99_exact, (0.95, 0.98)),
-    Family("Wilson (error rates, metastability)", "sim.shared.stats.wilson",
+    Family("Wilson (error rates, metastability)", "rtalab.sim.shared.stats.wilson",
            "p = 0.1, n = 200 (exact)", wilson, (0.93, 0.97)),
-    Family("Welch difference (compare)", "sim.shared.stats.welch",
+    Family("Welch difference (compare)", "rtalab.sim.shared.stats.welch",
            "normal, n = 8 and 6, unequal sd", welch_ci, (0.93, 0.98)),
-    Family("paired difference (tune)", "sim.shared.stats.paired",
+    Family("paired difference (tune)", "rtalab.sim.shared.stats.paired",
            "normal pairs, n = 10", paired_ci, (0.93, 0.97)),
-    Family("prediction interval (twin, validate)", "sim.shared.agreement.prediction_interval",
-           "normal, 6 runs, a new run", prediction, (0.93, 0.97)),
+    Family("prediction interval (twin, validate)",
+           "rtalab.sim.shared.agreement.prediction_interval", "normal, 6 runs, a new run",
+           prediction, (0.93, 0.97)),
     Family("one-run interval, t on the log scale (predict, 90 %)",
-           "sim.shared.agreement.run_interval", "lognormal sigma 0.6, 8 runs, a new run",
+           "rtalab.sim.shared.agreement.run_interval", "lognormal sigma 0.6, 8 runs, a new run",
            lambda: _one_run(8, 51), (0.88, 0.92)),
     Family("one-run interval, order statistics (predict, 90 %)",
-           "sim.shared.agreement.run_interval", "lognormal sigma 0.6, 39 runs, a new run",
+           "rtalab.sim.shared.agreement.run_interval", "lognormal sigma 0.6, 39 runs, a new run",
            lambda: _one_run(39, 52), (0.88, 0.92)),
-    Family("agreement, load without se", "sim.shared.agreement (prediction spread)",
+    Family("agreement, load without se", "rtalab.sim.shared.agreement (prediction spread)",
            "load value ~ simulated law, 8 reps", lambda: _agreement(None, 41), (0.93, 0.97)),
-    Family("agreement, load with bootstrap se", "sim.shared.agreement (se)",
+    Family("agreement, load with bootstrap se", "rtalab.sim.shared.agreement (se)",
            "load value ~ N(mean, se), 8 reps", lambda: _agreement(0.5, 42), (0.93, 0.97)),
 )
 
@@ -183,9 +184,9 @@ def bootstrap_se_ratio(resamples: int = 80, boot: dict | None = None) -> tuple[f
     already made (seed 3)."""
     import math
 
-    from loadtests.loadrun import uncertainty as U
-    from loadtests.loadrun.tables import timeseries
-    from sim.shared import schema as S
+    from rtalab.loadtests.loadrun import uncertainty as U
+    from rtalab.loadtests.loadrun.tables import timeseries
+    from rtalab.sim.shared import schema as S
     from tests.trust.loadlike import WARMUP_S, loadlike
 
     rec = loadlike()

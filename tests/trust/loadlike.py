@@ -1,5 +1,5 @@
 """A load run's records without a load run: a short simulation, its tables in the form
-``loadtests.loadrun.tables.build_output`` gives them (string ids, no server-side
+``rtalab.loadtests.loadrun.tables.build_output`` gives them (string ids, no server-side
 executions, the time series rebuilt from the client's records)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from functools import cache
 
 import pandas as pd
 
-from loadtests.loadrun.resample import ID_COLUMNS
-from loadtests.loadrun.tables import timeseries
-from sim.runner import run_once
-from sim.scenario import load_scenario
-from sim.shared import schema as S
+from rtalab.loadtests.loadrun.resample import ID_COLUMNS
+from rtalab.loadtests.loadrun.tables import timeseries
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared import schema as S
 
 WARMUP_S = 5.0
 

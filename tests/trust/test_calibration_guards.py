@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.calibrate.estimate import _errors, capacity_from_concurrency
+from rtalab.sim.calibrate.estimate import _errors, capacity_from_concurrency
 
 
 def test_capacity_counts_the_service_that_freed_the_worker_as_ended_despite_jitter() -> None:
@@ -98,7 +98,7 @@ def test_negative_and_infinite_durations_are_not_fitted() -> None:
     the 50 values are fitted, and the fitted mean is theirs."""
     import numpy as np
 
-    from sim.calibrate.fit import fit_duration
+    from rtalab.sim.calibrate.fit import fit_duration
 
     good = np.random.default_rng(4).gamma(4.0, 0.1, 40)
     x = np.concatenate([good, -np.abs(good[:8]), [np.inf, np.nan]])

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from loadtests.chaos.config import ChaosConfig, rng_for, uplink_faults
-from sim.dist import Const
-from sim.scenario import LinkConfig, OutageConfig
+from rtalab.loadtests.chaos.config import ChaosConfig, rng_for, uplink_faults
+from rtalab.sim.dist import Const
+from rtalab.sim.scenario import LinkConfig, OutageConfig
 
 N = 10_000
 
@@ -62,7 +62,7 @@ def test_delays_add_up_and_never_go_negative() -> None:
     """A reordered request waits its latency *plus* the reorder delay (0.2 + 1.0 s); a
     duplicate's copy waits the duplicate delay (0.7 s); a law with values below 0 (an
     empirical one measured with clock skew) gives delays clipped at 0, never negative."""
-    from sim.dist import Empirical, Uniform
+    from rtalab.sim.dist import Empirical, Uniform
 
     link = replace(LinkConfig(), latency_s=Const(0.2), reorder=1.0, reorder_delay_s=Const(1.0),
                    duplication=1.0, duplicate_delay_s=Const(0.7))

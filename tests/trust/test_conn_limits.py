@@ -1,12 +1,12 @@
-"""The Reasoner's connection limits (loadtests.reasoner.conns), expected values written out:
+"""The Reasoner's connection limits (rtalab.loadtests.reasoner.conns), expected values written out:
 the total and per-client limits refuse the connection *at* the limit, not one later; the
 limits derived from the open-file limit keep a reserve; among peers holding as many pending
 sockets, the one whose oldest is the oldest loses it (stand-in transports, no server)."""
 
 from __future__ import annotations
 
-from loadtests.reasoner.conns import Guard, Limits, default_max_connections
-from loadtests.reasoner.settings import ServerSettings
+from rtalab.loadtests.reasoner.conns import Guard, Limits, default_max_connections
+from rtalab.loadtests.reasoner.settings import ServerSettings
 from tests.serve.test_pending_eviction import FakeTransport
 
 

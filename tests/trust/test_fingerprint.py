@@ -1,4 +1,4 @@
-"""The request fingerprint stored with a dedup entry (loadtests.reasoner.idempotency.
+"""The request fingerprint stored with a dedup entry (rtalab.loadtests.reasoner.idempotency.
 request_fingerprint): every field of the request's meaning changes it (method, taskId, each
 part, sideEffect, handoff), what is a key or a scope does not (messageId, contextId), and
 fields are length-prefixed (no two splits of the same bytes collide)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from a2a.types import Message, Part, Role
 
-from loadtests.reasoner.idempotency import request_fingerprint
+from rtalab.loadtests.reasoner.idempotency import request_fingerprint
 
 
 def _msg(*texts: str, task_id: str = "", message_id: str = "m1",

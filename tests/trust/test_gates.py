@@ -1,6 +1,6 @@
 """Every gate both ways: a case where it must fire and one where it must not (null SLO
 values, what counts against availability, ledger gathered, coverage classes, JUnit's
-skipped).  Synthetic ledgers (loadtests.check.synth), expected values written out."""
+skipped).  Synthetic ledgers (rtalab.loadtests.check.synth), expected values written out."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadtests.check import Verdict, check_run
-from loadtests.check.integrity import RunFiles, rule_ledger_gathered, slo_rules
-from loadtests.check.synth import EXT_SCENARIO, clean_ledger, write_ledger
-from loadtests.live.ledger import Gatherer
-from sim.shared.junit import to_xml, verdict_cases
+from rtalab.loadtests.check import Verdict, check_run
+from rtalab.loadtests.check.integrity import RunFiles, rule_ledger_gathered, slo_rules
+from rtalab.loadtests.check.synth import EXT_SCENARIO, clean_ledger, write_ledger
+from rtalab.loadtests.live.ledger import Gatherer
+from rtalab.sim.shared.junit import to_xml, verdict_cases
 from tests.check.test_coverage import _attempt, _counts
 
 N_TURNS = 200
@@ -180,7 +180,7 @@ def test_junit_shows_an_unchecked_rule_as_skipped(status: str, child: str | None
 
 
 def test_the_witness_rows_read_must_be_the_rows_saved() -> None:
-    from loadtests.check.integrity import rule_witness_agrees
+    from rtalab.loadtests.check.integrity import rule_witness_agrees
 
     rows = pd.DataFrame({"request_guid": ["a", "b", "c"]})
     for saved, status in ((3, "PASS"), (5, "FAIL"), (2, "FAIL")):
@@ -192,7 +192,7 @@ def test_the_witness_rows_read_must_be_the_rows_saved() -> None:
 def test_a_turn_paused_for_input_counts_as_executed_for_a_reused_turn_id() -> None:
     """Two calls sending the same turnId with a side effect, one completed, one paused for
     input (INPUT_REQUIRED: it executed): both turns shared the id."""
-    from sim.vocab import AttemptOutcome
+    from rtalab.sim.vocab import AttemptOutcome
 
     rows = [_attempt("g1", 10.0, 11.0, call="c1", turn_id="t-9"),
             _attempt("g2", 12.0, 13.0, AttemptOutcome.INPUT_REQUIRED.value, call="c2",
@@ -203,7 +203,7 @@ def test_a_turn_paused_for_input_counts_as_executed_for_a_reused_turn_id() -> No
 def test_the_auth_gate_counts_only_the_clients_real_requests() -> None:
     """A copy the harness injected (with a planted bad token, or refused as a duplicate) is
     not the run's credentials: only real requests refused with auth fail the gate."""
-    from loadtests.check.integrity import rule_auth
+    from rtalab.loadtests.check.integrity import rule_auth
 
     a = pd.DataFrame({"request_guid": ["g1", "g2", "g3"], "injected": ["", "concurrent", None],
                       "error_code": [None, "auth", None]})
@@ -217,7 +217,7 @@ def test_the_runs_own_availability_limit_is_the_one_judged() -> None:
     """6 of 10 judged turns completed: below the default limit, above a run's 0.5."""
     import numpy as np
 
-    from loadtests.check.integrity import AVAILABILITY_MIN, rule_availability
+    from rtalab.loadtests.check.integrity import AVAILABILITY_MIN, rule_availability
 
     out = pd.Series(["completed"] * 6 + ["failed"] * 4)
     none = np.zeros(10, dtype=bool)

@@ -1,4 +1,4 @@
-"""The Reasoner's request validation (loadtests.reasoner.intake.parse_turn), called
+"""The Reasoner's request validation (rtalab.loadtests.reasoner.intake.parse_turn), called
 directly: each bound and each metadata type, one case that must be refused and one just
 inside that must pass.  Expected codes written out (errors.md §2)."""
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from a2a.types import Message, Part, Role
 
-from loadtests.reasoner.intake import Bounds, Rejection, TurnRequest, parse_turn
-from loadtests.reasoner.wire import Keys, to_struct
+from rtalab.loadtests.reasoner.intake import Bounds, Rejection, TurnRequest, parse_turn
+from rtalab.loadtests.reasoner.wire import Keys, to_struct
 
 K = Keys()
 B = Bounds()

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sim.calibrate.estimate import _wilson
-from sim.calibrate.fit import fit_duration
-from sim.calibrate.intervals import min_n_for_quantile_ci, quantile, quantile_ci
+from rtalab.sim.calibrate.estimate import _wilson
+from rtalab.sim.calibrate.fit import fit_duration
+from rtalab.sim.calibrate.intervals import min_n_for_quantile_ci, quantile, quantile_ci
 from tests.trust.coverage import DRAWS, FAMILIES, Family
 
 
@@ -133,7 +133,7 @@ def test_the_poisson_rate_interval_covers_and_never_goes_below_zero(rate: float,
     """calibrate's observed turn rate: the exact (Garwood) interval, >= 95 % for every rate
     (conservative: 99.5 % at a mean of 0.5 events), never below 0, holding k / t; the
     normal approximation it replaced went negative below ~4 events."""
-    from sim.shared.stats import poisson_rate_ci
+    from rtalab.sim.shared.stats import poisson_rate_ci
 
     rng = np.random.default_rng(17)
     hits = 0
@@ -147,7 +147,7 @@ def test_the_poisson_rate_interval_covers_and_never_goes_below_zero(rate: float,
 def test_the_paired_interval_uses_n_minus_one_degrees_of_freedom() -> None:
     """Differences 1, 2, 3, 4: mean 2.5, sd sqrt(5/3), half-width t(0.975, 3) x sd / 2 =
     3.1824 x 1.2910 / 2 = 2.0542 (with n = 4 degrees of freedom it would be 1.7923)."""
-    from sim.shared.stats import paired
+    from rtalab.sim.shared.stats import paired
 
     d = paired([0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0])
     assert d is not None and d.diff == pytest.approx(2.5) and d.df == 3.0

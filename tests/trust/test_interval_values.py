@@ -10,9 +10,9 @@ import math
 import pytest
 from scipy import stats
 
-from sim.calibrate.intervals import t_mean_ci
-from sim.shared.agreement import _test, run_interval
-from sim.shared.stats import paired, welch
+from rtalab.sim.calibrate.intervals import t_mean_ci
+from rtalab.sim.shared.agreement import _test, run_interval
+from rtalab.sim.shared.stats import paired, welch
 
 
 def test_paired_interval_of_three_pairs() -> None:

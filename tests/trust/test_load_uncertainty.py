@@ -9,10 +9,10 @@ from functools import cache
 import numpy as np
 import pytest
 
-from loadtests.loadrun import uncertainty as U
-from loadtests.loadrun.tables import load_summary, timeseries
-from sim.shared import schema as S
-from sim.shared.summary import summarize
+from rtalab.loadtests.loadrun import uncertainty as U
+from rtalab.loadtests.loadrun.tables import load_summary, timeseries
+from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.summary import summarize
 from tests.trust.coverage import bootstrap_se_ratio
 from tests.trust.loadlike import WARMUP_S, loadlike
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.answers.tune import Objective, judge
-from sim.shared.agreement import DIFFERS, agreement_rows
-from sim.shared.stats import holm
+from rtalab.sim.answers.tune import Objective, judge
+from rtalab.sim.shared.agreement import DIFFERS, agreement_rows
+from rtalab.sim.shared.stats import holm
 
 N_METRICS = 80
 
@@ -70,7 +70,7 @@ def test_compare_of_two_sims_flags_no_null_metric_among_80_with_holm() -> None:
     would 'differ' on average."""
     from pathlib import Path
 
-    from sim.shared.compare import RunFolder, compare_table
+    from rtalab.sim.shared.compare import RunFolder, compare_table
 
     rng = np.random.default_rng(8)
     alarms, runs = 0, 60
@@ -84,7 +84,7 @@ def test_compare_of_two_sims_flags_no_null_metric_among_80_with_holm() -> None:
 
 
 def test_benjamini_hochberg_by_hand() -> None:
-    from sim.shared.stats import benjamini_hochberg
+    from rtalab.sim.shared.stats import benjamini_hochberg
 
     # m = 4, q = 0.05: thresholds 0.0125, 0.025, 0.0375, 0.05; the largest rank under its
     # threshold is 3 (0.03 <= 0.0375), so the three smallest are rejected
@@ -99,7 +99,7 @@ def test_sweep_answers_flag_no_metric_of_80_null_ones_in_most_sweeps() -> None:
     something in <= 12 % of 60 sweeps (uncorrected: almost all)."""
     import pandas as pd
 
-    from sim.report.sweeps import sweep_differences
+    from rtalab.sim.report.sweeps import sweep_differences
 
     rng = np.random.default_rng(12)
     flagged = 0
@@ -119,7 +119,7 @@ def test_sweep_answers_flag_no_metric_of_80_null_ones_in_most_sweeps() -> None:
 def test_holm_rejects_a_p_value_exactly_at_its_threshold() -> None:
     """Holm with 2 tests at 5 %: the smallest p is compared with 0.05 / 2; p = 0.025 is at
     the threshold and is rejected (p <= alpha / (m - rank)), the other kept."""
-    from sim.shared.stats import holm
+    from rtalab.sim.shared.stats import holm
 
     assert holm([0.025, 0.5], alpha=0.05) == [True, False]
     assert holm([0.0250001, 0.5], alpha=0.05) == [False, False]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from loadtests.live.playback import Playback
+from rtalab.loadtests.live.playback import Playback
 
 
 def test_the_hold_runs_from_the_oldest_held_event_not_the_lowest_number() -> None:

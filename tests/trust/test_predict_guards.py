@@ -1,4 +1,4 @@
-"""Prediction verdicts (sim.calibrate.validate), expected values written out: a prediction
+"""Prediction verdicts (rtalab.sim.calibrate.validate), expected values written out: a prediction
 whose load generator was saturated is void, never "inside"; the accuracy targets by
 percentile (judged on long runs only); a rate has no target and is judged by the interval."""
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from sim.calibrate.validate import CLIENT_CPU_VOID, METRICS, compare
+from rtalab.sim.calibrate.validate import CLIENT_CPU_VOID, METRICS, compare
 
 
 def _reps(v: float) -> list[dict[str, float]]:
@@ -55,7 +55,7 @@ def test_load_b_is_in_calls_per_second_from_the_offered_utilisation() -> None:
     """B (calls/s) = A (calls/s) x U / offered utilisation at A: at A = 2 calls/s with an
     offered utilisation of 0.4, U = 0.9 gives 4.5 calls/s, where the offered utilisation is
     0.9; --predict-rate is taken as calls/s as given; an unknown utilisation gives 2 x A."""
-    from loadtests.loadrun.predict import offered_utilisation_at, rate_b_for
+    from rtalab.loadtests.loadrun.predict import offered_utilisation_at, rate_b_for
 
     assert rate_b_for(None, 0.9, 2.0, 0.4) == (4.5, None)
     assert offered_utilisation_at(4.5, 2.0, 0.4) == pytest.approx(0.9)
@@ -72,8 +72,8 @@ def test_offered_utilisation_counts_turns_per_call_and_the_workers() -> None:
     """calls/s x mean turns per call x mean service / workers, written out: 1.5 calls/s x 4
     turns x 0.5 s / 4 workers = 0.75 (turns, not calls, occupy the workers); none without
     the capacity or the service time."""
-    from sim.calibrate.estimate import Value, offered_utilisation
-    from sim.scenario import load_scenario
+    from rtalab.sim.calibrate.estimate import Value, offered_utilisation
+    from rtalab.sim.scenario import load_scenario
 
     base = load_scenario("baseline").with_overrides({"workload.calls_per_s": 1.5,
                                                      "workload.turns_per_call": 4})
@@ -89,7 +89,7 @@ def test_offered_utilisation_counts_turns_per_call_and_the_workers() -> None:
 
 
 def test_the_load_generators_cpu_voids_above_90_percent_of_a_core() -> None:
-    from loadtests.loadrun.predict import client_void
+    from rtalab.loadtests.loadrun.predict import client_void
 
     assert client_void(0.95) and client_void(1.6)  # 1.6: more than a core (threads)
     assert not client_void(0.90)  # "above 90 %": the limit itself is not void
@@ -100,7 +100,7 @@ def test_the_load_generators_cpu_voids_above_90_percent_of_a_core() -> None:
 
 
 def _watch(series: dict[int, list[tuple[float, float]]]):
-    from loadtests.loadrun.predict import CpuWatch
+    from rtalab.loadtests.loadrun.predict import CpuWatch
 
     w = CpuWatch()  # not entered: no sampling thread, the samples are given
     w.seen = series
@@ -139,7 +139,7 @@ def test_busiest_share_is_over_five_seconds_and_needs_half_of_them() -> None:
 
 
 def test_an_unknown_cpu_share_voids_nothing() -> None:
-    from loadtests.loadrun.predict import client_void
+    from rtalab.loadtests.loadrun.predict import client_void
 
     assert client_void(float("nan")) is False
     assert client_void(0.95) is True and client_void(0.5) is False
@@ -151,7 +151,7 @@ def test_peak_is_a_factor_of_a_or_a_rate_in_calls_per_s() -> None:
     import argparse
     from types import SimpleNamespace
 
-    from loadtests.loadrun.predict import peak_rate, peak_spec
+    from rtalab.loadtests.loadrun.predict import peak_rate, peak_spec
 
     assert peak_spec("1.5x") == ("factor", 1.5) and peak_spec("3") == ("rate", 3.0)
     for bad in ("0", "-2", "0x", "-1.5x", "fast", "nanx"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.dedup import DedupStore
+from rtalab.loadtests.dedup import DedupStore
 from tests.serve.test_dedup_store import BACKENDS, _url, run_with
 
 
@@ -80,7 +80,7 @@ def test_redis_keeps_a_done_entry_for_the_whole_window(redis_url: str) -> None:
 
 
 def test_a_purge_at_the_windows_last_instant_keeps_the_entry(store_url: str) -> None:
-    """Closed window (sim.shared.dedup_rule): an outcome completed at t is replayed at
+    """Closed window (rtalab.sim.shared.dedup_rule): an outcome completed at t is replayed at
     t + window, so a purge at that instant must not drop it; one after it may."""
     t0 = float(int(time.time()))
 

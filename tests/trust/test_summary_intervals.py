@@ -20,16 +20,16 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadtests.loadrun.tables import load_summary
-from sim.calibrate.estimate import calibrate
-from sim.calibrate.output import write
-from sim.calibrate.synth import Truth, synth_observations
-from sim.calibrate.validate import bootstrap as validate_bootstrap
-from sim.calibrate.validate import compare, turn_metrics
-from sim.runner import run_once
-from sim.scenario import load_scenario
-from sim.shared.agreement import agreement_rows
-from sim.shared.summary import domain, mean_ci, summarize
+from rtalab.loadtests.loadrun.tables import load_summary
+from rtalab.sim.calibrate.estimate import calibrate
+from rtalab.sim.calibrate.output import write
+from rtalab.sim.calibrate.synth import Truth, synth_observations
+from rtalab.sim.calibrate.validate import bootstrap as validate_bootstrap
+from rtalab.sim.calibrate.validate import compare, turn_metrics
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared.agreement import agreement_rows
+from rtalab.sim.shared.summary import domain, mean_ci, summarize
 from tests.trust.loadlike import WARMUP_S, loadlike
 
 
@@ -169,7 +169,7 @@ def test_mean_ci_always_holds_its_mean(values: list[float], name: str) -> None:
 def test_compare_table_rows() -> None:
     from pathlib import Path
 
-    from sim.shared.compare import RunFolder, compare_table
+    from rtalab.sim.shared.compare import RunFolder, compare_table
 
     rng = np.random.default_rng(4)
     folders = [RunFolder(Path(f"r{j}"), f"r{j}", {"metrics": {
@@ -189,7 +189,7 @@ def _records(df: Any) -> list[dict[str, Any]]:
 
 def test_a_sweep_table() -> None:
     """sweep.csv's rows (one per point x metric): each mean inside its CI."""
-    from sim.sweep import run_points, tidy_table
+    from rtalab.sim.sweep import run_points, tidy_table
 
     sc = load_scenario("lossy_network", ["run.duration_s=30", "run.warmup_s=5"])
     points = [{"reasoner.workers": 2}, {"reasoner.workers": 6}]
@@ -203,8 +203,8 @@ def test_a_sweep_table() -> None:
 def test_tune_confirmation_rows(tmp_path) -> None:
     """tune's confirmation table (a sweep answer): each candidate's metric inside its CI
     and its paired change against the current settings inside the change's interval."""
-    from sim.answers.slo import parse_slo
-    from sim.answers.tune import _confirm, objective, parse_space
+    from rtalab.sim.answers.slo import parse_slo
+    from rtalab.sim.answers.tune import _confirm, objective, parse_space
 
     sc = load_scenario("lossy_network", ["run.duration_s=30", "run.warmup_s=5"])
     space = parse_space({"live.backoff.base_s": {"choices": [0.05, 0.5]}})
@@ -220,7 +220,7 @@ def test_tune_confirmation_rows(tmp_path) -> None:
 def test_a_prediction_json() -> None:
     """prediction.json's rows (predict): the predicted mean inside its CI, the measured
     figure inside its bootstrap interval, each one-run centre inside its interval."""
-    from sim.calibrate.validate import one_run_json, one_run_rows, rows_json
+    from rtalab.sim.calibrate.validate import one_run_json, one_run_rows, rows_json
 
     predicted = [turn_metrics(loadlike(seed=s).turns, WARMUP_S, 60.0) for s in (4, 5, 6, 7)]
     turns = loadlike().turns

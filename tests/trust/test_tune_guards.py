@@ -8,9 +8,9 @@ import math
 import pandas as pd
 import pytest
 
-from sim.answers.slo import parse_slo
-from sim.answers.tune import ALPHA, Objective, _non_dominated, judge, success_lower
-from sim.shared.stats import paired
+from rtalab.sim.answers.slo import parse_slo
+from rtalab.sim.answers.tune import ALPHA, Objective, _non_dominated, judge, success_lower
+from rtalab.sim.shared.stats import paired
 
 P99 = "completion_s.p99"
 GOOD = "goodput_turns_per_s"
@@ -75,7 +75,7 @@ def test_non_dominated_keeps_the_pareto_front() -> None:
 
 def test_an_slo_at_its_target_is_met_by_its_operator() -> None:
     """'x <= 1.0' holds at 1.0, '<' does not; '>=' holds at its target, '>' does not."""
-    from sim.answers.slo import Slo
+    from rtalab.sim.answers.slo import Slo
 
     assert Slo("ttfc_s.p99", "<=", 1.0)._meets(1.0)
     assert not Slo("ttfc_s.p99", "<", 1.0)._meets(1.0)
@@ -84,7 +84,7 @@ def test_an_slo_at_its_target_is_met_by_its_operator() -> None:
 
 
 def test_indistinguishable_from_the_best_means_not_significantly_different() -> None:
-    from sim.answers.tune import _same_as_best
+    from rtalab.sim.answers.tune import _same_as_best
 
     best = [1.0, 1.1, 0.9, 1.05, 0.95]
     assert _same_as_best(best, [1.02, 1.08, 0.92, 1.0, 0.97], minimize=True)
@@ -115,7 +115,7 @@ def _confirm_of(monkeypatch, tmp_path, summaries: list[dict], objectives: list[O
                 seen: dict | None = None) -> pd.DataFrame:
     """``tune._confirm`` of candidates A, B, ... over ``summaries`` (the current settings'
     last), its confirmation runs replaced by them (``seen``: the run's keyword arguments)."""
-    from sim.answers import tune
+    from rtalab.sim.answers import tune
 
     def fake(*a, **k):
         if seen is not None:
@@ -183,7 +183,7 @@ def test_an_untestable_candidate_does_not_loosen_the_correction(monkeypatch, tmp
     metric was never measured: no test, counted as p = 1 -- a hypothesis that cannot be
     rejected). An untestable candidate counted as p = 0 would shift A to the lenient end of
     Holm's ladder and recommend it."""
-    from sim.answers import tune
+    from rtalab.sim.answers import tune
 
     current = [2.0, 2.2, 2.1, 2.4, 2.3]
     a = [1.9, 1.95, 2.1, 2.2, 2.15]

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadtests.check.verdict import FAIL, NOT_CHECKED, PASS, RuleResult, Verdict
-from sim.answers.slo import parse_slo
-from sim.shared.agreement import AGREES, DIFFERS, agreement_rows
-from sim.shared.junit import Case, capacity_cases, to_xml, tune_cases
+from rtalab.loadtests.check.verdict import FAIL, NOT_CHECKED, PASS, RuleResult, Verdict
+from rtalab.sim.answers.slo import parse_slo
+from rtalab.sim.shared.agreement import AGREES, DIFFERS, agreement_rows
+from rtalab.sim.shared.junit import Case, capacity_cases, to_xml, tune_cases
 
 
 def _rule(name: str, status: str) -> RuleResult:
@@ -71,14 +71,14 @@ def test_agreement_difference_is_load_minus_sim_and_counts_are_not_compared() ->
 
 
 def test_hazards_are_per_1000_turns() -> None:
-    from loadtests.check.verdict import per_1k
+    from rtalab.loadtests.check.verdict import per_1k
 
     assert per_1k(3, 600) == pytest.approx(5.0)
     assert per_1k(1, 0) is None
 
 
 def test_a_count_not_comparable_is_skipped_not_passed(tmp_path) -> None:
-    from sim.shared.junit import load_run_cases
+    from rtalab.sim.shared.junit import load_run_cases
 
     cases = {c.name: c.status for c in load_run_cases(
         tmp_path, None, {"ledger_complete": True, "server_matches": None,
@@ -91,7 +91,7 @@ def test_the_agreement_test_uses_the_sample_variance_of_the_replications() -> No
     """Replications 1, 2, 3 (mean 2, sample variance 1) and a load value 2 without its own
     se: the spread of one more run is sqrt(1 x (1 + 1/3)) = 1.1547, the interval
     +- t(0.975, 2) x 1.1547 = +- 4.9683 (with the ddof-0 variance, 4.0566)."""
-    from sim.shared.agreement import _test
+    from rtalab.sim.shared.agreement import _test
 
     d, lo, hi, p = _test("x", [1.0, 2.0, 3.0], 2.0, None)
     assert d == 0.0 and p == pytest.approx(1.0)
@@ -101,7 +101,7 @@ def test_the_agreement_test_uses_the_sample_variance_of_the_replications() -> No
 def test_agreement_uses_the_load_runs_own_standard_error() -> None:
     """Replications 1, 2, 3 against a load value 2.5 whose own se is 10: the difference's
     interval is +- t x sqrt(1/3 + 100) ~ +-20, not the prediction spread's +-5."""
-    from sim.shared.agreement import agreement_rows
+    from rtalab.sim.shared.agreement import agreement_rows
 
     sim = {"metrics": {"x": {"values": [1.0, 2.0, 3.0]}}}
     (row,) = agreement_rows(sim, {"metrics": {"x": {"mean": 2.5, "se": 10.0}}})
@@ -121,7 +121,7 @@ def test_agreement_degrees_of_freedom_are_welchs() -> None:
     with the replications' 2 df alone it would read p = 0.14 ("agrees")."""
     from scipy import stats
 
-    from sim.shared.agreement import _test
+    from rtalab.sim.shared.agreement import _test
 
     d, lo, hi, p = _test("m", [1.0, 1.1, 0.9], 1.5, 0.2)
     var = 0.01 / 3 + 0.04
@@ -136,14 +136,14 @@ def test_agreement_degrees_of_freedom_are_welchs() -> None:
 def test_identical_replications_differ_from_another_value() -> None:
     """Replications that all read 1.0 (no spread) and no load se: a load value of 2.0 is a
     certain difference (p = 0), 1.0 a certain agreement (p = 1)."""
-    from sim.shared.agreement import _test
+    from rtalab.sim.shared.agreement import _test
 
     assert _test("m", [1.0, 1.0, 1.0], 2.0, None)[3] == 0.0
     assert _test("m", [1.0, 1.0, 1.0], 1.0, None)[3] == 1.0
 
 
 def test_twin_check_ties_pass_and_a_missing_metric_never_narrows_it() -> None:
-    from sim.shared.agreement import TwinCheck, simultaneous_prediction
+    from rtalab.sim.shared.agreement import TwinCheck, simultaneous_prediction
 
     assert TwinCheck((), 2.0, 2.0, 19).ok  # as extreme as the most extreme replication
     assert not TwinCheck((), 2.0000001, 2.0, 19).ok
@@ -157,7 +157,7 @@ def test_twin_check_ties_pass_and_a_missing_metric_never_narrows_it() -> None:
 
 
 def test_one_run_interval_resolution_edges_and_undefined_percentiles() -> None:
-    from sim.shared.agreement import RunInterval, one_run_intervals, run_interval
+    from rtalab.sim.shared.agreement import RunInterval, one_run_intervals, run_interval
 
     # every replication succeeded completely: the interval still admits a run one turn off
     iv = run_interval([1.0] * 10, 0.9, "success_rate", resolution=0.01, bounds=(0.0, 1.0))
@@ -173,7 +173,7 @@ def test_one_run_interval_resolution_edges_and_undefined_percentiles() -> None:
 def test_junit_load_run_without_a_verdict_shows_an_incomplete_ledger_failed() -> None:
     from pathlib import Path
 
-    from sim.shared.junit import load_run_cases
+    from rtalab.sim.shared.junit import load_run_cases
 
     cases = load_run_cases(Path("run"), None, {"ledger_complete": False,
                                                "server_matches": True,

@@ -3,8 +3,8 @@
 A load run (``rtalab load run``, real Reasoner, witness, chaos proxy for the
 scenario's ``[network]``, Locust Live users) against ``TWIN_REPLICATIONS``
 simulated replications with the load run's duration, warm-up and drain
-(:mod:`loadtests.loadrun.twin`).  The check is the simultaneous prediction of
-:func:`sim.shared.agreement.simultaneous_prediction`: a load run that is a twin of the
+(:mod:`rtalab.loadtests.loadrun.twin`).  The check is the simultaneous prediction of
+:func:`rtalab.sim.shared.agreement.simultaneous_prediction`: a load run that is a twin of the
 simulation fails it with probability <= 1/(R+1) (= 0.33 % per run, <= 1.3 % for
 the four runs of this package).
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loadtests.loadrun.twin import TWIN_METRICS, report, simulate_like, twin_check
-from sim.scenario import load_scenario, resolve_path
-from sim.shared.agreement import TwinCheck
+from rtalab.loadtests.loadrun.twin import TWIN_METRICS, report, simulate_like, twin_check
+from rtalab.sim.scenario import load_scenario, resolve_path
+from rtalab.sim.shared.agreement import TwinCheck
 from tests.load.conftest import load_run
 
 TWIN_REPLICATIONS = 300

@@ -2,8 +2,8 @@
 
 The round trip, repeated: a known scenario (``baseline`` at its own load) -> the simulator's
 replications of a WINDOW-second run -> each replication's metrics
-(:func:`sim.calibrate.validate.window_metrics`) -> the 90 % one-run interval of each metric
-(:func:`sim.shared.agreement.run_interval`, order statistics of :data:`REPLICATIONS`: exact
+(:func:`rtalab.sim.calibrate.validate.window_metrics`) -> the 90 % one-run interval of each metric
+(:func:`rtalab.sim.shared.agreement.run_interval`, order statistics of :data:`REPLICATIONS`: exact
 90 % for any law) -> a measured run on the embedded deployment.  One load run of
 ``WARMUP + ROUND_TRIPS x WINDOW`` seconds gives the ROUND_TRIPS measured runs: its
 consecutive windows after the warm-up, each measured exactly as a replication is (the
@@ -24,10 +24,10 @@ from typing import Any
 
 import pandas as pd
 
-from sim.calibrate.validate import window_metrics
-from sim.runner import run_once
-from sim.scenario import load_scenario, resolve_path
-from sim.shared.agreement import run_interval
+from rtalab.sim.calibrate.validate import window_metrics
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import load_scenario, resolve_path
+from rtalab.sim.shared.agreement import run_interval
 from tests.load.conftest import load_run
 
 ROUND_TRIPS, WINDOW_S, WARMUP_S, DRAIN_S = 20, 4.0, 12.0, 15.0

@@ -6,7 +6,7 @@ the scenario's ``network.outages``), enacted by the chaos proxy from the load's 
 against the simulator's replications of the same run.  Per outage, the turns that started
 from 3 s before it to 3 s after it are judged: the predicted success rate (the
 replications' mean) must lie inside the measured 99 % bootstrap CI over calls
-(:func:`sim.calibrate.validate.bootstrap`; 1 % false failure per kind for a twin).
+(:func:`rtalab.sim.calibrate.validate.bootstrap`; 1 % false failure per kind for a twin).
 The kinds differ in what an attempt at an edge costs: a blackhole attempt hangs until its
 turn-response timer, a reset or refused one fails at once and the retries are spent while
 the window lasts, so the success rates differ by kind, and a kind realised differently in
@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.calibrate.validate import bootstrap, turn_metrics
-from sim.runner import run_once
-from sim.scenario import load_scenario, resolve_path
-from sim.shared.stats import wilson
+from rtalab.sim.calibrate.validate import bootstrap, turn_metrics
+from rtalab.sim.runner import run_once
+from rtalab.sim.scenario import load_scenario, resolve_path
+from rtalab.sim.shared.stats import wilson
 from tests.load.conftest import load_run
 
 DURATION_S, WARMUP_S, DRAIN_S = 30.0, 4.0, 10.0

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from sim.runner import run_replications
-from sim.scenario import load_scenario
-from sim.shared.summary import summarize
+from rtalab.sim.runner import run_replications
+from rtalab.sim.scenario import load_scenario
+from rtalab.sim.shared.summary import summarize
 from tests.twin.conftest import OVERLOADED, simulate, twin
 
 DURATION_S, WARMUP_S, DRAIN_S = 30.0, 5.0, 10.0
