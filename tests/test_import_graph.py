@@ -146,7 +146,7 @@ def package_graph(root: Path, packages: Iterable[str] = PACKAGES) -> dict[str, s
     def unit(module: str) -> str:
         parts = module.split(".")
         pkg = parts if mods[module][1] else parts[:-1]
-        return ".".join(pkg) if len(pkg) > 1 else module
+        return ".".join(pkg) if len(pkg) > 2 else module  # rtalab.<root>.<package>
 
     out: dict[str, set[str]] = {}
     for m, deps in graph(root, packages).items():
@@ -395,11 +395,11 @@ def test_a_planted_benchmarks_import_in_loadtests_is_found(tmp_path: Path) -> No
 
 def test_package_cycle_without_a_module_cycle_is_found(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"sim/__init__.py": "", "sim/a/__init__.py": "",
-                            "sim/b/__init__.py": "", "sim/a/x.py": "from sim.b import y\n",
-                            "sim/b/y.py": "", "sim/b/z.py": "def f():\n    import sim.a.w\n",
-                            "sim/a/w.py": "", "sim/top.py": "import sim.a.x\n"})
+                            "sim/b/__init__.py": "", "sim/a/x.py": "from rtalab.sim.b import y\n",
+                            "sim/b/y.py": "", "sim/b/z.py": "def f():\n    import rtalab.sim.a.w\n",
+                            "sim/a/w.py": "", "sim/top.py": "import rtalab.sim.a.x\n"})
     assert cycles(graph(root, ["sim"])) == []
-    assert cycles(package_graph(root, ["sim"])) == [["sim.a", "sim.b"]]
+    assert cycles(package_graph(root, ["sim"])) == [["rtalab.sim.a", "rtalab.sim.b"]]
 
 
 def test_a_lazy_import_without_its_reason_is_found(tmp_path: Path) -> None:

@@ -122,7 +122,7 @@ def _package_data_matches(rel: str) -> bool:
 def test_every_data_file_is_package_data() -> None:
     """Templates, scenario TOMLs, anything non-.py the code reads: in the wheel."""
     files = data_files(REPO)
-    assert "sim/scenarios/baseline.toml" in files and "sim/shared/templates/report.html.j2" in files
+    assert "sim/scenarios/baseline.toml" in files and "sim/report/templates/report.html.j2" in files
     assert [f for f in files if not _package_data_matches(f)] == []
 
 
