@@ -670,8 +670,8 @@ class Call:
         watch_barge = main and t.barge_in_s is not None
         last_ctx: str | None = None  # the contextId already taken into account
         answered_task: str | None = None  # the first taskId this send's events carried
-        _time, _parse, _isnan, push, next_frame = (time.time, parse_event, math.isnan, pb.push,
-                                                   ex.next_frame)
+        _time, _parse, _isnan, push_next, next_frame = (time.time, parse_event, math.isnan,
+                                                        pb.push_next, ex.next_frame)
         try:
             while True:
                 if limit != armed:  # the attempt's deadline moved
@@ -713,8 +713,12 @@ class Call:
                         pb.first_chunk_s = now
                 else:
                     seq_rows.append(evrow)
-                    for n, idx in push(seq, kind == "artifact", now):
-                        seq_rows[n]["played_index"] = idx
+                    idx = push_next(seq, kind == "artifact", now)  # in order: played now
+                    if idx is not None:
+                        evrow["played_index"] = idx
+                    else:
+                        for n, idx in pb.push(seq, kind == "artifact", now):
+                            seq_rows[n]["played_index"] = idx
                 if watch_barge and barge_at == inf and not _isnan(pb.first_chunk_s):
                     barge_at = pb.first_chunk_s + cast("float", t.barge_in_s)  # watch_barge
                     limit = min(total_deadline, hard_deadline, barge_at,

@@ -49,6 +49,9 @@ class Playback:
 
     def push(self, seq: float, is_chunk: bool, now_s: float) -> list[tuple[int, int]]:
         """An event arrived; return ``(arrival index, play index)`` of every event played now."""
+        played = self.push_next(seq, is_chunk, now_s)
+        if played is not None:
+            return [(self._n - 1, played)]
         n = self._n
         self._n = n + 1
         if not self.reorder:
@@ -60,19 +63,29 @@ class Playback:
             return []  # late: its place was skipped already; never played out of order
         if n == 0:
             self._first_arrival_s = now_s
-        if not self._heap and (seq <= 0 if nxt is None else seq <= nxt):
-            # in order with nothing held (the common case): what _release would do at once,
-            # and _play inlined (every sequenced event of a stream comes here)
-            self._next = seq + 1
-            if seq > self.last_played:
-                self.last_played = seq
-            played = self.played
-            self.played = played + 1
-            if is_chunk and self.first_chunk_s != self.first_chunk_s:  # NaN: no chunk yet
-                self.first_chunk_s = now_s
-            return [(n, played)]
         heapq.heappush(self._heap, (seq, n, is_chunk, now_s))
         return self._release(now_s, end=False)
+
+    def push_next(self, seq: float, is_chunk: bool, now_s: float) -> int | None:
+        """:meth:`push` of the common case, without its list: an event that comes in order
+        with nothing held (reordering on) plays at once; its play index (its pair is
+        ``(its arrival index, that)``).  None, and nothing changed, in any other case: then
+        :meth:`push` it."""
+        nxt = self._next
+        if self._heap or not self.reorder or (seq > 0 if nxt is None else seq != nxt):
+            return None
+        n = self._n
+        self._n = n + 1
+        if n == 0:
+            self._first_arrival_s = now_s
+        self._next = seq + 1
+        if seq > self.last_played:
+            self.last_played = seq
+        played = self.played
+        self.played = played + 1
+        if is_chunk and self.first_chunk_s != self.first_chunk_s:  # NaN: no chunk yet
+            self.first_chunk_s = now_s
+        return played
 
     def finish(self, now_s: float) -> list[tuple[int, int]]:
         """The stream ended: play everything held, in order (same pairs as :meth:`push`)."""

@@ -17,10 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rtalab.loadtests.common.tls import reason
-from rtalab.loadtests.live.bindings import ChannelContext
-from rtalab.loadtests.live.call import StreamBroken
-from rtalab.loadtests.live.wire import (
+from geventhttpclient.header import Headers
+
+from loadtests.common.tls import reason
+from loadtests.live.bindings import ChannelContext
+from loadtests.live.call import StreamBroken
+from loadtests.live.wire import (
     cancel_answer_side_effect,
     cancel_request,
     decode_frame,
@@ -31,6 +33,22 @@ from rtalab.loadtests.live.wire import (
 REQUEST_NAME = "SendStreamingMessage"
 JSON_WS = b" \t\r\n"  # JSON's whitespace: what json.loads ignores around a value
 WORKER_HEADER = "x-rta-worker"
+_ENTRY = dict.get  # a Headers' stored entry of a lower-case field name (no Python-level call)
+
+
+def header(h: Any, name: str) -> Any:
+    """``h.get(name)`` of a response's headers, ``name`` in lower case.  geventhttpclient's
+    :class:`Headers` is a dict of lower-cased names to ``(field, value)`` entries (a list of
+    them for a repeated field): a single field is read from its entry, without the Python
+    ``get`` (which raises and catches a KeyError for every absent field); anything else
+    through ``get``."""
+    if type(h) is Headers:
+        entry = _ENTRY(h, name)
+        if entry is None:
+            return None
+        if type(entry) is tuple:
+            return entry[1]
+    return h.get(name)
 
 
 class SseExchange:
@@ -54,8 +72,8 @@ class SseExchange:
         h = r.headers  # a Headers (never tested for truth: its len() walks every field)
         if h is None:
             h = {}
-        self.worker: str | None = h.get(WORKER_HEADER)
-        self.echo = ext_uri in (h.get("a2a-extensions") or "")
+        self.worker: str | None = header(h, WORKER_HEADER)
+        self.echo = ext_uri in (header(h, "a2a-extensions") or "")
         self._raw: Any = getattr(r, "_response", None)  # geventhttpclient's raw response
         err = getattr(r, "error", None)
         if self._raw is None or not self.http_status:
@@ -72,7 +90,7 @@ class SseExchange:
                 body = b""
             self._refused = http_error_frame(self.http_status, body, h, ext_uri)
         self._json = self.http_status != 200 or "event-stream" not in (
-            h.get("content-type") or "")
+            header(h, "content-type") or "")
         self._plain = self._json or self._refused is not None  # not an event stream
 
     def next_frame(self) -> dict[str, Any] | None:

@@ -367,24 +367,12 @@ def _keys(ext_uri: str) -> tuple[str, str, str, str]:
     return keys
 
 
-_NO_STATUS: Final[dict[str, Any]] = {}  # an event without a status (read, never written)
 
 
 def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
     """The :class:`Event` of one JSON-RPC response object."""
-    seq_key, type_key, code_key, retry_key = _KEYS.get(ext_uri) or _keys(ext_uri)
     if "error" in frame:
-        err = frame.get("error") or {}
-        code = None
-        data = err.get("data") if isinstance(err, dict) else None
-        if isinstance(data, dict):
-            code = data.get(code_key)
-        if code is None and isinstance(err, dict):
-            code = _JSONRPC_ERROR_CODES.get(err.get("code"))  # type: ignore[arg-type]  # a missing or unknown code gives None
-        ev = Event("error", error_code=code or "internal")
-        if isinstance(data, dict) and retry_key in data:
-            ev.retry_after_ms = _num(data.get(retry_key))
-        return ev
+        return _error_event(frame, ext_uri)
     result = frame.get("result")
     if not isinstance(result, dict) or len(result) != 1:
         return Event("message")
@@ -392,25 +380,28 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
     kind = SHORT_KIND.get(name, "message")
     if not isinstance(body, dict):
         return Event(kind)
+    keys = _KEYS.get(ext_uri) or _keys(ext_uri)
     meta = body.get("metadata")
     seq, directive = None, False
     if isinstance(meta, dict):
-        seq = meta.get(seq_key)
+        seq = meta.get(keys[0])
         if type(seq) is not float:
             seq = _num(seq)
-        directive = meta.get(type_key) == "directive"
-    status = body.get("status") or _NO_STATUS
+        directive = meta.get(keys[1]) == "directive"
+    status = body.get("status")
     state = status.get("state") if isinstance(status, dict) else None
-    ev = Event(kind, state, seq, body.get("id" if name == "task" else "taskId"),
+    ev = Event(kind, state, seq, body.get("id" if kind == "task" else "taskId"),
                body.get("contextId"), None, None, directive)
-    if state in _SIDE_EFFECT_STATES and "message" in status:
+    if state is None:  # no end state, nothing more to read (the common case)
+        return ev
+    if state in _SIDE_EFFECT_STATES and "message" in status:  # type: ignore[operator]  # a dict: it has a state
         ev.side_effect = reported_side_effect(status, ext_uri)
     if ev.ends_stream and isinstance(meta, dict):
         ev.timing = read_timing(meta, ext_uri)
     if state == "TASK_STATE_FAILED":
-        smsg = status.get("message") or {}
+        smsg = status.get("message") or {}  # type: ignore[union-attr]  # a dict: it has a state
         smeta = smsg.get("metadata") or {}
-        code = smeta.get(code_key)
+        code = smeta.get(keys[2])
         if code is None:  # degraded mode: "<code>: text" (docs/reasoner.md)
             for part in smsg.get("parts") or []:
                 text = part.get("text") if isinstance(part, dict) else None
@@ -418,7 +409,23 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
                     code = text.split(": ", 1)[0]
                     break
         ev.error_code = code if isinstance(code, str) else "internal"
-        ev.retry_after_ms = _num(smeta.get(retry_key))
+        ev.retry_after_ms = _num(smeta.get(keys[3]))
+    return ev
+
+
+def _error_event(frame: dict[str, Any], ext_uri: str) -> Event:
+    """:func:`parse_event` of a JSON-RPC error object."""
+    _, _, code_key, retry_key = _KEYS.get(ext_uri) or _keys(ext_uri)
+    err = frame.get("error") or {}
+    code = None
+    data = err.get("data") if isinstance(err, dict) else None
+    if isinstance(data, dict):
+        code = data.get(code_key)
+    if code is None and isinstance(err, dict):
+        code = _JSONRPC_ERROR_CODES.get(err.get("code"))  # type: ignore[arg-type]  # a missing or unknown code gives None
+    ev = Event("error", error_code=code or "internal")
+    if isinstance(data, dict) and retry_key in data:
+        ev.retry_after_ms = _num(data.get(retry_key))
     return ev
 
 

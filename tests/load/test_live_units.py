@@ -345,3 +345,49 @@ def test_every_row_is_its_own_copy_of_the_call_template():
     assert list(turns[0]) == list(templates["t"])
     assert {k: dict(v) for k, v in (("a", call._attempt_base), ("t", call._turn_base))} \
         == templates
+
+
+def _playback_state(pb: Playback) -> tuple[object, ...]:
+    return tuple(repr(getattr(pb, k)) for k in Playback.__slots__)
+
+
+def test_playback_push_next_is_push_of_the_in_order_case_and_leaves_the_rest_untouched():
+    """The read loop calls push_next and push only when it answers None: the same pairs and
+    state as push alone, on any stream, and a None that changed nothing."""
+    import random
+
+    for seed in range(300):
+        rnd = random.Random(seed)
+        seqs = [float(x) for x in range(rnd.choice((0, 1)), 10) if rnd.random() > 0.15]
+        if rnd.random() < 0.5:
+            rnd.shuffle(seqs)
+        opts = {"reorder": rnd.random() > 0.2, "hold_s": 0.05,
+                "next_expected": rnd.choice((None, None, 3.0))}
+        ref, pb = Playback(**opts), Playback(**opts)  # type: ignore[arg-type]
+        for n, seq in enumerate(seqs):
+            chunk, now = n % 2 == 1, n * 0.02
+            want = ref.push(seq, chunk, now)
+            before = _playback_state(pb)
+            idx = pb.push_next(seq, chunk, now)
+            if idx is None:
+                assert _playback_state(pb) == before, seed
+                got = pb.push(seq, chunk, now)
+            else:
+                got = [(n, idx)]
+            assert got == want, (seed, n)
+            assert _playback_state(pb) == _playback_state(ref), (seed, n)
+        assert pb.finish(1.0) == ref.finish(1.0)
+
+
+def test_sse_header_reads_what_headers_get_reads():
+    from geventhttpclient.header import Headers
+
+    from loadtests.live.sse import header
+
+    h = Headers([("Content-Type", "text/event-stream"), ("X-Dup", "a"), ("X-Dup", "b"),
+                 ("A2A-Extensions", EXT)])
+    for name in ("content-type", "x-dup", "a2a-extensions", "x-rta-worker"):
+        assert header(h, name) == h.get(name), name
+    assert header(h, "x-dup") == ["a", "b"]  # a repeated field: every value, as get() has it
+    assert header({"x-rta-worker": "w1"}, "x-rta-worker") == "w1"  # any other mapping
+    assert header({}, "x-rta-worker") is None

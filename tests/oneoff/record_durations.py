@@ -1,6 +1,6 @@
 """Write tests/durations.json: seconds per test file, from a JUnit XML of a full run.
 
-    .venv/bin/python -m pytest -n 2 --dist loadfile tests --junitxml=/tmp/full.xml
+    .venv/bin/python -m pytest -n 4 --dist loadfile tests --junitxml=/tmp/full.xml
     .venv/bin/python tests/oneoff/record_durations.py /tmp/full.xml
 
 tests/conftest.py hands the files to the xdist workers longest first (LPT: the longest
