@@ -19,10 +19,10 @@ from typing import Any
 
 from geventhttpclient.header import Headers
 
-from loadtests.common.tls import reason
-from loadtests.live.bindings import ChannelContext
-from loadtests.live.call import StreamBroken
-from loadtests.live.wire import (
+from rtalab.loadtests.common.tls import reason
+from rtalab.loadtests.live.bindings import ChannelContext
+from rtalab.loadtests.live.call import StreamBroken
+from rtalab.loadtests.live.wire import (
     cancel_answer_side_effect,
     cancel_request,
     decode_frame,

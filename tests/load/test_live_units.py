@@ -382,7 +382,7 @@ def test_playback_push_next_is_push_of_the_in_order_case_and_leaves_the_rest_unt
 def test_sse_header_reads_what_headers_get_reads():
     from geventhttpclient.header import Headers
 
-    from loadtests.live.sse import header
+    from rtalab.loadtests.live.sse import header
 
     h = Headers([("Content-Type", "text/event-stream"), ("X-Dup", "a"), ("X-Dup", "b"),
                  ("A2A-Extensions", EXT)])
