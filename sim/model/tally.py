@@ -81,8 +81,8 @@ def _tp(task: np.ndarray, phase: np.ndarray) -> np.ndarray:
 
 
 class Dense:
-    """A zero-initialised numpy array indexed by a dense non-negative id, grown (doubling) to
-    any id it is asked to hold."""
+    """A zero-initialised numpy array indexed by a dense non-negative id, grown to any id it
+    is asked to hold."""
 
     __slots__ = ("a",)
 
@@ -95,8 +95,9 @@ class Dense:
             top = int(ids.max()) + 1
             if int(ids.min()) < 0:
                 raise ValueError("dense ids are non-negative")
-            if top > len(self.a):
-                grown = np.zeros(max(top, 2 * len(self.a), 1024), self.a.dtype)
+            if top > len(self.a):  # by a quarter (or 64 Ki ids): little slack, few copies
+                grown = np.zeros(max(top + (1 << 16), len(self.a) + len(self.a) // 4),
+                                 self.a.dtype)
                 grown[:len(self.a)] = self.a
                 self.a = grown
         return self.a
@@ -128,8 +129,9 @@ class Hazards:
         new = np.zeros(len(guids), dtype=bool)
         new[first[run[uniq] == 0]] = True  # a requestGuid's first execution ever
         run[guids[new]] = 1
-        extra = self.call_extra.holding(calls)
-        np.add.at(extra, calls[~new], 1)
+        again = calls[~new]  # the calls of the extra executions (none: no array)
+        if len(again):
+            np.add.at(self.call_extra.holding(again), again, 1)
         t, n = np.unique(turns[new], return_counts=True)
         state = self.turn.holding(t)
         before = state[t] & self.TURN_GUIDS
