@@ -13,13 +13,14 @@ What is kept grows only with rare events and by a few bytes per id: the timed-ou
 (for spurious timeouts); executions are buffered only while their turn is open (an attempt
 timing out later may still need them).  The hazards are folded as the side-effect
 executions come (:class:`Hazards`): a byte per requestGuid (executed yet?), a byte per turn
-(distinct requestGuids executed, saturating at 2; failed?) and five bytes per call (extra
-executions; degraded?), arrays indexed by the dense ids the model mints — exact counts, a
-late duplicate executing after its turn ended included, and nothing to join at the end.  Which rows
-count (warm-up removal) uses the same rules as the exact path: a turn counts when it
-started at or after the warm-up, an attempt, execution or side effect when its turn
-counts — turn ids grow with start time, so that is ``interaction_id >= `` the first
-counted turn's id, which the Live layer notes (``LiveLayer.first_counted_uid``).
+(distinct requestGuids executed, saturating at 2; failed?) and, once there are any, four
+bytes per call for its extra executions and one for degraded calls — numpy arrays indexed
+by the dense ids the model mints: exact counts, a late duplicate executing after its turn
+ended included, and nothing to join at the end.  Which rows count (warm-up removal) uses
+the same rules as the exact path: a turn counts when it started at or after the warm-up,
+an attempt, execution or side effect when its turn counts — turn ids grow with start
+time, so that is ``interaction_id >= `` the first counted turn's id, which the Live layer
+notes (``LiveLayer.first_counted_uid``).
 """
 
 from __future__ import annotations
