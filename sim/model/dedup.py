@@ -59,6 +59,11 @@ from sim.model.messages import Request
 from sim.shared.dedup_rule import conflicts, expired_after, expires_at
 
 INF = float("inf")
+#: the entries live in this many dicts, by key hash: a dict that keeps its size while keys
+#: come and go is rebuilt now and then (old and new table side by side, a doubled one when
+#: the live count crosses a threshold) -- one dict of a full 300-s window at 1 M calls/hour
+#: is a 20-40 MiB table, and the run's peak RSS rose by such rebuilds; a shard's is 1/16
+SHARDS = 16
 
 
 class Entry:
@@ -96,7 +101,8 @@ class DedupStore:
         self.window_s = window_s
         self.entry_bytes = entry_bytes
         self.peak_from_s = peak_from_s
-        self.entries: dict[Hashable, Entry] = {}
+        self._shards: list[dict[Hashable, Entry]] = [{} for _ in range(SHARDS)]
+        self.n_entries = 0  # in all shards (live ones and expired ones not purged yet)
         self._expiry: deque[tuple[float, Hashable, Entry]] = deque()
         self.peak_entries = 0
 
@@ -111,9 +117,11 @@ class DedupStore:
 
     def lookup(self, key: Hashable, now_s: float) -> Entry | None:
         """The live entry for ``key`` (in flight, or stored and inside its window), else None."""
-        e = self.entries.get(key)
+        d = self._shards[hash(key) & (SHARDS - 1)]
+        e = d.get(key)
         if e is not None and expired_after(e.expires_s, now_s):
-            del self.entries[key]
+            del d[key]
+            self.n_entries -= 1
             return None
         return e
 
@@ -127,17 +135,19 @@ class DedupStore:
              fingerprint: Hashable = None) -> Entry:
         """Create the in-flight entry of an execution admitted at ``now_s`` in ``context_id``.
 
-        Expired entries are purged lazily, yet the peak stays exact: ``entries`` holds the
+        Expired entries are purged lazily, yet the peak stays exact: ``n_entries`` counts the
         live ones plus any expired ones not purged yet, so while its size is at most the
         peak no live count can exceed it; only a candidate new peak needs the purge.
         (:meth:`size`, sampled every simulated second, purges too.)
         """
         e = Entry(context_id, fingerprint)
-        entries = self.entries
-        entries[key] = e
-        if len(entries) > self.peak_entries and now_s >= self.peak_from_s:
+        d = self._shards[hash(key) & (SHARDS - 1)]
+        if key not in d:
+            self.n_entries += 1
+        d[key] = e
+        if self.n_entries > self.peak_entries and now_s >= self.peak_from_s:
             self.purge(now_s)
-            n = len(entries)
+            n = self.n_entries
             if n > self.peak_entries:
                 self.peak_entries = n
         return e
@@ -155,8 +165,7 @@ class DedupStore:
             self._expiry.append((e.expires_s, key, e))
         else:
             e.expires_s = now_s
-            if self.entries.get(key) is e:
-                del self.entries[key]
+            self._forget(key, e)
 
     def release(self, key: Hashable, e: Entry) -> None:
         """Forget ``e``'s execution without storing an outcome (turn mode, retryable failure):
@@ -164,22 +173,30 @@ class DedupStore:
         e.done = True
         e.waiters = None
         e.expires_s = -INF
-        if self.entries.get(key) is e:
-            del self.entries[key]
+        self._forget(key, e)
+
+    def _forget(self, key: Hashable, e: Entry) -> None:
+        """Drop ``key``'s entry if it is still ``e``."""
+        d = self._shards[hash(key) & (SHARDS - 1)]
+        if d.get(key) is e:
+            del d[key]
+            self.n_entries -= 1
 
     def purge(self, now_s: float) -> None:
         """Drop entries whose window has ended by ``now_s`` (closed window, D4)."""
         q = self._expiry
-        entries = self.entries
+        shards = self._shards
         while q and expired_after(q[0][0], now_s):
             _, key, e = q.popleft()
-            if entries.get(key) is e:
-                del entries[key]
+            d = shards[hash(key) & (SHARDS - 1)]
+            if d.get(key) is e:
+                del d[key]
+                self.n_entries -= 1
 
     def size(self, now_s: float) -> int:
         """Entries held at ``now_s`` (after purging)."""
         self.purge(now_s)
-        n = len(self.entries)
+        n = self.n_entries
         if n > self.peak_entries and now_s >= self.peak_from_s:
             self.peak_entries = n
         return n
