@@ -228,3 +228,20 @@ def test_hazards_folded_in_chunks_count_as_the_whole_ledger(seed: int) -> None:
     assert (h.extra(), h.reexecuted, h.ghosts()) == want
     assert h.executions == len(rows)
     assert min(want) > 50  # every count is exercised
+
+
+def test_rank_is_numpys_inverted_cdf_index_without_the_array() -> None:
+    """``rank(n, q)`` is the index np.percentile(np.arange(n), q, "inverted_cdf") picks,
+    computed on scalars: the same number for every n and q, including the ones whose
+    ``n * q / 100`` lands on (or a rounding error off) an integer."""
+    from sim.shared.sketch import rank
+
+    rng = np.random.default_rng(11)
+    qs = [0, 0.1, 1, 5, 10, 25, 33.3, 50, 66.6, 75, 90, 95, 99, 99.5, 99.9, 99.99, 100,
+          *S.PERCENTILES, *rng.uniform(0, 100, 40).tolist()]
+    ns = [*range(1, 400), 999, 1000, 1001, 4096, 10**5, 10**5 + 1,
+          *rng.integers(1, 3 * 10**5, 30).tolist()]
+    for n in ns:
+        idx = np.arange(n, dtype=np.float64)
+        want = np.percentile(idx, qs, method="inverted_cdf").astype(np.int64).tolist()
+        assert [rank(int(n), q) for q in qs] == want, n
