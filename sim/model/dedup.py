@@ -69,8 +69,8 @@ SHARDS = 16
 class Entry:
     """One key's execution: in flight (with the requests that joined it) or its stored outcome."""
 
-    __slots__ = ("context_id", "done", "error_code", "expires_s", "fingerprint", "shard",
-                 "started", "status", "waiters")
+    __slots__ = ("context_id", "done", "error_code", "expires_s", "fingerprint", "started",
+                 "status", "waiters")
 
     def __init__(self, context_id: int, fingerprint: Hashable = None) -> None:
         self.fingerprint = fingerprint  # of the request that opened it (None: never conflicts)
@@ -81,7 +81,6 @@ class Entry:
         self.context_id = context_id
         self.expires_s = INF
         self.waiters: list[tuple[Request, bool]] | None = None  # (request, is network copy)
-        self.shard: dict[Hashable, Entry] | None = None  # the store's dict that holds it
 
 
 def fingerprint(req: Request) -> Hashable:
@@ -142,10 +141,10 @@ class DedupStore:
         (:meth:`size`, sampled every simulated second, purges too.)
         """
         e = Entry(context_id, fingerprint)
-        d = e.shard = self._shards[hash(key) & (SHARDS - 1)]
-        n = len(d)
+        d = self._shards[hash(key) & (SHARDS - 1)]
+        if key not in d:
+            self.n_entries += 1
         d[key] = e
-        self.n_entries += len(d) - n
         if self.n_entries > self.peak_entries and now_s >= self.peak_from_s:
             self.purge(now_s)
             n = self.n_entries
@@ -178,18 +177,19 @@ class DedupStore:
 
     def _forget(self, key: Hashable, e: Entry) -> None:
         """Drop ``key``'s entry if it is still ``e``."""
-        d = e.shard
-        if d is not None and d.get(key) is e:
+        d = self._shards[hash(key) & (SHARDS - 1)]
+        if d.get(key) is e:
             del d[key]
             self.n_entries -= 1
 
     def purge(self, now_s: float) -> None:
         """Drop entries whose window has ended by ``now_s`` (closed window, D4)."""
         q = self._expiry
+        shards = self._shards
         while q and expired_after(q[0][0], now_s):
             _, key, e = q.popleft()
-            d = e.shard
-            if d is not None and d.get(key) is e:
+            d = shards[hash(key) & (SHARDS - 1)]
+            if d.get(key) is e:
                 del d[key]
                 self.n_entries -= 1
 
