@@ -59,11 +59,6 @@ from sim.model.messages import Request
 from sim.shared.dedup_rule import conflicts, expired_after, expires_at
 
 INF = float("inf")
-#: the entries live in this many dicts, by key hash: a dict that keeps its size while keys
-#: come and go is rebuilt now and then (old and new table side by side, a doubled one when
-#: the live count crosses a threshold) -- one dict of a full 300-s window at 1 M calls/hour
-#: is a 20-40 MiB table, and the run's peak RSS rose by such rebuilds; a shard's is 1/16
-SHARDS = 16
 
 
 class Entry:
@@ -101,8 +96,7 @@ class DedupStore:
         self.window_s = window_s
         self.entry_bytes = entry_bytes
         self.peak_from_s = peak_from_s
-        self._shards: list[dict[Hashable, Entry]] = [{} for _ in range(SHARDS)]
-        self.n_entries = 0  # in all shards (live ones and expired ones not purged yet)
+        self.entries: dict[Hashable, Entry] = {}
         self._expiry: deque[tuple[float, Hashable, Entry]] = deque()
         self.peak_entries = 0
 
@@ -117,11 +111,9 @@ class DedupStore:
 
     def lookup(self, key: Hashable, now_s: float) -> Entry | None:
         """The live entry for ``key`` (in flight, or stored and inside its window), else None."""
-        d = self._shards[hash(key) & (SHARDS - 1)]
-        e = d.get(key)
+        e = self.entries.get(key)
         if e is not None and expired_after(e.expires_s, now_s):
-            del d[key]
-            self.n_entries -= 1
+            del self.entries[key]
             return None
         return e
 
@@ -135,19 +127,17 @@ class DedupStore:
              fingerprint: Hashable = None) -> Entry:
         """Create the in-flight entry of an execution admitted at ``now_s`` in ``context_id``.
 
-        Expired entries are purged lazily, yet the peak stays exact: ``n_entries`` counts the
+        Expired entries are purged lazily, yet the peak stays exact: ``entries`` holds the
         live ones plus any expired ones not purged yet, so while its size is at most the
         peak no live count can exceed it; only a candidate new peak needs the purge.
         (:meth:`size`, sampled every simulated second, purges too.)
         """
         e = Entry(context_id, fingerprint)
-        d = self._shards[hash(key) & (SHARDS - 1)]
-        if key not in d:
-            self.n_entries += 1
-        d[key] = e
-        if self.n_entries > self.peak_entries and now_s >= self.peak_from_s:
+        entries = self.entries
+        entries[key] = e
+        if len(entries) > self.peak_entries and now_s >= self.peak_from_s:
             self.purge(now_s)
-            n = self.n_entries
+            n = len(entries)
             if n > self.peak_entries:
                 self.peak_entries = n
         return e
@@ -165,7 +155,8 @@ class DedupStore:
             self._expiry.append((e.expires_s, key, e))
         else:
             e.expires_s = now_s
-            self._forget(key, e)
+            if self.entries.get(key) is e:
+                del self.entries[key]
 
     def release(self, key: Hashable, e: Entry) -> None:
         """Forget ``e``'s execution without storing an outcome (turn mode, retryable failure):
@@ -173,30 +164,22 @@ class DedupStore:
         e.done = True
         e.waiters = None
         e.expires_s = -INF
-        self._forget(key, e)
-
-    def _forget(self, key: Hashable, e: Entry) -> None:
-        """Drop ``key``'s entry if it is still ``e``."""
-        d = self._shards[hash(key) & (SHARDS - 1)]
-        if d.get(key) is e:
-            del d[key]
-            self.n_entries -= 1
+        if self.entries.get(key) is e:
+            del self.entries[key]
 
     def purge(self, now_s: float) -> None:
         """Drop entries whose window has ended by ``now_s`` (closed window, D4)."""
         q = self._expiry
-        shards = self._shards
+        entries = self.entries
         while q and expired_after(q[0][0], now_s):
             _, key, e = q.popleft()
-            d = shards[hash(key) & (SHARDS - 1)]
-            if d.get(key) is e:
-                del d[key]
-                self.n_entries -= 1
+            if entries.get(key) is e:
+                del entries[key]
 
     def size(self, now_s: float) -> int:
         """Entries held at ``now_s`` (after purging)."""
         self.purge(now_s)
-        n = self.n_entries
+        n = len(self.entries)
         if n > self.peak_entries and now_s >= self.peak_from_s:
             self.peak_entries = n
         return n
