@@ -11,6 +11,7 @@ from rtalab.sim.runner import run_once
 from rtalab.sim.scenario import load_scenario
 from rtalab.sim.shared import schema as S
 from rtalab.sim.shared.summary import replication_metrics
+from tests.oneoff.metric_dump import MANY_DUPLICATES
 
 CAUSES = ("cross_replica", "after_restart", "same_replica")
 
@@ -137,3 +138,106 @@ def test_capacity_searches_the_replica_count() -> None:
     assert util[need] <= 0.7
     if need - 1 in util:
         assert util[need - 1] > 0.6
+
+
+# --------------------------------------------------------------------------- folded as it runs
+
+FOLD_SCENARIOS = {  # between them every cause, re-executed turns and degraded calls
+    "random": ("retry_storm", {**MANY_DUPLICATES, "fleet.replicas": 3,
+                               "fleet.state": "per-replica", "fleet.balancer": "random"}),
+    "sticky_restarts": ("retry_storm", {  # a retry after a restart of its replica runs again
+        **MANY_DUPLICATES, "reasoner.dedup": "request-guid", "live.retry.new_request_guid": False,
+        "fleet.replicas": 2, "fleet.balancer": "sticky", "fleet.state": "per-replica",
+        "fleet.failures": [{"replica": 0, "start_s": s, "duration_s": 0.5}
+                           for s in (60.0, 90.0, 150.0, 200.0)]}),
+}
+
+
+def _by_cause(m: dict) -> dict:
+    return {k: v for k, v in m.items() if k.startswith(("fleet.dup_", "fleet.reexecuted_"))}
+
+
+def test_the_fleet_folds_its_hazards_as_it_runs_to_the_counts_of_one_fold_at_the_end(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The side-effect executions are folded every few rows (those before now, in time
+    order), not kept to the end: the same counts as folding all of them at the end."""
+    import rtalab.sim.model.fleet as fleet
+
+    seen: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
+    for preset, over in FOLD_SCENARIOS.values():
+        sc = load_scenario(preset).with_overrides({**over, "run.records": "none"})
+        monkeypatch.setattr(fleet, "FOLD_ROWS", 10**9)  # one fold, at the end
+        at_end = run_once(sc, 3).metrics
+        monkeypatch.setattr(fleet, "FOLD_ROWS", 5)
+        as_it_runs = run_once(sc, 3).metrics
+        assert at_end is not None and as_it_runs is not None
+        assert _by_cause(as_it_runs) == _by_cause(at_end)
+        assert math.isclose(split(at_end, "dup_request_guid"), at_end[S.M_DUP_GUID_PER_1K])
+        assert math.isclose(split(at_end, "reexecuted_turn"), at_end[S.M_REEXEC_TURN_PER_1K])
+        for c in CAUSES:
+            seen[c] += (at_end[f"fleet.dup_request_guid_{c}_per_1k_turns"]
+                        + at_end[f"fleet.reexecuted_turn_{c}_per_1k_turns"])
+    assert min(seen.values()) > 0, seen
+
+
+def _by_cause_oracle(executions: list, restarts: dict, n: int) -> dict:
+    """The rule as first written: every execution kept, sorted, first (replica, time) looked up."""
+    extra = dict.fromkeys(CAUSES, 0)
+    reexec = dict.fromkeys(CAUSES, 0)
+
+    def cause(first: tuple, r: object, t: float) -> str:
+        r0, t0 = first
+        if r0 != r:
+            return "cross_replica"
+        return ("after_restart" if any(t0 < x <= t for x in restarts.get(r, ()))
+                else "same_replica")
+
+    first_of_guid: dict = {}
+    first_of_turn: dict = {}
+    reexec_seen: set = set()
+    for guid, degraded, uid, r, t in sorted(executions, key=lambda x: x[4]):
+        if degraded:
+            pass
+        elif guid in first_of_guid:
+            extra[cause(first_of_guid[guid], r, t)] += 1
+        else:
+            first_of_guid[guid] = (r, t)
+        f = first_of_turn.get(uid)
+        if f is None:
+            first_of_turn[uid] = (guid, r, t)
+        elif guid != f[0] and uid not in reexec_seen:
+            reexec_seen.add(uid)
+            reexec[cause((f[1], f[2]), r, t)] += 1
+    out = {}
+    for c in CAUSES:
+        out[f"fleet.dup_request_guid_{c}_per_1k_turns"] = 1000.0 * extra[c] / n
+        out[f"fleet.reexecuted_turn_{c}_per_1k_turns"] = 1000.0 * reexec[c] / n
+    return out
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_cause_fold_counts_as_the_rule_on_executions_full_of_repeats(dense: bool) -> None:
+    import numpy as np
+
+    from rtalab.sim.model.intsets import IntCounts
+    from rtalab.sim.shared.fleet_hazards import CauseFold, hazards_by_cause
+
+    rng = np.random.default_rng(7)
+    n_turns, n = 400, 6000
+    guid_turn = rng.integers(0, n_turns, 1500)
+    restarts = {0: [30.0, 70.0], 2: [50.0, 50.5]}
+    executions = []
+    for _ in range(n):
+        g = int(rng.integers(0, 1500))
+        t = float(np.round(rng.uniform(0, 100), 1))  # ties in time, and at a restart
+        degraded = bool(rng.random() < 0.1)
+        executions.append((None if degraded and not dense else g, degraded,
+                           int(guid_turn[g]), int(rng.integers(0, 3)), t))
+    want = _by_cause_oracle(executions, restarts, n_turns)
+    assert min(want.values()) > 0  # every cause of both hazards exercised
+    fold = (CauseFold(lambda r: restarts.get(r, ()), IntCounts, lambda g: g + 1) if dense
+            else CauseFold(lambda r: restarts.get(r, ())))
+    for e in sorted(executions, key=lambda x: x[4]):
+        fold.add(*e)
+    assert fold.metrics(n_turns) == want
+    assert hazards_by_cause(executions, lambda r: restarts.get(r, ()), n_turns) == want

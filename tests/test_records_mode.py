@@ -9,6 +9,7 @@ sampled calls' rows of the full run, in every table.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -23,6 +24,7 @@ from rtalab.sim.scenario import load_scenario
 from rtalab.sim.shared import schema as S
 from rtalab.sim.shared.sketch import ABSOLUTE_ERROR_S, RELATIVE_ERROR, Sketch, within_error
 from rtalab.sim.shared.summary import percentile, percentile_served, replication_metrics, summarize
+from tests.oneoff.metric_dump import MANY_DUPLICATES
 
 PRESETS = ("baseline", "retry_storm", "lossy_network", "metastable_spike", "release_gate")
 PERCENTILE_PREFIXES = (S.M_TTFC_PREFIX, S.M_COMPLETION_PREFIX, S.M_CALLER_TTFC_PREFIX,
@@ -155,3 +157,91 @@ def test_merged_sketches_equal_one_sketch_and_survive_pickling() -> None:
         assert a.percentile(q) == whole.percentile(q)
         assert a.percentile(q, served=True) == whole.percentile(q, served=True)
     assert Sketch.decode(a.encode()).percentile(99) == whole.percentile(99)
+
+
+# --------------------------------------------------------------------------- hazards folded
+
+HAZARDS = (S.M_DUP_GUID_PER_1K, S.M_REEXEC_TURN_PER_1K, S.M_DUP_SESSION_PER_1K,
+           S.M_GHOST_PER_1K, S.M_SIDE_EFFECTS_PER_SE_TURN)
+
+
+def test_folded_hazards_are_exact_on_a_run_full_of_duplicates() -> None:
+    sc = load_scenario("retry_storm").with_overrides(MANY_DUPLICATES)
+    full = run_once(sc, 3)
+    exact = replication_metrics(full, sc.run.warmup_s)
+    folded = run_once(sc.with_overrides({"run.records": "none"}), 3).metrics
+    assert folded is not None
+    assert {k: folded[k] for k in HAZARDS} == {k: exact[k] for k in HAZARDS}
+    # what the folding has to get right is there: extra runs of a requestGuid, in degraded
+    # calls too (left out), re-executed turns, ghosts, executions after their turn ended
+    se, tu = full.side_effects, full.turns.set_index(S.INTERACTION_ID)
+    degraded = full.calls[S.CALL_ID][full.calls[S.DEGRADED]]
+    dup = se[S.REQUEST_GUID].duplicated()
+    assert exact[S.M_DUP_GUID_PER_1K] > 20 and exact[S.M_REEXEC_TURN_PER_1K] > 20
+    assert exact[S.M_GHOST_PER_1K] > 20
+    assert (dup & se[S.CALL_ID].isin(degraded)).sum() > 0
+    late = se[S.EXECUTED_S].to_numpy() > tu.loc[se[S.INTERACTION_ID], S.END_S].to_numpy()
+    assert (late & dup.to_numpy()).sum() > 0
+
+
+def _brute_hazards(guids: list[int], turns: list[int], calls: list[int],
+                   failed: set[int], degraded: set[int]) -> tuple[int, int, int]:
+    """(extra, re-executed, ghosts) counted the obvious way."""
+    seen: dict[int, int] = {}
+    extra = 0
+    per_turn: dict[int, set[int]] = {}
+    for g, t, c in zip(guids, turns, calls, strict=True):
+        if g in seen and c not in degraded:
+            extra += 1
+        seen[g] = seen.get(g, 0) + 1
+        per_turn.setdefault(t, set()).add(g)
+    reexec = sum(1 for gs in per_turn.values() if len(gs) > 1)
+    return extra, reexec, len(failed & set(per_turn))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_hazards_folded_in_chunks_count_as_the_whole_ledger(seed: int) -> None:
+    from rtalab.sim.model.tally import Hazards
+
+    rng = np.random.default_rng(seed)
+    n_turns = 3000
+    turn_call = np.sort(rng.integers(0, 700, n_turns))  # a turn belongs to one call
+    guid_turn = rng.integers(0, n_turns, 5000)          # a requestGuid to one turn
+    rows = rng.integers(0, 5000, 12_000)                 # executions: repeats abound
+    guids = rows.astype(np.int64)
+    turns = guid_turn[rows].astype(np.int64)
+    calls = turn_call[turns].astype(np.int64)
+    failed = rng.choice(n_turns, 400, replace=False)
+    degraded = rng.choice(700, 60, replace=False)
+    h = Hazards()
+    cuts = np.sort(rng.choice(len(rows), 40, replace=False))
+    bounds = [0, *cuts.tolist(), len(rows)]
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):  # ids growing chunk by chunk
+        h.executed(guids[a:b], turns[a:b], calls[a:b])
+        if i == 10:
+            h.failed(failed[: 200])
+            h.degraded(degraded[: 30])
+    h.failed(failed[200:])
+    h.degraded(degraded[30:])
+    want = _brute_hazards(guids.tolist(), turns.tolist(), calls.tolist(),
+                          set(failed.tolist()), set(degraded.tolist()))
+    assert (h.extra(), h.reexecuted, h.ghosts()) == want
+    assert h.executions == len(rows)
+    assert min(want) > 50  # every count is exercised
+
+
+def test_rank_is_numpys_inverted_cdf_index_without_the_array() -> None:
+    """``rank(n, q)`` is the index np.percentile(np.arange(n), q, "inverted_cdf") picks,
+    computed on scalars: the same number for every n and q, including the ones whose
+    ``n * q / 100`` lands on (or a rounding error off) an integer."""
+    from rtalab.sim.shared.sketch import rank
+
+    rng = np.random.default_rng(11)
+    qs = [0, 0.1, 1, 5, 10, 25, 33.3, 50, 66.6, 75, 90, 95, 99, 99.5, 99.9, 99.99, 100,
+          *S.PERCENTILES, *rng.uniform(0, 100, 40).tolist()]
+    ns = [*range(1, 400), 999, 1000, 1001, 4096, 10**5, 10**5 + 1,
+          *rng.integers(1, 3 * 10**5, 30).tolist()]
+    for n in ns:
+        idx = np.arange(n, dtype=np.float64)
+        want = np.percentile(idx, qs, method="inverted_cdf").astype(np.int64).tolist()
+        assert [rank(int(n), q) for q in qs] == want, n

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from rtalab.sim.scenario import FleetConfig, Scenario
-from rtalab.sim.shared.fleet_hazards import hazards_by_cause, restart_cause
+from rtalab.sim.shared.fleet_hazards import hazards_by_cause
 
 RESTART_HOW = "replica"
 
@@ -233,7 +233,7 @@ def hazard_counters(witness: list[dict[str, Any]], turns: list[dict[str, Any]],
                    float(w.get("tEnd") or 0.0))
                   for w in witness if str(w.get("interactionId")) in counted
                   and w.get("requestGuid") not in ignore_guids]
-    return dict(hazards_by_cause(executions, restart_cause(lambda r: kills.get(r, ())),
+    return dict(hazards_by_cause(executions, lambda r: kills.get(r, ()),
                                  len(counted)))
 
 

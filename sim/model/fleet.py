@@ -30,6 +30,7 @@ measurement window, and their imbalance (max / mean).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +48,10 @@ from rtalab.sim.model.reasoner import DROPPED, QUEUED, UNSERVED, Reasoner
 from rtalab.sim.model.recorder import row_writer
 from rtalab.sim.model.witness import Witness
 from rtalab.sim.scenario import Scenario
-from rtalab.sim.shared.fleet_hazards import hazards_by_cause, restart_cause
+from rtalab.sim.shared.fleet_hazards import CauseFold
+
+#: the fleet folds its buffered side-effect executions into its hazards every this many
+FOLD_ROWS = 4096
 
 # the state a replica keeps of its sessions (aliased across replicas with shared state)
 _SESSION_STATE = ("known_contexts", "sessions_opened", "minted", "tasks", "awaiting_input",
@@ -59,15 +63,19 @@ def _drop(_: Any) -> None:
 
 
 class _ReplicaWitness:
-    """The shared witness, noting which replica ran each side effect."""
+    """The shared witness, noting which replica ran each side effect (for the fleet's
+    hazards by cause)."""
 
-    def __init__(self, witness: Witness, log: list[tuple[int, int, int, float, bool]],
-                 replica: int) -> None:
-        self.witness, self.log, self.replica = witness, log, replica
+    def __init__(self, witness: Witness, fleet: Fleet, replica: int) -> None:
+        self.witness, self.fleet, self.replica = witness, fleet, replica
 
     def record(self, executed_s: float, req: Request, context_id: int) -> None:
-        self.log.append((req.request_guid, req.interaction_id, self.replica, executed_s,
-                         req.degraded))
+        fleet = self.fleet
+        buf = fleet.side_effects
+        buf.append((req.request_guid, req.interaction_id, self.replica, executed_s,
+                    req.degraded))
+        if len(buf) >= fleet.fold_at:
+            fleet.fold_side_effects(sim_time(fleet.env))
         self.witness.record(executed_s, req, context_id)
 
 
@@ -93,9 +101,14 @@ class Fleet:
         self.scenario = scenario
         #: (first counted turn id or -1, next turn id) of the Live layer
         self.turn_ids = turn_ids
+        #: side-effect executions not yet folded into ``causes`` (guid, turn, replica, time,
+        #: degraded): those at or after the last fold's time (a later one may come before)
         self.side_effects: list[tuple[int, int, int, float, bool]] = []
+        self.fold_at = FOLD_ROWS
+        self.restarts: list[list[float]] = [[] for _ in range(n)]
+        self.causes = CauseFold(lambda r: self.restarts[r], IntCounts, lambda g: g + 1)
         self.replicas = [Reasoner(env, scenario.reasoner, streams, downlink,
-                                  _ReplicaWitness(witness, self.side_effects, r),  # type: ignore[arg-type]  # duck-types Witness (the methods a Reasoner calls)
+                                  _ReplicaWitness(witness, self, r),  # type: ignore[arg-type]  # duck-types Witness (the methods a Reasoner calls)
                                   peak_from_s, cancellable) for r in range(n)]
         first = self.replicas[0]
         self.executions = first.executions
@@ -116,7 +129,6 @@ class Fleet:
         self.routable = list(range(n))
         self._rr = 0
         self.task_replica: dict[int, dict[int, int]] = {}  # call -> task -> replica
-        self.restarts: list[list[float]] = [[] for _ in range(n)]
         self.lost_to_down = 0
         self.routed = np.zeros(n, dtype=np.int64)
         self._deliver: Callable[[Any], None] = reasoner_module._no_listener
@@ -290,13 +302,28 @@ class Fleet:
         out["fleet.replicas"] = len(self.replicas)
         return out
 
+    def fold_side_effects(self, before: float) -> None:
+        """Fold the buffered executions that ran before ``before`` (the time now, or +inf at
+        the end) into ``causes``, in time order: every execution before now has been recorded
+        (one is recorded when its tool call starts, at or before the time it ran) and so has
+        every restart up to it.  Only the counted turns' (ids from the first counted one; -1
+        before the warm-up ends, when no turn so far is counted)."""
+        first, _ = self.turn_ids()
+        buf = self.side_effects
+        ready = [e for e in buf if e[3] < before]
+        self.side_effects = [e for e in buf if e[3] >= before]
+        self.fold_at = max(FOLD_ROWS, 2 * len(self.side_effects))
+        add = self.causes.add
+        if first >= 0:
+            for guid, uid, r, t, degraded in sorted(ready, key=lambda e: e[3]):
+                if uid >= first:
+                    add(guid, degraded, uid, r, t)
+
     def _hazards(self) -> dict[str, Any]:
         first, next_uid = self.turn_ids()
         n = next_uid - first if first >= 0 else 0  # every started turn has a row
-        counted = [(guid, degraded, uid, r, t) for guid, uid, r, t, degraded in self.side_effects
-                   if first >= 0 and uid >= first]
-        out: dict[str, Any] = hazards_by_cause(
-            counted, restart_cause(lambda r: self.restarts[r]), n)
+        self.fold_side_effects(math.inf)
+        out: dict[str, Any] = self.causes.metrics(n)
         out["fleet.requests_lost_to_down_replica_per_1k_turns"] = (
             1000.0 * self.lost_to_down / n if n else None)
         return out

@@ -9,14 +9,18 @@ folds it into exact counts, sums and per-second counts and into latency sketches
 hazard exactly, the percentiles within the sketch's stated error (tests/test_records_mode.py
 checks both on every preset).
 
-What is kept grows only with rare events, never with the turns: the timed-out attempts
-(for spurious timeouts), the side-effect executions (for the three hazards), the failed
-turns' ids (ghost successes) and the degraded calls' ids; executions are buffered only
-while their turn is open (an attempt timing out later may still need them).  Which rows
-count (warm-up removal) uses the same rules as the exact path: a turn counts when it
-started at or after the warm-up, an attempt, execution or side effect when its turn
-counts — turn ids grow with start time, so that is ``interaction_id >= `` the first
-counted turn's id, which the Live layer notes (``LiveLayer.first_counted_uid``).
+What is kept grows only with rare events and by a few bytes per id: the timed-out attempts
+(for spurious timeouts); executions are buffered only while their turn is open (an attempt
+timing out later may still need them).  The hazards are folded as the side-effect
+executions come (:class:`Hazards`): a byte per requestGuid (executed yet?), a byte per turn
+(distinct requestGuids executed, saturating at 2; failed?) and, once there are any, four
+bytes per call for its extra executions and one for degraded calls — numpy arrays indexed
+by the dense ids the model mints: exact counts, a late duplicate executing after its turn
+ended included, and nothing to join at the end.  Which rows count (warm-up removal) uses
+the same rules as the exact path: a turn counts when it started at or after the warm-up,
+an attempt, execution or side effect when its turn counts — turn ids grow with start
+time, so that is ``interaction_id >= `` the first counted turn's id, which the Live layer
+notes (``LiveLayer.first_counted_uid``).
 """
 
 from __future__ import annotations
@@ -77,6 +81,91 @@ def _tp(task: np.ndarray, phase: np.ndarray) -> np.ndarray:
     return task.astype(np.int64) * 4 + (phase.astype(np.int64) + 1)
 
 
+class Dense:
+    """A zero-initialised numpy array indexed by a dense non-negative id, grown to any id it
+    is asked to hold."""
+
+    __slots__ = ("a",)
+
+    def __init__(self, dtype: type[np.generic]) -> None:
+        self.a = np.zeros(0, dtype)
+
+    def holding(self, ids: np.ndarray) -> np.ndarray:
+        """The array, long enough to index by every id of ``ids``."""
+        if len(ids):
+            top = int(ids.max()) + 1
+            if int(ids.min()) < 0:
+                raise ValueError("dense ids are non-negative")
+            if top > len(self.a):  # by a quarter (or 64 Ki ids): little slack, few copies
+                grown = np.zeros(max(top + (1 << 16), len(self.a) + len(self.a) // 4),
+                                 self.a.dtype)
+                grown[:len(self.a)] = self.a
+                self.a = grown
+        return self.a
+
+
+class Hazards:
+    """The three hazards of the side-effect executions (and ghost successes), folded chunk
+    by chunk in execution order: exactly what ``replication_metrics`` counts on the whole
+    ledger.  An execution of a requestGuid already executed is an extra one, charged to its
+    call (the calls degraded by the end are left out: no requestGuid was on the wire); a
+    turn's first two distinct requestGuids make it re-executed; a failed turn with any
+    execution is a ghost success.  A requestGuid belongs to one turn of one call."""
+
+    TURN_GUIDS, TURN_FAILED = 3, 4  # the turn byte: distinct guids (0, 1, 2 = two or more)
+
+    def __init__(self) -> None:
+        self.guid_run = Dense(np.uint8)    # requestGuid -> executed yet
+        self.turn = Dense(np.uint8)        # turn -> TURN_GUIDS count | TURN_FAILED
+        self.call_extra = Dense(np.int32)  # call -> extra executions of its requestGuids
+        self.call_degraded = Dense(np.uint8)
+        self.executions = 0
+        self.reexecuted = 0
+
+    def executed(self, guids: np.ndarray, turns: np.ndarray, calls: np.ndarray) -> None:
+        """Side-effect executions, in the order they ran."""
+        self.executions += len(guids)
+        run = self.guid_run.holding(guids)
+        uniq, first = np.unique(guids, return_index=True)
+        new = np.zeros(len(guids), dtype=bool)
+        new[first[run[uniq] == 0]] = True  # a requestGuid's first execution ever
+        run[guids[new]] = 1
+        again = calls[~new]  # the calls of the extra executions (none: no array)
+        if len(again):
+            np.add.at(self.call_extra.holding(again), again, 1)
+        t, n = np.unique(turns[new], return_counts=True)
+        state = self.turn.holding(t)
+        before = state[t] & self.TURN_GUIDS
+        after = np.minimum(before + n, 2)
+        self.reexecuted += int(((before < 2) & (after == 2)).sum())
+        state[t] = (state[t] & ~np.uint8(self.TURN_GUIDS)) | after
+
+    def failed(self, turns: np.ndarray) -> None:
+        """Counted turns that failed."""
+        state = self.turn.holding(turns)
+        state[turns] |= np.uint8(self.TURN_FAILED)
+
+    def degraded(self, calls: np.ndarray) -> None:
+        """Calls degraded (their row: the call has ended)."""
+        self.call_degraded.holding(calls)[calls] = 1
+
+    def extra(self) -> int:
+        """Extra executions of a requestGuid, the degraded calls' left out."""
+        extra, deg = self.call_extra.a, self.call_degraded.a
+        k = min(len(extra), len(deg))
+        return int(extra.sum(dtype=np.int64)) - int(extra[:k][deg[:k] != 0].sum(dtype=np.int64))
+
+    def ghosts(self) -> int:
+        """Failed turns whose side effect ran."""
+        s = self.turn.a
+        return int(np.count_nonzero(((s & self.TURN_FAILED) != 0) & ((s & self.TURN_GUIDS) != 0)))
+
+    def nbytes(self) -> int:
+        """Bytes held."""
+        return sum(d.a.nbytes for d in (self.guid_run, self.turn, self.call_extra,
+                                        self.call_degraded))
+
+
 class Tally:
     """Folds one replication's record chunks into its metrics."""
 
@@ -90,10 +179,7 @@ class Tally:
         self.c: dict[str, float] = {}  # exact counts and sums
         self.ttfc, self.comp, self.wait = Sketch(), Sketch(), Sketch()
         self.rates = {name: np.zeros(n_bins, dtype=np.int64) for name in S.TIMESERIES_RATES}
-        # kept for the joins (rare events only)
-        self.failed_uids: list[np.ndarray] = []
-        self.degraded_calls: list[np.ndarray] = []
-        self.se: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # guid, uid, call
+        self.hazards = Hazards()
         self.first_counted_call = math.inf
         # spurious timeouts: timed-out attempts (kept), executions of open turns (buffered)
         self.to_guid: list[np.ndarray] = []
@@ -172,7 +258,7 @@ class Tally:
         self.add("retries", int(cols[_TU[S.RETRIES]][keep].sum()))
         self.add("se_turns", int(cols[_TU[S.SIDE_EFFECT]][keep].sum()))
         if failed.any():
-            self.failed_uids.append(cols[_TU[S.INTERACTION_ID]][keep][failed])
+            self.hazards.failed(cols[_TU[S.INTERACTION_ID]][keep][failed])
         return self._sample(cols, _TU[S.CALL_ID])
 
     def _calls(self, cols: list[np.ndarray]) -> list[np.ndarray] | None:
@@ -180,7 +266,7 @@ class Tally:
         keep = arr >= self.warmup_s
         deg = cols[_CA[S.DEGRADED]]
         if deg.any():
-            self.degraded_calls.append(cols[_CA[S.CALL_ID]][deg])
+            self.hazards.degraded(cols[_CA[S.CALL_ID]][deg])
         ids = cols[_CA[S.CALL_ID]][keep]
         if len(ids):
             self.first_counted_call = min(self.first_counted_call, int(ids.min()))
@@ -277,7 +363,8 @@ class Tally:
         uid = cols[_SE[S.INTERACTION_ID]]
         keep = self._counted(uid)
         if keep.any():
-            self.se.append((cols[_SE[S.REQUEST_GUID]][keep], uid[keep], cols[_SE[S.CALL_ID]][keep]))
+            self.hazards.executed(cols[_SE[S.REQUEST_GUID]][keep], uid[keep],
+                                  cols[_SE[S.CALL_ID]][keep])
         return self._sample(cols, _SE[S.CALL_ID])
 
     def settle(self, open_uids: np.ndarray) -> None:
@@ -299,11 +386,10 @@ class Tally:
                 S.M_QUEUE_WAIT_PREFIX: self.wait}
 
     def state_bytes(self) -> int:
-        """Bytes held for the joins (grows with rare events only)."""
-        arrays = [*self.failed_uids, *self.degraded_calls, *self.to_guid, *self.to_tp,
+        """Bytes held for the joins and the hazards (rare events; a few bytes per id)."""
+        arrays = [*self.to_guid, *self.to_tp,
                   self.buf_uid, self.buf_ok_guid, self.buf_join_guid, self.buf_ok_tp]
-        arrays += [a for t in self.se for a in t]
-        return sum(a.nbytes for a in arrays)
+        return sum(a.nbytes for a in arrays) + self.hazards.nbytes()
 
     def metrics(self, sessions_opened: IntCounts, timeseries: Any,
                 counters: dict[str, Any]) -> dict[str, float | None]:
@@ -384,31 +470,13 @@ class Tally:
         return int((by_guid | by_task).sum()), len(guid)
 
     def _hazards(self, n: int, sessions_opened: IntCounts) -> dict[str, float | None]:
-        if self.se:
-            guids = np.concatenate([g for g, _, _ in self.se])
-            turn_ids = np.concatenate([u for _, u, _ in self.se])
-            calls = np.concatenate([k for _, _, k in self.se])
-        else:
-            guids = turn_ids = calls = np.empty(0, np.int64)
-        if self.degraded_calls:
-            profile = ~np.isin(calls, np.concatenate(self.degraded_calls))
-            _, per_guid = np.unique(guids[profile], return_counts=True)
-        else:
-            _, per_guid = np.unique(guids, return_counts=True)
-        extra = int((per_guid[per_guid > 1] - 1).sum())
-        pairs = np.unique(np.stack([turn_ids, guids], axis=1), axis=0) if len(guids) else (
-            np.empty((0, 2), np.int64))
-        _, guids_per_turn = np.unique(pairs[:, 0], return_counts=True)
-        reexecuted = int((guids_per_turn > 1).sum())
+        h = self.hazards
         first_call = self.first_counted_call
         dup_sessions = sum(1 for k, v in sessions_opened.items() if v > 1 and k >= first_call)
-        failed = (np.concatenate(self.failed_uids) if self.failed_uids
-                  else np.empty(0, np.int64))
-        ghost = int(np.isin(failed, turn_ids).sum())
         return {
-            S.M_DUP_GUID_PER_1K: _ratio(1000.0 * extra, n),
-            S.M_REEXEC_TURN_PER_1K: _ratio(1000.0 * reexecuted, n),
+            S.M_DUP_GUID_PER_1K: _ratio(1000.0 * h.extra(), n),
+            S.M_REEXEC_TURN_PER_1K: _ratio(1000.0 * h.reexecuted, n),
             S.M_DUP_SESSION_PER_1K: _ratio(1000.0 * dup_sessions, n),
-            S.M_GHOST_PER_1K: _ratio(1000.0 * ghost, n),
-            S.M_SIDE_EFFECTS_PER_SE_TURN: _ratio(len(guids), self.c.get("se_turns", 0)),
+            S.M_GHOST_PER_1K: _ratio(1000.0 * h.ghosts(), n),
+            S.M_SIDE_EFFECTS_PER_SE_TURN: _ratio(h.executions, self.c.get("se_turns", 0)),
         }
