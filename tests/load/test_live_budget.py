@@ -92,7 +92,11 @@ def test_locust_user_drives_the_budget_like_the_simulator() -> None:
                       "decision"]].itertuples(index=False))
 
     opts = LiveOptions(ext_uri=EXT)
-    call = Call("c", sc, Instance(0, sc, opts, 0.0), None, None, opts,  # type: ignore[arg-type]
+
+    class Channel:  # what a call reads of its channel before its first request
+        binding = "sse"
+
+    call = Call("c", sc, Instance(0, sc, opts, 0.0), Channel(), None, opts,  # type: ignore[arg-type]
                 np.random.default_rng(0), "p", "r")
     mine = call.inst.budget
     assert mine is not None and mine is not world.live.instances[0].budget

@@ -660,8 +660,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "ok = end or seq <= self._next or (", "ok = end or seq < self._next or (", T_PLAY,
              "the expected event held until the timeout"),
     Mutation("playback", "loadtests/live/playback.py",
-             "        if seq > self.last_played:\n            self.last_played = seq",
-             "        if True:\n            self.last_played = seq", T_PLAY,
+             "        if seq > self.last_played:\n            self.last_played = seq\n"
+             "        self.played += 1",
+             "        if True:\n            self.last_played = seq\n"
+             "        self.played += 1", T_PLAY,
              "a late event lowers the highest number played"),
     # ---------------------------------------------------------------- gates (round 3)
     Mutation("gates", "loadtests/check/integrity.py",
@@ -813,8 +815,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "now_s - max(e[3] for e in heap) >= self.hold_s)", T_PLAY,
              "a gap's hold counted from the newest arrival"),
     Mutation("playback", "loadtests/live/playback.py",
-             "if not self._heap and (seq <= 0 if nxt is None else seq <= nxt):",
-             "if not self._heap and (seq <= 1 if nxt is None else seq <= nxt):", T_PLAY,
+             "(seq > 0 if nxt is None else seq != nxt):",
+             "(seq > 1 if nxt is None else seq != nxt):", T_PLAY,
              "a first event numbered 1 played before a 0 that comes next"),
     # ---------------------------------------------------------------- coverage, more
     Mutation("gates", "loadtests/check/coverage.py",
