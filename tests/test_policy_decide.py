@@ -222,3 +222,14 @@ def test_escalation() -> None:
     assert one.record_turn(False) is False and one.record_turn(True) is True
     never = Escalation(EscalationConfig(end_session_after_failed_turns=0))
     assert not any(never.record_turn(True) for _ in range(100))
+
+
+def test_a_lost_response_is_decided_like_a_timeout() -> None:
+    """A lost response (the stream ended without a terminal state) cannot be told from a
+    timeout: decided as upstream-timeout whatever the code says, and not retried at all when
+    timeouts are not (retry_on_timeout = false)."""
+    on = policy()
+    assert decide(on, "auth", 1, ending=Ending.LOST) == Decision(True, 0.25, "retry")
+    off = policy(RetryConfig(retry_on_timeout=False))
+    assert decide(off, "upstream-timeout", 1, ending=Ending.LOST) == Decision(
+        False, 0.0, "not-retryable")

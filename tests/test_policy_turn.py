@@ -252,3 +252,34 @@ def test_same_events_same_numbers() -> None:
         return [*out, t.reason]
     assert play() == play()
     assert play()[-1] == "attempts-exhausted"
+
+
+def test_a_caller_answering_exactly_at_the_handoff_timeout_is_in_time() -> None:
+    t = turn(rules(), handoff=True)
+    t.send(10.0)
+    t.attempt_ended(10.5, A.INPUT_REQUIRED)
+    assert not t.caller_wait(5.0, 5.0) and t.handoff_wait_s == 5.0  # "within" the timeout
+    assert t.caller_answered(15.5) == SEND
+
+
+def test_a_continuation_is_its_phases_first_attempt_and_its_retry_a_new_task() -> None:
+    """The continuation's first attempt goes on the INPUT_REQUIRED task, with no backoff
+    carried over from the first phase and told to the budget as a first attempt, under a
+    requestGuid of its own (new per phase even when retries keep theirs); its retry after
+    FAILED is a new task (errors.md §4), not the paused one again."""
+    b = Budget()
+    t = turn(rules(b, max_attempts=3, new_request_guid=False), handoff=True)
+    t.send(10.0)
+    t.learn_task("task-a")
+    assert t.attempt_ended(10.2, A.FAILED, "internal") == WAIT and t.delay_s > 0
+    t.retry_due(10.2 + t.delay_s)
+    assert t.guid == 100  # the retry keeps the phase's requestGuid
+    t.learn_task("task-b")
+    assert t.attempt_ended(11.5, A.INPUT_REQUIRED) == AWAIT_CALLER
+    t.caller_wait(1.0, 5.0)
+    assert t.caller_answered(12.5) == SEND
+    assert (t.task_id, t.delay_s, t.phase_attempts, t.guid) == ("task-b", 0.0, 1, 101)
+    assert t.attempt_ended(12.8, A.FAILED, "internal") == WAIT
+    assert b.calls[-2] == ("end", 12.8, Ending.FAILURE, False, False)  # not a retry
+    assert t.retry_due(12.8 + t.delay_s) == SEND
+    assert t.task_id is None  # the failed task is not resumed

@@ -96,3 +96,18 @@ def test_recovery_time_of_a_synthetic_series() -> None:
     assert recovery_time_s(flat * 0.96, 120.0, 8.0, noise_z=0.0) == 0.0  # 4 % below
     with pytest.raises(ValueError):
         baseline(g, 100, 100)
+
+
+def test_the_baseline_holds_only_whole_seconds_of_its_window() -> None:
+    g = np.array([100.0, 1.0, 1.0, 1.0, 50.0])
+    assert baseline(g, 0.5, 4.0) == 1.0  # [0.5, 4): bins 1, 2, 3 (bin 0 is partly before)
+    assert baseline(g, 1.0, 4.5) == 1.0  # bin 4 is partly after
+
+
+def test_a_measurement_on_an_end_of_the_prediction_interval_is_inside() -> None:
+    from rtalab.sim.shared.recovery import predict_recovery
+
+    for measured in (10.0, 20.0):
+        assert predict_recovery([10.0, 15.0, 20.0], measured).inside
+    assert not predict_recovery([10.0, 15.0, 20.0], 20.5).inside
+    assert predict_recovery([None, None], None).inside  # never back, as predicted

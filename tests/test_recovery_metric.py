@@ -104,3 +104,17 @@ def test_predict_judges_measured_recovery_against_the_simulated_replications() -
     # every prediction "never back": a measured collapse is inside, a recovery is not
     assert predict_recovery([None, None], None).inside
     assert not predict_recovery([None, None], 12.0).inside
+
+
+def test_a_load_spike_is_a_phase_above_the_first_phases_rate() -> None:
+    """Phases at the base rate are no trigger (a schedule that returns to it, or repeats it)."""
+    sc = load_scenario("baseline").with_overrides({
+        "run.duration_s": 300, "workload.arrival": "schedule", "workload.schedule": [
+            {"start_s": 0, "calls_per_s": 2}, {"start_s": 60, "calls_per_s": 2},
+            {"start_s": 100, "calls_per_s": 6}, {"start_s": 150, "calls_per_s": 2}]})
+    assert trigger_span(sc) == (100, 150)
+
+
+def test_no_offered_load_before_the_trigger_no_recovery_metric() -> None:
+    good = np.full(200, 8.0)
+    assert run_recovery_s(_series(good, offered=0.0), (50.0, 60.0), 10.0, 200.0) == (False, None)

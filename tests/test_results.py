@@ -240,3 +240,18 @@ def test_versions_fall_back_to_pyproject_when_not_installed(
     monkeypatch.setattr(results.metadata, "version", missing)
     assert results._package_version("rtalab").startswith("0.")
     assert results._package_version("simpy") is None
+
+
+def test_finish_lists_the_visible_files_and_the_wall_time_in_seconds(tmp_path: Path) -> None:
+    """meta.json's ``files`` names what a reader can open (not a writer's hidden
+    ``.<name>.tmp``), and ``wall_time_s`` is seconds since the start."""
+    import time
+
+    run_dir, meta, _ = _meta(tmp_path)
+    (run_dir / ".summary.json.tmp").write_text("{}", encoding="utf-8")  # a write in progress
+    (run_dir / "summary.json").write_text("{}", encoding="utf-8")
+    meta["_t0"] = time.perf_counter() - 2.0  # started two seconds ago
+    results.RunLifecycle(run_dir, meta).finish()
+    back = results.read_meta(run_dir)
+    assert back["files"] == ["meta.json", "scenario.toml", "summary.json"]
+    assert 2.0 <= back["wall_time_s"] < 60.0

@@ -143,6 +143,15 @@ class CpuWatch:
         return best
 
 
+def measured_at_b(turns: pd.DataFrame, args: argparse.Namespace
+                  ) -> tuple[dict[str, float], dict[str, tuple[float, float]], int]:
+    """The load run's figures at B: its metrics, their bootstrap CIs over calls (drawn from
+    ``--seed``) and the number of turns judged (those started after the warm-up)."""
+    return (turn_metrics(turns, args.warmup, args.duration),
+            bootstrap(turns, args.warmup, args.duration, seed=args.seed),
+            int((turns["start_s"] >= args.warmup).sum()))
+
+
 def client_void(cpu_share: float, limit: float | None = None) -> bool:
     """Whether a prediction is void: the busiest Locust process used more than ``limit``
     (default :data:`rtalab.sim.calibrate.validate.CLIENT_CPU_VOID`) of one core, so its timings
@@ -418,14 +427,13 @@ class _Prediction:
             real_sc = _window(self.sc, args, self.rate_b).with_overrides(extra)
             run_b, cpu = _load_run(real_sc, args, self.folder / "runs", self.chaos)
             turns_b = pd.read_parquet(run_b / "turns.parquet")
-            measured = turn_metrics(turns_b, args.warmup, args.duration)
-            ci = bootstrap(turns_b, args.warmup, args.duration, seed=args.seed)
+            measured, ci, judged = measured_at_b(turns_b, args)
         else:  # --no-measure: the prediction alone (a deployment that cannot be load-tested)
             run_b, cpu, turns_b = None, math.nan, sim_turns[0].iloc[0:0]
             measured = dict.fromkeys(METRICS, math.nan)
             ci = dict.fromkeys(METRICS, (math.nan, math.nan))
+            judged = 0
         void = client_void(cpu)
-        judged = int((turns_b["start_s"] >= args.warmup).sum())
         rows = compare(predicted, measured, ci, void=void, run_s=args.duration, turns=judged)
         self._record_case(name, tag, rows, predicted, sim_turns, turns_b, run_b, cpu, void)
         rec = _recovery(extra, sim_turns, turns_b, args) if extra and args.measure else None

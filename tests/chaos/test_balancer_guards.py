@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import collections
 
+import pytest
+
 from rtalab.loadtests.chaos.balancer import PROBE_S, Balancer, stable_hash
 
 UPS = ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
@@ -53,3 +55,22 @@ def test_the_snapshot_counts_every_request_routed() -> None:
         b.pick()
     assert b.snapshot() == {"routed": [3, 2, 2], "outstanding": [0, 0, 0],
                             "routable": [0, 1, 2]}
+
+
+def test_a_replica_failing_for_exactly_the_health_check_is_taken_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of rotation once it has failed for ``health_check_s`` (not only after more)."""
+    from types import SimpleNamespace
+
+    from rtalab.loadtests.chaos import balancer
+
+    clock = [100.0]
+    monkeypatch.setattr(balancer, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    b = Balancer(UPS, "round_robin", health_check_s=2.0)
+    b.failed(1)
+    clock[0] = 101.5
+    b.failed(1)
+    assert b.routable == [0, 1, 2]  # failing for 1.5 s: still in
+    clock[0] = 102.0
+    b.failed(1)
+    assert b.routable == [0, 2]

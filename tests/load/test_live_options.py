@@ -104,3 +104,26 @@ def test_a_settings_json_of_the_earlier_flat_layout_still_reads(tmp_path: Path) 
                                  test=TestSwitches(no_reorder=True,
                                                    unsafe_test_retry_codes=("auth",)))
     assert (s.seed, s.duration_s, s.tokens) == (3, 5.0, ())
+
+
+def test_a_remote_worker_writes_the_settings_it_was_sent(tmp_path: Path) -> None:
+    """The worker's locustfile reads ``<its run dir>/ledger/settings.json``: it must be
+    there, and be what the master sent (with the worker's own folder)."""
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text("", encoding="utf-8")
+    s = LoadSettings(run_dir=str(tmp_path), run_id="r2", scenario_path=str(scenario),
+                     live=LiveOptions(hold_s=0.4))
+    worker = tmp_path / "worker"
+    remote = LoadSettings.from_remote(s.for_remote_workers(), worker)
+    assert LoadSettings.read(worker / "ledger" / "settings.json") == remote
+
+
+def test_remote_workers_are_the_runs_processes_and_the_first_token_its_own() -> None:
+    """``--workers-expected N``: the run has N Locust processes (the users are split over
+    them); several ``--token``: calls alternate, the first is the run's own ``token``."""
+    sc = load_scenario("baseline")
+    opts = run_options(_parser().parse_args(
+        ["baseline", "--workers-expected", "3", "--token", "first", "--token", "second"]), sc)
+    assert opts.processes == 3 and opts.master_bind is not None
+    assert opts.token == "first" and opts.tokens == ("first", "second")
+    assert run_options(_parser().parse_args(["baseline", "--processes", "2"]), sc).processes == 2

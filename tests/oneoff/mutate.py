@@ -44,7 +44,7 @@ T_COV = ("tests/trust/test_interval_coverage.py",)
 T_PUNC = ("tests/test_calibrate_uncertainty.py",)
 T_OTLP = ("tests/test_calibrate_otlp.py",)
 T_MC = ("tests/trust/test_multiple_comparisons.py",)
-T_TLS = ("tests/serve/test_tls_servers.py", "tests/serve/test_wire_fuzz.py")
+T_TLS = ("tests/test_tls.py", "tests/serve/test_tls_servers.py", "tests/serve/test_wire_fuzz.py")
 T_EQ = ("tests/check/test_equivalence.py",)
 T_TUNE = ("tests/trust/test_tune_guards.py", "tests/trust/test_multiple_comparisons.py")
 T_CAL = ("tests/trust/test_calibration_guards.py", "tests/trust/test_interval_coverage.py",
@@ -75,6 +75,22 @@ T_INTS = ("tests/test_intsets_guards.py", "tests/test_intsets.py")
 T_FANS = ("tests/test_fleet_answers_guards.py", "tests/test_fleet_answers.py")
 T_FREP = ("tests/test_fleet_report_guards.py", "tests/test_fleet_report.py")
 T_FBENCH = ("tests/test_bench_fleet_guards.py", "tests/test_bench_runner.py")
+
+# round 6: the code that landed since 2026-12-05
+T_OPT = ("tests/load/test_live_options.py", "tests/load/test_bindings.py")
+T_RES = ("tests/test_results.py",)
+T_VOC = ("tests/test_vocabulary.py", "tests/test_policy_budget.py", "tests/test_policy_decide.py",
+         "tests/test_policy_turn.py", "tests/load/test_count_check.py")
+T_TURN = ("tests/test_policy_turn.py", "tests/test_policy_budget.py", "tests/test_budget_order.py",
+          "tests/load/test_live_units.py")
+T_NS = ("tests/test_namespace.py",)
+T_REP = ("tests/test_report_pieces.py", "tests/test_reports.py", "tests/test_fleet_report.py",
+         "tests/test_fleet_report_guards.py")
+T_REC = ("tests/test_recovery_metric.py", "tests/test_recovery.py")
+T_WIRE = ("tests/test_wireclient.py", "tests/test_load_glue.py",
+          "tests/serve/test_grpc_binding.py", "tests/serve/test_wire_fuzz.py")
+T_SCLI = ("tests/serve/test_serve_cli_guards.py", "tests/test_cli_options.py",
+          "tests/serve/test_wire_cli.py")
 
 MUTATIONS: tuple[Mutation, ...] = (
     # ---------------------------------------------------------------- intervals
@@ -1201,6 +1217,255 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("intsets fast path", "sim/model/intsets.py",
              "            c[k] += 1  # the common case", "            c[k] = 1  # the common case",
              T_INTS, "incr of a held count resets it to 1"),
+    # round 6 (2026-12-07): the code that landed since 2026-12-05 (options, run folders, the
+    # vocabulary, the turn machine, the namespace guard, the report, recovery, the wire client,
+    # the serve CLIs), then one or two fresh bugs in older areas
+    Mutation("options", "loadtests/live/config.py",
+             "        settings.write(run / \"ledger\" / \"settings.json\")\n"
+             "        return settings",
+             "        return settings", T_OPT,
+             "a remote worker never writes its settings.json"),
+    Mutation("options", "loadtests/loadrun/cli.py",
+             "processes=args.workers_expected or args.processes,",
+             "processes=args.processes,", T_OPT,
+             "--workers-expected not counted as the run's processes"),
+    Mutation("options", "loadtests/loadrun/cli.py",
+             "token=args.token[0] if args.token else None",
+             "token=args.token[-1] if args.token else None", T_OPT,
+             "the run's token is the last --token, not the first"),
+    Mutation("options", "loadtests/live/config.py",
+             "        return cls(**keys, test=test or TestSwitches())",
+             "        return cls(test=test or TestSwitches())", T_OPT,
+             "the scenario's [live] keys ignored (hold_s its default)"),
+    Mutation("options", "loadtests/live/config.py",
+             "{**data, \"run_dir\": str(run), \"scenario_path\": str(scenario)}",
+             "{\"run_dir\": str(run), \"scenario_path\": str(scenario), **data}", T_OPT,
+             "a remote worker keeps the master's run folder and scenario path"),
+    Mutation("run folders", "sim/shared/results.py",
+             "            path.mkdir(exist_ok=False)", "            path.mkdir(exist_ok=True)",
+             T_RES, "a new run folder may be an existing one (overwritten)"),
+    Mutation("run folders", "sim/shared/results.py",
+             "    files = sorted(p.name for p in Path(run_dir).iterdir() if not "
+             "p.name.startswith(\".\"))",
+             "    files = sorted(p.name for p in Path(run_dir).iterdir())", T_RES,
+             "meta.json's file list names the hidden temporary files"),
+    Mutation("run folders", "sim/shared/results.py",
+             "meta[\"wall_time_s\"] = round(time.perf_counter() - t0, 3)",
+             "meta[\"wall_time_s\"] = round((time.perf_counter() - t0) * 1000, 3)", T_RES,
+             "wall_time_s in milliseconds"),
+    Mutation("run folders", "sim/shared/results.py",
+             "status = RunState.INTERRUPTED if isinstance(e, KeyboardInterrupt) else "
+             "RunState.FAILED",
+             "status = RunState.INTERRUPTED if isinstance(e, Interrupted) else RunState.FAILED",
+             T_RES, "Ctrl-C marks a run failed (only SIGTERM/SIGHUP interrupted)"),
+    Mutation("run folders", "sim/shared/results.py",
+             "        return self.status not in (None, RunState.RUNNING)",
+             "        return self.status is not None", T_RES,
+             "a running folder counts as finished (the guard never marks it)"),
+    Mutation("run folders", "sim/shared/results.py",
+             "if text else type(e).__name__).splitlines()[0]",
+             "if text else type(e).__name__).splitlines()[-1]", T_RES,
+             "meta.json's error is the message's last line"),
+    Mutation("run folders", "sim/shared/results.py",
+             "    try:\n        yield\n    finally:\n        for sig, handler in old.items():\n"
+             "            signal.signal(sig, handler)",
+             "    yield", T_RES, "SIGTERM/SIGHUP handlers never restored after the run"),
+    Mutation("vocabulary", "sim/vocab.py",
+             "TIMEOUT_OUTCOMES: Final = frozenset((AttemptOutcome.TIMEOUT, "
+             "AttemptOutcome.TOTAL_TIMEOUT,\n                                     "
+             "AttemptOutcome.RESPONSE_LOST))",
+             "TIMEOUT_OUTCOMES: Final = frozenset((AttemptOutcome.TIMEOUT, "
+             "AttemptOutcome.TOTAL_TIMEOUT))", T_VOC,
+             "a lost response not among the timeouts (its side effect not 'maybe executed')"),
+    Mutation("vocabulary", "sim/vocab.py", "    return tuple(m.value for m in enum)",
+             "    return tuple(sorted(m.value for m in enum))", T_VOC,
+             "record categories sorted, not in definition order"),
+    Mutation("vocabulary", "sim/policy/budget.py",
+             "AttemptOutcome.TOTAL_TIMEOUT: Ending.TIMEOUT,",
+             "AttemptOutcome.TOTAL_TIMEOUT: Ending.LOST,", T_VOC,
+             "a total timeout is a lost response to the budget"),
+    Mutation("vocabulary", "sim/policy/decide.py",
+             "_TIMEOUT_ENDINGS: Final = frozenset((Ending.TIMEOUT, Ending.LOST))",
+             "_TIMEOUT_ENDINGS: Final = frozenset((Ending.TIMEOUT,))", T_VOC,
+             "a lost response not decided as upstream-timeout"),
+    Mutation("turn machine", "sim/policy/turn.py", "        if 0.0 < limit_s < wait_s:",
+             "        if 0.0 < limit_s <= wait_s:", T_TURN,
+             "a caller answering exactly at the handoff timeout is abandoned"),
+    Mutation("turn machine", "sim/policy/turn.py",
+             "        base = self.start_s + self.handoff_wait_s",
+             "        base = self.start_s", T_TURN,
+             "a handoff's timings include the caller's wait"),
+    Mutation("turn machine", "sim/policy/turn.py",
+             "            self.renew = outcome == _FAILED or cancel",
+             "            self.renew = outcome == _FAILED", T_TURN,
+             "a timeout cancelled by CancelTask keeps its task for the retry"),
+    Mutation("turn machine", "sim/policy/turn.py",
+             "        if first and self.phase:  # the continuation goes on",
+             "        if self.phase:  # the continuation goes on", T_TURN,
+             "a continuation's retry after FAILED goes on the INPUT_REQUIRED task again"),
+    Mutation("turn machine", "sim/policy/turn.py",
+             "        if self.turns_started >= self.turns_planned:",
+             "        if self.turns_started > self.turns_planned:", T_TURN,
+             "a call plays one turn more than planned"),
+    Mutation("turn machine", "sim/policy/turn.py",
+             "if self.escalation.record_turn(outcome == TurnOutcome.FAILED):",
+             "if self.escalation.record_turn(outcome != TurnOutcome.COMPLETED):", T_TURN,
+             "an abandoned or cancelled turn counts towards escalation"),
+    Mutation("turn machine", "sim/policy/turn.py",
+             "        is_retry = self.phase_attempts > 1",
+             "        is_retry = self.attempts > 1", T_TURN,
+             "a continuation's first attempt told to the budget as a retry"),
+    Mutation("turn machine", "sim/policy/turn.py",
+             "                budget.end_attempt(now - self.rules.t0, Ending.DROPPED, True,",
+             "                budget.end_attempt(now - self.rules.t0, Ending.DROPPED, "
+             "self.phase_attempts > 1,", T_TURN,
+             "a retry dropped by a barge-in told to the budget as a first attempt"),
+    Mutation("turn machine", "sim/policy/turn.py",
+             "        if first or r.new_guid or self.guid is None:",
+             "        if r.new_guid or self.guid is None:", T_TURN,
+             "the continuation reuses the first phase's requestGuid"),
+    Mutation("turn machine", "sim/policy/turn.py",
+             "            self.first_sends += 1\n            self.delay_s = 0.0",
+             "            self.first_sends += 1", T_TURN,
+             "a phase's first attempt keeps the previous phase's backoff"),
+    Mutation("namespace", "rtalab/__init__.py",
+             "if (_os.path.isfile(_os.path.join(_root, \"sim\", \"__init__.py\"))\n"
+             "        and not _os.path.isdir(_os.path.join(_here, \"sim\"))):",
+             "if _os.path.isfile(_os.path.join(_root, \"sim\", \"__init__.py\")):", T_NS,
+             "an installed rtalab reaches into a sim/ folder beside it"),
+    Mutation("namespace", "rtalab/__init__.py",
+             "_os.path.isfile(_os.path.join(_root, \"sim\", \"__init__.py\"))",
+             "_os.path.isdir(_os.path.join(_root, \"sim\"))", T_NS,
+             "any folder named sim beside rtalab taken for the source checkout"),
+    Mutation("report", "sim/report/pieces.py",
+             "    return [(k, str(v)) for k, v in pairs if v is not None and v != \"\"]",
+             "    return [(k, str(v)) for k, v in pairs if v]", T_REP,
+             "a fact of 0 (or False) left out of the section"),
+    Mutation("report", "sim/report/pieces.py", "    return x if math.isfinite(x) else None",
+             "    return x", T_REP, "as_float passes NaN and inf through"),
+    Mutation("report", "sim/report/render.py",
+             "comparison=runs_comparison(runs) if comparison and len(runs) >= 2 else None",
+             "comparison=runs_comparison(runs) if comparison and len(runs) > 2 else None", T_REP,
+             "two runs get no comparison"),
+    Mutation("recovery", "sim/shared/recovery.py",
+             "    lo, hi = int(np.ceil(start_s)), int(np.floor(end_s))",
+             "    lo, hi = int(np.floor(start_s)), int(np.floor(end_s))", T_REC,
+             "the baseline starts in the warm-up's last partial second"),
+    Mutation("recovery", "sim/shared/recovery.py",
+             "    ok = ((window >= level - noise_z * np.sqrt(reference / window_s))\n"
+             "          & (tail",
+             "    ok = ((window >= level - noise_z * np.sqrt(reference / window_s))\n"
+             "          | (tail", T_REC,
+             "a burst of completions followed by a relapse counts as recovered"),
+    Mutation("recovery", "sim/shared/recovery.py",
+             "lo, hi, (r - 1) / (r + 1),", "lo, hi, r / (r + 1),", T_REC,
+             "the prediction interval's coverage r/(r+1)"),
+    Mutation("recovery", "sim/shared/recovery.py", "bool(lo <= m <= hi))",
+             "bool(lo <= m < hi))", T_REC,
+             "a measurement equal to the slowest prediction judged outside"),
+    Mutation("recovery", "sim/shared/recovery.py", "            if p.calls_per_s > base:",
+             "            if p.calls_per_s >= base:", T_REC,
+             "a schedule phase at the base rate taken for a load spike"),
+    Mutation("recovery", "sim/shared/recovery.py", "    if not ref > 0:\n",
+             "    if ref < 0:\n", T_REC,
+             "recovery judged against a zero offered load (recovers at once)"),
+    Mutation("wire client", "loadtests/wireclient.py",
+             "        return [meta(e).get(k(\"sequenceId\")) for e in self.events[1:]]",
+             "        return [meta(e).get(k(\"sequenceId\")) for e in self.events]", T_WIRE,
+             "Turn.seqs includes the Task's (None)"),
+    Mutation("wire client", "loadtests/wireclient.py",
+             "if key.lower() in _GRPC_HEADERS]", "if key in _GRPC_HEADERS]", T_WIRE,
+             "gRPC metadata drops headers spelled in capitals (Authorization)"),
+    Mutation("wire client", "loadtests/wireclient.py",
+             "turn.status = HTTP_OF_STATUS.get(e.code().name, 500)",
+             "turn.status = HTTP_OF_STATUS.get(e.code().name, 200)", T_WIRE,
+             "an unmapped gRPC error status reads as HTTP 200"),
+    Mutation("wire client", "loadtests/wireclient.py",
+             "                self.pending.setdefault(frame.get(\"id\"), []).append(frame)\n",
+             "", T_WIRE, "a WebSocket frame of another request's id is dropped"),
+    Mutation("wire client", "loadtests/wireclient.py",
+             "k(\"interactionId\"): interaction or uid(\"i\")}",
+             "k(\"interactionId\"): uid(\"i\")}", T_WIRE,
+             "message() ignores the interactionId it was given"),
+    Mutation("serve CLIs", "loadtests/reasoner/cli.py",
+             "if not text or len(text) > MAX_INSTANCE_CHARS",
+             "if not text or len(text) >= MAX_INSTANCE_CHARS", T_SCLI,
+             "--instance of exactly 64 characters refused"),
+    Mutation("serve CLIs", "loadtests/reasoner/cli.py",
+             "any(c.isspace() or c == \",\" for c in args.ext_uri)",
+             "any(c.isspace() for c in args.ext_uri)", T_SCLI,
+             "an --ext-uri with a comma accepted (A2A-Extensions is a comma list)"),
+    Mutation("serve CLIs", "loadtests/reasoner/cli.py",
+             "        dedup_wait_s=args.dedup_wait_s, scenario",
+             "        dedup_wait_s=args.dedup_window_s or 30.0, scenario", T_SCLI,
+             "--dedup-wait-s read from --dedup-window-s"),
+    Mutation("serve CLIs", "loadtests/fuzz/cli.py", "    if not names or bad:",
+             "    if bad:", T_SCLI, "serve fuzz --bindings ',' accepted (no binding)"),
+    Mutation("serve CLIs", "loadtests/fuzz/cli.py",
+             "    return 0 if all(not r.failures() for r in reports) else 1",
+             "    return 0 if any(not r.failures() for r in reports) else 1", T_SCLI,
+             "serve fuzz exits 0 when one binding of several passed"),
+    Mutation("serve CLIs", "loadtests/fuzz/cli.py", "args.requests, seed=args.seed,",
+             "args.requests, seed=1,", T_SCLI, "serve fuzz --seed not passed to the fuzzer"),
+    Mutation("serve CLIs", "loadtests/fuzz/cli.py", "memory_info().rss) / 2**20",
+             "memory_info().rss) / 1e6", T_SCLI, "the server's RSS in MB, labelled MiB"),
+    Mutation("intervals", "sim/shared/stats.py", "    mid = (p + z * z / (2 * n)) / den",
+             "    mid = (p + z * z / n) / den", T_COV,
+             "Wilson's centre shifted by z^2/n, not z^2/2n"),
+    Mutation("multiple comparisons", "sim/shared/stats.py",
+             "    order = sorted(range(len(p_values)), key=lambda i: p_values[i])",
+             "    order = sorted(range(len(p_values)), key=lambda i: -p_values[i])", T_MC,
+             "Holm steps down from the largest p-value"),
+    Mutation("calibration", "sim/calibrate/estimate.py",
+             "s_ns.var(ddof=1) / len(s_ns))", "s_ns.var(ddof=1) / len(s_se))", T_CAL,
+             "tool latency's standard error: the second sample's variance over the first's n"),
+    Mutation("tune", "sim/answers/tune.py",
+             "    o_inf = any(math.isinf(v) for v in other if v is not None)",
+             "    o_inf = any(math.isinf(v) for v in best if v is not None)", T_TUNE,
+             "indistinguishable ranges: the candidate's infinite values read from the best's"),
+    Mutation("gates", "loadtests/check/integrity.py",
+             "    bad = bad[~bad.isin([101])]  # an open WebSocket\n", "", T_GATE,
+             "an open WebSocket (101) listed among the refused answers"),
+    Mutation("stores", "loadtests/dedup/memory.py",
+             "if expired(self._rows[k].claimed_at, self.lease_s + self.window_s, now_s)]",
+             "if expired(self._rows[k].claimed_at, self.window_s, now_s)]", T_STORE,
+             "memory: an in-flight entry purged at the window, before lease + window"),
+    Mutation("reasoner validation", "loadtests/reasoner/intake.py",
+             "if delay is not None and (isinstance(delay, bool) or not isinstance(",
+             "if delay is not None and (not isinstance(", T_INTAKE,
+             "test.delayS: true accepted as 1 s"),
+    Mutation("chaos proxy", "loadtests/chaos/config.py",
+             "    dup = duplicable and u[2] < link.duplication",
+             "    dup = duplicable and u[1] < link.duplication", T_CHAOS,
+             "duplication drawn from the loss draw (a lost request is the one duplicated)"),
+    Mutation("TLS clients", "loadtests/common/tls.py",
+             "        ctx.verify_mode = ssl.CERT_REQUIRED\n    return ctx",
+             "        ctx.verify_mode = ssl.CERT_OPTIONAL\n    return ctx", T_TLS,
+             "--tls-client-ca: a client without a certificate let in"),
+    Mutation("predict", "loadtests/loadrun/predict.py",
+             "            bootstrap(turns, args.warmup, args.duration, seed=args.seed),",
+             "            bootstrap(turns, args.warmup, args.duration),", T_PRED,
+             "the measured run's bootstrap ignores --seed"),
+    Mutation("predict", "loadtests/loadrun/predict.py",
+             "            int((turns[\"start_s\"] >= args.warmup).sum()))",
+             "            len(turns))", T_PRED,
+             "the warm-up's turns counted among the judged ones"),
+    Mutation("checker rules", "loadtests/check/rules.py",
+             "    ctx = a[\"context_id_learned\"].fillna(a[\"context_id\"])",
+             "    ctx = a[\"context_id\"]", T_CHECK,
+             "duplicate-session: the context the server named ignored"),
+    Mutation("balancer", "loadtests/chaos/balancer.py",
+             "now - since >= self.health_check_s and r in self.routable:",
+             "now - since > self.health_check_s and r in self.routable:", T_BAL,
+             "a replica failing for exactly health_check_s kept in rotation"),
+    Mutation("fleet load run", "loadtests/loadrun/fleet.py",
+             "float(counts.max() / counts.mean()) if total else None",
+             "float(counts.max() / counts.min()) if total else None", T_FLOAD,
+             "requests imbalance max / min, not max / mean"),
+    Mutation("fleet split", "sim/fleetsplit.py",
+             "                       & (a[S.ATTEMPT] == r[S.ATTEMPT] - 1)]",
+             "                       & (a[S.ATTEMPT] == r[S.ATTEMPT])]", T_SPLIT,
+             "a retried call's reason names the retry's code, not the failed attempt's"),
 )
 
 
@@ -1210,6 +1475,8 @@ ROUND3 = next(i for i, m in enumerate(MUTATIONS)
 #: index of the first mutation of round 4 (2026-12-04, the fleet code) in :data:`MUTATIONS`
 ROUND4 = next(i for i, m in enumerate(MUTATIONS) if m.area == "balancer")
 ROUND5 = next(i for i, m in enumerate(MUTATIONS) if m.area == "intsets fast path")
+#: index of the first mutation of round 6 (2026-12-07, the code since 2026-12-05)
+ROUND6 = next(i for i, m in enumerate(MUTATIONS) if m.area == "options")
 
 
 def validate(mutations: tuple[Mutation, ...] = MUTATIONS, root: Path = ROOT) -> list[str]:
@@ -1246,7 +1513,7 @@ def run(areas: list[str] | None, match: str | None = None, first: int = 0
         copy = Path(tmp) / "tree"
         _copy_tree(copy)
         env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
-        py = str(ROOT / ".venv" / "bin" / "python")
+        py = sys.executable  # the venv this runs in (a worktree has no .venv of its own)
         for m in chosen:
             path = copy / m.file
             orig = path.read_text(encoding="utf-8")

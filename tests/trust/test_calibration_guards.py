@@ -105,3 +105,27 @@ def test_negative_and_infinite_durations_are_not_fitted() -> None:
     f = fit_duration("reasoning_time_s", x, seed=1)
     assert f is not None and f.n == 40
     assert f.mean == pytest.approx(float(good.mean()), rel=1e-9)
+
+
+def test_tool_latency_interval_weighs_each_sample_by_its_own_size() -> None:
+    """The difference of two means has se^2 = var_se/n_se + var_ns/n_ns: 10 side-effect
+    turns (sd 0.01 s) against 1,000 others (sd 2 s) give se = 0.0633 s, so a 0.5 s tool is
+    identified (a se taking the others' variance over 10 would be 0.63 s: "not slower")."""
+    from rtalab.sim.calibrate.estimate import Value, _tool_latency
+
+    s_se = 1.0 + 0.01 * np.array([-1.5, -1.0, -0.5, -0.2, 0.0, 0.0, 0.2, 0.5, 1.0, 1.5])
+    z = np.random.default_rng(3).standard_normal(1000)
+    s_ns = 0.5 + 2.0 * (z - z.mean()) / z.std(ddof=1)  # mean 0.5 s, sd 2 s exactly
+    values: list[Value] = []
+    _tool_latency(s_se, s_ns, values, [])
+    (v,) = values
+    assert v.value != 0.0 and v.ci == "mean 0.5 s [0.3759, 0.6241]", v
+
+
+def test_tool_latency_not_slower_when_its_interval_holds_zero() -> None:
+    from rtalab.sim.calibrate.estimate import Value, _tool_latency
+
+    s = np.linspace(0.9, 1.1, 20)
+    values: list[Value] = []
+    _tool_latency(s + 0.001, s, values, [])
+    assert [v.value for v in values] == [0.0]

@@ -227,3 +227,16 @@ def test_the_runs_own_availability_limit_is_the_one_judged() -> None:
                                 out, none)
     assert str(default.status).upper().endswith("FAIL")
     assert str(lenient.status).upper().endswith("PASS")
+
+
+def test_refused_answers_are_the_real_requests_without_a_stream() -> None:
+    """What the availability rule says the server answered instead: non-2xx statuses and
+    requests with none -- not an open WebSocket (101), not a copy the client injected."""
+    from rtalab.loadtests.check.integrity import refused_statuses
+
+    a = pd.DataFrame({"http_status": [200, 101, 503, None, 503],
+                      "injected": ["", "", "", "", "proxy-dup"]})
+    text = refused_statuses(a)
+    assert text.startswith("; 2 of 4 requests answered: ") and "101" not in text
+    assert "HTTP 503 x1" in text and "no connection x1" in text
+    assert refused_statuses(a.iloc[:2]) == ""  # 200 and an open WebSocket: nothing refused

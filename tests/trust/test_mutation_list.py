@@ -32,3 +32,21 @@ def test_the_fleet_areas_of_round_4_have_four_to_eight_bugs_each() -> None:
     counts = Counter(m.area for m in MUTATIONS[ROUND4:ROUND5])
     assert set(counts) == fleet and all(4 <= n <= 8 for n in counts.values()), counts
     assert all(m.tests[0].endswith("_guards.py") for m in MUTATIONS[ROUND4:ROUND5])
+
+
+def test_round_6_plants_in_the_code_since_2026_12_05_and_in_older_areas() -> None:
+    """Fresh bugs in each part of the code that landed since 2026-12-05 (two or more per
+    area), then fresh ones in older areas -- none in the files being rewritten in parallel
+    (sim/model/*, loadtests/live/call.py)."""
+    from collections import Counter
+
+    from tests.oneoff.mutate import ROUND6
+
+    new = {"options", "run folders", "vocabulary", "turn machine", "namespace", "report",
+           "recovery", "wire client", "serve CLIs"}
+    r6 = MUTATIONS[ROUND6:]
+    counts = Counter(m.area for m in r6)
+    assert new <= set(counts) and all(counts[a] >= 2 for a in new), counts
+    assert len(set(counts) - new) >= 10  # older areas, one or two fresh bugs each
+    assert not [m.file for m in r6 if m.file.startswith("sim/model/")
+                or m.file == "loadtests/live/call.py"]

@@ -164,3 +164,32 @@ def test_peak_is_a_factor_of_a_or_a_rate_in_calls_per_s() -> None:
     rate, note = peak_rate(SimpleNamespace(peak=("factor", 1.5), source="prometheus:x"),
                            base, cal)
     assert rate == 3.0 and "1.5 x the observed 2 calls/s" in note
+
+
+def test_the_measured_run_is_judged_after_its_warm_up_and_resampled_from_the_seed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load run's side of the comparison: turns started in the warm-up are not judged,
+    and its bootstrap draws from ``--seed`` (a fixed stream would ignore it)."""
+    import argparse
+
+    import numpy as np
+    import pandas as pd
+
+    from rtalab.loadtests.loadrun import predict
+
+    seeds: list[int] = []
+
+    def bootstrap(turns: pd.DataFrame, warmup_s: float, duration_s: float,
+                  seed: int = 0) -> dict[str, tuple[float, float]]:
+        seeds.append(seed)
+        return {}
+
+    monkeypatch.setattr(predict, "bootstrap", bootstrap)
+    start = np.linspace(0.0, 59.0, 60)
+    turns = pd.DataFrame({"start_s": start, "end_s": start + 1.0, "ttfc_s": 0.3,
+                          "completion_s": 1.0, "attempts": 1,
+                          "outcome": ["completed", "failed"] * 30})
+    args = argparse.Namespace(warmup=10.0, duration=60.0, seed=7)
+    measured, _, judged = predict.measured_at_b(turns, args)
+    assert judged == int((start >= 10.0).sum()) == 50 and seeds == [7]
+    assert measured["success_rate"] == 0.5

@@ -89,6 +89,12 @@ def test_indistinguishable_from_the_best_means_not_significantly_different() -> 
     best = [1.0, 1.1, 0.9, 1.05, 0.95]
     assert _same_as_best(best, [1.02, 1.08, 0.92, 1.0, 0.97], minimize=True)
     assert not _same_as_best(best, [3.0, 3.1, 2.9, 3.05, 2.95], minimize=True)
+    # an infinite replication value (a latency never reached) is distinguishable from a finite
+    # best when minimising, whichever of the two holds it
+    inf = float("inf")
+    assert not _same_as_best(best, [1.0, inf, 0.9, 1.05, 0.95], minimize=True)
+    assert not _same_as_best([1.0, inf, 0.9], best, minimize=True)
+    assert _same_as_best([1.0, inf, 0.9], [inf, 1.0, 1.1], minimize=True)
 
 
 def _metric(values: list[float | None]) -> dict:
