@@ -7,6 +7,8 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from rtalab.loadtests.wireclient import EXT, Turn, WsSession, k, message, stream
 
 
@@ -22,6 +24,19 @@ def test_seqs_are_the_events_after_the_task() -> None:
     turn = Turn(events=[_task(), _status(0, "TASK_STATE_WORKING"),
                         _status(1, "TASK_STATE_COMPLETED")])
     assert turn.seqs == [0, 1] and turn.final_state == "TASK_STATE_COMPLETED"
+
+
+def test_a_failed_turns_code_and_text_are_its_status_messages() -> None:
+    """``rta/errorCode`` sits in the FAILED status's message (errors.md), not in the event's
+    own metadata (which holds the sequenceId)."""
+    failed = {"statusUpdate": {
+        "status": {"state": "TASK_STATE_FAILED", "message": {
+            "metadata": {k("errorCode"): "internal"},
+            "parts": [{"text": "try "}, {"text": "again"}]}},
+        "metadata": {k("sequenceId"): 1, k("errorCode"): "not-this"}}}
+    turn = Turn(events=[_task(), failed])
+    assert (turn.error_code, turn.failure_text) == ("internal", "try again")
+    assert Turn(events=[_task(), _status(0, "TASK_STATE_COMPLETED")]).error_code is None
 
 
 def test_a_message_carries_the_ids_it_was_given() -> None:
@@ -67,3 +82,39 @@ def test_a_websocket_keeps_the_frames_of_another_request_for_it() -> None:
         == [None, done]
     assert len(second.events) == 2 and second.final_state == done
     assert first.headers == {"x-rta-worker": "7"} and first.worker == "7"
+
+
+def test_a_grpc_request_carries_the_profiles_headers_as_metadata(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Authorization``, ``A2A-Extensions`` and ``A2A-Version`` become gRPC metadata however
+    they are spelled (metadata keys are lower case); other headers stay behind."""
+    import grpc
+    from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+    from rtalab.loadtests.wireclient import grpc_request, headers, rpc
+
+    sent: list[Any] = []
+
+    class Call:
+        def initial_metadata(self) -> tuple[tuple[str, str], ...]:
+            return (("x-rta-worker", "9"),)
+
+    class Method:
+        def with_call(self, request: Any, metadata: Any, timeout: float) -> Any:
+            sent.append(metadata)
+            return a2a_pb2.SendMessageResponse(), Call()
+
+    class Stub:
+        def __init__(self, channel: Any) -> None:
+            self.SendMessage = Method()
+
+    monkeypatch.setattr(grpc, "insecure_channel", lambda address: SimpleNamespace(
+        close=lambda: None))
+    monkeypatch.setattr(a2a_pb2_grpc, "A2AServiceStub", Stub)
+    hdrs = {**headers(), "X-Other": "no"}
+    assert {"Authorization", "A2A-Extensions", "A2A-Version"} <= set(hdrs)
+    turn = grpc_request("127.0.0.1:1", rpc("SendMessage", {"message": message()}, "r1"), hdrs)
+    (md,) = sent
+    assert {key for key, _ in md} == {"authorization", "a2a-extensions", "a2a-version"}
+    assert dict(md)["authorization"] == hdrs["Authorization"]
+    assert turn.worker == "9" and turn.frames[0]["id"] == "r1"

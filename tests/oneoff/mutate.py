@@ -1376,10 +1376,12 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("wire client", "loadtests/wireclient.py",
              "if key.lower() in _GRPC_HEADERS]", "if key in _GRPC_HEADERS]", T_WIRE,
              "gRPC metadata drops headers spelled in capitals (Authorization)"),
+    # (first written as "an unmapped gRPC status reads as HTTP 200": equivalent, every
+    # grpc.StatusCode is in HTTP_OF_STATUS; replaced by this one)
     Mutation("wire client", "loadtests/wireclient.py",
-             "turn.status = HTTP_OF_STATUS.get(e.code().name, 500)",
-             "turn.status = HTTP_OF_STATUS.get(e.code().name, 200)", T_WIRE,
-             "an unmapped gRPC error status reads as HTTP 200"),
+             "code = status_message(self.final).get(\"metadata\", {}).get(k(\"errorCode\"))",
+             "code = meta(self.final).get(k(\"errorCode\"))", T_WIRE,
+             "Turn.error_code read from the event's metadata, not its status message's"),
     Mutation("wire client", "loadtests/wireclient.py",
              "                self.pending.setdefault(frame.get(\"id\"), []).append(frame)\n",
              "", T_WIRE, "a WebSocket frame of another request's id is dropped"),
