@@ -232,7 +232,7 @@ class Session(CallMachine):
 
     def __init__(self, call_id: int, instance: Instance, arrival_s: float, turns_planned: int,
                  context_id: int, escalation: Any) -> None:
-        super().__init__(turns_planned, escalation)
+        CallMachine.__init__(self, turns_planned, escalation)  # explicit: no super() per call
         self.call_id = call_id
         self.degraded = False  # no A2A-Extensions echo in time: core A2A, no rta/* metadata
         self.instance = instance
@@ -250,7 +250,8 @@ class Turn(TurnMachine):
 
     def __init__(self, session: Session, index: int, uid: int, start_s: float, side_effect: bool,
                  handoff: bool) -> None:
-        super().__init__(session.instance.rules, start_s, side_effect, handoff)
+        # explicit (no super() lookup): one Turn per turn, on the model's hottest path
+        TurnMachine.__init__(self, session.instance.rules, start_s, side_effect, handoff)
         self.session = session
         self.index = index
         self.uid = uid
@@ -330,6 +331,16 @@ class LiveLayer:
         self._next_turn_cb = self._on_next_turn
         self._barge_cb = self._on_barge_in
         self._refused_cb = self._on_refused
+        self._on_request, self._on_copy = reasoner.on_request, reasoner.on_copy
+        # the first timer of every attempt: the turn-response timer if it fires first, else
+        # the total timer (the response timer then arms the total one), else none
+        tr, tt = self.t_response_s, self.t_total_s
+        self._arm: Callable[[float, Request], None] | None = None
+        self._arm_s = 0.0
+        if tr > 0.0 and (tt <= 0.0 or tr < tt):
+            self._arm, self._arm_s = self._response_timers.add, tr
+        elif tt > 0.0:
+            self._arm, self._arm_s = self._total_timers.add, tt
         # a reset / reasoner-down outage cuts every open attempt when it starts
         for start_s, _ in uplink.refusing:
             self._later(start_s, self._cut_open, None)
@@ -384,7 +395,10 @@ class LiveLayer:
         self.in_progress += 1
         if self.barge_share > 0.0 and self.u_barge() < self.barge_share:
             self._later(self.barge_after(), self._barge_cb, t)
-        self._act(t, now, t.send(now))
+        if t.send(now) == SEND:  # as _act, without its call: send() answers SEND or END
+            self._send(t, now)
+        else:  # the budget refused the first attempt
+            self._end_turn(t, now, now)
 
     def _end_turn(self, t: Turn, now: float, end_s: float,
                   next_after_s: float | None = None) -> None:
@@ -450,7 +464,7 @@ class LiveLayer:
         if t.phase:
             req.resumes_task = t.turn_id == t.input_turn_id
         t.req = req
-        r = self.uplink.send(req, self.reasoner.on_request, self.reasoner.on_copy)
+        r = self.uplink.send(req, self._on_request, self._on_copy)
         if r:
             if r == DROPPED:
                 req.lost = True
@@ -459,11 +473,8 @@ class LiveLayer:
                 self._later(0.0, self._refused_cb, req)
             else:
                 req.duplicated = True
-        tr, tt = self.t_response_s, self.t_total_s
-        if tr > 0.0 and (tt <= 0.0 or tr < tt):
-            self._response_timers.add(now + tr, req)
-        elif tt > 0.0:
-            self._total_timers.add(now + tt, req)
+        if self._arm is not None:  # the attempt's first timer (see __init__)
+            self._arm(now + self._arm_s, req)
 
     def _on_refused(self, req: Request) -> None:
         if req.open:  # as the Live users account it: a broken stream, response-lost
@@ -534,8 +545,12 @@ class LiveLayer:
         self._act(t, now, t.retry_due(now))  # IGNORE: ended meanwhile (barge-in)
 
     def _attempt_completed(self, req: Request, now: float) -> None:
-        self._close(req, now)
+        req.open = False  # _close, inlined (once per turn)
         t = req.turn
+        if req.first_response_s <= now:
+            s = t.session
+            if s.context_id == NO_CONTEXT:
+                s.context_id = req.server_context_id
         t.attempt_ended(now, _COMPLETED)
         # what the caller hears: the reorder buffer plays the chunks out (errors.md §6);
         # without arrival times (a fast link) they came in order, each playable on arrival

@@ -47,6 +47,7 @@ from typing import Any
 
 import simpy
 
+from rtalab.sim.dist import Const
 from rtalab.sim.model.clock import scheduler, sim_time
 from rtalab.sim.model.dedup import DedupStore, Entry, fingerprint
 from rtalab.sim.model.intsets import IntCounts, IntSet
@@ -156,6 +157,11 @@ class Reasoner:
         self.reasoning = streams.sampler("reasoning", cfg.reasoning_time_s)
         self.tool = streams.sampler("tool", cfg.tool_latency_s)
         self.first_chunk = streams.sampler("first_chunk", cfg.first_chunk_s)
+        #: a constant first-chunk delay, drawn without a call (its sampler draws nothing)
+        fc = cfg.first_chunk_s
+        self._first_chunk_s = float(fc.value) if isinstance(fc, Const) else None
+        #: the downlink's constant latency when it is fast (no faults): arrivals computed inline
+        self._dl_latency = downlink.const_latency if downlink.fast else None
         self.u_err = streams.uniform("errors")
         cum, table = 0.0, []
         for code in ERROR_CODES:  # fixed order: the same draw maps to the same code
@@ -238,7 +244,9 @@ class Reasoner:
         server now (the uplink's delivery callback)."""
         now = sim_time(self.env)
         self.requests += 1
-        ctx = self._context_of(req)
+        ctx = req.context_id
+        if ctx == NO_CONTEXT or ctx not in self.known_contexts:  # else _context_of's answer
+            ctx = self._context_of(req)
         if not dup:
             req.server_context_id = ctx
         store = self.store
@@ -417,8 +425,11 @@ class Reasoner:
                 for w, wdup in e.waiters:
                     if not wdup:
                         self._progress(w, now)
-        if not job.dup:
-            self._progress(req, now)
+        if not job.dup and self.progress and req.open and not req.degraded:  # _progress, inlined
+            lat = self._dl_latency
+            t = now + lat if lat is not None else self.downlink.arrival(now)
+            if t < req.first_response_s:
+                req.first_response_s = t
         self._later(end - now, self._on_done_cb, job)
 
     def _claim(self, job: Job, now: float) -> bool:
@@ -466,7 +477,11 @@ class Reasoner:
             if tasks is None:
                 tasks = self.awaiting_input[ctx] = {}
             tasks[job.req.task_id] = now + self.handoff_timeout_s
-        t1 = now + self.first_chunk() if status == COMPLETED else 0.0
+        if status == COMPLETED:
+            fc = self._first_chunk_s
+            t1 = now + (fc if fc is not None else self.first_chunk())
+        else:
+            t1 = 0.0
         store = self.store
         if job.guard is not None:  # settled when the tool call returned (or timed out)
             gkey, g = job.guard
@@ -573,15 +588,18 @@ class Reasoner:
             retry_after_ms = self.retry_after_ms  # injected, joined or replayed rate-limited
         req.retry_after_ms = retry_after_ms
         req.server_context_id = ctx
+        lat = self._dl_latency
         if status == COMPLETED:
             n = self.chunks
-            arrival, tlost = dl.terminal(first_chunk_send_s + (n - 1) * interval_s)
-            if dl.fast:  # constant latency, no faults: in order, each playable on arrival
-                first = first_chunk_send_s + dl.const_latency  # type: ignore[operator]  # fast: const_latency is set
+            if lat is not None:  # a fast link: constant latency, no faults, in order, each
+                # chunk playable on arrival (Link.terminal's answer, without its call)
+                arrival, tlost = first_chunk_send_s + (n - 1) * interval_s + lat, False
+                first = first_chunk_send_s + lat
                 last = first + (n - 1) * interval_s
                 req.first_chunk_s = first
                 req.complete_s = arrival if arrival > last else last
             else:  # the Live layer's reorder buffer plays them out (rtalab.sim.model.playout)
+                arrival, tlost = dl.terminal(first_chunk_send_s + (n - 1) * interval_s)
                 arrivals = dl.chunks(first_chunk_send_s, interval_s, n)
                 req.chunk_arrivals = arrivals
                 first = min(arrivals)  # any message satisfies the turn-response timer
