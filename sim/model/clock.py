@@ -20,10 +20,10 @@ advanced with :func:`run` (``Environment.run``/``step`` cannot unpack them).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from heapq import heappop, heappush
 from operator import attrgetter
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import simpy
 from simpy.core import StopSimulation
@@ -35,6 +35,17 @@ _URGENT = int(URGENT)
 
 #: ``sim_time(env)`` -> the current simulated time (``env.now`` without the property's cost)
 sim_time: Callable[[simpy.Environment], float] = attrgetter("_now")
+
+#: the key of the current simulated time in :func:`clock_table`
+NOW: Final = "_now"
+
+
+def clock_table(env: simpy.Environment) -> Mapping[str, float]:
+    """The environment's own attribute table, live: ``clock_table(env)[NOW]`` is the current
+    simulated time, read without a call — the hot path's form of :func:`sim_time` (a dict
+    read is ~0.1 k instructions on CPython 3.11, the ``attrgetter`` call ~0.5 k).  Only its
+    ``NOW`` entry is for reading."""
+    return cast("Mapping[str, float]", vars(env))
 
 #: a queue entry: SimPy types its queue as ``(time, priority, id, event)``; the model's
 #: entries are ``(time, priority, id, callback, value)`` and the stop mark ``(time, URGENT, id)``
@@ -56,12 +67,12 @@ def call_later(env: simpy.Environment, delay: float, callback: Callable[[Any], N
 def scheduler(env: simpy.Environment) -> Callable[..., None]:
     """``later(delay, callback, value=None)``: :func:`call_later` bound to ``env`` (the queue,
     the id counter and the push held in closure cells: the hot path's form)."""
-    queue, eid, push = _queue(env), env._eid, heappush
+    queue, eid, push = _queue(env), env._eid.__next__, heappush
 
     def later(delay: float, callback: Callable[[Any], None], value: Any = None) -> None:
         if delay < 0.0:
             raise ValueError(f"negative delay {delay!r}")
-        push(queue, (env._now + delay, _NORMAL, next(eid), callback, value))
+        push(queue, (env._now + delay, _NORMAL, eid(), callback, value))
 
     return later
 

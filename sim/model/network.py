@@ -130,7 +130,8 @@ class Link:
         """
         self.sent += 1
         if self.fast:  # constant latency, no faults (so no outage either): one copy arrives
-            self._later(self.const_latency, deliver, msg)
+            later = self._later  # a local: an instance attribute called as self.f() is slower
+            later(self.const_latency, deliver, msg)
             return DELIVERED
         now = sim_time(self.env)
         if self.refusing and self.refused(now):
