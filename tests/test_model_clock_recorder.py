@@ -14,16 +14,7 @@ import numpy as np
 import pytest
 import simpy
 
-from rtalab.sim.model.clock import (
-    NOW,
-    Deadlines,
-    call_at,
-    call_later,
-    clock_table,
-    run,
-    scheduler,
-    sim_time,
-)
+from rtalab.sim.model.clock import Deadlines, call_at, call_later, run, sim_time
 from rtalab.sim.model.recorder import Table
 
 
@@ -139,22 +130,6 @@ def test_run_orders_model_entries_exactly_as_simpy_orders_its_events() -> None:
     assert ours[-1] == (5.0, "e@5")
     with pytest.raises(ValueError, match="greater than"):
         run(env, 5.0)
-
-
-def test_clock_table_follows_the_clock_through_model_entries_and_simpy_events() -> None:
-    """The hot path's clock read (``clock_table(env)[NOW]``, taken once before the run) is
-    the time of every callback, of model entries and SimPy events alike, and after ``run``."""
-    env = simpy.Environment(initial_time=2.0)
-    clock = clock_table(env)
-    assert clock[NOW] == 2.0
-    seen: list[tuple[float, float]] = []
-    later = scheduler(env)
-    for d in (0.5, 1.25, 3.0):
-        later(d, lambda _: seen.append((clock[NOW], env.now)))
-    env.timeout(2.0).callbacks.append(lambda _: seen.append((clock[NOW], env.now)))
-    run(env, 10.0)
-    assert seen == [(2.5, 2.5), (3.25, 3.25), (4.0, 4.0), (5.0, 5.0)]
-    assert clock[NOW] == env.now == 10.0
 
 
 def test_run_raises_a_failed_simpy_event_like_simpy() -> None:

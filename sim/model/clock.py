@@ -20,10 +20,10 @@ advanced with :func:`run` (``Environment.run``/``step`` cannot unpack them).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from heapq import heappop, heappush
 from operator import attrgetter
-from typing import Any, Final, cast
+from typing import Any, cast
 
 import simpy
 from simpy.core import StopSimulation
@@ -35,17 +35,6 @@ _URGENT = int(URGENT)
 
 #: ``sim_time(env)`` -> the current simulated time (``env.now`` without the property's cost)
 sim_time: Callable[[simpy.Environment], float] = attrgetter("_now")
-
-#: the key of the current simulated time in :func:`clock_table`
-NOW: Final = "_now"
-
-
-def clock_table(env: simpy.Environment) -> Mapping[str, float]:
-    """The environment's own attribute table, live: ``clock_table(env)[NOW]`` is the current
-    simulated time, read without a call — the hot path's form of :func:`sim_time` (a dict
-    read is ~0.1 k instructions on CPython 3.11, the ``attrgetter`` call ~0.5 k).  Only its
-    ``NOW`` entry is for reading."""
-    return cast("Mapping[str, float]", vars(env))
 
 #: a queue entry: SimPy types its queue as ``(time, priority, id, event)``; the model's
 #: entries are ``(time, priority, id, callback, value)`` and the stop mark ``(time, URGENT, id)``

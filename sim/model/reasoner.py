@@ -48,7 +48,7 @@ from typing import Any
 import simpy
 
 from rtalab.sim.dist import Const
-from rtalab.sim.model.clock import NOW, clock_table, scheduler, sim_time
+from rtalab.sim.model.clock import scheduler, sim_time
 from rtalab.sim.model.dedup import DedupStore, Entry, fingerprint
 from rtalab.sim.model.intsets import IntCounts, IntSet
 from rtalab.sim.model.messages import COMPLETED, FAILED, INPUT_REQUIRED, NO_CONTEXT, Request
@@ -140,7 +140,6 @@ class Reasoner:
         Reasoner indexes its jobs by task and defers each side effect to its own step."""
         self.env = env
         self._later = scheduler(env)  # call_later bound to env
-        self._clock = clock_table(env)  # _clock[NOW]: the time, on the hot path
         self.cfg = cfg
         self.downlink = downlink
         self.witness = witness
@@ -243,7 +242,7 @@ class Reasoner:
     def arrive(self, req: Request, dup: bool = False) -> None:
         """A copy of the request ``req`` (``dup``: the network's extra copy) reaches the
         server now (the uplink's delivery callback)."""
-        now = self._clock[NOW]
+        now = sim_time(self.env)
         self.requests += 1
         ctx = req.context_id
         if ctx == NO_CONTEXT or ctx not in self.known_contexts:  # else _context_of's answer
@@ -470,7 +469,7 @@ class Reasoner:
     def _on_done(self, job: Job) -> None:
         if job.state != RUNNING:
             return  # stopped at its step by a CancelTask
-        now = self._clock[NOW]
+        now = sim_time(self.env)
         if job.cancelled:
             self._stop(job, now)
             return

@@ -14,7 +14,7 @@ from typing import Any
 import simpy
 
 from rtalab.sim.dist import Exp
-from rtalab.sim.model.clock import NOW, call_later, clock_table
+from rtalab.sim.model.clock import call_later, sim_time
 from rtalab.sim.model.rand import Streams
 from rtalab.sim.scenario import WorkloadConfig
 
@@ -27,7 +27,6 @@ class Arrivals:
     def __init__(self, env: simpy.Environment, cfg: WorkloadConfig, duration_s: float,
                  streams: Streams, on_call: Callable[[int], None]) -> None:
         self.env = env
-        self._clock = clock_table(env)  # _clock[NOW]: the time
         self.on_call = on_call
         self.duration_s = duration_s
         self.max_calls = cfg.max_calls
@@ -76,4 +75,4 @@ class Arrivals:
         call_id = self.count
         self.count += 1
         self.on_call(call_id)
-        self._schedule(self._clock[NOW])
+        self._schedule(sim_time(self.env))
