@@ -56,12 +56,12 @@ def call_later(env: simpy.Environment, delay: float, callback: Callable[[Any], N
 def scheduler(env: simpy.Environment) -> Callable[..., None]:
     """``later(delay, callback, value=None)``: :func:`call_later` bound to ``env`` (the queue,
     the id counter and the push held in closure cells: the hot path's form)."""
-    queue, eid, push = _queue(env), env._eid, heappush
+    queue, eid, push = _queue(env), env._eid.__next__, heappush
 
     def later(delay: float, callback: Callable[[Any], None], value: Any = None) -> None:
         if delay < 0.0:
             raise ValueError(f"negative delay {delay!r}")
-        push(queue, (env._now + delay, _NORMAL, next(eid), callback, value))
+        push(queue, (env._now + delay, _NORMAL, eid(), callback, value))
 
     return later
 

@@ -232,7 +232,7 @@ class Session(CallMachine):
 
     def __init__(self, call_id: int, instance: Instance, arrival_s: float, turns_planned: int,
                  context_id: int, escalation: Any) -> None:
-        super().__init__(turns_planned, escalation)
+        CallMachine.__init__(self, turns_planned, escalation)  # explicit: no super() per call
         self.call_id = call_id
         self.degraded = False  # no A2A-Extensions echo in time: core A2A, no rta/* metadata
         self.instance = instance
@@ -250,7 +250,8 @@ class Turn(TurnMachine):
 
     def __init__(self, session: Session, index: int, uid: int, start_s: float, side_effect: bool,
                  handoff: bool) -> None:
-        super().__init__(session.instance.rules, start_s, side_effect, handoff)
+        # explicit (no super() lookup): one Turn per turn, on the model's hottest path
+        TurnMachine.__init__(self, session.instance.rules, start_s, side_effect, handoff)
         self.session = session
         self.index = index
         self.uid = uid
@@ -327,9 +328,19 @@ class LiveLayer:
         self._retry_cb = self._on_retry_due
         self._answer_cb = self._on_caller_answer
         self._abandon_cb = self._on_handoff_timeout
-        self._next_turn_cb = self._on_next_turn
+        self._next_turn_cb = self._start_turn  # called with the session alone: now is the clock's
         self._barge_cb = self._on_barge_in
         self._refused_cb = self._on_refused
+        self._on_request, self._on_copy = reasoner.on_request, reasoner.on_copy
+        # the first timer of every attempt: the turn-response timer if it fires first, else
+        # the total timer (the response timer then arms the total one), else none
+        tr, tt = self.t_response_s, self.t_total_s
+        self._arm: Callable[[float, Request], None] | None = None
+        self._arm_s = 0.0
+        if tr > 0.0 and (tt <= 0.0 or tr < tt):
+            self._arm, self._arm_s = self._response_timers.add, tr
+        elif tt > 0.0:
+            self._arm, self._arm_s = self._total_timers.add, tt
         # a reset / reasoner-down outage cuts every open attempt when it starts
         for start_s, _ in uplink.refusing:
             self._later(start_s, self._cut_open, None)
@@ -369,22 +380,29 @@ class LiveLayer:
         s.degraded = True
         return limit
 
-    def _on_next_turn(self, s: Session) -> None:
-        self._start_turn(s, sim_time(self.env))
-
-    def _start_turn(self, s: Session, now: float) -> None:
+    def _start_turn(self, s: Session, now: float | None = None) -> None:
+        """Start the next turn of ``s`` at ``now`` (None: the clock's time, as a callback)."""
+        if now is None:
+            now = sim_time(self.env)
         uid = self._next_uid
         self._next_uid = uid + 1
         if self.first_counted_uid < 0 and now >= self._count_from_s:
             self.first_counted_uid = uid
-        t = Turn(s, s.turns_started, uid, now, self.u_side() < self.side_share,
-                 self.u_handoff() < self.handoff_share)
+        # hot path: the instance's callables are read into locals before they are called
+        # (``self.f()`` on an instance attribute misses CPython 3.11's LOAD_METHOD
+        # specialisation, ~0.1 k instructions a call)
+        u_side, u_handoff = self.u_side, self.u_handoff
+        t = Turn(s, s.turns_started, uid, now, u_side() < self.side_share,
+                 u_handoff() < self.handoff_share)
         s.turns_started += 1
         s.turn = t
         self.in_progress += 1
         if self.barge_share > 0.0 and self.u_barge() < self.barge_share:
             self._later(self.barge_after(), self._barge_cb, t)
-        self._act(t, now, t.send(now))
+        if t.send(now) == SEND:  # as _act, without its call: send() answers SEND or END
+            self._send(t, now)
+        else:  # the budget refused the first attempt
+            self._end_turn(t, now, now)
 
     def _end_turn(self, t: Turn, now: float, end_s: float,
                   next_after_s: float | None = None) -> None:
@@ -393,15 +411,17 @@ class LiveLayer:
         s = t.session
         ttfc, completion = t.timings(end_s)
         escalate, call_end = s.turn_ended(t.outcome)  # type: ignore[arg-type]  # an ended turn has its outcome
-        self._record_turn(t, end_s, t.outcome, t.reason, t.code, ttfc, completion, escalate)
+        record_turn = self._record_turn  # locals: see _start_turn
+        record_turn(t, end_s, t.outcome, t.reason, t.code, ttfc, completion, escalate)
         s.turn = None  # no reference cycles: finished turns are freed by refcounting alone
         t.req = None
         self.in_progress -= 1
         if call_end is not None:
             self._end_call(s, end_s, call_end)
         else:
-            wait = self.think() if next_after_s is None else next_after_s
-            self._later((end_s - now) + wait, self._next_turn_cb, s)
+            think, later = self.think, self._later
+            wait = think() if next_after_s is None else next_after_s
+            later((end_s - now) + wait, self._next_turn_cb, s)
 
     def _end_call(self, s: Session, end_s: float, reason: str) -> None:
         del self.sessions[s.call_id]
@@ -450,7 +470,7 @@ class LiveLayer:
         if t.phase:
             req.resumes_task = t.turn_id == t.input_turn_id
         t.req = req
-        r = self.uplink.send(req, self.reasoner.on_request, self.reasoner.on_copy)
+        r = self.uplink.send(req, self._on_request, self._on_copy)
         if r:
             if r == DROPPED:
                 req.lost = True
@@ -459,11 +479,9 @@ class LiveLayer:
                 self._later(0.0, self._refused_cb, req)
             else:
                 req.duplicated = True
-        tr, tt = self.t_response_s, self.t_total_s
-        if tr > 0.0 and (tt <= 0.0 or tr < tt):
-            self._response_timers.add(now + tr, req)
-        elif tt > 0.0:
-            self._total_timers.add(now + tt, req)
+        arm = self._arm  # the attempt's first timer (see __init__); a local: see _start_turn
+        if arm is not None:
+            arm(now + self._arm_s, req)
 
     def _on_refused(self, req: Request) -> None:
         if req.open:  # as the Live users account it: a broken stream, response-lost
@@ -493,17 +511,38 @@ class LiveLayer:
             self._attempt_failed(req, sim_time(self.env), A_TOTAL, UPSTREAM_TIMEOUT, None)
 
     def _on_terminal(self, req: Request) -> None:
+        """The terminal state of ``req`` arrives now (or the end of its stream without one)."""
         if not req.open:
             return
         now = sim_time(self.env)
         if req.terminal_lost:
             self._attempt_failed(req, now, A_LOST, UPSTREAM_TIMEOUT, None)
-        elif req.status == COMPLETED:
-            self._attempt_completed(req, now)
-        elif req.status == INPUT_REQUIRED:
-            self._input_required(req, now)
-        else:
-            self._attempt_failed(req, now, A_FAILED, req.error_code, req.retry_after_ms)
+        elif req.status != COMPLETED:
+            if req.status == INPUT_REQUIRED:
+                self._input_required(req, now)
+            else:
+                self._attempt_failed(req, now, A_FAILED, req.error_code, req.retry_after_ms)
+        else:  # completed: the attempt and the turn end (inlined here, once per turn)
+            req.open = False  # _close, inlined
+            t = req.turn
+            if req.first_response_s <= now:
+                s = t.session
+                if s.context_id == NO_CONTEXT:
+                    s.context_id = req.server_context_id
+            t.attempt_ended(now, _COMPLETED)
+            # what the caller hears: the reorder buffer plays the chunks out (errors.md §6);
+            # without arrival times (a fast link) they came in order, each playable on arrival
+            arrivals = req.chunk_arrivals
+            if arrivals is None:
+                first, done = req.first_chunk_s, req.complete_s
+            else:
+                first, done, req.chunks_lost = playout(arrivals, now, self.gap_s)
+                req.first_chunk_s = first
+            end_s = done if done > now else now
+            record = self._record  # a local: see _start_turn
+            record(req, end_s, A_COMPLETED, None, None)
+            t.first_chunk_s = first
+            self._end_turn(t, now, end_s)
 
     def _close(self, req: Request, now: float) -> None:
         """Stop listening to ``req``; learn the server's contextId if a message of it arrived."""
@@ -532,23 +571,6 @@ class LiveLayer:
     def _on_retry_due(self, t: Turn) -> None:
         now = sim_time(self.env)
         self._act(t, now, t.retry_due(now))  # IGNORE: ended meanwhile (barge-in)
-
-    def _attempt_completed(self, req: Request, now: float) -> None:
-        self._close(req, now)
-        t = req.turn
-        t.attempt_ended(now, _COMPLETED)
-        # what the caller hears: the reorder buffer plays the chunks out (errors.md §6);
-        # without arrival times (a fast link) they came in order, each playable on arrival
-        arrivals = req.chunk_arrivals
-        if arrivals is None:
-            first, done = req.first_chunk_s, req.complete_s
-        else:
-            first, done, req.chunks_lost = playout(arrivals, now, self.gap_s)
-            req.first_chunk_s = first
-        end_s = done if done > now else now
-        self._record(req, end_s, A_COMPLETED, None, None)
-        t.first_chunk_s = first
-        self._end_turn(t, now, end_s)
 
     def _input_required(self, req: Request, now: float) -> None:
         self._close(req, now)

@@ -47,6 +47,7 @@ from typing import Any
 
 import simpy
 
+from rtalab.sim.dist import Const
 from rtalab.sim.model.clock import scheduler, sim_time
 from rtalab.sim.model.dedup import DedupStore, Entry, fingerprint
 from rtalab.sim.model.intsets import IntCounts, IntSet
@@ -156,6 +157,11 @@ class Reasoner:
         self.reasoning = streams.sampler("reasoning", cfg.reasoning_time_s)
         self.tool = streams.sampler("tool", cfg.tool_latency_s)
         self.first_chunk = streams.sampler("first_chunk", cfg.first_chunk_s)
+        #: a constant first-chunk delay, drawn without a call (its sampler draws nothing)
+        fc = cfg.first_chunk_s
+        self._first_chunk_s = float(fc.value) if isinstance(fc, Const) else None
+        #: the downlink's constant latency when it is fast (no faults): arrivals computed inline
+        self._dl_latency = downlink.const_latency if downlink.fast else None
         self.u_err = streams.uniform("errors")
         cum, table = 0.0, []
         for code in ERROR_CODES:  # fixed order: the same draw maps to the same code
@@ -238,7 +244,9 @@ class Reasoner:
         server now (the uplink's delivery callback)."""
         now = sim_time(self.env)
         self.requests += 1
-        ctx = self._context_of(req)
+        ctx = req.context_id
+        if ctx == NO_CONTEXT or ctx not in self.known_contexts:  # else _context_of's answer
+            ctx = self._context_of(req)
         if not dup:
             req.server_context_id = ctx
         store = self.store
@@ -379,11 +387,16 @@ class Reasoner:
         job.start_s = now
         req = job.req
         # load latency: k x requests in flight at the Reasoner (in service incl. this one + queued)
-        end = now + self.reasoning() + self.base_s
+        # hot path: the instance's callables are read into locals before they are called
+        # (``self.f()`` on an instance attribute misses CPython 3.11's LOAD_METHOD
+        # specialisation, ~0.1 k instructions a call)
+        reasoning, later = self.reasoning, self._later
+        end = now + reasoning() + self.base_s
         if self.k_s:
             end += self.k_s * (self.busy + len(self.queue) - self.q_dead)
         status, code = COMPLETED, None
-        if self.p_error and (u := self.u_err()) < self.p_error:
+        u_err = self.u_err
+        if self.p_error and (u := u_err()) < self.p_error:
             status = FAILED
             for cum, c in self.error_table:
                 if u < cum:
@@ -409,7 +422,8 @@ class Reasoner:
                 end += tool_s
         job.status = status
         job.error_code = code
-        self._log(req, job.context_id, job.dup, job.arrival_s, EXECUTED, now, end, status, code)
+        log = self._log
+        log(req, job.context_id, job.dup, job.arrival_s, EXECUTED, now, end, status, code)
         e = job.entry
         if e is not None:
             e.started = True
@@ -417,9 +431,12 @@ class Reasoner:
                 for w, wdup in e.waiters:
                     if not wdup:
                         self._progress(w, now)
-        if not job.dup:
-            self._progress(req, now)
-        self._later(end - now, self._on_done_cb, job)
+        if not job.dup and self.progress and req.open and not req.degraded:  # _progress, inlined
+            lat = self._dl_latency
+            t = now + lat if lat is not None else self.downlink.arrival(now)
+            if t < req.first_response_s:
+                req.first_response_s = t
+        later(end - now, self._on_done_cb, job)
 
     def _claim(self, job: Job, now: float) -> bool:
         """Turn mode: claim the side effect of ``job``'s logical turn; False if it already ran
@@ -466,7 +483,11 @@ class Reasoner:
             if tasks is None:
                 tasks = self.awaiting_input[ctx] = {}
             tasks[job.req.task_id] = now + self.handoff_timeout_s
-        t1 = now + self.first_chunk() if status == COMPLETED else 0.0
+        if status == COMPLETED:
+            fc = self._first_chunk_s
+            t1 = now + (fc if fc is not None else self.first_chunk())
+        else:
+            t1 = 0.0
         store = self.store
         if job.guard is not None:  # settled when the tool call returned (or timed out)
             gkey, g = job.guard
@@ -573,15 +594,18 @@ class Reasoner:
             retry_after_ms = self.retry_after_ms  # injected, joined or replayed rate-limited
         req.retry_after_ms = retry_after_ms
         req.server_context_id = ctx
+        lat = self._dl_latency
         if status == COMPLETED:
             n = self.chunks
-            arrival, tlost = dl.terminal(first_chunk_send_s + (n - 1) * interval_s)
-            if dl.fast:  # constant latency, no faults: in order, each playable on arrival
-                first = first_chunk_send_s + dl.const_latency  # type: ignore[operator]  # fast: const_latency is set
+            if lat is not None:  # a fast link: constant latency, no faults, in order, each
+                # chunk playable on arrival (Link.terminal's answer, without its call)
+                arrival, tlost = first_chunk_send_s + (n - 1) * interval_s + lat, False
+                first = first_chunk_send_s + lat
                 last = first + (n - 1) * interval_s
                 req.first_chunk_s = first
                 req.complete_s = arrival if arrival > last else last
             else:  # the Live layer's reorder buffer plays them out (rtalab.sim.model.playout)
+                arrival, tlost = dl.terminal(first_chunk_send_s + (n - 1) * interval_s)
                 arrivals = dl.chunks(first_chunk_send_s, interval_s, n)
                 req.chunk_arrivals = arrivals
                 first = min(arrivals)  # any message satisfies the turn-response timer
@@ -595,7 +619,8 @@ class Reasoner:
                 return
         elif arrival < req.first_response_s:
             req.first_response_s = arrival
-        self._later(arrival - now, self.deliver, req)
+        later = self._later  # a local: see _start
+        later(arrival - now, self.deliver, req)
 
     # ------------------------------------------------------------------ capacity, sessions
 

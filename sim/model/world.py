@@ -36,6 +36,9 @@ Progress = Callable[[float], None]
 MAX_PROGRESS_CALLS = 200
 #: bounded-memory runs fold the rows written into the tally every this many simulated seconds
 FOLD_EVERY_S = 10
+#: the record tables are checked for a full chunk (``Table.chunk_rows`` rows) every this many
+#: simulated seconds: a chunk's boundary moves, no row or value does
+COMPACT_EVERY_S = 8
 
 
 @dataclass
@@ -144,11 +147,10 @@ class World:
         if self.tally is not None:
             if k % FOLD_EVERY_S == 0:
                 self._fold()
-        else:
+        elif k % COMPACT_EVERY_S == 0:
             for table in (self.live.attempts, self.live.turns, self.reasoner.executions,
                           self.witness.ledger, self.live.calls):
-                if table.pending >= table.chunk_rows:
-                    table.compact()
+                table.compact()  # only once a chunk's worth of rows is pending
         if self.progress is not None and k % self._progress_every == 0:
             self.progress(min(1.0, now / self.end_s))
         if k < self.n_bins and k + 1 <= self.end_s:
