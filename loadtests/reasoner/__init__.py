@@ -26,4 +26,4 @@ A2A_SQL_MODULES = ("a2a.server.tasks.database_task_store",
                    "a2a.server.cluster.database_event_stream",
                    "a2a.server.cluster.database_task_store")
 for _name in A2A_SQL_MODULES:
-    sys.modules.setdefault(_name, None)  # type: ignore[arg-type]
+    sys.modules.setdefault(_name, None)  # type: ignore[arg-type]  # None = not importable (importlib)
