@@ -6,7 +6,7 @@ samplers from ``sim``: never the simulator, pandas, SciPy or matplotlib (importi
 process, ~0.35 s CPU each); nor SQLAlchemy (a2a-sdk imports its SQL stores whenever it is
 installed: ``rtalab.loadtests.reasoner`` keeps them out, 0.16 CPU-s a Reasoner start).  The
 run's own process reads the ledgers with pandas, but its check and its report import neither
-SciPy (only a run over several bindings reaches the equivalence tests' distributions) nor
+SciPy (only a run over several bindings reaches the equivalence tests' tails) nor
 matplotlib (only a run that draws its plots): ~1.5 CPU-s of every ``--no-plots`` run."""
 
 from __future__ import annotations

@@ -115,7 +115,8 @@ def _binomial_tail(k: int, n: int, share: float) -> float:
     """P(X >= k) for X ~ Binomial(n, share)."""
     if k <= 0:
         return 1.0
-    # lazy: +0.95 s (scipy.stats) off every load run's check; only a multi-binding run reaches it
+    # only a rule that fails on some of several bindings comes here:
+    # lazy: +0.95 s (scipy.stats) off every load run's check
     from scipy import stats
 
     return float(stats.binom.sf(k - 1, n, min(1.0, max(0.0, share))))
