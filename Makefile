@@ -40,8 +40,9 @@ test: $(STAMP) system-deps
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=40 tests
 
-# the inner loop (~2 min on 2 cores): no real servers, load runs, notebooks or browsers
-# (tests/conftest.py SLOW_PATHS, SLOW_TESTS); CI still runs the whole suite (make test)
+# the inner loop (< 2 min on 2 cores): no real servers, load runs, notebooks or browsers, nor
+# the longest model validations (tests/conftest.py SLOW_PATHS, SLOW_TESTS); CI still runs the
+# whole suite (make test)
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 --dist load -m "not slow" tests

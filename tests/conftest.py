@@ -24,14 +24,15 @@ settings.register_profile("ci", derandomize=True, database=None, deadline=None)
 settings.register_profile("explore", derandomize=False, deadline=None)
 settings.load_profile("ci")
 
-# The fast tier (`make test-fast`, `-m "not slow"`): the inner loop, about 2 minutes on 2
+# The fast tier (`make test-fast`, `-m "not slow"`): the inner loop, under 2 minutes on 2
 # cores. It leaves out what starts real servers or load runs, runs notebooks or a browser,
-# and the longest model validations; `make test` (and CI) runs everything.
+# and the longest model validations (statistical checks whose simulations take seconds each);
+# `make test` (and CI) runs everything.
 SLOW_PATHS = ("tests/load/", "tests/twin/", "tests/serve/", "tests/chaos/",
               "tests/test_notebooks.py", "tests/test_probe.py", "tests/test_reports.py",
               "tests/test_readme.py", "tests/test_bench_runner.py", "tests/test_sweepbench.py",
               "tests/test_answers_metastability.py", "tests/test_lab.py",
-              "tests/test_presets_show.py")
+              "tests/test_presets_show.py", "tests/test_fleet_meanfield.py")
 SLOW_TESTS = frozenset({
     "tests/test_answers_capacity.py::test_capacity_equals_erlang_c",
     "tests/test_answers_capacity.py::test_bracketing_doubles_so_a_far_answer_costs_"
@@ -53,7 +54,10 @@ SLOW_TESTS = frozenset({
     "tests/test_compare_report.py::test_report_of_a_run_and_a_sweep_is_one_self_contained_file",
     "tests/check/test_equivalence.py::test_false_alarms_at_most_alpha_without_margins",
     "tests/test_junit.py::test_capacity_and_tune_junit",
-    "tests/test_fleet_meanfield.py::test_small_fleets_agree_with_the_simulator",
+    "tests/test_model_retry.py::test_attempts_per_turn_matches_closed_form",
+    "tests/trust/test_multiple_comparisons.py::test_agreement_of_80_metrics_raises_a_false_"
+    "alarm_in_at_most_5_percent_of_runs",
+    "tests/test_intsets.py::test_a_million_calls_cost_bytes_not_a_set_and_a_dict",
 })
 
 

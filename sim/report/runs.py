@@ -23,6 +23,7 @@ from rtalab.sim.report.pieces import (
 from rtalab.sim.shared.compare import RunFolder, compare_table, plot_compare
 from rtalab.sim.shared.fmt import fmt_ci, fmt_value, metric_label
 from rtalab.sim.shared.fmt import summary_rows as key_rows
+from rtalab.sim.shared.schema import LATENCY_CDF_PNG, TIMESERIES_PNG
 from rtalab.sim.shared.summary import metric_rows
 
 HEADLINE_METRICS = ("success_rate", "completion_s.p99", "ttfc_s.p99", "attempts_per_turn",
@@ -55,9 +56,6 @@ def _verdict(path: Path) -> dict[str, Any] | None:
 
 
 def _run_figures(run: RunFolder) -> tuple[list[dict[str, str]], list[str]]:
-    # lazy: +919 ms (matplotlib) off importing runs
-    from rtalab.sim.shared.plots import LATENCY_CDF_PNG, TIMESERIES_PNG
-
     clock = "real (wall-clock) time" if run.meta.get("kind") == "load" else "simulated time"
     captions = {TIMESERIES_PNG: f"Time series over {clock}: the warm-up shaded grey, outages "
                                 "red, capacity drops orange; crashes and barge-in spikes as "

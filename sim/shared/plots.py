@@ -23,13 +23,12 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from rtalab.sim.shared import schema as S
+from rtalab.sim.shared.schema import LATENCY_CDF_PNG, TIMESERIES_PNG
 from rtalab.sim.shared.summary import PERCENTILE_METHOD, percentile
 
 if TYPE_CHECKING:
     from rtalab.sim.scenario import Scenario
 
-LATENCY_CDF_PNG = "latency_cdf.png"
-TIMESERIES_PNG = "timeseries.png"
 DPI = 110
 SMOOTH_S = 5  # rolling window of the bold line over per-second rates
 CDF_POINTS = 600  # quantiles drawn per line (keeps plots of 1M turns light)

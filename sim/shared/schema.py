@@ -193,6 +193,11 @@ TABLES: Final[dict[str, tuple[ColumnSpec, ...]]] = {
     "side_effects": SIDE_EFFECTS_TABLE,
 }
 
+# the figures of a run folder (drawn by rtalab.sim.shared.plots; named here, so a reader of
+# the folder need not import matplotlib to find them)
+LATENCY_CDF_PNG = "latency_cdf.png"
+TIMESERIES_PNG = "timeseries.png"
+
 
 def columns(table: str) -> tuple[str, ...]:
     """Column names of ``table`` in order, ``replication`` first."""
