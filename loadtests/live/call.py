@@ -56,7 +56,14 @@ import numpy as np
 
 from rtalab.loadtests.live.config import LiveOptions
 from rtalab.loadtests.live.playback import Playback
-from rtalab.loadtests.live.wire import TIMING_COLUMNS, Event, Ids, parse_event, streaming_request
+from rtalab.loadtests.live.wire import (
+    TIMING_COLUMNS,
+    Event,
+    Ids,
+    event_keys,
+    scan_event,
+    streaming_request,
+)
 from rtalab.sim.model.rand import sampler
 from rtalab.sim.policy import RetryBudget, RetryPolicy, make_budget
 from rtalab.sim.policy.codes import ErrorCode
@@ -100,31 +107,51 @@ class _Expired(BaseException):
 
 
 class _Deadline:
-    """The Live-layer timer of one attempt: throws :class:`_Expired` into the greenlet that
-    made it once ``time.time()`` reaches ``at``.  One loop timer per attempt: moving ``at``
-    later only records it (the timer re-arms itself for the rest when it fires); moving it
-    earlier re-arms now, or raises at once if it has passed."""
+    """The Live-layer timer of one greenlet's attempts: throws :class:`_Expired` into the
+    greenlet that armed it once ``time.time()`` reaches ``at``.  Armed per attempt
+    (:meth:`arm`), stopped when the attempt ends (:meth:`close`), kept for the next: the
+    loop timer of the attempts' first duration (the same every attempt: the scenario's
+    timeouts) is made once and re-armed (libev's ``again`` on a timer whose repeat is that
+    duration), no timer object per attempt.  Moving ``at`` later only records it (the timer
+    re-arms itself for the rest when it fires); moving it earlier re-arms now, or raises at
+    once if it has passed; the rest runs on a one-shot timer of its own."""
 
-    __slots__ = ("_glet", "_loop", "_timer", "at")
+    __slots__ = ("_first", "_first_s", "_glet", "_loop", "_timer", "at")
 
-    def __init__(self, at: float, now: float) -> None:
+    def __init__(self) -> None:
+        self.at = math.inf
+        self._glet: Any = None
+        self._loop = gevent.get_hub().loop
+        self._timer: Any = None  # the armed timer
+        self._first: Any = None  # the timer of the first duration, kept between attempts
+        self._first_s = NAN
+
+    def arm(self, at: float, seconds: float) -> _Deadline:
+        """Time an attempt of the current greenlet: fire at ``at``, ``seconds`` from now."""
+        self.close()
         self.at = at
         self._glet = gevent.getcurrent()
-        self._loop = gevent.get_hub().loop
-        self._timer: Any = None
-        self._arm(max(0.001, at - now))
+        seconds = max(0.001, seconds)
+        timer = self._first
+        if seconds != self._first_s:  # another first duration (or none yet): its own timer
+            if timer is not None:
+                timer.close()
+            timer = self._first = self._loop.timer(seconds, seconds)
+            self._first_s = seconds
+        timer.again(self._fire, update=True)  # starts it ``seconds`` (its repeat) from now
+        self._timer = timer
+        return self
 
     def _arm(self, seconds: float) -> None:
         self._timer = self._loop.timer(seconds)
         self._timer.start(self._fire, update=True)
 
     def _fire(self) -> None:
-        self._timer.close()
+        self.close()
         remaining = self.at - time.time()
         if remaining > 0:  # the deadline moved later since the timer was armed
             self._arm(remaining)
         else:
-            self._timer = None
             self._glet.throw(_Expired)
 
     def move(self, at: float) -> None:
@@ -139,10 +166,23 @@ class _Deadline:
             self._arm(remaining)
 
     def close(self) -> None:
-        """Stop the timer (idempotent)."""
-        if self._timer is not None:
-            self._timer.close()
+        """Stop the timer (idempotent); the first duration's timer is kept for the next
+        attempt."""
+        timer = self._timer
+        if timer is not None:
             self._timer = None
+            if timer is self._first:
+                timer.stop()
+            else:
+                timer.close()
+
+    def release(self) -> None:
+        """Stop and free every timer (the call ended)."""
+        self.close()
+        if self._first is not None:
+            self._first.close()
+            self._first = None
+            self._first_s = NAN
 
 
 class Exchange(Protocol):
@@ -253,13 +293,16 @@ class _Read:
     deadlines, reorder buffer and event rows, and how its stream ended."""
 
     __slots__ = ("barge_at", "end_ev", "ev_rows", "failure", "got_output", "hard_deadline",
-                 "outcome", "pb", "resp_deadline", "seq_rows", "total_deadline")
+                 "outcome", "pb", "resp_deadline", "seq_rows", "timer_s", "total_deadline")
 
     def __init__(self, send_s: float, to: TimeoutConfig, hard_timeout_s: float,
                  pb: Playback) -> None:
-        self.resp_deadline = send_s + to.turn_response_s if to.turn_response_s > 0 else math.inf
-        self.total_deadline = send_s + to.turn_total_s if to.turn_total_s > 0 else math.inf
+        resp_s = to.turn_response_s if to.turn_response_s > 0 else math.inf
+        total_s = to.turn_total_s if to.turn_total_s > 0 else math.inf
+        self.resp_deadline = send_s + resp_s
+        self.total_deadline = send_s + total_s
         self.hard_deadline = send_s + hard_timeout_s
+        self.timer_s = min(resp_s, total_s, hard_timeout_s)  # from the send to the first deadline
         self.pb = pb
         self.ev_rows: list[dict[str, Any]] = []
         self.seq_rows: list[dict[str, Any]] = []  # sequenced events, in arrival order
@@ -307,6 +350,7 @@ class Call:
         self._uniforms: list[float] = []  # share draws of ``rng``, a block at a time
         self._open_attempt: dict[str, Any] | None = None
         self._turn: _Turn | None = None
+        self._deadline: _Deadline | None = None  # the timer of the main attempts, made once
         self.turn_ids_minted = 0
         self.per_call_turn_ids = scenario.load.turn_ids == "per_call"
         self.arrival_s = time.time()
@@ -355,6 +399,8 @@ class Call:
             raise
         finally:
             gevent.joinall(self.copies, timeout=self.opts.hard_timeout_s)
+            if self._deadline is not None:
+                self._deadline.release()
             self.ch.close()
             self.sink.call({
                 "run_id": self.run_id, "process": self.process, "binding": self.ch.binding,
@@ -623,8 +669,14 @@ class Call:
         deadline: _Deadline | None = None
         try:
             try:
-                deadline = _Deadline(min(st.resp_deadline, st.total_deadline, st.hard_deadline),
-                                     send_s)
+                if main:  # the call's greenlet: its one timer, re-armed
+                    deadline = self._deadline
+                    if deadline is None:
+                        deadline = self._deadline = _Deadline()
+                else:  # a copy, in a greenlet of its own
+                    deadline = _Deadline()
+                deadline.arm(min(st.resp_deadline, st.total_deadline, st.hard_deadline),
+                             st.timer_s)
                 ex = self.ch.send(rpc_id, body, self.active)
                 self._answered(ex, row, main, sent)
                 self._read(t, ex, deadline, st, row, f"{guid}#{copy_no}", main)
@@ -634,7 +686,10 @@ class Call:
                 st.outcome, st.failure = A.RESPONSE_LOST, str(e)
         finally:
             if deadline is not None:
-                deadline.close()
+                if main:
+                    deadline.close()  # kept for the call's next attempt
+                else:
+                    deadline.release()
             if ex is not None:
                 ex.close(st.failure)
         return self._settle(t, st, row, main)
@@ -670,8 +725,9 @@ class Call:
         watch_barge = main and t.barge_in_s is not None
         last_ctx: str | None = None  # the contextId already taken into account
         answered_task: str | None = None  # the first taskId this send's events carried
-        _time, _parse, _isnan, push_next, next_frame = (time.time, parse_event, math.isnan,
-                                                        pb.push_next, ex.next_frame)
+        keys = event_keys(ext_uri)
+        _time, _scan, _isnan, push_next, next_frame = (time.time, scan_event, math.isnan,
+                                                       pb.push_next, ex.next_frame)
         try:
             while True:
                 if limit != armed:  # the attempt's deadline moved
@@ -682,8 +738,7 @@ class Call:
                 if frame is None:
                     st.failure = "stream ended without an end state"
                     return
-                ev = _parse(frame, ext_uri)
-                ctx = ev.context_id
+                kind, state, seq, task_id, ctx, is_output, end_ev = _scan(frame, keys, ext_uri)
                 if ctx and ctx != last_ctx:
                     last_ctx = ctx
                     if row["context_id_learned"] is None:
@@ -691,19 +746,17 @@ class Call:
                     self.contexts_seen.add(ctx)
                     if main and self.context_id is None:
                         self.context_id = ctx
-                if answered_task is None and ev.task_id:  # the first event with a taskId
-                    answered_task = row["task_id_answered"] = ev.task_id
+                if answered_task is None and task_id:  # the first event with a taskId
+                    answered_task = row["task_id_answered"] = task_id
                     if learn_task:  # the Task event, or any later one
-                        t.task_id = row["task_id_learned"] = ev.task_id
+                        t.task_id = row["task_id_learned"] = task_id
                         learn_task = False
-                if not got_output and ev.is_output:
+                if not got_output and is_output:
                     got_output = True
                     row["first_response_s"] = now
                     limit = min(total_deadline, hard_deadline, barge_at)
-                seq = ev.sequence_id
-                kind = ev.kind
                 evrow = {"request_guid": guid, "attempt_key": key, "call_id": call_id,
-                         "recv_s": now, "kind": kind, "state": ev.state,
+                         "recv_s": now, "kind": kind, "state": state,
                          "sequence_id": seq, "played_index": None}
                 ev_rows.append(evrow)
                 if seq is None:
@@ -723,8 +776,8 @@ class Call:
                     barge_at = pb.first_chunk_s + cast("float", t.barge_in_s)  # watch_barge
                     limit = min(total_deadline, hard_deadline, barge_at,
                                 inf if got_output else resp_deadline)
-                if ev.ends_stream:
-                    st.end_ev = ev
+                if end_ev is not None:  # the event that ends the stream (_settle reads it)
+                    st.end_ev = end_ev
                     return
         finally:
             row["events"] += len(ev_rows)

@@ -65,6 +65,7 @@ class RestExchange(SseExchange):
 
     path = STREAM_PATH
     name = "message:stream"
+    _result = True  # what _to_frame does of a StreamResponse, inline in the read loop
 
     def __init__(self, client: Any, body: bytes, hdrs: dict[str, str], ext_uri: str) -> None:
         self._ext_uri = ext_uri

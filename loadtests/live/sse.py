@@ -59,6 +59,9 @@ class SseExchange:
     # what turns a decoded event into the JSON-RPC response object the Live layer reads
     # (None: it is one already); an attribute, not a method call, on the hottest path
     _frame: Callable[[Any], dict[str, Any]] | None = None
+    # the common case of ``_frame`` done inline: an object without ``error`` is the
+    # ``result`` of the JSON-RPC response object (an HTTP+JSON StreamResponse)
+    _result = False
 
     def __init__(self, client: Any, body: bytes, hdrs: dict[str, str], ext_uri: str) -> None:
         self._t0 = time.perf_counter()
@@ -110,7 +113,11 @@ class SseExchange:
                     obj = decode_frame(line[5:].strip(JSON_WS).decode())
                 except ValueError as e:
                     raise StreamBroken(f"bad event: {e}") from None
-                return obj if self._frame is None else self._frame(obj)
+                if self._frame is None:
+                    return obj  # type: ignore[no-any-return]  # a JSON-RPC response object
+                if self._result and type(obj) is dict and "error" not in obj:
+                    return {"result": obj}
+                return self._frame(obj)
 
     def _answer(self) -> dict[str, Any] | None:
         """:meth:`next_frame` of an answer that is no event stream: a refused request's one

@@ -211,6 +211,7 @@ def decode_frame(text: str) -> Any:
 _DECODER: Final = json.JSONDecoder()
 _DECODE: Final = _DECODER.decode
 _SCAN: Final = _DECODER.scan_once  # type: ignore[attr-defined]  # the C scanner (clears its memo after every call); set in __init__, not in typeshed
+JSON_SCAN: Final = _SCAN  # (text, index) -> (value, end); StopIteration: no value at index
 
 
 def _num(v: Any) -> float | None:
@@ -357,6 +358,12 @@ def http_error_frame(status: int, body: bytes | str | dict[str, Any] | None, hea
 _KEYS: dict[str, tuple[str, str, str, str]] = {}
 
 
+def event_keys(ext_uri: str) -> tuple[str, str, str, str]:
+    """The profile's metadata keys under ``ext_uri``: ``sequenceId``, ``eventType``,
+    ``errorCode``, ``retryAfterMs`` (:func:`scan_event`'s)."""
+    return _KEYS.get(ext_uri) or _keys(ext_uri)
+
+
 def _keys(ext_uri: str) -> tuple[str, str, str, str]:
     """The profile's metadata keys under ``ext_uri`` (built once per URI, not per event)."""
     keys = _KEYS.get(ext_uri)
@@ -394,12 +401,21 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
                body.get("contextId"), None, None, directive)
     if state is None:  # no end state, nothing more to read (the common case)
         return ev
-    if state in _SIDE_EFFECT_STATES and "message" in status:  # type: ignore[operator]  # a dict: it has a state
+    return _with_state(ev, status, meta, keys, ext_uri)  # type: ignore[arg-type]  # a dict: it has a state
+
+
+def _with_state(ev: Event, status: dict[str, Any], meta: Any, keys: tuple[str, str, str, str],
+                ext_uri: str) -> Event:
+    """What :func:`parse_event` reads of an event with a state (``ev``, made from the same
+    ``status`` and ``meta``): the side effect an end state reports, the end event's
+    timings, a FAILED state's code and Retry-After."""
+    state = ev.state
+    if state in _SIDE_EFFECT_STATES and "message" in status:
         ev.side_effect = reported_side_effect(status, ext_uri)
     if ev.ends_stream and isinstance(meta, dict):
         ev.timing = read_timing(meta, ext_uri)
     if state == "TASK_STATE_FAILED":
-        smsg = status.get("message") or {}  # type: ignore[union-attr]  # a dict: it has a state
+        smsg = status.get("message") or {}
         smeta = smsg.get("metadata") or {}
         code = smeta.get(keys[2])
         if code is None:  # degraded mode: "<code>: text" (docs/reasoner.md)
@@ -411,6 +427,47 @@ def parse_event(frame: dict[str, Any], ext_uri: str) -> Event:
         ev.error_code = code if isinstance(code, str) else "internal"
         ev.retry_after_ms = _num(smeta.get(keys[3]))
     return ev
+
+
+# what the read loop asks of every event (:func:`scan_event`): kind, state, sequenceId,
+# taskId, contextId, is_output, and the whole Event of one that ends the stream (else None)
+EventCells = tuple[str, str | None, float | None, str | None, str | None, bool, Event | None]
+
+
+def scan_event(frame: dict[str, Any], keys: tuple[str, str, str, str],
+               ext_uri: str) -> EventCells:
+    """The cells of :func:`parse_event`'s :class:`Event` that the read loop asks of every event
+    (:data:`EventCells`), the Event itself made only for the event that ends the stream: the
+    common shape (a ``result`` of one StreamResponse whose body, metadata and status are
+    plain dicts) read inline, any other through :func:`parse_event`.  ``keys``: the
+    profile's metadata keys under ``ext_uri`` (:func:`event_keys`, looked up once)."""
+    result = frame.get("result")
+    if type(result) is dict and len(result) == 1 and "error" not in frame:
+        for name in result:
+            body = result[name]
+        if type(body) is dict:
+            meta = body.get("metadata")
+            status = body.get("status")
+            if (meta is None or type(meta) is dict) and (status is None or type(status) is dict):
+                kind = SHORT_KIND.get(name, "message")
+                seq = None
+                directive = False
+                if meta is not None:
+                    seq = meta.get(keys[0])
+                    if type(seq) is not float:
+                        seq = _num(seq)
+                    directive = meta.get(keys[1]) == "directive"
+                state = None if status is None else status.get("state")
+                task_id = body.get("id" if kind == "task" else "taskId")
+                ctx = body.get("contextId")
+                if state not in STREAM_END_STATES:
+                    return kind, state, seq, task_id, ctx, directive or kind == "artifact", None
+                return kind, state, seq, task_id, ctx, True, _with_state(
+                    Event(kind, state, seq, task_id, ctx, None, None, directive),
+                    status, meta, keys, ext_uri)  # type: ignore[arg-type]  # a dict: it has a state
+    ev = parse_event(frame, ext_uri)
+    return (ev.kind, ev.state, ev.sequence_id, ev.task_id, ev.context_id, ev.is_output,
+            ev if ev.ends_stream else None)
 
 
 def _error_event(frame: dict[str, Any], ext_uri: str) -> Event:

@@ -30,6 +30,7 @@ from rtalab.loadtests.common.tls import ClientTls, reason
 from rtalab.loadtests.live.bindings import ChannelContext
 from rtalab.loadtests.live.call import StreamBroken
 from rtalab.loadtests.live.wire import (
+    JSON_SCAN,
     cancel_answer_side_effect,
     cancel_request,
     decode_frame,
@@ -39,6 +40,7 @@ from rtalab.loadtests.live.wire import (
 
 REQUEST_NAME = "SendStreamingMessage"
 _DECODE = decode_frame
+_SCAN = JSON_SCAN
 _OPEN = State.OPEN
 
 
@@ -83,8 +85,14 @@ class WsExchange:
         ws, routes, rpc_id = self.ws, ch.routes, self.rpc_id
         try:
             while True:
-                try:
-                    frame = _DECODE(ws.recv())
+                try:  # decode_frame, its one scan of the common case inline
+                    text = ws.recv()
+                    try:
+                        frame, end = _SCAN(text, 0)
+                    except StopIteration:
+                        end = -1
+                    if end != len(text):  # whitespace around it, or no JSON: the full decoder
+                        frame = _DECODE(text)
                     rid = frame.get("id")
                 except Exception as e:  # any end of the socket ends its requests
                     ch.lost(ws, str(e) or type(e).__name__)

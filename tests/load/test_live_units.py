@@ -311,10 +311,16 @@ def test_the_sse_reader_decodes_an_event_as_json_loads_does():
     ex = SseChannel(_Client([body]), EXT, None).send("r", b"{}", True)
     assert [ex.next_frame() for _ in range(4)] == [frame, frame, frame, 17]
     assert ex.next_frame() is None
-    for bad in (b"data: " + text + b" x\n", b"data: {\"a\":\n", b"data: \n"):
+    for bad in (b"data: " + text + b" x\n", b"data: {\"a\":\n", b"data: \n", b"data:nul\n",
+                b"data: \xff\n", b"data: " + text + b"}\n", b"data: {\"a\" 1}\n"):
+        try:  # what json.loads says of the stripped value
+            json.loads(bad[5:].strip())
+        except ValueError as e:
+            why = str(e)
         ex = SseChannel(_Client([bad]), EXT, None).send("r", b"{}", True)
-        with pytest.raises(StreamBroken, match="bad event"):
+        with pytest.raises(StreamBroken) as broken:
             ex.next_frame()
+        assert str(broken.value) == f"bad event: {why}", bad
 
 
 def test_every_row_is_its_own_copy_of_the_call_template():
@@ -391,3 +397,194 @@ def test_sse_header_reads_what_headers_get_reads():
     assert header(h, "x-dup") == ["a", "b"]  # a repeated field: every value, as get() has it
     assert header({"x-rta-worker": "w1"}, "x-rta-worker") == "w1"  # any other mapping
     assert header({}, "x-rta-worker") is None
+
+
+def _frames_of_every_shape() -> list[dict]:
+    """JSON-RPC response objects of every shape the read loop may meet."""
+    from rtalab.loadtests.loadrun.canned import EVENTS
+    p = EXT + "/"
+    failed = {"state": "TASK_STATE_FAILED", "message": {"metadata": {
+        p + "errorCode": "rate-limited", p + "retryAfterMs": 250}}}
+    degraded = {"state": "TASK_STATE_FAILED", "message": {"parts": [{"text": "auth: no"}]}}
+    timing = {p + "sequenceId": 4, p + "serverIntakeMs": 3.0, p + "serverServiceMs": 7}
+    side = {"state": "TASK_STATE_CANCELED", "message": {"metadata": {p + "sideEffect": "unknown"}}}
+    bodies: list[object] = [
+        *EVENTS,
+        {"statusUpdate": {"taskId": "t", "contextId": "c", "status": failed}},
+        {"statusUpdate": {"taskId": "t", "status": degraded, "metadata": {p + "sequenceId": 2}}},
+        {"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_COMPLETED"},
+                          "metadata": timing}},
+        {"statusUpdate": {"taskId": "t", "status": side}},
+        {"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_INPUT_REQUIRED"}}},
+        {"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_REJECTED"}}},
+        {"task": {"id": "t", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"},
+                  "metadata": {p + "eventType": "directive"}}},
+        {"artifactUpdate": {"taskId": "t", "metadata": {p + "sequenceId": "3"}}},
+        {"artifactUpdate": {"taskId": "t", "metadata": {p + "sequenceId": True}}},
+        {"artifactUpdate": {"taskId": "t", "metadata": ["not", "a", "dict"]}},
+        {"statusUpdate": {"taskId": "t", "status": "TASK_STATE_COMPLETED"}},
+        {"message": {"messageId": "m", "contextId": "c"}},
+        {"somethingElse": {"taskId": "t"}},
+        {"task": 5},
+        {"task": {"id": "t"}, "statusUpdate": {}},
+        {},
+        [],
+    ]
+    frames: list[dict] = [{"jsonrpc": "2.0", "id": "r", "result": b} for b in bodies]
+    frames += [{"jsonrpc": "2.0", "id": "r", "error": {"code": -32040, "message": "x"}},
+               {"id": "r", "error": {"code": 1, "data": {p + "errorCode": "internal",
+                                                        p + "retryAfterMs": 5}}},
+               {"id": "r", "result": {"task": {"id": "t"}}, "error": None},
+               {"id": "r"}]
+    return frames
+
+
+def test_scan_event_reads_what_parse_event_reads_of_every_shape():
+    """The read loop's scan gives the cells of parse_event's Event for every shape, and the
+    whole Event (timings included) exactly for an event that ends the stream."""
+    from rtalab.loadtests.live.wire import event_keys, scan_event
+    frames = _frames_of_every_shape()
+    for frame in frames:
+        ev = parse_event(frame, EXT)
+        cells = scan_event(frame, event_keys(EXT), EXT)
+        assert cells[:6] == (ev.kind, ev.state, ev.sequence_id, ev.task_id, ev.context_id,
+                             ev.is_output), frame
+        if ev.ends_stream:
+            assert cells[6] == ev and cells[6].timing == ev.timing, frame
+        else:
+            assert cells[6] is None, frame
+    ends = [f for f in frames if parse_event(f, EXT).ends_stream]
+    assert len(ends) >= 8 and any(parse_event(f, EXT).timing for f in ends)
+
+
+def test_an_attempt_on_a_silent_stream_times_out_attempt_after_attempt():
+    """The call's one re-armed timer: every attempt on a stream that sends nothing ends
+    ``timeout`` when its turn-response timeout has passed (not earlier, not much later), a
+    quick answer in between is not cut short, and nothing fires in a backoff (longer than
+    the timeout) or once the call ended."""
+    import gevent
+    import numpy as np
+
+    from rtalab.loadtests.live.call import Call, Instance, LiveOptions
+    from rtalab.loadtests.live.sse import SseChannel
+    from rtalab.loadtests.loadrun.canned import sse_body
+    from rtalab.sim.scenario import from_dict
+
+    class Silent:
+        """An answer whose stream never sends an event (until it is closed)."""
+
+        http_status, worker, echo = 200, None, True
+
+        def __init__(self) -> None:
+            self.closed = gevent.event.Event()
+
+        def next_frame(self) -> None:
+            self.closed.wait()
+
+        def close(self, failure: str | None = None) -> None:
+            self.closed.set()
+
+    class Script(SseChannel):
+        """Silent, quick, silent, silent: the turns' attempts in order."""
+
+        def __init__(self) -> None:
+            super().__init__(_Client([sse_body("x")]), EXT, None)
+            self.plan = ["silent", "quick", "silent", "silent"]
+
+        def send(self, rpc_id: str, body: bytes, active: bool) -> object:
+            if self.plan.pop(0) == "silent":
+                return Silent()
+            return super().send(rpc_id, body, active)
+
+    timeout_s = 0.2
+    sc = from_dict({"workload": {"turns_per_call": 2, "think_time_s": 0.0},
+                    "live": {"timeouts": {"negotiation_s": 0.0, "turn_response_s": timeout_s},
+                             "retry": {"max_attempts": 2},
+                             "backoff": {"strategy": "exponential", "base_s": 1.5 * timeout_s}}})
+    opts = LiveOptions(ext_uri=EXT)
+    led = Ledger("p")
+    call = Call("c", sc, Instance(0, sc, opts, 0.0), Script(), led, opts,
+                np.random.default_rng(5), "p", "r")
+
+    def run() -> str:
+        call.run()
+        gevent.sleep(2 * timeout_s)  # a timer left armed would throw into this greenlet
+        return "done"
+
+    g = gevent.spawn(run)
+    g.join(timeout=10)
+    assert g.value == "done", g.exception
+    rows = led.rows["attempts"]
+    assert [r["outcome"] for r in rows] == ["timeout", "completed", "timeout", "timeout"]
+    for r in rows:
+        took = r["end_s"] - r["send_s"]
+        if r["outcome"] == "timeout":
+            assert timeout_s <= took < timeout_s + 0.5, took
+        else:
+            assert took < timeout_s
+    assert [t["outcome"] for t in led.rows["turns"]] == ["completed", "failed"]
+
+
+def test_the_ws_reader_decodes_a_frame_as_json_loads_does():
+    """The WebSocket reader's inline scan reads every frame json.loads reads (whitespace
+    around it included), routes another request's frame to it, and ends the socket on what
+    json.loads refuses, with json.loads' own words."""
+    from locust.event import Events
+
+    from rtalab.loadtests.live.call import StreamBroken
+    from rtalab.loadtests.live.ws import WsChannel, WsExchange
+
+    class Socket:
+        def __init__(self, texts: list[str]) -> None:
+            self.texts = texts
+
+        def recv(self) -> str:
+            return self.texts.pop(0)
+
+    def channel(texts: list[str]) -> WsChannel:
+        ch = WsChannel("http://127.0.0.1:1", EXT, None, Events())
+        ch.ws = Socket(texts)
+        return ch
+
+    def route(ch: WsChannel, rpc_id: str) -> WsExchange:
+        ex = ch.routes[rpc_id] = WsExchange(ch, rpc_id)
+        return ex
+
+    mine = {"jsonrpc": "2.0", "id": "r", "result": {"task": {"id": "t", "status": {}}}}
+    other = {"jsonrpc": "2.0", "id": 7, "result": {"task": {"id": "u"}}}
+    text = json.dumps(mine)
+    ch = channel([json.dumps(other), text, " " + text + "\n", "\t" + text])
+    ex, ex7 = route(ch, "r"), route(ch, "7")
+    assert [ex.next_frame() for _ in range(3)] == [mine, mine, mine]
+    assert list(ex7.frames) == [other]
+    for bad in ("nul", '{"id": "r" 1}', text + " x", ""):
+        try:
+            json.loads(bad)
+        except ValueError as e:
+            why = str(e)
+        ch = channel([bad])
+        ex = route(ch, "r")
+        try:
+            ex.next_frame()
+        except StreamBroken as e:
+            assert str(e) == f"socket closed: {why}", bad
+        else:
+            raise AssertionError(f"{bad!r} decoded")
+
+
+def test_the_rest_reader_hands_every_event_as_rest_frame_makes_it():
+    """The HTTP+JSON reader's inline wrapping of a StreamResponse gives what rest_frame
+    gives for every event: a StreamResponse, an ``error`` event's object, any other value."""
+    from rtalab.loadtests.live.rest import RestChannel
+    from rtalab.loadtests.live.wire import rest_frame
+    objs: list[object] = [
+        {"task": {"id": "t", "status": {"state": "TASK_STATE_SUBMITTED"}}},
+        {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "slow down"}},
+        {"statusUpdate": {"taskId": "t"}, "error": None},
+        [1, 2], 17, "s", None,
+    ]
+    body = b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in objs)
+    ex = RestChannel(_Client([body]), EXT, None).send(
+        "r", b'{"jsonrpc":"2.0","id":"r","method":"SendStreamingMessage","params":{}}', True)
+    assert [ex.next_frame() for _ in objs] == [rest_frame(o, EXT) for o in objs]
+    assert ex.next_frame() is None
