@@ -245,3 +245,45 @@ def test_rank_is_numpys_inverted_cdf_index_without_the_array() -> None:
         idx = np.arange(n, dtype=np.float64)
         want = np.percentile(idx, qs, method="inverted_cdf").astype(np.int64).tolist()
         assert [rank(int(n), q) for q in qs] == want, n
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_settled_hazard_ids_stay_exact_under_late_duplicates(seed: int,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """The windows settle their old ids (compressed blocks) while late executions of them
+    keep coming: every count is still the brute-force one."""
+    from rtalab.sim.model.tally import Hazards, Window
+
+    monkeypatch.setattr(Window, "BLOCK", 64)
+    monkeypatch.setattr(Hazards, "SETTLE_LAG", 1)
+    rng = np.random.default_rng(seed)
+    n_guids = 6000
+    guid_turn = np.arange(n_guids) // 2            # two requestGuids a turn, minted in order
+    turn_call = np.arange(n_guids // 2) // 4       # four turns a call
+    # executions mostly in id order, a fifth of them a late copy of an id long settled
+    fresh = np.repeat(np.arange(n_guids), 1 + (rng.random(n_guids) < 0.3))
+    late = (fresh * rng.random(len(fresh))).astype(np.int64)
+    rows = np.where(rng.random(len(fresh)) < 0.2, late, fresh)
+    guids = rows.astype(np.int64)
+    turns = guid_turn[rows].astype(np.int64)
+    calls = turn_call[turns].astype(np.int64)
+    failed = rng.choice(n_guids // 2, 600, replace=False)
+    degraded = rng.choice(n_guids // 8, 80, replace=False)
+    h = Hazards()
+    settled_hits = 0
+    for i, a in enumerate(range(0, len(rows), 150)):
+        g, t, c = guids[a:a + 150], turns[a:a + 150], calls[a:a + 150]
+        settled_hits += int((g < h.guid_run.lo).sum() + (t < h.turn.lo).sum())
+        h.executed(g, t, c)
+        h.failed(failed[(failed >= 50 * i) & (failed < 50 * (i + 1))])
+        h.degraded(degraded[(degraded >= 12 * i) & (degraded < 12 * (i + 1))])
+        h.settle()
+    h.failed(failed[failed >= 50 * (i + 1)])
+    h.degraded(degraded[degraded >= 12 * (i + 1)])
+    want = _brute_hazards(guids.tolist(), turns.tolist(), calls.tolist(),
+                          set(failed.tolist()), set(degraded.tolist()))
+    assert (h.extra(), h.reexecuted, h.ghosts()) == want
+    assert min(want) > 50 and settled_hits > 500  # the late ones did hit settled blocks
+    assert all(w.lo > 0 and w.blocks for w in (h.guid_run, h.turn))
+    assert h.turn.lo > n_guids // 4  # most turns are settled: the array is the recent ones
