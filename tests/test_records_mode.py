@@ -287,3 +287,36 @@ def test_settled_hazard_ids_stay_exact_under_late_duplicates(seed: int,
     assert min(want) > 50 and settled_hits > 500  # the late ones did hit settled blocks
     assert all(w.lo > 0 and w.blocks for w in (h.guid_run, h.turn))
     assert h.turn.lo > n_guids // 4  # most turns are settled: the array is the recent ones
+
+
+def test_the_end_folds_the_open_calls_rows_in_slices_and_counts_the_same(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calls still open at the end are recorded a slice at a time (a fold after each, not
+    one burst of rows: the peak RSS of a long run); the metrics are those of all records."""
+    from rtalab.sim.model import live, world
+
+    sc = load_scenario("retry_storm").with_overrides({**MANY_DUPLICATES, "run.drain_s": 0.0})
+    exact = replication_metrics(run_once(sc, 3), sc.run.warmup_s)
+    during = [False]
+    folds: list[int] = []  # calls still open at each fold made while the end records them
+    real_fold, real_flush = world.World._fold, live.LiveLayer.flush
+
+    def fold(self: world.World) -> None:
+        if during[0]:
+            folds.append(len(self.live.sessions))
+        real_fold(self)
+
+    def flush(self: live.LiveLayer, *args: object) -> None:
+        during[0] = True
+        real_flush(self, *args)  # type: ignore[arg-type]
+        during[0] = False
+
+    monkeypatch.setattr(world, "FLUSH_FOLD_CALLS", 3)
+    monkeypatch.setattr(world.World, "_fold", fold)
+    monkeypatch.setattr(live.LiveLayer, "flush", flush)
+    out = run_once(sc.with_overrides({"run.records": "none"}), 3)
+    assert out.metrics is not None and disagreements(exact, out.metrics) == []
+    for k in (S.M_TURNS, S.M_CALLS, S.M_DUP_GUID_PER_1K, S.M_REEXEC_TURN_PER_1K,
+              S.M_DUP_SESSION_PER_1K, S.M_GHOST_PER_1K, S.M_SPURIOUS_TIMEOUTS_PER_1K):
+        assert out.metrics[k] == exact[k], k
+    assert len(folds) >= 3 and folds == sorted(folds, reverse=True)  # slice by slice

@@ -124,9 +124,11 @@ class DedupStore:
     the new table side by side while it rebuilds).  A compacting store counts the windows
     that started (:meth:`size`, once per simulated second: the expiry queue's length and the
     entries it purged) and copies its dict (``dict(entries)``: sized to 1.5x the live
-    entries, same keys, same order) before CPython would rebuild it, while the copy has room
-    for at least half as many insertions again.  What a lookup sees never changes; the
-    per-request path is untouched.
+    entries, same keys, same order) when the slots taken since the last rebuild near the
+    table's (or right after CPython rebuilt it), if the copy has room for at least half as
+    many insertions again; then glibc's free pages go back to the system (``malloc_trim``).
+    As the window fills, too, each table is the copy's, not twice it.  What a lookup sees
+    never changes; the per-request path is untouched.
     """
 
     #: bounded-memory runs: rebuild the dict at its live size (World sets it)
@@ -144,8 +146,10 @@ class DedupStore:
         self._expiry: deque[tuple[float, Hashable, Entry]] = deque()
         self.peak_entries = 0
         self._purged = 0  # entries the compacting size() purged (the expiry queue's left end)
-        self._base = 0    # windows started at the last (re)build of the dict
-        self._room = self.COMPACT_MIN  # insertions before the next compaction check
+        self._last = 0    # windows started, at the last size()
+        self._base = 0    # windows started, at the last (re)build of the dict
+        self._filled = 0  # slots taken then (its live entries)
+        self._usable_now = 0  # slots that table had
         self._table_bytes = sys.getsizeof(self.entries)
 
     def key(self, req: Request, context_id: int | None = None) -> Hashable:
@@ -240,25 +244,26 @@ class DedupStore:
         return n
 
     def _compact(self) -> None:
-        """Copy the dict when the insertions since its last (re)build, as counted by the windows
-        started, near what it has room for (see the class docstring)."""
+        """Copy the dict before CPython would rebuild it, or right after it did (see the class
+        docstring): the slots taken since the last (re)build counted by the windows started."""
         entries = self.entries
         started = len(self._expiry) + self._purged
+        rate, self._last = started - self._last, started  # windows started per second
         n = len(entries)
-        if sys.getsizeof(entries) != self._table_bytes:  # CPython rebuilt it (at 3x live):
-            self._table_bytes = sys.getsizeof(entries)    # a copy may take half of that
-        elif started - self._base < self._room:
+        if sys.getsizeof(entries) != self._table_bytes:  # CPython rebuilt it, at >= 3x live
+            self._table_bytes = sys.getsizeof(entries)
+            self._usable_now, self._filled, self._base = _usable(2 * n), n, started
+        elif (self._filled + started - self._base + 4 * rate + self._usable_now // 32
+              < self._usable_now):  # the slots taken, those of the next seconds, a margin
             return
         room = _usable(n) - n
-        self._base = started
         if n < self.COMPACT_MIN or 2 * room < n:  # a copy would gain little room: not now
-            self._room = max(self.COMPACT_MIN, n // 4)
             return
         self.entries = fresh = dict(entries)
         del entries
         _trim_heap()  # the old table's pages back to the system (it may lie inside the heap)
         self._table_bytes = sys.getsizeof(fresh)
-        self._room = (3 * room) // 4
+        self._usable_now, self._filled, self._base = _usable(n), n, started
 
     def state(self) -> dict[str, Any]:
         """Counters for the run's ``counters`` dict."""

@@ -38,6 +38,8 @@ MAX_PROGRESS_CALLS = 200
 FOLD_EVERY_S = 10
 #: and settle the Reasoner's per-call state every this many folds
 SETTLE_SESSIONS_EVERY = 6
+#: and fold while the run's end records the calls still open, after each this many
+FLUSH_FOLD_CALLS = 4096
 
 
 @dataclass
@@ -239,7 +241,7 @@ class World:
         run(env, self.end_s)
         while len(self.gauges) < self.n_bins:  # the last bin ends at (or after) end_s
             self._sample(sim_time(env))
-        self.live.flush()
+        self.live.flush(None if self.tally is None else self._fold, FLUSH_FOLD_CALLS)
         self.reasoner.flush()
         if self.tally is not None:
             self._fold()
