@@ -94,3 +94,82 @@ def test_incr_counts_as_get_plus_one_on_every_path() -> None:
         c.incr(k)
         ref[k] = ref.get(k, 0) + 1
     assert dict(c.items()) == ref and len(c) == len(ref)
+
+
+# settling: the dense ids below a mark compressed in blocks, still exact (bounded-memory runs)
+
+SETTLE = st.tuples(st.just("settle"), st.integers(-10, 6000))
+NEAR = st.one_of(st.integers(0, 400), KEYS)  # most keys dense and low: blocks of 64 settle
+
+
+@given(st.lists(st.one_of(st.tuples(st.just("add"), NEAR), SETTLE)), st.lists(NEAR))
+def test_a_settling_int_set_answers_as_a_set(ops: list, asked: list) -> None:
+    import pytest
+
+    from rtalab.sim.model import intsets
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(intsets, "BLOCK", 64)
+        ref: set = set()
+        s = intsets.SettlingIntSet()
+        for op, k in ops:
+            if op == "settle":
+                s.settle(k)
+                continue
+            ref.add(k)
+            s.add(k)
+            assert len(s) == len(ref)
+        for k in [*asked, *ref]:
+            assert (k in s) == (k in ref), k
+        assert sorted(map(str, s)) == sorted(map(str, ref))
+        s.clear()
+        assert len(s) == 0 and all(k not in s for k in ref)
+
+
+@given(st.lists(st.one_of(st.tuples(st.just("set"), st.tuples(KEYS, st.integers(1, 2**33))),
+                          st.tuples(st.just("incr"), KEYS), SETTLE)), st.lists(KEYS))
+def test_settling_int_counts_answer_as_a_dict_of_counts(ops: list, asked: list) -> None:
+    import pytest
+
+    from rtalab.sim.model import intsets
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(intsets, "BLOCK", 64)
+        ref: dict = {}
+        c = intsets.SettlingIntCounts()
+        for op, arg in ops:
+            if op == "settle":
+                c.settle(arg)
+            elif op == "incr":
+                c.incr(arg)
+                ref[arg] = ref.get(arg, 0) + 1
+            else:
+                k, v = arg
+                c[k] = v
+                ref[k] = v
+            assert len(c) == len(ref)
+        for k in [*asked, *ref]:
+            assert c.get(k) == ref.get(k, 0), k
+        assert dict(c.items()) == ref
+        for k, v in ref.items():
+            assert c[k] == v
+
+
+def test_settled_ids_are_compressed_and_change_exactly() -> None:
+    """A million sessions settled cost a few KiB; a late one on a settled id still counts."""
+    from rtalab.sim.model.intsets import SettlingIntCounts, SettlingIntSet
+
+    s, c = SettlingIntSet(), SettlingIntCounts()
+    for i in range(1_000_000):
+        s.add(i)
+        c.incr(i)
+        if i % 100_000 == 0:
+            s.settle(i - 70_000)
+            c.settle(i - 70_000)
+    assert 1 in s and 999_999 in s and 1_000_000 not in s and c.get(1) == 1
+    assert s._blocks.nbytes() < 80_000 and c._blocks.nbytes() < 300_000  # 786 Ki ids settled
+    assert s.nbytes() < 500_000 and c.nbytes() < 2_000_000  # vs 1 MB and 4 MB all dense
+    c.incr(5)
+    s.add(3)
+    assert c.get(5) == 2 and c.get(6) == 1 and 3 in s and len(s) == 1_000_000
+    assert sum(1 for _, v in c.items() if v > 1) == 1 and len(c) == 1_000_000

@@ -165,3 +165,32 @@ def test_duplicated_sessions_need_a_server_minted_context(client_context_id: boo
     else:
         assert dup > 0.0 and (out.calls["sessions_opened"] > 1).any()
     assert out.attempts["outcome"].eq("timeout").any()
+
+
+def test_a_compacting_store_keeps_its_table_at_the_live_size_and_answers_the_same() -> None:
+    """~100 k live entries constantly replaced: CPython would rebuild the dict at the power of
+    two >= 3x live (2**19 slots); the compacting store copies it first (2**18), and every
+    lookup answers as the plain store's."""
+    import sys
+
+    from rtalab.sim.model.dedup import DedupStore
+
+    plain = DedupStore("request-guid", 50.0, 1, 0.0)
+    comp = DedupStore("request-guid", 50.0, 1, 0.0)
+    comp.compacting = True
+    biggest = {id(plain): 0, id(comp): 0}
+    guid = 0
+    for t in range(1, 200):
+        for store in (plain, comp):
+            for g in range(guid, guid + 2000):
+                e = store.open((g % 7, g), float(t), g % 7)
+                store.close((g % 7, g), e, float(t), 1, None, g % 7)
+            assert store.size(float(t)) == min(51, t) * 2000
+            biggest[id(store)] = max(biggest[id(store)], sys.getsizeof(store.entries))
+        guid += 2000
+    assert biggest[id(comp)] < 0.55 * biggest[id(plain)]
+    assert list(comp.entries) == list(plain.entries)  # the same keys, in the same order
+    now = 199.0
+    for g in range(guid - 120_000, guid + 10, 997):
+        a, b = plain.lookup((g % 7, g), now), comp.lookup((g % 7, g), now)
+        assert (a is None) == (b is None) and (a is None or a.expires_s == b.expires_s)

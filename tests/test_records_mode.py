@@ -245,3 +245,78 @@ def test_rank_is_numpys_inverted_cdf_index_without_the_array() -> None:
         idx = np.arange(n, dtype=np.float64)
         want = np.percentile(idx, qs, method="inverted_cdf").astype(np.int64).tolist()
         assert [rank(int(n), q) for q in qs] == want, n
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_settled_hazard_ids_stay_exact_under_late_duplicates(seed: int,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """The windows settle their old ids (compressed blocks) while late executions of them
+    keep coming: every count is still the brute-force one."""
+    from rtalab.sim.model.tally import Hazards, Window
+
+    monkeypatch.setattr(Window, "BLOCK", 64)
+    monkeypatch.setattr(Hazards, "SETTLE_LAG", 1)
+    rng = np.random.default_rng(seed)
+    n_guids = 6000
+    guid_turn = np.arange(n_guids) // 2            # two requestGuids a turn, minted in order
+    turn_call = np.arange(n_guids // 2) // 4       # four turns a call
+    # executions mostly in id order, a fifth of them a late copy of an id long settled
+    fresh = np.repeat(np.arange(n_guids), 1 + (rng.random(n_guids) < 0.3))
+    late = (fresh * rng.random(len(fresh))).astype(np.int64)
+    rows = np.where(rng.random(len(fresh)) < 0.2, late, fresh)
+    guids = rows.astype(np.int64)
+    turns = guid_turn[rows].astype(np.int64)
+    calls = turn_call[turns].astype(np.int64)
+    failed = rng.choice(n_guids // 2, 600, replace=False)
+    degraded = rng.choice(n_guids // 8, 80, replace=False)
+    h = Hazards()
+    settled_hits = 0
+    for i, a in enumerate(range(0, len(rows), 150)):
+        g, t, c = guids[a:a + 150], turns[a:a + 150], calls[a:a + 150]
+        settled_hits += int((g < h.guid_run.lo).sum() + (t < h.turn.lo).sum())
+        h.executed(g, t, c)
+        h.failed(failed[(failed >= 50 * i) & (failed < 50 * (i + 1))])
+        h.degraded(degraded[(degraded >= 12 * i) & (degraded < 12 * (i + 1))])
+        h.settle()
+    h.failed(failed[failed >= 50 * (i + 1)])
+    h.degraded(degraded[degraded >= 12 * (i + 1)])
+    want = _brute_hazards(guids.tolist(), turns.tolist(), calls.tolist(),
+                          set(failed.tolist()), set(degraded.tolist()))
+    assert (h.extra(), h.reexecuted, h.ghosts()) == want
+    assert min(want) > 50 and settled_hits > 500  # the late ones did hit settled blocks
+    assert all(w.lo > 0 and w.blocks for w in (h.guid_run, h.turn))
+    assert h.turn.lo > n_guids // 4  # most turns are settled: the array is the recent ones
+
+
+def test_the_end_folds_the_open_calls_rows_in_slices_and_counts_the_same(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calls still open at the end are recorded a slice at a time (a fold after each, not
+    one burst of rows: the peak RSS of a long run); the metrics are those of all records."""
+    from rtalab.sim.model import live, world
+
+    sc = load_scenario("retry_storm").with_overrides({**MANY_DUPLICATES, "run.drain_s": 0.0})
+    exact = replication_metrics(run_once(sc, 3), sc.run.warmup_s)
+    during = [False]
+    folds: list[int] = []  # calls still open at each fold made while the end records them
+    real_fold, real_flush = world.World._fold, live.LiveLayer.flush
+
+    def fold(self: world.World) -> None:
+        if during[0]:
+            folds.append(len(self.live.sessions))
+        real_fold(self)
+
+    def flush(self: live.LiveLayer, *args: object) -> None:
+        during[0] = True
+        real_flush(self, *args)  # type: ignore[arg-type]
+        during[0] = False
+
+    monkeypatch.setattr(world, "FLUSH_FOLD_CALLS", 3)
+    monkeypatch.setattr(world.World, "_fold", fold)
+    monkeypatch.setattr(live.LiveLayer, "flush", flush)
+    out = run_once(sc.with_overrides({"run.records": "none"}), 3)
+    assert out.metrics is not None and disagreements(exact, out.metrics) == []
+    for k in (S.M_TURNS, S.M_CALLS, S.M_DUP_GUID_PER_1K, S.M_REEXEC_TURN_PER_1K,
+              S.M_DUP_SESSION_PER_1K, S.M_GHOST_PER_1K, S.M_SPURIOUS_TIMEOUTS_PER_1K):
+        assert out.metrics[k] == exact[k], k
+    assert len(folds) >= 3 and folds == sorted(folds, reverse=True)  # slice by slice

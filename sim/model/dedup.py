@@ -51,6 +51,8 @@ simulated FAILED answer against the witness ledger).
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from collections import deque
 from collections.abc import Hashable
 from typing import Any
@@ -86,8 +88,52 @@ def fingerprint(req: Request) -> Hashable:
             req.wants_input)
 
 
+def _trim_heap() -> None:
+    """glibc's ``malloc_trim(0)``: the free pages inside the heap back to the system (a table
+    freed below the heap's top stays in the process's RSS otherwise); nothing elsewhere."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            _malloc_trim = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: Any = None
+
+
+def _usable(n: int) -> int:
+    """Entries a CPython dict built by copying ``n`` live ones can take before it rebuilds
+    itself: its table is the power of two >= 1.5 n, two thirds of which are usable."""
+    size = 8
+    while size < (3 * n + 1) // 2:
+        size <<= 1
+    return (size << 1) // 3
+
+
 class DedupStore:
-    """Keyed entries with a completion-time window, lazily purged in completion order."""
+    """Keyed entries with a completion-time window, lazily purged in completion order.
+
+    Compaction (``compacting``, set for bounded-memory runs).  The store's dict holds a
+    constant number of live entries once the window is full, constantly replaced; every
+    insertion takes a fresh slot (a deleted one stays a dummy), and when the slots run out
+    CPython rebuilds the table at the power of two >= 3x the live entries -- twice the table
+    a copy of them would need (and at ~350 k live entries: 42 MiB instead of 21, the old and
+    the new table side by side while it rebuilds).  A compacting store counts the windows
+    that started (:meth:`size`, once per simulated second: the expiry queue's length and the
+    entries it purged) and copies its dict (``dict(entries)``: sized to 1.5x the live
+    entries, same keys, same order) when the slots taken since the last rebuild near the
+    table's (or right after CPython rebuilt it), if the copy has room for at least half as
+    many insertions again; then glibc's free pages go back to the system (``malloc_trim``).
+    As the window fills, too, each table is the copy's, not twice it.  What a lookup sees
+    never changes; the per-request path is untouched.
+    """
+
+    #: bounded-memory runs: rebuild the dict at its live size (World sets it)
+    compacting = False
+    COMPACT_MIN = 1 << 16  # below this many live entries a table is small: left to CPython
 
     def __init__(self, mode: str, window_s: float, entry_bytes: int, peak_from_s: float) -> None:
         if mode not in ("request-guid", "turn"):
@@ -99,6 +145,12 @@ class DedupStore:
         self.entries: dict[Hashable, Entry] = {}
         self._expiry: deque[tuple[float, Hashable, Entry]] = deque()
         self.peak_entries = 0
+        self._purged = 0  # entries the compacting size() purged (the expiry queue's left end)
+        self._last = 0    # windows started, at the last size()
+        self._base = 0    # windows started, at the last (re)build of the dict
+        self._filled = 0  # slots taken then (its live entries)
+        self._usable_now = 0  # slots that table had
+        self._table_bytes = sys.getsizeof(self.entries)
 
     def key(self, req: Request, context_id: int | None = None) -> Hashable:
         """The idempotency key of ``req`` in this mode, in the server session ``context_id``
@@ -177,12 +229,41 @@ class DedupStore:
                 del entries[key]
 
     def size(self, now_s: float) -> int:
-        """Entries held at ``now_s`` (after purging)."""
-        self.purge(now_s)
+        """Entries held at ``now_s`` (after purging); a compacting store may rebuild its dict."""
+        if self.compacting:
+            q = self._expiry
+            before = len(q)
+            self.purge(now_s)
+            self._purged += before - len(q)
+            self._compact()
+        else:
+            self.purge(now_s)
         n = len(self.entries)
         if n > self.peak_entries and now_s >= self.peak_from_s:
             self.peak_entries = n
         return n
+
+    def _compact(self) -> None:
+        """Copy the dict before CPython would rebuild it, or right after it did (see the class
+        docstring): the slots taken since the last (re)build counted by the windows started."""
+        entries = self.entries
+        started = len(self._expiry) + self._purged
+        rate, self._last = started - self._last, started  # windows started per second
+        n = len(entries)
+        if sys.getsizeof(entries) != self._table_bytes:  # CPython rebuilt it, at >= 3x live
+            self._table_bytes = sys.getsizeof(entries)
+            self._usable_now, self._filled, self._base = _usable(2 * n), n, started
+        elif (self._filled + started - self._base + 4 * rate + self._usable_now // 32
+              < self._usable_now):  # the slots taken, those of the next seconds, a margin
+            return
+        room = _usable(n) - n
+        if n < self.COMPACT_MIN or 2 * room < n:  # a copy would gain little room: not now
+            return
+        self.entries = fresh = dict(entries)
+        del entries
+        _trim_heap()  # the old table's pages back to the system (it may lie inside the heap)
+        self._table_bytes = sys.getsizeof(fresh)
+        self._usable_now, self._filled, self._base = _usable(n), n, started
 
     def state(self) -> dict[str, Any]:
         """Counters for the run's ``counters`` dict."""

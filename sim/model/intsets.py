@@ -13,6 +13,7 @@ goes to an ordinary set / dict beside it.  Same answers, same members; no record
 
 from __future__ import annotations
 
+import zlib
 from array import array
 from collections.abc import Iterator
 
@@ -133,3 +134,227 @@ class IntCounts:
         self._counts = array("I")
         self._n = 0
         self._other.clear()
+
+
+# --------------------------------------------------------------------------- settled prefixes
+
+BLOCK = 1 << 16  # ids per settled block
+
+
+class _Blocks:
+    """The settled prefix of a dense part: blocks of ``BLOCK`` slots of ``width`` bytes,
+    zlib-compressed, the last one read or written kept decompressed."""
+
+    __slots__ = ("_at", "_cur", "_data", "width")
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self._data: dict[int, bytes] = {}
+        self._at = -1
+        self._cur = bytearray()
+
+    def block(self, b: int) -> bytearray:
+        """Block ``b``'s bytes (changes to it are kept: :meth:`store` after them)."""
+        if b != self._at:
+            data = self._data.get(b)
+            self._cur = (bytearray(zlib.decompress(data)) if data is not None
+                         else bytearray(BLOCK * self.width))
+            self._at = b
+        return self._cur
+
+    def store(self, b: int, raw: bytes | bytearray) -> None:
+        """Keep ``raw`` as block ``b``."""
+        self._data[b] = zlib.compress(raw, 1)
+        if b == self._at and raw is not self._cur:
+            self._at = -1
+
+    def nbytes(self) -> int:
+        return sum(len(v) for v in self._data.values()) + len(self._cur)
+
+
+class _Settling:
+    """What :class:`SettlingIntSet` and :class:`SettlingIntCounts` share: the dense part holds
+    the ids from ``_lo`` on, the ones below it are in ``_blocks``."""
+
+    WIDTH = 1
+    _lo: int
+    _blocks: _Blocks
+
+    def _dense(self) -> bytearray | array[int]:
+        raise NotImplementedError
+
+    def _pad(self, n: int) -> None:
+        """Zeros at the end of the dense part, ``n`` ids."""
+        raise NotImplementedError
+
+    def _restart(self) -> None:
+        self._lo = 0
+        self._blocks = _Blocks(self.WIDTH)
+
+    def settle(self, below: int) -> None:
+        """Compress the whole blocks of ids below ``below`` (their answers kept exactly)."""
+        n = (max(0, below) // BLOCK) * BLOCK - self._lo  # ids to move
+        if n <= 0:
+            return
+        d, w = self._dense(), self.WIDTH
+        if len(d) < n:
+            self._pad(n - len(d))
+        raw = memoryview(d).cast("B")
+        for j in range(0, n, BLOCK):
+            self._blocks.store((self._lo + j) // BLOCK, bytes(raw[w * j:w * (j + BLOCK)]))
+        raw.release()
+        del d[:n]
+        self._lo += n
+
+    def nbytes(self) -> int:
+        """Bytes of the dense part and the settled blocks (the set or dict beside them not
+        counted)."""
+        return self.WIDTH * len(self._dense()) + self._blocks.nbytes()
+
+
+class SettlingIntSet(_Settling, IntSet):
+    """An :class:`IntSet` whose dense ids below ``lo`` can be settled (:meth:`settle`, whole
+    blocks compressed) and still answer and change exactly: for bounded-memory runs, where a
+    session's contextId is looked up only while its call is open (and by a rare late copy
+    after).  The dense part holds the ids from ``lo`` on."""
+
+    __slots__ = ("_blocks", "_lo")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._restart()
+
+    def __contains__(self, k: object) -> bool:
+        lo = self._lo
+        try:
+            if k >= lo and self._flags[k - lo]:  # type: ignore[operator]  # TypeError: not an int
+                return True
+        except (IndexError, TypeError):
+            pass
+        if isinstance(k, int) and 0 <= k < lo and self._blocks.block(k // BLOCK)[k % BLOCK]:
+            return True
+        return k in self._other
+
+    def add(self, k: int) -> None:
+        """Add ``k``."""
+        lo = self._lo
+        if type(k) is int and 0 <= k < lo and k not in self._other:
+            b = k // BLOCK
+            raw = self._blocks.block(b)
+            if not raw[k % BLOCK]:
+                raw[k % BLOCK] = 1
+                self._n += 1
+                self._blocks.store(b, raw)
+            return
+        f = self._flags
+        if k in self._other:
+            return
+        if not (type(k) is int and k >= lo and _room(k - lo, len(f))):
+            self._other.add(k)
+            return
+        i = k - lo
+        if i >= len(f):
+            f.extend(bytes(max(i + 1 - len(f), len(f), 1024)))
+        if not f[i]:
+            f[i] = 1
+            self._n += 1
+
+    def __iter__(self) -> Iterator[int]:
+        for b in range(self._lo // BLOCK):
+            raw = self._blocks.block(b)
+            yield from (b * BLOCK + i for i in range(BLOCK) if raw[i])
+        f, lo = self._flags, self._lo
+        yield from (lo + i for i in range(len(f)) if f[i])
+        yield from self._other
+
+    def _dense(self) -> bytearray:
+        return self._flags
+
+    def _pad(self, n: int) -> None:
+        self._flags.extend(bytes(n))
+
+    def clear(self) -> None:
+        """Forget every member."""
+        super().clear()
+        self._restart()
+
+
+class SettlingIntCounts(_Settling, IntCounts):
+    """An :class:`IntCounts` whose dense ids below ``lo`` can be settled, as
+    :class:`SettlingIntSet`'s: a call's sessions are opened while it is open (and by a rare
+    late copy after)."""
+
+    __slots__ = ("_blocks", "_lo")
+    WIDTH = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._restart()
+
+    def _settled(self, k: int) -> memoryview:
+        return memoryview(self._blocks.block(k // BLOCK)).cast("I")
+
+    def get(self, k: int, default: int = 0) -> int:
+        """The count of ``k`` (``default`` when it has none)."""
+        c, lo = self._counts, self._lo
+        if type(k) is int and lo <= k < lo + len(c) and c[k - lo]:
+            return c[k - lo]
+        if type(k) is int and 0 <= k < lo:
+            v = self._settled(k)[k % BLOCK]
+            if v:
+                return v
+        return self._other.get(k, default)
+
+    def incr(self, k: int) -> None:
+        """Add 1 to the count of ``k``."""
+        c, lo = self._counts, self._lo
+        if type(k) is int and lo <= k < lo + len(c) and c[k - lo]:
+            c[k - lo] += 1
+        else:
+            self[k] = self.get(k, 0) + 1
+
+    def __setitem__(self, k: int, v: int) -> None:
+        lo = self._lo
+        if type(k) is int and 0 <= k < lo and k not in self._other and 0 <= v < 1 << 32:
+            b = k // BLOCK
+            view = self._settled(k)
+            self._n += (v != 0) - (view[k % BLOCK] != 0)
+            view[k % BLOCK] = v
+            view.release()
+            self._blocks.store(b, self._blocks.block(b))
+            return
+        c = self._counts
+        if (k not in self._other and type(k) is int and k >= lo and _room(k - lo, len(c))
+                and 0 <= v < 1 << 32):
+            i = k - lo
+            if i >= len(c):
+                c.frombytes(bytes(4 * max(i + 1 - len(c), len(c), 1024)))
+            self._n += (v != 0) - (c[i] != 0)
+            c[i] = v
+            return
+        if type(k) is int and lo <= k < lo + len(c) and c[k - lo]:  # it leaves the dense part
+            c[k - lo] = 0
+            self._n -= 1
+        elif type(k) is int and 0 <= k < lo and self._settled(k)[k % BLOCK]:
+            self[k] = 0
+        self._other[k] = v
+
+    def items(self) -> Iterator[tuple[int, int]]:
+        """(key, count) of every key."""
+        for b in range(self._lo // BLOCK):
+            view = self._settled(b * BLOCK)
+            yield from ((b * BLOCK + i, view[i]) for i in range(BLOCK) if view[i])
+        c, lo = self._counts, self._lo
+        yield from ((lo + i, c[i]) for i in range(len(c)) if c[i])
+        yield from self._other.items()
+
+    def _dense(self) -> array[int]:
+        return self._counts
+
+    def _pad(self, n: int) -> None:
+        self._counts.frombytes(bytes(4 * n))
+
+    def clear(self) -> None:
+        """Forget every count."""
+        super().clear()
+        self._restart()

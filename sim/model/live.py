@@ -593,9 +593,12 @@ class LiveLayer:
 
     # ------------------------------------------------------------------ end of run
 
-    def flush(self) -> None:
-        """Record every turn, attempt and call still open when the run ends (``unfinished``)."""
-        for s in list(self.sessions.values()):
+    def flush(self, every: Callable[[], None] | None = None, n: int = 4096) -> None:
+        """Record every turn, attempt and call still open when the run ends (``unfinished``);
+        ``every()`` after each ``n`` calls (a bounded-memory run folds the rows meanwhile)."""
+        for i, s in enumerate(list(self.sessions.values())):
+            if every is not None and i and i % n == 0:
+                every()
             t = s.turn
             if t is not None:
                 req = t.req

@@ -26,7 +26,9 @@ notes (``LiveLayer.first_counted_uid``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -81,27 +83,114 @@ def _tp(task: np.ndarray, phase: np.ndarray) -> np.ndarray:
     return task.astype(np.int64) * 4 + (phase.astype(np.int64) + 1)
 
 
-class Dense:
-    """A zero-initialised numpy array indexed by a dense non-negative id, grown to any id it
-    is asked to hold."""
+class Window:
+    """Zero-initialised values by dense non-negative id, in two parts: the ids from ``lo`` on
+    in a numpy array (grown to any id it is asked to hold), the settled ids below ``lo`` in
+    zlib-compressed blocks of ``BLOCK`` ids (:meth:`settle`).  A settled id can still be
+    read and changed (:meth:`get`, :meth:`put`: its block is decompressed, changed and
+    compressed again), so every value stays exact however late an id comes back; what a
+    settled block costs is its compressed size (runs of the same few values: a few KiB)."""
 
-    __slots__ = ("a",)
+    BLOCK = 1 << 16
+
+    __slots__ = ("a", "blocks", "dtype", "lo", "top")
 
     def __init__(self, dtype: type[np.generic]) -> None:
+        self.dtype = np.dtype(dtype)
         self.a = np.zeros(0, dtype)
+        self.lo = 0  # the first id of ``a`` (a multiple of BLOCK)
+        self.blocks: dict[int, bytes] = {}  # block number -> its compressed values
+        self.top = 0  # one past the highest id asked for
 
-    def holding(self, ids: np.ndarray) -> np.ndarray:
-        """The array, long enough to index by every id of ``ids``."""
-        if len(ids):
-            top = int(ids.max()) + 1
-            if int(ids.min()) < 0:
-                raise ValueError("dense ids are non-negative")
-            if top > len(self.a):  # by a quarter (or 64 Ki ids): little slack, few copies
-                grown = np.zeros(max(top + (1 << 16), len(self.a) + len(self.a) // 4),
-                                 self.a.dtype)
-                grown[:len(self.a)] = self.a
-                self.a = grown
-        return self.a
+    def _hold(self, top: int) -> None:
+        """Make ``a`` reach id ``top - 1``: by a quarter (or 64 Ki ids), few copies."""
+        need = top - self.lo
+        if need > len(self.a):
+            grown = np.zeros(max(need + (1 << 16), len(self.a) + len(self.a) // 4), self.dtype)
+            grown[:len(self.a)] = self.a
+            self.a = grown
+
+    def _block(self, b: int) -> np.ndarray:
+        data = self.blocks.get(b)
+        if data is None:
+            return np.zeros(self.BLOCK, self.dtype)
+        return np.frombuffer(zlib.decompress(data), self.dtype).copy()
+
+    def _late(self, ids: np.ndarray, values: np.ndarray | None) -> np.ndarray:
+        """Read (``values`` None) or write the settled ids ``ids`` (each once)."""
+        out = np.empty(len(ids), self.dtype)
+        blk = ids // self.BLOCK
+        for b in np.unique(blk).tolist():
+            sel = blk == b
+            vals = self._block(b)
+            off = ids[sel] - b * self.BLOCK
+            if values is None:
+                out[sel] = vals[off]
+            else:
+                vals[off] = values[sel]
+                self.blocks[b] = zlib.compress(vals.tobytes(), 1)
+        return out
+
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        """The values of ``ids`` (int64, non-negative)."""
+        if not len(ids):
+            return np.zeros(0, self.dtype)
+        if int(ids.min()) < 0:
+            raise ValueError("dense ids are non-negative")
+        top = int(ids.max()) + 1
+        if top > self.top:
+            self.top = top
+            self._hold(top)
+        live = ids >= self.lo
+        if live.all():
+            got: np.ndarray = self.a[ids - self.lo]
+            return got
+        out = np.empty(len(ids), self.dtype)
+        out[live] = self.a[ids[live] - self.lo]
+        out[~live] = self._late(ids[~live], None)
+        return out
+
+    def put(self, ids: np.ndarray, values: np.ndarray) -> None:
+        """Set the values of ``ids`` (distinct, non-negative; read with :meth:`get` first)."""
+        if not len(ids):
+            return
+        live = ids >= self.lo
+        if live.all():
+            self.a[ids - self.lo] = values
+            return
+        self.a[ids[live] - self.lo] = values[live]
+        self._late(ids[~live], values[~live])
+
+    def settle(self, below: int) -> None:
+        """Compress the whole blocks of ids below ``below`` that are still in the array."""
+        b0, b1 = self.lo // self.BLOCK, max(0, below) // self.BLOCK
+        if b1 <= b0:
+            return
+        self._hold(b1 * self.BLOCK)
+        for b in range(b0, b1):
+            vals = self.a[(b - b0) * self.BLOCK:(b - b0 + 1) * self.BLOCK]
+            if vals.any():
+                self.blocks[b] = zlib.compress(vals.tobytes(), 1)
+        self.a = self.a[(b1 - b0) * self.BLOCK:].copy()
+        self.lo = b1 * self.BLOCK
+
+    def chunks(self, n_blocks: int | None = None) -> Iterator[np.ndarray]:
+        """Every value in id order, a block at a time (``n_blocks``: at least that many)."""
+        top = self.lo // self.BLOCK + -(-len(self.a) // self.BLOCK)
+        for b in range(max(top, n_blocks or 0)):
+            if b * self.BLOCK >= self.lo:
+                v = self.a[b * self.BLOCK - self.lo:(b + 1) * self.BLOCK - self.lo]
+                yield np.pad(v, (0, self.BLOCK - len(v)))
+            else:
+                yield self._block(b)
+
+    def n_blocks(self) -> int:
+        """Blocks spanned so far (settled and live)."""
+        return self.lo // self.BLOCK + -(-len(self.a) // self.BLOCK)
+
+    def nbytes(self) -> int:
+        """Bytes held (the array and the compressed blocks)."""
+        return self.a.nbytes + sum(len(v) for v in self.blocks.values())
 
 
 class Hazards:
@@ -110,60 +199,84 @@ class Hazards:
     ledger.  An execution of a requestGuid already executed is an extra one, charged to its
     call (the calls degraded by the end are left out: no requestGuid was on the wire); a
     turn's first two distinct requestGuids make it re-executed; a failed turn with any
-    execution is a ghost success.  A requestGuid belongs to one turn of one call."""
+    execution is a ghost success.  A requestGuid belongs to one turn of one call.
+
+    The ids settle (:meth:`settle`): each :class:`Window` keeps in its array only the ids
+    above the highest one it had seen ``SETTLE_LAG`` settles ago; older ones are compressed,
+    still exact if a late execution (a duplicate the network held, a retry past the dedup
+    window) comes back to them."""
 
     TURN_GUIDS, TURN_FAILED = 3, 4  # the turn byte: distinct guids (0, 1, 2 = two or more)
+    SETTLE_LAG = 30  # settles (World folds every 10 simulated s: 300 s)
 
     def __init__(self) -> None:
-        self.guid_run = Dense(np.uint8)    # requestGuid -> executed yet
-        self.turn = Dense(np.uint8)        # turn -> TURN_GUIDS count | TURN_FAILED
-        self.call_extra = Dense(np.int32)  # call -> extra executions of its requestGuids
-        self.call_degraded = Dense(np.uint8)
+        self.guid_run = Window(np.uint8)    # requestGuid -> executed yet
+        self.turn = Window(np.uint8)        # turn -> TURN_GUIDS count | TURN_FAILED
+        self.call_extra = Window(np.int32)  # call -> extra executions of its requestGuids
+        self.call_degraded = Window(np.uint8)
         self.executions = 0
         self.reexecuted = 0
+        self._marks: deque[tuple[int, ...]] = deque()  # each window's top id, per settle
 
     def executed(self, guids: np.ndarray, turns: np.ndarray, calls: np.ndarray) -> None:
         """Side-effect executions, in the order they ran."""
         self.executions += len(guids)
-        run = self.guid_run.holding(guids)
         uniq, first = np.unique(guids, return_index=True)
+        ran = self.guid_run.get(uniq)
         new = np.zeros(len(guids), dtype=bool)
-        new[first[run[uniq] == 0]] = True  # a requestGuid's first execution ever
-        run[guids[new]] = 1
+        new[first[ran == 0]] = True  # a requestGuid's first execution ever
+        self.guid_run.put(uniq[ran == 0], np.ones(int((ran == 0).sum()), np.uint8))
         again = calls[~new]  # the calls of the extra executions (none: no array)
         if len(again):
-            np.add.at(self.call_extra.holding(again), again, 1)
+            c, k = np.unique(again, return_counts=True)
+            self.call_extra.put(c, self.call_extra.get(c) + k.astype(np.int32))
         t, n = np.unique(turns[new], return_counts=True)
-        state = self.turn.holding(t)
-        before = state[t] & self.TURN_GUIDS
-        after = np.minimum(before + n, 2)
+        state = self.turn.get(t)
+        before = state & self.TURN_GUIDS
+        after = np.minimum(before + n, 2).astype(np.uint8)
         self.reexecuted += int(((before < 2) & (after == 2)).sum())
-        state[t] = (state[t] & ~np.uint8(self.TURN_GUIDS)) | after
+        self.turn.put(t, (state & ~np.uint8(self.TURN_GUIDS)) | after)
 
     def failed(self, turns: np.ndarray) -> None:
         """Counted turns that failed."""
-        state = self.turn.holding(turns)
-        state[turns] |= np.uint8(self.TURN_FAILED)
+        t = np.unique(turns)
+        self.turn.put(t, self.turn.get(t) | np.uint8(self.TURN_FAILED))
 
     def degraded(self, calls: np.ndarray) -> None:
         """Calls degraded (their row: the call has ended)."""
-        self.call_degraded.holding(calls)[calls] = 1
+        c = np.unique(calls)
+        self.call_degraded.get(c)  # (grows the array to them)
+        self.call_degraded.put(c, np.ones(len(c), np.uint8))
+
+    def _windows(self) -> tuple[Window, ...]:
+        return self.guid_run, self.turn, self.call_extra, self.call_degraded
+
+    def settle(self) -> None:
+        """Note each window's top id; settle the ids below the tops of ``SETTLE_LAG`` ago."""
+        self._marks.append(tuple(w.top for w in self._windows()))
+        if len(self._marks) > self.SETTLE_LAG:
+            old = self._marks.popleft()
+            for w, top in zip(self._windows(), old, strict=True):
+                w.settle(top)
 
     def extra(self) -> int:
         """Extra executions of a requestGuid, the degraded calls' left out."""
-        extra, deg = self.call_extra.a, self.call_degraded.a
-        k = min(len(extra), len(deg))
-        return int(extra.sum(dtype=np.int64)) - int(extra[:k][deg[:k] != 0].sum(dtype=np.int64))
+        n = max(self.call_extra.n_blocks(), self.call_degraded.n_blocks())
+        total = 0
+        for extra, deg in zip(self.call_extra.chunks(n), self.call_degraded.chunks(n),
+                              strict=True):
+            total += int(extra[deg == 0].sum(dtype=np.int64))
+        return total
 
     def ghosts(self) -> int:
         """Failed turns whose side effect ran."""
-        s = self.turn.a
-        return int(np.count_nonzero(((s & self.TURN_FAILED) != 0) & ((s & self.TURN_GUIDS) != 0)))
+        return sum(int(np.count_nonzero(((s & self.TURN_FAILED) != 0)
+                                        & ((s & self.TURN_GUIDS) != 0)))
+                   for s in self.turn.chunks())
 
     def nbytes(self) -> int:
         """Bytes held."""
-        return sum(d.a.nbytes for d in (self.guid_run, self.turn, self.call_extra,
-                                        self.call_degraded))
+        return sum(w.nbytes() for w in self._windows())
 
 
 class Tally:
@@ -369,7 +482,9 @@ class Tally:
 
     def settle(self, open_uids: np.ndarray) -> None:
         """Drop the buffered executions of turns that have ended (every row written so far
-        has been folded in): no attempt of theirs can time out any more."""
+        has been folded in): no attempt of theirs can time out any more.  Settle the
+        hazards' old ids (:meth:`Hazards.settle`)."""
+        self.hazards.settle()
         if len(self.buf_uid):
             keep = np.isin(self.buf_uid, open_uids)
             if not keep.all():

@@ -20,7 +20,7 @@ import simpy
 
 from rtalab.sim.model.clock import call_later, run, sim_time
 from rtalab.sim.model.fleet import Fleet
-from rtalab.sim.model.intsets import IntCounts
+from rtalab.sim.model.intsets import IntCounts, SettlingIntCounts, SettlingIntSet
 from rtalab.sim.model.live import LiveLayer
 from rtalab.sim.model.network import Link
 from rtalab.sim.model.rand import Streams, sample_key
@@ -39,6 +39,10 @@ FOLD_EVERY_S = 10
 #: the record tables are checked for a full chunk (``Table.chunk_rows`` rows) every this many
 #: simulated seconds: a chunk's boundary moves, no row or value does
 COMPACT_EVERY_S = 8
+#: bounded-memory runs settle the Reasoner's per-call state every this many folds
+SETTLE_SESSIONS_EVERY = 6
+#: and fold while the run's end records the calls still open, after each this many
+FLUSH_FOLD_CALLS = 4096
 
 
 @dataclass
@@ -97,6 +101,7 @@ class World:
         self._progress_every = max(1, math.ceil(self.n_bins / MAX_PROGRESS_CALLS))
         self.gauges: list[tuple[int, ...]] = []
         self.tally: Tally | None = None
+        self._folds = 0
         share = scenario.run.record_share
         if share is not None:  # bounded memory: rows folded into the metrics as they come
             self.tally = Tally(scenario.run.warmup_s, scenario.run.duration_s, self.end_s,
@@ -104,6 +109,51 @@ class World:
                                lambda: self.live.first_counted_uid)
             for name, table in self._tables().items():
                 table.sink = self.tally.sinks[name]
+            self._bound_reasoner_memory()
+
+    def _replicas(self) -> list[Reasoner]:
+        return self.reasoner.replicas if isinstance(self.reasoner, Fleet) else [self.reasoner]
+
+    def _bound_reasoner_memory(self) -> None:
+        """Bounded memory: the dedup stores compact their dicts (``DedupStore.compacting``);
+        the run-long per-call state settles its old ids (``SettlingIntSet``,
+        ``SettlingIntCounts``: the same answers; shared objects of a fleet stay shared)."""
+        made: dict[int, Any] = {}
+        for rep in self._replicas():
+            if rep.store is not None:
+                rep.store.compacting = True
+            for name, kind in (("known_contexts", SettlingIntSet),
+                               ("sessions_opened", SettlingIntCounts)):
+                old = getattr(rep, name)
+                if id(old) not in made:
+                    if len(old):
+                        raise RuntimeError(f"{name} filled before the run started")
+                    made[id(old)] = kind()
+                setattr(rep, name, made[id(old)])
+
+    def _settle_sessions(self) -> None:
+        """Settle the per-call state below the oldest open call, and the contextIds below the
+        lowest one an open call holds or the Reasoner minted for one (exact either way: a
+        late copy of an ended call's request reads and changes a settled id)."""
+        sessions = self.live.sessions
+        if not sessions:
+            return
+        oldest_call = next(iter(sessions))  # calls open in arrival (= id) order
+        reps = self._replicas()
+        held = [s.context_id for s in sessions.values() if s.context_id >= 0]
+        for rep in reps:
+            for by_guid in rep.minted.values():
+                held.extend(by_guid.values())
+        ctx = min(held, default=-1)
+        done: set[int] = set()
+        for rep in reps:
+            opened, known = rep.sessions_opened, rep.known_contexts
+            if isinstance(opened, SettlingIntCounts) and id(opened) not in done:
+                done.add(id(opened))
+                opened.settle(oldest_call)
+            if isinstance(known, SettlingIntSet) and ctx >= 0 and id(known) not in done:
+                done.add(id(known))
+                known.settle(ctx)
 
     def _tables(self) -> dict[str, Table]:
         # folding order: attempts before turns (a turn's row comes after its attempts')
@@ -119,6 +169,9 @@ class World:
         open_uids = np.fromiter((s.turn.uid for s in self.live.sessions.values()
                                  if s.turn is not None), np.int64)
         self.tally.settle(open_uids)
+        self._folds += 1
+        if self._folds % SETTLE_SESSIONS_EVERY == 0:
+            self._settle_sessions()
 
     # ------------------------------------------------------------------ scheduled things
 
@@ -190,7 +243,7 @@ class World:
         run(env, self.end_s)
         while len(self.gauges) < self.n_bins:  # the last bin ends at (or after) end_s
             self._sample(sim_time(env))
-        self.live.flush()
+        self.live.flush(None if self.tally is None else self._fold, FLUSH_FOLD_CALLS)
         self.reasoner.flush()
         if self.tally is not None:
             self._fold()
