@@ -14,7 +14,15 @@ import numpy as np
 import pytest
 import simpy
 
-from rtalab.sim.model.clock import Deadlines, call_at, call_later, run, sim_time
+from rtalab.sim.model.clock import (
+    ENTRY_PRIORITY,
+    Deadlines,
+    call_at,
+    call_later,
+    pusher,
+    run,
+    sim_time,
+)
 from rtalab.sim.model.recorder import Table
 
 
@@ -130,6 +138,25 @@ def test_run_orders_model_entries_exactly_as_simpy_orders_its_events() -> None:
     assert ours[-1] == (5.0, "e@5")
     with pytest.raises(ValueError, match="greater than"):
         run(env, 5.0)
+
+
+def test_pusher_entries_share_the_id_sequence_of_call_at_and_simpy() -> None:
+    """Entries pushed by ``pusher`` tie-break with ``call_at`` entries and SimPy timeouts at
+    the same time in scheduling order (one id sequence), and run as ``callback(value)``."""
+    env = simpy.Environment()
+    push, eid = pusher(env)
+    log: list[tuple[float, str]] = []
+    for name in "abcdef":
+        if name in "ae":
+            call_at(env, 1.0, lambda v, n=name: log.append((env.now, n)))
+        elif name == "c":
+            env.timeout(1.0).callbacks.append(lambda _: log.append((env.now, "c")))
+        else:
+            push((env.now + 1.0, ENTRY_PRIORITY, eid(), lambda v: log.append((env.now, v)), name))
+    push((0.5, ENTRY_PRIORITY, eid(), lambda v: log.append((env.now, v)), "early"))
+    run(env)
+    assert log == [(0.5, "early"), (1.0, "a"), (1.0, "b"), (1.0, "c"), (1.0, "d"), (1.0, "e"),
+                   (1.0, "f")]
 
 
 def test_run_raises_a_failed_simpy_event_like_simpy() -> None:

@@ -1,9 +1,9 @@
 """How the model schedules and runs: ``call_later``/``call_at`` run a callback at a future
-simulated time (``scheduler(env)`` is ``call_later`` bound to one environment, the hot
-path's form), :class:`Deadlines` keeps fixed-length timers with one pending entry,
-``sim_time`` is the current simulated time and :func:`run` advances the simulation.  The
-ONE module that touches SimPy's private attributes (``Environment._now``, ``_queue``,
-``_eid``; pinned by
+simulated time (``scheduler(env)`` is ``call_later`` bound to one environment, and
+``pusher(env)`` the unchecked, frame-free form of the per-turn sites), :class:`Deadlines`
+keeps fixed-length timers with one pending entry, ``sim_time`` is the current simulated
+time and :func:`run` advances the simulation.  The ONE module that touches SimPy's
+private attributes (``Environment._now``, ``_queue``, ``_eid``; pinned by
 ``tests/test_model_components.py::test_private_simpy_access_is_confined_to_clock``).
 
 The model is callback-driven on SimPy's event queue and clock: it starts no SimPy
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from heapq import heappop, heappush
 from operator import attrgetter
 from typing import Any, cast
@@ -31,6 +32,8 @@ from simpy.events import NORMAL, URGENT
 
 _NORMAL = int(NORMAL)
 _URGENT = int(URGENT)
+#: the priority of a model entry (SimPy's NORMAL), for :func:`pusher`'s entries
+ENTRY_PRIORITY = _NORMAL
 
 
 #: ``sim_time(env)`` -> the current simulated time (``env.now`` without the property's cost)
@@ -64,6 +67,15 @@ def scheduler(env: simpy.Environment) -> Callable[..., None]:
         push(queue, (env._now + delay, _NORMAL, eid(), callback, value))
 
     return later
+
+
+def pusher(env: simpy.Environment) -> tuple[Callable[[_Entry], None], Callable[[], int]]:
+    """``(push, next_id)`` bound to ``env``: ``push((when, ENTRY_PRIORITY, next_id(), callback,
+    value))`` schedules as :func:`call_at` does, without its check or a Python call frame (a
+    C-level ``heappush`` partial: the per-turn sites' form, ~4 entries a turn).  The caller
+    guarantees ``when >= now``; ``when`` must be computed as ``now + delay`` wherever the
+    other forms add a delay to the clock, so the times stay bit-identical."""
+    return partial(heappush, _queue(env)), env._eid.__next__
 
 
 def call_at(env: simpy.Environment, when: float, callback: Callable[[Any], None],
@@ -123,7 +135,8 @@ class Deadlines:
     armed with an earlier deadline than the last one armed falls back to its own entry.
     """
 
-    __slots__ = ("_alive", "_armed", "_callback", "_env", "_last", "_q", "_wake_cb")
+    __slots__ = ("_alive", "_armed", "_callback", "_env", "_last", "_next_id", "_push", "_q",
+                 "_wake_cb")
 
     def __init__(self, env: simpy.Environment, callback: Callable[[Any], None],
                  alive: Callable[[Any], bool]) -> None:
@@ -134,6 +147,7 @@ class Deadlines:
         self._armed = False
         self._last = -float("inf")
         self._wake_cb = self._wake
+        self._push, self._next_id = pusher(env)  # the wake-ups: call_at without its call
 
     def __len__(self) -> int:
         return len(self._q)
@@ -151,7 +165,7 @@ class Deadlines:
         self._q.append((when, value))
         if not self._armed:
             self._armed = True
-            call_at(env, when, self._wake_cb)
+            self._push((when, _NORMAL, self._next_id(), self._wake_cb, None))  # when >= now: above
 
     def _wake(self, _: Any = None) -> None:
         env = self._env
@@ -161,8 +175,8 @@ class Deadlines:
             callback(q.popleft()[1])
         while q and not alive(q[0][1]):
             q.popleft()
-        if q:
-            call_at(env, q[0][0], self._wake_cb)
+        if q:  # the head is not due yet (the due ones were handed over above)
+            self._push((q[0][0], _NORMAL, self._next_id(), self._wake_cb, None))
         else:
             self._armed = False
             self._last = -float("inf")

@@ -94,7 +94,7 @@ from typing import Any, Protocol
 import numpy as np
 import simpy
 
-from rtalab.sim.model.clock import Deadlines, scheduler, sim_time
+from rtalab.sim.model.clock import ENTRY_PRIORITY, Deadlines, pusher, scheduler, sim_time
 from rtalab.sim.model.messages import COMPLETED, INPUT_REQUIRED, NO_CONTEXT, Request
 from rtalab.sim.model.network import DROPPED, REFUSED, Link
 from rtalab.sim.model.playout import playout
@@ -244,18 +244,18 @@ class Session(CallMachine):
 class Turn(TurnMachine):
     """One logical turn (one interactionId): the sans-IO :class:`rtalab.sim.policy.turn.TurnMachine`
     plus what the simulator keeps per turn.  ``turn_id`` is the simulator's task identity
-    (the Reasoner's ``task_id``), minted by the instance's rules."""
+    (the Reasoner's ``task_id``), minted by the instance's rules.
+
+    Built as ``Turn(rules, start_s, side_effect, handoff)`` (the machine's initialiser, no
+    ``__init__`` of its own: one Python call less per turn) and its own slots set at once by
+    :meth:`LiveLayer._start_turn`, its one maker."""
 
     __slots__ = ("index", "req", "session", "uid")
 
-    def __init__(self, session: Session, index: int, uid: int, start_s: float, side_effect: bool,
-                 handoff: bool) -> None:
-        # explicit (no super() lookup): one Turn per turn, on the model's hottest path
-        TurnMachine.__init__(self, session.instance.rules, start_s, side_effect, handoff)
-        self.session = session
-        self.index = index
-        self.uid = uid
-        self.req: Request | None = None
+    session: Session
+    index: int  # the turn's index in its call
+    uid: int  # the simulator's interactionId
+    req: Request | None  # the attempt in flight (None: none yet, or the turn ended)
 
 
 class Backend(Protocol):
@@ -278,6 +278,7 @@ class LiveLayer:
                  negotiation: tuple[Link, Link] | None = None) -> None:
         self.env = env
         self._later = scheduler(env)  # call_later bound to env
+        self._push, self._next_id = pusher(env)  # the next turn's start: no call frame
         live, wl = scenario.live, scenario.workload
         self.uplink = uplink
         self.reasoner = reasoner
@@ -392,8 +393,12 @@ class LiveLayer:
         # (``self.f()`` on an instance attribute misses CPython 3.11's LOAD_METHOD
         # specialisation, ~0.1 k instructions a call)
         u_side, u_handoff = self.u_side, self.u_handoff
-        t = Turn(s, s.turns_started, uid, now, u_side() < self.side_share,
+        t = Turn(s.instance.rules, now, u_side() < self.side_share,
                  u_handoff() < self.handoff_share)
+        t.session = s  # Turn's own slots (it has no __init__: see the class)
+        t.index = s.turns_started
+        t.uid = uid
+        t.req = None
         s.turns_started += 1
         s.turn = t
         self.in_progress += 1
@@ -419,9 +424,10 @@ class LiveLayer:
         if call_end is not None:
             self._end_call(s, end_s, call_end)
         else:
-            think, later = self.think, self._later
+            think, push, eid = self.think, self._push, self._next_id
             wait = think() if next_after_s is None else next_after_s
-            later((end_s - now) + wait, self._next_turn_cb, s)
+            # as later((end_s - now) + wait, ...): the same time, bit for bit
+            push((now + ((end_s - now) + wait), ENTRY_PRIORITY, eid(), self._next_turn_cb, s))
 
     def _end_call(self, s: Session, end_s: float, reason: str) -> None:
         del self.sessions[s.call_id]

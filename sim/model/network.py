@@ -30,7 +30,7 @@ from typing import Any
 import simpy
 
 from rtalab.sim.dist import Const
-from rtalab.sim.model.clock import scheduler, sim_time
+from rtalab.sim.model.clock import ENTRY_PRIORITY, pusher, scheduler, sim_time
 from rtalab.sim.model.rand import Streams
 from rtalab.sim.scenario import REFUSING_KINDS, LinkConfig, OutageConfig
 
@@ -63,6 +63,7 @@ class Link:
         negotiation, draws from its own streams and never shifts the messages' draws)."""
         self.env = env
         self._later = scheduler(env)  # call_later bound to env
+        self._push, self._next_id = pusher(env)  # the per-message arrival: no call frame
         self.name = name
         mine = [o for o in outages if o.direction in (name, "both")]
         # blackhole and refusing windows drop every message; a loss window drops with its p
@@ -129,11 +130,11 @@ class Link:
         Both callbacks receive the message.
         """
         self.sent += 1
-        if self.fast:  # constant latency, no faults (so no outage either): one copy arrives
-            later = self._later  # a local: an instance attribute called as self.f() is slower
-            later(self.const_latency, deliver, msg)
-            return DELIVERED
         now = sim_time(self.env)
+        push, eid = self._push, self._next_id  # locals: self.f() is slower (see Reasoner._start)
+        if self.fast:  # constant latency, no faults (so no outage either): one copy arrives
+            push((now + self.const_latency, ENTRY_PRIORITY, eid(), deliver, msg))  # type: ignore[operator]  # fast: const_latency is set
+            return DELIVERED
         if self.refusing and self.refused(now):
             self.dropped += 1
             return REFUSED
@@ -141,7 +142,7 @@ class Link:
         if d < 0.0:
             self.dropped += 1
             return DROPPED
-        self._later(d, deliver, msg)
+        push((now + d, ENTRY_PRIORITY, eid(), deliver, msg))
         if self.duplication and self.u_dup() < self.duplication:
             self.duplicated += 1
             self._later(d + self.dup_delay(), deliver_copy, msg)

@@ -48,7 +48,7 @@ from typing import Any
 import simpy
 
 from rtalab.sim.dist import Const
-from rtalab.sim.model.clock import scheduler, sim_time
+from rtalab.sim.model.clock import ENTRY_PRIORITY, pusher, scheduler, sim_time
 from rtalab.sim.model.dedup import DedupStore, Entry, fingerprint
 from rtalab.sim.model.intsets import IntCounts, IntSet
 from rtalab.sim.model.messages import COMPLETED, FAILED, INPUT_REQUIRED, NO_CONTEXT, Request
@@ -104,11 +104,17 @@ QUEUED, RUNNING, DONE, DROPPED = 0, 1, 2, 3  # Job.state
 
 
 class Job:
-    """One request copy admitted for execution."""
+    """One request copy admitted for execution.  ``start_s``, ``status`` and ``error_code``
+    are set when it starts (:meth:`Reasoner._start`; nothing reads them before): a queued
+    job never started has none."""
 
     __slots__ = ("arrival_s", "cancelled", "committed", "context_id", "dup", "entry",
                  "error_code", "guard", "key", "req", "start_s", "state", "status", "step_s",
                  "tkey", "tool_end_s")
+
+    start_s: float
+    status: int
+    error_code: str | None
 
     def __init__(self, req: Request, dup: bool, arrival_s: float, context_id: int, key: Any,
                  entry: Entry | None, tkey: Any) -> None:
@@ -120,12 +126,9 @@ class Job:
         self.entry = entry  # the execution's entry (store and/or task index), None if neither
         self.tkey = tkey  # task-index key (None: not indexed)
         self.state = QUEUED
-        self.status = -1
-        self.error_code: str | None = None
         self.guard: tuple[Any, Entry] | None = None  # turn mode: the side-effect claim it holds
         self.cancelled = False  # stopped by a CancelTask before its side effect ran
         self.committed = False  # the side-effecting tool call has started (cannot be undone)
-        self.start_s = NAN
         self.step_s = NAN  # end of reasoning = start of the tool call
         self.tool_end_s = NAN
 
@@ -140,6 +143,7 @@ class Reasoner:
         Reasoner indexes its jobs by task and defers each side effect to its own step."""
         self.env = env
         self._later = scheduler(env)  # call_later bound to env
+        self._push, self._next_id = pusher(env)  # an execution's end and a reply: no call frame
         self.cfg = cfg
         self.downlink = downlink
         self.witness = witness
@@ -390,7 +394,7 @@ class Reasoner:
         # hot path: the instance's callables are read into locals before they are called
         # (``self.f()`` on an instance attribute misses CPython 3.11's LOAD_METHOD
         # specialisation, ~0.1 k instructions a call)
-        reasoning, later = self.reasoning, self._later
+        reasoning = self.reasoning
         end = now + reasoning() + self.base_s
         if self.k_s:
             end += self.k_s * (self.busy + len(self.queue) - self.q_dead)
@@ -436,7 +440,9 @@ class Reasoner:
             t = now + lat if lat is not None else self.downlink.arrival(now)
             if t < req.first_response_s:
                 req.first_response_s = t
-        later(end - now, self._on_done_cb, job)
+        # as later(end - now, ...): the same time, bit for bit (now is the clock's time)
+        push, eid = self._push, self._next_id
+        push((now + (end - now), ENTRY_PRIORITY, eid(), self._on_done_cb, job))
 
     def _claim(self, job: Job, now: float) -> bool:
         """Turn mode: claim the side effect of ``job``'s logical turn; False if it already ran
@@ -619,8 +625,8 @@ class Reasoner:
                 return
         elif arrival < req.first_response_s:
             req.first_response_s = arrival
-        later = self._later  # a local: see _start
-        later(arrival - now, self.deliver, req)
+        push, eid = self._push, self._next_id  # locals: see _start
+        push((now + (arrival - now), ENTRY_PRIORITY, eid(), self.deliver, req))  # see _start
 
     # ------------------------------------------------------------------ capacity, sessions
 
