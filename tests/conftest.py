@@ -24,6 +24,33 @@ settings.register_profile("ci", derandomize=True, database=None, deadline=None)
 settings.register_profile("explore", derandomize=False, deadline=None)
 settings.load_profile("ci")
 
+
+@pytest.fixture(autouse=True)
+def _no_gevent_patching_in_the_test_process() -> Iterator[None]:
+    """Locust monkey-patches the process that imports it (gevent's ``patch_all``).  In the
+    pytest process that is a hazard: done mid-run while any other Python thread is alive (a
+    Reasoner's capacity broker, a pool) the import deadlocks on importlib's module locks and
+    the worker hangs for good; done at all, it changes every later test in that worker.  So
+    Locust and patched gevent live only in subprocesses (the tests' scripts do
+    ``gevent.monkey.patch_all()`` first), and a test that brings either into this process
+    fails here, by name, instead of hanging the suite some runs later."""
+    import sys
+
+    had = "locust" in sys.modules or _gevent_patched()
+    yield
+    if not had and ("locust" in sys.modules or _gevent_patched()):
+        pytest.fail("this test imported locust (or monkey-patched gevent) into the pytest "
+                    "process; run that part in a subprocess (see tests/conftest.py)",
+                    pytrace=False)
+
+
+def _gevent_patched() -> bool:
+    import sys
+
+    monkey = sys.modules.get("gevent.monkey")
+    return bool(monkey is not None and monkey.is_anything_patched())
+
+
 # The fast tier (`make test-fast`, `-m "not slow"`): the inner loop, under 2 minutes on 2
 # cores. It leaves out what starts real servers or load runs, runs notebooks or a browser,
 # and the longest model validations (statistical checks whose simulations take seconds each);

@@ -529,7 +529,7 @@ def test_the_ws_reader_decodes_a_frame_as_json_loads_does():
     """The WebSocket reader's inline scan reads every frame json.loads reads (whitespace
     around it included), routes another request's frame to it, and ends the socket on what
     json.loads refuses, with json.loads' own words."""
-    from locust.event import Events
+    from types import SimpleNamespace
 
     from rtalab.loadtests.live.call import StreamBroken
     from rtalab.loadtests.live.ws import WsChannel, WsExchange
@@ -542,7 +542,11 @@ def test_the_ws_reader_decodes_a_frame_as_json_loads_does():
             return self.texts.pop(0)
 
     def channel(texts: list[str]) -> WsChannel:
-        ch = WsChannel("http://127.0.0.1:1", EXT, None, Events())
+        # Locust's event hooks stand-in: importing locust here would monkey-patch the pytest
+        # process mid-run (tests/conftest.py refuses it)
+        fired: list[dict[str, object]] = []
+        events = SimpleNamespace(request=SimpleNamespace(fire=lambda **kw: fired.append(kw)))
+        ch = WsChannel("http://127.0.0.1:1", EXT, None, events)
         ch.ws = Socket(texts)
         return ch
 
