@@ -50,11 +50,27 @@ class ProcessError(RuntimeError):
     """A managed process died or did not become ready; the message ends with its log tail."""
 
 
+_ISSUED: dict[int, float] = {}  # port -> when free_port handed it out (this process)
+_ISSUED_LOCK = threading.Lock()
+_REISSUE_AFTER_S = 120.0
+
+
 def free_port(host: str = LOCALHOST) -> int:
-    """A TCP port that was free a moment ago (bind to port 0 and release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A TCP port that was free a moment ago (bind to port 0 and release it), never one this
+    process handed out in the last two minutes: a server started later (``wait=False``) has
+    not bound its port yet when the next port is picked, and the kernel may offer it again."""
+    with _ISSUED_LOCK:
+        now = time.monotonic()
+        for old in [p for p, t in _ISSUED.items() if now - t > _REISSUE_AFTER_S]:
+            del _ISSUED[old]
+        for _ in range(64):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, 0))
+                port = int(s.getsockname()[1])
+            if port not in _ISSUED:
+                break
+        _ISSUED[port] = now
+        return port
 
 
 def port_open(host: str, port: int, timeout_s: float = 0.2) -> bool:
@@ -413,7 +429,7 @@ def _wait_ready(proc: ManagedProcess, checks: Sequence[Callable[[], bool]],
         delay = min(delay * 1.5, 0.1)
 
 
-def _port_clash(err: ProcessError) -> bool:
+def port_clash(err: ProcessError) -> bool:
     """The child died because its port was taken (a free_port race)."""
     text = str(err).lower()
     return "exited with code" in text and ("address already in use" in text
@@ -429,7 +445,7 @@ def _start_on_port(port: int | None, start: Callable[[int], ManagedProcess],
         try:
             return start(free_port())
         except ProcessError as e:
-            if attempt == attempts - 1 or not _port_clash(e):
+            if attempt == attempts - 1 or not port_clash(e):
                 raise
     raise AssertionError("unreachable")
 

@@ -49,9 +49,11 @@ from rtalab.loadtests.chaos.procs import start_chaos
 from rtalab.loadtests.common.procs import (
     LOCALHOST,
     ManagedProcess,
+    ProcessError,
     _pdeathsig_preexec,
     free_port,
     grpc_problem,
+    port_clash,
     start_reasoner,
     start_witness,
     url_problem,
@@ -269,8 +271,8 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
                            for i in range(fleet.replicas)]
     try:
         for args in st.replica_args:
-            st.replicas.append(start_reasoner(**args))
-        st.reasoner = st.replicas[0] if st.replicas else start_reasoner(**st.reasoner_args)
+            st.replicas.append(_start_first(args))
+        st.reasoner = st.replicas[0] if st.replicas else _start_first(st.reasoner_args)
         wait_ready(st.witness, "/healthz", tls=st.client_tls)
     except BaseException:
         st.stop()
@@ -280,6 +282,23 @@ def start_stack(opts: RunOptions, run_dir: Path, scenario_path: Path) -> tuple[S
         target = start_proxy(st, target, run_dir, scenario_path, grpc_on(opts),
                              upstreams=[r.url for r in st.replicas])
     return st, target, st.witness.url
+
+
+def _start_first(args: dict[str, Any], attempts: int = 3) -> ManagedProcess:
+    """A Reasoner's first start; its gRPC port lost to another process between being picked
+    and being bound, it starts again on a fresh one, kept in ``args`` for its restarts."""
+    for attempt in range(attempts):
+        try:
+            return start_reasoner(**args)
+        except ProcessError as e:
+            extra = list(args["extra_args"])
+            at = extra.index("--grpc-port") + 1
+            if attempt == attempts - 1 or not port_clash(e) or \
+                    f"--grpc-port {extra[at]}: cannot listen" not in str(e):
+                raise
+            extra[at] = str(free_port())
+            args["extra_args"] = extra
+    raise AssertionError("unreachable")
 
 
 def grpc_on(opts: RunOptions) -> bool:

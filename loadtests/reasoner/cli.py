@@ -10,6 +10,7 @@ stderr.  The options ``--dedup``, ``--dedup-mode`` and ``--unsafe-bug`` are also
 from __future__ import annotations
 
 import argparse
+import socket
 import sqlite3
 import sys
 from pathlib import Path
@@ -185,8 +186,23 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         _check_sqlite_file(target)
     elif backend == "redis":
         _check_redis(target)
+    if args.grpc_port:
+        _check_port_free(args.host, args.grpc_port)
     load_config(settings)  # raises ConfigError on a broken scenario or override
     return settings
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Nothing listens on ``host:port`` yet (else FlagError, one line, naming "address already
+    in use" so a caller racing for a free port knows to pick another): a taken gRPC port is
+    a usage error before the server starts, not a lifespan traceback."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                       socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise FlagError(f"--grpc-port {port}: cannot listen on {host}:{port}: "
+                            f"{(e.strerror or str(e)).lower()}") from None
 
 
 def _check_sqlite_file(target: str) -> None:
