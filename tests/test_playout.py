@@ -28,6 +28,13 @@ def test_a_late_first_chunk_is_skipped_after_the_gap() -> None:
     assert playout([1.5, 1.2, 1.4], 1.41, 0.5) == (1.5, 1.5, 0)
 
 
+def test_a_chunk_arriving_exactly_gap_s_after_a_later_one_still_plays() -> None:
+    """The gap is declared lost gap_s after the buffer knew of it; only a chunk arriving
+    *after* that is dropped (chunk 0 here arrives at 1.0 + 0.5)."""
+    assert playout([1.5, 1.0], 2.0, 0.5) == (1.5, 2.0, 0)
+    assert playout([1.5 + 1e-9, 1.0], 2.0, 0.5)[2] == 1  # a moment later: skipped
+
+
 def test_the_terminal_state_bounds_the_wait_and_nothing_may_be_playable() -> None:
     first, done, skipped = playout([INF, INF, INF], 2.0, 0.5)
     assert math.isnan(first) and done == 2.5 and skipped == 3

@@ -13,6 +13,7 @@ from rtalab.sim.policy import (
     ALL_CODES,
     CODES,
     REASONS,
+    RETRYABLE_CODES,
     AdaptiveThrottleConfig,
     BackoffConfig,
     BudgetConfig,
@@ -24,6 +25,8 @@ from rtalab.sim.policy import (
     RetryConfig,
     RetryPolicy,
     TokenBucketConfig,
+    ending_of,
+    is_retryable,
     make_budget,
 )
 from rtalab.sim.vocab import Ending
@@ -58,6 +61,17 @@ def test_retryable_set_is_the_seed_table() -> None:
     assert {c for c in ALL_CODES if decide(p, c).retry} == {"rate-limited", "upstream-timeout",
                                                              "internal"}
     assert decide(p, "teapot") == Decision(False, 0.0, "not-retryable")  # unknown code
+
+
+@pytest.mark.parametrize("code", ["teapot", "", "Internal", "rate_limited", "upstream-timeout "])
+def test_a_code_outside_the_table_is_not_retryable(code: str) -> None:
+    """errors.md §2: only the table's retryable codes may be resent; a code the table does not
+    name (a typo, another case, a server's own) is not retryable -- for the decision and for
+    the budget, which counts it as an answer, not as a failure."""
+    assert not is_retryable(code)
+    assert code not in RETRYABLE_CODES
+    assert ending_of("failed", code, is_retryable(code)) is Ending.NOT_RETRYABLE
+    assert {"rate-limited", "upstream-timeout", "internal"} == RETRYABLE_CODES
 
 
 def test_default_per_code_limits() -> None:

@@ -125,6 +125,23 @@ def test_resolve_path_prefers_an_existing_file(tmp_path: Path) -> None:
         ('[workload]\narrival = "schedule"\nschedule = [{ start_s = 10 }, { start_s = 5 }]\n',
          "workload.schedule", "increasing start_s"),
         ("[live.backoff]\nbase_s = 1.0\ncap_s = 0.5\n", "live.backoff.cap_s", "must be >="),
+        # the bounds themselves (round 7 of tests/oneoff/mutate.py): a warm-up as long as the
+        # run counts no turn; replicas are numbered 0..N-1; two phases cannot start together
+        ("[run]\nduration_s = 10\nwarmup_s = 10\n", "run.warmup_s", "must be < duration_s"),
+        ("[fleet]\nreplicas = 2\nfailures = [{ replica = 2 }]\n", "fleet.failures",
+         "replica 2 of 2"),
+        ('[workload]\narrival = "schedule"\nschedule = [{ start_s = 5 }, { start_s = 5 }]\n',
+         "workload.schedule", "increasing start_s"),
+        # a refusing outage acts on connections, so on both directions
+        ('[[network.outages]]\nkind = "reasoner-down"\ndirection = "uplink"\n',
+         "network.outages[0].direction", "acts on connections"),
+        ('[[network.outages]]\nkind = "reset"\ndirection = "downlink"\n',
+         "network.outages[0].direction", "acts on connections"),
+        # a sampled run keeps a share 0 < P <= 1 of the calls (0 is records = "none")
+        ('[run]\nrecords = "sample:0"\n', "run.records", "0 < P <= 1"),
+        # TOML's true is no number
+        ("[workload]\ncalls_per_s = true\n", "workload.calls_per_s", "must be a number"),
+        ("[network.uplink]\nloss = false\n", "network.uplink.loss", "must be a number"),
     ],
 )
 def test_broken_scenario_names_key_and_problem(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -152,6 +153,36 @@ def test_load_amplification_and_hazards(run: RunOutput) -> None:
     assert m["hazard.reexecuted_turns_per_1k_turns"] == 1000 * 1 / 4
     assert m["hazard.duplicated_sessions_per_1k_turns"] == 1000 * 1 / 4
     assert m["side_effect_executions_per_side_effect_turn"] == 4 / 2
+
+
+def _means(run: RunOutput, warmup_s: float = 10.0) -> dict[str, Any]:
+    return {k: v["mean"] for k, v in summarize([run], warmup_s)["metrics"].items()}
+
+
+def test_a_turn_starting_exactly_at_the_warmup_counts(run: RunOutput) -> None:
+    """``run.warmup_s``: turns starting *earlier* are excluded -- turn 1 starts at 20.0."""
+    m = _means(run, 20.0)
+    assert m["turns"] == 4 and m["calls"] == 4
+    assert m["success_rate"] == 0.75
+
+
+def test_a_request_run_three_times_is_two_duplicate_executions(run: RunOutput) -> None:
+    """docs/metrics.md: duplicate request executions are the executions beyond the first of
+    each requestGuid (guid 2 runs a third time here: 2 extra, not 1 guid)."""
+    se = pd.concat([run.side_effects, _frame("side_effects", [
+        {S.INTERACTION_ID: 2, S.REQUEST_GUID: 2, S.EXECUTED_S: 33.0}])], ignore_index=True)
+    m = _means(dataclasses.replace(run, side_effects=se))
+    assert m[S.M_DUP_GUID_PER_1K] == 1000 * 2 / 4
+    assert m["hazard.reexecuted_turns_per_1k_turns"] == 1000 * 1 / 4  # still one turn
+
+
+def test_a_ghost_success_is_a_failed_turn_only(run: RunOutput) -> None:
+    """A side effect that ran for a turn the caller was told COMPLETED is no ghost: only the
+    failed turn 3 is one."""
+    turns = run.turns.copy()
+    turns.loc[turns[S.INTERACTION_ID].isin([2, 3]), S.SIDE_EFFECT_EXECUTIONS] = 1
+    m = _means(dataclasses.replace(run, turns=turns))
+    assert m[S.M_GHOST_PER_1K] == 1000 * 1 / 4
 
 
 def test_timeseries_metrics_use_the_window(run: RunOutput) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 from pathlib import Path
 
@@ -97,6 +98,35 @@ def test_reordering_rate_and_terminal_last() -> None:
     unsequenced = StreamTiming(t.link, rng_for(5, "z"))
     assert not any(unsequenced.release(0.0, False, reorderable=False) < 0 for _ in range(100))
     assert unsequenced.delayed == 0
+
+
+def test_random_latency_keeps_fifo_without_reordering() -> None:
+    """docs/chaos.md: ``downlink.latency_s`` delays each stream event, FIFO kept -- a latency
+    law with spread must not reorder events (only ``downlink.reorder`` does)."""
+    from rtalab.sim.dist import Exp
+    from rtalab.sim.scenario import LinkConfig
+
+    t = StreamTiming(LinkConfig(latency_s=Exp(0.05), reorder=0.0), rng_for(3, "fifo"))
+    times = [t.release(i * 0.001, terminal=False) for i in range(2000)]
+    assert all(b > a for a, b in itertools.pairwise(times))
+    assert t.overtaken == 0 and t.delayed == 0
+
+
+def test_reorder_terminal_lets_later_events_be_overtaken_by_the_terminal_one() -> None:
+    """``--reorder-terminal``: the terminal event may overtake held chunks (without it, it is
+    released after every earlier event)."""
+    from rtalab.sim.dist import Const
+    from rtalab.sim.scenario import LinkConfig
+
+    link = LinkConfig(latency_s=Const(0.0), reorder=1.0, reorder_delay_s=Const(1.0))
+    for reorder_terminal in (False, True):
+        t = StreamTiming(link, rng_for(1, "t"), reorder_terminal=reorder_terminal)
+        chunks = [t.release(i * 0.01, terminal=False) for i in range(3)]  # each held 1 s
+        end = t.release(0.05, terminal=True, reorderable=False)
+        if reorder_terminal:
+            assert end == pytest.approx(0.05) and end < min(chunks) and t.overtaken == 1
+        else:
+            assert end > max(chunks) and t.overtaken == 0
 
 
 def test_releaser_delivers_in_release_order() -> None:

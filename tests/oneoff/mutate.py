@@ -102,7 +102,8 @@ T_ERRS = ("tests/serve/test_grpc_binding.py",)
 T_PLAYOUT = ("tests/test_playout.py",)
 T_SCEN = ("tests/test_scenario.py",)
 T_FAST = ("tests/test_fastmodel.py", "tests/test_fastmodel_fleet.py")
-T_SUM = ("tests/test_summary.py", "tests/test_accounting.py", "tests/trust/test_summary_intervals.py")
+T_SUM = ("tests/test_summary.py", "tests/test_accounting.py",
+         "tests/trust/test_summary_intervals.py")
 T_SKETCH = ("tests/test_records_mode.py", "tests/test_fleet_parts.py")
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -1513,7 +1514,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        if attempt > limit:", T_POL,
              "one attempt more than max_attempts (off by one)"),
     Mutation("retry policy", "sim/policy/decide.py",
-             "if retry_after_ms is not None and code == _RATE_LIMITED and self._honour_retry_after:",
+             "if retry_after_ms is not None and code == _RATE_LIMITED and self._honour_retry_"
+             "after:",
              "if retry_after_ms is not None and self._honour_retry_after:", T_POL,
              "retryAfterMs honoured on any code, not only rate-limited"),
     Mutation("retry policy", "sim/policy/decide.py",
@@ -1675,7 +1677,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        if self.warmup_s > self.duration_s:", T_SCEN,
              "warmup_s == duration_s accepted (no turn is ever counted)"),
     Mutation("scenario validation", "sim/scenario.py",
-             "            if f.replica >= self.replicas:", "            if f.replica > self.replicas:",
+             "            if f.replica >= self.replicas:",
+             "            if f.replica > self.replicas:",
              T_SCEN, "a failure of replica N of N replicas accepted"),
     Mutation("scenario validation", "sim/scenario.py",
              "if starts != sorted(starts) or len(set(starts)) != len(starts):",

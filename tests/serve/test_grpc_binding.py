@@ -147,6 +147,34 @@ def test_a_message_above_the_body_bound_is_resource_exhausted(reasoner: Reasoner
         assert list(stub.SendStreamingMessage(_send(), metadata=_md(), timeout=20))
 
 
+def test_an_a2a_version_other_than_1_x_is_unimplemented(reasoner: Reasoner) -> None:
+    """A2A §5.4: ``VersionNotSupportedError`` is ``UNIMPLEMENTED`` on gRPC (the SDK's table says
+    FAILED_PRECONDITION), with the A2A ErrorInfo; any 1.x version is served."""
+    ch, stub = _stub(reasoner)
+    with ch:
+        md = [kv for kv in _md() if kv[0] != "a2a-version"]
+        with pytest.raises(grpc.RpcError) as e:
+            list(stub.SendStreamingMessage(_send(), metadata=[("a2a-version", "2.0"), *md],
+                                           timeout=20))
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED, e.value.details()
+        info = _error_info(e.value)
+        assert info is not None and info.reason == "VERSION_NOT_SUPPORTED"
+        done = list(stub.SendStreamingMessage(_send(), metadata=[("a2a-version", "1.3"), *md],
+                                              timeout=20))
+        assert done[-1].status_update.status.state == a2a_pb2.TASK_STATE_COMPLETED
+
+
+def test_the_bearer_scheme_is_case_insensitive(reasoner: Reasoner) -> None:
+    """RFC 7235 §2.1: the auth scheme is case-insensitive (as on the HTTP bindings)."""
+    ch, stub = _stub(reasoner)
+    with ch:
+        md = [kv for kv in _md() if kv[0] != "authorization"]
+        for scheme in ("bearer", "BEARER"):
+            done = list(stub.SendStreamingMessage(
+                _send(), metadata=[*md, ("authorization", f"{scheme} {ALICE}")], timeout=20))
+            assert done[-1].status_update.status.state == a2a_pb2.TASK_STATE_COMPLETED
+
+
 # ---------------------------------------------------------------------------- TLS
 
 

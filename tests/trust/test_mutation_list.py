@@ -40,13 +40,31 @@ def test_round_6_plants_in_the_code_since_2026_12_05_and_in_older_areas() -> Non
     (sim/model/*, loadtests/live/call.py)."""
     from collections import Counter
 
-    from tests.oneoff.mutate import ROUND6
+    from tests.oneoff.mutate import ROUND6, ROUND7
 
     new = {"options", "run folders", "vocabulary", "turn machine", "namespace", "report",
            "recovery", "wire client", "serve CLIs"}
-    r6 = MUTATIONS[ROUND6:]
+    r6 = MUTATIONS[ROUND6:ROUND7]
     counts = Counter(m.area for m in r6)
     assert new <= set(counts) and all(counts[a] >= 2 for a in new), counts
     assert len(set(counts) - new) >= 10  # older areas, one or two fresh bugs each
     assert not [m.file for m in r6 if m.file.startswith("sim/model/")
                 or m.file == "loadtests/live/call.py"]
+
+
+def test_round_7_plants_only_in_code_no_earlier_round_planted_in() -> None:
+    """Round 7 plays the outside reviewer: 50-70 fresh bugs, each area new to the list, in
+    files no earlier round had planted in (the policy, the budgets, the error mapping per
+    binding, the reorder buffer, ...), at least four per area."""
+    from collections import Counter
+
+    from tests.oneoff.mutate import ROUND7
+
+    before, r7 = MUTATIONS[:ROUND7], MUTATIONS[ROUND7:]
+    assert 50 <= len(r7) <= 70
+    counts = Counter(m.area for m in r7)
+    assert not set(counts) & {m.area for m in before}, counts
+    assert all(n >= 4 for n in counts.values()), counts
+    old_files = {m.file for m in before} - {"sim/policy/budget.py", "sim/policy/decide.py",
+                                            "sim/shared/summary.py"}
+    assert not [m.file for m in r7 if m.file in old_files]
