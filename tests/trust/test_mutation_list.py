@@ -55,7 +55,7 @@ def test_round_6_plants_in_the_code_since_2026_12_05_and_in_older_areas() -> Non
 def test_round_7_plants_only_in_code_no_earlier_round_planted_in() -> None:
     """Round 7 plays the outside reviewer: 50-70 fresh bugs, each area new to the list, in
     files no earlier round had planted in (the policy, the budgets, the error mapping per
-    binding, the reorder buffer, ...), at least four per area."""
+    binding, the reorder buffer, ...), at least three per area."""
     from collections import Counter
 
     from tests.oneoff.mutate import ROUND7
@@ -64,7 +64,7 @@ def test_round_7_plants_only_in_code_no_earlier_round_planted_in() -> None:
     assert 50 <= len(r7) <= 70
     counts = Counter(m.area for m in r7)
     assert not set(counts) & {m.area for m in before}, counts
-    assert all(n >= 4 for n in counts.values()), counts
+    assert all(n >= 3 for n in counts.values()), counts
     old_files = {m.file for m in before} - {"sim/policy/budget.py", "sim/policy/decide.py",
                                             "sim/shared/summary.py"}
     assert not [m.file for m in r7 if m.file in old_files]
