@@ -198,6 +198,9 @@ def _check_port_free(host: str, port: int) -> None:
     a usage error before the server starts, not a lifespan traceback."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
                        socket.SOCK_STREAM) as s:
+        # as gRPC binds: a restart on its port while the last run's connections are in
+        # TIME_WAIT must pass; only a socket listening there is refused
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as e:

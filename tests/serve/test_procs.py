@@ -231,3 +231,26 @@ def test_a_server_that_lost_its_port_is_never_taken_for_ready(tmp_path):
         with pytest.raises(ProcessError):
             start_reasoner(port=first.port, dedup="memory", timeout_s=30)
         assert first.alive()
+
+
+def test_a_grpc_port_in_time_wait_is_not_taken(tmp_path: Path) -> None:
+    """A crash restart serves gRPC again on its port while the killed server's connections
+    are in TIME_WAIT there: the start-up check must let it (as gRPC's own bind does), and
+    refuse only a socket that listens."""
+    from rtalab.loadtests.reasoner.cli import FlagError, _check_port_free
+
+    with socket.socket() as lst:
+        lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lst.bind(("127.0.0.1", 0))
+        lst.listen()
+        port = lst.getsockname()[1]
+        with pytest.raises(FlagError, match="address already in use"):
+            _check_port_free("127.0.0.1", port)
+        client = socket.create_connection(("127.0.0.1", port))
+        conn, _ = lst.accept()
+        conn.close()  # the server side closes first: its end goes to TIME_WAIT
+        client.recv(1)
+        client.close()
+    states = Path("/proc/net/tcp").read_text()
+    assert f":{port:04X} " in states  # the TIME_WAIT entry is there
+    _check_port_free("127.0.0.1", port)
