@@ -130,6 +130,7 @@ from rtalab.sim.vocab import AttemptOutcome, CallEndReason
 
 NAN = float("nan")
 INF = float("inf")
+_new = object.__new__
 UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
 _CODE = code_of(ERROR_CODES)
 _DECISION = code_of(DECISIONS)
@@ -333,6 +334,8 @@ class LiveLayer:
         self._barge_cb = self._on_barge_in
         self._refused_cb = self._on_refused
         self._on_request, self._on_copy = reasoner.on_request, reasoner.on_copy
+        #: the uplink's constant latency when it is fast (no faults): requests sent inline
+        self._up_latency = uplink.const_latency if uplink.fast else None
         # the first timer of every attempt: the turn-response timer if it fires first, else
         # the total timer (the response timer then arms the total one), else none
         tr, tt = self.t_response_s, self.t_total_s
@@ -467,24 +470,59 @@ class LiveLayer:
 
     def _send(self, t: Turn, now: float) -> None:
         s = t.session
-        wants_input = t.handoff and t.phase == 0
-        req = Request(t, s.call_id, t.uid, t.guid, t.turn_id, s.context_id, t.phase,  # type: ignore[arg-type]  # the model mints int ids (TurnRules: Hashable)
-                      t.side_effect and not wants_input, wants_input, t.phase_attempts, now,
-                      t.delay_s)
-        if s.degraded:
-            req.degraded = True
-        if t.phase:
-            req.resumes_task = t.turn_id == t.input_turn_id
+        phase = t.phase
+        wants_input = t.handoff and phase == 0
+        # the attempt's Request, as Request(t, s.call_id, t.uid, t.guid, t.turn_id, s.context_id,
+        # phase, side_effect, wants_input, t.phase_attempts, now, t.delay_s) would build it, the
+        # session's degraded flag and the continuation's resumes_task set at once: a class call
+        # with a Python __init__ costs ~0.5 k instructions more (tests/test_model_components.py
+        # checks that both give the same slots)
+        req = _new(Request)
+        req.turn = t
+        req.call_id = s.call_id
+        req.interaction_id = t.uid
+        req.request_guid = t.guid
+        req.task_id = t.turn_id
+        req.context_id = s.context_id
+        req.phase = phase
+        req.side_effect = t.side_effect and not wants_input
+        req.wants_input = wants_input
+        req.resumes_task = t.turn_id == t.input_turn_id if phase else False
+        req.attempt = t.phase_attempts
+        req.send_s = now
+        req.delay_before_s = t.delay_s
+        req.degraded = s.degraded
+        req.open = True
+        req.lost = False
+        req.duplicated = False
+        req.replayed = False
+        req.first_response_s = INF
+        req.first_chunk_s = INF
+        req.chunk_arrivals = None
+        req.complete_s = INF
+        req.terminal_lost = False
+        req.chunks_lost = 0
+        req.status = -1
+        req.error_code = None
+        req.retry_after_ms = None
+        req.server_context_id = NO_CONTEXT
         t.req = req
-        r = self.uplink.send(req, self._on_request, self._on_copy)
-        if r:
-            if r == DROPPED:
-                req.lost = True
-            elif r == REFUSED:  # connection refused / reset: the attempt fails at once
-                req.lost = True
-                self._later(0.0, self._refused_cb, req)
-            else:
-                req.duplicated = True
+        uplink = self.uplink
+        lat = self._up_latency
+        if lat is not None:  # a fast uplink (constant latency, no faults): Link.send, inlined
+            uplink.sent += 1
+            push, eid = self._push, self._next_id  # locals: see _start_turn
+            push((now + lat, ENTRY_PRIORITY, eid(), self._on_request, req))
+        else:
+            r = uplink.send(req, self._on_request, self._on_copy)
+            if r:
+                if r == DROPPED:
+                    req.lost = True
+                elif r == REFUSED:  # connection refused / reset: the attempt fails at once
+                    req.lost = True
+                    self._later(0.0, self._refused_cb, req)
+                else:
+                    req.duplicated = True
         arm = self._arm  # the attempt's first timer (see __init__); a local: see _start_turn
         if arm is not None:
             arm(now + self._arm_s, req)

@@ -104,33 +104,35 @@ QUEUED, RUNNING, DONE, DROPPED = 0, 1, 2, 3  # Job.state
 
 
 class Job:
-    """One request copy admitted for execution.  ``start_s``, ``status`` and ``error_code``
-    are set when it starts (:meth:`Reasoner._start`; nothing reads them before): a queued
-    job never started has none."""
+    """One request copy admitted for execution, built by :meth:`Reasoner._admit` (its one maker;
+    no ``__init__``: a class call with a Python ``__init__`` costs ~0.5 k instructions more than
+    ``object.__new__`` and the stores).  ``start_s``, ``status`` and ``error_code`` are set when
+    it starts (:meth:`Reasoner._start`; nothing reads them before): a queued job never started
+    has none."""
 
     __slots__ = ("arrival_s", "cancelled", "committed", "context_id", "dup", "entry",
                  "error_code", "guard", "key", "req", "start_s", "state", "status", "step_s",
                  "tkey", "tool_end_s")
 
+    req: Request
+    dup: bool
+    arrival_s: float
+    context_id: int
+    key: Any  # dedup-store key (None: not in the store)
+    entry: Entry | None  # the execution's entry (store and/or task index), None if neither
+    tkey: Any  # task-index key (None: not indexed)
+    state: int
+    guard: tuple[Any, Entry] | None  # turn mode: the side-effect claim it holds
+    cancelled: bool  # stopped by a CancelTask before its side effect ran
+    committed: bool  # the side-effecting tool call has started (cannot be undone)
+    step_s: float  # end of reasoning = start of the tool call
+    tool_end_s: float
     start_s: float
     status: int
     error_code: str | None
 
-    def __init__(self, req: Request, dup: bool, arrival_s: float, context_id: int, key: Any,
-                 entry: Entry | None, tkey: Any) -> None:
-        self.req = req
-        self.dup = dup
-        self.arrival_s = arrival_s
-        self.context_id = context_id
-        self.key = key  # dedup-store key (None: not in the store)
-        self.entry = entry  # the execution's entry (store and/or task index), None if neither
-        self.tkey = tkey  # task-index key (None: not indexed)
-        self.state = QUEUED
-        self.guard: tuple[Any, Entry] | None = None  # turn mode: the side-effect claim it holds
-        self.cancelled = False  # stopped by a CancelTask before its side effect ran
-        self.committed = False  # the side-effecting tool call has started (cannot be undone)
-        self.step_s = NAN  # end of reasoning = start of the tool call
-        self.tool_end_s = NAN
+
+_new = object.__new__
 
 
 class Reasoner:
@@ -258,8 +260,9 @@ class Reasoner:
         key = None
         if store is not None and profile:
             key = store.key(req, ctx)
-            e = store.lookup(key, now)
-            if e is not None:
+            # store.lookup's answer; it is called only for a key held (the rare case)
+            e = store.entries.get(key)
+            if e is not None and store.lookup(key, now) is not None:
                 if store.conflicts(e, fingerprint(req)):  # the key reused by another request
                     self._refuse(req, dup, now, ctx, KEY_CONFLICT_D, SCHEMA_VALIDATION, None)
                     return
@@ -317,7 +320,20 @@ class Reasoner:
             if tasks is None:
                 tasks = self.tasks[ctx] = {}
             tasks[tkey] = entry
-        job = Job(req, dup, now, ctx, key, entry, tkey)
+        job = _new(Job)  # Job's fields (see the class), without a class call's __init__
+        job.req = req
+        job.dup = dup
+        job.arrival_s = now
+        job.context_id = ctx
+        job.key = key
+        job.entry = entry
+        job.tkey = tkey
+        job.state = QUEUED
+        job.guard = None
+        job.cancelled = False
+        job.committed = False
+        job.step_s = NAN
+        job.tool_end_s = NAN
         if self.cancellable:
             jobs = self.jobs_by_task.get(req.task_id)
             if jobs is None:
