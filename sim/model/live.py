@@ -481,8 +481,8 @@ class LiveLayer:
         req.turn = t
         req.call_id = s.call_id
         req.interaction_id = t.uid
-        req.request_guid = t.guid
-        req.task_id = t.turn_id
+        req.request_guid = t.guid  # type: ignore[assignment]  # the model mints int ids (TurnRules: Hashable)
+        req.task_id = t.turn_id  # type: ignore[assignment]  # as above
         req.context_id = s.context_id
         req.phase = phase
         req.side_effect = t.side_effect and not wants_input
