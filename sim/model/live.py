@@ -131,6 +131,8 @@ from rtalab.sim.vocab import AttemptOutcome, CallEndReason
 NAN = float("nan")
 INF = float("inf")
 _new = object.__new__
+_turn_init = TurnMachine.__init__
+_call_init = CallMachine.__init__
 UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
 _CODE = code_of(ERROR_CODES)
 _DECISION = code_of(DECISIONS)
@@ -227,19 +229,19 @@ class Instance:
 
 class Session(CallMachine):
     """One call: a Live-layer session with a sequence of turns (its escalation and turn count
-    in :class:`rtalab.sim.policy.turn.CallMachine`)."""
+    in :class:`rtalab.sim.policy.turn.CallMachine`).
+
+    Built by :meth:`LiveLayer.on_call`, its one maker, as :class:`Turn` is: the machine's
+    initialiser called on ``object.__new__(Session)``, then its own slots (no ``__init__``)."""
 
     __slots__ = ("arrival_s", "call_id", "context_id", "degraded", "instance", "turn")
 
-    def __init__(self, call_id: int, instance: Instance, arrival_s: float, turns_planned: int,
-                 context_id: int, escalation: Any) -> None:
-        CallMachine.__init__(self, turns_planned, escalation)  # explicit: no super() per call
-        self.call_id = call_id
-        self.degraded = False  # no A2A-Extensions echo in time: core A2A, no rta/* metadata
-        self.instance = instance
-        self.arrival_s = arrival_s
-        self.context_id = context_id
-        self.turn: Turn | None = None
+    call_id: int
+    degraded: bool  # no A2A-Extensions echo in time: core A2A, no rta/* metadata
+    instance: Instance
+    arrival_s: float
+    context_id: int
+    turn: Turn | None
 
 
 class Turn(TurnMachine):
@@ -247,9 +249,9 @@ class Turn(TurnMachine):
     plus what the simulator keeps per turn.  ``turn_id`` is the simulator's task identity
     (the Reasoner's ``task_id``), minted by the instance's rules.
 
-    Built as ``Turn(rules, start_s, side_effect, handoff)`` (the machine's initialiser, no
-    ``__init__`` of its own: one Python call less per turn) and its own slots set at once by
-    :meth:`LiveLayer._start_turn`, its one maker."""
+    Built by the machine's initialiser, ``TurnMachine.__init__(t, rules, start_s, side_effect,
+    handoff)`` on ``object.__new__(Turn)`` (no ``__init__`` of its own: one Python call less per
+    turn), and its own slots set at once by :meth:`LiveLayer._start_turn`, its one maker."""
 
     __slots__ = ("index", "req", "session", "uid")
 
@@ -357,7 +359,14 @@ class LiveLayer:
         inst = self.instances[call_id % len(self.instances)]
         n = max(1, math.ceil(self.turns_per_call()))
         ctx = call_id if self.client_context else NO_CONTEXT
-        s = Session(call_id, inst, now, n, ctx, self.escalation_cfg)
+        s = _new(Session)  # see the class: no class call, no __init__ frame
+        _call_init(s, n, self.escalation_cfg)
+        s.call_id = call_id
+        s.degraded = False
+        s.instance = inst
+        s.arrival_s = now
+        s.context_id = ctx
+        s.turn = None
         self.sessions[call_id] = s
         if self.t_negotiation_s > 0.0:
             wait = self._negotiate(s, now)
@@ -396,8 +405,10 @@ class LiveLayer:
         # (``self.f()`` on an instance attribute misses CPython 3.11's LOAD_METHOD
         # specialisation, ~0.1 k instructions a call)
         u_side, u_handoff = self.u_side, self.u_handoff
-        t = Turn(s.instance.rules, now, u_side() < self.side_share,
-                 u_handoff() < self.handoff_share)
+        t = _new(Turn)  # built by the machine's initialiser, called as a function: a class
+        # call with a Python __init__ costs ~0.3 k instructions more (type_call, slot_tp_init)
+        _turn_init(t, s.instance.rules, now, u_side() < self.side_share,
+                   u_handoff() < self.handoff_share)
         t.session = s  # Turn's own slots (it has no __init__: see the class)
         t.index = s.turns_started
         t.uid = uid
