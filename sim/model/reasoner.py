@@ -240,9 +240,10 @@ class Reasoner:
             ctx = self._next_context
             self._next_context += self._context_step
             by_guid[req.request_guid] = ctx
-            self._open_session(ctx, req.call_id)
-        elif ctx not in self.known_contexts:
-            self._open_session(ctx, req.call_id)
+        elif ctx in self.known_contexts:
+            return ctx
+        self.known_contexts.add(ctx)  # the session opens (once per call: no helper call)
+        self.sessions_opened.incr(req.call_id)
         return ctx
 
     def arrive(self, req: Request, dup: bool = False) -> None:
@@ -343,10 +344,6 @@ class Reasoner:
             return True
         b[0] = tokens - 1.0
         return False
-
-    def _open_session(self, ctx: int, call_id: int) -> None:
-        self.known_contexts.add(ctx)
-        self.sessions_opened.incr(call_id)
 
     def _repeat(self, req: Request, dup: bool, now: float, e: Entry) -> None:
         """A repeated key: replay the stored outcome, or join the execution in flight."""
