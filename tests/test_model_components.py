@@ -288,3 +288,58 @@ def test_private_simpy_access_is_confined_to_clock() -> None:
                  if private.search(line)]
     assert offenders == []
     assert private.search((root / "model" / "clock.py").read_text(encoding="utf-8"))
+
+
+# --------------------------------------------------------------------------- hot-path builders
+
+
+def _slots(obj: object) -> dict[str, object]:
+    return {k: getattr(obj, k) for k in type(obj).__slots__}  # type: ignore[attr-defined]
+
+
+def test_sent_requests_are_the_ones_request_init_builds() -> None:
+    """LiveLayer._send builds each attempt's Request without ``Request.__init__`` (a class call
+    costs more): every slot as ``Request(...)`` would set it, then the session's degraded flag
+    and a continuation's ``resumes_task``.  Checked at the Reasoner's door, on handoff turns
+    (two phases), degraded sessions (negotiation lost) and retries."""
+    from rtalab.sim.model.world import World
+
+    sc = one_turn(**{"workload.max_calls": 40, "workload.calls_per_s": 4.0,
+                     "workload.turns_per_call": 3, "workload.handoff_share": 0.5,
+                     "workload.side_effect_share": 0.5, "workload.caller_response_time_s": 0.3,
+                     "live.timeouts.negotiation_s": 0.05, "network.uplink.latency_s": 0.03,
+                     "network.downlink.latency_s": {"dist": "exp", "mean": 0.02},
+                     "reasoner.errors": {"internal": 0.3}})
+    w = World(sc, 2)
+    assert w.live._up_latency is not None  # the fast uplink: the inlined send
+    seen: list[tuple[dict[str, object], dict[str, object]]] = []
+    arrive = w.reasoner.arrive
+
+    def door(req: Request, dup: bool = False) -> None:
+        t = req.turn
+        want = Request(t, t.session.call_id, t.uid, t.guid, t.turn_id, t.session.context_id,
+                       t.phase, t.side_effect and not (t.handoff and t.phase == 0),
+                       t.handoff and t.phase == 0, t.phase_attempts, req.send_s, t.delay_s)
+        if t.session.degraded:
+            want.degraded = True
+        if t.phase:
+            want.resumes_task = t.turn_id == t.input_turn_id
+        seen.append((_slots(req), _slots(want)))
+        arrive(req, dup)
+
+    w.live._on_request = door
+    w.run()
+    assert len(seen) > 100
+    assert all(got == want for got, want in seen), next((g, w_) for g, w_ in seen if g != w_)
+    kinds = {(g["phase"], g["degraded"], g["resumes_task"], g["attempt"] > 1) for g, _ in seen}  # type: ignore[operator]
+    assert {(0, False, False, False), (1, False, True, False), (0, True, False, False)} <= kinds
+    assert any(k[3] for k in kinds)  # retries among them
+
+
+def test_store_entries_are_the_ones_entry_init_builds() -> None:
+    """DedupStore.open builds its Entry without ``Entry.__init__``: the same slots."""
+    from rtalab.sim.model.dedup import Entry
+
+    store = DedupStore("request-guid", window_s=10.0, entry_bytes=100, peak_from_s=0.0)
+    got = store.open(store.key(_req(7)), 0.0, 3, ("fp", 1))
+    assert _slots(got) == _slots(Entry(3, ("fp", 1)))

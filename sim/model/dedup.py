@@ -61,6 +61,7 @@ from rtalab.sim.model.messages import Request
 from rtalab.sim.shared.dedup_rule import conflicts, expired_after, expires_at
 
 INF = float("inf")
+_new = object.__new__
 
 
 class Entry:
@@ -184,7 +185,15 @@ class DedupStore:
         peak no live count can exceed it; only a candidate new peak needs the purge.
         (:meth:`size`, sampled every simulated second, purges too.)
         """
-        e = Entry(context_id, fingerprint)
+        e = _new(Entry)  # as Entry(context_id, fingerprint), without the class call's __init__
+        e.fingerprint = fingerprint
+        e.started = False
+        e.done = False
+        e.status = -1
+        e.error_code = None
+        e.context_id = context_id
+        e.expires_s = INF
+        e.waiters = None
         entries = self.entries
         entries[key] = e
         if len(entries) > self.peak_entries and now_s >= self.peak_from_s:

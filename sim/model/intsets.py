@@ -50,6 +50,11 @@ class IntSet:
         f = self._flags
         if k in self._other:
             return
+        if type(k) is int and 0 <= k < len(f):  # inside the dense part: no _room call
+            if not f[k]:
+                f[k] = 1
+                self._n += 1
+            return
         if not _room(k, len(f)):
             self._other.add(k)
             return
@@ -98,6 +103,9 @@ class IntCounts:
         c = self._counts
         if type(k) is int and 0 <= k < len(c) and c[k]:
             c[k] += 1  # the common case: a count already held in the dense part
+        elif type(k) is int and 0 <= k < len(c) and k not in self._other:
+            c[k] = 1  # a new dense id (as self[k] = 1, without its calls)
+            self._n += 1
         else:
             self[k] = self.get(k, 0) + 1
 

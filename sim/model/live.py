@@ -130,6 +130,9 @@ from rtalab.sim.vocab import AttemptOutcome, CallEndReason
 
 NAN = float("nan")
 INF = float("inf")
+_new = object.__new__
+_turn_init = TurnMachine.__init__
+_call_init = CallMachine.__init__
 UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
 _CODE = code_of(ERROR_CODES)
 _DECISION = code_of(DECISIONS)
@@ -226,19 +229,19 @@ class Instance:
 
 class Session(CallMachine):
     """One call: a Live-layer session with a sequence of turns (its escalation and turn count
-    in :class:`rtalab.sim.policy.turn.CallMachine`)."""
+    in :class:`rtalab.sim.policy.turn.CallMachine`).
+
+    Built by :meth:`LiveLayer.on_call`, its one maker, as :class:`Turn` is: the machine's
+    initialiser called on ``object.__new__(Session)``, then its own slots (no ``__init__``)."""
 
     __slots__ = ("arrival_s", "call_id", "context_id", "degraded", "instance", "turn")
 
-    def __init__(self, call_id: int, instance: Instance, arrival_s: float, turns_planned: int,
-                 context_id: int, escalation: Any) -> None:
-        CallMachine.__init__(self, turns_planned, escalation)  # explicit: no super() per call
-        self.call_id = call_id
-        self.degraded = False  # no A2A-Extensions echo in time: core A2A, no rta/* metadata
-        self.instance = instance
-        self.arrival_s = arrival_s
-        self.context_id = context_id
-        self.turn: Turn | None = None
+    call_id: int
+    degraded: bool  # no A2A-Extensions echo in time: core A2A, no rta/* metadata
+    instance: Instance
+    arrival_s: float
+    context_id: int
+    turn: Turn | None
 
 
 class Turn(TurnMachine):
@@ -246,9 +249,9 @@ class Turn(TurnMachine):
     plus what the simulator keeps per turn.  ``turn_id`` is the simulator's task identity
     (the Reasoner's ``task_id``), minted by the instance's rules.
 
-    Built as ``Turn(rules, start_s, side_effect, handoff)`` (the machine's initialiser, no
-    ``__init__`` of its own: one Python call less per turn) and its own slots set at once by
-    :meth:`LiveLayer._start_turn`, its one maker."""
+    Built by the machine's initialiser, ``TurnMachine.__init__(t, rules, start_s, side_effect,
+    handoff)`` on ``object.__new__(Turn)`` (no ``__init__`` of its own: one Python call less per
+    turn), and its own slots set at once by :meth:`LiveLayer._start_turn`, its one maker."""
 
     __slots__ = ("index", "req", "session", "uid")
 
@@ -333,6 +336,8 @@ class LiveLayer:
         self._barge_cb = self._on_barge_in
         self._refused_cb = self._on_refused
         self._on_request, self._on_copy = reasoner.on_request, reasoner.on_copy
+        #: the uplink's constant latency when it is fast (no faults): requests sent inline
+        self._up_latency = uplink.const_latency if uplink.fast else None
         # the first timer of every attempt: the turn-response timer if it fires first, else
         # the total timer (the response timer then arms the total one), else none
         tr, tt = self.t_response_s, self.t_total_s
@@ -354,7 +359,14 @@ class LiveLayer:
         inst = self.instances[call_id % len(self.instances)]
         n = max(1, math.ceil(self.turns_per_call()))
         ctx = call_id if self.client_context else NO_CONTEXT
-        s = Session(call_id, inst, now, n, ctx, self.escalation_cfg)
+        s = _new(Session)  # see the class: no class call, no __init__ frame
+        _call_init(s, n, self.escalation_cfg)
+        s.call_id = call_id
+        s.degraded = False
+        s.instance = inst
+        s.arrival_s = now
+        s.context_id = ctx
+        s.turn = None
         self.sessions[call_id] = s
         if self.t_negotiation_s > 0.0:
             wait = self._negotiate(s, now)
@@ -393,8 +405,10 @@ class LiveLayer:
         # (``self.f()`` on an instance attribute misses CPython 3.11's LOAD_METHOD
         # specialisation, ~0.1 k instructions a call)
         u_side, u_handoff = self.u_side, self.u_handoff
-        t = Turn(s.instance.rules, now, u_side() < self.side_share,
-                 u_handoff() < self.handoff_share)
+        t = _new(Turn)  # built by the machine's initialiser, called as a function: a class
+        # call with a Python __init__ costs ~0.3 k instructions more (type_call, slot_tp_init)
+        _turn_init(t, s.instance.rules, now, u_side() < self.side_share,
+                   u_handoff() < self.handoff_share)
         t.session = s  # Turn's own slots (it has no __init__: see the class)
         t.index = s.turns_started
         t.uid = uid
@@ -467,24 +481,59 @@ class LiveLayer:
 
     def _send(self, t: Turn, now: float) -> None:
         s = t.session
-        wants_input = t.handoff and t.phase == 0
-        req = Request(t, s.call_id, t.uid, t.guid, t.turn_id, s.context_id, t.phase,  # type: ignore[arg-type]  # the model mints int ids (TurnRules: Hashable)
-                      t.side_effect and not wants_input, wants_input, t.phase_attempts, now,
-                      t.delay_s)
-        if s.degraded:
-            req.degraded = True
-        if t.phase:
-            req.resumes_task = t.turn_id == t.input_turn_id
+        phase = t.phase
+        wants_input = t.handoff and phase == 0
+        # the attempt's Request, as Request(t, s.call_id, t.uid, t.guid, t.turn_id, s.context_id,
+        # phase, side_effect, wants_input, t.phase_attempts, now, t.delay_s) would build it, the
+        # session's degraded flag and the continuation's resumes_task set at once: a class call
+        # with a Python __init__ costs ~0.5 k instructions more (tests/test_model_components.py
+        # checks that both give the same slots)
+        req = _new(Request)
+        req.turn = t
+        req.call_id = s.call_id
+        req.interaction_id = t.uid
+        req.request_guid = t.guid  # type: ignore[assignment]  # the model mints int ids (TurnRules: Hashable)
+        req.task_id = t.turn_id  # type: ignore[assignment]  # as above
+        req.context_id = s.context_id
+        req.phase = phase
+        req.side_effect = t.side_effect and not wants_input
+        req.wants_input = wants_input
+        req.resumes_task = t.turn_id == t.input_turn_id if phase else False
+        req.attempt = t.phase_attempts
+        req.send_s = now
+        req.delay_before_s = t.delay_s
+        req.degraded = s.degraded
+        req.open = True
+        req.lost = False
+        req.duplicated = False
+        req.replayed = False
+        req.first_response_s = INF
+        req.first_chunk_s = INF
+        req.chunk_arrivals = None
+        req.complete_s = INF
+        req.terminal_lost = False
+        req.chunks_lost = 0
+        req.status = -1
+        req.error_code = None
+        req.retry_after_ms = None
+        req.server_context_id = NO_CONTEXT
         t.req = req
-        r = self.uplink.send(req, self._on_request, self._on_copy)
-        if r:
-            if r == DROPPED:
-                req.lost = True
-            elif r == REFUSED:  # connection refused / reset: the attempt fails at once
-                req.lost = True
-                self._later(0.0, self._refused_cb, req)
-            else:
-                req.duplicated = True
+        uplink = self.uplink
+        lat = self._up_latency
+        if lat is not None:  # a fast uplink (constant latency, no faults): Link.send, inlined
+            uplink.sent += 1
+            push, eid = self._push, self._next_id  # locals: see _start_turn
+            push((now + lat, ENTRY_PRIORITY, eid(), self._on_request, req))
+        else:
+            r = uplink.send(req, self._on_request, self._on_copy)
+            if r:
+                if r == DROPPED:
+                    req.lost = True
+                elif r == REFUSED:  # connection refused / reset: the attempt fails at once
+                    req.lost = True
+                    self._later(0.0, self._refused_cb, req)
+                else:
+                    req.duplicated = True
         arm = self._arm  # the attempt's first timer (see __init__); a local: see _start_turn
         if arm is not None:
             arm(now + self._arm_s, req)

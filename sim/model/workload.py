@@ -14,7 +14,7 @@ from typing import Any
 import simpy
 
 from rtalab.sim.dist import Exp
-from rtalab.sim.model.clock import call_later, sim_time
+from rtalab.sim.model.clock import scheduler, sim_time
 from rtalab.sim.model.rand import Streams
 from rtalab.sim.scenario import WorkloadConfig
 
@@ -37,6 +37,7 @@ class Arrivals:
         self.exp1 = streams.sampler("arrivals", Exp(1.0))
         self.count = 0
         self._cb = self._on_arrival
+        self._later = scheduler(env)  # call_later bound to env: one call frame per arrival
 
     def next_time(self, t: float) -> float:
         """The arrival after time ``t`` (``inf`` if none); consumes one Exp(1) draw."""
@@ -69,7 +70,7 @@ class Arrivals:
             return
         t = self.next_time(now)
         if t < self.duration_s:
-            call_later(self.env, t - now, self._cb)
+            self._later(t - now, self._cb)
 
     def _on_arrival(self, _: Any = None) -> None:
         call_id = self.count

@@ -248,8 +248,12 @@ class TurnMachine:
             if budget is not None:
                 budget.end_attempt(now - r.t0, _E_CANCELLED if outcome == _CANCELLED
                                    else _E_SUCCESS, is_retry, self.retry_after_timeout)
-            if outcome == _COMPLETED:
-                return self._end(_T_COMPLETED, _R_COMPLETED, None)
+            if outcome == _COMPLETED:  # _end, inlined (once per completed turn)
+                self.state = _ENDED
+                self.outcome = _T_COMPLETED
+                self.reason = _R_COMPLETED
+                self.code = None
+                return END
             if outcome == _CANCELLED:
                 return self._end(_T_CANCELLED, _R_BARGE_IN, None)
             self.input_task_id = self.task_id
