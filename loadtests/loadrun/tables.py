@@ -22,7 +22,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -187,7 +187,7 @@ def _call_rows(raw_calls: list[dict[str, Any]], t0: float) -> list[dict[str, Any
     return calls
 
 
-def _in_progress(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> list[float]:
+def _in_progress(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Gauge sampled at the end of each 1-s bin: started before it and not yet ended."""
     open_end = np.where(np.isfinite(end), end, np.inf)
     # started before b and not ended before b: #(start < b) - #(end < b), exact once an end
@@ -196,7 +196,7 @@ def _in_progress(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> list[
     b = edges[1:]
     started = np.searchsorted(np.sort(start), b, side="left")
     ended = np.searchsorted(np.sort(open_end), b, side="left")
-    return cast("list[float]", (started - ended).astype(float).tolist())
+    return (started - ended).astype(float)  # an array: a frame takes it without conversion
 
 
 def timeseries(out: S.RunRecords, end_s: float) -> pd.DataFrame:
@@ -205,8 +205,11 @@ def timeseries(out: S.RunRecords, end_s: float) -> pd.DataFrame:
     edges = np.arange(n + 1, dtype=float)
 
     def rate(x: np.ndarray) -> np.ndarray:
+        # np.histogram over the integer edges, exactly (bin k holds [k, k+1), the last one
+        # [n-1, n]; outside them, nothing), as a bincount of the floors: a tenth of the CPU
         x = x[np.isfinite(x)]
-        return np.histogram(x, bins=edges)[0].astype(float)
+        x = x[(x >= 0.0) & (x <= n)]
+        return np.bincount(np.minimum(x.astype(np.int64), n - 1), minlength=n).astype(float)
 
     t, a = out.turns, out.attempts
     start, end = t[S.START_S].to_numpy(), t[S.END_S].to_numpy()

@@ -287,7 +287,7 @@ def _work_metrics(m: dict[str, float | None], out: S.RunRecords, ids: np.ndarray
     for d in S.CANCEL_DISPOSITIONS:
         m[S.M_CANCEL_PREFIX + d[len("cancel-"):].replace("-", "_") + "_per_1k_turns"] = _ratio(
             1000.0 * (_is(disp, d) & ex_keep).sum(), n)
-    spurious, timed_out = spurious_timeouts(at[at_keep], ex[ex_keep])
+    spurious, timed_out = spurious_timeouts(at, ex, at_keep, ex_keep)
     m[S.M_SPURIOUS_TIMEOUTS_PER_1K] = _ratio(1000.0 * spurious, n)
     m[S.M_SPURIOUS_TIMEOUT_SHARE] = _ratio(spurious, timed_out)
 
@@ -309,9 +309,7 @@ def _hazard_metrics(m: dict[str, float | None], out: S.RunRecords, ids: np.ndarr
     else:
         _, per_guid = np.unique(guids, return_counts=True)
     extra = int((per_guid[per_guid > 1] - 1).sum())
-    pairs = pd.DataFrame({"t": turn_ids, "g": guids}).drop_duplicates()
-    _, guids_per_turn = np.unique(pairs["t"].to_numpy(), return_counts=True)
-    reexecuted = int((guids_per_turn > 1).sum())
+    reexecuted = _turns_with_several(turn_ids, guids)
     dup_sessions = int((_col(out.calls, S.SESSIONS_OPENED, calls_keep) > 1).sum())
     m[S.M_DUP_GUID_PER_1K] = _ratio(1000.0 * extra, n)
     m[S.M_REEXEC_TURN_PER_1K] = _ratio(1000.0 * reexecuted, n)
@@ -321,6 +319,19 @@ def _hazard_metrics(m: dict[str, float | None], out: S.RunRecords, ids: np.ndarr
     m[S.M_GHOST_PER_1K] = _ratio(1000.0 * ghost.sum(), n)
     se_turns = int(_col(t_all, S.SIDE_EFFECT, keep).sum())
     m[S.M_SIDE_EFFECTS_PER_SE_TURN] = _ratio(len(guids), se_turns)
+
+
+def _turns_with_several(turns: np.ndarray, guids: np.ndarray) -> int:
+    """How many distinct ``turns`` come with more than one distinct requestGuid (rows
+    paired by position): the distinct (turn, guid) pairs counted per turn, on integer codes
+    (a frame's drop_duplicates cost ~0.5 ms a resample of a load run's bootstrap)."""
+    if not len(turns):
+        return 0
+    t_code, _ = pd.factorize(turns, use_na_sentinel=False)
+    g_code, g_uniques = pd.factorize(guids, use_na_sentinel=False)
+    pairs = np.unique(t_code.astype(np.int64) * max(1, len(g_uniques)) + g_code)
+    _, per_turn = np.unique(pairs // max(1, len(g_uniques)), return_counts=True)
+    return int((per_turn > 1).sum())
 
 
 def recovery_metrics(ts: pd.DataFrame, counters: dict[str, Any], warmup_s: float,
@@ -340,16 +351,22 @@ def timeseries_metrics(ts: pd.DataFrame, warmup_s: float,
     """The metrics of the time series over the measurement window [warm-up, duration)."""
     m: dict[str, float | None] = {}
     t_s = ts[S.T_S].to_numpy()
-    w = ts[(t_s >= warmup_s) & (t_s < duration_s)]
-    if len(w):
-        m[S.M_DEDUP_MEAN_BYTES] = float(w[S.DEDUP_BYTES].mean())
-        m[S.M_OFFERED_TURNS_PER_S] = float(w[S.OFFERED_TURNS_PER_S].mean())
-        m[S.M_GOODPUT] = float(w[S.COMPLETED_TURNS_PER_S].mean())
-        m[S.M_MEAN_IN_PROGRESS] = float(w[S.TURNS_IN_PROGRESS].mean())
-        if S.CALLS_IN_PROGRESS in w:
-            m[S.M_CONCURRENT_CALLS_MEAN] = float(w[S.CALLS_IN_PROGRESS].mean())
-            m[S.M_CONCURRENT_CALLS_PEAK] = float(w[S.CALLS_IN_PROGRESS].max())
-        m[S.M_UTILISATION] = _ratio(w[S.BUSY_WORKERS].sum(), w[S.WORKER_CAPACITY].sum())
+    inside = (t_s >= warmup_s) & (t_s < duration_s)
+    if inside.any():
+        # each column's rows in the window as a Series (pandas' NaN-skipping reductions, the
+        # same numbers as on the window's frame, without copying every column of it)
+        def w(name: str) -> pd.Series:
+            return pd.Series(ts[name].array[inside])
+
+        m[S.M_DEDUP_MEAN_BYTES] = float(w(S.DEDUP_BYTES).mean())
+        m[S.M_OFFERED_TURNS_PER_S] = float(w(S.OFFERED_TURNS_PER_S).mean())
+        m[S.M_GOODPUT] = float(w(S.COMPLETED_TURNS_PER_S).mean())
+        m[S.M_MEAN_IN_PROGRESS] = float(w(S.TURNS_IN_PROGRESS).mean())
+        if S.CALLS_IN_PROGRESS in ts:
+            calls = w(S.CALLS_IN_PROGRESS)
+            m[S.M_CONCURRENT_CALLS_MEAN] = float(calls.mean())
+            m[S.M_CONCURRENT_CALLS_PEAK] = float(calls.max())
+        m[S.M_UTILISATION] = _ratio(w(S.BUSY_WORKERS).sum(), w(S.WORKER_CAPACITY).sum())
     return m
 
 
@@ -382,31 +399,41 @@ def call_metrics(calls: pd.DataFrame, keep: np.ndarray) -> dict[str, float | Non
     return m
 
 
-def spurious_timeouts(attempts: pd.DataFrame, executions: pd.DataFrame) -> tuple[int, int]:
+def spurious_timeouts(attempts: pd.DataFrame, executions: pd.DataFrame,
+                      attempts_kept: np.ndarray | None = None,
+                      executions_kept: np.ndarray | None = None) -> tuple[int, int]:
     """(spurious, all) timed-out attempts: ended by a Live-layer timer (``timeout`` /
     ``total-timeout``) although the Reasoner did finish their work successfully — an
     ``executed`` row of the attempt's requestGuid with status completed / input-required,
     or, for an attempt that joined another execution, a successful execution of the same
-    (task, phase).  The answer would have come, later than the timer allowed."""
+    (task, phase).  The answer would have come, later than the timer allowed.
+
+    ``attempts_kept`` / ``executions_kept``: boolean masks of the rows that count (the
+    same answer as passing ``attempts[attempts_kept]``, without copying every column of
+    both tables: a load run's bootstrap calls this once a resample)."""
     timed = _is(attempts[S.OUTCOME], A.TIMEOUT, A.TOTAL_TIMEOUT)
+    if attempts_kept is not None:
+        timed &= attempts_kept
     n = int(timed.sum())
     if n == 0:
         return 0, 0
     disp = executions[S.DISPOSITION]
-    ok = _is(disp, "executed") & _is(executions[S.STATUS], A.COMPLETED, A.INPUT_REQUIRED)
-    ok_guids = executions[S.REQUEST_GUID].to_numpy()[ok]
+    kept = (np.ones(len(executions), dtype=bool) if executions_kept is None
+            else executions_kept)
+    ok = _is(disp, "executed") & _is(executions[S.STATUS], A.COMPLETED, A.INPUT_REQUIRED) & kept
+    guids = executions[S.REQUEST_GUID].to_numpy()
+    ok_guids = guids[ok]
     phase = executions[S.PHASE].astype(str).to_numpy()
     tasks = executions[S.TASK_ID].to_numpy()
     ok_tasks = set(zip(tasks[ok].tolist(), phase[ok].tolist(), strict=True))
-    joined_guids = executions[S.REQUEST_GUID].to_numpy()[_is(disp, "joined")]
-    a = attempts[timed]
-    guid = a[S.REQUEST_GUID].to_numpy()
+    joined_guids = guids[_is(disp, "joined") & kept]
+    guid = attempts[S.REQUEST_GUID].to_numpy()[timed]
     by_guid = np.isin(guid, ok_guids)
     joined = np.isin(guid, joined_guids) & ~by_guid
-    by_task = np.zeros(len(a), dtype=bool)
+    by_task = np.zeros(len(guid), dtype=bool)
     if joined.any():
-        keys = zip(a[S.TASK_ID].to_numpy()[joined].tolist(),
-                   a[S.PHASE].astype(str).to_numpy()[joined].tolist(), strict=True)
+        keys = zip(attempts[S.TASK_ID].to_numpy()[timed][joined].tolist(),
+                   attempts[S.PHASE].astype(str).to_numpy()[timed][joined].tolist(), strict=True)
         by_task[joined] = [k in ok_tasks for k in keys]
     return int((by_guid | by_task).sum()), n
 
