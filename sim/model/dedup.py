@@ -216,13 +216,13 @@ class GenerationStore(DedupStore):
     slots run out CPython rebuilds the whole table (at ~350 k live entries: the old and the
     new 20-40 MiB tables side by side, a transient of the hour's peak RSS).  Here an entry is
     opened into the newest generation, a dict that takes :data:`GENERATION_OPENS` opens and
-    is then left to empty as its entries expire or are dropped; an empty generation (other
-    than the newest) is let go whole, and the last few entries of a nearly empty oldest one
-    (a long execution's, in flight) move into the newest.  No table ever holds more than a
-    generation, nothing is ever rebuilt at the live size.  A key is in one generation at most
-    (``open`` drops it from the others, as the dict's assignment replaces it): a lookup
-    checks the few live generations, newest first; the count of entries is kept, so the
-    peak is the plain store's to the entry.
+    is then left to empty as its entries expire or are dropped; the oldest generation, once
+    empty or nearly (what is left: long executions in flight), is let go whole, its last
+    entries moved into the newest (:meth:`size`, once per simulated second).  No table ever
+    holds more than a generation, nothing is ever rebuilt at the live size.  A key is in one
+    generation at most (``open`` drops it from the others, as the dict's assignment replaces
+    it): a lookup checks the few live generations, newest first; the count of entries is
+    kept, so the peak is the plain store's to the entry.
     """
 
     def __init__(self, mode: str, window_s: float, entry_bytes: int, peak_from_s: float) -> None:
@@ -298,13 +298,11 @@ class GenerationStore(DedupStore):
         while q and expired_after(q[0][0], now_s):
             _, key, e = q.popleft()
             drop(key, e)
-        gens = self.gens
-        while len(gens) > 1 and not gens[-1]:
-            gens.pop()  # an empty generation goes whole
 
     def size(self, now_s: float) -> int:
-        """Entries held at ``now_s`` (after purging); a nearly empty oldest generation's last
-        entries move into the newest (the same keys and entries)."""
+        """Entries held at ``now_s`` (after purging); the oldest of three or more generations,
+        once empty or nearly, goes whole, its last entries moved into the newest (the same
+        keys and entries)."""
         self.purge(now_s)
         gens = self.gens
         if len(gens) > 2 and len(gens[-1]) * 32 <= GENERATION_OPENS:
