@@ -241,3 +241,23 @@ def test_cause_fold_counts_as_the_rule_on_executions_full_of_repeats(dense: bool
         fold.add(*e)
     assert fold.metrics(n_turns) == want
     assert hazards_by_cause(executions, lambda r: restarts.get(r, ()), n_turns) == want
+
+
+@pytest.mark.parametrize("state", ["shared", "per-replica"])
+def test_bounded_memory_gives_every_replica_a_generation_store(state: str) -> None:
+    """``records = "none"``: every replica's dedup store holds its entries in generations (a
+    shared one stays one store), and so does the empty store of a restarted replica;
+    ``records = "all"`` keeps the one dict."""
+    from rtalab.sim.model.dedup import DedupStore, GenerationStore
+    from rtalab.sim.model.world import World
+
+    sc = load_scenario("baseline").with_overrides({"fleet.replicas": 3, "fleet.state": state})
+    assert all(type(r.store) is DedupStore for r in World(sc, 1, 0).reasoner.replicas)
+    fleet = World(sc.with_overrides({"run.records": "none"}), 1, 0).reasoner
+    stores = [r.store for r in fleet.replicas]
+    assert all(type(s) is GenerationStore for s in stores)
+    assert len({id(s) for s in stores}) == (1 if state == "shared" else 3)
+    fleet.up[1] = False
+    fleet._restart(1)
+    assert type(fleet.replicas[1].store) is GenerationStore
+    assert (fleet.replicas[1].store is stores[1]) == (state == "shared")

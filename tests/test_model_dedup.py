@@ -167,30 +167,101 @@ def test_duplicated_sessions_need_a_server_minted_context(client_context_id: boo
     assert out.attempts["outcome"].eq("timeout").any()
 
 
-def test_a_compacting_store_keeps_its_table_at_the_live_size_and_answers_the_same() -> None:
-    """~100 k live entries constantly replaced: CPython would rebuild the dict at the power of
-    two >= 3x live (2**19 slots); the compacting store copies it first (2**18), and every
-    lookup answers as the plain store's."""
+def test_a_generation_store_holds_what_the_plain_store_holds_in_small_tables() -> None:
+    """~100 k live entries constantly replaced: the plain store's one dict grows to 2**19
+    slots (CPython rebuilds it at 3x live); the generation store's biggest table is one
+    generation's (2**17), the sum of its tables below the plain one's, and at every second
+    both hold the same keys and entries, answer every lookup alike and count the same."""
     import sys
 
-    from rtalab.sim.model.dedup import DedupStore
+    from rtalab.sim.model.dedup import GENERATION_OPENS, DedupStore, GenerationStore
 
     plain = DedupStore("request-guid", 50.0, 1, 0.0)
-    comp = DedupStore("request-guid", 50.0, 1, 0.0)
-    comp.compacting = True
-    biggest = {id(plain): 0, id(comp): 0}
+    gen = plain.bounded()
+    assert isinstance(gen, GenerationStore)
+    biggest = {id(plain): 0, id(gen): 0}
+    total = {id(plain): 0, id(gen): 0}
     guid = 0
     for t in range(1, 200):
-        for store in (plain, comp):
+        for store in (plain, gen):
             for g in range(guid, guid + 2000):
                 e = store.open((g % 7, g), float(t), g % 7)
                 store.close((g % 7, g), e, float(t), 1, None, g % 7)
-            assert store.size(float(t)) == min(51, t) * 2000
-            biggest[id(store)] = max(biggest[id(store)], sys.getsizeof(store.entries))
+            assert store.size(float(t)) == min(51, t) * 2000 == store.held()
+            tables = [sys.getsizeof(d) for d in getattr(store, "gens", [store.entries])]
+            biggest[id(store)] = max(biggest[id(store)], *tables)
+            total[id(store)] = max(total[id(store)], sum(tables))
         guid += 2000
-    assert biggest[id(comp)] < 0.55 * biggest[id(plain)]
-    assert list(comp.entries) == list(plain.entries)  # the same keys, in the same order
+        if t % 10 == 0:
+            held = _held(gen)
+            assert held.keys() == plain.entries.keys()
+            assert all(e.expires_s == plain.entries[k].expires_s for k, e in held.items())
+    assert biggest[id(plain)] > 2**19 * 16  # the one table: 2**19 slots
+    assert biggest[id(gen)] < 2**18 * 16 and len(gen.gens) <= 2 + 102_000 // GENERATION_OPENS
+    assert total[id(gen)] < 0.8 * total[id(plain)]
+    assert gen.peak_entries == plain.peak_entries
     now = 199.0
     for g in range(guid - 120_000, guid + 10, 997):
-        a, b = plain.lookup((g % 7, g), now), comp.lookup((g % 7, g), now)
+        a, b = plain.lookup((g % 7, g), now), gen.lookup((g % 7, g), now)
         assert (a is None) == (b is None) and (a is None or a.expires_s == b.expires_s)
+
+
+def _held(store: Any) -> dict[Any, Any]:
+    """A generation store's keys and entries, checking that no key is in two generations."""
+    out: dict[Any, Any] = {}
+    for d in store.gens:
+        assert not out.keys() & d.keys()
+        out.update(d)
+    assert len(out) == store.held()
+    return out
+
+
+@pytest.mark.parametrize("mode", ["request-guid", "turn"])
+@pytest.mark.parametrize("window_s", [0.0, 3.0])
+def test_a_generation_store_answers_every_operation_as_the_plain_store(
+        mode: str, window_s: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random opens (of held keys too), closes, releases, lookups and samples on few keys and
+    tiny generations (many rotations, moves of the last entries, generations let go): after
+    every step both stores hold the same keys and entries and answer and count the same."""
+    import random
+
+    from rtalab.sim.model import dedup
+
+    monkeypatch.setattr(dedup, "GENERATION_OPENS", 64)
+    plain = dedup.DedupStore(mode, window_s, 1, 5.0)
+    gen = plain.bounded()
+    rng = random.Random(7)
+    open_: dict[Any, tuple[Any, Any]] = {}  # key -> (plain's entry, generation store's)
+    now = 0.0
+    rotated = moved = 0
+    newest = gen.gens[0]
+    for _ in range(20_000):
+        now += rng.random() * 0.05
+        key = (rng.randrange(3), rng.randrange(120))
+        op = rng.random()
+        if op < 0.35:
+            a, b = plain.lookup(key, now), gen.lookup(key, now)
+            assert (a is None) == (b is None)
+            if a is None or rng.random() < 0.1:  # a lookup's miss, or a key held: replaced
+                open_[key] = (plain.open(key, now, key[0]), gen.open(key, now, key[0]))
+        elif op < 0.7 and open_:
+            k = rng.choice(list(open_))
+            a, b = open_.pop(k)
+            if rng.random() < 0.2:
+                plain.release(k, a)
+                gen.release(k, b)
+            else:
+                plain.close(k, a, now, 1, None, k[0])
+                gen.close(k, b, now, 1, None, k[0])
+        elif op < 0.75:
+            last = gen.gens[-1]
+            assert plain.size(now) == gen.size(now)
+            moved += bool(last) and not any(d is last for d in gen.gens)  # let go, not empty
+        rotated += gen.gens[0] is not newest
+        newest = gen.gens[0]
+        held = _held(gen)
+        assert held.keys() == plain.entries.keys()
+        assert all((e.expires_s, e.done) == (plain.entries[k].expires_s, plain.entries[k].done)
+                   for k, e in held.items())
+        assert gen.peak_entries == plain.peak_entries
+    assert rotated > 20 and moved > 0 and plain.peak_entries > 0

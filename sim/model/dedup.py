@@ -51,8 +51,6 @@ simulated FAILED answer against the witness ledger).
 
 from __future__ import annotations
 
-import ctypes
-import sys
 from collections import deque
 from collections.abc import Hashable
 from typing import Any
@@ -89,52 +87,10 @@ def fingerprint(req: Request) -> Hashable:
             req.wants_input)
 
 
-def _trim_heap() -> None:
-    """glibc's ``malloc_trim(0)``: the free pages inside the heap back to the system (a table
-    freed below the heap's top stays in the process's RSS otherwise); nothing elsewhere."""
-    global _malloc_trim
-    if _malloc_trim is None:
-        try:
-            _malloc_trim = ctypes.CDLL(None).malloc_trim
-        except (OSError, AttributeError):
-            _malloc_trim = False
-    if _malloc_trim:
-        _malloc_trim(0)
-
-
-_malloc_trim: Any = None
-
-
-def _usable(n: int) -> int:
-    """Entries a CPython dict built by copying ``n`` live ones can take before it rebuilds
-    itself: its table is the power of two >= 1.5 n, two thirds of which are usable."""
-    size = 8
-    while size < (3 * n + 1) // 2:
-        size <<= 1
-    return (size << 1) // 3
-
-
 class DedupStore:
-    """Keyed entries with a completion-time window, lazily purged in completion order.
-
-    Compaction (``compacting``, set for bounded-memory runs).  The store's dict holds a
-    constant number of live entries once the window is full, constantly replaced; every
-    insertion takes a fresh slot (a deleted one stays a dummy), and when the slots run out
-    CPython rebuilds the table at the power of two >= 3x the live entries -- twice the table
-    a copy of them would need (and at ~350 k live entries: 42 MiB instead of 21, the old and
-    the new table side by side while it rebuilds).  A compacting store counts the windows
-    that started (:meth:`size`, once per simulated second: the expiry queue's length and the
-    entries it purged) and copies its dict (``dict(entries)``: sized to 1.5x the live
-    entries, same keys, same order) when the slots taken since the last rebuild near the
-    table's (or right after CPython rebuilt it), if the copy has room for at least half as
-    many insertions again; then glibc's free pages go back to the system (``malloc_trim``).
-    As the window fills, too, each table is the copy's, not twice it.  What a lookup sees
-    never changes; the per-request path is untouched.
-    """
-
-    #: bounded-memory runs: rebuild the dict at its live size (World sets it)
-    compacting = False
-    COMPACT_MIN = 1 << 16  # below this many live entries a table is small: left to CPython
+    """Keyed entries with a completion-time window, lazily purged in completion order: one
+    dict (the ``records = "all"`` path; bounded-memory runs use :class:`GenerationStore`,
+    the same answers in tables that never grow with the run)."""
 
     def __init__(self, mode: str, window_s: float, entry_bytes: int, peak_from_s: float) -> None:
         if mode not in ("request-guid", "turn"):
@@ -146,12 +102,6 @@ class DedupStore:
         self.entries: dict[Hashable, Entry] = {}
         self._expiry: deque[tuple[float, Hashable, Entry]] = deque()
         self.peak_entries = 0
-        self._purged = 0  # entries the compacting size() purged (the expiry queue's left end)
-        self._last = 0    # windows started, at the last size()
-        self._base = 0    # windows started, at the last (re)build of the dict
-        self._filled = 0  # slots taken then (its live entries)
-        self._usable_now = 0  # slots that table had
-        self._table_bytes = sys.getsizeof(self.entries)
 
     def key(self, req: Request, context_id: int | None = None) -> Hashable:
         """The idempotency key of ``req`` in this mode, in the server session ``context_id``
@@ -238,43 +188,140 @@ class DedupStore:
                 del entries[key]
 
     def size(self, now_s: float) -> int:
-        """Entries held at ``now_s`` (after purging); a compacting store may rebuild its dict."""
-        if self.compacting:
-            q = self._expiry
-            before = len(q)
-            self.purge(now_s)
-            self._purged += before - len(q)
-            self._compact()
-        else:
-            self.purge(now_s)
+        """Entries held at ``now_s`` (after purging)."""
+        self.purge(now_s)
         n = len(self.entries)
         if n > self.peak_entries and now_s >= self.peak_from_s:
             self.peak_entries = n
         return n
 
-    def _compact(self) -> None:
-        """Copy the dict before CPython would rebuild it, or right after it did (see the class
-        docstring): the slots taken since the last (re)build counted by the windows started."""
-        entries = self.entries
-        started = len(self._expiry) + self._purged
-        rate, self._last = started - self._last, started  # windows started per second
-        n = len(entries)
-        if sys.getsizeof(entries) != self._table_bytes:  # CPython rebuilt it, at >= 3x live
-            self._table_bytes = sys.getsizeof(entries)
-            self._usable_now, self._filled, self._base = _usable(2 * n), n, started
-        elif (self._filled + started - self._base + 4 * rate + self._usable_now // 32
-              < self._usable_now):  # the slots taken, those of the next seconds, a margin
-            return
-        room = _usable(n) - n
-        if n < self.COMPACT_MIN or 2 * room < n:  # a copy would gain little room: not now
-            return
-        self.entries = fresh = dict(entries)
-        del entries
-        _trim_heap()  # the old table's pages back to the system (it may lie inside the heap)
-        self._table_bytes = sys.getsizeof(fresh)
-        self._usable_now, self._filled, self._base = _usable(n), n, started
+    def held(self) -> int:
+        """Entries held now, expired ones not purged yet included (no purge)."""
+        return len(self.entries)
+
+    def bounded(self) -> GenerationStore:
+        """An empty :class:`GenerationStore` with this store's settings (bounded memory)."""
+        if self.held() or self._expiry:
+            raise RuntimeError("a dedup store filled before it was bounded")
+        mode = "turn" if self.by_turn else "request-guid"
+        return GenerationStore(mode, self.window_s, self.entry_bytes, self.peak_from_s)
 
     def state(self) -> dict[str, Any]:
         """Counters for the run's ``counters`` dict."""
         return {"dedup_peak_entries": self.peak_entries,
                 "dedup_peak_bytes": self.peak_entries * self.entry_bytes}
+
+
+#: opens into one generation's dict before the next starts (its table: 2**17 slots, ~2.5 MiB)
+GENERATION_OPENS = 1 << 16
+
+
+class GenerationStore(DedupStore):
+    """The store of bounded-memory runs: the same keys, entries and answers as
+    :class:`DedupStore`'s one dict at every moment, held in generations instead.
+
+    With the window full, one dict holds a constant number of live entries constantly
+    replaced; every insertion takes a fresh slot (a deleted one stays a dummy), and when the
+    slots run out CPython rebuilds the whole table (at ~350 k live entries: the old and the
+    new 20-40 MiB tables side by side, a transient of the hour's peak RSS).  Here an entry is
+    opened into the newest generation, a dict that takes :data:`GENERATION_OPENS` opens and
+    is then left to empty as its entries expire or are dropped; the oldest generation, once
+    empty or nearly (what is left: long executions in flight), is let go whole, its last
+    entries moved into the newest (:meth:`size`, once per simulated second).  No table ever
+    holds more than a generation, nothing is ever rebuilt at the live size.  A key is in one
+    generation at most (``open`` drops it from the others, as the dict's assignment replaces
+    it): a lookup checks the few live generations, newest first; the count of entries is
+    kept, so the peak is the plain store's to the entry.
+    """
+
+    def __init__(self, mode: str, window_s: float, entry_bytes: int, peak_from_s: float) -> None:
+        super().__init__(mode, window_s, entry_bytes, peak_from_s)
+        #: the generations, newest first (``entries`` is the newest)
+        self.gens: list[dict[Hashable, Entry]] = [self.entries]
+        self._opens = 0  # opens (and moves) into the newest generation
+        self._n = 0  # entries held: the plain store's ``len(entries)``
+        #: the last lookup's key if no generation held it, none opened since (else None)
+        self._missed: Hashable = None
+
+    def lookup(self, key: Hashable, now_s: float) -> Entry | None:
+        for gen in self.gens:
+            e = gen.get(key)
+            if e is not None:
+                if expired_after(e.expires_s, now_s):
+                    del gen[key]
+                    self._n -= 1
+                    break
+                return e
+        self._missed = key  # no generation holds it now (only open adds a key)
+        return None
+
+    def open(self, key: Hashable, now_s: float, context_id: int,
+             fingerprint: Hashable = None) -> Entry:
+        e = Entry(context_id, fingerprint)
+        if key != self._missed:  # the dict's assignment replaces a held key: drop it first
+            self._drop(key, None)
+        self._missed = None
+        if self._opens >= GENERATION_OPENS:
+            self.entries = {}
+            self.gens.insert(0, self.entries)
+            self._opens = 0
+        self._opens += 1
+        self.entries[key] = e
+        self._n += 1
+        if self._n > self.peak_entries and now_s >= self.peak_from_s:
+            self.purge(now_s)
+            if self._n > self.peak_entries:
+                self.peak_entries = self._n
+        return e
+
+    def close(self, key: Hashable, e: Entry, now_s: float, status: int, error_code: str | None,
+              context_id: int) -> None:
+        newest = self.entries.get(key) is e  # window 0: the plain close deletes it from there
+        super().close(key, e, now_s, status, error_code, context_id)
+        if self.window_s <= 0.0:
+            if newest:
+                self._n -= 1
+            else:
+                self._drop(key, e)
+
+    def release(self, key: Hashable, e: Entry) -> None:
+        e.done = True
+        e.waiters = None
+        e.expires_s = -INF
+        self._drop(key, e)
+
+    def _drop(self, key: Hashable, e: Entry | None) -> None:
+        """Delete ``key``'s entry if it is ``e`` (None: whichever it is); the oldest generation
+        first (an expiring entry is an old one)."""
+        for gen in reversed(self.gens):
+            held = gen.get(key)
+            if held is not None:
+                if e is None or held is e:
+                    del gen[key]
+                    self._n -= 1
+                return
+
+    def purge(self, now_s: float) -> None:
+        q = self._expiry
+        drop = self._drop
+        while q and expired_after(q[0][0], now_s):
+            _, key, e = q.popleft()
+            drop(key, e)
+
+    def size(self, now_s: float) -> int:
+        """Entries held at ``now_s`` (after purging); the oldest of three or more generations,
+        once empty or nearly, goes whole, its last entries moved into the newest (the same
+        keys and entries)."""
+        self.purge(now_s)
+        gens = self.gens
+        if len(gens) > 2 and len(gens[-1]) * 32 <= GENERATION_OPENS:
+            old = gens.pop()
+            self.entries.update(old)
+            self._opens += len(old)
+        n = self._n
+        if n > self.peak_entries and now_s >= self.peak_from_s:
+            self.peak_entries = n
+        return n
+
+    def held(self) -> int:
+        return self._n

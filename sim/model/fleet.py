@@ -272,9 +272,8 @@ class Fleet:
             cfg = self.scenario.reasoner
             if rep.store is not None:
                 was = rep.store
-                rep.store = DedupStore(cfg.dedup, cfg.dedup_window_s, cfg.dedup_entry_bytes,
-                                       self.scenario.run.warmup_s)
-                rep.store.compacting = was.compacting
+                rep.store = type(was)(cfg.dedup, cfg.dedup_window_s, cfg.dedup_entry_bytes,
+                                      self.scenario.run.warmup_s)  # bounded memory: bounded
             opened = rep.sessions_opened
             for name in _SESSION_STATE:
                 getattr(rep, name).clear()

@@ -115,13 +115,16 @@ class World:
         return self.reasoner.replicas if isinstance(self.reasoner, Fleet) else [self.reasoner]
 
     def _bound_reasoner_memory(self) -> None:
-        """Bounded memory: the dedup stores compact their dicts (``DedupStore.compacting``);
-        the run-long per-call state settles its old ids (``SettlingIntSet``,
-        ``SettlingIntCounts``: the same answers; shared objects of a fleet stay shared)."""
+        """Bounded memory: the dedup stores hold their entries in generations
+        (``GenerationStore``), the run-long per-call state settles its old ids
+        (``SettlingIntSet``, ``SettlingIntCounts``): the same answers; shared objects of a
+        fleet stay shared."""
         made: dict[int, Any] = {}
         for rep in self._replicas():
             if rep.store is not None:
-                rep.store.compacting = True
+                if id(rep.store) not in made:
+                    made[id(rep.store)] = rep.store.bounded()
+                rep.store = made[id(rep.store)]
             for name, kind in (("known_contexts", SettlingIntSet),
                                ("sessions_opened", SettlingIntCounts)):
                 old = getattr(rep, name)

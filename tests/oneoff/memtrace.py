@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         r = rss_mib()
         use, free, mm = _mallinfo()
         store = world.reasoner.store
-        entries = len(store.entries) if store is not None else 0
+        entries = store.held() if store is not None else 0
         print(f"{now:6.0f} {r:8.1f} {max(hi[0], r):8.1f} {sys.getallocatedblocks() / 1e3:9.0f} "
               f"{use:10.1f} {free:11.1f} {mm:6.1f} {entries / 1e3:8.0f} "
               f"{_state_bytes(world) / MIB:10.2f} {time.process_time() - c0:6.1f}", flush=True)

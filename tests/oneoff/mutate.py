@@ -84,6 +84,7 @@ T_VOC = ("tests/test_vocabulary.py", "tests/test_policy_budget.py", "tests/test_
 T_TURN = ("tests/test_policy_turn.py", "tests/test_policy_budget.py", "tests/test_budget_order.py",
           "tests/load/test_live_units.py")
 T_NS = ("tests/test_namespace.py",)
+T_GEN = ("tests/test_model_dedup.py",)
 T_REP = ("tests/test_report_pieces.py", "tests/test_reports.py", "tests/test_fleet_report.py",
          "tests/test_fleet_report_guards.py")
 T_REC = ("tests/test_recovery_metric.py", "tests/test_recovery.py")
@@ -609,6 +610,26 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        h.update(len(data).to_bytes(8, \"big\") + data)\n    for part",
              "        h.update(data)\n    for part", T_RULE,
              "fingerprint fields not length-prefixed (\"Send\"+\"t\" = \"Sendt\"+\"\")"),
+    # ---------------------------------------------------------------- dedup generations
+    Mutation("dedup generations", "sim/model/dedup.py",
+             "        if key != self._missed:  # the dict's", "        if False:  # the dict's",
+             T_GEN, "an open of a held key leaves it in an older generation"),
+    Mutation("dedup generations", "sim/model/dedup.py",
+             "            self.entries.update(old)\n", "            pass\n",
+             T_GEN, "the oldest generation's last entries lost, not moved"),
+    Mutation("dedup generations", "sim/model/dedup.py",
+             "del gen[key]\n                    self._n -= 1\n                    break",
+             "del gen[key]\n                    break", T_GEN,
+             "an expired entry dropped by a lookup still counted"),
+    Mutation("dedup generations", "sim/model/dedup.py",
+             "if len(gens) > 2 and len(gens[-1]) * 32", "if len(gens) > 99 and len(gens[-1]) * 32",
+             T_GEN, "old generations kept (tables pile up)"),
+    Mutation("dedup generations", "sim/model/world.py",
+             "made[id(rep.store)] = rep.store.bounded()", "made[id(rep.store)] = rep.store",
+             ("tests/test_fleet.py",), "a bounded run keeps the one-dict store"),
+    Mutation("dedup generations", "sim/model/fleet.py",
+             "rep.store = type(was)(cfg.dedup", "rep.store = DedupStore(cfg.dedup",
+             ("tests/test_fleet.py",), "a restarted bounded replica gets the one-dict store"),
     # ---------------------------------------------------------------- stores (round 3)
     Mutation("stores", "loadtests/dedup/sqlite.py",
              "n = db.execute(\"DELETE FROM dedup WHERE state = 'done' AND t + ? < ?\",",
