@@ -547,7 +547,8 @@ def parse_dask(address: str) -> tuple[str, int | None]:
 
 
 @contextlib.contextmanager
-def make_executor(processes: int | None = None, dask: str | None = None) -> Iterator[cf.Executor]:
+def make_executor(processes: int | None = None, dask: str | None = None,
+                  connect_timeout_s: float = 10.0) -> Iterator[cf.Executor]:
     """An executor for :func:`run_points`, closed on exit.
 
     * default: a local ``ProcessPoolExecutor`` with ``processes`` workers (default: every
@@ -556,7 +557,7 @@ def make_executor(processes: int | None = None, dask: str | None = None) -> Iter
       threads_per_worker=1, processes=True)`` (N default: every usable CPU), the simulator
       preloaded in each worker;
     * ``dask="tcp://host:8786"``: a client of that existing scheduler (its workers
-      must have rtalab installed, see README).
+      must have rtalab installed, see README), given ``connect_timeout_s`` to answer.
     """
     if dask is not None and processes is not None:
         raise SweepError("choose either processes or a Dask cluster, not both")
@@ -589,7 +590,7 @@ def make_executor(processes: int | None = None, dask: str | None = None) -> Iter
                     dashboard_address=None, silence_logs=40, preload=_PRELOAD))
                 client = stack.enter_context(Client(cluster))
             else:
-                client = stack.enter_context(Client(dask, timeout="10s"))
+                client = stack.enter_context(Client(dask, timeout=f"{connect_timeout_s}s"))
         except (OSError, TimeoutError) as e:
             raise SweepError(f"cannot reach the Dask scheduler at {dask}: "
                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None

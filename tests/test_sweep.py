@@ -253,8 +253,9 @@ def test_broken_grid_exits_2_with_one_line_before_anything_runs(tmp_path: Path) 
 
 
 def test_unreachable_dask_scheduler_is_one_line() -> None:
+    """(The CLI waits its default 10 s for a scheduler; 1 s says the same here.)"""
     with pytest.raises(sweep.SweepError, match="cannot reach the Dask scheduler"), \
-            sweep.make_executor(dask="tcp://127.0.0.1:9"):
+            sweep.make_executor(dask="tcp://127.0.0.1:9", connect_timeout_s=1.0):
         pass
 
 
