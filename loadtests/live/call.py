@@ -79,14 +79,26 @@ from rtalab.sim.policy.turn import (
 )
 from rtalab.sim.scenario import Scenario
 from rtalab.sim.vocab import AttemptOutcome as A
-from rtalab.sim.vocab import CallEndReason, Told, TurnOutcome
+from rtalab.sim.vocab import CallEndReason, Decision, EndReason, Phase, Told, TurnOutcome
 
 UPSTREAM_TIMEOUT = ErrorCode.UPSTREAM_TIMEOUT.value
+# Ledger rows hold plain scalars only: an Enum member is an object the cyclic collector tracks,
+# and so is every dict that holds one, while a dict of str, int, float, bool and None is not
+# tracked at all.  So the cells the vocabulary names are written as their values (plain str;
+# equal to the members, the same in JSON): held rows then cost the collector nothing.
+_PLAIN: dict[object, str] = {m: m.value for e in (A, Decision, EndReason, Phase, Told, TurnOutcome)
+                          for m in e}
+_PHASES = (Phase.INITIAL.value, Phase.CONTINUATION.value)  # by TurnMachine.phase (0, 1)
+_O_CANCELLED, _O_FAILED, _O_RESPONSE_LOST, _O_TIMEOUT, _O_TOTAL_TIMEOUT, _O_UNFINISHED = (
+    A.CANCELLED.value, A.FAILED.value, A.RESPONSE_LOST.value, A.TIMEOUT.value,
+    A.TOTAL_TIMEOUT.value, A.UNFINISHED.value)
 # what the caller was told, by turn outcome
-_TOLD = {TurnOutcome.COMPLETED: Told.SUCCESS, TurnOutcome.FAILED: Told.FAILURE}
-_END_STATES = {"TASK_STATE_COMPLETED": A.COMPLETED, "TASK_STATE_INPUT_REQUIRED": A.INPUT_REQUIRED,
-               "TASK_STATE_CANCELED": A.CANCELLED}  # any other end state: failed
-_TIMEOUTS = (A.TIMEOUT, A.TOTAL_TIMEOUT, A.RESPONSE_LOST)
+_TOLD = {TurnOutcome.COMPLETED: Told.SUCCESS.value, TurnOutcome.FAILED: Told.FAILURE.value}
+_TOLD_NONE = Told.NONE.value
+_END_STATES = {"TASK_STATE_COMPLETED": A.COMPLETED.value,
+               "TASK_STATE_INPUT_REQUIRED": A.INPUT_REQUIRED.value,
+               "TASK_STATE_CANCELED": _O_CANCELLED}  # any other end state: failed
+_TIMEOUTS = (_O_TIMEOUT, _O_TOTAL_TIMEOUT, _O_RESPONSE_LOST)
 NAN = float("nan")
 TEXT = "what is my balance"
 UNIFORM_BLOCK = 64  # share draws per numpy call (Call._uniform)
@@ -309,7 +321,7 @@ class _Read:
         self.got_output = False  # a directive, chunk or end state came (errors.md §5)
         self.barge_at = math.inf  # when the caller barges in (main attempt, once it played)
         self.end_ev: Event | None = None  # the event that ended the stream
-        self.outcome: str = A.RESPONSE_LOST  # unless an end state or a timer says otherwise
+        self.outcome: str = _O_RESPONSE_LOST  # unless an end state or a timer says otherwise
         self.failure: str | None = None  # why the request failed (its Locust stats row)
 
 
@@ -353,19 +365,23 @@ class Call:
         self._deadline: _Deadline | None = None  # the timer of the main attempts, made once
         self.turn_ids_minted = 0
         self.per_call_turn_ids = scenario.load.turn_ids == "per_call"
+        # what every turn and attempt reads of the options, read once (two are properties)
+        self._force_codes = opts.force_error_codes
+        self._reorder, self._hold_s, self._hard_s = opts.reorder, opts.hold_s, opts.hard_timeout_s
+        self._keys = event_keys(opts.ext_uri)
         self.arrival_s = time.time()
         self._templates()
 
     @staticmethod
     def _new_guid() -> str:
-        return _id("g")
+        return f"g-{_BASE}{next(_COUNTER):x}"  # _id("g"), without its call (one per attempt)
 
     def _new_turn_id(self) -> str:
         """A new turnId: globally unique, or ``t-1``, ``t-2``, ... per call (``load.turn_ids``)."""
         self.turn_ids_minted += 1
         if self.per_call_turn_ids:
             return f"t-{self.turn_ids_minted}"
-        return _id("turn")
+        return f"turn-{_BASE}{next(_COUNTER):x}"  # _id("turn"), without its call
 
     def _uniform(self) -> float:
         """One U[0, 1) draw of the call's ``rng`` for a share decision (side effect, handoff,
@@ -432,12 +448,13 @@ class Call:
         wl = self.sc.workload
         i = self.progress.turns_started
         self.progress.turns_started += 1
-        codes = self.opts.force_error_codes
+        codes = self._force_codes
         u_side, u_handoff = self._uniform(), self._uniform()
         t = _Turn(self.rules, i, f"{self.call_id}.{i}", self._new_turn_id(),
                   u_side < wl.side_effect_share, u_handoff < wl.handoff_share, time.time(),
                   codes[i % len(codes)] if codes else None)
-        if self.sc.load.barge_in_share > 0 and self._uniform() < self.sc.load.barge_in_share:
+        barge_share = self.sc.load.barge_in_share
+        if barge_share > 0 and self._uniform() < barge_share:
             t.barge_in_s = self.barge_after()
         self._turn = t
         action, end_s, first_chunk_s = self._run_phase(t, t.send(t.start_s))
@@ -480,15 +497,15 @@ class Call:
         row["input_required"] = t.input_required
         row["start_s"] = t.start_s
         row["end_s"] = end_s
-        row["outcome"] = t.outcome
-        row["end_reason"] = t.reason
+        row["outcome"] = _PLAIN.get(t.outcome, t.outcome)
+        row["end_reason"] = _PLAIN.get(t.reason, t.reason)
         row["error_code"] = t.code
         row["attempts"] = t.attempts
         row["retries"] = t.attempts - t.first_sends
         row["ttfc_s"] = None if math.isnan(ttfc) else ttfc
         row["completion_s"] = None if math.isnan(completion) else completion
         row["handoff_wait_s"] = t.handoff_wait_s
-        row["told_caller"] = _TOLD.get(t.outcome, Told.NONE)  # type: ignore[arg-type]  # None (no outcome yet) is no key: Told.NONE
+        row["told_caller"] = _TOLD.get(t.outcome, _TOLD_NONE)  # type: ignore[arg-type]  # None (no outcome yet) is no key: Told.NONE
         row["forced_error"] = t.force_error
         last = t.last_row
         if end_s is not None and last is not None:  # the timings of the attempt that ended it
@@ -511,7 +528,7 @@ class Call:
             "injected": "", "side_effect": False, "handoff": False,
             "live_instance": self.inst.index, "delay_before_s": 0.0, "send_s": None,
             "first_response_s": None, "first_chunk_s": None, "end_s": None,
-            "outcome": A.UNFINISHED, "state": None, "error_code": None, "retry_after_ms": None,
+            "outcome": _O_UNFINISHED, "state": None, "error_code": None, "retry_after_ms": None,
             "decision": None, "echo": False, "events": 0, "events_without_seq": 0,
             "order_violations": 0, "http_status": None, "server_worker": None,
             "active": True, "forced_error": None, "side_effect_reported": None, **_NO_TIMING}
@@ -528,7 +545,7 @@ class Call:
         """Record the attempt and turn still open when the run was stopped."""
         row = self._open_attempt
         if row is not None:
-            row["outcome"] = A.UNFINISHED
+            row["outcome"] = _O_UNFINISHED
             self.sink.attempt(row)
             self._open_attempt = None
         t = self._turn
@@ -545,7 +562,7 @@ class Call:
             res = self._attempt(t, t.delay_s)
             action = t.attempt_ended(res.end_s, res.outcome, res.code, res.retry_after_ms)
             if t.decision is not None:  # a failed attempt: its row waits for the decision
-                self._last_row["decision"] = t.decision
+                self._last_row["decision"] = _PLAIN.get(t.decision, t.decision)
                 self._commit_attempt()
             if t.cancel and t.task_id:  # cancel_on_timeout: CancelTask for the abandoned attempt
                 self.ch.cancel(_id("r"), t.task_id, self.active)  # type: ignore[arg-type]  # a str on the wire (TurnRules: Hashable)
@@ -597,8 +614,11 @@ class Call:
             self._spawn_copy(t, dup_ids, dup_body, "continuation-dup", side, dup_rpc)
         res = self._exchange(t, ids, rpc_id, body, row, main=True)
         self._last_row = t.last_row = row
-        if res.outcome not in _TIMEOUTS and res.outcome != A.FAILED:  # no decision to wait for
-            self._commit_attempt()
+        # no decision to wait for: _commit_attempt, inline (most attempts)
+        if res.outcome not in _TIMEOUTS and res.outcome != _O_FAILED and (
+                self._open_attempt is not None):
+            self.sink.attempt(self._open_attempt)
+            self._open_attempt = None
         if load.resend_share > 0 and self._uniform() < load.resend_share:
             self._spawn_copy(t, ids, body, "resend", side)
         return res
@@ -618,7 +638,7 @@ class Call:
         row["interaction_id"] = t.interaction_id
         row["turn_id"] = ids.turn_id
         row["task_id"] = ids.task_id
-        row["phase"] = t.phase_name
+        row["phase"] = _PHASES[t.phase]
         row["attempt"] = t.phase_attempts
         row["request_guid"] = ids.request_guid
         row["context_id"] = ids.context_id
@@ -648,7 +668,7 @@ class Call:
                     gevent.sleep(delay)
                 self._exchange(t, ids, rpc_id, body, row, main=False, sent=sent)
             except gevent.GreenletExit:
-                row["outcome"] = A.UNFINISHED
+                row["outcome"] = _O_UNFINISHED
             finally:
                 if sent is not None:
                     sent.set()  # never keep the original waiting for a copy that failed
@@ -660,8 +680,8 @@ class Call:
                   main: bool, sent: gevent.event.Event | None = None) -> _Result:
         """Send ``body`` and read its stream into ``row`` and the events ledger."""
         send_s = row["send_s"] = time.time()
-        st = _Read(send_s, self.sc.live.timeouts, self.opts.hard_timeout_s,
-                   Playback(self.opts.reorder, self.opts.hold_s, t.next_seq if t.phase else None))
+        st = _Read(send_s, self.sc.live.timeouts, self._hard_s,
+                   Playback(self._reorder, self._hold_s, t.next_seq if t.phase else None))
         guid = ids.request_guid
         copy_no = t.sends.get(guid, 0)
         t.sends[guid] = copy_no + 1
@@ -683,7 +703,7 @@ class Call:
             except _Expired:
                 self._expired(t, st, row)
             except StreamBroken as e:
-                st.outcome, st.failure = A.RESPONSE_LOST, str(e)
+                st.outcome, st.failure = _O_RESPONSE_LOST, str(e)
         finally:
             if deadline is not None:
                 if main:
@@ -725,7 +745,7 @@ class Call:
         watch_barge = main and t.barge_in_s is not None
         last_ctx: str | None = None  # the contextId already taken into account
         answered_task: str | None = None  # the first taskId this send's events carried
-        keys = event_keys(ext_uri)
+        keys = self._keys
         _time, _scan, _isnan, push_next, next_frame = (time.time, scan_event, math.isnan,
                                                        pb.push_next, ex.next_frame)
         try:
@@ -788,16 +808,16 @@ class Call:
         """The attempt's timer fired: barge-in (CancelTask), or which timeout it was."""
         now = time.time()
         if st.barge_at <= now:
-            st.outcome = A.CANCELLED
+            st.outcome = _O_CANCELLED
             if t.task_id:  # the answer says whether the side effect ran
                 row["side_effect_reported"] = self.ch.cancel(_id("r"), t.task_id,  # type: ignore[arg-type]  # a str on the wire (TurnRules: Hashable)
                                                              self.active)
         elif not st.got_output and st.resp_deadline <= now:
-            st.outcome, st.failure = A.TIMEOUT, "turn-response timeout"
+            st.outcome, st.failure = _O_TIMEOUT, "turn-response timeout"
         elif st.total_deadline <= now:
-            st.outcome, st.failure = A.TOTAL_TIMEOUT, "turn total timeout"
+            st.outcome, st.failure = _O_TOTAL_TIMEOUT, "turn total timeout"
         else:
-            st.outcome, st.failure = A.TIMEOUT, "hard timeout"
+            st.outcome, st.failure = _O_TIMEOUT, "hard timeout"
 
     def _settle(self, t: _Turn, st: _Read, row: dict[str, Any], main: bool) -> _Result:
         """The attempt once its stream stopped: what the reorder buffer still held played,
@@ -818,15 +838,15 @@ class Call:
             res.state = end_ev.state
             st_ = end_ev.state
             row["side_effect_reported"] = end_ev.side_effect
-            res.outcome = _END_STATES.get(st_, A.FAILED)  # type: ignore[arg-type]  # a missing state maps to FAILED
-            if res.outcome == A.FAILED:
+            res.outcome = _END_STATES.get(st_, _O_FAILED)  # type: ignore[arg-type]  # a missing state maps to FAILED
+            if res.outcome == _O_FAILED:
                 res.code = end_ev.error_code or "internal"
                 res.retry_after_ms = end_ev.retry_after_ms
             res.timeout = False
         if res.timeout:
             res.code = UPSTREAM_TIMEOUT
         row["end_s"], row["outcome"], row["state"] = end_s, res.outcome, res.state
-        row["error_code"] = res.code if res.outcome == A.FAILED or res.timeout else None
+        row["error_code"] = res.code if res.outcome == _O_FAILED or res.timeout else None
         row["retry_after_ms"] = res.retry_after_ms
         row["first_chunk_s"] = None if math.isnan(pb.first_chunk_s) else pb.first_chunk_s
         row["order_violations"] = pb.order_violations

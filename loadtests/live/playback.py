@@ -89,7 +89,7 @@ class Playback:
 
     def finish(self, now_s: float) -> list[tuple[int, int]]:
         """The stream ended: play everything held, in order (same pairs as :meth:`push`)."""
-        return self._release(now_s, end=True)
+        return self._release(now_s, end=True) if self._heap else []
 
     def _release(self, now_s: float, end: bool) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from typing import Any, cast
+from typing import Any
 
 import gevent
 from gevent.event import Event
@@ -83,6 +83,7 @@ class WsExchange:
         # nobody reads the socket: read it until our frame comes, handing over the others'
         ch.reading = self
         ws, routes, rpc_id = self.ws, ch.routes, self.rpc_id
+        frame: dict[str, Any]  # (a JSON object: typed here, not cast per frame)
         try:
             while True:
                 try:  # decode_frame, its one scan of the common case inline
@@ -100,7 +101,7 @@ class WsExchange:
                 if type(rid) is not str:
                     rid = str(rid)
                 if rid == rpc_id:
-                    return cast("dict[str, Any] | None", frame)
+                    return frame
                 other = routes.get(rid)
                 if other is not None:
                     other.frames.append(frame)

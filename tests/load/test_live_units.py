@@ -592,3 +592,53 @@ def test_the_rest_reader_hands_every_event_as_rest_frame_makes_it():
         "r", b'{"jsonrpc":"2.0","id":"r","method":"SendStreamingMessage","params":{}}', True)
     assert [ex.next_frame() for _ in objs] == [rest_frame(o, EXT) for o in objs]
     assert ex.next_frame() is None
+
+
+def test_held_rows_are_not_tracked_by_the_collector():
+    """Every attempts, events and turns row a call writes holds plain scalars only (the
+    vocabulary's cells as their values, equal to the members): the cyclic collector does not
+    track such a dict, so rows held until their batch ships cost its collections nothing
+    (an Enum member in a row makes the row tracked).  Covers a failed attempt's decision, the
+    retry that completes, and a turn that fails."""
+    import gc
+
+    import gevent
+    import numpy as np
+
+    from rtalab.loadtests.live.call import Call, Instance, LiveOptions
+    from rtalab.loadtests.live.sse import SseChannel
+    from rtalab.loadtests.loadrun.canned import sse_body
+    from rtalab.sim.scenario import from_dict
+    from rtalab.sim.vocab import AttemptOutcome, Decision, Phase, Told, TurnOutcome
+
+    failed = ("data: " + json.dumps({"jsonrpc": "2.0", "id": "x", "result": {"statusUpdate": {
+        "taskId": "task-9", "contextId": "ctx-1", "metadata": {EXT + "/sequenceId": 0.0},
+        "status": {"state": "TASK_STATE_FAILED", "message": {"metadata": {
+            EXT + "/errorCode": "upstream-timeout"}}}}}}) + "\n\n").encode()
+    sc = from_dict({"workload": {"turns_per_call": 3, "think_time_s": 0.0},
+                    "live": {"timeouts": {"negotiation_s": 0.0}, "retry": {"max_attempts": 2},
+                             "backoff": {"base_s": 0.0}}})
+    opts = LiveOptions(ext_uri=EXT)
+    led = Ledger("p")
+    # turn 0: failed, then completed; turn 1: failed twice (the turn fails); turn 2: completed
+    bodies = [failed, sse_body("x"), failed, failed, sse_body("x")]
+    call = Call("c", sc, Instance(0, sc, opts, 0.0), SseChannel(_Client(bodies), EXT, None),
+                led, opts, np.random.default_rng(5), "p", "r")
+    gevent.spawn(call.run).join()
+    attempts, turns = led.rows["attempts"], led.rows["turns"]
+    assert [r["outcome"] for r in attempts] == ["failed", "completed", "failed", "failed",
+                                                "completed"]
+    assert [r["decision"] for r in attempts] == ["retry", None, "retry", "attempts-exhausted",
+                                                 None]
+    assert [r["outcome"] for r in turns] == ["completed", "failed", "completed"]
+    assert [r["told_caller"] for r in turns] == ["success", "failure", "success"]
+    assert {r["phase"] for r in attempts} == {"initial"}
+    # the values equal the vocabulary's members
+    assert attempts[0]["outcome"] == AttemptOutcome.FAILED
+    assert attempts[0]["decision"] == Decision.RETRY and attempts[0]["phase"] == Phase.INITIAL
+    assert turns[1]["outcome"] == TurnOutcome.FAILED and turns[1]["told_caller"] == Told.FAILURE
+    for table in ("attempts", "events", "turns"):
+        rows = led.rows[table]
+        assert rows and not any(gc.is_tracked(r) for r in rows), (
+            table, [{k: type(v).__name__ for k, v in r.items()} for r in rows
+                    if gc.is_tracked(r)][:1])
