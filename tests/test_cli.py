@@ -191,7 +191,7 @@ def test_console_run_as_a_subprocess(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_exits_130_and_marks_the_folder_interrupted(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONFAULTHANDLER="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "rtalab.sim.cli", "sim", "run", "baseline", "--quiet",
          "--set", "run.duration_s=1000000", "run.replications=1", "--out", str(tmp_path)],
@@ -206,7 +206,12 @@ def test_ctrl_c_exits_130_and_marks_the_folder_interrupted(tmp_path: Path) -> No
             time.sleep(0.05)
         time.sleep(0.5)  # inside the simulation
         proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=60)
+        try:
+            _out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # seen once under a full suite: say where it was
+            proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack
+            _out, err = proc.communicate(timeout=30)
+            pytest.fail(f"sim run still running 60 s after SIGINT; its stacks:\n{err[-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
