@@ -50,8 +50,11 @@ seed = 11
 """
 MEAN_S, CV, WORKERS, CALLS_PER_S = 0.2, 0.6, 2, 3.4
 # the output states 95 % intervals; a test holding them would fail one run in 20 by design, so
-# it holds the 99 % ones (the stated half-widths x 2.576 / 1.96)
-Z99 = 2.576 / 1.96
+# it holds the 99.9 % ones (the stated half-widths x 3.29 / 1.96).  Why not 99 %: the bucket
+# fits' 95 % intervals cover 93 % of the time (tests/oneoff/bucket_coverage.py), so four
+# checks at 99 % would fail a CI run in ten; the coverage itself is pinned by
+# tests/trust/test_interval_coverage.py and measured in docs/benchmarks.md
+Z999 = 3.2905 / 1.96
 # the service histogram measures the worker held: the reasoning plus the server's own
 # event-loop lag (a few ms on a busy 2-core machine)
 OVERHEAD_S = 0.015
@@ -104,8 +107,8 @@ def scraped(tmp_path_factory):
 
 
 def _wider(centre: float, ci: list[float]) -> tuple[float, float]:
-    """The 99 % interval of a stated 95 % one (module constant Z99)."""
-    return centre - (centre - ci[0]) * Z99, centre + (ci[1] - centre) * Z99
+    """The 99.9 % interval of a stated 95 % one (module constant Z999)."""
+    return centre - (centre - ci[0]) * Z999, centre + (ci[1] - centre) * Z999
 
 
 def _holds_the_error_rate(data: dict) -> None:
