@@ -85,6 +85,8 @@ SLOW_TESTS = frozenset({
     "tests/trust/test_multiple_comparisons.py::test_agreement_of_80_metrics_raises_a_false_"
     "alarm_in_at_most_5_percent_of_runs",
     "tests/test_intsets.py::test_a_million_calls_cost_bytes_not_a_set_and_a_dict",
+    "tests/trust/test_interval_coverage.py::test_a_bucket_fits_cv_interval_spans_every_law_"
+    "the_buckets_allow",
 })
 
 
