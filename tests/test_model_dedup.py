@@ -9,7 +9,7 @@ import pytest
 
 from rtalab.sim.runner import run_once, run_replications
 from rtalab.sim.scenario import Scenario
-from rtalab.sim.shared.summary import metric, summarize
+from rtalab.sim.shared.summary import metric, replication_metrics, summarize
 from tests.stats import assert_close, assert_rejects, seed
 
 P_DUP = 0.2
@@ -265,3 +265,22 @@ def test_a_generation_store_answers_every_operation_as_the_plain_store(
                    for k, e in held.items())
         assert gen.peak_entries == plain.peak_entries
     assert rotated > 20 and moved > 0 and plain.peak_entries > 0
+
+
+@pytest.mark.parametrize("dedup_kind", ["request-guid", "turn"])
+def test_a_bounded_run_finds_an_original_in_an_older_generation(
+        dedup_kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Reasoner's lookup of a held key sees every generation, not only the newest: with
+    generations of 16 opens nearly every duplicate's original has been rotated out of the
+    newest one when its copy arrives, and a bounded run (``records = "none"``) must still
+    deduplicate exactly as the one dict does (the same metrics, no duplicate execution)."""
+    from rtalab.sim.model import dedup
+
+    monkeypatch.setattr(dedup, "GENERATION_OPENS", 16)
+    sc = side_effect_turns(**{"reasoner.dedup": dedup_kind, "reasoner.dedup_window_s": 300.0,
+                              "run.duration_s": 200.0, "run.replications": 1})
+    exact = replication_metrics(run_once(sc, 5), sc.run.warmup_s)
+    bounded = run_once(sc.with_overrides({"run.records": "none"}), 5).metrics
+    assert exact[DUP_GUID] == 0.0 and exact[REEXEC] == 0.0
+    for k in (DUP_GUID, REEXEC, DUP_SESSION):
+        assert bounded[k] == exact[k], (k, bounded[k], exact[k])

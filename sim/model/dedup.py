@@ -99,7 +99,10 @@ class DedupStore:
         self.window_s = window_s
         self.entry_bytes = entry_bytes
         self.peak_from_s = peak_from_s
+        #: every held entry (a :class:`GenerationStore`: the newest generation's only)
         self.entries: dict[Hashable, Entry] = {}
+        #: whether ``entries`` is all the store holds (False: look in :meth:`lookup`)
+        self.one_table = True
         self._expiry: deque[tuple[float, Hashable, Entry]] = deque()
         self.peak_entries = 0
 
@@ -238,6 +241,7 @@ class GenerationStore(DedupStore):
         super().__init__(mode, window_s, entry_bytes, peak_from_s)
         #: the generations, newest first (``entries`` is the newest)
         self.gens: list[dict[Hashable, Entry]] = [self.entries]
+        self.one_table = False
         self._opens = 0  # opens (and moves) into the newest generation
         self._n = 0  # entries held: the plain store's ``len(entries)``
         #: the last lookup's key if no generation held it, none opened since (else None)

@@ -263,8 +263,8 @@ class Reasoner:
         key = None
         if store is not None and profile:
             key = store.key(req, ctx)
-            # store.lookup's answer; it is called only for a key held (the rare case)
-            e = store.entries.get(key)
+            # store.lookup's answer, called for the one dict only for a key held (the rare case)
+            e = store.entries.get(key) if store.one_table else store.lookup(key, now)
             if e is not None and store.lookup(key, now) is not None:
                 if store.conflicts(e, fingerprint(req)):  # the key reused by another request
                     self._refuse(req, dup, now, ctx, KEY_CONFLICT_D, SCHEMA_VALIDATION, None)
