@@ -29,7 +29,7 @@ from typing import Any
 from rtalab.sim.answers.cli import add_parsers as add_answer_parsers
 from rtalab.sim.calibrate.cli import add_parser as add_calibrate_parser
 from rtalab.sim.config import ConfigError
-from rtalab.sim.shared import results
+from rtalab.sim.shared import interrupt, results
 from rtalab.sim.shared.argtypes import (  # UsageError re-exported: plugins raise
                                           # rtalab.sim.cli.UsageError
     EXIT_USAGE,
@@ -761,6 +761,11 @@ def build_parser(argv: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, dic
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rtalab`` console script; returns the exit status."""
     argv = resolve_aliases(normalise_sets(sys.argv[1:] if argv is None else argv))
+    with interrupt.installed():  # a Ctrl-C that other code swallows is raised again
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     try:
         parser, failed = build_parser(argv)
         asked = _unavailable(argv, failed)

@@ -22,6 +22,7 @@ from typing import Any
 
 from rtalab.sim.config import to_plain
 from rtalab.sim.scenario import Scenario, from_dict
+from rtalab.sim.shared import interrupt
 from rtalab.sim.shared.results import RecordWriter
 from rtalab.sim.shared.schema import PERCENTILES
 
@@ -83,6 +84,7 @@ def run_streaming(scenario: Scenario, plan: Sequence[tuple[int, int]],
         outputs = (_replica_outputs(scenario, plan, progress, executor) if split == "replicas"
                    else _outputs(each, plan, progress, executor))
         for k, out in enumerate(outputs):
+            interrupt.check()  # a Ctrl-C that other code swallowed (rtalab.sim.shared.interrupt)
             if progress is not None and executor is not None:
                 progress((k + 1) / len(plan))
             folded.add(out)

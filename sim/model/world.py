@@ -30,6 +30,7 @@ from rtalab.sim.model.tally import Tally
 from rtalab.sim.model.witness import Witness
 from rtalab.sim.model.workload import Arrivals
 from rtalab.sim.scenario import Scenario
+from rtalab.sim.shared import interrupt
 from rtalab.sim.shared.recovery import trigger_span
 
 Progress = Callable[[float], None]
@@ -196,6 +197,7 @@ class World:
 
     def _tick(self, _: Any = None) -> None:
         """End of a 1-s bin: sample gauges, compact tables, report progress; schedule the next."""
+        interrupt.check()  # a Ctrl-C that other code swallowed (rtalab.sim.shared.interrupt)
         env = self.env
         now = sim_time(env)
         self._sample(now)
