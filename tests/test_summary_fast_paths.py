@@ -130,8 +130,9 @@ def _window_figures(ts: pd.DataFrame, warmup: float, duration: float) -> dict[st
 def test_series_metrics_without_a_series_are_pandas_reductions_bit_for_bit() -> None:
     """The window's reductions on numpy (no Series built) give pandas' numbers exactly, on
     a simulated series (int64), a load run's (float, its server gauges all NaN: the means
-    NaN, the utilisation undefined), float columns with scattered NaNs and awkward values (all below 0 too),
-    an all-NaN window, a float32 column, and a nullable column pandas reduces itself."""
+    NaN, the utilisation undefined), float columns with scattered NaNs and awkward values
+    (and all below 0), an all-NaN window, a float32 column, and a nullable column pandas
+    reduces itself."""
     rng = np.random.default_rng(3)
     sim = run_once(load_scenario("retry_storm", ["run.duration_s=30", "run.warmup_s=5"]),
                    4).timeseries
