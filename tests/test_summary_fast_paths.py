@@ -20,7 +20,15 @@ from rtalab.loadtests.loadrun.tables import timeseries
 from rtalab.sim.runner import run_once
 from rtalab.sim.scenario import load_scenario
 from rtalab.sim.shared import schema as S
-from rtalab.sim.shared.summary import _turns_with_several, spurious_timeouts, timeseries_metrics
+from rtalab.sim.shared.summary import (
+    _turns_with_several,
+    percentile,
+    percentile_served,
+    percentiles,
+    percentiles_served,
+    spurious_timeouts,
+    timeseries_metrics,
+)
 from tests.test_resample import records
 
 
@@ -157,3 +165,22 @@ def test_series_metrics_without_a_series_are_pandas_reductions_bit_for_bit() -> 
             assert repr(got) == repr(_window_figures(ts, warmup, duration)), (name, warmup)
     assert math.isnan(timeseries_metrics(load, 0.0, 4.0)[S.M_DEDUP_MEAN_BYTES])
     assert timeseries_metrics(load, 0.0, 4.0)[S.M_UTILISATION] is None
+
+
+def test_percentiles_in_one_call_are_each_percentile() -> None:
+    """The replication's latency percentiles come from one numpy call per array: each is
+    what :func:`percentile` (and :func:`percentile_served`) gives at that q, on arrays with
+    ties, NaN, +inf, -inf, one value, none, and q on an exact rank (n = 20, 100, 200)."""
+    rng = np.random.default_rng(4)
+    qs = (*S.PERCENTILES, 0, 1, 25, 50, 75, 100)
+    for n in (0, 1, 2, 3, 7, 20, 33, 100, 200, 999):
+        for kind in ("plain", "ties", "holes"):
+            x = rng.lognormal(-1.0, 1.0, n)
+            if kind == "ties":
+                x = np.round(x, 1)
+            if kind == "holes" and n:
+                x[rng.random(n) < 0.2] = math.nan
+                x[rng.random(n) < 0.2] = math.inf
+                x[rng.random(n) < 0.05] = -math.inf
+            assert percentiles(x, qs) == [percentile(x, q) for q in qs], (n, kind)
+            assert percentiles_served(x, qs) == [percentile_served(x, q) for q in qs], (n, kind)
