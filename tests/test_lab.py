@@ -10,8 +10,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-import nbformat
 import pytest
 
 from rtalab.loadtests.common.procs import free_port
@@ -63,9 +63,19 @@ def test_jupyterlab_serves_the_notebooks_with_the_project_kernel(tmp_path: Path)
         p.wait(timeout=20)
 
 
+def _read(path: Path) -> Any:
+    """``nbformat.read(path, as_version=4)``, nbformat imported on first use, not at
+    collection: it imports jsonschema, whose optional rfc3987-syntax (installed with
+    jupyterlab) builds its grammar on import, ~1.5 CPU-s in every xdist worker that
+    collects this file (tests/test_notebooks.py likewise)."""
+    import nbformat
+
+    return nbformat.read(path, as_version=4)
+
+
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.stem)
 def test_committed_outputs_are_for_people(path: Path) -> None:
-    nb = nbformat.read(path, as_version=4)
+    nb = _read(path)
     texts = []
     for c in nb.cells:
         for o in c.get("outputs", []) if c.cell_type == "code" else []:
@@ -75,7 +85,7 @@ def test_committed_outputs_are_for_people(path: Path) -> None:
 
 
 def test_timeout_table_is_sorted() -> None:
-    nb = nbformat.read(NOTEBOOKS / "timeout_tuning.ipynb", as_version=4)
+    nb = _read(NOTEBOOKS / "timeout_tuning.ipynb")
     [table] = [o["data"]["text/plain"] for c in nb.cells if c.cell_type == "code"
                for o in c.get("outputs", []) if "spurious share" in
                str(o.get("data", {}).get("text/plain", ""))]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
+
+if TYPE_CHECKING:
+    import nbformat
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 NAMES = ["retry_storms", "timeout_tuning", "capacity_planning", "calibration"]
@@ -21,6 +23,12 @@ def _parameters_cell(nb: nbformat.NotebookNode) -> int:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_top_to_bottom(name, tmp_path):
+    # imported here, not at collection: nbformat imports jsonschema, whose optional
+    # rfc3987-syntax (installed with jupyterlab) builds its grammar on import, ~1.5 CPU-s
+    # in every xdist worker that collects this file but never runs it
+    import nbformat
+    from nbclient import NotebookClient
+
     path = NOTEBOOKS / f"{name}.ipynb"
     assert path.stat().st_size < MAX_BYTES, "committed outputs must stay under 1 MB"
     nb = nbformat.read(path, as_version=4)

@@ -14,8 +14,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any
 
 import pytest
+
+from rtalab.loadtests.live.locust_main import entry_points_read_once
+from rtalab.loadtests.loadrun.orchestrate import LOCUST_MAIN
 
 HEAVY = ("pandas", "scipy", "matplotlib", "simpy", "sqlalchemy", "rtalab.sim.model.world",
          "rtalab.sim.runner")
@@ -46,3 +52,35 @@ def test_a_load_runs_check_and_report_import_neither_scipy_nor_matplotlib() -> N
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads(p.stdout.strip().splitlines()[-1]) == []
+
+
+GROUPS = ("gevent.plugins.monkey.will_patch_all", "gevent.plugins.monkey.did_patch_module",
+          "console_scripts", "pytest11", "rtalab.commands", "no.such.group")
+
+
+def _by_group(select: Callable[..., Any]) -> dict[str, list[tuple[str, str]]]:
+    return {g: sorted((ep.name, ep.value) for ep in select(group=g)) for g in GROUPS}
+
+
+def test_locust_processes_read_the_entry_points_once_and_see_the_same_ones() -> None:
+    """Every Locust process starts through rtalab.loadtests.live.locust_main: while gevent
+    patches the process (~25 lookups by group), the entry points come from one reading, the
+    same ones a lookup finds; afterwards importlib.metadata is as it was."""
+    original = metadata.entry_points
+    plain = _by_group(metadata.entry_points)
+    assert plain["rtalab.commands"] and plain["console_scripts"] and not plain["no.such.group"]
+    with entry_points_read_once():
+        assert metadata.entry_points is not original
+        assert _by_group(metadata.entry_points) == plain
+        name = plain["pytest11"][0][0]
+        assert list(metadata.entry_points(group="pytest11", name=name)) == list(
+            original(group="pytest11", name=name)) != []
+    assert metadata.entry_points is original
+    assert LOCUST_MAIN == "rtalab.loadtests.live.locust_main"
+
+
+def test_the_locust_main_is_locusts_command_line() -> None:
+    p = subprocess.run([sys.executable, "-m", LOCUST_MAIN, "--version"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.startswith(f"locust {metadata.version('locust')} ")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,15 @@ from rtalab.loadtests.loadrun.tables import timeseries
 from rtalab.sim.runner import run_once
 from rtalab.sim.scenario import load_scenario
 from rtalab.sim.shared import schema as S
-from rtalab.sim.shared.summary import _turns_with_several, spurious_timeouts, timeseries_metrics
+from rtalab.sim.shared.summary import (
+    _turns_with_several,
+    percentile,
+    percentile_served,
+    percentiles,
+    percentiles_served,
+    spurious_timeouts,
+    timeseries_metrics,
+)
 from tests.test_resample import records
 
 
@@ -110,3 +119,68 @@ def test_series_metrics_are_the_means_over_the_window_frame() -> None:
                 S.M_UTILISATION: float(w[S.BUSY_WORKERS].sum() / w[S.WORKER_CAPACITY].sum())}
     assert m == expected
     assert timeseries_metrics(ts, duration, duration) == {}
+
+
+def _window_figures(ts: pd.DataFrame, warmup: float, duration: float) -> dict[str, Any]:
+    """The series metrics as pandas' reductions over the window's frame (the definition)."""
+    t_s = ts[S.T_S].to_numpy()
+    w = ts[(t_s >= warmup) & (t_s < duration)]
+    busy, capacity = w[S.BUSY_WORKERS].sum(), w[S.WORKER_CAPACITY].sum()
+    return {S.M_DEDUP_MEAN_BYTES: float(w[S.DEDUP_BYTES].mean()),
+            S.M_OFFERED_TURNS_PER_S: float(w[S.OFFERED_TURNS_PER_S].mean()),
+            S.M_GOODPUT: float(w[S.COMPLETED_TURNS_PER_S].mean()),
+            S.M_MEAN_IN_PROGRESS: float(w[S.TURNS_IN_PROGRESS].mean()),
+            S.M_CONCURRENT_CALLS_MEAN: float(w[S.CALLS_IN_PROGRESS].mean()),
+            S.M_CONCURRENT_CALLS_PEAK: float(w[S.CALLS_IN_PROGRESS].max()),
+            S.M_UTILISATION: float(busy) / float(capacity) if capacity else None}
+
+
+def test_series_metrics_without_a_series_are_pandas_reductions_bit_for_bit() -> None:
+    """The window's reductions on numpy (no Series built) give pandas' numbers exactly, on
+    a simulated series (int64), a load run's (float, its server gauges all NaN: the means
+    NaN, the utilisation undefined), float columns with scattered NaNs and awkward values
+    (and all below 0), an all-NaN window, a float32 column, and a nullable column pandas
+    reduces itself."""
+    rng = np.random.default_rng(3)
+    sim = run_once(load_scenario("retry_storm", ["run.duration_s=30", "run.warmup_s=5"]),
+                   4).timeseries
+    rec = records()
+    load = timeseries(rec, rec.duration_s)
+    noisy = sim.astype({c: float for c in sim.columns if c != S.T_S})
+    for c in noisy.columns.drop(S.T_S):
+        x = rng.lognormal(0.0, 3.0, len(noisy)) * rng.choice([1e-9, 1.0, 1e9], len(noisy))
+        x[rng.random(len(x)) < 0.3] = math.nan
+        noisy[c] = x
+    negative = noisy.assign(**{S.CALLS_IN_PROGRESS: -noisy[S.CALLS_IN_PROGRESS].abs()})
+    all_nan = noisy.assign(**{S.CALLS_IN_PROGRESS: math.nan, S.DEDUP_BYTES: math.nan})
+    narrow = sim.assign(**{S.DEDUP_BYTES: sim[S.DEDUP_BYTES].astype(np.float32) / 3})
+    nullable = sim.assign(**{S.BUSY_WORKERS: pd.array([None, *sim[S.BUSY_WORKERS][1:]],
+                                                      dtype="Int64")})
+    for name, ts in (("sim", sim), ("load", load), ("noisy", noisy), ("negative", negative),
+                     ("all-nan", all_nan),
+                     ("float32", narrow), ("nullable", nullable)):
+        duration = float(ts[S.T_S].max())
+        for warmup in (0.0, 2.0, 5.0):
+            got = timeseries_metrics(ts, warmup, duration)
+            assert repr(got) == repr(_window_figures(ts, warmup, duration)), (name, warmup)
+    assert math.isnan(timeseries_metrics(load, 0.0, 4.0)[S.M_DEDUP_MEAN_BYTES])
+    assert timeseries_metrics(load, 0.0, 4.0)[S.M_UTILISATION] is None
+
+
+def test_percentiles_in_one_call_are_each_percentile() -> None:
+    """The replication's latency percentiles come from one numpy call per array: each is
+    what :func:`percentile` (and :func:`percentile_served`) gives at that q, on arrays with
+    ties, NaN, +inf, -inf, one value, none, and q on an exact rank (n = 20, 100, 200)."""
+    rng = np.random.default_rng(4)
+    qs = (*S.PERCENTILES, 0, 1, 25, 50, 75, 100)
+    for n in (0, 1, 2, 3, 7, 20, 33, 100, 200, 999):
+        for kind in ("plain", "ties", "holes"):
+            x = rng.lognormal(-1.0, 1.0, n)
+            if kind == "ties":
+                x = np.round(x, 1)
+            if kind == "holes" and n:
+                x[rng.random(n) < 0.2] = math.nan
+                x[rng.random(n) < 0.2] = math.inf
+                x[rng.random(n) < 0.05] = -math.inf
+            assert percentiles(x, qs) == [percentile(x, q) for q in qs], (n, kind)
+            assert percentiles_served(x, qs) == [percentile_served(x, q) for q in qs], (n, kind)
