@@ -65,14 +65,16 @@ class RestExchange(SseExchange):
 
     path = STREAM_PATH
     name = "message:stream"
-    _result = True  # what _to_frame does of a StreamResponse, inline in the read loop
+    _result = True  # what _frame does of a StreamResponse, inline in the read loop
 
     def __init__(self, client: Any, body: bytes, hdrs: dict[str, str], ext_uri: str) -> None:
         self._ext_uri = ext_uri
-        self._frame = self._to_frame
         super().__init__(client, body, hdrs, ext_uri)
 
-    def _to_frame(self, obj: Any) -> dict[str, Any]:
+    # a method, not a bound method stored on the instance: that would be a reference cycle
+    # (the exchange -> its bound method -> the exchange), every exchange with its response,
+    # socket buffers and headers freed only by the cyclic collector
+    def _frame(self, obj: Any) -> dict[str, Any]:
         """A StreamResponse (or an ``error`` event's object) as a JSON-RPC response object."""
         if type(obj) is dict and "error" not in obj:
             return {"result": obj}  # the common case, without a call

@@ -594,6 +594,35 @@ def test_the_rest_reader_hands_every_event_as_rest_frame_makes_it():
     assert ex.next_frame() is None
 
 
+def test_a_read_exchange_is_freed_without_the_collector():
+    """An SSE or HTTP+JSON exchange, read to its end and closed, is freed as soon as the last
+    reference goes: it is in no reference cycle (a bound method of its own held as an
+    attribute made every HTTP+JSON exchange one, its response and buffers freed only by the
+    cyclic collector, ~25 objects of garbage per turn)."""
+    import gc
+    import weakref
+
+    from rtalab.loadtests.live.rest import RestChannel
+    from rtalab.loadtests.live.sse import SseChannel
+    body = b"data: " + json.dumps({"task": {"id": "t"}}).encode() + b"\n\n"
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for channel in (SseChannel, RestChannel):
+            ex = channel(_Client([body]), EXT, None).send(
+                "r", b'{"jsonrpc":"2.0","id":"r","method":"SendStreamingMessage","params":{}}',
+                True)
+            while ex.next_frame() is not None:
+                pass
+            ex.close()
+            ref = weakref.ref(ex)
+            del ex
+            assert ref() is None, (channel.binding, gc.get_referrers(ref()))
+    finally:
+        if was:
+            gc.enable()
+
+
 def test_held_rows_are_not_tracked_by_the_collector():
     """Every attempts, events and turns row a call writes holds plain scalars only (the
     vocabulary's cells as their values, equal to the members): the cyclic collector does not
