@@ -28,6 +28,7 @@ from rtalab.sim.calibrate import (
     parse_histograms,
     write,
 )
+from rtalab.sim.calibrate.censored import _moments
 from rtalab.sim.calibrate.synth import Truth, synth_attempts, synth_observations, write_run_dir
 from rtalab.sim.cli import main
 from rtalab.sim.scenario import load_scenario
@@ -305,3 +306,11 @@ def test_a_clipped_negative_variance_is_said_in_the_output() -> None:
     assert "NOTE cv clipped to 0" in text and "not identified" in text
     ok = calibrate(synth_observations(Truth(tool_mean_s=0.08, n=300), 23))
     assert "clipped" not in "\n".join(describe(ok))
+
+
+def test_a_bucket_refit_far_out_has_infinite_moments_not_an_error() -> None:
+    """A resample's refit can wander to a shape whose moments overflow a float: the mean and
+    cv are then infinite (an unbounded end of the interval), never an OverflowError."""
+    assert _moments("weibull", np.log([1e-12, 1.0])) == (math.inf, math.inf)
+    assert _moments("lognormal", np.log([1e6, 1.0])) == (math.inf, math.inf)
+    assert _moments("gamma", np.log([4.0, 0.05])) == pytest.approx((0.2, 0.5))

@@ -129,8 +129,15 @@ def _cdf(family: str, p: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def _moments(family: str, p: np.ndarray) -> tuple[float, float]:
-    """(mean, cv) of ``family`` at log-parameters ``p``, in closed form."""
-    a, b = math.exp(p[0]), math.exp(p[1])
+    """(mean, cv) of ``family`` at log-parameters ``p``, in closed form; (inf, inf) where they
+    overflow (a resample's refit can wander to a shape that far out)."""
+    try:
+        return _closed_moments(family, math.exp(p[0]), math.exp(p[1]))
+    except OverflowError:
+        return math.inf, math.inf
+
+
+def _closed_moments(family: str, a: float, b: float) -> tuple[float, float]:
     if family == "lognormal":
         return b * math.exp(a * a / 2), math.sqrt(math.expm1(a * a))
     if family == "gamma":
