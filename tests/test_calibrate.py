@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from rtalab.sim.calibrate import (
     Observations,
@@ -314,3 +315,15 @@ def test_a_bucket_refit_far_out_has_infinite_moments_not_an_error() -> None:
     assert _moments("weibull", np.log([1e-12, 1.0])) == (math.inf, math.inf)
     assert _moments("lognormal", np.log([1e6, 1.0])) == (math.inf, math.inf)
     assert _moments("gamma", np.log([4.0, 0.05])) == pytest.approx((0.2, 0.5))
+
+
+@pytest.mark.parametrize("family", ["lognormal", "gamma", "weibull"])
+@pytest.mark.parametrize(("shape", "scale"), [(0.4, 0.2), (1.0, 1.0), (2.8, 0.07), (6.0, 3.0)])
+def test_a_bucket_fits_closed_form_moments_are_scipys(family: str, shape: float,
+                                                      scale: float) -> None:
+    """The fit's (mean, cv) from log-parameters, in closed form, against the scipy law's."""
+    law = {"lognormal": stats.lognorm, "gamma": stats.gamma,
+           "weibull": stats.weibull_min}[family](shape, 0, scale)
+    mean, cv = _moments(family, np.log([shape, scale]))
+    assert mean == pytest.approx(float(law.mean()), rel=1e-9)
+    assert cv == pytest.approx(float(law.std() / law.mean()), rel=1e-9)

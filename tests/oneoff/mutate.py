@@ -657,7 +657,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    except ZeroDivisionError:\n        return math.inf, math.inf",
              ("tests/test_calibrate.py",), "a far-out refit's overflow raised"),
     Mutation("bucket fits", "sim/calibrate/censored.py",
-             "        return a * b, 1 / math.sqrt(a)", "        return a * b, 1 / a", T_COV,
+             "        return a * b, 1 / math.sqrt(a)", "        return a * b, 1 / a",
+             (*T_COV, "tests/test_calibrate.py"),
              "the gamma's cv as 1/k, not 1/sqrt(k)"),
     # ---------------------------------------------------------------- stores (round 3)
     Mutation("stores", "loadtests/dedup/sqlite.py",
