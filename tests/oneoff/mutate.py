@@ -644,7 +644,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("interrupt", "sim/shared/interrupt.py",
              "        signal.signal(signal.SIGINT, signal.default_int_handler)\n        clear()",
              "        signal.signal(signal.SIGINT, signal.default_int_handler)",
-             ("tests/test_interrupt.py",), "the flag outlives the block: a later run stops at once"),
+             ("tests/test_interrupt.py",), "the flag outlives the block: later runs stop at once"),
     # ---------------------------------------------------------------- bucket fits (round 8)
     Mutation("bucket fits", "sim/calibrate/censored.py",
              "    keep = _supported(fams)\n", "    keep = [best]\n", T_COV,
