@@ -60,6 +60,9 @@ from rtalab.sim.shared.dedup_rule import conflicts, expired_after, expires_at
 
 INF = float("inf")
 _new = object.__new__
+#: request-guid mode's key: ``requestGuid << CONTEXT_BITS | contextId``, injective for the
+#: contextIds in ``[0, 2**CONTEXT_BITS)`` (:meth:`DedupStore.key` refuses any other)
+CONTEXT_BITS = 40
 
 
 class Entry:
@@ -113,7 +116,12 @@ class DedupStore:
         ctx = req.context_id if context_id is None else context_id
         if self.by_turn:
             return (ctx, req.task_id, req.phase)
-        return (ctx, req.request_guid)
+        if ctx >> CONTEXT_BITS:  # negative or too big: the int below would not be injective
+            raise OverflowError(f"contextId {ctx!r} outside [0, 2**{CONTEXT_BITS})")
+        # (ctx, requestGuid) as one int, requestGuid first (an int: the model mints them), so
+        # keys order by requestGuid: no tuple to build and hash per request, and the
+        # GenerationStore's filter compares ints
+        return req.request_guid << CONTEXT_BITS | ctx
 
     def lookup(self, key: Hashable, now_s: float) -> Entry | None:
         """The live entry for ``key`` (in flight, or stored and inside its window), else None."""
@@ -246,8 +254,16 @@ class GenerationStore(DedupStore):
         self._n = 0  # entries held: the plain store's ``len(entries)``
         #: the last lookup's key if no generation held it, none opened since (else None)
         self._missed: Hashable = None
+        #: request-guid mode (int keys, ordered by requestGuid): the greatest key ever opened,
+        #: so a lookup of a greater one (every new request's: requestGuids are minted
+        #: increasing) answers None without a look into any generation
+        self._ordered = not self.by_turn
+        self._top: Any = -INF
 
     def lookup(self, key: Hashable, now_s: float) -> Entry | None:
+        if self._ordered and key > self._top:  # above every key opened: in no generation
+            self._missed = key
+            return None
         for gen in self.gens:
             e = gen.get(key)
             if e is not None:
@@ -272,6 +288,8 @@ class GenerationStore(DedupStore):
         self._opens += 1
         self.entries[key] = e
         self._n += 1
+        if self._ordered and key > self._top:
+            self._top = key
         if self._n > self.peak_entries and now_s >= self.peak_from_s:
             self.purge(now_s)
             if self._n > self.peak_entries:
