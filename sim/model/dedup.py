@@ -3,7 +3,8 @@
 Modes (``[reasoner] dedup``):
 
 * ``request-guid`` — key ``(contextId, rta/requestGuid)`` (errors.md §4: a repeated
-  requestGuid is a no-op replay; scoped by contextId, never across it);
+  requestGuid is a no-op replay; scoped by contextId, never across it), held as the one int
+  ``requestGuid << CONTEXT_BITS | contextId``;
 * ``turn`` — key ``(contextId, taskId/rta/turnId, phase)``: any repeat of a turn's
   message is a replay, whatever its requestGuid (the INPUT_REQUIRED continuation
   is a different phase, so it is not a repeat).  As in the reference Reasoner
@@ -242,7 +243,12 @@ class GenerationStore(DedupStore):
     holds more than a generation, nothing is ever rebuilt at the live size.  A key is in one
     generation at most (``open`` drops it from the others, as the dict's assignment replaces
     it): a lookup checks the few live generations, newest first; the count of entries is
-    kept, so the peak is the plain store's to the entry.
+    kept, so the peak is the plain store's to the entry.  In mode ``request-guid`` the keys
+    are ints ordered by requestGuid and the greatest key ever opened is kept: a lookup of a
+    greater one is answered None at once (no generation can hold it, whatever the order of
+    the opens), which is every new request's lookup, as the model mints requestGuids
+    increasing (a retry that reuses its requestGuid, a network copy: below it, all
+    generations checked).
     """
 
     def __init__(self, mode: str, window_s: float, entry_bytes: int, peak_from_s: float) -> None:
