@@ -154,6 +154,22 @@ def test_dedup_store_window_purge_and_peak() -> None:
     assert store.key(_req(5, ctx=1)) != store.key(_req(5, ctx=2))  # scoped by contextId
 
 
+def test_request_guid_keys_are_one_int_per_context_and_guid() -> None:
+    """request-guid mode's key is one int, distinct for every (contextId, requestGuid) pair
+    and ordered by requestGuid (GenerationStore's filter); a contextId outside the bits the
+    int gives it is refused, never folded onto another key."""
+    from rtalab.sim.model.dedup import CONTEXT_BITS
+
+    store = DedupStore("request-guid", window_s=1.0, entry_bytes=1, peak_from_s=0.0)
+    ctxs = (0, 1, 2, 2**CONTEXT_BITS - 1)
+    keys = [store.key(_req(g), c) for g in (0, 1, 2, 2**CONTEXT_BITS, 2**70) for c in ctxs]
+    assert len(set(keys)) == len(keys) and keys == sorted(keys)
+    assert all(type(k) is int for k in keys)
+    for bad in (-1, 2**CONTEXT_BITS, 2**CONTEXT_BITS + 1):
+        with pytest.raises(OverflowError):
+            store.key(_req(3), bad)
+
+
 def test_dedup_peak_counts_live_entries_only_between_purges() -> None:
     """Expired entries are purged lazily (only when a new peak is possible): the peak must
     still be the live count, never inflated by expired entries awaiting their purge."""

@@ -185,8 +185,8 @@ def test_a_generation_store_holds_what_the_plain_store_holds_in_small_tables() -
     for t in range(1, 200):
         for store in (plain, gen):
             for g in range(guid, guid + 2000):
-                e = store.open((g % 7, g), float(t), g % 7)
-                store.close((g % 7, g), e, float(t), 1, None, g % 7)
+                e = store.open(_key(g % 7, g), float(t), g % 7)
+                store.close(_key(g % 7, g), e, float(t), 1, None, g % 7)
             assert store.size(float(t)) == min(51, t) * 2000 == store.held()
             tables = [sys.getsizeof(d) for d in getattr(store, "gens", [store.entries])]
             biggest[id(store)] = max(biggest[id(store)], *tables)
@@ -202,8 +202,15 @@ def test_a_generation_store_holds_what_the_plain_store_holds_in_small_tables() -
     assert gen.peak_entries == plain.peak_entries
     now = 199.0
     for g in range(guid - 120_000, guid + 10, 997):
-        a, b = plain.lookup((g % 7, g), now), gen.lookup((g % 7, g), now)
+        a, b = plain.lookup(_key(g % 7, g), now), gen.lookup(_key(g % 7, g), now)
         assert (a is None) == (b is None) and (a is None or a.expires_s == b.expires_s)
+
+
+def _key(ctx: int, guid: int) -> int:
+    """The request-guid mode's key of ``guid`` in ``ctx`` (DedupStore.key's int)."""
+    from rtalab.sim.model.dedup import CONTEXT_BITS
+
+    return guid << CONTEXT_BITS | ctx
 
 
 def _held(store: Any) -> dict[Any, Any]:
@@ -237,22 +244,24 @@ def test_a_generation_store_answers_every_operation_as_the_plain_store(
     newest = gen.gens[0]
     for _ in range(20_000):
         now += rng.random() * 0.05
-        key = (rng.randrange(3), rng.randrange(120))
+        ctx, guid = rng.randrange(3), rng.randrange(120)
+        key = (ctx, guid, 0) if mode == "turn" else _key(ctx, guid)
         op = rng.random()
         if op < 0.35:
             a, b = plain.lookup(key, now), gen.lookup(key, now)
             assert (a is None) == (b is None)
             if a is None or rng.random() < 0.1:  # a lookup's miss, or a key held: replaced
-                open_[key] = (plain.open(key, now, key[0]), gen.open(key, now, key[0]))
+                open_[key] = (plain.open(key, now, ctx), gen.open(key, now, ctx))
         elif op < 0.7 and open_:
             k = rng.choice(list(open_))
             a, b = open_.pop(k)
+            c = k[0] if mode == "turn" else k & 7
             if rng.random() < 0.2:
                 plain.release(k, a)
                 gen.release(k, b)
             else:
-                plain.close(k, a, now, 1, None, k[0])
-                gen.close(k, b, now, 1, None, k[0])
+                plain.close(k, a, now, 1, None, c)
+                gen.close(k, b, now, 1, None, c)
         elif op < 0.75:
             last = gen.gens[-1]
             assert plain.size(now) == gen.size(now)

@@ -3,7 +3,8 @@
 Modes (``[reasoner] dedup``):
 
 * ``request-guid`` — key ``(contextId, rta/requestGuid)`` (errors.md §4: a repeated
-  requestGuid is a no-op replay; scoped by contextId, never across it);
+  requestGuid is a no-op replay; scoped by contextId, never across it), held as the one int
+  ``requestGuid << CONTEXT_BITS | contextId``;
 * ``turn`` — key ``(contextId, taskId/rta/turnId, phase)``: any repeat of a turn's
   message is a replay, whatever its requestGuid (the INPUT_REQUIRED continuation
   is a different phase, so it is not a repeat).  As in the reference Reasoner
@@ -60,6 +61,9 @@ from rtalab.sim.shared.dedup_rule import conflicts, expired_after, expires_at
 
 INF = float("inf")
 _new = object.__new__
+#: request-guid mode's key: ``requestGuid << CONTEXT_BITS | contextId``, injective for the
+#: contextIds in ``[0, 2**CONTEXT_BITS)`` (:meth:`DedupStore.key` refuses any other)
+CONTEXT_BITS = 40
 
 
 class Entry:
@@ -113,7 +117,12 @@ class DedupStore:
         ctx = req.context_id if context_id is None else context_id
         if self.by_turn:
             return (ctx, req.task_id, req.phase)
-        return (ctx, req.request_guid)
+        if ctx >> CONTEXT_BITS:  # negative or too big: the int below would not be injective
+            raise OverflowError(f"contextId {ctx!r} outside [0, 2**{CONTEXT_BITS})")
+        # (ctx, requestGuid) as one int, requestGuid first (an int: the model mints them), so
+        # keys order by requestGuid: no tuple to build and hash per request, and the
+        # GenerationStore's filter compares ints
+        return req.request_guid << CONTEXT_BITS | ctx
 
     def lookup(self, key: Hashable, now_s: float) -> Entry | None:
         """The live entry for ``key`` (in flight, or stored and inside its window), else None."""
@@ -234,7 +243,12 @@ class GenerationStore(DedupStore):
     holds more than a generation, nothing is ever rebuilt at the live size.  A key is in one
     generation at most (``open`` drops it from the others, as the dict's assignment replaces
     it): a lookup checks the few live generations, newest first; the count of entries is
-    kept, so the peak is the plain store's to the entry.
+    kept, so the peak is the plain store's to the entry.  In mode ``request-guid`` the keys
+    are ints ordered by requestGuid and the greatest key ever opened is kept: a lookup of a
+    greater one is answered None at once (no generation can hold it, whatever the order of
+    the opens), which is every new request's lookup, as the model mints requestGuids
+    increasing (a retry that reuses its requestGuid, a network copy: below it, all
+    generations checked).
     """
 
     def __init__(self, mode: str, window_s: float, entry_bytes: int, peak_from_s: float) -> None:
@@ -246,8 +260,16 @@ class GenerationStore(DedupStore):
         self._n = 0  # entries held: the plain store's ``len(entries)``
         #: the last lookup's key if no generation held it, none opened since (else None)
         self._missed: Hashable = None
+        #: request-guid mode (int keys, ordered by requestGuid): the greatest key ever opened,
+        #: so a lookup of a greater one (every new request's: requestGuids are minted
+        #: increasing) answers None without a look into any generation
+        self._ordered = not self.by_turn
+        self._top: Any = -INF
 
     def lookup(self, key: Hashable, now_s: float) -> Entry | None:
+        if self._ordered and key > self._top:  # above every key opened: in no generation
+            self._missed = key
+            return None
         for gen in self.gens:
             e = gen.get(key)
             if e is not None:
@@ -272,6 +294,8 @@ class GenerationStore(DedupStore):
         self._opens += 1
         self.entries[key] = e
         self._n += 1
+        if self._ordered and key > self._top:
+            self._top = key
         if self._n > self.peak_entries and now_s >= self.peak_from_s:
             self.purge(now_s)
             if self._n > self.peak_entries:
