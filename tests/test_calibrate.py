@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from rtalab.loadtests.reasoner.metrics import TIMING_BUCKETS
 from rtalab.sim.calibrate import (
     Observations,
     Probe,
@@ -29,7 +30,7 @@ from rtalab.sim.calibrate import (
     parse_histograms,
     write,
 )
-from rtalab.sim.calibrate.censored import _moments
+from rtalab.sim.calibrate.censored import _moments, fit_buckets
 from rtalab.sim.calibrate.synth import Truth, synth_attempts, synth_observations, write_run_dir
 from rtalab.sim.cli import main
 from rtalab.sim.scenario import load_scenario
@@ -327,3 +328,18 @@ def test_a_bucket_fits_closed_form_moments_are_scipys(family: str, shape: float,
     mean, cv = _moments(family, np.log([shape, scale]))
     assert mean == pytest.approx(float(law.mean()), rel=1e-9)
     assert cv == pytest.approx(float(law.std() / law.mean()), rel=1e-9)
+
+
+def test_a_histogram_kept_states_its_own_intervals() -> None:
+    """Two modes 100x apart: no family describes the buckets, the histogram is kept, and
+    its mean and cv intervals are the histogram's own (holding its estimates and, here, the
+    sample's), not those of the rejected family."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.gamma(50, 0.0004, 300), rng.gamma(50, 0.04, 300)])
+    f = fit_buckets("x", (*TIMING_BUCKETS, math.inf),
+                    (*(float((x <= b).sum()) for b in TIMING_BUCKETS), float(len(x))))
+    assert f is not None and f.chosen == "histogram" and f.supported == []
+    assert f.mean_ci[0] <= f.mean <= f.mean_ci[1] and f.cv_ci[0] <= f.cv <= f.cv_ci[1]
+    assert f.mean_ci[0] <= x.mean() <= f.mean_ci[1]
+    assert f.cv_ci[0] <= x.std() / x.mean() <= f.cv_ci[1]
+    assert "CIs of the histogram itself" in f.comment()

@@ -120,8 +120,8 @@ FIRST_EVENT_SECONDS = Histogram("rta_reasoner_first_output_seconds",
 # finer below 0.1 s than the turn's: calibration fits laws to these buckets (an interval-censored
 # fit needs several buckets where the values are; docs/calibration.md "From telemetry")
 TIMING_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06,
-                   0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
-                   20.0, 60.0)
+                  0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
+                  20.0, 60.0)
 TIMING_SECONDS = {attr: _Tee(Histogram(name, doc, buckets=TIMING_BUCKETS), _otel(
     "histogram", "rta.reasoner." + name.removeprefix("rta_reasoner_").removesuffix("_seconds"),
     "s", doc, TIMING_BUCKETS)) for attr, name, doc in (

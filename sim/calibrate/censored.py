@@ -96,10 +96,14 @@ class BucketFit:
                 f"{self.buckets + 1} buckets; KS at the bounds {self.ks:.3f}, reject above "
                 f"{max(self.ks_critical, KS_TOLERANCE):.3f}): mean {self.mean:.4g} s "
                 f"[{self.mean_ci[0]:.4g}, {self.mean_ci[1]:.4g}], cv {self.cv:.3g} "
-                f"[{self.cv_ci[0]:.3g}, {self.cv_ci[1]:.3g}] (CIs over the laws within "
-                f"{SUPPORT_AIC:g} AIC points: {', '.join(self.supported)}); "
+                f"[{self.cv_ci[0]:.3g}, {self.cv_ci[1]:.3g}] ({self._ci_source()}); "
                 f"{self.widening_text()}; "
                 f"candidates: {alt}")
+
+    def _ci_source(self) -> str:
+        if not self.supported:
+            return "CIs of the histogram itself, over resampled counts"
+        return f"CIs over the laws within {SUPPORT_AIC:g} AIC points: {', '.join(self.supported)}"
 
     def widening_text(self) -> str:
         """How much wider the CIs are than exact values would give."""
@@ -256,6 +260,21 @@ def _bootstrap(fams: list[_FamilyFit], best: _FamilyFit, bounds: np.ndarray,
     return out
 
 
+def _histogram_cis(le: tuple[float, ...], n: np.ndarray, est: tuple[float, float],
+                   rng: np.random.Generator) -> dict[str, tuple[float, float]]:
+    """The CIs of the histogram's own mean and cv (when no family is kept): the 2.5-97.5 %
+    ranges over :data:`ROUNDS` multinomial resamples of the counts, stretched to hold
+    ``est``; not a rejected family's."""
+    total = int(n.sum())
+    vals = []
+    for _ in range(ROUNDS):
+        r = Histogram(le, tuple(np.cumsum(rng.multinomial(total, n / n.sum())).astype(float)))
+        vals.append((r.mean, math.sqrt(r.variance) / r.mean if r.mean > 0 else 0.0))
+    lo, hi = np.quantile(np.asarray(vals), [0.025, 0.975], axis=0)
+    return {f"{key}_ci": (min(float(lo[i]), est[i]), max(float(hi[i]), est[i]))
+            for i, key in enumerate(("mean", "cv"))}
+
+
 def fit_buckets(name: str, le: tuple[float, ...], counts: tuple[float, ...],
                 seed: int = 0) -> BucketFit | None:
     """Fit a cumulative histogram (``le`` ending in inf, cumulative ``counts``); None with
@@ -303,6 +322,7 @@ def fit_buckets(name: str, le: tuple[float, ...], counts: tuple[float, ...],
     if best["ks"] > max(crit, KS_TOLERANCE):  # no family describes the buckets
         chosen, dist = "histogram", h
         mean, cv = h.mean, math.sqrt(h.variance) / h.mean
+        boot.update(_histogram_cis(le, n, (mean, cv), rng), supported=[])
     return BucketFit(name, int(total), len(bounds), chosen, dist, best["ks"], crit, mean,
                      boot["mean_ci"], cv, boot["cv_ci"], boot["widening"], shown,
                      supported=boot["supported"])
