@@ -263,9 +263,9 @@ class Reasoner:
         key = None
         if store is not None and profile:
             key = store.key(req, ctx)
-            # store.lookup's answer, called for the one dict only for a key held (the rare case)
-            e = store.entries.get(key) if store.one_table else store.lookup(key, now)
-            if e is not None and store.lookup(key, now) is not None:
+            # store.lookup's answer; for the one dict only when it holds the key (the rare case)
+            e = store.lookup(key, now) if not store.one_table or key in store.entries else None
+            if e is not None:
                 if store.conflicts(e, fingerprint(req)):  # the key reused by another request
                     self._refuse(req, dup, now, ctx, KEY_CONFLICT_D, SCHEMA_VALIDATION, None)
                     return

@@ -631,8 +631,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "rep.store = type(was)(cfg.dedup", "rep.store = DedupStore(cfg.dedup",
              ("tests/test_fleet.py",), "a restarted bounded replica gets the one-dict store"),
     Mutation("dedup generations", "sim/model/reasoner.py",
-             "e = store.entries.get(key) if store.one_table else store.lookup(key, now)",
-             "e = store.entries.get(key)", T_GEN,
+             "e = store.lookup(key, now) if not store.one_table or key in store.entries else None",
+             "e = store.lookup(key, now) if key in store.entries else None", T_GEN,
              "the Reasoner looks a held key up in the newest generation only"),
     # ---------------------------------------------------------------- interrupt (round 8)
     Mutation("interrupt", "sim/model/world.py",
